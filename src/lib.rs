@@ -1,0 +1,10 @@
+//! hrx: Qwen3-VL on the GPU of small edge boxes.
+//!
+//! Modules, one job each (see ../shared/DESIGN.md):
+//! - [`gguf`]: mmap a GGUF file, validate it, expose metadata and typed tensor views.
+//! - [`quant`]: block formats — layouts, dequantize, CPU dot products, quantize.
+//! - [`tokenizer`]: byte-level BPE with the Qwen2 pre-tokenizer and NFC.
+
+pub mod gguf;
+pub mod quant;
+pub mod tokenizer;
