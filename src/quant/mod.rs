@@ -23,6 +23,8 @@ pub enum DType {
     Q6K,
     /// Activation format for K-quant dot products (f32 scale, 256 int8, 16 i16 block sums); never in files we accept.
     Q8K,
+    /// 32-bit integers (token ids, positions); run-time buffers only, never in files we accept.
+    I32,
 }
 
 /// Every dtype a GGUF tensor may have in a file hrx accepts.
@@ -65,13 +67,14 @@ impl DType {
             DType::Q6K => 14,
             DType::Q8K => 15,
             DType::BF16 => 30,
+            DType::I32 => 26,
         }
     }
 
     /// Values per block.
     pub fn block_len(self) -> usize {
         match self {
-            DType::F32 | DType::F16 | DType::BF16 => 1,
+            DType::F32 | DType::F16 | DType::BF16 | DType::I32 => 1,
             DType::Q4_0 | DType::Q4_1 | DType::Q5_0 | DType::Q5_1 | DType::Q8_0 => 32,
             DType::Q2K | DType::Q3K | DType::Q4K | DType::Q5K | DType::Q6K | DType::Q8K => 256,
         }
@@ -80,7 +83,7 @@ impl DType {
     /// Bytes per block.
     pub fn block_bytes(self) -> usize {
         match self {
-            DType::F32 => 4,
+            DType::F32 | DType::I32 => 4,
             DType::F16 | DType::BF16 => 2,
             DType::Q4_0 => 18,
             DType::Q4_1 => 20,
@@ -113,6 +116,7 @@ impl DType {
             DType::Q5K => "Q5_K",
             DType::Q6K => "Q6_K",
             DType::Q8K => "Q8_K",
+            DType::I32 => "I32",
         }
     }
 
