@@ -1,0 +1,386 @@
+//! The CPU backend: executes a plan node by node over an f32 arena, weights read in place from
+//! the model file. Two kernel sets behind one interface: `reference` (plain loops, the numeric
+//! reference; `HRX_KERNELS=reference`) and `fast` (threads, quantized dot products).
+
+mod fast;
+pub mod reference;
+pub mod tensor;
+
+use crate::gguf::GgufFile;
+use crate::graph::{ExternalId, NodeId, Op, MAX_DIMS};
+use crate::hrx::{runtime_ne, Loc, Placement, Plan};
+use crate::quant::DType;
+use std::fmt;
+use std::sync::Arc;
+use tensor::{Data, In, Out};
+
+/// A kernel refusing its inputs (an id out of range, say): the run stops with this message.
+#[derive(Debug, Clone, PartialEq)]
+pub struct KernelError(pub String);
+
+impl fmt::Display for KernelError {
+    fn fmt(&self, f: &mut fmt::Formatter<'_>) -> fmt::Result {
+        f.write_str(&self.0)
+    }
+}
+
+impl std::error::Error for KernelError {}
+
+/// Which kernels run.
+#[derive(Clone, Copy, Debug, PartialEq, Eq)]
+pub enum Kernels {
+    Reference,
+    Fast,
+}
+
+impl Kernels {
+    /// `HRX_KERNELS=reference` selects the reference kernels; anything else the fast ones.
+    pub fn from_env() -> Kernels {
+        match std::env::var("HRX_KERNELS").as_deref() {
+            Ok("reference") => Kernels::Reference,
+            _ => Kernels::Fast,
+        }
+    }
+}
+
+/// The bytes behind an external storage.
+pub enum Storage {
+    Weight { file: Arc<GgufFile>, tensor: usize },
+    F32(Vec<f32>),
+    I32(Vec<i32>),
+}
+
+/// Executes a set of plans (e.g. prefill, decode, vision) that share run-time buffers by name
+/// (the KV cache) and one arena (plans run one at a time).
+pub struct CpuExecutor {
+    plans: Vec<Plan>,
+    /// Per plan: its external ids mapped to indices into `storages`.
+    storage_of: Vec<Vec<usize>>,
+    storage_names: Vec<String>,
+    storages: Vec<Storage>,
+    arena: Vec<f32>,
+    kernels: Kernels,
+    threads: usize,
+}
+
+/// Which plan of an executor.
+#[derive(Clone, Copy, Debug, PartialEq, Eq)]
+pub struct PlanId(pub usize);
+
+impl CpuExecutor {
+    /// Binds every weight of the plans to the tensor of that name in `files` (checked for
+    /// dtype and size), and allocates the arena and every run-time buffer; externals with the
+    /// same name in several plans share one buffer.
+    pub fn new(plans: Vec<Plan>, files: &[Arc<GgufFile>], kernels: Kernels) -> Result<CpuExecutor, KernelError> {
+        let mut storages: Vec<Storage> = Vec::new();
+        let mut storage_names: Vec<String> = Vec::new();
+        let mut storage_of = Vec::with_capacity(plans.len());
+        for plan in &plans {
+            let mut map = Vec::with_capacity(plan.graph.externals.len());
+            for ext in &plan.graph.externals {
+                if let Some(i) = storage_names.iter().position(|n| *n == ext.name) {
+                    if storage_bytes(&storages[i]) != ext.bytes {
+                        return Err(KernelError(format!("buffer {:?} has different sizes in two graphs", ext.name)));
+                    }
+                    map.push(i);
+                    continue;
+                }
+                storages.push(new_storage(ext, files)?);
+                storage_names.push(ext.name.clone());
+                map.push(storages.len() - 1);
+            }
+            storage_of.push(map);
+        }
+        let arena_bytes = plans.iter().map(|p| p.arena_bytes).max().unwrap_or(0);
+        let threads = std::thread::available_parallelism().map_or(1, |n| n.get());
+        Ok(CpuExecutor { plans, storage_of, storage_names, storages, arena: vec![0.0; arena_bytes / 4], kernels, threads })
+    }
+
+    pub fn plan(&self, id: PlanId) -> &Plan {
+        &self.plans[id.0]
+    }
+
+    pub fn set_threads(&mut self, n: usize) {
+        self.threads = n.max(1);
+    }
+
+    fn named(&mut self, name: &str) -> Option<&mut Storage> {
+        let i = self.storage_names.iter().position(|n| n == name)?;
+        self.storages.get_mut(i)
+    }
+
+    /// The f32 run-time buffer named `name`, to fill before a run or read after it.
+    pub fn f32_buffer(&mut self, name: &str) -> Option<&mut [f32]> {
+        match self.named(name)? {
+            Storage::F32(v) => Some(v),
+            _ => None,
+        }
+    }
+
+    /// The i32 run-time buffer named `name`.
+    pub fn i32_buffer(&mut self, name: &str) -> Option<&mut [i32]> {
+        match self.named(name)? {
+            Storage::I32(v) => Some(v),
+            _ => None,
+        }
+    }
+
+    /// Runs every compute node of a plan with the symbols' run-time values.
+    pub fn run(&mut self, plan: PlanId, symbols: &[usize]) -> Result<(), KernelError> {
+        let graph = &self.plans[plan.0].graph;
+        for (i, (sym_name, max)) in graph.symbols.iter().enumerate() {
+            let v = symbols.get(i).copied().unwrap_or(0);
+            if v > *max {
+                return Err(KernelError(format!("{sym_name} = {v} exceeds the planned maximum {max}")));
+            }
+        }
+        for i in 0..graph.nodes.len() {
+            if let Placement::Run { .. } = self.plans[plan.0].placements[i] {
+                self.run_node(plan, NodeId(i), symbols).map_err(|e| {
+                    KernelError(format!("graph {} node {i} ({}): {e}", self.plans[plan.0].graph.name, self.plans[plan.0].graph.nodes[i].name))
+                })?;
+            }
+        }
+        Ok(())
+    }
+
+    /// The contiguous f32 value of a node of `plan` after a run, at its run-time shape.
+    pub fn output(&self, plan: PlanId, id: NodeId, symbols: &[usize]) -> Option<&[f32]> {
+        let p = &self.plans[plan.0];
+        let v = p.graph.value(id);
+        let n: usize = runtime_ne(&p.graph, id, symbols).iter().product();
+        if !v.is_contiguous() {
+            return None;
+        }
+        match p.locs[id.0]? {
+            Loc::Arena { offset } => self.arena.get(offset / 4..offset / 4 + n),
+            Loc::External { storage, offset } => match self.storages.get(*self.storage_of[plan.0].get(storage.0)?)? {
+                Storage::F32(buf) => buf.get(offset / 4..offset / 4 + n),
+                _ => None,
+            },
+        }
+    }
+
+    fn run_node(&mut self, plan: PlanId, id: NodeId, symbols: &[usize]) -> Result<(), KernelError> {
+        let p = &self.plans[plan.0];
+        let map = &self.storage_of[plan.0];
+        let global = |loc: Loc| match loc {
+            Loc::External { storage, offset } => map
+                .get(storage.0)
+                .map(|&g| Loc::External { storage: ExternalId(g), offset })
+                .ok_or_else(|| KernelError(format!("no storage {}", storage.0))),
+            arena => Ok(arena),
+        };
+        let graph = &p.graph;
+        let node = graph.node(id);
+        let out_loc = global(p.locs[id.0].ok_or_else(|| KernelError("output has no address".into()))?)?;
+        let out_ne = runtime_ne(graph, id, symbols);
+        let out_extent = extent_f32(&out_ne, &node.value.nb);
+        let (sources, out_data, out_offset) = split_for_output(&mut self.arena, &mut self.storages, out_loc, out_extent)?;
+        let mut ins = Vec::with_capacity(node.inputs.len());
+        for (k, &input) in node.inputs.iter().enumerate() {
+            if node.op == Op::SetRows && k == 0 {
+                // The destination is the output itself; the kernel never reads it as an input.
+                ins.push(In { data: Data::F32(&[]), dtype: DType::F32, offset: 0, ne: [0; MAX_DIMS], nb: [0; MAX_DIMS] });
+                continue;
+            }
+            let loc = global(p.locs[input.0].ok_or_else(|| KernelError(format!("input {} has no address", input.0)))?)?;
+            let v = graph.value(input);
+            ins.push(sources.input(loc, v.dtype, runtime_ne(graph, input, symbols), v.nb)?);
+        }
+        let mut out = Out { data: out_data, offset: out_offset, ne: out_ne, nb: node.value.nb };
+        execute(&node.op, &ins, &mut out, self.kernels, self.threads)
+    }
+}
+
+fn storage_bytes(s: &Storage) -> usize {
+    match s {
+        Storage::Weight { file, tensor } => file.tensors()[*tensor].n_bytes as usize,
+        Storage::F32(v) => v.len() * 4,
+        Storage::I32(v) => v.len() * 4,
+    }
+}
+
+fn new_storage(ext: &crate::graph::External, files: &[Arc<GgufFile>]) -> Result<Storage, KernelError> {
+    if ext.is_weight {
+        let found = files.iter().find_map(|f| f.tensors().iter().position(|t| t.name == ext.name).map(|i| (f, i)));
+        let Some((file, i)) = found else {
+            return Err(KernelError(format!("weight {:?} is in none of the model files", ext.name)));
+        };
+        let t = &file.tensors()[i];
+        if t.dtype != ext.dtype || t.n_bytes as usize != ext.bytes {
+            return Err(KernelError(format!(
+                "{}: tensor {:?} is {} ({} bytes), the graph expects {} ({} bytes)",
+                file.path().display(),
+                ext.name,
+                t.dtype,
+                t.n_bytes,
+                ext.dtype,
+                ext.bytes
+            )));
+        }
+        return Ok(Storage::Weight { file: Arc::clone(file), tensor: i });
+    }
+    match ext.dtype {
+        DType::I32 => Ok(Storage::I32(vec![0; ext.bytes.div_ceil(4)])),
+        DType::F32 => Ok(Storage::F32(vec![0.0; ext.bytes.div_ceil(4)])),
+        d => Err(KernelError(format!("run-time buffer {:?} of {d} is not supported", ext.name))),
+    }
+}
+
+/// Runs one op with the chosen kernel set.
+pub fn execute(op: &Op, ins: &[In], out: &mut Out, kernels: Kernels, threads: usize) -> Result<(), KernelError> {
+    if kernels == Kernels::Fast {
+        if let Some(result) = fast::execute(op, ins, out, threads) {
+            return result;
+        }
+    }
+    let arg = |i: usize| ins.get(i).ok_or_else(|| KernelError(format!("{} needs input {i}", op.name())));
+    match op {
+        Op::GetRows => reference::get_rows(arg(0)?, arg(1)?, out),
+        Op::GetRowsWeighted => reference::get_rows_weighted(arg(0)?, arg(1)?, arg(2)?, out),
+        Op::SetRows => reference::set_rows(arg(1)?, arg(2)?, out),
+        Op::MatMul => {
+            reference::matmul(arg(0)?, arg(1)?, out);
+            Ok(())
+        }
+        Op::Add => {
+            reference::binary(arg(0)?, arg(1)?, out, |a, b| a + b);
+            Ok(())
+        }
+        Op::Mul => {
+            reference::binary(arg(0)?, arg(1)?, out, |a, b| a * b);
+            Ok(())
+        }
+        Op::RmsNorm { eps } => {
+            reference::rms_norm(arg(0)?, arg(1)?, *eps, out);
+            Ok(())
+        }
+        Op::LayerNorm { eps } => {
+            reference::layer_norm(arg(0)?, arg(1)?, arg(2)?, *eps, out);
+            Ok(())
+        }
+        Op::Rope { kind, theta, n_dims } => {
+            reference::rope(arg(0)?, arg(1)?, kind, *theta, *n_dims, out);
+            Ok(())
+        }
+        Op::SwiGlu => {
+            reference::binary(arg(0)?, arg(1)?, out, |g, u| reference::silu(g) * u);
+            Ok(())
+        }
+        Op::Gelu(kind) => {
+            reference::unary(arg(0)?, out, |x| reference::gelu(*kind, x));
+            Ok(())
+        }
+        Op::Cont => {
+            reference::unary(arg(0)?, out, |x| x);
+            Ok(())
+        }
+        Op::Attention { scale } => reference::attention(arg(0)?, arg(1)?, arg(2)?, ins.get(3), *scale, out),
+        Op::External | Op::View | Op::Reshape | Op::Permute { .. } | Op::Transpose => {
+            Err(KernelError(format!("{} is not a compute op", op.name())))
+        }
+    }
+}
+
+/// f32 elements spanned by a value of shape `ne` and strides `nb`.
+fn extent_f32(ne: &[usize; MAX_DIMS], nb: &[usize; MAX_DIMS]) -> usize {
+    if ne.contains(&0) {
+        return 0;
+    }
+    (4 + (0..MAX_DIMS).map(|i| (ne[i] - 1) * nb[i]).sum::<usize>()) / 4
+}
+
+/// Everything a node may read while its output is borrowed mutably.
+struct Sources<'a> {
+    arena_lo: &'a [f32],
+    arena_hi: &'a [f32],
+    /// Element index where `arena_hi` starts.
+    hi_start: usize,
+    storages_lo: &'a [Storage],
+    storages_hi: &'a [Storage],
+    /// The storage being written (unreadable for this node), if the output is external.
+    hole: Option<usize>,
+}
+
+impl<'a> Sources<'a> {
+    fn input(&self, loc: Loc, dtype: DType, ne: [usize; MAX_DIMS], nb: [usize; MAX_DIMS]) -> Result<In<'a>, KernelError> {
+        let view = |data, offset| In { data, dtype, offset, ne, nb };
+        match loc {
+            Loc::Arena { offset } => {
+                let (start, len) = (offset / 4, extent_f32(&ne, &nb));
+                if start + len <= self.arena_lo.len() {
+                    Ok(view(Data::F32(self.arena_lo), offset))
+                } else if start >= self.hi_start {
+                    Ok(view(Data::F32(self.arena_hi), offset - self.hi_start * 4))
+                } else {
+                    Err(KernelError("an input overlaps the output in the arena".into()))
+                }
+            }
+            Loc::External { storage, offset } => {
+                let s = storage.0;
+                let st = match self.hole {
+                    Some(h) if s == h => return Err(KernelError("an input is in the storage being written".into())),
+                    Some(h) if s > h => self.storages_hi.get(s - h - 1),
+                    _ => self.storages_lo.get(s),
+                }
+                .ok_or_else(|| KernelError(format!("no storage {s}")))?;
+                Ok(match st {
+                    Storage::Weight { file, tensor } => view(Data::Bytes(file.tensor_data(&file.tensors()[*tensor])), offset),
+                    Storage::F32(v) => view(Data::F32(v), offset),
+                    Storage::I32(v) => view(Data::I32(v), offset),
+                })
+            }
+        }
+    }
+}
+
+/// Splits the arena and storages so the output region is mutable and everything else readable.
+fn split_for_output<'a>(
+    arena: &'a mut [f32],
+    storages: &'a mut [Storage],
+    out: Loc,
+    extent: usize,
+) -> Result<(Sources<'a>, &'a mut [f32], usize), KernelError> {
+    match out {
+        Loc::Arena { offset } => {
+            let start = offset / 4;
+            if start + extent > arena.len() {
+                return Err(KernelError("output runs past the arena".into()));
+            }
+            let (lo, rest) = arena.split_at_mut(start);
+            let (mid, hi) = rest.split_at_mut(extent);
+            let sources = Sources {
+                arena_lo: lo,
+                arena_hi: hi,
+                hi_start: start + extent,
+                storages_lo: storages,
+                storages_hi: &[],
+                hole: None,
+            };
+            Ok((sources, mid, 0))
+        }
+        Loc::External { storage, offset } => {
+            if storage.0 >= storages.len() {
+                return Err(KernelError(format!("no storage {}", storage.0)));
+            }
+            let (lo, rest) = storages.split_at_mut(storage.0);
+            let (mid, hi) = rest.split_at_mut(1);
+            let Storage::F32(buf) = &mut mid[0] else {
+                return Err(KernelError("output storage is not an f32 buffer".into()));
+            };
+            let sources = Sources {
+                arena_lo: arena,
+                arena_hi: &[],
+                hi_start: usize::MAX,
+                storages_lo: lo,
+                storages_hi: hi,
+                hole: Some(storage.0),
+            };
+            Ok((sources, buf.as_mut_slice(), offset))
+        }
+    }
+}
+
+#[cfg(test)]
+mod tests;
