@@ -8,3 +8,5 @@
 pub mod gguf;
 pub mod quant;
 pub mod tokenizer;
+pub mod cli;
+pub mod json;

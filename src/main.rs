@@ -1,1 +1,28 @@
-fn main() {}
+//! The `hrx` binary: parse nothing here; run the command line and map errors to exit codes.
+
+use std::io::{self, Write};
+use std::process::ExitCode;
+
+fn main() -> ExitCode {
+    env_logger::Builder::from_env(env_logger::Env::default().default_filter_or("warn")).init();
+    // args() would panic on an argument that is not UTF-8; say which one instead.
+    let argv: Result<Vec<String>, _> = std::env::args_os().skip(1).map(|a| a.into_string()).collect();
+    let argv = match argv {
+        Ok(v) => v,
+        Err(bad) => {
+            eprintln!("hrx: error: argument {bad:?} is not valid UTF-8");
+            return ExitCode::from(2);
+        }
+    };
+    let stdout = io::stdout();
+    let mut out = stdout.lock();
+    let result = hrx::cli::run(argv, &mut out).and_then(|()| out.flush().map_err(Into::into));
+    match result {
+        Ok(()) => ExitCode::SUCCESS,
+        Err(e) if e.is_broken_pipe() => ExitCode::SUCCESS,
+        Err(e) => {
+            eprintln!("hrx: error: {e}");
+            ExitCode::from(e.exit_code())
+        }
+    }
+}

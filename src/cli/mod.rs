@@ -1,0 +1,142 @@
+//! The command line: one module per subcommand, each with its own `--help`.
+
+pub mod args;
+mod inspect;
+
+use crate::gguf::GgufError;
+use args::{Args, UsageError};
+use std::fmt;
+use std::io::{self, Write};
+
+/// A subcommand: its name, a one-line summary for `hrx --help`, its full help, its body.
+pub struct Command {
+    pub name: &'static str,
+    pub summary: &'static str,
+    pub help: &'static str,
+    pub run: fn(Args, &mut dyn Write) -> Result<(), CliError>,
+}
+
+const COMMANDS: &[Command] = &[inspect::COMMAND];
+
+const MAIN_HELP: &str = "\
+hrx: describe images with Qwen3-VL on the GPU of small edge boxes
+
+usage: hrx COMMAND [ARGS...]      hrx help COMMAND      hrx COMMAND --help";
+
+/// Everything a command can fail with; `main` turns it into a message and an exit code.
+#[derive(Debug)]
+pub enum CliError {
+    Usage { message: String, command: Option<&'static str> },
+    Gguf(GgufError),
+    Io(io::Error),
+    Failed(String),
+}
+
+impl CliError {
+    pub fn usage(message: impl Into<String>) -> CliError {
+        CliError::Usage { message: message.into(), command: None }
+    }
+
+    /// Exit code: 2 for a wrong command line, 1 for everything else.
+    pub fn exit_code(&self) -> u8 {
+        match self {
+            CliError::Usage { .. } => 2,
+            _ => 1,
+        }
+    }
+
+    /// A write to a closed pipe (`hrx inspect f | head`) ends the program quietly.
+    pub fn is_broken_pipe(&self) -> bool {
+        matches!(self, CliError::Io(e) if e.kind() == io::ErrorKind::BrokenPipe)
+    }
+}
+
+impl fmt::Display for CliError {
+    fn fmt(&self, f: &mut fmt::Formatter<'_>) -> fmt::Result {
+        match self {
+            CliError::Usage { message, command: Some(c) } => {
+                write!(f, "{message}\n(see `hrx {c} --help`)")
+            }
+            CliError::Usage { message, command: None } => write!(f, "{message}\n(see `hrx --help`)"),
+            CliError::Gguf(e) => write!(f, "{e}"),
+            CliError::Io(e) => write!(f, "{e}"),
+            CliError::Failed(m) => f.write_str(m),
+        }
+    }
+}
+
+impl std::error::Error for CliError {}
+
+impl From<UsageError> for CliError {
+    fn from(e: UsageError) -> Self {
+        CliError::usage(e.0)
+    }
+}
+
+impl From<GgufError> for CliError {
+    fn from(e: GgufError) -> Self {
+        CliError::Gguf(e)
+    }
+}
+
+impl From<io::Error> for CliError {
+    fn from(e: io::Error) -> Self {
+        CliError::Io(e)
+    }
+}
+
+fn main_help() -> String {
+    let mut s = String::from(MAIN_HELP);
+    s.push_str("\n\ncommands:\n");
+    for c in COMMANDS {
+        s.push_str(&format!("  {:<10} {}\n", c.name, c.summary));
+    }
+    s.push_str("  help       show a command's help\n\nenvironment: RUST_LOG=info|debug for logs");
+    s
+}
+
+/// Runs the command line `argv` (without the program name), writing results to `out`.
+pub fn run(argv: Vec<String>, out: &mut dyn Write) -> Result<(), CliError> {
+    let mut argv = argv.into_iter();
+    let Some(name) = argv.next() else {
+        writeln!(out, "{}", main_help())?;
+        return Ok(());
+    };
+    let rest: Vec<String> = argv.collect();
+    match name.as_str() {
+        "-h" | "--help" => {
+            writeln!(out, "{}", main_help())?;
+            return Ok(());
+        }
+        "-V" | "--version" => {
+            writeln!(out, "hrx {}", env!("CARGO_PKG_VERSION"))?;
+            return Ok(());
+        }
+        "help" => {
+            let text = match rest.first() {
+                None => main_help(),
+                Some(c) => find(c)?.help.to_owned(),
+            };
+            writeln!(out, "{text}")?;
+            return Ok(());
+        }
+        _ => {}
+    }
+    let command = find(&name)?;
+    let mut args = Args::new(rest);
+    if args.flag(&["-h", "--help"]) {
+        writeln!(out, "{}", command.help)?;
+        return Ok(());
+    }
+    (command.run)(args, out).map_err(|e| match e {
+        CliError::Usage { message, command: None } => CliError::Usage { message, command: Some(command.name) },
+        other => other,
+    })
+}
+
+fn find(name: &str) -> Result<&'static Command, CliError> {
+    COMMANDS
+        .iter()
+        .find(|c| c.name == name)
+        .ok_or_else(|| CliError::usage(format!("unknown command {name:?}")))
+}
