@@ -9,6 +9,7 @@ mod byte_level;
 mod char_class;
 mod decode;
 mod error;
+mod from_gguf;
 mod nfc;
 mod nfc_tables;
 mod pretokenize;
