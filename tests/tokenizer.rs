@@ -135,6 +135,9 @@ fn metadata_special_tokens_and_added_tokens() {
     assert_eq!(tok.token_to_bytes(1879), Ok(&b" world"[..]));
     assert!(tok.is_eog(151645) && !tok.is_eog(1879));
     assert!(tok.is_control(151644) && !tok.is_control(151667) && !tok.is_control(1879)); // <think> is user-defined
+    // Unused padding rows of the vocabulary decode to nothing, as in HF and llama.cpp.
+    assert_eq!(tok.token_str(151724), Ok("[PAD151724]"));
+    assert_eq!(tok.token_to_bytes(151724), Ok(&b""[..]));
     let chat = "<|im_start|>user\nHi<|im_end|>\n<think>";
     let ids = tok.encode(chat, true);
     assert_eq!(ids.first(), Some(&151644));
@@ -144,6 +147,40 @@ fn metadata_special_tokens_and_added_tokens() {
     let plain = tok.encode(chat, false);
     assert!(plain.iter().all(|&id| id < 151643), "{plain:?}");
     assert_eq!(tok.decode(&plain).unwrap(), chat);
+}
+
+/// The model cases' prompts give their input ids (with `<|image_pad|>` repeated for the image),
+/// and their generated ids decode to HF's text, with and without special tokens.
+#[test]
+fn model_case_prompts_and_greedy_texts() {
+    let (Some(tok), Some(oracle)) = (oracle_tokenizer(), common::oracle()) else { return };
+    let ids = |v: &JsonValue| -> Vec<u32> {
+        v.get::<Vec<JsonValue>>().expect("ids").iter().map(|x| *x.get::<f64>().expect("an id") as u32).collect()
+    };
+    let image_pad = tok.token_id("<|image_pad|>").expect("<|image_pad|>");
+    let mut n = 0;
+    for dir in ["tiny", "small", "tiny-q8", "small-q4km"] {
+        for case in ["T1", "T2", "T3", "I1", "I2", "I3", "I4", "I5", "I6"] {
+            let path = oracle.join("cases").join(dir).join(format!("{case}.json"));
+            let text = std::fs::read_to_string(&path).unwrap_or_else(|e| panic!("{}: {e}", path.display()));
+            let v: JsonValue = text.parse().expect("JSON");
+            let fields: &HashMap<String, JsonValue> = v.get().expect("an object");
+            let n_image = fields.get("image").map_or(0, |i| *i["n_image_tokens"].get::<f64>().unwrap() as usize);
+            let prompt: &String = v["prompt"].get().expect("prompt");
+            let expanded: Vec<u32> = tok
+                .encode(prompt, true)
+                .into_iter()
+                .flat_map(|id| std::iter::repeat(id).take(if id == image_pad { n_image } else { 1 }))
+                .collect();
+            assert_eq!(expanded, ids(&v["input_ids"]), "{}", path.display());
+            let greedy = ids(&v["greedy"]["ids"]);
+            assert_eq!(&tok.decode(&greedy).unwrap(), v["greedy"]["text"].get::<String>().unwrap(), "{}", path.display());
+            let shown: Vec<u32> = greedy.into_iter().filter(|&id| !tok.is_control(id)).collect();
+            assert_eq!(&tok.decode(&shown).unwrap(), v["greedy"]["text_skip_special"].get::<String>().unwrap());
+            n += 1;
+        }
+    }
+    assert_eq!(n, 36);
 }
 
 #[test]
@@ -275,6 +312,18 @@ fn small_vocabulary_merges_and_control_tokens() {
     assert_eq!(tok.encode("<|end|>", false).len(), 7);
     assert!(tok.is_eog(end) && tok.is_control(end) && !tok.is_control(hello));
     assert_eq!(tok.decode(&[hello, end]).unwrap(), "hello<|end|>");
+}
+
+#[test]
+fn tokenizer_can_be_shared_between_threads() {
+    fn shareable<T: Send + Sync>() {}
+    shareable::<Tokenizer>();
+    let tok = small_tokenizer(&["he"], &["h e"]);
+    let results: Vec<Vec<u32>> = std::thread::scope(|s| {
+        let handles: Vec<_> = (0..4).map(|_| s.spawn(|| tok.encode("he he he", false))).collect();
+        handles.into_iter().map(|h| h.join().unwrap()).collect()
+    });
+    assert!(results.iter().all(|r| r == &[256, 32, 256, 32, 256]), "{results:?}");
 }
 
 #[test]

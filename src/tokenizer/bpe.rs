@@ -72,8 +72,8 @@ impl Bpe {
         }
         let cacheable = piece.len() <= CACHE_MAX_PIECE;
         if cacheable {
-            if let Some(ids) = self.cache.lock().ok().and_then(|c| c.get(piece).cloned()) {
-                out.extend_from_slice(&ids);
+            if let Some(ids) = self.cache.lock().ok().as_ref().and_then(|c| c.get(piece)) {
+                out.extend_from_slice(ids);
                 return;
             }
         }

@@ -1,7 +1,7 @@
 //! Turning ids back into text, at once or one id at a time.
 
 use super::byte_level::ByteAlphabet;
-use super::{is_added, Tokenizer, TokenizerError};
+use super::{is_added, Tokenizer, TokenizerError, TYPE_UNUSED};
 
 /// Decodes ids one at a time, as a model generates them, and hands out the text that is
 /// complete so far: the bytes of a character split over several tokens are held back until the
@@ -58,7 +58,7 @@ pub(super) struct TokenBytes {
 }
 
 impl TokenBytes {
-    /// Added tokens stand for their own text; all others are byte-level.
+    /// Added tokens stand for their own text, unused ones for nothing; the rest are byte-level.
     pub(super) fn new(
         tokens: &[String],
         types: &[i32],
@@ -70,7 +70,7 @@ impl TokenBytes {
         for ((token, &ty), id) in tokens.iter().zip(types).zip(0u32..) {
             if is_added(ty) {
                 data.extend_from_slice(token.as_bytes());
-            } else {
+            } else if ty != TYPE_UNUSED {
                 for c in token.chars() {
                     let not_byte_level = || TokenizerError::NotByteLevel { id, token: token.clone() };
                     data.push(alphabet.byte_of(c).ok_or_else(not_byte_level)?);

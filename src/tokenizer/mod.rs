@@ -27,9 +27,11 @@ use special::{AddedTokens, Segment};
 pub use decode::StreamDecoder;
 pub use error::TokenizerError;
 
-/// GGUF token types (llama.cpp's `llama_token_type`) that mark added tokens.
+/// GGUF token types (llama.cpp's `llama_token_type`) other than normal (1).
 const TYPE_CONTROL: i32 = 3;
 const TYPE_USER_DEFINED: i32 = 4;
+/// Vocabulary padding (Qwen's `[PAD151669]`...): decodes to nothing, as in HF and llama.cpp.
+const TYPE_UNUSED: i32 = 5;
 
 /// Added tokens are matched whole in the text and decode to their own text.
 fn is_added(token_type: i32) -> bool {
