@@ -4,15 +4,31 @@
 mod common;
 
 use std::collections::HashMap;
-use std::sync::OnceLock;
+use std::io::Write;
+use std::path::PathBuf;
+use std::sync::{Once, OnceLock};
 
 use hrx::gguf::GgufFile;
 use hrx::tokenizer::{StreamDecoder, Tokenizer, TokenizerError};
 use tinyjson::JsonValue;
 
+/// The oracle directory, or None after a warning that the test harness does not swallow.
+fn oracle() -> Option<PathBuf> {
+    let dir = common::oracle();
+    if dir.is_none() {
+        static WARNED: Once = Once::new();
+        // common::oracle() uses eprintln!, which libtest hides for passing tests; this is not.
+        WARNED.call_once(|| {
+            let msg = "\n!!!!! ORACLE MISSING: the tokenizer's oracle tests are SKIPPED (set HRX_ORACLE) !!!!!\n";
+            let _ = std::io::stderr().write_all(msg.as_bytes());
+        });
+    }
+    dir
+}
+
 fn load_oracle_tokenizer(cell: &'static OnceLock<Option<Tokenizer>>, nfc: bool) -> Option<&'static Tokenizer> {
     cell.get_or_init(|| {
-        let path = common::oracle()?.join("models/tiny/qwen3vl-tiny-F16.gguf");
+        let path = oracle()?.join("models/tiny/qwen3vl-tiny-F16.gguf");
         let file = GgufFile::open(&path).unwrap_or_else(|e| panic!("{}: {e}", path.display()));
         Some(Tokenizer::from_gguf(&file).expect("the oracle GGUF's tokenizer").with_nfc(nfc))
     })
@@ -40,7 +56,7 @@ struct Case {
 }
 
 fn oracle_cases() -> Option<Vec<Case>> {
-    let path = common::oracle()?.join("tokenizer/cases.jsonl");
+    let path = oracle()?.join("tokenizer/cases.jsonl");
     let text = std::fs::read_to_string(&path).unwrap_or_else(|e| panic!("{}: {e}", path.display()));
     let ids = |v: &JsonValue| -> Vec<u32> {
         let items: &Vec<JsonValue> = v.get().expect("an array of ids");
@@ -153,7 +169,7 @@ fn metadata_special_tokens_and_added_tokens() {
 /// and their generated ids decode to HF's text, with and without special tokens.
 #[test]
 fn model_case_prompts_and_greedy_texts() {
-    let (Some(tok), Some(oracle)) = (oracle_tokenizer(), common::oracle()) else { return };
+    let (Some(tok), Some(oracle)) = (oracle_tokenizer(), oracle()) else { return };
     let ids = |v: &JsonValue| -> Vec<u32> {
         v.get::<Vec<JsonValue>>().expect("ids").iter().map(|x| *x.get::<f64>().expect("an id") as u32).collect()
     };

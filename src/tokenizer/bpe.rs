@@ -161,7 +161,7 @@ mod tests {
     use std::collections::HashMap;
 
     /// A vocabulary of all bytes plus `extra` tokens, and a BPE with `merges`.
-    fn bpe(extra: &[&'static str], merges: &[&str]) -> (Bpe, Vec<String>) {
+    fn bpe(extra: &[&str], merges: &[&str]) -> (Bpe, Vec<String>) {
         let alphabet = ByteAlphabet::new();
         let mut tokens: Vec<String> = (0..=255u8).map(|b| alphabet.char_of(b).to_string()).collect();
         tokens.extend(extra.iter().map(|s| s.to_string()));
@@ -186,6 +186,49 @@ mod tests {
         assert_eq!(encode(&bpe, &toks, " é"), ["Ġ", "Ã", "©"]); // bytes, written in the alphabet
         // cached results are the same
         assert_eq!(encode(&bpe, &toks, "abc"), ["abc"]);
+    }
+
+    /// The textbook algorithm: merge the best-ranked (then leftmost) pair until none is left.
+    fn naive_merge(bpe: &Bpe, bytes: &[u8]) -> Vec<u32> {
+        let mut ids: Vec<u32> = bytes.iter().map(|&b| bpe.byte_ids[b as usize]).collect();
+        loop {
+            let best = (1..ids.len()).filter_map(|i| bpe.rule(ids[i - 1], ids[i]).map(|m| (m.rank, i, m.id))).min();
+            let Some((_, i, id)) = best else { return ids };
+            ids[i - 1] = id;
+            ids.remove(i);
+        }
+    }
+
+    #[test]
+    fn heap_merge_agrees_with_the_textbook_algorithm() {
+        let mut x: u32 = 7;
+        let mut rand = move |n: usize| {
+            x = x.wrapping_mul(1_103_515_245).wrapping_add(12_345);
+            (x >> 16) as usize % n
+        };
+        // Random merges over "abc", each joining two tokens that exist by then.
+        let mut strings: Vec<String> = ["a", "b", "c"].map(String::from).to_vec();
+        let mut merges = Vec::new();
+        for i in 0..60 {
+            // Short tokens first, so that the rules apply often.
+            let pool = strings.len().min(4 + i / 3);
+            let (l, r) = (strings[rand(pool)].clone(), strings[rand(pool)].clone());
+            merges.push(format!("{l} {r}"));
+            if !strings.contains(&(l.clone() + &r)) {
+                strings.push(l + &r);
+            }
+        }
+        let extra: Vec<&str> = strings[3..].iter().map(String::as_str).collect();
+        let merges: Vec<&str> = merges.iter().map(String::as_str).collect();
+        let (bpe, _) = bpe(&extra, &merges);
+        let (mut n_bytes, mut n_ids) = (0, 0);
+        for len in 0..400 {
+            let word: Vec<u8> = (0..len % 40).map(|_| b"abc"[rand(3)]).collect();
+            let ids = bpe.merge(&word);
+            assert_eq!(ids, naive_merge(&bpe, &word), "{:?}", String::from_utf8_lossy(&word));
+            (n_bytes, n_ids) = (n_bytes + word.len(), n_ids + ids.len());
+        }
+        assert!(3 * n_ids < 2 * n_bytes, "the random merges should do real work: {n_ids} ids, {n_bytes} bytes");
     }
 
     #[test]
