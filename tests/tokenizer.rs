@@ -144,6 +144,10 @@ fn oracle_texts_round_trip_through_encode_and_decode() {
 fn metadata_special_tokens_and_added_tokens() {
     let Some(tok) = oracle_tokenizer() else { return };
     assert_eq!(tok.n_vocab(), 151936);
+    assert_eq!(
+        format!("{tok:?}"),
+        "Tokenizer { n_vocab: 151936, bos: Some(151643), eos: Some(151645), eog: [151645], nfc: true, .. }"
+    );
     assert_eq!((tok.bos(), tok.eos()), (Some(151643), Some(151645)));
     assert_eq!(tok.token_id("<|im_end|>"), Some(151645));
     assert_eq!(tok.token_id("Ġworld"), Some(1879));

@@ -2,7 +2,8 @@
 //! tokenizer does it, added tokens (`<|im_start|>`, ...) and streaming decoding.
 //!
 //! Encoding: text -> split at added tokens (only when asked) -> NFC -> pre-tokenizer pieces
-//! -> byte-level BPE per piece. Everything comes from the GGUF metadata; nothing is Qwen-specific.
+//! -> byte-level BPE per piece. The vocabulary, merges and token kinds all come from the GGUF
+//! metadata; the pre-tokenizer is the one its `tokenizer.ggml.pre` = "qwen2" names.
 
 mod bpe;
 mod byte_level;
@@ -148,13 +149,13 @@ impl Tokenizer {
 
     /// The bytes that token `id` stands for (not necessarily whole UTF-8 characters).
     pub fn token_to_bytes(&self, id: u32) -> Result<&[u8], TokenizerError> {
-        self.bytes.get(id).ok_or(self.unknown(id))
+        self.bytes.get(id).ok_or_else(|| self.unknown(id))
     }
 
     /// The vocabulary string of token `id`, as stored (byte-level: a space is 'Ġ').
     pub fn token_str(&self, id: u32) -> Result<&str, TokenizerError> {
         let i = usize::try_from(id).map_err(|_| self.unknown(id))?;
-        self.tokens.get(i).map(String::as_str).ok_or(self.unknown(id))
+        self.tokens.get(i).map(String::as_str).ok_or_else(|| self.unknown(id))
     }
 
     /// The id of the vocabulary string `token` (byte-level form for normal tokens).
@@ -188,5 +189,18 @@ impl Tokenizer {
 
     fn unknown(&self, id: u32) -> TokenizerError {
         TokenizerError::UnknownId { id, n_vocab: self.n_vocab() }
+    }
+}
+
+/// A summary: the vocabulary itself is far too long to print.
+impl std::fmt::Debug for Tokenizer {
+    fn fmt(&self, f: &mut std::fmt::Formatter<'_>) -> std::fmt::Result {
+        f.debug_struct("Tokenizer")
+            .field("n_vocab", &self.n_vocab())
+            .field("bos", &self.bos)
+            .field("eos", &self.eos)
+            .field("eog", &self.eog)
+            .field("nfc", &self.nfc)
+            .finish_non_exhaustive()
     }
 }
