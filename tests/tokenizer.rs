@@ -55,13 +55,15 @@ struct Case {
     ids_without_nfc: Option<Vec<u32>>,
 }
 
+/// A JSON array of token ids.
+fn json_ids(v: &JsonValue) -> Vec<u32> {
+    let items: &Vec<JsonValue> = v.get().expect("an array of ids");
+    items.iter().map(|x| *x.get::<f64>().expect("an id") as u32).collect()
+}
+
 fn oracle_cases() -> Option<Vec<Case>> {
     let path = oracle()?.join("tokenizer/cases.jsonl");
     let text = std::fs::read_to_string(&path).unwrap_or_else(|e| panic!("{}: {e}", path.display()));
-    let ids = |v: &JsonValue| -> Vec<u32> {
-        let items: &Vec<JsonValue> = v.get().expect("an array of ids");
-        items.iter().map(|x| *x.get::<f64>().expect("an id") as u32).collect()
-    };
     let cases: Vec<Case> = text
         .lines()
         .map(|line| {
@@ -69,8 +71,8 @@ fn oracle_cases() -> Option<Vec<Case>> {
             let o: &HashMap<String, JsonValue> = v.get().expect("an object");
             Case {
                 text: o["text"].get::<String>().expect("text").clone(),
-                ids: ids(&o["ids"]),
-                ids_without_nfc: o.get("ids_without_nfc").map(ids),
+                ids: json_ids(&o["ids"]),
+                ids_without_nfc: o.get("ids_without_nfc").map(json_ids),
             }
         })
         .collect();
@@ -174,9 +176,6 @@ fn metadata_special_tokens_and_added_tokens() {
 #[test]
 fn model_case_prompts_and_greedy_texts() {
     let (Some(tok), Some(oracle)) = (oracle_tokenizer(), oracle()) else { return };
-    let ids = |v: &JsonValue| -> Vec<u32> {
-        v.get::<Vec<JsonValue>>().expect("ids").iter().map(|x| *x.get::<f64>().expect("an id") as u32).collect()
-    };
     let image_pad = tok.token_id("<|image_pad|>").expect("<|image_pad|>");
     let mut n = 0;
     for dir in ["tiny", "small", "tiny-q8", "small-q4km"] {
@@ -192,8 +191,8 @@ fn model_case_prompts_and_greedy_texts() {
                 .into_iter()
                 .flat_map(|id| std::iter::repeat(id).take(if id == image_pad { n_image } else { 1 }))
                 .collect();
-            assert_eq!(expanded, ids(&v["input_ids"]), "{}", path.display());
-            let greedy = ids(&v["greedy"]["ids"]);
+            assert_eq!(expanded, json_ids(&v["input_ids"]), "{}", path.display());
+            let greedy = json_ids(&v["greedy"]["ids"]);
             assert_eq!(&tok.decode(&greedy).unwrap(), v["greedy"]["text"].get::<String>().unwrap(), "{}", path.display());
             let shown: Vec<u32> = greedy.into_iter().filter(|&id| !tok.is_control(id)).collect();
             assert_eq!(&tok.decode(&shown).unwrap(), v["greedy"]["text_skip_special"].get::<String>().unwrap());
@@ -214,15 +213,24 @@ fn unknown_ids_are_errors() {
     assert!(!tok.is_eog(u32::MAX) && !tok.is_control(u32::MAX));
 }
 
-/// xorshift: a fixed pseudo-random sequence.
-fn random_text(len: usize, alphabet: &str) -> String {
-    let chars: Vec<char> = alphabet.chars().collect();
-    let mut x: u64 = 0x9E37_79B9_7F4A_7C15;
-    let mut s = String::with_capacity(len + 4);
-    while s.len() < len {
+/// A fixed pseudo-random sequence (xorshift64).
+fn random_numbers(mut x: u64) -> impl Iterator<Item = u64> {
+    std::iter::repeat_with(move || {
         x ^= x << 13;
         x ^= x >> 7;
         x ^= x << 17;
+        x
+    })
+}
+
+/// At least `len` bytes of characters drawn from `alphabet`.
+fn random_text(len: usize, alphabet: &str) -> String {
+    let chars: Vec<char> = alphabet.chars().collect();
+    let mut s = String::with_capacity(len + 4);
+    for x in random_numbers(0x9E37_79B9_7F4A_7C15) {
+        if s.len() >= len {
+            break;
+        }
         s.push(chars[(x % chars.len() as u64) as usize]);
     }
     s
@@ -244,6 +252,18 @@ fn a_megabyte_of_random_text_encodes_and_round_trips() {
     assert!(normalized.len() < marks.len(), "NFC composes some pairs");
     // NFC is idempotent, so the normalized text encodes to the same ids.
     assert_eq!(tok.encode(&normalized, false), ids);
+}
+
+#[test]
+fn any_code_points_encode_and_round_trip() {
+    let (Some(tok), Some(raw)) = (oracle_tokenizer(), oracle_tokenizer_without_nfc()) else { return };
+    // Random scalar values from all planes: unassigned, private use, controls, marks, ...
+    let text: String =
+        random_numbers(0x2545_F491_4F6C_DD1D).filter_map(|x| char::from_u32((x % 0x11_0000) as u32)).take(200_000).collect();
+    assert_eq!(raw.decode(&raw.encode(&text, false)).unwrap(), text);
+    let normalized = tok.decode(&tok.encode(&text, false)).unwrap();
+    assert_ne!(normalized, text, "some of these characters have canonical decompositions");
+    assert_eq!(tok.decode(&tok.encode(&normalized, false)).unwrap(), normalized);
 }
 
 #[test]
@@ -303,15 +323,11 @@ fn stream_decoder_replaces_invalid_bytes_like_decode() {
     assert_eq!(tok.decode(&ids).unwrap(), "\u{FFFD}a\u{FFFD}b\u{FFFD}");
 
     // On any byte sequence, streaming gives exactly what decoding all at once gives.
-    let mut x: u32 = 12345;
+    // Mostly bytes that make or break UTF-8 sequences.
+    let bytes = [0x41, 0xC3, 0xA9, 0xE4, 0xB8, 0xAD, 0xF0, 0x9F, 0x98, 0x80, 0xFF, 0x80];
+    let mut random = random_numbers(12345);
     for len in 0..300 {
-        let ids: Vec<u32> = (0..len % 12)
-            .map(|_| {
-                x = x.wrapping_mul(1_103_515_245).wrapping_add(12_345);
-                // Mostly bytes that make or break UTF-8 sequences.
-                [0x41, 0xC3, 0xA9, 0xE4, 0xB8, 0xAD, 0xF0, 0x9F, 0x98, 0x80, 0xFF, 0x80][(x >> 16) as usize % 12]
-            })
-            .collect();
+        let ids: Vec<u32> = random.by_ref().take(len % 12).map(|x| bytes[(x % 12) as usize]).collect();
         let mut stream = StreamDecoder::new(&tok);
         let mut text: String = ids.iter().map(|&id| stream.push(id).unwrap()).collect();
         text += &stream.finish();
