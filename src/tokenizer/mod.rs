@@ -1,1 +1,206 @@
-//! tokenizer
+//! Qwen's tokenizer: byte-level BPE with the Qwen2 pre-tokenizer, NFC normalisation as the HF
+//! tokenizer does it, added tokens (`<|im_start|>`, ...) and streaming decoding.
+//!
+//! Encoding: text -> split at added tokens (only when asked) -> NFC -> pre-tokenizer pieces
+//! -> byte-level BPE per piece. The vocabulary, merges and token kinds all come from the GGUF
+//! metadata; the pre-tokenizer is the one its `tokenizer.ggml.pre` = "qwen2" names.
+
+mod bpe;
+mod byte_level;
+mod char_class;
+mod decode;
+mod error;
+mod from_gguf;
+mod nfc;
+mod nfc_tables;
+mod pretokenize;
+mod ranges;
+mod special;
+mod unicode_tables;
+
+use std::collections::HashMap;
+
+use bpe::Bpe;
+use byte_level::ByteAlphabet;
+use decode::TokenBytes;
+use special::{AddedTokens, Segment};
+
+pub use decode::StreamDecoder;
+pub use error::TokenizerError;
+
+/// GGUF token types (llama.cpp's `llama_token_type`) other than normal (1).
+const TYPE_CONTROL: i32 = 3;
+const TYPE_USER_DEFINED: i32 = 4;
+/// Vocabulary padding (Qwen's `[PAD151669]`...): decodes to nothing, as in HF and llama.cpp.
+const TYPE_UNUSED: i32 = 5;
+
+/// Added tokens are matched whole in the text and decode to their own text.
+fn is_added(token_type: i32) -> bool {
+    token_type == TYPE_CONTROL || token_type == TYPE_USER_DEFINED
+}
+
+pub struct Tokenizer {
+    tokens: Vec<String>,
+    types: Vec<i32>,
+    ids: HashMap<String, u32>,
+    bpe: Bpe,
+    added: AddedTokens,
+    bytes: TokenBytes,
+    bos: Option<u32>,
+    eos: Option<u32>,
+    /// Ids that end a generation.
+    eog: Vec<u32>,
+    nfc: bool,
+}
+
+impl Tokenizer {
+    /// A tokenizer from the GGUF vocabulary: `tokens` (byte-level strings), their
+    /// `token_types` (1 normal, 3 control, 4 user-defined, ...), `merges` ("left right", best
+    /// first) and the BOS/EOS ids. NFC normalisation is on.
+    pub fn new(
+        tokens: Vec<String>,
+        token_types: Vec<i32>,
+        merges: &[impl AsRef<str>],
+        bos: Option<u32>,
+        eos: Option<u32>,
+    ) -> Result<Self, TokenizerError> {
+        let n_vocab = tokens.len();
+        if token_types.len() != n_vocab {
+            return Err(TokenizerError::TypeCountMismatch { tokens: n_vocab, types: token_types.len() });
+        }
+        if u32::try_from(n_vocab).is_err() {
+            return Err(TokenizerError::TooManyTokens(n_vocab));
+        }
+        for (name, id) in [("BOS", bos), ("EOS", eos)] {
+            if let Some(id) = id.filter(|&id| usize::try_from(id).map_or(true, |i| i >= n_vocab)) {
+                return Err(TokenizerError::SpecialIdOutOfRange { name, id, n_vocab });
+            }
+        }
+        let mut ids = HashMap::with_capacity(n_vocab);
+        for (token, id) in tokens.iter().zip(0u32..) {
+            // A repeated string keeps its first id.
+            ids.entry(token.clone()).or_insert(id);
+        }
+        let alphabet = ByteAlphabet::new();
+        let bpe = Bpe::new(&ids, merges, &alphabet)?;
+        let added = AddedTokens::new(
+            tokens
+                .iter()
+                .zip(&token_types)
+                .zip(0u32..)
+                .filter(|&((_, &ty), _)| is_added(ty))
+                .map(|((token, _), id)| (token.clone(), id)),
+        );
+        let bytes = TokenBytes::new(&tokens, &token_types, &alphabet)?;
+        Ok(Tokenizer {
+            tokens,
+            types: token_types,
+            ids,
+            bpe,
+            added,
+            bytes,
+            bos,
+            eos,
+            eog: eos.into_iter().collect(),
+            nfc: true,
+        })
+    }
+
+    /// Turns NFC normalisation on (the default, as the HF tokenizer does) or off (as llama.cpp).
+    pub fn with_nfc(mut self, nfc: bool) -> Self {
+        self.nfc = nfc;
+        self
+    }
+
+    /// The ids of `text`. With `parse_special`, added tokens written in the text (chat template
+    /// markers such as `<|im_start|>`) become their ids; without, they are tokenized as text.
+    /// No BOS/EOS is added.
+    pub fn encode(&self, text: &str, parse_special: bool) -> Vec<u32> {
+        let mut ids = Vec::new();
+        if !parse_special {
+            self.encode_text(text, &mut ids);
+            return ids;
+        }
+        for segment in self.added.split(text) {
+            match segment {
+                Segment::Text(t) => self.encode_text(t, &mut ids),
+                Segment::Token(id) => ids.push(id),
+            }
+        }
+        ids
+    }
+
+    /// Text without added tokens: normalise, pre-tokenize, BPE.
+    fn encode_text(&self, text: &str, ids: &mut Vec<u32>) {
+        let text = if self.nfc { nfc::nfc(text) } else { text.into() };
+        for piece in pretokenize::pieces(&text) {
+            self.bpe.encode_piece(piece, ids);
+        }
+    }
+
+    /// The text of `ids`, added tokens included; invalid UTF-8 becomes U+FFFD.
+    pub fn decode(&self, ids: &[u32]) -> Result<String, TokenizerError> {
+        let mut bytes = Vec::new();
+        for &id in ids {
+            bytes.extend_from_slice(self.token_to_bytes(id)?);
+        }
+        Ok(String::from_utf8_lossy(&bytes).into_owned())
+    }
+
+    /// The bytes that token `id` stands for (not necessarily whole UTF-8 characters).
+    pub fn token_to_bytes(&self, id: u32) -> Result<&[u8], TokenizerError> {
+        self.bytes.get(id).ok_or_else(|| self.unknown(id))
+    }
+
+    /// The vocabulary string of token `id`, as stored (byte-level: a space is 'Ġ').
+    pub fn token_str(&self, id: u32) -> Result<&str, TokenizerError> {
+        let i = usize::try_from(id).map_err(|_| self.unknown(id))?;
+        self.tokens.get(i).map(String::as_str).ok_or_else(|| self.unknown(id))
+    }
+
+    /// The id of the vocabulary string `token` (byte-level form for normal tokens).
+    pub fn token_id(&self, token: &str) -> Option<u32> {
+        self.ids.get(token).copied()
+    }
+
+    pub fn n_vocab(&self) -> usize {
+        self.tokens.len()
+    }
+
+    pub fn bos(&self) -> Option<u32> {
+        self.bos
+    }
+
+    pub fn eos(&self) -> Option<u32> {
+        self.eos
+    }
+
+    /// Whether `id` ends a generation (EOS, and end-of-turn tokens the metadata names).
+    pub fn is_eog(&self, id: u32) -> bool {
+        self.eog.contains(&id)
+    }
+
+    /// Whether `id` is a control token (`<|im_end|>`, ...), which a reader of the output
+    /// usually should not see.
+    pub fn is_control(&self, id: u32) -> bool {
+        let i = usize::try_from(id).unwrap_or(usize::MAX);
+        self.types.get(i) == Some(&TYPE_CONTROL)
+    }
+
+    fn unknown(&self, id: u32) -> TokenizerError {
+        TokenizerError::UnknownId { id, n_vocab: self.n_vocab() }
+    }
+}
+
+/// A summary: the vocabulary itself is far too long to print.
+impl std::fmt::Debug for Tokenizer {
+    fn fmt(&self, f: &mut std::fmt::Formatter<'_>) -> std::fmt::Result {
+        f.debug_struct("Tokenizer")
+            .field("n_vocab", &self.n_vocab())
+            .field("bos", &self.bos)
+            .field("eos", &self.eos)
+            .field("eog", &self.eog)
+            .field("nfc", &self.nfc)
+            .finish_non_exhaustive()
+    }
+}
