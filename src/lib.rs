@@ -10,3 +10,7 @@ pub mod quant;
 pub mod tokenizer;
 pub mod cli;
 pub mod json;
+pub mod backend;
+pub mod graph;
+pub mod hrx;
+pub mod model;

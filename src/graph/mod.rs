@@ -240,15 +240,19 @@ impl Graph {
         let dyn_axis = match src.dyn_axis {
             None => None,
             Some(d) => {
-                let outer = |n: &[usize; 4]| (0..MAX_DIMS).rev().find(|&i| n[i] != 1).unwrap_or(0);
-                let (inner_src, inner_dst) = (src.n_elements() / src.ne[d.axis], ne.iter().product::<usize>() / ne[outer(&ne)]);
-                if d.axis != outer(&src.ne) || inner_dst == 0 || inner_src % inner_dst != 0 && inner_dst % inner_src != 0 {
+                // Run-time length: the outermost non-unit axis of the result carries the
+                // dynamic size, scaled by the ratio of the inner sizes.
+                let inner_src: usize = src.ne[..d.axis].iter().product();
+                let axis = (0..MAX_DIMS).rev().find(|&i| ne[i] != 1).unwrap_or(0);
+                let inner_dst: usize = ne[..axis].iter().product();
+                let outer_ok = src.ne[d.axis + 1..].iter().all(|&x| x == 1);
+                let ratio_ok = inner_src > 0 && inner_dst > 0 && (inner_src % inner_dst == 0 || inner_dst % inner_src == 0);
+                if !outer_ok || !ratio_ok {
                     return err(format!("{name}: reshape {} to {ne:?} moves its dynamic axis", src.shape_str()));
                 }
-                // Run-time length along the new outer axis scales by inner_src / inner_dst.
                 let (num, den) = (d.num * inner_src, d.den * inner_dst);
                 let g = gcd(num, den);
-                Some(DynAxis { axis: outer(&ne), sym: d.sym, num: num / g, den: den / g })
+                Some(DynAxis { axis, sym: d.sym, num: num / g, den: den / g })
             }
         };
         let value = Value { dyn_axis, ..Value::contiguous(src.dtype, ne) };

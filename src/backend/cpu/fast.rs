@@ -119,9 +119,10 @@ fn rms_norm(x: &In, weight: &In, eps: f32, out: &mut Out) -> Option<Result<(), K
     let n = x.ne[0];
     let mut wbuf = Vec::new();
     let w = weight.row_f32(0, 0, 0, &mut wbuf).to_vec();
+    let n_rows = out.n_rows();
     let data = &mut out.data[out.offset / 4..];
     let mut xbuf = Vec::new();
-    for r in 0..out.n_rows() {
+    for r in 0..n_rows {
         let (i1, i2, i3) = super::tensor::row_coords(r, &x.ne);
         let xs = x.row_f32(i1, i2, i3, &mut xbuf);
         let ss: f32 = xs.iter().map(|v| v * v).sum();

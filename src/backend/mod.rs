@@ -1,0 +1,3 @@
+//! Executors of a plan. Kernels know nothing of the model.
+
+pub mod cpu;

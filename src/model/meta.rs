@@ -1,0 +1,93 @@
+//! Typed reads of GGUF metadata and tensor shapes, each failure naming the file and the key or
+//! tensor.
+
+use super::error::ModelError;
+use crate::gguf::{GgufFile, TensorInfo};
+use crate::quant::DType;
+
+pub struct Meta<'a> {
+    pub file: &'a GgufFile,
+    /// Key prefix, e.g. `qwen3vl` or `clip.vision`.
+    pub prefix: String,
+}
+
+impl<'a> Meta<'a> {
+    pub fn new(file: &'a GgufFile, prefix: &str) -> Meta<'a> {
+        Meta { file, prefix: prefix.to_owned() }
+    }
+
+    fn key(&self, name: &str) -> String {
+        format!("{}.{name}", self.prefix)
+    }
+
+    pub fn error(&self, what: String, message: impl Into<String>) -> ModelError {
+        ModelError { file: self.file.path().to_path_buf(), what, message: message.into() }
+    }
+
+    /// A positive integer no larger than `max` (sizes that later multiply must stay sane).
+    pub fn size(&self, name: &str, max: usize) -> Result<usize, ModelError> {
+        let key = self.key(name);
+        let v = self.file.get(&key).ok_or_else(|| self.error(format!("key {key:?}"), "missing"))?;
+        match v.as_u64() {
+            Some(n) if n >= 1 && n <= max as u64 => Ok(n as usize),
+            _ => Err(self.error(format!("key {key:?}"), format!("{v} is not a size in 1..={max}"))),
+        }
+    }
+
+    pub fn size_or(&self, name: &str, max: usize, default: usize) -> Result<usize, ModelError> {
+        if self.file.get(&self.key(name)).is_none() {
+            return Ok(default);
+        }
+        self.size(name, max)
+    }
+
+    /// A finite positive float.
+    pub fn positive(&self, name: &str) -> Result<f32, ModelError> {
+        let key = self.key(name);
+        let v = self.file.get(&key).ok_or_else(|| self.error(format!("key {key:?}"), "missing"))?;
+        match v.as_f32() {
+            Some(x) if x.is_finite() && x > 0.0 => Ok(x),
+            _ => Err(self.error(format!("key {key:?}"), format!("{v} is not a positive number"))),
+        }
+    }
+
+    /// An array of non-negative integers.
+    pub fn sizes(&self, name: &str) -> Result<Vec<usize>, ModelError> {
+        let key = self.key(name);
+        let v = self.file.get(&key).ok_or_else(|| self.error(format!("key {key:?}"), "missing"))?;
+        v.as_array()
+            .and_then(|items| items.iter().map(|i| i.as_u32().map(|x| x as usize)).collect::<Option<Vec<_>>>())
+            .ok_or_else(|| self.error(format!("key {key:?}"), format!("{v} is not an array of sizes")))
+    }
+
+    /// An array of booleans.
+    pub fn flags(&self, name: &str) -> Result<Vec<bool>, ModelError> {
+        let key = self.key(name);
+        let v = self.file.get(&key).ok_or_else(|| self.error(format!("key {key:?}"), "missing"))?;
+        v.as_array()
+            .and_then(|items| items.iter().map(|i| i.as_bool()).collect::<Option<Vec<_>>>())
+            .ok_or_else(|| self.error(format!("key {key:?}"), format!("{v} is not an array of booleans")))
+    }
+
+    /// The tensor `name`, which must have exactly `shape` (innermost first).
+    pub fn tensor(&self, name: &str, shape: &[usize]) -> Result<&'a TensorInfo, ModelError> {
+        let t = self
+            .file
+            .tensor(name)
+            .ok_or_else(|| self.error(format!("tensor {name:?}"), "missing"))?;
+        let want: Vec<u64> = shape.iter().map(|&d| d as u64).collect();
+        let mut have: Vec<u64> = t.shape().to_vec();
+        while have.len() > want.len() && have.last() == Some(&1) {
+            have.pop();
+        }
+        if have != want {
+            return Err(self.error(format!("tensor {name:?}"), format!("shape {:?}, expected {want:?}", t.shape())));
+        }
+        Ok(t)
+    }
+
+    /// A tensor's dtype, for tensors the graph takes as weights.
+    pub fn dtype(&self, name: &str, shape: &[usize]) -> Result<DType, ModelError> {
+        Ok(self.tensor(name, shape)?.dtype)
+    }
+}
