@@ -10,7 +10,15 @@ Rerun from the repository root:
     python3 -m venv /tmp/gguf-venv
     /tmp/gguf-venv/bin/pip install gguf==0.19.0 numpy==2.4.6
     /tmp/gguf-venv/bin/python scripts/gen_quant_vectors.py
-The output is deterministic (fixed seed). tests/quant_vectors.rs reads the files.
+The output is deterministic (fixed seeds). tests/quant.rs reads the files.
+
+gguf-py has no K-quant quantizers, so the Q4_K/Q5_K/Q6_K quantize vectors come from ggml's
+C reference quantizers (quantize_row_q{4,5,6}_K_ref), compiled here with gcc
+(-O2 -ffp-contract=off: no fused multiply-adds, as in the Rust port) when a ggml source tree
+is given:
+    /tmp/gguf-venv/bin/python scripts/gen_quant_vectors.py --ggml /path/to/ggml
+(a ggml checkout, or llama.cpp's ggml/ folder). Without --ggml those files are left as they
+are. The committed ones were made from ggml-org/ggml commit d99724f2b141 (2026-08-21).
 
 Files, all little-endian, no headers:
     deq_<fmt>.bin   raw blocks of <fmt>; random bytes with the f16 scale fields set to
@@ -19,12 +27,17 @@ Files, all little-endian, no headers:
     deq_<fmt>.f32   gguf.quants.dequantize of those blocks, f32
     q_<fmt>.in.f32  f32 input rows to quantize
     q_<fmt>.bin     gguf.quants.quantize of them (formats gguf-py can quantize: F16, BF16,
-                    Q8_0; gguf-py has no K-quant quantizers)
+                    Q8_0)
+    q_k.in.f32      f32 rows for the K-quant quantizers
+    q_q{4,5,6}_k.bin  ggml's reference quantization of q_k.in.f32
 F16 covers all 65536 bit patterns.
 """
 
+import argparse
 import os
+import subprocess
 import sys
+import tempfile
 from importlib.metadata import version
 
 import numpy as np
@@ -133,6 +146,65 @@ def quantize_inputs(qtype):
     return np.concatenate([x, bits])
 
 
+def k_quantize_inputs():
+    """Rows for the K-quant quantizers: 8 blocks each of Gaussian, Gaussian with per-block
+    scales over 1e-4..1e3, uniform, all-positive, mostly-zero, heavy-tailed, small integers
+    and constant values. Own seed, so adding it left the other files unchanged."""
+    r = np.random.default_rng(20240602)
+    n = 8 * 256
+    sparse = r.standard_normal(n)
+    sparse[r.random(n) < 0.7] = 0
+    parts = [
+        r.standard_normal(n),
+        (r.standard_normal((8, 256)) * 10.0 ** r.uniform(-4, 3, (8, 1))).ravel(),
+        r.uniform(-1, 1, n),
+        r.uniform(0, 1, n),
+        sparse,
+        np.clip(r.standard_cauchy(n), -1e4, 1e4),
+        r.integers(-32, 32, n).astype(np.float64),
+        np.repeat(r.standard_normal(8), 256),
+    ]
+    return np.concatenate(parts).astype("<f4")
+
+
+HARNESS = r"""
+#include <stdio.h>
+#include <stdlib.h>
+#include "ggml-quants.h"
+/* usage: harness K N < f32 input > blocks; K in {4,5,6} picks quantize_row_qK_K_ref. */
+int main(int argc, char **argv) {
+    int k = atoi(argv[1]);
+    long n = atol(argv[2]);
+    size_t bytes = k == 4 ? 144 : k == 5 ? 176 : 210;
+    float *x = malloc(n * sizeof(float));
+    void *y = malloc(n / 256 * bytes);
+    if (fread(x, sizeof(float), n, stdin) != (size_t)n) return 1;
+    if (k == 4) quantize_row_q4_K_ref(x, y, n);
+    if (k == 5) quantize_row_q5_K_ref(x, y, n);
+    if (k == 6) quantize_row_q6_K_ref(x, y, n);
+    fwrite(y, bytes, n / 256, stdout);
+    return 0;
+}
+"""
+
+
+def ggml_k_quants(ggml, x):
+    """{k: bytes} of ggml's reference Q{k}_K quantization of x."""
+    with tempfile.TemporaryDirectory() as tmp:
+        harness = os.path.join(tmp, "harness.c")
+        with open(harness, "w") as f:
+            f.write(HARNESS)
+        exe = os.path.join(tmp, "harness")
+        src = os.path.join(ggml, "src")
+        flags = ["-O2", "-ffp-contract=off", "-ffunction-sections", "-fdata-sections",
+                 "-I", os.path.join(ggml, "include"), "-I", src, "-I", os.path.join(src, "ggml-cpu")]
+        subprocess.run(["gcc", *flags, harness, os.path.join(src, "ggml-quants.c"),
+                        "-Wl,--gc-sections", "-lm", "-o", exe], check=True)
+        return {k: subprocess.run([exe, str(k), str(x.size)], input=x.tobytes(),
+                                  capture_output=True, check=True).stdout
+                for k in (4, 5, 6)}
+
+
 def write(name, arr):
     path = os.path.join(OUT, name)
     with open(path, "wb") as f:
@@ -141,6 +213,9 @@ def write(name, arr):
 
 
 def main():
+    ap = argparse.ArgumentParser(description=__doc__.splitlines()[0])
+    ap.add_argument("--ggml", help="ggml source tree for the K-quant quantize vectors")
+    args = ap.parse_args()
     os.makedirs(OUT, exist_ok=True)
     total = 0
     fmts = [T.F32, T.F16, T.BF16, *SCALE_FIELDS]
@@ -155,6 +230,13 @@ def main():
         x = quantize_inputs(qtype).astype("<f4")
         q = quantize(x, qtype)
         total += write(f"q_{name}.in.f32", x) + write(f"q_{name}.bin", q.view(np.uint8))
+    if args.ggml:
+        x = k_quantize_inputs()
+        total += write("q_k.in.f32", x)
+        for k, blocks in ggml_k_quants(args.ggml, x).items():
+            total += write(f"q_q{k}_k.bin", np.frombuffer(blocks, dtype=np.uint8))
+    else:
+        print("no --ggml: K-quant quantize vectors left as they are", file=sys.stderr)
     print(f"gguf {version('gguf')} numpy {np.__version__}: "
           f"wrote {total} bytes to {os.path.normpath(OUT)}", file=sys.stderr)
 

@@ -202,6 +202,25 @@ fn quantize_is_bit_exact_with_gguf_py() {
 }
 
 #[test]
+fn k_quantize_is_bit_exact_with_ggml_reference() {
+    // ggml's C quantize_row_q{4,5,6}_K_ref (see scripts/gen_quant_vectors.py --ggml).
+    let x = f32s(include_bytes!("data/quant/q_k.in.f32"));
+    let cases: [(DType, &[u8]); 3] = [
+        (DType::Q4K, include_bytes!("data/quant/q_q4_k.bin")),
+        (DType::Q5K, include_bytes!("data/quant/q_q5_k.bin")),
+        (DType::Q6K, include_bytes!("data/quant/q_q6_k.bin")),
+    ];
+    for (dtype, want) in cases {
+        let got = quantized(dtype, &x);
+        assert_eq!(got.len(), want.len(), "{dtype}");
+        let step = dtype.block_bytes();
+        for (i, (g, w)) in got.chunks(step).zip(want.chunks(step)).enumerate() {
+            assert_eq!(g, w, "{dtype} block {i}");
+        }
+    }
+}
+
+#[test]
 fn f16_nan_stays_nan() {
     let x = [f32::NAN, -f32::NAN, f32::from_bits(0x7F80_0001)];
     let back = dequantized(DType::F16, &quantized(DType::F16, &x));
