@@ -2,8 +2,35 @@
 //!
 //! Every format stores a row as a sequence of blocks; a block holds `block_len()` values in
 //! `block_bytes()` bytes. Rows always hold a whole number of blocks.
+//!
+//! - [`dequantize_row`]: bytes to f32, bit-identical to gguf-py's reference dequantizers.
+//! - [`vec_dot_f32`]: a row dotted with f32 values, weights dequantized exactly.
+//! - [`quantize_activation`] + [`vec_dot_q8`]: the fast path; the activation is rounded to
+//!   8-bit blocks once, then each row is dotted with integer arithmetic.
+//! - [`quantize_row`]: f32 to F32/F16/BF16/Q8_0/Q4_K/Q5_K/Q6_K, as ggml's reference quantizers.
+//!
+//! Every function checks slice lengths first and returns a [`QuantError`] on a mismatch;
+//! any byte content is accepted.
 
 use std::fmt;
+
+mod activation;
+mod bits;
+mod block;
+mod dequant;
+mod dot;
+mod error;
+mod float;
+mod kquantize;
+mod kquants;
+mod legacy;
+mod quantize;
+
+pub use activation::{activation_dtype, quantize_activation, vec_dot_q8, ActivationQ};
+pub use dequant::dequantize_row;
+pub use dot::vec_dot_f32;
+pub use error::QuantError;
+pub use quantize::quantize_row;
 
 /// A tensor element type as numbered by ggml (the `type` field of a GGUF tensor info).
 #[derive(Clone, Copy, Debug, PartialEq, Eq, Hash)]

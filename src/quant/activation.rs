@@ -1,0 +1,167 @@
+//! The fast dot path: the activation vector is quantized once to 8-bit blocks (as llama.cpp
+//! does with Q8_0 / Q8_K), then each weight row is dotted with integer arithmetic per
+//! sub-block and one float multiply-add per block.
+
+use super::bits::arrays;
+use super::block::{visit_blocks, BlockVisitor, Unpacked};
+use super::error::check_row;
+use super::quantize::quantize_q8_block;
+use super::{float, DType, QuantError};
+
+/// Values per entry of [`ActivationQ`]'s block sums: the smallest sub-block of any format.
+const SUM_LEN: usize = 16;
+
+/// An activation vector prepared for [`vec_dot_q8`] with rows of one family of dtypes
+/// (see [`activation_dtype`]).
+#[derive(Clone, Debug)]
+pub struct ActivationQ {
+    repr: Repr,
+}
+
+#[derive(Clone, Debug)]
+enum Repr {
+    /// For float rows, which dot with f32 directly.
+    F32(Vec<f32>),
+    /// `dtype` is Q8_0 (32-value blocks) or Q8K (256): `q[i] * d[i / block_len]`
+    /// approximates value `i`; `sums` holds the sum of each 16 consecutive `q`, which
+    /// multiplies a sub-block's min. Scales stay f32 (not f16 as in ggml's Q8_0): this format
+    /// never leaves memory, so there is no reason to lose precision.
+    Q8 {
+        dtype: DType,
+        d: Vec<f32>,
+        q: Vec<i8>,
+        sums: Vec<i32>,
+    },
+}
+
+impl ActivationQ {
+    /// F32, Q8_0 or Q8K: the form the values are held in.
+    pub fn dtype(&self) -> DType {
+        match &self.repr {
+            Repr::F32(_) => DType::F32,
+            Repr::Q8 { dtype, .. } => *dtype,
+        }
+    }
+
+    /// Number of values.
+    pub fn len(&self) -> usize {
+        match &self.repr {
+            Repr::F32(x) => x.len(),
+            Repr::Q8 { q, .. } => q.len(),
+        }
+    }
+
+    pub fn is_empty(&self) -> bool {
+        self.len() == 0
+    }
+}
+
+/// The activation form rows of `row` dot with: F32 for float rows, Q8_0 for the 32-value
+/// formats, Q8K for the K formats; `None` for Q8K itself, which is never a row.
+pub fn activation_dtype(row: DType) -> Option<DType> {
+    match row {
+        DType::F32 | DType::F16 | DType::BF16 => Some(DType::F32),
+        DType::Q4_0 | DType::Q4_1 | DType::Q5_0 | DType::Q5_1 | DType::Q8_0 => Some(DType::Q8_0),
+        DType::Q2K | DType::Q3K | DType::Q4K | DType::Q5K | DType::Q6K => Some(DType::Q8K),
+        DType::Q8K => None,
+    }
+}
+
+/// Prepares `x` for dot products with `row_dtype` rows of `x.len()` values. Each block of
+/// `x` is scaled by its largest magnitude to the integers -127..=127.
+pub fn quantize_activation(row_dtype: DType, x: &[f32]) -> Result<ActivationQ, QuantError> {
+    let dtype = activation_dtype(row_dtype).ok_or(QuantError::Unsupported {
+        dtype: row_dtype,
+        op: "quantize_activation",
+    })?;
+    if x.len() % row_dtype.block_len() != 0 {
+        return Err(QuantError::PartialBlock {
+            dtype: row_dtype,
+            values: x.len(),
+        });
+    }
+    if dtype == DType::F32 {
+        return Ok(ActivationQ {
+            repr: Repr::F32(x.to_vec()),
+        });
+    }
+    let mut q = vec![0i8; x.len()];
+    let d = x
+        .chunks_exact(dtype.block_len())
+        .zip(q.chunks_exact_mut(dtype.block_len()))
+        .map(|(x, q)| quantize_q8_block(x, q))
+        .collect();
+    let sums = q
+        .chunks_exact(SUM_LEN)
+        .map(|q| q.iter().map(|&v| i32::from(v)).sum())
+        .collect();
+    Ok(ActivationQ {
+        repr: Repr::Q8 { dtype, d, q, sums },
+    })
+}
+
+/// Approximate `Σ row[i] * x[i]` for a `dtype` row and an activation from
+/// [`quantize_activation`] for `dtype`. The row is exact; the error comes from rounding `x`
+/// to 8 bits (relative error around 1e-2 of `Σ |row[i] * x[i]|` at worst, usually far less).
+pub fn vec_dot_q8(dtype: DType, row: &[u8], act: &ActivationQ) -> Result<f32, QuantError> {
+    if activation_dtype(dtype) != Some(act.dtype()) {
+        return Err(QuantError::ActivationKind {
+            row: dtype,
+            activation: act.dtype(),
+        });
+    }
+    check_row(dtype, act.len(), row.len())?;
+    Ok(match &act.repr {
+        Repr::F32(x) => float::dot(dtype, row, x),
+        Repr::Q8 { d, q, sums, .. } => {
+            visit_blocks(dtype, DotQ8 { row, d, q, sums }).unwrap_or(0.0)
+        }
+    })
+}
+
+struct DotQ8<'a> {
+    row: &'a [u8],
+    d: &'a [f32],
+    q: &'a [i8],
+    sums: &'a [i32],
+}
+
+impl BlockVisitor for DotQ8<'_> {
+    type Output = f32;
+
+    fn visit<const B: usize, const N: usize, const S: usize>(
+        self,
+        unpack: impl Fn(&[u8; B], &mut Unpacked<N, S>),
+    ) -> f32 {
+        let sub = Unpacked::<N, S>::SUB;
+        let mut u = Unpacked::new();
+        let mut acc = 0.0;
+        let blocks = arrays::<u8, B>(self.row)
+            .zip(arrays::<i8, N>(self.q))
+            .zip(self.d)
+            .zip(self.sums.chunks_exact(N / SUM_LEN));
+        for (((block, q8), &d8), sums) in blocks {
+            unpack(block, &mut u);
+            // Fits i32 easily: the largest case, Q6_K, is 16 sub-blocks × |scale| 128 × 16
+            // values × |q| 32 × |q8| 127 ≈ 1.3e8.
+            let mut qsum = 0i32;
+            let mut msum = 0i32;
+            let subs = u.q.chunks_exact(sub).zip(q8.chunks_exact(sub));
+            let subs = subs.zip(sums.chunks_exact(sub / SUM_LEN));
+            for (((q, q8), s), (&scale, &min)) in subs.zip(u.scale.iter().zip(&u.min)) {
+                qsum += scale * dot_i8(q, q8);
+                msum += min * s.iter().sum::<i32>();
+            }
+            acc += d8 * (u.d * qsum as f32 - u.dmin * msum as f32);
+        }
+        acc
+    }
+}
+
+/// Integer dot product; i32 lanes are associative, so this vectorizes as written.
+fn dot_i8(a: &[i8], b: &[i8]) -> i32 {
+    a.iter()
+        .zip(b)
+        .map(|(&x, &y)| i32::from(x) * i32::from(y))
+        .sum()
+}
