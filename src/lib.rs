@@ -14,3 +14,4 @@ pub mod backend;
 pub mod graph;
 pub mod hrx;
 pub mod model;
+pub mod runtime;

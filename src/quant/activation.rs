@@ -63,7 +63,7 @@ pub fn activation_dtype(row: DType) -> Option<DType> {
         DType::F32 | DType::F16 | DType::BF16 => Some(DType::F32),
         DType::Q4_0 | DType::Q4_1 | DType::Q5_0 | DType::Q5_1 | DType::Q8_0 => Some(DType::Q8_0),
         DType::Q2K | DType::Q3K | DType::Q4K | DType::Q5K | DType::Q6K => Some(DType::Q8K),
-        DType::Q8K => None,
+        DType::Q8K | DType::I32 => None,
     }
 }
 

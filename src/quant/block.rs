@@ -73,7 +73,7 @@ pub(crate) fn visit_blocks<V: BlockVisitor>(dtype: DType, v: V) -> Option<V::Out
         DType::Q4K => v.visit(kquants::unpack_q4_k),
         DType::Q5K => v.visit(kquants::unpack_q5_k),
         DType::Q6K => v.visit(kquants::unpack_q6_k),
-        DType::F32 | DType::F16 | DType::BF16 | DType::Q8K => return None,
+        DType::F32 | DType::F16 | DType::BF16 | DType::Q8K | DType::I32 => return None,
     })
 }
 

@@ -1,0 +1,157 @@
+//! The generation loop: prefill, then sample and decode one token at a time, streaming text
+//! that is complete UTF-8 and not the start of a stop string.
+
+use super::sampler::{Sampler, SamplerConfig};
+use super::session::{PromptPiece, Session};
+use super::text_model::{TextModel, TokenInput};
+use super::RuntimeError;
+use crate::tokenizer::StreamDecoder;
+use std::time::Instant;
+
+#[derive(Clone, Debug)]
+pub struct GenerateConfig {
+    pub max_new_tokens: usize,
+    pub sampler: SamplerConfig,
+    /// Generation stops before any of these strings (which are not printed).
+    pub stop_strings: Vec<String>,
+    /// Stop at end-of-generation tokens (the greedy oracle runs do not).
+    pub stop_at_eog: bool,
+}
+
+#[derive(Clone, Copy, Debug, PartialEq, Eq)]
+pub enum StopReason {
+    Length,
+    EndOfGeneration,
+    StopString,
+    ContextFull,
+}
+
+impl StopReason {
+    pub fn name(self) -> &'static str {
+        match self {
+            StopReason::Length => "length",
+            StopReason::EndOfGeneration => "eog",
+            StopReason::StopString => "stop_string",
+            StopReason::ContextFull => "context_full",
+        }
+    }
+}
+
+#[derive(Clone, Debug)]
+pub struct Generation {
+    pub tokens: Vec<u32>,
+    pub text: String,
+    pub stop: StopReason,
+    /// Logits at the last prompt position.
+    pub prompt_logits: Vec<f32>,
+    pub n_prompt: usize,
+    pub prompt_seconds: f64,
+    pub generate_seconds: f64,
+}
+
+/// Holds back text that might begin a stop string; finds a complete one.
+struct StopFilter<'a> {
+    stops: &'a [String],
+    pending: String,
+}
+
+impl StopFilter<'_> {
+    /// Adds text; returns what can be shown now and whether a stop string was hit.
+    fn push(&mut self, text: &str) -> (String, bool) {
+        self.pending.push_str(text);
+        if let Some(at) = self.stops.iter().filter(|s| !s.is_empty()).filter_map(|s| self.pending.find(s.as_str())).min() {
+            let shown = self.pending[..at].to_owned();
+            self.pending.clear();
+            return (shown, true);
+        }
+        // Keep the longest suffix that is a proper prefix of a stop string.
+        let mut keep = 0;
+        for s in self.stops {
+            for (i, _) in s.char_indices().skip(1) {
+                if self.pending.ends_with(&s[..i]) {
+                    keep = keep.max(i);
+                }
+            }
+        }
+        let cut = self.pending.len() - keep;
+        let shown = self.pending[..cut].to_owned();
+        self.pending.drain(..cut);
+        (shown, false)
+    }
+}
+
+/// Prefills `pieces` and generates; `on_text` receives text as it becomes final.
+pub fn generate(
+    model: &mut TextModel,
+    session: &mut Session,
+    pieces: &[PromptPiece],
+    config: &GenerateConfig,
+    mut on_text: impl FnMut(&str),
+) -> Result<Generation, RuntimeError> {
+    let t0 = Instant::now();
+    let prompt_logits = session.feed(model, pieces)?;
+    let prompt_seconds = t0.elapsed().as_secs_f64();
+    let n_prompt = session.n_past;
+    let mut history: Vec<u32> = pieces.iter().filter_map(|p| if let PromptPiece::Token(t) = p { Some(*t) } else { None }).collect();
+
+    let t1 = Instant::now();
+    let mut sampler = Sampler::new(config.sampler.clone());
+    let mut tokens = Vec::new();
+    let mut text = String::new();
+    let mut stop = StopReason::Length;
+    let mut logits = prompt_logits.clone();
+    let mut filter = StopFilter { stops: &config.stop_strings, pending: String::new() };
+    // Borrow the tokenizer apart from the model: decoding and running interleave.
+    let tokenizer = std::sync::Arc::clone(&model.tokenizer);
+    let mut decoder = StreamDecoder::new(&tokenizer);
+    while tokens.len() < config.max_new_tokens {
+        let id = sampler.sample(&logits, &history);
+        tokens.push(id);
+        history.push(id);
+        if config.stop_at_eog && tokenizer.is_eog(id) {
+            stop = StopReason::EndOfGeneration;
+            break;
+        }
+        let piece = decoder.push(id).map_err(|e| RuntimeError::Model(e.to_string()))?;
+        let (shown, hit) = filter.push(&piece);
+        text.push_str(&shown);
+        on_text(&shown);
+        if hit {
+            stop = StopReason::StopString;
+            break;
+        }
+        if tokens.len() == config.max_new_tokens {
+            break;
+        }
+        if session.n_past >= model.options.n_ctx {
+            stop = StopReason::ContextFull;
+            break;
+        }
+        let pos = session.next_position;
+        logits = model.forward(&[TokenInput::Text(id)], &[[pos; 3]], session.n_past, &[0])?;
+        session.n_past += 1;
+        session.next_position += 1;
+    }
+    if stop != StopReason::StopString {
+        let (rest, _) = filter.push(&decoder.finish());
+        let tail = rest + &filter.pending;
+        text.push_str(&tail);
+        on_text(&tail);
+    }
+    Ok(Generation { tokens, text, stop, prompt_logits, n_prompt, prompt_seconds, generate_seconds: t1.elapsed().as_secs_f64() })
+}
+
+#[cfg(test)]
+mod tests {
+    use super::StopFilter;
+
+    #[test]
+    fn stop_filter_holds_back_prefixes_and_cuts_at_the_stop() {
+        let stops = vec!["END".to_string()];
+        let mut f = StopFilter { stops: &stops, pending: String::new() };
+        assert_eq!(f.push("hello E"), ("hello ".to_string(), false));
+        assert_eq!(f.push("N"), (String::new(), false));
+        assert_eq!(f.push("Xy"), ("ENXy".to_string(), false));
+        assert_eq!(f.push("a END b"), ("a ".to_string(), true));
+    }
+}

@@ -1,0 +1,88 @@
+//! A conversation's state on a text model: how many KV slots are used and where the M-RoPE
+//! positions continue.
+
+use super::text_model::{TextModel, TokenInput};
+use super::RuntimeError;
+
+/// One piece of a prompt.
+#[derive(Clone, Copy, Debug)]
+pub enum PromptPiece<'a> {
+    Token(u32),
+    /// An image's merged tokens, row-major over a grid of `rows` × `cols` (merged patches):
+    /// `rows * cols` wide-embedding rows.
+    Image { embeddings: &'a [f32], rows: usize, cols: usize },
+}
+
+pub struct Session {
+    /// KV slots used so far.
+    pub n_past: usize,
+    /// M-RoPE position of the next text token.
+    pub next_position: i32,
+}
+
+impl Default for Session {
+    fn default() -> Self {
+        Self::new()
+    }
+}
+
+impl Session {
+    pub fn new() -> Session {
+        Session { n_past: 0, next_position: 0 }
+    }
+
+    /// Inputs and their [t, h, w] positions, as the reference's rope-index function assigns
+    /// them: text tokens share one running position; an image's tokens at s get
+    /// (s, s + row, s + col) and the running position continues at s + max(rows, cols).
+    pub fn layout<'a>(&self, pieces: &[PromptPiece<'a>], width: usize) -> Result<(Vec<TokenInput<'a>>, Vec<[i32; 3]>, i32), RuntimeError> {
+        let mut inputs = Vec::new();
+        let mut positions = Vec::new();
+        let mut pos = self.next_position;
+        for piece in pieces {
+            match *piece {
+                PromptPiece::Token(id) => {
+                    inputs.push(TokenInput::Text(id));
+                    positions.push([pos; 3]);
+                    pos += 1;
+                }
+                PromptPiece::Image { embeddings, rows, cols } => {
+                    if embeddings.len() != rows * cols * width {
+                        return Err(RuntimeError::Usage(format!(
+                            "image of {rows}x{cols} tokens needs {} embedding values, got {}",
+                            rows * cols * width,
+                            embeddings.len()
+                        )));
+                    }
+                    for (k, row) in embeddings.chunks(width).enumerate() {
+                        inputs.push(TokenInput::Embedding(row));
+                        let (r, c) = ((k / cols) as i32, (k % cols) as i32);
+                        positions.push([pos, pos + r, pos + c]);
+                    }
+                    pos += rows.max(cols) as i32;
+                }
+            }
+        }
+        Ok((inputs, positions, pos))
+    }
+
+    /// Feeds the pieces in chunks and returns the logits of the last one.
+    pub fn feed(&mut self, model: &mut TextModel, pieces: &[PromptPiece]) -> Result<Vec<f32>, RuntimeError> {
+        let (inputs, positions, next) = self.layout(pieces, model.params.wide_width())?;
+        if inputs.is_empty() {
+            return Err(RuntimeError::Usage("the prompt is empty".into()));
+        }
+        let chunk = model.options.chunk;
+        let mut logits = Vec::new();
+        let mut start = 0;
+        while start < inputs.len() {
+            let end = (start + chunk).min(inputs.len());
+            let last = end == inputs.len();
+            let outputs: &[usize] = if last { &[end - start - 1] } else { &[] };
+            logits = model.forward(&inputs[start..end], &positions[start..end], self.n_past, outputs)?;
+            self.n_past += end - start;
+            start = end;
+        }
+        self.next_position = next;
+        Ok(logits)
+    }
+}

@@ -1,0 +1,155 @@
+//! The text decoder ready to run: parameters, tokenizer, the prefill and decode plans made once,
+//! and the executor that replays them.
+
+use super::RuntimeError;
+use crate::backend::cpu::{CpuExecutor, Kernels, PlanId};
+use crate::gguf::GgufFile;
+use crate::hrx::{CpuRegistry, Plan};
+use crate::model::text::{self, TextGraph, TextShape};
+use crate::model::TextParams;
+use crate::quant;
+use crate::tokenizer::Tokenizer;
+use std::path::Path;
+use std::sync::Arc;
+
+/// Run-time options of the text model.
+#[derive(Clone, Copy, Debug)]
+pub struct TextOptions {
+    /// KV cache length (tokens of prompt + generation).
+    pub n_ctx: usize,
+    /// Tokens per prefill call.
+    pub chunk: usize,
+    pub kernels: Kernels,
+}
+
+impl Default for TextOptions {
+    fn default() -> Self {
+        TextOptions { n_ctx: 4096, chunk: 256, kernels: Kernels::from_env() }
+    }
+}
+
+/// One token of input: its slice-0 embedding comes from the vocabulary or from the vision
+/// encoder (with its deepstack features).
+#[derive(Clone, Copy, Debug)]
+pub enum TokenInput<'a> {
+    Text(u32),
+    /// A row of the wide embedding: n_embd × (1 + n_deepstack) values.
+    Embedding(&'a [f32]),
+}
+
+pub struct TextModel {
+    pub params: TextParams,
+    pub tokenizer: Arc<Tokenizer>,
+    pub file: Arc<GgufFile>,
+    pub options: TextOptions,
+    exec: CpuExecutor,
+    prefill: (PlanId, TextGraph),
+    decode: (PlanId, TextGraph),
+}
+
+/// The plans of a text model, for `hrx plan` (built without binding weights).
+pub fn plan_text(params: &TextParams, options: &TextOptions) -> Result<Vec<Plan>, RuntimeError> {
+    let (prefill, decode) = build_graphs(params, options)?;
+    Ok(vec![Plan::new(prefill.graph, &CpuRegistry)?, Plan::new(decode.graph, &CpuRegistry)?])
+}
+
+fn build_graphs(params: &TextParams, options: &TextOptions) -> Result<(TextGraph, TextGraph), RuntimeError> {
+    let prefill = text::build(params, TextShape { max_tokens: options.chunk, max_outputs: options.chunk, n_ctx: options.n_ctx })?;
+    let decode = text::build(params, TextShape { max_tokens: 1, max_outputs: 1, n_ctx: options.n_ctx })?;
+    Ok((prefill, decode))
+}
+
+impl TextModel {
+    pub fn load(path: &Path, options: TextOptions) -> Result<TextModel, RuntimeError> {
+        let file = Arc::new(GgufFile::open(path)?);
+        let params = TextParams::from_gguf(&file)?;
+        let tokenizer = Arc::new(Tokenizer::from_gguf(&file).map_err(|e| RuntimeError::Model(format!("{}: {e}", path.display())))?);
+        if options.chunk == 0 || options.n_ctx == 0 {
+            return Err(RuntimeError::Usage("context and chunk sizes must be at least 1".into()));
+        }
+        let (prefill, decode) = build_graphs(&params, &options)?;
+        let plans = vec![Plan::new(prefill.graph.clone(), &CpuRegistry)?, Plan::new(decode.graph.clone(), &CpuRegistry)?];
+        let exec = CpuExecutor::new(plans, &[Arc::clone(&file)], options.kernels)?;
+        Ok(TextModel { params, tokenizer, file, options, exec, prefill: (PlanId(0), prefill), decode: (PlanId(1), decode) })
+    }
+
+    pub fn set_threads(&mut self, n: usize) {
+        self.exec.set_threads(n);
+    }
+
+    /// Runs `inputs` at KV slots `first_slot..` with M-RoPE `positions` ([t, h, w] per
+    /// token); returns the logits of the tokens whose indices are in `outputs`
+    /// (n_vocab values each, in that order).
+    pub fn forward(&mut self, inputs: &[TokenInput], positions: &[[i32; 3]], first_slot: usize, outputs: &[usize]) -> Result<Vec<f32>, RuntimeError> {
+        let n = inputs.len();
+        if positions.len() != n || outputs.iter().any(|&o| o >= n) {
+            return Err(RuntimeError::Usage("forward: positions or outputs do not match the inputs".into()));
+        }
+        if first_slot + n > self.options.n_ctx {
+            return Err(RuntimeError::ContextFull { needed: first_slot + n, n_ctx: self.options.n_ctx });
+        }
+        let (plan, graph) = if n == 1 { (&self.decode.0, &self.decode.1) } else { (&self.prefill.0, &self.prefill.1) };
+        let (plan, logits_node) = (*plan, graph.logits);
+        let max = if n == 1 { 1 } else { self.options.chunk };
+        if n > max || outputs.len() > max {
+            return Err(RuntimeError::Usage(format!("forward: {n} tokens exceed the chunk of {max}")));
+        }
+        let width = self.params.wide_width();
+        let n_embd = self.params.n_embd;
+        let embd = self.file.tensor("token_embd.weight").ok_or_else(|| RuntimeError::Model("token_embd.weight missing".into()))?.clone();
+        let embd_bytes = self.file.tensor_data(&embd);
+        let row_bytes = embd.dtype.row_bytes(n_embd as u64).unwrap_or(0) as usize;
+        let n_vocab = self.params.n_vocab;
+        {
+            let wide = self.exec.f32_buffer(text::INP_WIDE).ok_or_else(|| missing(text::INP_WIDE))?;
+            for (t, input) in inputs.iter().enumerate() {
+                let row = &mut wide[t * width..(t + 1) * width];
+                match input {
+                    TokenInput::Text(id) => {
+                        let id = *id as usize;
+                        if id >= n_vocab {
+                            return Err(RuntimeError::Usage(format!("token id {id} is outside the vocabulary (0..{n_vocab})")));
+                        }
+                        row.fill(0.0);
+                        let src = &embd_bytes[id * row_bytes..(id + 1) * row_bytes];
+                        quant::dequantize_row(embd.dtype, src, &mut row[..n_embd]).map_err(|e| RuntimeError::Model(e.to_string()))?;
+                    }
+                    TokenInput::Embedding(values) => {
+                        if values.len() != width {
+                            return Err(RuntimeError::Usage(format!("an embedding row has {} values, the model takes {width}", values.len())));
+                        }
+                        row.copy_from_slice(values);
+                    }
+                }
+            }
+        }
+        {
+            let pos = self.exec.i32_buffer(text::POSITIONS).ok_or_else(|| missing(text::POSITIONS))?;
+            for (t, p) in positions.iter().enumerate() {
+                for c in 0..3 {
+                    pos[c * max + t] = p[c];
+                }
+            }
+        }
+        {
+            let slots = self.exec.i32_buffer(text::KV_SLOTS).ok_or_else(|| missing(text::KV_SLOTS))?;
+            for (t, s) in slots.iter_mut().take(n).enumerate() {
+                *s = (first_slot + t) as i32;
+            }
+        }
+        {
+            let ids = self.exec.i32_buffer(text::OUT_IDS).ok_or_else(|| missing(text::OUT_IDS))?;
+            for (k, &o) in outputs.iter().enumerate() {
+                ids[k] = o as i32;
+            }
+        }
+        let symbols = [n, outputs.len()];
+        self.exec.run(plan, &symbols)?;
+        let logits = self.exec.output(plan, logits_node, &symbols).ok_or_else(|| missing("logits"))?;
+        Ok(logits.to_vec())
+    }
+}
+
+fn missing(name: &str) -> RuntimeError {
+    RuntimeError::Model(format!("the text graph has no buffer {name:?}"))
+}
