@@ -592,7 +592,18 @@ fn no_slice_lengths_panic() {
                         "{dtype} {n} {b}"
                     );
                 }
-                let _ = quantize_row(dtype, &x, &mut vec![0; b]);
+                let quantizable = matches!(
+                    dtype,
+                    DType::F32
+                        | DType::F16
+                        | DType::BF16
+                        | DType::Q8_0
+                        | DType::Q4K
+                        | DType::Q5K
+                        | DType::Q6K
+                );
+                let quantized = quantize_row(dtype, &x, &mut vec![0; b]).is_ok();
+                assert_eq!(quantized, fits && quantizable, "{dtype} {n} {b}");
             }
         }
     }

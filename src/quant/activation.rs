@@ -101,8 +101,9 @@ pub fn quantize_activation(row_dtype: DType, x: &[f32]) -> Result<ActivationQ, Q
 }
 
 /// Approximate `Σ row[i] * x[i]` for a `dtype` row and an activation from
-/// [`quantize_activation`] for `dtype`. The row is exact; the error comes from rounding `x`
-/// to 8 bits (relative error around 1e-2 of `Σ |row[i] * x[i]|` at worst, usually far less).
+/// [`quantize_activation`] for `dtype`. The row is exact; rounding moves each `x[i]` by at
+/// most `max|x|` of its block / 254, so the result is off by at most `Σ |row[i]|` times that
+/// (plus f32 rounding). Float rows dot with the unrounded `x`.
 pub fn vec_dot_q8(dtype: DType, row: &[u8], act: &ActivationQ) -> Result<f32, QuantError> {
     if activation_dtype(dtype) != Some(act.dtype()) {
         return Err(QuantError::ActivationKind {

@@ -6,7 +6,8 @@ use super::error::check_row;
 use super::{float, DType, QuantError};
 
 /// Decodes one `dtype` row into `dst`: `src` must hold exactly `dst.len()` values.
-/// Results are bit-identical to `gguf.quants.dequantize` (see [`float`](self) for F16 NaNs).
+/// Results are bit-identical to `gguf.quants.dequantize`, except that F16 NaNs come out
+/// quiet (top mantissa bit set, as in ggml on x86) where numpy keeps signaling payloads.
 pub fn dequantize_row(dtype: DType, src: &[u8], dst: &mut [f32]) -> Result<(), QuantError> {
     if dtype == DType::Q8K {
         return Err(QuantError::Unsupported {

@@ -1,9 +1,10 @@
 //! The unblocked formats F32, F16 and BF16: conversion from and to f32.
 //!
 //! F16 uses `half`'s slice conversions (hardware F16C where present). Every finite value,
-//! infinity and NaN sign converts exactly as in gguf-py; the one difference is that a NaN
-//! comes out quiet (top mantissa bit set), as it does in ggml on x86, while numpy keeps
-//! signaling NaN payloads as they are. BF16 widens by a shift, which is exact for all bits.
+//! infinity and NaN sign converts exactly as in gguf-py, both ways; the one difference is
+//! NaN payloads: `half` sets the quiet bit, as ggml does on x86, where numpy keeps
+//! signaling payloads. BF16 widens by a shift, which is exact for all bits, and narrows as
+//! ggml does (round to nearest even, NaNs quieted).
 
 use half::slice::HalfFloatSliceExt;
 use half::{bf16, f16};

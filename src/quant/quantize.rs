@@ -7,7 +7,8 @@ use super::{float, kquantize, DType, QuantError};
 
 /// Encodes `src` as one `dtype` row into `dst`, which must be exactly `src.len()` values of
 /// `dtype` long. Supported: F32, F16, BF16, Q8_0, Q4_K, Q5_K, Q6_K. Bit-identical to
-/// ggml's reference quantizers (`quantize_row_*_ref`, and for F16 / BF16 its conversions).
+/// ggml's reference quantizers (`quantize_row_*_ref`, and for F16 / BF16 its conversions),
+/// for F16 / BF16 / Q8_0 also to gguf-py's (F16 NaN payloads aside, see `float.rs`).
 pub fn quantize_row(dtype: DType, src: &[f32], dst: &mut [u8]) -> Result<(), QuantError> {
     // `None`: a float format, encoded value by value.
     let blockwise: Option<RowQuantizer> = match dtype {
