@@ -1,7 +1,10 @@
 //! The command line: one module per subcommand, each with its own `--help`.
 
 pub mod args;
+mod generate;
 mod inspect;
+mod plan;
+mod tokenize;
 
 use crate::gguf::GgufError;
 use args::{Args, UsageError};
@@ -16,7 +19,7 @@ pub struct Command {
     pub run: fn(Args, &mut dyn Write) -> Result<(), CliError>,
 }
 
-const COMMANDS: &[Command] = &[inspect::COMMAND];
+const COMMANDS: &[Command] = &[generate::COMMAND, plan::COMMAND, inspect::COMMAND, tokenize::COMMAND];
 
 const MAIN_HELP: &str = "\
 hrx: describe images with Qwen3-VL on the GPU of small edge boxes

@@ -243,7 +243,12 @@ impl Graph {
                 // Run-time length: the outermost non-unit axis of the result carries the
                 // dynamic size, scaled by the ratio of the inner sizes.
                 let inner_src: usize = src.ne[..d.axis].iter().product();
-                let axis = (0..MAX_DIMS).rev().find(|&i| ne[i] != 1).unwrap_or(0);
+                // Prefer the axis with the same inner size (the dynamic length carries over
+                // unchanged), else the outermost non-unit one.
+                let above_unit = |i: usize| ne[i + 1..].iter().all(|&x| x == 1);
+                let axis = (0..MAX_DIMS)
+                    .find(|&i| above_unit(i) && ne[..i].iter().product::<usize>() == inner_src)
+                    .unwrap_or_else(|| (0..MAX_DIMS).rev().find(|&i| ne[i] != 1).unwrap_or(0));
                 let inner_dst: usize = ne[..axis].iter().product();
                 let outer_ok = src.ne[d.axis + 1..].iter().all(|&x| x == 1);
                 let ratio_ok = inner_src > 0 && inner_dst > 0 && (inner_src % inner_dst == 0 || inner_dst % inner_src == 0);

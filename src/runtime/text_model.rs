@@ -101,7 +101,7 @@ impl TextModel {
         let row_bytes = embd.dtype.row_bytes(n_embd as u64).unwrap_or(0) as usize;
         let n_vocab = self.params.n_vocab;
         {
-            let wide = self.exec.f32_buffer(text::INP_WIDE).ok_or_else(|| missing(text::INP_WIDE))?;
+            let wide = self.exec.f32_buffer(plan, text::INP_WIDE).ok_or_else(|| missing(text::INP_WIDE))?;
             for (t, input) in inputs.iter().enumerate() {
                 let row = &mut wide[t * width..(t + 1) * width];
                 match input {
@@ -124,7 +124,7 @@ impl TextModel {
             }
         }
         {
-            let pos = self.exec.i32_buffer(text::POSITIONS).ok_or_else(|| missing(text::POSITIONS))?;
+            let pos = self.exec.i32_buffer(plan, text::POSITIONS).ok_or_else(|| missing(text::POSITIONS))?;
             for (t, p) in positions.iter().enumerate() {
                 for c in 0..3 {
                     pos[c * max + t] = p[c];
@@ -132,13 +132,13 @@ impl TextModel {
             }
         }
         {
-            let slots = self.exec.i32_buffer(text::KV_SLOTS).ok_or_else(|| missing(text::KV_SLOTS))?;
+            let slots = self.exec.i32_buffer(plan, text::KV_SLOTS).ok_or_else(|| missing(text::KV_SLOTS))?;
             for (t, s) in slots.iter_mut().take(n).enumerate() {
                 *s = (first_slot + t) as i32;
             }
         }
         {
-            let ids = self.exec.i32_buffer(text::OUT_IDS).ok_or_else(|| missing(text::OUT_IDS))?;
+            let ids = self.exec.i32_buffer(plan, text::OUT_IDS).ok_or_else(|| missing(text::OUT_IDS))?;
             for (k, &o) in outputs.iter().enumerate() {
                 ids[k] = o as i32;
             }

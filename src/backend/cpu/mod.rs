@@ -56,6 +56,7 @@ pub struct CpuExecutor {
     plans: Vec<Plan>,
     /// Per plan: its external ids mapped to indices into `storages`.
     storage_of: Vec<Vec<usize>>,
+    /// Name of each storage (buffers of one name and size are shared between plans).
     storage_names: Vec<String>,
     storages: Vec<Storage>,
     arena: Vec<f32>,
@@ -78,10 +79,9 @@ impl CpuExecutor {
         for plan in &plans {
             let mut map = Vec::with_capacity(plan.graph.externals.len());
             for ext in &plan.graph.externals {
-                if let Some(i) = storage_names.iter().position(|n| *n == ext.name) {
-                    if storage_bytes(&storages[i]) != ext.bytes {
-                        return Err(KernelError(format!("buffer {:?} has different sizes in two graphs", ext.name)));
-                    }
+                // One buffer per name across plans (the KV cache); per-call inputs sized for
+                // each plan's shapes get their own.
+                if let Some(i) = (0..storages.len()).find(|&i| storage_names[i] == ext.name && storage_bytes(&storages[i]) == ext.bytes) {
                     map.push(i);
                     continue;
                 }
@@ -104,22 +104,24 @@ impl CpuExecutor {
         self.threads = n.max(1);
     }
 
-    fn named(&mut self, name: &str) -> Option<&mut Storage> {
-        let i = self.storage_names.iter().position(|n| n == name)?;
+    fn named(&mut self, plan: PlanId, name: &str) -> Option<&mut Storage> {
+        let graph = &self.plans.get(plan.0)?.graph;
+        let ext = graph.externals.iter().position(|e| e.name == name)?;
+        let i = *self.storage_of[plan.0].get(ext)?;
         self.storages.get_mut(i)
     }
 
-    /// The f32 run-time buffer named `name`, to fill before a run or read after it.
-    pub fn f32_buffer(&mut self, name: &str) -> Option<&mut [f32]> {
-        match self.named(name)? {
+    /// The f32 run-time buffer `name` of `plan`, to fill before a run or read after it.
+    pub fn f32_buffer(&mut self, plan: PlanId, name: &str) -> Option<&mut [f32]> {
+        match self.named(plan, name)? {
             Storage::F32(v) => Some(v),
             _ => None,
         }
     }
 
-    /// The i32 run-time buffer named `name`.
-    pub fn i32_buffer(&mut self, name: &str) -> Option<&mut [i32]> {
-        match self.named(name)? {
+    /// The i32 run-time buffer `name` of `plan`.
+    pub fn i32_buffer(&mut self, plan: PlanId, name: &str) -> Option<&mut [i32]> {
+        match self.named(plan, name)? {
             Storage::I32(v) => Some(v),
             _ => None,
         }
