@@ -2,7 +2,7 @@
 //! scripts/gen_quant_vectors.py), quantization round trips, dot products, length errors.
 
 use hrx::quant::{
-    dequantize_row, quantize_activation, quantize_row, vec_dot_f32, vec_dot_q8, DType, QuantError,
+    dequantize_row, quantize_activation, quantize_row, vec_dot_f32, vec_dot_quantized, DType, QuantError,
     FILE_DTYPES,
 };
 
@@ -374,8 +374,8 @@ fn vec_dot_f32_matches_dequantize_then_dot() {
 }
 
 #[test]
-fn vec_dot_q8_is_exact_when_the_activation_is_representable() {
-    // Per block, integers in -127..=127 times a power of two with one ±127: the activation
+fn vec_dot_quantized_is_exact_when_the_activation_is_representable() {
+    // Per block, integers in -32767..=32767 times a power of two with one ±32767: the activation
     // quantizes without error, so only f32 rounding separates the result from exact.
     let mut rng = Rng(5);
     for dtype in FILE_DTYPES {
@@ -386,16 +386,16 @@ fn vec_dot_q8_is_exact_when_the_activation_is_representable() {
                 .map(|i| {
                     let scale = (((i / 256) % 5) as f32 - 2.0).exp2();
                     let q = if i % 32 == 7 {
-                        127
+                        32767
                     } else {
-                        (rng.next_u64() % 255) as i32 - 127
+                        (rng.next_u64() % 65535) as i32 - 32767
                     };
                     q as f32 * scale
                 })
                 .collect();
             let act = quantize_activation(dtype, &x).unwrap();
             let (exact, mag) = exact_dot(&w, &x);
-            let got = vec_dot_q8(dtype, &row, &act).unwrap();
+            let got = vec_dot_quantized(dtype, &row, &act).unwrap();
             let err = (f64::from(got) - exact).abs();
             assert!(
                 err <= 1e-6 * mag + 1e-30,
@@ -406,8 +406,8 @@ fn vec_dot_q8_is_exact_when_the_activation_is_representable() {
 }
 
 #[test]
-fn vec_dot_q8_error_is_within_activation_rounding() {
-    // Rounding x to d·q with d = max|x_block| / 127 moves each x by at most d / 2, so the
+fn vec_dot_quantized_error_is_within_activation_rounding() {
+    // Rounding x to d·q with d = max|x_block| / 32767 moves each x by at most d / 2, so the
     // dot moves by at most Σ |w_i| d_i / 2 (plus f32 rounding).
     let mut rng = Rng(6);
     for dtype in FILE_DTYPES {
@@ -420,13 +420,13 @@ fn vec_dot_q8_error_is_within_activation_rounding() {
                 .chunks(bl)
                 .zip(x.chunks(bl))
                 .map(|(w, x)| {
-                    let d = x.iter().fold(0f32, |m, v| m.max(v.abs())) / 127.0;
+                    let d = x.iter().fold(0f32, |m, v| m.max(v.abs())) / 32767.0;
                     w.iter().map(|&w| f64::from(w.abs())).sum::<f64>() * f64::from(d) / 2.0
                 })
                 .sum();
             let act = quantize_activation(dtype, &x).unwrap();
             let (exact, mag) = exact_dot(&w, &x);
-            let got = vec_dot_q8(dtype, &row, &act).unwrap();
+            let got = vec_dot_quantized(dtype, &row, &act).unwrap();
             let err = (f64::from(got) - exact).abs();
             let tol = if dtype.block_len() == 1 {
                 1e-6 * mag
@@ -447,7 +447,7 @@ fn empty_rows_dot_to_zero() {
         assert_eq!(vec_dot_f32(dtype, &[], &[]), Ok(0.0), "{dtype}");
         let act = quantize_activation(dtype, &[]).unwrap();
         assert!(act.is_empty());
-        assert_eq!(vec_dot_q8(dtype, &[], &act), Ok(0.0), "{dtype}");
+        assert_eq!(vec_dot_quantized(dtype, &[], &act), Ok(0.0), "{dtype}");
     }
 }
 
@@ -500,7 +500,7 @@ fn length_mismatches_are_reported() {
     ));
     let act = quantize_activation(DType::Q8_0, &[1.0; 64]).unwrap();
     assert!(matches!(
-        vec_dot_q8(DType::Q4_1, &[0; 20], &act),
+        vec_dot_quantized(DType::Q4_1, &[0; 20], &act),
         Err(QuantError::ByteLen { .. })
     ));
 }
@@ -540,7 +540,7 @@ fn activation_of_the_wrong_kind_is_rejected() {
         (legacy.dtype(), k.dtype(), float.dtype()),
         (DType::Q8_0, DType::Q8K, DType::F32)
     );
-    let err = vec_dot_q8(DType::Q4K, &[0; 144], &legacy).unwrap_err();
+    let err = vec_dot_quantized(DType::Q4K, &[0; 144], &legacy).unwrap_err();
     assert_eq!(
         err,
         QuantError::ActivationKind {
@@ -552,10 +552,10 @@ fn activation_of_the_wrong_kind_is_rejected() {
         err.to_string(),
         "Q4_K: rows need a Q8_K activation, got Q8_0"
     );
-    assert!(vec_dot_q8(DType::Q8_0, &[0; 272], &k).is_err());
-    assert!(vec_dot_q8(DType::F16, &[0; 512], &k).is_err());
-    assert!(vec_dot_q8(DType::Q6K, &[0; 210], &float).is_err());
-    assert_eq!(vec_dot_q8(DType::F16, &[0; 512], &float), Ok(0.0));
+    assert!(vec_dot_quantized(DType::Q8_0, &[0; 272], &k).is_err());
+    assert!(vec_dot_quantized(DType::F16, &[0; 512], &k).is_err());
+    assert!(vec_dot_quantized(DType::Q6K, &[0; 210], &float).is_err());
+    assert_eq!(vec_dot_quantized(DType::F16, &[0; 512], &float), Ok(0.0));
 }
 
 #[test]
@@ -587,7 +587,7 @@ fn no_slice_lengths_panic() {
                 );
                 if let Ok(act) = &act {
                     assert_eq!(
-                        vec_dot_q8(dtype, &row, act).is_ok(),
+                        vec_dot_quantized(dtype, &row, act).is_ok(),
                         fits,
                         "{dtype} {n} {b}"
                     );

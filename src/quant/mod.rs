@@ -5,7 +5,7 @@
 //!
 //! - [`dequantize_row`]: bytes to f32, bit-identical to gguf-py's reference dequantizers.
 //! - [`vec_dot_f32`]: a row dotted with f32 values, weights dequantized exactly.
-//! - [`quantize_activation`] + [`vec_dot_q8`]: the fast path; the activation is rounded to
+//! - [`quantize_activation`] + [`vec_dot_quantized`]: the fast path; the activation is rounded to
 //!   8-bit blocks once, then each row is dotted with integer arithmetic.
 //! - [`quantize_row`]: f32 to F32/F16/BF16/Q8_0/Q4_K/Q5_K/Q6_K, as ggml's reference quantizers.
 //!
@@ -26,7 +26,7 @@ mod kquants;
 mod legacy;
 mod quantize;
 
-pub use activation::{activation_dtype, quantize_activation, vec_dot_q8, ActivationQ};
+pub use activation::{activation_dtype, quantize_activation, vec_dot_quantized, ActivationQ};
 pub use dequant::dequantize_row;
 pub use dot::vec_dot_f32;
 pub use error::QuantError;

@@ -1,6 +1,8 @@
 //! Shared test helpers: finding the oracle.
 #![allow(dead_code)] // each test binary uses its own subset
 
+pub mod cases;
+
 use std::path::PathBuf;
 
 /// The oracle directory (`HRX_ORACLE`, default `../shared/oracle` next to the crate).

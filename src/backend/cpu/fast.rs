@@ -18,8 +18,12 @@ pub fn execute(op: &Op, ins: &[In], out: &mut Out, threads: usize) -> Option<Res
 }
 
 /// Out is a plain [ne0, rows] matrix: rows ne0 apart, unit stride.
+/// (Strides past a unit axis do not matter: a dynamic axis keeps its planned stride.)
 fn out_is_matrix(out: &Out) -> bool {
-    out.nb[0] == 4 && out.nb[1] == out.ne[0] * 4 && out.nb[2] == out.nb[1] * out.ne[1] && out.nb[3] == out.nb[2] * out.ne[2]
+    out.nb[0] == 4
+        && out.nb[1] == out.ne[0] * 4
+        && (out.ne[2] == 1 || out.nb[2] == out.nb[1] * out.ne[1])
+        && (out.ne[3] == 1 || out.nb[3] == out.nb[2] * out.ne[2])
 }
 
 /// Splits `n` items into at most `threads` contiguous ranges and runs `f` on each in parallel,
@@ -107,7 +111,7 @@ impl<'a> Activation<'a> {
     fn dot(&self, dtype: DType, row: &[u8]) -> f32 {
         match self {
             Activation::F32(x) => quant::vec_dot_f32(dtype, row, x).unwrap_or(f32::NAN),
-            Activation::Quantized(q) => quant::vec_dot_q8(dtype, row, q).unwrap_or(f32::NAN),
+            Activation::Quantized(q) => quant::vec_dot_quantized(dtype, row, q).unwrap_or(f32::NAN),
         }
     }
 }

@@ -56,8 +56,6 @@ pub struct CpuExecutor {
     plans: Vec<Plan>,
     /// Per plan: its external ids mapped to indices into `storages`.
     storage_of: Vec<Vec<usize>>,
-    /// Name of each storage (buffers of one name and size are shared between plans).
-    storage_names: Vec<String>,
     storages: Vec<Storage>,
     arena: Vec<f32>,
     kernels: Kernels,
@@ -93,7 +91,7 @@ impl CpuExecutor {
         }
         let arena_bytes = plans.iter().map(|p| p.arena_bytes).max().unwrap_or(0);
         let threads = std::thread::available_parallelism().map_or(1, |n| n.get());
-        Ok(CpuExecutor { plans, storage_of, storage_names, storages, arena: vec![0.0; arena_bytes / 4], kernels, threads })
+        Ok(CpuExecutor { plans, storage_of, storages, arena: vec![0.0; arena_bytes / 4], kernels, threads })
     }
 
     pub fn plan(&self, id: PlanId) -> &Plan {
