@@ -1,0 +1,169 @@
+//! The dispatcher's rules on hand-built graphs, as the engine change in shared/seeds pinned
+//! them: a deepstack window on storage the graph does not hold is skipped and reads exactly
+//! its slice; the same window registered as a transient is refused; a real alias is elided.
+
+use super::*;
+use crate::backend::cpu::{CpuExecutor, Kernels, PlanId};
+use crate::graph::{DynAxis, Graph, NodeId};
+use crate::quant::DType;
+
+const N_EMBD: usize = 64;
+const N_TOK: usize = 8;
+const SLICES: usize = 4;
+
+/// Data that names slice, token and index.
+fn wide_value(slice: usize, token: usize, i: usize) -> f32 {
+    (slice * 100_000 + token * 100 + i) as f32
+}
+
+struct Deepstack {
+    graph: Graph,
+    window: NodeId,
+    out: NodeId,
+}
+
+/// The text model's wiring in miniature: slice 0 is an external window on the wide input, the
+/// deepstack slice a view of it `slice` slices further in, consumed by `consumer`.
+fn deepstack_graph(slice: usize, consumer: &str) -> Deepstack {
+    let mut g = Graph::new("deepstack");
+    let n = g.symbol("n_tokens", N_TOK);
+    let tokens = Some(DynAxis { axis: 1, sym: n, num: 1, den: 1 });
+    let row = N_EMBD * SLICES * 4;
+    let wide = g.external_storage("inp_wide", DType::F32, row * N_TOK, false);
+    let nb = [4, row, row * N_TOK, row * N_TOK];
+    let inp = g.external_window("inp_embd", wide, 0, [N_EMBD, N_TOK, 1, 1], nb, tokens).unwrap();
+    let zeros = g.input("zeros", DType::F32, [N_EMBD, N_TOK, 1, 1], tokens).unwrap();
+    let ones = g.input("ones", DType::F32, [N_EMBD, 1, 1, 1], None).unwrap();
+    let base = g.add(zeros, inp, "base").unwrap();
+    let window = g.view(inp, [N_EMBD, N_TOK, 1, 1], nb, slice * N_EMBD * 4, tokens, "deepstack").unwrap();
+    let out = match consumer {
+        "ADD" => g.add(zeros, window, "deepstack_add").unwrap(),
+        "MUL" => g.mul(window, ones, "deepstack_mul").unwrap(),
+        _ => g.rms_norm(window, ones, 1e-6, "deepstack_norm").unwrap(),
+    };
+    let both = g.add(base, out, "sum").unwrap();
+    g.mark_output(out);
+    g.mark_output(both);
+    Deepstack { graph: g, window, out }
+}
+
+fn run_window(d: &Deepstack, n_tok: usize) -> Vec<f32> {
+    let plan = Plan::new(d.graph.clone(), &CpuRegistry).expect("plans");
+    let mut exec = CpuExecutor::new(vec![plan], &[], Kernels::Reference).unwrap();
+    let wide = exec.f32_buffer(PlanId(0), "inp_wide").unwrap();
+    for t in 0..N_TOK {
+        for s in 0..SLICES {
+            for i in 0..N_EMBD {
+                wide[(t * SLICES + s) * N_EMBD + i] = wide_value(s, t, i);
+            }
+        }
+    }
+    exec.f32_buffer(PlanId(0), "ones").unwrap().fill(1.0);
+    exec.run(PlanId(0), &[n_tok]).unwrap();
+    exec.output(PlanId(0), d.out, &[n_tok]).unwrap().to_vec()
+}
+
+#[test]
+fn external_window_at_each_slice_is_skipped_and_reads_its_slice() {
+    for slice in 1..SLICES {
+        let d = deepstack_graph(slice, "ADD");
+        let plan = Plan::new(d.graph.clone(), &CpuRegistry).expect("the window plans");
+        assert_eq!(plan.import.class[d.window.0], Class::External);
+        assert_eq!(plan.import.miss[d.window.0], Some(AliasMiss::NoAliasSource));
+        assert_eq!(plan.placements[d.window.0], Placement::Skipped);
+        assert_eq!(plan.census().skipped, 1);
+        for n_tok in [N_TOK, 3] {
+            let got = run_window(&d, n_tok);
+            let want: Vec<f32> = (0..n_tok).flat_map(|t| (0..N_EMBD).map(move |i| wide_value(slice, t, i))).collect();
+            assert_eq!(got, want, "slice {slice}, {n_tok} tokens");
+        }
+    }
+}
+
+#[test]
+fn the_same_window_registered_as_a_transient_is_refused_with_the_message() {
+    for slice in 1..SLICES {
+        let d = deepstack_graph(slice, "ADD");
+        let registered = [d.window].into_iter().collect();
+        let err = Plan::with_registered_transients(d.graph.clone(), &CpuRegistry, &registered).expect_err("refused");
+        let w = d.window.0;
+        let offs = slice * N_EMBD * 4;
+        let row = N_EMBD * SLICES * 4;
+        let expected = format!(
+            "unsupported HRX node {w}: VIEW output={w}:f32[{N_EMBD},{N_TOK},1,1]<-VIEW inputs=[0:f32[{N_EMBD},{N_TOK},1,1]] \
+             consumers=[{}:ADD] alias=not_aliasing_input(no_alias_source) storages=out{w}/in0 nb=[4,{row},{},{}] offs={offs} inputs=1",
+            d.out.0,
+            row * N_TOK,
+            row * N_TOK
+        );
+        assert_eq!(err.0, expected);
+    }
+}
+
+#[test]
+fn a_window_feeding_other_consumers_plans_and_reads_its_slice() {
+    for consumer in ["MUL", "RMS_NORM"] {
+        let d = deepstack_graph(2, consumer);
+        let plan = Plan::new(d.graph.clone(), &CpuRegistry).expect("plans");
+        assert_eq!(plan.placements[d.window.0], Placement::Skipped, "{consumer}");
+        let got = run_window(&d, N_TOK);
+        if consumer == "MUL" {
+            assert_eq!(got[N_EMBD + 5], wide_value(2, 1, 5));
+        } else {
+            assert!(got.iter().all(|x| x.is_finite()) && got[0] != 0.0);
+        }
+    }
+}
+
+#[test]
+fn a_hand_made_alias_is_elided_and_reads_its_window() {
+    let mut g = Graph::new("alias");
+    let x = g.input("x", DType::F32, [8, 4, 1, 1], None).unwrap();
+    let ones = g.input("ones", DType::F32, [8, 4, 1, 1], None).unwrap();
+    let y = g.add(x, ones, "y").unwrap(); // transient [8, 4]
+    let row1 = g.view(y, [8, 1, 1, 1], [4, 32, 32, 32], 32, None, "row1").unwrap();
+    let flat = g.reshape(y, [32, 1, 1, 1], "flat").unwrap();
+    let out = g.add(row1, row1, "double").unwrap();
+    let sum = g.add(flat, flat, "sum").unwrap();
+    g.mark_output(out);
+    g.mark_output(sum);
+    let plan = Plan::new(g, &CpuRegistry).unwrap();
+    assert_eq!(plan.placements[row1.0], Placement::Elided);
+    assert_eq!(plan.placements[flat.0], Placement::Elided);
+    assert_eq!(plan.import.class[row1.0], Class::Alias);
+    let c = plan.census();
+    assert_eq!((c.elided, c.skipped, c.cpu_nodes), (2, 0, 3));
+    let mut exec = CpuExecutor::new(vec![plan], &[], Kernels::Fast).unwrap();
+    let xs: Vec<f32> = (0..32).map(|i| i as f32).collect();
+    exec.f32_buffer(PlanId(0), "x").unwrap().copy_from_slice(&xs);
+    exec.f32_buffer(PlanId(0), "ones").unwrap().fill(1.0);
+    exec.run(PlanId(0), &[]).unwrap();
+    let want: Vec<f32> = (8..16).map(|i| 2.0 * (i as f32 + 1.0)).collect();
+    assert_eq!(exec.output(PlanId(0), out, &[]).unwrap(), want.as_slice());
+}
+
+#[test]
+fn a_window_past_its_transient_source_is_refused() {
+    let mut g = Graph::new("oob");
+    let x = g.input("x", DType::F32, [8, 2, 1, 1], None).unwrap();
+    let y = g.add(x, x, "y").unwrap();
+    let past = g.view(y, [8, 2, 1, 1], [4, 32, 64, 64], 32, None, "past").unwrap();
+    let out = g.add(past, past, "out").unwrap();
+    g.mark_output(out);
+    let err = Plan::new(g, &CpuRegistry).expect_err("refused");
+    assert!(err.0.contains("alias=not_aliasing_input(out_of_range)"), "{}", err.0);
+}
+
+#[test]
+fn arena_reuses_bytes_of_dead_values() {
+    let mut g = Graph::new("chain");
+    let x = g.input("x", DType::F32, [256, 1, 1, 1], None).unwrap();
+    let mut v = x;
+    for i in 0..10 {
+        v = g.add(v, x, &format!("a{i}")).unwrap();
+    }
+    g.mark_output(v);
+    let plan = Plan::new(g, &CpuRegistry).unwrap();
+    // Ten 1 KiB values in a chain need only two live at a time.
+    assert_eq!(plan.arena_bytes, 2 * 1024);
+}
