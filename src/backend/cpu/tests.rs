@@ -1,0 +1,172 @@
+//! Fast kernels against reference kernels on random data and odd shapes (NMSE, as
+//! llama.cpp's test-backend-ops).
+
+use super::tensor::{Data, In, Out};
+use super::{execute, Kernels};
+use crate::graph::{Op, RopeKind};
+use crate::quant::{quantize_row, DType};
+
+struct Rng(u64);
+
+impl Rng {
+    fn f32(&mut self) -> f32 {
+        self.0 = self.0.wrapping_mul(6364136223846793005).wrapping_add(1442695040888963407);
+        ((self.0 >> 40) as f32 / (1u64 << 24) as f32) * 2.0 - 1.0
+    }
+    fn vec(&mut self, n: usize) -> Vec<f32> {
+        (0..n).map(|_| self.f32()).collect()
+    }
+}
+
+fn strides(dtype: DType, ne: [usize; 4]) -> [usize; 4] {
+    crate::graph::contiguous_strides(dtype, ne)
+}
+
+fn f32_in(data: &[f32], ne: [usize; 4]) -> In<'_> {
+    In { data: Data::F32(data), dtype: DType::F32, offset: 0, ne, nb: strides(DType::F32, ne) }
+}
+
+fn nmse(a: &[f32], b: &[f32]) -> f64 {
+    let err: f64 = a.iter().zip(b).map(|(x, y)| f64::from(x - y).powi(2)).sum();
+    let norm: f64 = b.iter().map(|y| f64::from(*y).powi(2)).sum();
+    err / norm.max(1e-30)
+}
+
+/// Runs `op` with both kernel sets and returns the NMSE between them.
+fn compare(op: &Op, ins: &[In], out_ne: [usize; 4]) -> f64 {
+    let n: usize = out_ne.iter().product();
+    let mut results = Vec::new();
+    for kernels in [Kernels::Reference, Kernels::Fast] {
+        let mut buf = vec![0f32; n];
+        let mut out = Out { data: &mut buf, offset: 0, ne: out_ne, nb: strides(DType::F32, out_ne) };
+        execute(op, ins, &mut out, kernels, 3).expect("runs");
+        results.push(buf);
+    }
+    assert!(results[1].iter().all(|x| x.is_finite()), "{} gave non-finite values", op.name());
+    nmse(&results[1], &results[0])
+}
+
+#[test]
+fn matmul_fast_matches_reference_for_every_weight_dtype_and_odd_shapes() {
+    let mut rng = Rng(1);
+    for dtype in [DType::F32, DType::F16, DType::BF16, DType::Q8_0, DType::Q4K, DType::Q5K, DType::Q6K] {
+        for &(k, n, m) in &[(256, 7, 1), (512, 33, 5), (256, 1, 3)] {
+            let w = rng.vec(k * n);
+            let row_bytes = dtype.row_bytes(k as u64).unwrap() as usize;
+            let mut wq = vec![0u8; row_bytes * n];
+            for (src, dst) in w.chunks(k).zip(wq.chunks_mut(row_bytes)) {
+                quantize_row(dtype, src, dst).unwrap();
+            }
+            let x = rng.vec(k * m);
+            let wne = [k, n, 1, 1];
+            let win = In { data: Data::Bytes(&wq), dtype, offset: 0, ne: wne, nb: strides(dtype, wne) };
+            let e = compare(&Op::MatMul, &[win, f32_in(&x, [k, m, 1, 1])], [n, m, 1, 1]);
+            assert!(e < 1e-7, "{dtype} k={k} n={n} m={m}: nmse {e:.2e}");
+        }
+    }
+}
+
+#[test]
+fn attention_and_norm_fast_match_reference() {
+    let mut rng = Rng(2);
+    for &(d, heads, kv_heads, n_q, n_kv) in &[(16, 4, 2, 5, 9), (64, 2, 2, 1, 30), (8, 6, 3, 7, 7)] {
+        let q = rng.vec(d * heads * n_q);
+        let k = rng.vec(d * kv_heads * n_kv);
+        let v = rng.vec(d * kv_heads * n_kv);
+        let slots: Vec<i32> = (0..n_q).map(|i| (n_kv - n_q + i) as i32).collect();
+        let qi = f32_in(&q, [d, heads, n_q, 1]);
+        let (ki, vi) = (f32_in(&k, [d, kv_heads, n_kv, 1]), f32_in(&v, [d, kv_heads, n_kv, 1]));
+        let si = In { data: Data::I32(&slots), dtype: DType::I32, offset: 0, ne: [n_q, 1, 1, 1], nb: [4, 4 * n_q, 4 * n_q, 4 * n_q] };
+        let op = Op::Attention { scale: 0.3 };
+        let causal = compare(&op, &[qi, ki, vi, si], [d, heads, n_q, 1]);
+        let full = compare(&op, &[qi, ki, vi], [d, heads, n_q, 1]);
+        assert!(causal < 1e-10 && full < 1e-10, "attention d={d}: {causal:.2e} {full:.2e}");
+
+        let w = rng.vec(d);
+        let e = compare(&Op::RmsNorm { eps: 1e-6 }, &[qi, f32_in(&w, [d, 1, 1, 1])], [d, heads, n_q, 1]);
+        assert!(e < 1e-10, "rms_norm d={d}: {e:.2e}");
+    }
+}
+
+fn run(op: &Op, ins: &[In], out_ne: [usize; 4]) -> Vec<f32> {
+    let mut buf = vec![0f32; out_ne.iter().product()];
+    let mut out = Out { data: &mut buf, offset: 0, ne: out_ne, nb: strides(DType::F32, out_ne) };
+    execute(op, ins, &mut out, Kernels::Fast, 2).expect("runs");
+    buf
+}
+
+#[test]
+fn elementwise_ops_broadcast_and_compute_their_formulas() {
+    let mut rng = Rng(3);
+    let x = rng.vec(16 * 3);
+    let b = rng.vec(16);
+    let (xi, bi) = (f32_in(&x, [16, 3, 1, 1]), f32_in(&b, [16, 1, 1, 1]));
+    let add = run(&Op::Add, &[xi, bi], [16, 3, 1, 1]);
+    let mul = run(&Op::Mul, &[xi, bi], [16, 3, 1, 1]);
+    let swiglu = run(&Op::SwiGlu, &[xi, xi], [16, 3, 1, 1]);
+    for i in 0..48 {
+        assert_eq!(add[i], x[i] + b[i % 16]);
+        assert_eq!(mul[i], x[i] * b[i % 16]);
+        assert!((swiglu[i] - x[i] * x[i] / (1.0 + (-x[i]).exp())).abs() < 1e-6);
+    }
+    let one = [1.0f32];
+    let gelu = |kind| run(&Op::Gelu(kind), &[f32_in(&one, [1, 1, 1, 1])], [1, 1, 1, 1])[0];
+    assert!((gelu(crate::graph::Gelu::Tanh) - 0.841_192).abs() < 1e-5);
+    assert!((gelu(crate::graph::Gelu::Erf) - 0.841_345).abs() < 1e-5);
+    let ones = vec![1f32; 16];
+    let zeros = vec![0f32; 16];
+    let ln = run(&Op::LayerNorm { eps: 0.0 }, &[xi, f32_in(&ones, [16, 1, 1, 1]), f32_in(&zeros, [16, 1, 1, 1])], [16, 3, 1, 1]);
+    for row in ln.chunks(16) {
+        let mean: f32 = row.iter().sum::<f32>() / 16.0;
+        let var: f32 = row.iter().map(|v| (v - mean).powi(2)).sum::<f32>() / 16.0;
+        assert!(mean.abs() < 1e-5 && (var - 1.0).abs() < 1e-4, "mean {mean} var {var}");
+    }
+}
+
+#[test]
+fn rope_rotates_pairs_by_position_and_leaves_position_zero_alone() {
+    let mut rng = Rng(4);
+    let (d, heads, n) = (16, 2, 3);
+    let x = rng.vec(d * heads * n);
+    let pos: Vec<i32> = vec![0, 5, 9, 0, 6, 2, 0, 7, 4]; // [n, 3]: t, h, w rows
+    let pi = In { data: Data::I32(&pos), dtype: DType::I32, offset: 0, ne: [n, 3, 1, 1], nb: [4, 4 * n, 12 * n, 12 * n] };
+    for kind in [RopeKind::MropeInterleaved { sections: [2, 1, 1] }, RopeKind::Axial2d] {
+        let op = Op::Rope { kind, theta: 1e4, n_dims: d };
+        let y = run(&op, &[f32_in(&x, [d, heads, n, 1]), pi], [d, heads, n, 1]);
+        for h in 0..heads {
+            for t in 0..n {
+                let base = (t * heads + h) * d;
+                for j in 0..d / 2 {
+                    let (a, b) = (x[base + j], x[base + j + d / 2]);
+                    let (c, e) = (y[base + j], y[base + j + d / 2]);
+                    assert!(((a * a + b * b).sqrt() - (c * c + e * e).sqrt()).abs() < 1e-5, "pair norm");
+                    if t == 0 {
+                        assert!((a - c).abs() < 1e-6 && (b - e).abs() < 1e-6, "position 0 is the identity");
+                    }
+                }
+            }
+        }
+    }
+}
+
+#[test]
+fn erf_is_accurate() {
+    // Values of erf from tables.
+    for (x, want) in [(0.0, 0.0), (0.5, 0.520_499_877_8), (1.0, 0.842_700_792_9), (-2.0, -0.995_322_265_0), (3.5, 0.999_999_256_9)] {
+        assert!((super::reference::erf(x) - want).abs() < 2e-7, "erf({x})");
+    }
+}
+
+#[test]
+fn out_of_range_ids_are_errors_not_panics() {
+    let table = vec![0f32; 8 * 4];
+    let ids = [0i32, 4];
+    let ti = f32_in(&table, [8, 4, 1, 1]);
+    let ii = In { data: Data::I32(&ids), dtype: DType::I32, offset: 0, ne: [2, 1, 1, 1], nb: [4, 8, 8, 8] };
+    let mut buf = vec![0f32; 16];
+    for kernels in [Kernels::Reference, Kernels::Fast] {
+        let mut out = Out { data: &mut buf, offset: 0, ne: [8, 2, 1, 1], nb: [4, 32, 64, 64] };
+        let err = execute(&Op::GetRows, &[ti, ii], &mut out, kernels, 2).expect_err("id 4 of 4 rows");
+        assert!(err.0.contains("out of range"), "{}", err.0);
+    }
+}
