@@ -41,6 +41,18 @@ impl<'a> Meta<'a> {
         self.size(name, max)
     }
 
+    /// A count that may be 0 or absent (absent = 0).
+    pub fn count_or_zero(&self, name: &str, max: usize) -> Result<usize, ModelError> {
+        let key = self.key(name);
+        match self.file.get(&key) {
+            None => Ok(0),
+            Some(v) => match v.as_u64() {
+                Some(n) if n <= max as u64 => Ok(n as usize),
+                _ => Err(self.error(format!("key {key:?}"), format!("{v} is not a count in 0..={max}"))),
+            },
+        }
+    }
+
     /// A finite positive float.
     pub fn positive(&self, name: &str) -> Result<f32, ModelError> {
         let key = self.key(name);

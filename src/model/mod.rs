@@ -3,6 +3,7 @@
 mod error;
 mod meta;
 pub mod text;
+pub mod synth;
 mod text_params;
 
 pub use error::ModelError;

@@ -63,10 +63,7 @@ impl TextParams {
                 ))
             }
         };
-        let n_deepstack = match file.get(&format!("{ARCH}.n_deepstack_layers")) {
-            None => 0,
-            Some(_) => meta.size("n_deepstack_layers", 64)?,
-        };
+        let n_deepstack = meta.count_or_zero("n_deepstack_layers", 64)?;
         let n_ctx_train = meta.size_or("context_length", 1 << 24, 4096)?;
 
         let embd = file.tensor("token_embd.weight").ok_or_else(|| meta.error("tensor \"token_embd.weight\"".into(), "missing"))?;

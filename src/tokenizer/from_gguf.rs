@@ -37,9 +37,21 @@ impl Tokenizer {
                 }
             }
         }
+        // Like llama.cpp, also end at control tokens whose text says so (Qwen's generation
+        // config lists <|endoftext|> beside <|im_end|>; the GGUF has one EOS id).
+        for text in EOG_TEXTS {
+            if let Some(id) = tokenizer.token_id(text).filter(|&id| tokenizer.is_control(id)) {
+                if !tokenizer.eog.contains(&id) {
+                    tokenizer.eog.push(id);
+                }
+            }
+        }
         Ok(tokenizer)
     }
 }
+
+/// Control tokens that end a generation wherever they appear.
+const EOG_TEXTS: [&str; 2] = ["<|endoftext|>", "<|im_end|>"];
 
 fn get<'f>(file: &'f GgufFile, key: &'static str) -> Result<&'f Value, TokenizerError> {
     file.get(key).ok_or(TokenizerError::MissingKey(key))

@@ -53,6 +53,13 @@ pub struct Tokenizer {
     nfc: bool,
 }
 
+/// The 256 single-byte tokens of the byte-level alphabet, in byte order (the smallest
+/// vocabulary a byte-level BPE tokenizer can have; `hrx synth` builds on it).
+pub fn byte_tokens() -> Vec<String> {
+    let alphabet = ByteAlphabet::new();
+    (0..=255u8).map(|b| alphabet.char_of(b).to_string()).collect()
+}
+
 impl Tokenizer {
     /// A tokenizer from the GGUF vocabulary: `tokens` (byte-level strings), their
     /// `token_types` (1 normal, 3 control, 4 user-defined, ...), `merges` ("left right", best

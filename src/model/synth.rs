@@ -1,0 +1,209 @@
+//! Random-weight Qwen3-VL text models of any shape, written as GGUF files the loader reads
+//! like llama.cpp's: for tests of shapes the oracle lacks and for benchmarks (the 2B shape
+//! in Q4_K_M) where real weights are not at hand.
+
+use super::text_params::ARCH;
+use crate::gguf::{GgufFile, GgufWriter, Value, ValueType};
+use crate::quant::{quantize_row, DType};
+use crate::tokenizer::byte_tokens;
+
+/// Shape and format of a synthetic text model.
+#[derive(Clone, Debug, PartialEq)]
+pub struct TextSpec {
+    pub n_layer: usize,
+    pub n_embd: usize,
+    pub n_ff: usize,
+    pub n_head: usize,
+    pub n_head_kv: usize,
+    pub head_dim: usize,
+    /// Ignored when the vocabulary is copied from another file.
+    pub n_vocab: usize,
+    pub n_deepstack: usize,
+    pub rope_sections: [usize; 3],
+    pub weights: WeightFormat,
+    pub tied_output: bool,
+    pub seed: u64,
+}
+
+/// How 2-D weights are stored.
+#[derive(Clone, Copy, Debug, PartialEq, Eq)]
+pub enum WeightFormat {
+    F16,
+    Q8_0,
+    /// llama.cpp's Q4_K_M mix: Q4_K, with Q6_K for the embedding/output and for attn_v and
+    /// ffn_down in the layers llama-quantize gives more bits.
+    Q4KM,
+}
+
+impl TextSpec {
+    /// Qwen3-VL-2B-Instruct's text decoder.
+    pub fn qwen3vl_2b() -> TextSpec {
+        TextSpec {
+            n_layer: 28,
+            n_embd: 2048,
+            n_ff: 6144,
+            n_head: 16,
+            n_head_kv: 8,
+            head_dim: 128,
+            n_vocab: 151_936,
+            n_deepstack: 3,
+            rope_sections: [24, 20, 20],
+            weights: WeightFormat::Q4KM,
+            tied_output: true,
+            seed: 1,
+        }
+    }
+
+    fn dtype_of(&self, name: &str, layer: Option<usize>) -> DType {
+        match self.weights {
+            WeightFormat::F16 => DType::F16,
+            WeightFormat::Q8_0 => DType::Q8_0,
+            WeightFormat::Q4KM => {
+                let more_bits = |i: usize| {
+                    let n = self.n_layer;
+                    i < n / 8 || i >= 7 * n / 8 || (i >= n / 8 && (i - n / 8) % 3 == 2)
+                };
+                let big = name == "token_embd" || name == "output";
+                let mixed = matches!(name, "attn_v" | "ffn_down") && layer.is_some_and(more_bits);
+                if big || mixed {
+                    DType::Q6K
+                } else {
+                    DType::Q4K
+                }
+            }
+        }
+    }
+}
+
+/// Box-Muller normal samples from a splitmix64 stream.
+struct Normal(u64);
+
+impl Normal {
+    fn uniform(&mut self) -> f64 {
+        self.0 = self.0.wrapping_add(0x9E37_79B9_7F4A_7C15);
+        let mut z = self.0;
+        z = (z ^ (z >> 30)).wrapping_mul(0xBF58_476D_1CE4_E5B9);
+        z = (z ^ (z >> 27)).wrapping_mul(0x94D0_49BB_1331_11EB);
+        ((z ^ (z >> 31)) >> 11) as f64 / (1u64 << 53) as f64
+    }
+
+    fn sample(&mut self, std: f64) -> f32 {
+        let (u, v) = (self.uniform().max(1e-300), self.uniform());
+        ((-2.0 * u.ln()).sqrt() * (2.0 * std::f64::consts::PI * v).cos() * std) as f32
+    }
+}
+
+struct Writer {
+    w: GgufWriter,
+    rng: Normal,
+}
+
+impl Writer {
+    /// A [cols, rows] matrix (ggml order) with N(0, std) values, stored as `dtype`.
+    fn matrix(&mut self, name: &str, dtype: DType, cols: usize, rows: usize, std: f64) -> Result<(), String> {
+        let row_bytes = dtype.row_bytes(cols as u64).ok_or_else(|| format!("{name}: {cols} is not whole {dtype} blocks"))? as usize;
+        let mut data = vec![0u8; row_bytes * rows];
+        let mut values = vec![0f32; cols];
+        for dst in data.chunks_mut(row_bytes) {
+            values.iter_mut().for_each(|v| *v = self.rng.sample(std));
+            quantize_row(dtype, &values, dst).map_err(|e| format!("{name}: {e}"))?;
+        }
+        self.w.add_tensor(name, dtype, &[cols as u64, rows as u64], data).map_err(|e| e.to_string())
+    }
+
+    /// A norm weight: 1 + N(0, 0.1), f32.
+    fn norm(&mut self, name: &str, n: usize) -> Result<(), String> {
+        let data: Vec<u8> = (0..n).flat_map(|_| (1.0 + self.rng.sample(0.1)).to_le_bytes()).collect();
+        self.w.add_tensor(name, DType::F32, &[n as u64], data).map_err(|e| e.to_string())
+    }
+
+    fn u32(&mut self, key: &str, v: usize) {
+        self.w.set(&format!("{ARCH}.{key}"), Value::U32(v as u32));
+    }
+}
+
+/// Tokenizer metadata: copied from `vocab` when given, else the 256 byte tokens plus Qwen's
+/// chat tokens, padded with unused tokens to `n_vocab`.
+fn tokenizer_metadata(w: &mut GgufWriter, vocab: Option<&GgufFile>, n_vocab: usize) -> Result<usize, String> {
+    if let Some(file) = vocab {
+        let tokens = file.get("tokenizer.ggml.tokens").and_then(Value::as_array).ok_or("the vocabulary file has no tokenizer.ggml.tokens")?;
+        let n = tokens.len();
+        for (key, value) in file.metadata() {
+            if key.starts_with("tokenizer.") {
+                w.set(key, value.clone());
+            }
+        }
+        return Ok(n);
+    }
+    let mut tokens = byte_tokens();
+    let mut types = vec![1i32; tokens.len()];
+    for special in ["<|endoftext|>", "<|im_start|>", "<|im_end|>", "<|vision_start|>", "<|vision_end|>", "<|image_pad|>"] {
+        tokens.push(special.to_owned());
+        types.push(3);
+    }
+    if n_vocab < tokens.len() {
+        return Err(format!("a vocabulary of {n_vocab} is smaller than the {} built-in tokens", tokens.len()));
+    }
+    while tokens.len() < n_vocab {
+        types.push(5);
+        tokens.push(format!("[PAD{}]", tokens.len()));
+    }
+    let strings = |v: Vec<String>| Value::Array(ValueType::String, v.into_iter().map(Value::String).collect());
+    w.set("tokenizer.ggml.model", Value::String("gpt2".into()));
+    w.set("tokenizer.ggml.pre", Value::String("qwen2".into()));
+    w.set("tokenizer.ggml.tokens", strings(tokens));
+    w.set("tokenizer.ggml.token_type", Value::Array(ValueType::I32, types.into_iter().map(Value::I32).collect()));
+    w.set("tokenizer.ggml.merges", strings(Vec::new()));
+    w.set("tokenizer.ggml.eos_token_id", Value::U32(258));
+    w.set("tokenizer.ggml.bos_token_id", Value::U32(256));
+    Ok(n_vocab)
+}
+
+/// The GGUF image of a random text model of `spec`'s shape.
+pub fn text_model(spec: &TextSpec, vocab: Option<&GgufFile>) -> Result<Vec<u8>, String> {
+    let s = spec;
+    if s.n_head % s.n_head_kv != 0 || s.head_dim % 4 != 0 || s.rope_sections.iter().sum::<usize>() > s.head_dim / 2 {
+        return Err(format!("inconsistent attention shape: {} heads, {} kv heads, head_dim {}, sections {:?}", s.n_head, s.n_head_kv, s.head_dim, s.rope_sections));
+    }
+    let mut w = Writer { w: GgufWriter::new(), rng: Normal(spec.seed) };
+    w.w.set("general.architecture", Value::String(ARCH.into()));
+    w.w.set("general.name", Value::String("hrx-synth".into()));
+    let n_vocab = tokenizer_metadata(&mut w.w, vocab, s.n_vocab)?;
+    w.u32("block_count", s.n_layer);
+    w.u32("context_length", 262_144);
+    w.u32("embedding_length", s.n_embd);
+    w.u32("feed_forward_length", s.n_ff);
+    w.u32("attention.head_count", s.n_head);
+    w.u32("attention.head_count_kv", s.n_head_kv);
+    w.u32("attention.key_length", s.head_dim);
+    w.u32("attention.value_length", s.head_dim);
+    w.u32("n_deepstack_layers", s.n_deepstack);
+    w.w.set(&format!("{ARCH}.rope.freq_base"), Value::F32(5e6));
+    w.w.set(&format!("{ARCH}.attention.layer_norm_rms_epsilon"), Value::F32(1e-6));
+    let sections = [s.rope_sections[0], s.rope_sections[1], s.rope_sections[2], 0];
+    w.w.set(&format!("{ARCH}.rope.dimension_sections"), Value::Array(ValueType::I32, sections.iter().map(|&x| Value::I32(x as i32)).collect()));
+
+    let (e, q, kv) = (s.n_embd, s.n_head * s.head_dim, s.n_head_kv * s.head_dim);
+    w.matrix("token_embd.weight", s.dtype_of("token_embd", None), e, n_vocab, 0.02)?;
+    if !s.tied_output {
+        w.matrix("output.weight", s.dtype_of("output", None), e, n_vocab, 0.02)?;
+    }
+    w.norm("output_norm.weight", e)?;
+    let fan = |n: usize| 1.0 / (n as f64).sqrt();
+    for il in 0..s.n_layer {
+        let name = |t: &str| format!("blk.{il}.{t}.weight");
+        let l = Some(il);
+        w.norm(&name("attn_norm"), e)?;
+        w.matrix(&name("attn_q"), s.dtype_of("attn_q", l), e, q, fan(e))?;
+        w.matrix(&name("attn_k"), s.dtype_of("attn_k", l), e, kv, fan(e))?;
+        w.matrix(&name("attn_v"), s.dtype_of("attn_v", l), e, kv, fan(e))?;
+        w.matrix(&name("attn_output"), s.dtype_of("attn_output", l), q, e, fan(q))?;
+        w.norm(&name("attn_q_norm"), s.head_dim)?;
+        w.norm(&name("attn_k_norm"), s.head_dim)?;
+        w.norm(&name("ffn_norm"), e)?;
+        w.matrix(&name("ffn_gate"), s.dtype_of("ffn_gate", l), e, s.n_ff, fan(e))?;
+        w.matrix(&name("ffn_up"), s.dtype_of("ffn_up", l), e, s.n_ff, fan(e))?;
+        w.matrix(&name("ffn_down"), s.dtype_of("ffn_down", l), s.n_ff, e, fan(s.n_ff))?;
+    }
+    Ok(w.w.to_bytes())
+}
