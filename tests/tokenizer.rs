@@ -148,14 +148,14 @@ fn metadata_special_tokens_and_added_tokens() {
     assert_eq!(tok.n_vocab(), 151936);
     assert_eq!(
         format!("{tok:?}"),
-        "Tokenizer { n_vocab: 151936, bos: Some(151643), eos: Some(151645), eog: [151645], nfc: true, .. }"
+        "Tokenizer { n_vocab: 151936, bos: Some(151643), eos: Some(151645), eog: [151645, 151643], nfc: true, .. }"
     );
     assert_eq!((tok.bos(), tok.eos()), (Some(151643), Some(151645)));
     assert_eq!(tok.token_id("<|im_end|>"), Some(151645));
     assert_eq!(tok.token_id("Ġworld"), Some(1879));
     assert_eq!(tok.token_str(1879), Ok("Ġworld"));
     assert_eq!(tok.token_to_bytes(1879), Ok(&b" world"[..]));
-    assert!(tok.is_eog(151645) && !tok.is_eog(1879));
+    assert!(tok.is_eog(151645) && tok.is_eog(151643) && !tok.is_eog(1879)); // <|endoftext|> too, by its text
     assert!(tok.is_control(151644) && !tok.is_control(151667) && !tok.is_control(1879)); // <think> is user-defined
     // Unused padding rows of the vocabulary decode to nothing, as in HF and llama.cpp.
     assert_eq!(tok.token_str(151724), Ok("[PAD151724]"));
