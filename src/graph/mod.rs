@@ -285,6 +285,17 @@ impl Graph {
         Ok(self.push(Op::Permute { axes }, vec![input], value, name))
     }
 
+    /// Axes 0 and 1 swapped.
+    pub fn transpose(&mut self, input: NodeId, name: &str) -> Result<NodeId> {
+        let mut value = self.value(input).clone();
+        value.ne.swap(0, 1);
+        value.nb.swap(0, 1);
+        value.dyn_axis = value.dyn_axis.map(|d| DynAxis { axis: [1, 0, 2, 3][d.axis], ..d });
+        value.external = None;
+        value.view_offset = 0;
+        Ok(self.push(Op::Transpose, vec![input], value, name))
+    }
+
     // ---- compute ops ----
 
     fn f32_out(&mut self, op: Op, inputs: Vec<NodeId>, ne: [usize; 4], dyn_axis: Option<DynAxis>, name: &str) -> NodeId {

@@ -19,12 +19,15 @@ pub struct TextOptions {
     pub n_ctx: usize,
     /// Tokens per prefill call.
     pub chunk: usize,
+    /// Positions per prefill call whose logits can be asked for (the arena holds
+    /// n_vocab floats for each: 0.6 MB per position for Qwen's vocabulary).
+    pub max_outputs: usize,
     pub kernels: Kernels,
 }
 
 impl Default for TextOptions {
     fn default() -> Self {
-        TextOptions { n_ctx: 4096, chunk: 256, kernels: Kernels::from_env() }
+        TextOptions { n_ctx: 4096, chunk: 256, max_outputs: 1, kernels: Kernels::from_env() }
     }
 }
 
@@ -54,7 +57,7 @@ pub fn plan_text(params: &TextParams, options: &TextOptions) -> Result<Vec<Plan>
 }
 
 fn build_graphs(params: &TextParams, options: &TextOptions) -> Result<(TextGraph, TextGraph), RuntimeError> {
-    let prefill = text::build(params, TextShape { max_tokens: options.chunk, max_outputs: options.chunk, n_ctx: options.n_ctx })?;
+    let prefill = text::build(params, TextShape { max_tokens: options.chunk, max_outputs: options.max_outputs.clamp(1, options.chunk), n_ctx: options.n_ctx })?;
     let decode = text::build(params, TextShape { max_tokens: 1, max_outputs: 1, n_ctx: options.n_ctx })?;
     Ok((prefill, decode))
 }
@@ -91,8 +94,9 @@ impl TextModel {
         let (plan, graph) = if n == 1 { (&self.decode.0, &self.decode.1) } else { (&self.prefill.0, &self.prefill.1) };
         let (plan, logits_node) = (*plan, graph.logits);
         let max = if n == 1 { 1 } else { self.options.chunk };
-        if n > max || outputs.len() > max {
-            return Err(RuntimeError::Usage(format!("forward: {n} tokens exceed the chunk of {max}")));
+        let max_outputs = if n == 1 { 1 } else { self.options.max_outputs.clamp(1, max) };
+        if n > max || outputs.len() > max_outputs {
+            return Err(RuntimeError::Usage(format!("forward: {n} tokens ({} outputs) exceed the plan's {max} ({max_outputs})", outputs.len())));
         }
         let width = self.params.wide_width();
         let n_embd = self.params.n_embd;

@@ -1,0 +1,77 @@
+//! The command line as users meet it: plans of the oracle models, errors for bad input.
+
+mod common;
+
+use std::process::{Command, Output};
+use tinyjson::JsonValue;
+
+fn hrx(args: &[&str]) -> Output {
+    Command::new(env!("CARGO_BIN_EXE_hrx")).args(args).output().expect("run hrx")
+}
+
+fn stderr(o: &Output) -> String {
+    String::from_utf8_lossy(&o.stderr).into_owned()
+}
+
+#[test]
+fn plan_of_the_oracle_models_has_no_refusals_and_skips_the_deepstack_windows() {
+    let Some(oracle) = common::oracle() else { return };
+    for (model, deepstack_used, layers) in [("tiny/qwen3vl-tiny-F16.gguf", 2.0, 2.0), ("small/qwen3vl-small-Q4_K_M.gguf", 3.0, 4.0)] {
+        let path = oracle.join("models").join(model);
+        let out = hrx(&["plan", "-m", path.to_str().unwrap(), "--json"]);
+        assert!(out.status.success(), "{}", stderr(&out));
+        let json: JsonValue = String::from_utf8(out.stdout).unwrap().parse().unwrap();
+        let graphs: &Vec<JsonValue> = json["graphs"].get().unwrap();
+        assert_eq!(graphs.len(), 2);
+        for g in graphs {
+            let num = |k: &str| *g[k].get::<f64>().unwrap();
+            assert_eq!(num("refused"), 0.0);
+            // Each deepstack slice and each layer's K and V cache views: windows on storage the
+            // graph does not hold.
+            assert_eq!(num("skipped"), deepstack_used + 2.0 * layers, "{model}");
+            assert_eq!(num("cpu_nodes") + num("gpu_nodes"), num("nodes") - num("elided") - num("skipped") - num("bound"));
+        }
+    }
+}
+
+#[test]
+fn bad_input_gives_one_line_errors_and_exit_codes() {
+    let out = hrx(&["generate", "-m", "/nonexistent.gguf", "-p", "hi"]);
+    assert_eq!(out.status.code(), Some(1));
+    assert!(stderr(&out).contains("/nonexistent.gguf"), "{}", stderr(&out));
+    let out = hrx(&["generate", "--bogus"]);
+    assert_eq!(out.status.code(), Some(2));
+    assert!(stderr(&out).contains("unknown option --bogus") || stderr(&out).contains("needs -m"), "{}", stderr(&out));
+    let out = hrx(&["frobnicate"]);
+    assert_eq!(out.status.code(), Some(2));
+    let out = hrx(&["inspect", "Cargo.toml"]);
+    assert_eq!(out.status.code(), Some(1));
+    assert!(stderr(&out).contains("not a GGUF file"), "{}", stderr(&out));
+}
+
+#[test]
+fn generate_rejects_bad_prompt_ids_and_settings() {
+    let Some(oracle) = common::oracle() else { return };
+    let model = oracle.join("models/tiny/qwen3vl-tiny-F16.gguf");
+    let m = model.to_str().unwrap();
+    let out = hrx(&["generate", "-m", m, "--prompt-ids", "1,999999999", "-n", "1"]);
+    assert_eq!(out.status.code(), Some(1));
+    assert!(stderr(&out).contains("outside the vocabulary"), "{}", stderr(&out));
+    let out = hrx(&["generate", "-m", m, "--prompt-ids", "1,x"]);
+    assert_eq!(out.status.code(), Some(2));
+    let out = hrx(&["generate", "-m", m, "-p", "hi", "--top-p", "0"]);
+    assert_eq!(out.status.code(), Some(2));
+    let out = hrx(&["generate", "-m", m, "-p", "hi", "--ctx", "4", "-n", "4"]);
+    assert_eq!(out.status.code(), Some(1));
+    assert!(stderr(&out).contains("context"), "{}", stderr(&out));
+}
+
+#[test]
+fn every_command_has_help() {
+    for cmd in ["generate", "plan", "inspect", "tokenize"] {
+        let out = hrx(&[cmd, "--help"]);
+        assert!(out.status.success());
+        let text = String::from_utf8(out.stdout).unwrap();
+        assert!(text.contains("usage: hrx") && text.contains("example"), "{cmd}");
+    }
+}
