@@ -4,6 +4,7 @@ pub mod args;
 mod generate;
 mod inspect;
 mod plan;
+mod synth;
 mod tokenize;
 
 use crate::gguf::GgufError;
@@ -19,7 +20,7 @@ pub struct Command {
     pub run: fn(Args, &mut dyn Write) -> Result<(), CliError>,
 }
 
-const COMMANDS: &[Command] = &[generate::COMMAND, plan::COMMAND, inspect::COMMAND, tokenize::COMMAND];
+const COMMANDS: &[Command] = &[generate::COMMAND, plan::COMMAND, inspect::COMMAND, tokenize::COMMAND, synth::COMMAND];
 
 const MAIN_HELP: &str = "\
 hrx: describe images with Qwen3-VL on the GPU of small edge boxes
