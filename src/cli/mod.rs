@@ -1,6 +1,7 @@
 //! The command line: one module per subcommand, each with its own `--help`.
 
 pub mod args;
+mod bench;
 mod generate;
 mod inspect;
 mod plan;
@@ -20,7 +21,7 @@ pub struct Command {
     pub run: fn(Args, &mut dyn Write) -> Result<(), CliError>,
 }
 
-const COMMANDS: &[Command] = &[generate::COMMAND, plan::COMMAND, inspect::COMMAND, tokenize::COMMAND, synth::COMMAND];
+const COMMANDS: &[Command] = &[generate::COMMAND, plan::COMMAND, inspect::COMMAND, tokenize::COMMAND, synth::COMMAND, bench::COMMAND];
 
 const MAIN_HELP: &str = "\
 hrx: describe images with Qwen3-VL on the GPU of small edge boxes

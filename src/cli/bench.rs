@@ -1,0 +1,120 @@
+//! `hrx bench`: prompt processing and generation speed, cold start and peak memory.
+
+use super::{CliError, Command};
+use crate::cli::args::Args;
+use crate::json::Json;
+use crate::runtime::session::{PromptPiece, Session};
+use crate::runtime::text_model::{TextModel, TextOptions, TokenInput};
+use std::io::Write;
+use std::path::Path;
+use std::time::Instant;
+
+pub const HELP: &str = "\
+hrx bench: measure speed and memory
+
+usage: hrx bench -m MODEL.gguf [-p N] [-n N] [-r N] [--threads N] [--json]
+
+Measures, like llama-bench: cold start (open the file, build and plan the graphs,
+bind the weights), prompt processing (pp: a prompt of N tokens in one go, tokens/s),
+token generation (tg: N tokens one at a time after a short prompt, tokens/s), and
+the process's peak resident memory. Each test runs -r times; the mean and standard
+deviation are printed. Token ids are fixed pseudo-random ids, so any model works.
+
+  -m, --model FILE   the text model GGUF
+  -p N               prompt length for pp (default 512)
+  -n N               tokens for tg (default 128)
+  -r N               repetitions (default 3)
+  --threads N        CPU threads (default: all cores)
+  --json             one JSON object with every number
+
+environment: HRX_KERNELS=reference benchmarks the reference kernels.
+
+example: hrx bench -m Qwen3-VL-2B-Instruct-Q4_K_M.gguf -p 512 -n 128 --json";
+
+pub const COMMAND: Command = Command { name: "bench", summary: "measure prompt/generation speed, start-up and memory", help: HELP, run };
+
+fn mean_sd(xs: &[f64]) -> (f64, f64) {
+    let n = xs.len().max(1) as f64;
+    let mean = xs.iter().sum::<f64>() / n;
+    let var = xs.iter().map(|x| (x - mean).powi(2)).sum::<f64>() / n;
+    (mean, var.sqrt())
+}
+
+/// Peak resident set size in bytes (Linux), if known.
+fn peak_rss_bytes() -> Option<u64> {
+    let status = std::fs::read_to_string("/proc/self/status").ok()?;
+    let line = status.lines().find(|l| l.starts_with("VmHWM:"))?;
+    let kb: u64 = line.split_whitespace().nth(1)?.parse().ok()?;
+    Some(kb * 1024)
+}
+
+fn run(mut args: Args, out: &mut dyn Write) -> Result<(), CliError> {
+    let model_path = args.value(&["-m", "--model"])?.ok_or_else(|| CliError::usage("bench needs -m MODEL.gguf"))?;
+    let n_prompt: usize = args.parsed(&["-p"])?.unwrap_or(512);
+    let n_gen: usize = args.parsed(&["-n"])?.unwrap_or(128);
+    let reps: usize = args.parsed(&["-r"])?.unwrap_or(3);
+    let threads: Option<usize> = args.parsed(&["--threads"])?;
+    let json = args.flag(&["--json"]);
+    if !args.finish()?.is_empty() {
+        return Err(CliError::usage("bench takes no positional arguments"));
+    }
+    if n_prompt == 0 || n_gen == 0 || reps == 0 {
+        return Err(CliError::usage("-p, -n and -r must be at least 1"));
+    }
+    let options = TextOptions { n_ctx: n_prompt.max(n_gen + 8) + 8, chunk: n_prompt.min(512), ..TextOptions::default() };
+    let t0 = Instant::now();
+    let mut model = TextModel::load(Path::new(&model_path), options).map_err(|e| CliError::Failed(e.to_string()))?;
+    let cold_start = t0.elapsed().as_secs_f64();
+    if let Some(n) = threads {
+        model.set_threads(n);
+    }
+    let n_vocab = model.params.n_vocab as u64;
+    let ids: Vec<u32> = (0..n_prompt as u64).map(|i| ((i * 2_654_435_761 + 11) % n_vocab) as u32).collect();
+    let failed = |e: crate::runtime::RuntimeError| CliError::Failed(e.to_string());
+
+    let mut pp = Vec::new();
+    let mut tg = Vec::new();
+    for _ in 0..reps {
+        let pieces: Vec<PromptPiece> = ids.iter().map(|&t| PromptPiece::Token(t)).collect();
+        let t = Instant::now();
+        Session::new().feed(&mut model, &pieces).map_err(failed)?;
+        pp.push(n_prompt as f64 / t.elapsed().as_secs_f64());
+
+        let mut session = Session::new();
+        session.feed(&mut model, &[PromptPiece::Token(ids[0])]).map_err(failed)?;
+        let t = Instant::now();
+        for i in 0..n_gen {
+            let pos = session.next_position;
+            model.forward(&[TokenInput::Text(ids[i % ids.len()])], &[[pos; 3]], session.n_past, &[0]).map_err(failed)?;
+            session.n_past += 1;
+            session.next_position += 1;
+        }
+        tg.push(n_gen as f64 / t.elapsed().as_secs_f64());
+    }
+    let ((pp_mean, pp_sd), (tg_mean, tg_sd)) = (mean_sd(&pp), mean_sd(&tg));
+    let peak = peak_rss_bytes();
+    let weights: u64 = model.file.tensors().iter().map(|t| t.n_bytes).sum();
+    if json {
+        let j = Json::obj([
+            ("model", Json::str(&model_path)),
+            ("backend", Json::str("cpu")),
+            ("kernels", Json::str(format!("{:?}", model.options.kernels).to_lowercase())),
+            ("threads", threads.map_or(Json::Null, |t| Json::Int(t as i128))),
+            ("weight_bytes", Json::Int(weights.into())),
+            ("cold_start_seconds", Json::Num(cold_start)),
+            ("pp", Json::obj([("tokens", Json::Int(n_prompt as i128)), ("tokens_per_second", Json::Num(pp_mean)), ("sd", Json::Num(pp_sd))])),
+            ("tg", Json::obj([("tokens", Json::Int(n_gen as i128)), ("tokens_per_second", Json::Num(tg_mean)), ("sd", Json::Num(tg_sd))])),
+            ("peak_rss_bytes", peak.map_or(Json::Null, |p| Json::Int(p.into()))),
+        ]);
+        writeln!(out, "{}", j.to_string_compact())?;
+    } else {
+        writeln!(out, "model: {model_path} ({:.1} MiB of weights), backend cpu, {:?} kernels", weights as f64 / 1048576.0, model.options.kernels)?;
+        writeln!(out, "cold start: {:.3} s", cold_start)?;
+        writeln!(out, "pp{n_prompt}: {pp_mean:.1} ± {pp_sd:.1} tokens/s")?;
+        writeln!(out, "tg{n_gen}: {tg_mean:.2} ± {tg_sd:.2} tokens/s")?;
+        if let Some(p) = peak {
+            writeln!(out, "peak memory: {:.1} MiB", p as f64 / 1048576.0)?;
+        }
+    }
+    Ok(())
+}
