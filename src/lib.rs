@@ -15,3 +15,4 @@ pub mod graph;
 pub mod hrx;
 pub mod model;
 pub mod runtime;
+pub mod catalog;

@@ -68,10 +68,25 @@ fn generate_rejects_bad_prompt_ids_and_settings() {
 
 #[test]
 fn every_command_has_help() {
-    for cmd in ["generate", "plan", "inspect", "tokenize", "synth"] {
+    for cmd in ["generate", "plan", "inspect", "tokenize", "synth", "bench", "models"] {
         let out = hrx(&[cmd, "--help"]);
         assert!(out.status.success());
         let text = String::from_utf8(out.stdout).unwrap();
         assert!(text.contains("usage: hrx") && text.contains("example"), "{cmd}");
     }
+}
+
+#[test]
+fn models_finds_files_in_hrx_models() {
+    let dir = std::env::temp_dir().join(format!("hrx-models-{}", std::process::id()));
+    std::fs::create_dir_all(&dir).unwrap();
+    std::fs::write(dir.join("Qwen3VL-2B-Instruct-Q4_K_M.gguf"), b"x").unwrap();
+    let out = Command::new(env!("CARGO_BIN_EXE_hrx")).args(["models", "--json", "--verify"]).env("HRX_MODELS", &dir).output().unwrap();
+    assert!(out.status.success(), "{}", stderr(&out));
+    let json: JsonValue = String::from_utf8(out.stdout).unwrap().parse().unwrap();
+    let models: &Vec<JsonValue> = json["models"].get().unwrap();
+    let two_b = &models[0];
+    assert_eq!(two_b["model_state"].get::<String>().unwrap(), "present (no sha256 recorded)");
+    assert_eq!(two_b["mmproj_state"].get::<String>().unwrap(), "missing");
+    std::fs::remove_dir_all(&dir).unwrap();
 }

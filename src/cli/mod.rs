@@ -4,6 +4,7 @@ pub mod args;
 mod bench;
 mod generate;
 mod inspect;
+mod models;
 mod plan;
 mod synth;
 mod tokenize;
@@ -21,7 +22,7 @@ pub struct Command {
     pub run: fn(Args, &mut dyn Write) -> Result<(), CliError>,
 }
 
-const COMMANDS: &[Command] = &[generate::COMMAND, plan::COMMAND, inspect::COMMAND, tokenize::COMMAND, synth::COMMAND, bench::COMMAND];
+const COMMANDS: &[Command] = &[generate::COMMAND, plan::COMMAND, inspect::COMMAND, tokenize::COMMAND, synth::COMMAND, bench::COMMAND, models::COMMAND];
 
 const MAIN_HELP: &str = "\
 hrx: describe images with Qwen3-VL on the GPU of small edge boxes
