@@ -34,9 +34,10 @@ fn read_orientation(tiff: &[u8]) -> Option<u16> {
     let entries = usize::from(u16_at(ifd0)?);
     (0..entries).find_map(|i| {
         let entry = ifd0.checked_add(2)?.checked_add(i.checked_mul(12)?)?;
+        let field = |offset: usize| entry.checked_add(offset);
         // A SHORT with count 1 is stored left-justified in the 4-byte value field.
-        (u16_at(entry)? == TAG_ORIENTATION && u16_at(entry + 2)? == TYPE_SHORT && u32_at(entry + 4)? >= 1)
-            .then(|| u16_at(entry + 8))
+        (u16_at(entry)? == TAG_ORIENTATION && u16_at(field(2)?)? == TYPE_SHORT && u32_at(field(4)?)? >= 1)
+            .then(|| u16_at(field(8)?))
             .flatten()
     })
 }
@@ -45,26 +46,29 @@ fn read_orientation(tiff: &[u8]) -> Option<u16> {
 mod tests {
     use super::*;
 
+    /// A TIFF header and IFD0 with an unrelated tag, then `tag` of type `typ` = `value`.
     fn tiff(big_endian: bool, tag: u16, typ: u16, value: u16) -> Vec<u8> {
-        let (h, w16, w32): (&[u8], fn(u16) -> [u8; 2], fn(u32) -> [u8; 4]) = if big_endian {
-            (b"MM", u16::to_be_bytes, u32::to_be_bytes)
-        } else {
-            (b"II", u16::to_le_bytes, u32::to_le_bytes)
-        };
-        let mut t = h.to_vec();
-        t.extend(w16(42));
-        t.extend(w32(8));
-        t.extend(w16(2)); // two entries: an unrelated tag first
-        t.extend(w16(0x010F));
-        t.extend(w16(2));
-        t.extend(w32(4));
-        t.extend(w32(0));
-        t.extend(w16(tag));
-        t.extend(w16(typ));
-        t.extend(w32(1));
-        t.extend(w16(value));
-        t.extend([0, 0]);
-        t.extend(w32(0));
+        let mut t: Vec<u8> = if big_endian { b"MM".to_vec() } else { b"II".to_vec() };
+        let fields: [(u32, usize); 14] = [
+            (42, 2),
+            (8, 4),
+            (2, 2),
+            (0x010F, 2),
+            (2, 2),
+            (4, 4),
+            (0, 4),
+            (tag.into(), 2),
+            (typ.into(), 2),
+            (1, 4),
+            (value.into(), 2),
+            (0, 2),
+            (0, 4),
+            (0, 0),
+        ];
+        for (v, n) in fields {
+            let bytes = if big_endian { v.to_be_bytes() } else { v.to_le_bytes() };
+            t.extend(if big_endian { &bytes[4 - n..] } else { &bytes[..n] });
+        }
         t
     }
 
@@ -86,6 +90,7 @@ mod tests {
         for cut in 0..t.len() - 6 {
             assert_eq!(orientation(&t[..cut]), Orientation::Normal, "truncated at {cut}");
         }
-        assert_eq!(orientation(b"II\x2a\0\xff\xff\xff\xff"), Orientation::Normal); // IFD past the end
+        assert_eq!(orientation(b"II\x2a\0\xff\xff\xff\xff"), Orientation::Normal);
+        // IFD past the end
     }
 }

@@ -64,8 +64,9 @@ impl PreprocessConfig {
         if self.patch_size == 0 || self.merge_size == 0 || self.temporal_patch_size == 0 {
             return bad(format!("{self:?} has a zero size"));
         }
-        if self.patch_size.checked_mul(self.merge_size).is_none() {
-            return bad(format!("{self:?}: patch_size x merge_size overflows"));
+        let dim = self.patch_size.checked_mul(self.patch_size).and_then(|p| p.checked_mul(self.temporal_patch_size));
+        if self.patch_size.checked_mul(self.merge_size).is_none() || dim.and_then(|d| d.checked_mul(3)).is_none() {
+            return bad(format!("{self:?}: sizes overflow"));
         }
         if self.image_std.iter().any(|&s| !s.is_normal()) {
             return bad(format!("image_std {:?} must be non-zero", self.image_std));

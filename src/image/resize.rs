@@ -99,8 +99,12 @@ impl Taps {
     }
 }
 
-/// Resizes to `out_h` x `out_w` (see the module doc for the exact arithmetic).
+/// Resizes to `out_h` x `out_w` (see the module doc for the exact arithmetic). An empty input
+/// has nothing to sample: the result is then black.
 pub fn resize_bicubic_aa(img: &RgbImage, out_h: usize, out_w: usize) -> RgbImage {
+    if img.width() == 0 || img.height() == 0 || out_h == 0 || out_w == 0 {
+        return RgbImage::from_parts(out_w, out_h, vec![0; out_w * out_h * 3]);
+    }
     let mut cur = img.clone();
     if out_w != cur.width() {
         cur = horizontal(&cur, out_w);
@@ -170,6 +174,15 @@ mod tests {
         assert_eq!(weights.len(), 40);
         assert_eq!(first, 485);
         assert!(taps.precision > 14);
+    }
+
+    #[test]
+    fn empty_sizes_do_not_panic() {
+        let img = RgbImage::from_parts(4, 3, vec![9; 36]);
+        assert_eq!(resize_bicubic_aa(&img, 0, 5).data().len(), 0);
+        assert_eq!(resize_bicubic_aa(&img, 2, 0).data().len(), 0);
+        let empty = RgbImage::from_parts(0, 3, vec![]);
+        assert_eq!(resize_bicubic_aa(&empty, 2, 2).data(), &[0; 12]);
     }
 
     #[test]

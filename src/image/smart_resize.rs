@@ -27,8 +27,9 @@ pub fn smart_resize(
     if h.max(w) / h.min(w) > MAX_ASPECT_RATIO {
         return Err(ImageError::unnamed(ImageErrorKind::AspectRatio { height, width, max_ratio: MAX_ASPECT_RATIO }));
     }
-    // Float results here are small non-negative whole numbers, so `as usize` is exact.
-    let snap = |x: f64| x as usize * factor;
+    // Float results here are non-negative whole numbers, so `as usize` is exact (and saturates,
+    // like the multiplication, for absurd budgets instead of overflowing).
+    let snap = |x: f64| (x as usize).saturating_mul(factor);
     let (mut h_bar, mut w_bar) = (snap((h / f).round_ties_even()), snap((w / f).round_ties_even()));
     let area = |a: usize, b: usize| a as u128 * b as u128;
     if area(h_bar, w_bar) > max_pixels as u128 {
