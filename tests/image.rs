@@ -185,6 +185,42 @@ fn patch_positions_follow_the_merge_blocks_of_the_oracle_grid() {
     assert_eq!(p.n_image_tokens(), 96);
 }
 
+/// The synthetic input of scripts/gen_resize_reference.py: a hard-edged checkerboard (ringing
+/// and clamping), a gradient and xorshift noise.
+fn synth(h: usize, w: usize, mut s: u64) -> RgbImage {
+    let mut data = Vec::with_capacity(h * w * 3);
+    for y in 0..h {
+        for x in 0..w {
+            s ^= s << 13;
+            s ^= s >> 7;
+            s ^= s << 17;
+            data.extend([
+                if (x / 5 + y / 7) % 2 == 1 { 255 } else { 0 },
+                ((x * 7 + y * 13) & 255) as u8,
+                (s >> 56) as u8,
+            ]);
+        }
+    }
+    RgbImage::from_raw(w, h, data).unwrap()
+}
+
+/// Sizes the oracle does not cover (10x down, 10x up, one axis only, 2x3 outputs), against
+/// torchvision 0.26 / torch 2.11, whose AVX2, AVX-512 and generic kernels all gave these bytes.
+#[test]
+fn resize_matches_torchvision_at_extreme_scales() {
+    let dir = data_dir().join("resize");
+    let meta = json(&dir.join("cases.json"));
+    let cases: &Vec<JsonValue> = meta["cases"].get().expect("cases");
+    assert_eq!(cases.len(), 10);
+    for (i, case) in cases.iter().enumerate() {
+        let (input, out) = (usizes(&case["in_hw"]), usizes(&case["out_hw"]));
+        let reference = read_rgb(&dir.join(case["file"].get::<String>().unwrap()), out[1], out[0]);
+        let ours = hrx::image::resize_bicubic_aa(&synth(input[0], input[1], 1000 + i as u64), out[0], out[1]);
+        let (max, n) = byte_diff(ours.data(), reference.data());
+        assert_eq!((max, n), (0, 0), "case {i}: {input:?} -> {out:?}");
+    }
+}
+
 // ------------------------------------------------------------------------------------------
 // Against Pillow on generated files
 
