@@ -9,6 +9,12 @@
 //!
 //! Every failure is an [`ImageError`] whose one-line `Display` names the file; no input bytes
 //! can make this module panic or allocate beyond the limits.
+//!
+//! Where hrx and the HF pipeline (Pillow 13 + transformers) part ways, on purpose or not:
+//! * 16-bit gray PNG: Pillow clamps it to white; hrx keeps the high byte (png.rs).
+//! * JPEG pixels are zune-jpeg's, a few levels from libjpeg-turbo's (jpeg.rs).
+//! * Alpha, palettes, tRNS (ignored on RGB PNGs, as the processor does), low bit depths,
+//!   16-bit RGB(A), EXIF orientation and the resize match Pillow/torchvision bit for bit.
 
 mod convert;
 mod decode;
