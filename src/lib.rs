@@ -6,6 +6,7 @@
 //! - [`tokenizer`]: byte-level BPE with the Qwen2 pre-tokenizer and NFC.
 
 pub mod gguf;
+pub mod image;
 pub mod quant;
 pub mod tokenizer;
 pub mod cli;

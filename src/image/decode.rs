@@ -1,0 +1,82 @@
+//! File bytes to upright RGB: limits, format sniffing, the format's decoder, RGB conversion and
+//! EXIF orientation, in that order.
+
+use super::convert::{self, Layout};
+use super::error::{ImageError, ImageErrorKind};
+use super::format::{self, Format};
+use super::orient::Orientation;
+use super::{jpeg, png, webp, Limits, RgbImage};
+use std::io::Read;
+use std::path::Path;
+
+/// What a format decoder hands over: 8-bit interleaved samples and the EXIF orientation.
+pub(crate) struct Decoded {
+    pub width: usize,
+    pub height: usize,
+    pub layout: Layout,
+    pub samples: Vec<u8>,
+    pub orientation: Orientation,
+}
+
+/// Reads and decodes an image file; errors name `path`.
+pub fn decode_file(path: &Path, limits: &Limits) -> Result<RgbImage, ImageError> {
+    let name = path.display().to_string();
+    let io = |e| ImageError::new(&name, ImageErrorKind::Io(e));
+    let file = std::fs::File::open(path).map_err(io)?;
+    limits.check_file_bytes(&name, file.metadata().map_err(io)?.len())?;
+    // `take` keeps the cap even if the file grows after the size check.
+    let mut bytes = Vec::new();
+    file.take(limits.max_file_bytes.saturating_add(1)).read_to_end(&mut bytes).map_err(io)?;
+    decode_bytes(&name, &bytes, limits)
+}
+
+/// Decodes an image held in memory; `name` is what errors call it (a path, a URL, "upload 3").
+///
+/// PNG, JPEG and WebP are recognised by their first bytes. The result is what the HF processor
+/// resizes: EXIF orientation applied, alpha composited onto white, gray replicated to RGB.
+pub fn decode_bytes(name: &str, bytes: &[u8], limits: &Limits) -> Result<RgbImage, ImageError> {
+    limits.check_file_bytes(name, bytes.len() as u64)?;
+    let format = format::sniff(bytes)
+        .map_err(|looks_like| ImageError::new(name, ImageErrorKind::UnknownFormat { looks_like }))?;
+    let decoded = contain_panics(name, format, || match format {
+        Format::Png => png::decode(name, bytes, limits),
+        Format::Jpeg => jpeg::decode(name, bytes, limits),
+        Format::WebP => webp::decode(name, bytes, limits),
+    })?;
+    let rgb = convert::to_rgb(decoded.width, decoded.height, decoded.layout, decoded.samples);
+    Ok(decoded.orientation.apply(rgb))
+}
+
+/// The decoder crates are fuzzed and meant to return errors, but the bytes are untrusted: a
+/// panic inside one becomes an error for this file instead of taking the process down (with the
+/// default `panic = "unwind"`; tests/image.rs checks that damaged files never get here).
+fn contain_panics(
+    name: &str,
+    format: Format,
+    decode: impl FnOnce() -> Result<Decoded, ImageError>,
+) -> Result<Decoded, ImageError> {
+    std::panic::catch_unwind(std::panic::AssertUnwindSafe(decode))
+        .unwrap_or_else(|_| Err(ImageError::new(name, ImageErrorKind::DecoderPanicked { format: format.name() })))
+}
+
+/// The error for data a decoder refused.
+pub(crate) fn corrupt(name: &str, format: Format, detail: impl std::fmt::Display) -> ImageError {
+    ImageError::new(name, ImageErrorKind::Corrupt { format: format.name(), detail: detail.to_string() })
+}
+
+/// Checks that a decoder returned exactly `width * height` pixels of `layout`.
+pub(crate) fn checked(
+    name: &str,
+    format: Format,
+    (width, height): (usize, usize),
+    layout: Layout,
+    samples: Vec<u8>,
+    orientation: Orientation,
+) -> Result<Decoded, ImageError> {
+    let expected = width.checked_mul(height).and_then(|p| p.checked_mul(layout.channels()));
+    if expected != Some(samples.len()) {
+        let detail = format!("decoder returned {} bytes for {width}x{height} {layout:?}", samples.len());
+        return Err(corrupt(name, format, detail));
+    }
+    Ok(Decoded { width, height, layout, samples, orientation })
+}
