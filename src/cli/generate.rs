@@ -49,6 +49,39 @@ examples:
 
 pub const COMMAND: Command = Command { name: "generate", summary: "generate text from a prompt", help: HELP, run };
 
+/// Defaults of the sampling flags (a model's catalog entry can change them).
+pub struct GenerationDefaults {
+    pub sampler: SamplerConfig,
+    pub max_tokens: usize,
+}
+
+impl Default for GenerationDefaults {
+    fn default() -> Self {
+        GenerationDefaults { sampler: SamplerConfig::default(), max_tokens: 256 }
+    }
+}
+
+/// The flags shared by `generate` and `describe`: length, sampling, stops.
+pub fn generation_flags(args: &mut Args, d: &GenerationDefaults) -> Result<GenerateConfig, CliError> {
+    let s = &d.sampler;
+    let sampler = SamplerConfig {
+        temperature: args.parsed(&["--temp"])?.unwrap_or(s.temperature),
+        top_k: args.parsed(&["--top-k"])?.unwrap_or(s.top_k),
+        top_p: args.parsed(&["--top-p"])?.unwrap_or(s.top_p),
+        min_p: args.parsed(&["--min-p"])?.unwrap_or(s.min_p),
+        repeat_penalty: args.parsed(&["--repeat-penalty"])?.unwrap_or(s.repeat_penalty),
+        seed: args.parsed(&["--seed"])?.unwrap_or(s.seed),
+        ..s.clone()
+    };
+    sampler.validate().map_err(CliError::usage)?;
+    Ok(GenerateConfig {
+        max_new_tokens: args.parsed(&["-n", "--max-tokens"])?.unwrap_or(d.max_tokens),
+        sampler,
+        stop_strings: args.values(&["--stop"])?,
+        stop_at_eog: !args.flag(&["--ignore-eos"]),
+    })
+}
+
 fn parse_ids(list: &str) -> Result<Vec<u32>, CliError> {
     list.split(',')
         .map(|s| s.trim().parse::<u32>().map_err(|_| CliError::usage(format!("--prompt-ids: {s:?} is not a token id"))))
@@ -61,23 +94,7 @@ fn run(mut args: Args, out: &mut dyn Write) -> Result<(), CliError> {
     let raw = args.flag(&["--raw"]);
     let system = args.value(&["--system"])?;
     let prompt_ids = args.value(&["--prompt-ids"])?;
-    let defaults = SamplerConfig::default();
-    let sampler = SamplerConfig {
-        temperature: args.parsed(&["--temp"])?.unwrap_or(defaults.temperature),
-        top_k: args.parsed(&["--top-k"])?.unwrap_or(defaults.top_k),
-        top_p: args.parsed(&["--top-p"])?.unwrap_or(defaults.top_p),
-        min_p: args.parsed(&["--min-p"])?.unwrap_or(defaults.min_p),
-        repeat_penalty: args.parsed(&["--repeat-penalty"])?.unwrap_or(defaults.repeat_penalty),
-        seed: args.parsed(&["--seed"])?.unwrap_or(defaults.seed),
-        ..defaults
-    };
-    sampler.validate().map_err(CliError::usage)?;
-    let config = GenerateConfig {
-        max_new_tokens: args.parsed(&["-n", "--max-tokens"])?.unwrap_or(256),
-        sampler,
-        stop_strings: args.values(&["--stop"])?,
-        stop_at_eog: !args.flag(&["--ignore-eos"]),
-    };
+    let config = generation_flags(&mut args, &GenerationDefaults::default())?;
     let mut options = TextOptions::default();
     options.n_ctx = args.parsed(&["--ctx"])?.unwrap_or(options.n_ctx);
     let threads: Option<usize> = args.parsed(&["--threads"])?;

@@ -1,0 +1,141 @@
+//! Images in, text out: decode and preprocess each image as the model's processor does, encode
+//! it with the vision tower, place its tokens in the chat template, and generate.
+
+use super::chat::{self, Content, Message};
+use super::generate::{generate, GenerateConfig, Generation};
+use super::session::{PromptPiece, Session};
+use super::text_model::{TextModel, TextOptions};
+use super::RuntimeError;
+use crate::backend::cpu::Kernels;
+use crate::image::{self, Limits, Patches, PreprocessConfig};
+use crate::gguf::GgufFile;
+use crate::model::{VisionModel, VisionParams};
+use std::path::Path;
+use std::sync::Arc;
+
+/// How images are read and sized.
+#[derive(Clone, Debug)]
+pub struct ImageOptions {
+    pub limits: Limits,
+    pub min_pixels: usize,
+    pub max_pixels: usize,
+}
+
+impl Default for ImageOptions {
+    fn default() -> Self {
+        ImageOptions { limits: Limits::default(), min_pixels: PreprocessConfig::HF_MIN_PIXELS, max_pixels: PreprocessConfig::KIOSK_MAX_PIXELS }
+    }
+}
+
+/// An image ready for the prompt: its wide embedding rows and merged grid.
+pub struct EncodedImage {
+    pub embeddings: Vec<f32>,
+    pub rows: usize,
+    pub cols: usize,
+    pub resized_hw: (usize, usize),
+}
+
+/// The text model and the vision tower, loaded once for many images.
+pub struct Describer {
+    pub text: TextModel,
+    pub vision: VisionModel,
+    pub images: ImageOptions,
+}
+
+impl Describer {
+    pub fn load(model: &Path, mmproj: &Path, text: TextOptions, images: ImageOptions) -> Result<Describer, RuntimeError> {
+        if images.min_pixels > images.max_pixels || images.max_pixels == 0 {
+            return Err(RuntimeError::Usage(format!(
+                "the image pixel budget {}..{} is empty",
+                images.min_pixels, images.max_pixels
+            )));
+        }
+        let text_model = TextModel::load(model, text)?;
+        let kernels: Kernels = text.kernels;
+        // Plan the encoder once, for the largest image the budget lets through.
+        let file = Arc::new(GgufFile::open(mmproj)?);
+        let patch = VisionParams::from_gguf(&file)?.patch_size;
+        let max_patches = images.max_pixels / (patch * patch);
+        let vision = VisionModel::from_file(file, max_patches, kernels).map_err(|e| RuntimeError::Model(e.to_string()))?;
+        if vision.params.wide_width() != text_model.params.wide_width() {
+            return Err(RuntimeError::Model(format!(
+                "{} makes {} values per image token, {} takes {}: the projector does not belong to this model",
+                mmproj.display(),
+                vision.params.wide_width(),
+                model.display(),
+                text_model.params.wide_width()
+            )));
+        }
+        Ok(Describer { text: text_model, vision, images })
+    }
+
+    fn preprocess_config(&self) -> PreprocessConfig {
+        let p = &self.vision.params;
+        PreprocessConfig {
+            patch_size: p.patch_size,
+            merge_size: p.merge,
+            temporal_patch_size: p.temporal_patch,
+            min_pixels: self.images.min_pixels,
+            max_pixels: self.images.max_pixels,
+            image_mean: p.image_mean,
+            image_std: p.image_std,
+        }
+    }
+
+    /// Decodes, preprocesses and encodes one image file.
+    pub fn encode_file(&mut self, path: &Path) -> Result<EncodedImage, RuntimeError> {
+        let rgb = image::decode_file(path, &self.images.limits).map_err(|e| RuntimeError::Usage(e.to_string()))?;
+        let patches = image::preprocess(&rgb, &self.preprocess_config()).map_err(|e| RuntimeError::Usage(e.named(&path.display().to_string()).to_string()))?;
+        self.encode_patches(&patches)
+    }
+
+    pub fn encode_patches(&mut self, patches: &Patches) -> Result<EncodedImage, RuntimeError> {
+        let [_, gh, gw] = patches.grid_thw;
+        let embeddings = self.vision.encode(&patches.pixel_values, gh, gw).map_err(|e| RuntimeError::Model(e.to_string()))?;
+        let merge = patches.merge_size;
+        Ok(EncodedImage { embeddings, rows: gh / merge, cols: gw / merge, resized_hw: patches.resized_hw })
+    }
+
+    /// Token ids of one user turn [images..., text] with the generation prompt, image pads
+    /// expanded as HF's processor expands them, and the prompt pieces that carry the images.
+    pub fn prompt<'a>(&self, images: &'a [EncodedImage], text: &str, system: Option<&str>) -> Result<(Vec<u32>, Vec<PromptPiece<'a>>), RuntimeError> {
+        let mut messages = Vec::new();
+        if let Some(s) = system {
+            messages.push(Message::text("system", s));
+        }
+        let mut content: Vec<Content> = images.iter().map(|_| Content::Image).collect();
+        content.push(Content::Text(text.to_owned()));
+        messages.push(Message { role: "user".into(), content });
+        let tok = &self.text.tokenizer;
+        let ids = tok.encode(&chat::render(&messages, true), true);
+        let pad = tok.token_id(chat::IMAGE_PAD).ok_or_else(|| RuntimeError::Model("the vocabulary has no <|image_pad|>".into()))?;
+        let mut expanded = Vec::with_capacity(ids.len());
+        let mut pieces = Vec::with_capacity(ids.len());
+        let mut next_image = images.iter();
+        for id in ids {
+            if id != pad {
+                expanded.push(id);
+                pieces.push(PromptPiece::Token(id));
+                continue;
+            }
+            let img = next_image.next().ok_or_else(|| RuntimeError::Usage("the prompt text contains <|image_pad|> itself".into()))?;
+            expanded.extend(std::iter::repeat(pad).take(img.rows * img.cols));
+            pieces.push(PromptPiece::Image { embeddings: &img.embeddings, rows: img.rows, cols: img.cols });
+        }
+        Ok((expanded, pieces))
+    }
+
+    /// Describes `images` (one user turn) and streams the answer.
+    pub fn run(
+        &mut self,
+        images: &[EncodedImage],
+        text: &str,
+        system: Option<&str>,
+        config: &GenerateConfig,
+        on_text: impl FnMut(&str),
+    ) -> Result<(Vec<u32>, Generation), RuntimeError> {
+        let (ids, pieces) = self.prompt(images, text, system)?;
+        let generation = generate(&mut self.text, &mut Session::new(), &pieces, config, on_text)?;
+        Ok((ids, generation))
+    }
+}
