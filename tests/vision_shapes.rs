@@ -99,7 +99,8 @@ fn load_error(edit: impl FnOnce(&mut Mmproj)) -> String {
 
 #[test]
 fn broken_files_are_errors_naming_the_file_and_the_key_or_tensor() {
-    let cases: Vec<(&str, Box<dyn FnOnce(&mut Mmproj)>)> = vec![
+    type Edit = Box<dyn FnOnce(&mut Mmproj)>;
+    let cases: Vec<(&str, Edit)> = vec![
         ("general.architecture", Box::new(|m| m.set("general.architecture", Value::String("qwen3vl".into())))),
         ("clip.projector_type", Box::new(|m| m.set("clip.projector_type", Value::String("mlp".into())))),
         ("clip.vision.block_count", Box::new(|m| m.remove("clip.vision.block_count"))),

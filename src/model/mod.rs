@@ -14,4 +14,4 @@ pub use error::ModelError;
 pub use text_params::TextParams;
 pub use vision_error::VisionError;
 pub use vision_model::{plan_vision, VisionModel};
-pub use vision_params::{MergerNames, VisionParams};
+pub use vision_params::VisionParams;

@@ -24,9 +24,8 @@ pub const WIDE_OUT: &str = "vision.wide";
 /// A built vision graph.
 pub struct VisionGraph {
     pub graph: Graph,
-    /// Patches of the current image (a multiple of merge², at most `max_patches`).
+    /// Patches of the current image (a multiple of merge², at most the planned maximum).
     pub n_patches: SymId,
-    pub max_patches: usize,
 }
 
 struct Builder<'a> {
@@ -190,5 +189,5 @@ pub fn build(p: &VisionParams, max_patches: usize) -> Result<VisionGraph> {
     }
     let merged = b.final_merger(x)?;
     b.g.write_into(merged, wide, 0, wide_nb)?;
-    Ok(VisionGraph { graph: b.g, n_patches, max_patches })
+    Ok(VisionGraph { graph: b.g, n_patches })
 }
