@@ -2,15 +2,19 @@
 //!
 //! Inputs (run-time buffers, each planned for `max_patches` rows; the symbol `n_patches` gives
 //! the rows of the current image, in merge-block order):
-//! - [`PIXELS`]: f32 `[patch_row, max_patches]`, rows [channel][temporal][y][x];
-//! - [`POS_TAPS`] / [`POS_WEIGHTS`]: i32 / f32 `[4, max_patches]`, the bilinear taps of the
-//!   position grid (`vision_grid::pos_taps`);
+//! - [`PIXELS`]: f32 `[patch_row, max_patches]`, rows `[channel][temporal][y][x]`;
+//! - [`POS_TAPS`] / [`POS_WEIGHTS`]: i32 / f32 `[TAPS, max_patches]`, the bilinear taps of the
+//!   position grid ([`pos_taps`](super::vision_grid::pos_taps));
 //! - [`ROPE_POS`]: i32 `[max_patches, 2]`: the row of every patch, then the column of every
 //!   patch (component c of patch t at `c * max_patches + t`).
 //!
 //! Output: [`WIDE_OUT`], f32 `[wide_width, max_patches / merge²]`: per merged token, the
 //! merger's output then each deepstack feature, written there by the last node of each merger.
+//!
+//! The per-frame windows on the pixel buffer are views of a storage this graph does not own:
+//! the dispatcher binds them from the buffer (rule 3) and a `cont` gathers each frame.
 
+use super::vision_grid::TAPS;
 use super::vision_params::{patch_embd_name, MergerNames, VisionParams, ROPE_THETA};
 use crate::graph::{DynAxis, Gelu, Graph, GraphError, NodeId, Result, RopeKind, SymId};
 use crate::quant::DType;
@@ -76,7 +80,7 @@ impl Builder<'_> {
     }
 
     /// W_t · x[:, t]: frame t of every channel of every patch, gathered into rows of
-    /// [channel][y][x] (the layout of the kernel slice [x, y, channel, vh]).
+    /// `[channel][y][x]` (the layout of the kernel slice `[x, y, channel, vh]`).
     fn conv_slice(&mut self, pixels: NodeId, t: usize) -> Result<NodeId> {
         let p = self.p;
         let (plane, row, n) = (p.patch_size * p.patch_size, p.patch_row(), self.n);
@@ -91,8 +95,8 @@ impl Builder<'_> {
     /// The learned position grid resampled at every patch: Σ_k weight_k · table[tap_k].
     fn pos_embed(&mut self) -> Result<NodeId> {
         let p = self.p;
-        let ids = self.g.input(POS_TAPS, DType::I32, [4, self.n, 1, 1], self.at(1))?;
-        let weights = self.g.input(POS_WEIGHTS, DType::F32, [4, self.n, 1, 1], self.at(1))?;
+        let ids = self.g.input(POS_TAPS, DType::I32, [TAPS, self.n, 1, 1], self.at(1))?;
+        let weights = self.g.input(POS_WEIGHTS, DType::F32, [TAPS, self.n, 1, 1], self.at(1))?;
         let table = self.w("v.position_embd.weight", &[p.n_embd, p.pos_side * p.pos_side])?;
         self.g.get_rows_weighted(table, ids, weights, "pos_embd")
     }

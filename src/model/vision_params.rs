@@ -211,7 +211,7 @@ impl VisionParams {
         Ok(dtypes)
     }
 
-    /// Values per row of `pixel_values`: [channel][temporal][y][x].
+    /// Values per row of `pixel_values`: `[channel][temporal][y][x]`.
     pub fn patch_row(&self) -> usize {
         self.n_channels * self.n_temporal * self.patch_size * self.patch_size
     }
