@@ -72,6 +72,15 @@ impl<'a> Meta<'a> {
             .ok_or_else(|| self.error(format!("key {key:?}"), format!("{v} is not an array of sizes")))
     }
 
+    /// An array of finite floats.
+    pub fn floats(&self, name: &str) -> Result<Vec<f32>, ModelError> {
+        let key = self.key(name);
+        let v = self.file.get(&key).ok_or_else(|| self.error(format!("key {key:?}"), "missing"))?;
+        v.as_array()
+            .and_then(|items| items.iter().map(|i| i.as_f32().filter(|x| x.is_finite())).collect::<Option<Vec<_>>>())
+            .ok_or_else(|| self.error(format!("key {key:?}"), format!("{v} is not an array of finite numbers")))
+    }
+
     /// An array of booleans.
     pub fn flags(&self, name: &str) -> Result<Vec<bool>, ModelError> {
         let key = self.key(name);

@@ -69,23 +69,30 @@ impl Describer {
         Ok(Describer { text: text_model, vision, images })
     }
 
-    fn preprocess_config(&self) -> PreprocessConfig {
+    /// The processor settings of this projector (images are RGB: three channels).
+    fn preprocess_config(&self) -> Result<PreprocessConfig, RuntimeError> {
         let p = &self.vision.params;
-        PreprocessConfig {
+        let rgb = |v: &[f32], what: &str| -> Result<[f32; 3], RuntimeError> {
+            <[f32; 3]>::try_from(v).map_err(|_| RuntimeError::Model(format!("the projector's {what} has {} channels; images have 3", v.len())))
+        };
+        if p.n_channels != 3 {
+            return Err(RuntimeError::Model(format!("the projector takes {} colour channels; images have 3", p.n_channels)));
+        }
+        Ok(PreprocessConfig {
             patch_size: p.patch_size,
             merge_size: p.merge,
-            temporal_patch_size: p.temporal_patch,
+            temporal_patch_size: p.n_temporal,
             min_pixels: self.images.min_pixels,
             max_pixels: self.images.max_pixels,
-            image_mean: p.image_mean,
-            image_std: p.image_std,
-        }
+            image_mean: rgb(&p.image_mean, "image_mean")?,
+            image_std: rgb(&p.image_std, "image_std")?,
+        })
     }
 
     /// Decodes, preprocesses and encodes one image file.
     pub fn encode_file(&mut self, path: &Path) -> Result<EncodedImage, RuntimeError> {
         let rgb = image::decode_file(path, &self.images.limits).map_err(|e| RuntimeError::Usage(e.to_string()))?;
-        let patches = image::preprocess(&rgb, &self.preprocess_config()).map_err(|e| RuntimeError::Usage(e.named(&path.display().to_string()).to_string()))?;
+        let patches = image::preprocess(&rgb, &self.preprocess_config()?).map_err(|e| RuntimeError::Usage(e.named(&path.display().to_string()).to_string()))?;
         self.encode_patches(&patches)
     }
 

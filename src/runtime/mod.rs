@@ -2,6 +2,7 @@
 //! sampler, the chat template and the generation loop.
 
 pub mod chat;
+pub mod describe;
 pub mod generate;
 pub mod sampler;
 pub mod session;

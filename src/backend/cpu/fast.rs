@@ -17,13 +17,16 @@ pub fn execute(op: &Op, ins: &[In], out: &mut Out, threads: usize) -> Option<Res
     }
 }
 
-/// Out is a plain [ne0, rows] matrix: rows ne0 apart, unit stride.
-/// (Strides past a unit axis do not matter: a dynamic axis keeps its planned stride.)
+/// Out is a plain [ne0, rows] matrix: rows ne0 apart, unit stride. The stride of an axis of
+/// length 1 is never used, so it does not matter (a dynamic axis run below its planned maximum
+/// leaves the planned strides on the axes above it).
 fn out_is_matrix(out: &Out) -> bool {
+    let mut packed = 4;
     out.nb[0] == 4
-        && out.nb[1] == out.ne[0] * 4
-        && (out.ne[2] == 1 || out.nb[2] == out.nb[1] * out.ne[1])
-        && (out.ne[3] == 1 || out.nb[3] == out.nb[2] * out.ne[2])
+        && (1..4).all(|i| {
+            packed *= out.ne[i - 1];
+            out.ne[i] <= 1 || out.nb[i] == packed
+        })
 }
 
 /// Splits `n` items into at most `threads` contiguous ranges and runs `f` on each in parallel,
@@ -191,4 +194,23 @@ fn attention(q: &In, k: &In, v: &In, slots: Option<&In>, scale: f32, out: &mut O
         }
     });
     Some(Ok(()))
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    #[test]
+    fn rows_below_the_planned_maximum_are_still_a_matrix() {
+        let mut data = vec![0f32; 64];
+        let mut out = |ne, nb| out_is_matrix(&Out { data: &mut data, offset: 0, ne, nb });
+        // [8, 3] of a plan for [8, 10]: axes 2 and 3 keep the planned strides.
+        assert!(out([8, 3, 1, 1], [4, 32, 320, 320]));
+        // [4, 2, 3] of a plan for [4, 2, 10].
+        assert!(out([4, 2, 3, 1], [4, 16, 32, 320]));
+        // Rows not packed: a strided window, or planes apart by the planned row count.
+        assert!(!out([8, 3, 1, 1], [4, 64, 192, 192]));
+        assert!(!out([8, 3, 2, 1], [4, 32, 320, 640]));
+        assert!(!out([8, 3, 1, 1], [8, 64, 192, 192]));
+    }
 }

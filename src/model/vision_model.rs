@@ -1,0 +1,96 @@
+//! The vision encoder ready to run: parameters, the graph planned once for the largest image,
+//! and the executor that replays it for every image.
+
+use super::vision::{self, VisionGraph};
+use super::vision_error::VisionError;
+use super::vision_grid::{pos_taps, TAPS};
+use crate::image::patch_positions;
+use super::VisionParams;
+use crate::backend::cpu::{CpuExecutor, KernelError, Kernels, PlanId};
+use crate::gguf::GgufFile;
+use crate::hrx::{CpuRegistry, Plan};
+use std::path::Path;
+use std::sync::Arc;
+
+pub struct VisionModel {
+    pub params: VisionParams,
+    pub file: Arc<GgufFile>,
+    max_patches: usize,
+    exec: CpuExecutor,
+    plan: PlanId,
+}
+
+/// The vision plan for `hrx plan` and tests (built without binding weights).
+pub fn plan_vision(params: &VisionParams, max_patches: usize) -> Result<Plan, VisionError> {
+    let VisionGraph { graph, .. } = vision::build(params, max_patches)?;
+    Ok(Plan::new(graph, &CpuRegistry)?)
+}
+
+impl VisionModel {
+    /// Opens an mmproj file and plans its encoder for images of up to `max_patches` patches
+    /// (rounded down to whole merge blocks).
+    pub fn load(path: &Path, max_patches: usize, kernels: Kernels) -> Result<VisionModel, VisionError> {
+        Self::from_file(Arc::new(GgufFile::open(path)?), max_patches, kernels)
+    }
+
+    pub fn from_file(file: Arc<GgufFile>, max_patches: usize, kernels: Kernels) -> Result<VisionModel, VisionError> {
+        let params = VisionParams::from_gguf(&file)?;
+        let max_patches = max_patches / params.merge_patches() * params.merge_patches();
+        if max_patches == 0 {
+            return Err(VisionError::Input(format!("a plan needs room for at least one {0}x{0} merge block", params.merge)));
+        }
+        let plan = plan_vision(&params, max_patches)?;
+        let exec = CpuExecutor::new(vec![plan], &[Arc::clone(&file)], kernels)?;
+        Ok(VisionModel { params, file, max_patches, exec, plan: PlanId(0) })
+    }
+
+    pub fn max_patches(&self) -> usize {
+        self.max_patches
+    }
+
+    pub fn plan(&self) -> &Plan {
+        self.exec.plan(self.plan)
+    }
+
+    pub fn set_threads(&mut self, n: usize) {
+        self.exec.set_threads(n);
+    }
+
+    /// Encodes one image: `pixel_values` holds `grid_h * grid_w` rows of
+    /// [`VisionParams::patch_row`] values in merge-block order. Returns one row of
+    /// [`VisionParams::wide_width`] values per merged token (row-major over the merged grid):
+    /// the merger's output, then each deepstack feature.
+    pub fn encode(&mut self, pixel_values: &[f32], grid_h: usize, grid_w: usize) -> Result<Vec<f32>, VisionError> {
+        let p = &self.params;
+        let (merge, row) = (p.merge, p.patch_row());
+        let n = grid_h * grid_w;
+        if grid_h == 0 || grid_w == 0 || grid_h % merge != 0 || grid_w % merge != 0 {
+            return Err(VisionError::Input(format!("a {grid_h}x{grid_w} patch grid is not whole {merge}x{merge} merge blocks")));
+        }
+        if n > self.max_patches {
+            return Err(VisionError::Input(format!("{n} patches exceed the planned maximum of {}", self.max_patches)));
+        }
+        if pixel_values.len() != n * row {
+            return Err(VisionError::Input(format!("{} pixel values for {n} patches of {row}", pixel_values.len())));
+        }
+        let patches = patch_positions(grid_h, grid_w, merge);
+        let taps = pos_taps(p.pos_side, grid_h, grid_w, &patches);
+        let (max, width) = (self.max_patches, p.wide_width());
+        buffer(self.exec.f32_buffer(self.plan, vision::PIXELS), vision::PIXELS)?[..n * row].copy_from_slice(pixel_values);
+        buffer(self.exec.i32_buffer(self.plan, vision::POS_TAPS), vision::POS_TAPS)?[..n * TAPS].copy_from_slice(&taps.ids);
+        buffer(self.exec.f32_buffer(self.plan, vision::POS_WEIGHTS), vision::POS_WEIGHTS)?[..n * TAPS].copy_from_slice(&taps.weights);
+        let rope = buffer(self.exec.i32_buffer(self.plan, vision::ROPE_POS), vision::ROPE_POS)?;
+        for (t, &(r, c)) in patches.iter().enumerate() {
+            rope[t] = r as i32;
+            rope[max + t] = c as i32;
+        }
+        self.exec.run(self.plan, &[n])?;
+        let wide = buffer(self.exec.f32_buffer(self.plan, vision::WIDE_OUT), vision::WIDE_OUT)?;
+        Ok(wide[..n / self.params.merge_patches() * width].to_vec())
+    }
+}
+
+/// A run-time buffer of the vision plan (its size was planned for `max_patches`).
+fn buffer<'a, T>(b: Option<&'a mut [T]>, name: &str) -> Result<&'a mut [T], VisionError> {
+    b.ok_or_else(|| VisionError::Kernel(KernelError(format!("the vision plan has no buffer {name:?}"))))
+}
