@@ -2,6 +2,7 @@
 
 pub mod args;
 mod bench;
+mod describe;
 mod generate;
 mod inspect;
 mod models;
@@ -22,7 +23,7 @@ pub struct Command {
     pub run: fn(Args, &mut dyn Write) -> Result<(), CliError>,
 }
 
-const COMMANDS: &[Command] = &[generate::COMMAND, plan::COMMAND, inspect::COMMAND, tokenize::COMMAND, synth::COMMAND, bench::COMMAND, models::COMMAND];
+const COMMANDS: &[Command] = &[describe::COMMAND, generate::COMMAND, plan::COMMAND, inspect::COMMAND, tokenize::COMMAND, synth::COMMAND, bench::COMMAND, models::COMMAND];
 
 const MAIN_HELP: &str = "\
 hrx: describe images with Qwen3-VL on the GPU of small edge boxes
@@ -36,6 +37,8 @@ pub enum CliError {
     Gguf(GgufError),
     Io(io::Error),
     Failed(String),
+    /// A failure already reported (e.g. per image): only the summary is printed.
+    Quiet(String),
 }
 
 impl CliError {
@@ -66,7 +69,7 @@ impl fmt::Display for CliError {
             CliError::Usage { message, command: None } => write!(f, "{message}\n(see `hrx --help`)"),
             CliError::Gguf(e) => write!(f, "{e}"),
             CliError::Io(e) => write!(f, "{e}"),
-            CliError::Failed(m) => f.write_str(m),
+            CliError::Failed(m) | CliError::Quiet(m) => f.write_str(m),
         }
     }
 }
