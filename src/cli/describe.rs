@@ -149,13 +149,7 @@ fn describe_one(
     let mut write_error = None;
     let images = [image];
     let (ids, g) = d
-        .run(&images, prompt, system, config, |text| {
-            if !json && write_error.is_none() {
-                if let Err(e) = out.write_all(text.as_bytes()).and_then(|()| out.flush()) {
-                    write_error = Some(e);
-                }
-            }
-        })
+        .run(&images, prompt, system, config, |text| super::generate::stream(json, &mut write_error, out, text))
         .map_err(failed)?;
     if let Some(e) = write_error {
         return Err(e.into());

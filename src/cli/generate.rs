@@ -5,6 +5,7 @@ use super::{CliError, Command};
 use crate::cli::args::Args;
 use crate::json::Json;
 use crate::runtime::chat::{self, Message};
+use crate::runtime::describe::{Describer, ImageOptions};
 use crate::runtime::generate::{generate, GenerateConfig, Generation};
 use crate::runtime::sampler::SamplerConfig;
 use crate::runtime::session::{PromptPiece, Session};
@@ -16,6 +17,7 @@ pub const HELP: &str = "\
 hrx generate: continue a prompt with a Qwen3-VL text model
 
 usage: hrx generate -m MODEL.gguf (--prompt TEXT [--raw] | --prompt-ids 1,2,3) [options]
+       hrx generate -m MODEL.gguf --mmproj MMPROJ.gguf --image IMG [--image IMG...] --prompt TEXT
 
 The prompt is wrapped in the model's chat template (one user turn, then the
 assistant's turn) unless --raw is given; --prompt-ids sends ids as they are.
@@ -26,6 +28,10 @@ Text is streamed to standard output as it is generated.
   --raw                   send the prompt without the chat template
   --system TEXT           a system turn before the user's (chat template only)
   --prompt-ids LIST       comma-separated token ids instead of text
+  --image FILE            an image before the prompt text in the user turn (repeatable;
+                          needs --mmproj); its pads are expanded as HF's processor does
+  --mmproj FILE           the vision projector GGUF
+  --image-max-pixels N    image pixel budget (default 16777216, HF's; see hrx describe)
   -n, --max-tokens N      tokens to generate at most (default 256)
   --temp T                sampling temperature; 0 = greedy (default 0)
   --top-k K               keep the K most likely tokens (default 40; 0 = all)
@@ -100,6 +106,9 @@ fn run(mut args: Args, out: &mut dyn Write) -> Result<(), CliError> {
     let threads: Option<usize> = args.parsed(&["--threads"])?;
     let json = args.flag(&["--json"]);
     let dump_logits = args.value(&["--dump-logits"])?;
+    let images = args.values(&["--image"])?;
+    let mmproj = args.value(&["--mmproj"])?;
+    let image_max_pixels = args.parsed(&["--image-max-pixels"])?.unwrap_or(crate::image::PreprocessConfig::HF_MAX_PIXELS);
     if !args.finish()?.is_empty() {
         return Err(CliError::usage("generate takes no positional arguments (use --prompt)"));
     }
@@ -107,6 +116,30 @@ fn run(mut args: Args, out: &mut dyn Write) -> Result<(), CliError> {
         return Err(CliError::usage("--ctx must be in 1..=1048576"));
     }
 
+    if !images.is_empty() {
+        let Some(mmproj) = mmproj else {
+            return Err(CliError::usage("--image needs --mmproj MMPROJ.gguf"));
+        };
+        let (Some(text), None, false) = (prompt, prompt_ids, raw) else {
+            return Err(CliError::usage("--image goes with --prompt TEXT (chat template; not --raw or --prompt-ids)"));
+        };
+        let image_options = ImageOptions { max_pixels: image_max_pixels, ..ImageOptions::default() };
+        let mut d = Describer::load(Path::new(&model_path), Path::new(&mmproj), options, image_options).map_err(|e| CliError::Failed(e.to_string()))?;
+        if let Some(n) = threads {
+            d.text.set_threads(n);
+            d.vision.set_threads(n);
+        }
+        let encoded = images
+            .iter()
+            .map(|f| d.encode_file(Path::new(f)))
+            .collect::<Result<Vec<_>, _>>()
+            .map_err(|e| CliError::Failed(e.to_string()))?;
+        let mut write_error = None;
+        let (ids, result) = d
+            .run(&encoded, &text, system.as_deref(), &config, |t| stream(json, &mut write_error, out, t))
+            .map_err(|e| CliError::Failed(e.to_string()))?;
+        return finish(out, write_error, &ids, &result, json, dump_logits);
+    }
     let mut model = TextModel::load(Path::new(&model_path), options).map_err(|e| CliError::Failed(e.to_string()))?;
     if let Some(n) = threads {
         model.set_threads(n);
@@ -132,14 +165,21 @@ fn run(mut args: Args, out: &mut dyn Write) -> Result<(), CliError> {
     let pieces: Vec<PromptPiece> = ids.iter().map(|&id| PromptPiece::Token(id)).collect();
     let mut session = Session::new();
     let mut write_error = None;
-    let result = generate(&mut model, &mut session, &pieces, &config, |text| {
-        if !json && write_error.is_none() {
-            if let Err(e) = out.write_all(text.as_bytes()).and_then(|()| out.flush()) {
-                write_error = Some(e);
-            }
+    let result = generate(&mut model, &mut session, &pieces, &config, |t| stream(json, &mut write_error, out, t))
+        .map_err(|e| CliError::Failed(e.to_string()))?;
+    finish(out, write_error, &ids, &result, json, dump_logits)
+}
+
+/// Streams generated text unless the output is JSON; keeps the first write error.
+pub(super) fn stream(json: bool, write_error: &mut Option<std::io::Error>, out: &mut dyn Write, text: &str) {
+    if !json && write_error.is_none() {
+        if let Err(e) = out.write_all(text.as_bytes()).and_then(|()| out.flush()) {
+            *write_error = Some(e);
         }
-    })
-    .map_err(|e| CliError::Failed(e.to_string()))?;
+    }
+}
+
+fn finish(out: &mut dyn Write, write_error: Option<std::io::Error>, ids: &[u32], result: &Generation, json: bool, dump_logits: Option<String>) -> Result<(), CliError> {
     if let Some(e) = write_error {
         return Err(e.into());
     }
@@ -148,7 +188,7 @@ fn run(mut args: Args, out: &mut dyn Write) -> Result<(), CliError> {
         std::fs::write(&path, bytes).map_err(|e| CliError::Failed(format!("{path}: {e}")))?;
     }
     if json {
-        writeln!(out, "{}", generation_json(&ids, &result).to_string_compact())?;
+        writeln!(out, "{}", generation_json(ids, result).to_string_compact())?;
     } else {
         writeln!(out)?;
         log::info!(

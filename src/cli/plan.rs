@@ -5,14 +5,14 @@ use crate::cli::args::Args;
 use crate::gguf::GgufFile;
 use crate::hrx::Plan;
 use crate::json::Json;
-use crate::model::TextParams;
+use crate::model::{plan_vision, TextParams, VisionParams};
 use crate::runtime::text_model::{plan_text, TextOptions};
 use std::io::Write;
 
 pub const HELP: &str = "\
 hrx plan: show how each graph of a model is planned
 
-usage: hrx plan -m MODEL.gguf [--mmproj MMPROJ.gguf] [--ctx N] [--json]
+usage: hrx plan -m MODEL.gguf [--mmproj MMPROJ.gguf [--image-max-pixels N]] [--ctx N] [--json]
 
 Builds the model's graphs (text prefill chunk, text decode step, and the vision
 encoder with --mmproj), imports and plans them exactly as a run would, and prints
@@ -21,7 +21,8 @@ aliases, external windows skipped (bound from their tensor), refusals, the arena
 size, and the census of (device, op) counts. Nothing is executed.
 
   -m, --model FILE     the text model GGUF
-  --mmproj FILE        the vision projector GGUF
+  --mmproj FILE        the vision projector GGUF (its graph is planned for the largest
+                       image of the pixel budget, --image-max-pixels, default 1048576)
   --ctx N              context length the KV cache is planned for (default 4096)
   --json               {\"graphs\":[{\"name\",\"nodes\",\"cpu_nodes\",\"gpu_nodes\",\"elided\",
                         \"skipped\",\"refused\",\"arena_bytes\",\"census\":{\"cpu:MUL_MAT\":N,...}}]}
@@ -36,6 +37,7 @@ fn run(mut args: Args, out: &mut dyn Write) -> Result<(), CliError> {
     let model = args.value(&["-m", "--model"])?.ok_or_else(|| CliError::usage("plan needs -m MODEL.gguf"))?;
     let mmproj = args.value(&["--mmproj"])?;
     let json = args.flag(&["--json"]);
+    let max_pixels: usize = args.parsed(&["--image-max-pixels"])?.unwrap_or(crate::image::PreprocessConfig::KIOSK_MAX_PIXELS);
     let mut options = TextOptions::default();
     options.n_ctx = args.parsed(&["--ctx"])?.unwrap_or(options.n_ctx);
     if !args.finish()?.is_empty() {
@@ -44,8 +46,12 @@ fn run(mut args: Args, out: &mut dyn Write) -> Result<(), CliError> {
     let file = GgufFile::open(&model)?;
     let params = TextParams::from_gguf(&file).map_err(|e| CliError::Failed(e.to_string()))?;
     let plans = plan_text(&params, &options).map_err(|e| CliError::Failed(e.to_string()))?;
-    if mmproj.is_some() {
-        return Err(CliError::Failed("the vision graph is not part of hrx yet (--mmproj)".into()));
+    let mut plans = plans;
+    if let Some(path) = mmproj {
+        let file = GgufFile::open(&path)?;
+        let vision = VisionParams::from_gguf(&file).map_err(|e| CliError::Failed(e.to_string()))?;
+        let max_patches = max_pixels / (vision.patch_size * vision.patch_size);
+        plans.push(plan_vision(&vision, max_patches).map_err(|e| CliError::Failed(e.to_string()))?);
     }
     let graphs: Vec<Json> = plans.iter().map(plan_json).collect();
     if json {
