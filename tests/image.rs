@@ -119,8 +119,9 @@ fn oracle_decode_matches_hf_rgb() {
         let total = ours.data().len();
         eprintln!("decode {} {}: max diff {max}, {n} of {total} values differ", img.key, img.file.display());
         if is_jpeg(&img.file) {
-            // zune-jpeg vs libjpeg-turbo: measured max 4, 27% of values off, mean 0.37 level.
-            assert!(max <= 6 && n * 2 < total, "{}: JPEG decode too far from libjpeg-turbo: max {max}, {n}", img.key);
+            // jpeg-decoder vs libjpeg-turbo: measured max 3, 7.8% of values off, mean 0.10 level
+            // (zune-jpeg, used before: max 4, 27%).
+            assert!(max <= 3 && n * 10 < total, "{}: JPEG decode too far from libjpeg-turbo: max {max}, {n}", img.key);
         } else {
             assert_eq!((max, n), (0, 0), "{}: PNG decode must be bit-exact", img.key);
         }
@@ -275,7 +276,7 @@ fn every_generated_image_decodes_like_pillow() {
         if g.exact {
             assert_eq!((max, n), (0, 0), "{} must match Pillow exactly", g.name);
         } else {
-            // Lossy decoders (zune-jpeg, image-webp vs libjpeg-turbo, libwebp) round differently
+            // Lossy decoders (jpeg-decoder / zune-jpeg, image-webp vs libjpeg-turbo, libwebp) round differently
             // by a few levels; a wrong orientation, colour space or alpha would be off by ~100+.
             assert!(max <= 8, "{}: max diff {max}", g.name);
         }
