@@ -53,7 +53,7 @@ impl Device {
             e
         };
         let req = memory::requirements(&shared.raw, raw);
-        let (type_index, map) = memory::pick_type(&shared.memory_props, req.memory_type_bits, location, shared.info.unified_memory)
+        let (type_index, map) = memory::pick_type(&shared.memory_props, req.memory_type_bits, location, shared.map_device_memory)
             .ok_or_else(|| destroy(VkError::NoMemoryType { what: format!("{what} ({location:?})") }))?;
         let alloc = shared.allocator().allocate(&shared.raw, req, type_index, map, what).map_err(destroy)?;
         if let Err(e) = memory::bind(&shared.raw, raw, &alloc) {

@@ -22,6 +22,9 @@ pub struct DeviceOptions {
     pub selection: Selection,
     /// None: no pipeline cache on disk.
     pub cache_dir: Option<PathBuf>,
+    /// On unified-memory devices, map device buffers and write them in place (true, the
+    /// default); false always goes through staging copies (tests use it to exercise them).
+    pub map_device_memory: bool,
 }
 
 impl DeviceOptions {
@@ -33,7 +36,7 @@ impl DeviceOptions {
             Some(d) => Some(PathBuf::from(d)),
             None => cache::default_dir(),
         };
-        Ok(DeviceOptions { selection: Selection::from_env()?, cache_dir })
+        Ok(DeviceOptions { selection: Selection::from_env()?, cache_dir, map_device_memory: true })
     }
 }
 
@@ -43,6 +46,8 @@ pub(crate) struct Shared {
     pub info: DeviceInfo,
     pub queue_family: u32,
     pub memory_props: vk::PhysicalDeviceMemoryProperties,
+    /// Device buffers live in host-mapped memory (unified memory, and the options allow it).
+    pub map_device_memory: bool,
     queue: Mutex<vk::Queue>,
     allocator: Mutex<Allocator>,
     pub pipeline_cache: vk::PipelineCache,
@@ -99,12 +104,14 @@ impl Device {
                 return Err(e);
             }
         };
+        let map_device_memory = options.map_device_memory && info.unified_memory;
         let largest_heap = info.heaps.iter().map(|h| h.size).max().unwrap_or(0);
         let shared = Shared {
             raw,
             info,
             queue_family,
             memory_props,
+            map_device_memory,
             queue: Mutex::new(queue),
             allocator: Mutex::new(Allocator::new(largest_heap)),
             pipeline_cache,
