@@ -64,6 +64,17 @@ impl Device {
     }
 }
 
+impl Device {
+    /// A mapped host buffer for staging copies.
+    fn staging(&self, size: u64, what: &str) -> Result<Buffer> {
+        let b = self.buffer(size, Location::Host, what)?;
+        if !b.is_mapped() {
+            return Err(VkError::NoMemoryType { what: format!("{what} (host-visible, mapped)") });
+        }
+        Ok(b)
+    }
+}
+
 impl Buffer {
     pub fn size(&self) -> u64 {
         self.inner.size
@@ -101,7 +112,7 @@ impl Buffer {
         }
         let device = self.device();
         let chunk = STAGING_CHUNK.min(data.len() as u64);
-        let staging = device.buffer(chunk, Location::Host, "staging for an upload")?;
+        let staging = device.staging(chunk, "staging for an upload")?;
         let mut cmd = CommandBuffer::new(&device)?;
         for (i, part) in data.chunks(chunk.max(1) as usize).enumerate() {
             staging.write(0, part)?;
@@ -123,7 +134,7 @@ impl Buffer {
         }
         let device = self.device();
         let chunk = STAGING_CHUNK.min(out.len() as u64);
-        let staging = device.buffer(chunk, Location::Host, "staging for a readback")?;
+        let staging = device.staging(chunk, "staging for a readback")?;
         let mut cmd = CommandBuffer::new(&device)?;
         for (i, part) in out.chunks_mut(chunk.max(1) as usize).enumerate() {
             cmd.begin()?;

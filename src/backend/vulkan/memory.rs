@@ -116,7 +116,7 @@ impl Allocator {
         if !dedicated {
             for (i, slot) in self.blocks.iter_mut().enumerate() {
                 let Some(b) = slot else { continue };
-                if b.type_index != type_index || b.dedicated {
+                if b.type_index != type_index || b.dedicated || b.mapped.is_some() != map {
                     continue;
                 }
                 if let Some(offset) = b.ranges.alloc(req.size, req.alignment) {
