@@ -1,6 +1,7 @@
 //! The command line: one module per subcommand, each with its own `--help`.
 
 pub mod args;
+mod doctor;
 mod inspect;
 
 use crate::gguf::GgufError;
@@ -16,7 +17,7 @@ pub struct Command {
     pub run: fn(Args, &mut dyn Write) -> Result<(), CliError>,
 }
 
-const COMMANDS: &[Command] = &[inspect::COMMAND];
+const COMMANDS: &[Command] = &[inspect::COMMAND, doctor::COMMAND];
 
 const MAIN_HELP: &str = "\
 hrx: describe images with Qwen3-VL on the GPU of small edge boxes

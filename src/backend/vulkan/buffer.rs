@@ -34,7 +34,13 @@ impl Device {
     /// source and destination. `what` names it in errors.
     pub fn buffer(&self, size: u64, location: Location, what: &str) -> Result<Buffer> {
         let shared = &self.shared;
-        let size = size.max(4).next_multiple_of(4);
+        // Larger than any heap: refuse before asking the driver (sizes past its limits are
+        // invalid usage, not an error it must report).
+        let largest_heap = shared.info.heaps.iter().map(|h| h.size).max().unwrap_or(0);
+        let size = match size.max(4).checked_next_multiple_of(4) {
+            Some(s) if s <= largest_heap => s,
+            _ => return Err(VkError::OutOfMemory { what: format!("{what} (larger than any memory heap)"), bytes: size }),
+        };
         let usage = vk::BufferUsageFlags::STORAGE_BUFFER
             | vk::BufferUsageFlags::INDIRECT_BUFFER
             | vk::BufferUsageFlags::TRANSFER_SRC

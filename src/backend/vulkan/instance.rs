@@ -12,6 +12,8 @@ pub struct Instance {
     pub(crate) raw: ash::Instance,
     /// The instance's Vulkan version (at most 1.3).
     pub(crate) api_version: u32,
+    /// The loader's own version.
+    loader_version: u32,
 }
 
 impl Instance {
@@ -50,7 +52,7 @@ impl Instance {
             vk::Result::ERROR_INCOMPATIBLE_DRIVER => VkError::NoDevice,
             e => VkError::from_call("vkCreateInstance", e),
         })?;
-        Ok(Instance { _entry: entry, raw, api_version })
+        Ok(Instance { _entry: entry, raw, api_version, loader_version })
     }
 
     /// Every physical device, in the loader's order.
@@ -60,9 +62,9 @@ impl Instance {
         handles.into_iter().enumerate().map(|(i, pd)| info::query(&self.raw, self.api_version, i, pd)).collect()
     }
 
-    /// "1.3.239"
-    pub fn api_version_str(&self) -> String {
-        let v = self.api_version;
+    /// The loader's version, "1.3.239".
+    pub fn loader_version_str(&self) -> String {
+        let v = self.loader_version;
         format!("{}.{}.{}", vk::api_version_major(v), vk::api_version_minor(v), vk::api_version_patch(v))
     }
 }
