@@ -6,7 +6,9 @@ mod vulkan_common;
 use std::process::Command;
 
 fn doctor(args: &[&str], env: &[(&str, &str)]) -> (i32, String, String) {
-    let mut cmd = Command::new(env!("CARGO_BIN_EXE_hrx"));
+    // HRX_BIN: the binary where the tests run elsewhere than they were built (the device machine).
+    let bin = std::env::var_os("HRX_BIN").unwrap_or_else(|| env!("CARGO_BIN_EXE_hrx").into());
+    let mut cmd = Command::new(bin);
     cmd.arg("doctor").args(args).env_remove("HRX_DEVICE");
     for (k, v) in env {
         cmd.env(k, v);
