@@ -7,7 +7,8 @@
 //! - [`Device`]: the chosen device (`HRX_DEVICE`), its compute queue, memory and pipeline cache.
 //! - [`Buffer`], [`Pipeline`], [`DescriptorPool`], [`CommandBuffer`]: the objects a plan is
 //!   recorded with; each holds what it needs alive.
-//! - [`kernels`]: ops, push constants and grids; [`VulkanRegistry`]: which graph nodes run here.
+//! - [`kernels`]: ops, push constants and grids; [`VulkanRegistry`]: which graph nodes run here;
+//!   [`VulkanExecutor`]: runs an all-GPU plan recorded once.
 
 mod buffer;
 mod cache;
@@ -15,6 +16,7 @@ mod command;
 mod descriptor;
 mod device;
 mod error;
+mod executor;
 mod info;
 mod instance;
 pub mod kernels;
@@ -29,6 +31,7 @@ pub use command::CommandBuffer;
 pub use descriptor::{DescriptorPool, DescriptorSet};
 pub use device::{Device, DeviceOptions};
 pub use error::{Result, VkError};
+pub use executor::VulkanExecutor;
 pub use info::{DeviceInfo, DeviceKind, Features, Heap};
 pub use instance::Instance;
 pub use memory::Location;
