@@ -64,7 +64,7 @@ fn a_recorded_plan_matches_the_cpu_executor_at_every_token_count() {
     let (graph, out) = block();
     let gpu_plan = Plan::new(graph.clone(), &VulkanRegistry).unwrap();
     assert_eq!(gpu_plan.census().cpu_nodes, 0);
-    let mut gpu = VulkanExecutor::new(&dev, gpu_plan, &[file.clone()]).unwrap();
+    let mut gpu = VulkanExecutor::new(&dev, gpu_plan, std::slice::from_ref(&file)).unwrap();
     let mut cpu = CpuExecutor::new(vec![Plan::new(graph, &CpuRegistry).unwrap()], &[file], Kernels::Reference).unwrap();
     for t in [MAX_T, 1, 7, MAX_T] {
         let x: Vec<f32> = rng.vec(N * t);

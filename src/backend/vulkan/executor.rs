@@ -63,6 +63,10 @@ impl VulkanExecutor {
                     Loc::External { storage, offset } => (&storages[storage.0], offset),
                 };
                 let v = graph.value(id);
+                // Kernels do not bounds-check their reads: every window must lie in its buffer.
+                if (offset + v.extent_bytes()) as u64 > buf.size() {
+                    return Err(VkError::Invalid(format!("node {i}: value {} runs past its buffer", id.0)));
+                }
                 Ok((buf, Operand { dtype: v.dtype, ne: v.ne, nb: v.nb, offset }))
             };
             let ins = node.inputs.iter().map(|&id| at(id)).collect::<Result<Vec<_>>>()?;

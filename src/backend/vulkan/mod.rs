@@ -1,7 +1,12 @@
 //! The Vulkan backend: device, memory, pipelines, command buffers, and the kernels that run
 //! graph nodes on the GPU. The system's Vulkan loader is loaded at run time, so hrx starts
-//! (and falls back to the CPU) on machines without one. Every `unsafe` block of hrx is in this
-//! module, each with its `SAFETY:` reasoning.
+//! (and falls back to the CPU) on machines without one. All of the backend's `unsafe` code is
+//! in this module, each block with its `SAFETY:` reasoning.
+//!
+//! Shaders (shaders/, GLSL 450, SPIR-V 1.0) use no optional feature: weights are read as
+//! `uint[]` and decoded from byte offsets, reductions go through shared memory. They run on
+//! lavapipe (CI), and anything Vulkan 1.0 or later; faster variants (16-bit storage, subgroup
+//! reductions, integer dot products) can be added per device later.
 //!
 //! - [`Instance`], [`DeviceInfo`]: the loader and what each device offers (`hrx doctor`).
 //! - [`Device`]: the chosen device (`HRX_DEVICE`), its compute queue, memory and pipeline cache.
