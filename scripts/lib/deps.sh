@@ -3,7 +3,7 @@
 
 # Debian packages the build and the tests use: a C linker for Rust, and (for the Vulkan tests)
 # the Vulkan loader and Mesa's software device lavapipe.
-HRX_APT_PACKAGES=(gcc libc6-dev pkg-config ca-certificates curl)
+HRX_APT_PACKAGES=(gcc libc6-dev pkg-config ca-certificates curl libvulkan1 mesa-vulkan-drivers)
 
 as_root() {
   if [ "$(id -u)" = 0 ]; then "$@"; else sudo "$@"; fi

@@ -3,6 +3,7 @@
 pub mod args;
 mod bench;
 mod describe;
+mod doctor;
 mod generate;
 mod inspect;
 mod models;
@@ -23,7 +24,7 @@ pub struct Command {
     pub run: fn(Args, &mut dyn Write) -> Result<(), CliError>,
 }
 
-const COMMANDS: &[Command] = &[describe::COMMAND, generate::COMMAND, plan::COMMAND, inspect::COMMAND, tokenize::COMMAND, synth::COMMAND, bench::COMMAND, models::COMMAND];
+const COMMANDS: &[Command] = &[describe::COMMAND, generate::COMMAND, plan::COMMAND, inspect::COMMAND, tokenize::COMMAND, synth::COMMAND, bench::COMMAND, models::COMMAND, doctor::COMMAND];
 
 const MAIN_HELP: &str = "\
 hrx: describe images with Qwen3-VL on the GPU of small edge boxes

@@ -1,0 +1,29 @@
+// Byte-addressed reads from a buffer declared as `uint w[]` (weights of any dtype): portable
+// GLSL 450 without 8/16-bit storage. Offsets are in bytes and need no alignment.
+
+uint load_u32(uint off) {
+    uint i = off >> 2u;
+    uint sh = (off & 3u) * 8u;
+    if (sh == 0u) {
+        return w[i];
+    }
+    return (w[i] >> sh) | (w[i + 1u] << (32u - sh));
+}
+
+uint load_u16(uint off) {
+    return (w[off >> 2u] >> ((off & 2u) * 8u)) & 0xFFFFu;
+}
+
+uint load_u8(uint off) {
+    return (w[off >> 2u] >> ((off & 3u) * 8u)) & 0xFFu;
+}
+
+float load_f16(uint off) {
+    return unpackHalf2x16(load_u16(off)).x;
+}
+
+// The four signed bytes of a word, low byte first.
+vec4 i8x4(uint v) {
+    ivec4 s = ivec4(int(v) << 24, int(v) << 16, int(v) << 8, int(v)) >> 24;
+    return vec4(s);
+}

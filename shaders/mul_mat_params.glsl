@@ -1,0 +1,25 @@
+// Bindings and push constants shared by mul_mat and mul_mat_vec: d[n, c] = sum_k w[k, n] x[k, c]
+// (ggml's mul_mat). Output columns c = (m, i2, i3) over ne.yzw; w has one matrix for all.
+
+layout(set = 0, binding = 1) readonly buffer W { uint w[]; };
+layout(set = 0, binding = 2) readonly buffer X { float x[]; };
+layout(set = 0, binding = 3) writeonly buffer D { float d[]; };
+
+layout(push_constant) uniform Params {
+    uvec4 ne;      // output shape: N (rows of w), M, n2, n3 (maximal)
+    uvec4 dyn;     // dynamic axis of the output (common.glsl)
+    uvec4 x_nb;    // x: offset, nb1, nb2, nb3 (floats); unit stride along K
+    uvec4 d_nb;    // d: offset, nb1, nb2, nb3 (floats); unit stride along N
+    uint K;        // inner dimension
+    uint w_off;    // byte offset of w's first row
+    uint w_nb1;    // bytes per row of w
+} p;
+
+// Float offsets of column c of x and of d.
+uvec2 column_offsets(uint c, uvec4 ne) {
+    uint m = c % ne.y;
+    uint i2 = (c / ne.y) % ne.z;
+    uint i3 = c / (ne.y * ne.z);
+    return uvec2(p.x_nb.x + m * p.x_nb.y + i2 * p.x_nb.z + i3 * p.x_nb.w,
+                 p.d_nb.x + m * p.d_nb.y + i2 * p.d_nb.z + i3 * p.d_nb.w);
+}

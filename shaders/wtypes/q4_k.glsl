@@ -1,0 +1,34 @@
+// Q4_K (144 bytes per 256 values): d, dmin (f16), scales[12] (8 six-bit scales and mins),
+// qs[128]. Value v: chunk c = v / 64 uses bytes qs[32c .. 32c + 32], low nibbles for the first
+// 32 values, high nibbles for the next 32; sub-block s = v / 32 has scale sc[s], min m[s];
+// value = d * sc[s] * q - dmin * m[s] (ggml's dequantize_row_q4_K).
+#define W_BLOCK 256u
+
+// Scale and min of sub-block s (ggml's get_scale_min_k4).
+vec2 q4_k_scale_min(uint blk, uint s) {
+    if (s < 4u) {
+        return vec2(float(load_u8(blk + 4u + s) & 63u), float(load_u8(blk + 8u + s) & 63u));
+    }
+    uint lo = load_u8(blk + 8u + s);
+    uint sc = (lo & 15u) | ((load_u8(blk + s) >> 6u) << 4u);
+    uint m = (lo >> 4u) | ((load_u8(blk + 4u + s) >> 6u) << 4u);
+    return vec2(float(sc), float(m));
+}
+
+vec4 load_w4(uint row, uint k) {
+    uint blk = row + (k / 256u) * 144u;
+    uint v = k % 256u;
+    vec2 dm = unpackHalf2x16(load_u32(blk));
+    vec2 sm = q4_k_scale_min(blk, v / 32u);
+    uint q = load_u32(blk + 16u + 32u * (v / 64u) + (v % 32u));
+    if ((v & 32u) != 0u) {
+        q >>= 4u;
+    }
+    q &= 0x0F0F0F0Fu;
+    vec4 qf = vec4(uvec4(q, q >> 8u, q >> 16u, q >> 24u) & 0xFFu);
+    return (dm.x * sm.x) * qf - dm.y * sm.y;
+}
+
+float load_w1(uint row, uint k) {
+    return load_w4(row, k & ~3u)[k & 3u];
+}

@@ -1,0 +1,191 @@
+//! Buffers: a `VkBuffer` on a sub-allocation, freed when the last handle goes. Reads and
+//! writes copy through the mapping where the memory is host-visible (unified memory, staging)
+//! and through a staging buffer and a copy on the queue otherwise.
+//!
+//! Every submission in this backend waits for completion, so no GPU work is in flight while
+//! the host reads or writes a buffer.
+
+use super::command::CommandBuffer;
+use super::device::{Device, Shared};
+use super::error::{Result, VkError};
+use super::memory::{self, Allocation, Location};
+use ash::vk;
+use std::sync::Arc;
+
+/// Largest staging copy at a time.
+const STAGING_CHUNK: u64 = 64 << 20;
+
+pub(crate) struct BufferInner {
+    shared: Arc<Shared>,
+    pub raw: vk::Buffer,
+    alloc: Allocation,
+    size: u64,
+    location: Location,
+}
+
+/// A device buffer (cheap to clone: a handle).
+#[derive(Clone)]
+pub struct Buffer {
+    pub(crate) inner: Arc<BufferInner>,
+}
+
+impl Device {
+    /// A buffer of `size` bytes (at least 4) usable as storage, indirect-argument, copy
+    /// source and destination. `what` names it in errors.
+    pub fn buffer(&self, size: u64, location: Location, what: &str) -> Result<Buffer> {
+        let shared = &self.shared;
+        // Larger than any heap: refuse before asking the driver (sizes past its limits are
+        // invalid usage, not an error it must report).
+        let largest_heap = shared.info.heaps.iter().map(|h| h.size).max().unwrap_or(0);
+        let size = match size.max(4).checked_next_multiple_of(4) {
+            Some(s) if s <= largest_heap => s,
+            _ => return Err(VkError::OutOfMemory { what: format!("{what} (larger than any memory heap)"), bytes: size }),
+        };
+        let usage = vk::BufferUsageFlags::STORAGE_BUFFER
+            | vk::BufferUsageFlags::INDIRECT_BUFFER
+            | vk::BufferUsageFlags::TRANSFER_SRC
+            | vk::BufferUsageFlags::TRANSFER_DST;
+        let create = vk::BufferCreateInfo::default().size(size).usage(usage).sharing_mode(vk::SharingMode::EXCLUSIVE);
+        // SAFETY: a valid create info on a live device.
+        let raw = unsafe { shared.raw.create_buffer(&create, None) }.map_err(|e| match e {
+            vk::Result::ERROR_OUT_OF_DEVICE_MEMORY | vk::Result::ERROR_OUT_OF_HOST_MEMORY => {
+                VkError::OutOfMemory { what: what.to_owned(), bytes: size }
+            }
+            e => VkError::from_call("vkCreateBuffer", e),
+        })?;
+        let destroy = |e| {
+            // SAFETY: the buffer was never used.
+            unsafe { shared.raw.destroy_buffer(raw, None) };
+            e
+        };
+        let req = memory::requirements(&shared.raw, raw);
+        let (type_index, map) = memory::pick_type(&shared.memory_props, req.memory_type_bits, location, shared.map_device_memory)
+            .ok_or_else(|| destroy(VkError::NoMemoryType { what: format!("{what} ({location:?})") }))?;
+        let alloc = shared.allocator().allocate(&shared.raw, req, type_index, map, what).map_err(destroy)?;
+        if let Err(e) = memory::bind(&shared.raw, raw, &alloc) {
+            shared.allocator().free(&shared.raw, &alloc);
+            return Err(destroy(e));
+        }
+        Ok(Buffer { inner: Arc::new(BufferInner { shared: Arc::clone(shared), raw, alloc, size, location }) })
+    }
+}
+
+impl Device {
+    /// A mapped host buffer for staging copies.
+    fn staging(&self, size: u64, what: &str) -> Result<Buffer> {
+        let b = self.buffer(size, Location::Host, what)?;
+        if !b.is_mapped() {
+            return Err(VkError::NoMemoryType { what: format!("{what} (host-visible, mapped)") });
+        }
+        Ok(b)
+    }
+}
+
+impl Buffer {
+    pub fn size(&self) -> u64 {
+        self.inner.size
+    }
+
+    pub fn location(&self) -> Location {
+        self.inner.location
+    }
+
+    /// The host writes and reads this buffer in place (no staging copy).
+    pub fn is_mapped(&self) -> bool {
+        self.inner.alloc.mapped.is_some()
+    }
+
+    fn device(&self) -> Device {
+        Device { shared: Arc::clone(&self.inner.shared) }
+    }
+
+    fn check(&self, offset: u64, len: usize, what: &str) -> Result<()> {
+        match offset.checked_add(len as u64) {
+            Some(end) if end <= self.inner.size => Ok(()),
+            _ => Err(VkError::Invalid(format!("{what} of {len} bytes at {offset} runs past a buffer of {} bytes", self.inner.size))),
+        }
+    }
+
+    /// Copies `data` into the buffer at byte `offset`.
+    pub fn write(&self, offset: u64, data: &[u8]) -> Result<()> {
+        self.check(offset, data.len(), "write")?;
+        if let Some(p) = self.inner.alloc.mapped {
+            // SAFETY: the range is inside this buffer's mapped allocation (checked above), the
+            // GPU is not using it (every submission is waited for), and `data` cannot overlap
+            // device memory mapped by this process for its own buffer.
+            unsafe { std::ptr::copy_nonoverlapping(data.as_ptr(), p.as_ptr().add(offset as usize), data.len()) };
+            return Ok(());
+        }
+        let device = self.device();
+        let chunk = STAGING_CHUNK.min(data.len() as u64);
+        let staging = device.staging(chunk, "staging for an upload")?;
+        let mut cmd = CommandBuffer::new(&device)?;
+        for (i, part) in data.chunks(chunk.max(1) as usize).enumerate() {
+            staging.write(0, part)?;
+            cmd.begin()?;
+            cmd.copy(&staging, 0, self, offset + i as u64 * chunk, part.len() as u64)?;
+            cmd.finish()?;
+            cmd.submit_and_wait()?;
+        }
+        Ok(())
+    }
+
+    /// Copies bytes at `offset` into `out`.
+    pub fn read(&self, offset: u64, out: &mut [u8]) -> Result<()> {
+        self.check(offset, out.len(), "read")?;
+        if let Some(p) = self.inner.alloc.mapped {
+            // SAFETY: as in `write`.
+            unsafe { std::ptr::copy_nonoverlapping(p.as_ptr().add(offset as usize), out.as_mut_ptr(), out.len()) };
+            return Ok(());
+        }
+        let device = self.device();
+        let chunk = STAGING_CHUNK.min(out.len() as u64);
+        let staging = device.staging(chunk, "staging for a readback")?;
+        let mut cmd = CommandBuffer::new(&device)?;
+        for (i, part) in out.chunks_mut(chunk.max(1) as usize).enumerate() {
+            cmd.begin()?;
+            cmd.copy(self, offset + i as u64 * chunk, &staging, 0, part.len() as u64)?;
+            cmd.finish()?;
+            cmd.submit_and_wait()?;
+            staging.read(0, part)?;
+        }
+        Ok(())
+    }
+
+    /// Writes f32 values (little-endian) at byte `offset`.
+    pub fn write_f32(&self, offset: u64, values: &[f32]) -> Result<()> {
+        self.write(offset, &values.iter().flat_map(|v| v.to_le_bytes()).collect::<Vec<u8>>())
+    }
+
+    /// Writes u32 values at byte `offset`.
+    pub fn write_u32(&self, offset: u64, values: &[u32]) -> Result<()> {
+        self.write(offset, &values.iter().flat_map(|v| v.to_le_bytes()).collect::<Vec<u8>>())
+    }
+
+    /// Reads `n` f32 values at byte `offset`.
+    pub fn read_f32(&self, offset: u64, n: usize) -> Result<Vec<f32>> {
+        let mut bytes = vec![0u8; n * 4];
+        self.read(offset, &mut bytes)?;
+        Ok(bytes.chunks_exact(4).map(|b| f32::from_le_bytes([b[0], b[1], b[2], b[3]])).collect())
+    }
+
+    /// Fills the buffer with zero bytes.
+    pub fn clear(&self) -> Result<()> {
+        let device = self.device();
+        let mut cmd = CommandBuffer::new(&device)?;
+        cmd.begin()?;
+        cmd.fill(self, 0)?;
+        cmd.finish()?;
+        cmd.submit_and_wait()
+    }
+}
+
+impl Drop for BufferInner {
+    fn drop(&mut self) {
+        // SAFETY: the last handle is gone, and command buffers hold handles to what they
+        // use, so no recorded command refers to this buffer any more.
+        unsafe { self.shared.raw.destroy_buffer(self.raw, None) };
+        self.shared.allocator().free(&self.shared.raw, &self.alloc);
+    }
+}
+

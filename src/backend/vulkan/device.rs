@@ -1,0 +1,200 @@
+//! The logical device: chosen physical device, one compute queue, the memory allocator and the
+//! pipeline cache. `Device` is a cheap handle; buffers, pipelines and command buffers hold it,
+//! so it is destroyed after the last of them.
+
+use super::cache;
+use super::error::{call, Result, VkError};
+use super::info::DeviceInfo;
+use super::instance::Instance;
+use super::memory::Allocator;
+use super::select::{pick, Selection};
+use ash::vk;
+use std::path::PathBuf;
+use std::sync::{Arc, Mutex, MutexGuard};
+use std::time::Duration;
+
+/// How long a submission may run before hrx reports the GPU as hung.
+pub const SUBMIT_TIMEOUT: Duration = Duration::from_secs(120);
+
+/// What device to open and where to keep the pipeline cache.
+#[derive(Clone, Debug)]
+pub struct DeviceOptions {
+    pub selection: Selection,
+    /// None: no pipeline cache on disk.
+    pub cache_dir: Option<PathBuf>,
+    /// On unified-memory devices, map device buffers and write them in place (true, the
+    /// default); false always goes through staging copies (tests use it to exercise them).
+    pub map_device_memory: bool,
+}
+
+impl DeviceOptions {
+    /// `HRX_DEVICE` for the device, `HRX_CACHE_DIR` (else `$XDG_CACHE_HOME/hrx`,
+    /// `~/.cache/hrx`) for the cache; `HRX_CACHE_DIR=` (empty) turns the disk cache off.
+    pub fn from_env() -> Result<DeviceOptions> {
+        let cache_dir = match std::env::var_os("HRX_CACHE_DIR") {
+            Some(d) if d.is_empty() => None,
+            Some(d) => Some(PathBuf::from(d)),
+            None => cache::default_dir(),
+        };
+        Ok(DeviceOptions { selection: Selection::from_env()?, cache_dir, map_device_memory: true })
+    }
+}
+
+/// Everything the handles share; destroyed when the last handle goes.
+pub(crate) struct Shared {
+    pub raw: ash::Device,
+    pub info: DeviceInfo,
+    pub queue_family: u32,
+    pub memory_props: vk::PhysicalDeviceMemoryProperties,
+    /// Device buffers live in host-mapped memory (unified memory, and the options allow it).
+    pub map_device_memory: bool,
+    queue: Mutex<vk::Queue>,
+    allocator: Mutex<Allocator>,
+    pub pipeline_cache: vk::PipelineCache,
+    cache_path: Option<PathBuf>,
+    // Last: destroyed after the device (fields drop after `Drop::drop`, in order).
+    _instance: Instance,
+}
+
+/// An open Vulkan device.
+#[derive(Clone)]
+pub struct Device {
+    pub(crate) shared: Arc<Shared>,
+}
+
+impl Device {
+    /// Opens the device `options` select (see `select.rs`).
+    pub fn new(options: &DeviceOptions) -> Result<Device> {
+        let instance = Instance::new()?;
+        let devices = instance.devices()?;
+        let info = devices[pick(&devices, &options.selection)?].clone();
+        Device::open(instance, info, options)
+    }
+
+    fn open(instance: Instance, info: DeviceInfo, options: &DeviceOptions) -> Result<Device> {
+        let queue_family = info
+            .compute_queue_family
+            .ok_or_else(|| VkError::Unsupported { device: info.name.clone(), what: "no compute queue".into() })?;
+        let priorities = [1.0f32];
+        let queues = [vk::DeviceQueueCreateInfo::default().queue_family_index(queue_family).queue_priorities(&priorities)];
+        // A device offering VK_KHR_portability_subset requires it enabled.
+        let mut extensions = Vec::new();
+        let portability = ash::khr::portability_subset::NAME;
+        if info.has_extension(&portability.to_string_lossy()) {
+            extensions.push(portability.as_ptr());
+        }
+        let create = vk::DeviceCreateInfo::default().queue_create_infos(&queues).enabled_extension_names(&extensions);
+        // SAFETY: the physical device belongs to `instance`; the create info outlives the call.
+        let raw = unsafe { instance.raw.create_device(info.handle, &create, None) }.map_err(call("vkCreateDevice"))?;
+        // SAFETY: family and index 0 were requested above.
+        let queue = unsafe { raw.get_device_queue(queue_family, 0) };
+        // SAFETY: a query on a live physical device.
+        let memory_props = unsafe { instance.raw.get_physical_device_memory_properties(info.handle) };
+        let cache_path = options.cache_dir.as_ref().map(|d| cache::file_for(d, &info));
+        let initial = cache_path.as_ref().map(|p| cache::load(p, &info)).unwrap_or_default();
+        let pipeline_cache = match create_pipeline_cache(&raw, &initial) {
+            Ok(c) => c,
+            Err(e) if !initial.is_empty() => {
+                log::warn!("the driver refused the pipeline cache ({e}); starting empty");
+                create_pipeline_cache(&raw, &[])?
+            }
+            Err(e) => {
+                // SAFETY: nothing was made from the device yet.
+                unsafe { raw.destroy_device(None) };
+                return Err(e);
+            }
+        };
+        let map_device_memory = options.map_device_memory && info.unified_memory;
+        let largest_heap = info.heaps.iter().map(|h| h.size).max().unwrap_or(0);
+        let shared = Shared {
+            raw,
+            info,
+            queue_family,
+            memory_props,
+            map_device_memory,
+            queue: Mutex::new(queue),
+            allocator: Mutex::new(Allocator::new(largest_heap)),
+            pipeline_cache,
+            cache_path,
+            _instance: instance,
+        };
+        log::info!("vulkan device: {} ({})", shared.info.name, shared.info.kind.name());
+        Ok(Device { shared: Arc::new(shared) })
+    }
+
+    pub fn info(&self) -> &DeviceInfo {
+        &self.shared.info
+    }
+
+    /// Writes the pipeline cache to disk now (it is also written when the device closes).
+    pub fn save_pipeline_cache(&self) {
+        self.shared.save_pipeline_cache();
+    }
+
+    /// Where the pipeline cache is kept, if anywhere.
+    pub fn pipeline_cache_path(&self) -> Option<&std::path::Path> {
+        self.shared.cache_path.as_deref()
+    }
+}
+
+fn create_pipeline_cache(raw: &ash::Device, initial: &[u8]) -> Result<vk::PipelineCache> {
+    let info = vk::PipelineCacheCreateInfo::default().initial_data(initial);
+    // SAFETY: `initial` was checked against this device's cache header (cache.rs).
+    unsafe { raw.create_pipeline_cache(&info, None) }.map_err(call("vkCreatePipelineCache"))
+}
+
+impl Shared {
+    pub fn allocator(&self) -> MutexGuard<'_, Allocator> {
+        // A panic while holding the lock leaves the allocator consistent (no partial updates
+        // across an unwind point), so a poisoned lock is still usable.
+        self.allocator.lock().unwrap_or_else(|p| p.into_inner())
+    }
+
+    /// Submits `cmd` and waits for it: `fence` is reset first.
+    pub fn submit_and_wait(&self, cmd: vk::CommandBuffer, fence: vk::Fence, what: &str) -> Result<()> {
+        let cmds = [cmd];
+        let submit = [vk::SubmitInfo::default().command_buffers(&cmds)];
+        {
+            let queue = self.queue.lock().unwrap_or_else(|p| p.into_inner());
+            // SAFETY: the fence is unsignalled (reset below after each wait, created
+            // unsignalled) and not in use; the queue is externally synchronised by the lock;
+            // `cmd` is fully recorded and its resources are kept alive by its owner.
+            unsafe { self.raw.queue_submit(*queue, &submit, fence) }.map_err(call("vkQueueSubmit"))?;
+        }
+        let timeout = SUBMIT_TIMEOUT.as_nanos() as u64;
+        // SAFETY: the fence belongs to this device.
+        let waited = unsafe { self.raw.wait_for_fences(&[fence], true, timeout) };
+        match waited {
+            Ok(()) => {}
+            Err(vk::Result::TIMEOUT) => return Err(VkError::Timeout { during: what.to_owned(), seconds: SUBMIT_TIMEOUT.as_secs() }),
+            Err(vk::Result::ERROR_DEVICE_LOST) => return Err(VkError::DeviceLost { during: what.to_owned() }),
+            Err(e) => return Err(VkError::from_call("vkWaitForFences", e)),
+        }
+        // SAFETY: the fence is signalled and no longer used by the queue.
+        unsafe { self.raw.reset_fences(&[fence]) }.map_err(call("vkResetFences"))
+    }
+
+    fn save_pipeline_cache(&self) {
+        let Some(path) = &self.cache_path else { return };
+        // SAFETY: the cache belongs to this device.
+        match unsafe { self.raw.get_pipeline_cache_data(self.pipeline_cache) } {
+            Ok(data) => cache::save(path, &data),
+            Err(e) => log::warn!("could not read the pipeline cache: {e}"),
+        }
+    }
+}
+
+impl Drop for Shared {
+    fn drop(&mut self) {
+        self.save_pipeline_cache();
+        // SAFETY: the last handle is gone, so no buffer, pipeline or command buffer of this
+        // device exists; waiting for idle makes destruction safe even after a failed wait.
+        unsafe {
+            let _ = self.raw.device_wait_idle();
+            self.raw.destroy_pipeline_cache(self.pipeline_cache, None);
+        }
+        self.allocator.get_mut().unwrap_or_else(|p| p.into_inner()).free_all(&self.raw);
+        // SAFETY: every child object is destroyed above.
+        unsafe { self.raw.destroy_device(None) };
+    }
+}

@@ -1,0 +1,74 @@
+//! Every way the Vulkan backend can fail, typed, each with the context a user needs.
+
+use ash::vk;
+use std::fmt;
+
+#[derive(Debug, Clone, PartialEq)]
+pub enum VkError {
+    /// The Vulkan loader (libvulkan.so.1) could not be loaded.
+    NoLoader(String),
+    /// The loader works but reports no device (no driver installed, or none usable).
+    NoDevice,
+    /// `HRX_DEVICE` (or a chosen index) names no usable device.
+    BadSelection { value: String, reason: String },
+    /// The device lacks something hrx needs (a compute queue, Vulkan 1.1, ...).
+    Unsupported { device: String, what: String },
+    /// Device or host memory ran out.
+    OutOfMemory { what: String, bytes: u64 },
+    /// No memory type has the properties a buffer needs.
+    NoMemoryType { what: String },
+    /// The device was lost (driver reset, hang, crash): nothing on it can be used any more.
+    DeviceLost { during: String },
+    /// A fence wait ran past its limit.
+    Timeout { during: String, seconds: u64 },
+    /// A compute pipeline could not be made from its SPIR-V.
+    Pipeline { kernel: String, reason: String },
+    /// An argument the backend refuses: an operand a kernel does not handle, a copy out of a
+    /// buffer's bounds, push constants of the wrong size.
+    Invalid(String),
+    /// Any other Vulkan call that failed.
+    Call { call: &'static str, result: vk::Result },
+}
+
+pub type Result<T> = std::result::Result<T, VkError>;
+
+impl VkError {
+    /// Maps a failed call's result: memory and device-loss results get their own variants.
+    pub fn from_call(call: &'static str, result: vk::Result) -> VkError {
+        match result {
+            vk::Result::ERROR_OUT_OF_DEVICE_MEMORY => VkError::OutOfMemory { what: format!("{call} (device memory)"), bytes: 0 },
+            vk::Result::ERROR_OUT_OF_HOST_MEMORY => VkError::OutOfMemory { what: format!("{call} (host memory)"), bytes: 0 },
+            vk::Result::ERROR_DEVICE_LOST => VkError::DeviceLost { during: call.to_owned() },
+            result => VkError::Call { call, result },
+        }
+    }
+}
+
+/// `.map_err(call("vkFoo"))`
+pub fn call(name: &'static str) -> impl Fn(vk::Result) -> VkError {
+    move |r| VkError::from_call(name, r)
+}
+
+impl fmt::Display for VkError {
+    fn fmt(&self, f: &mut fmt::Formatter<'_>) -> fmt::Result {
+        match self {
+            VkError::NoLoader(e) => write!(
+                f,
+                "no Vulkan loader: {e} (install libvulkan1 and a driver, e.g. mesa-vulkan-drivers or the GPU vendor's)"
+            ),
+            VkError::NoDevice => f.write_str("the Vulkan loader found no device (is a Vulkan driver installed? see `hrx doctor`)"),
+            VkError::BadSelection { value, reason } => write!(f, "HRX_DEVICE={value:?}: {reason}"),
+            VkError::Unsupported { device, what } => write!(f, "{device}: {what}"),
+            VkError::OutOfMemory { what, bytes } if *bytes > 0 => write!(f, "out of memory allocating {bytes} bytes for {what}"),
+            VkError::OutOfMemory { what, .. } => write!(f, "out of memory: {what}"),
+            VkError::NoMemoryType { what } => write!(f, "no Vulkan memory type suits {what}"),
+            VkError::DeviceLost { during } => write!(f, "the Vulkan device was lost during {during}"),
+            VkError::Timeout { during, seconds } => write!(f, "the GPU did not finish {during} within {seconds} s"),
+            VkError::Pipeline { kernel, reason } => write!(f, "cannot create compute pipeline {kernel}: {reason}"),
+            VkError::Invalid(m) => f.write_str(m),
+            VkError::Call { call, result } => write!(f, "{call} failed: {result}"),
+        }
+    }
+}
+
+impl std::error::Error for VkError {}

@@ -1,0 +1,295 @@
+//! What a physical device is and can do: the facts `hrx doctor` prints and device selection
+//! weighs. Gathered once per device from the instance; no logical device needed.
+
+use super::error::{call, Result};
+use ash::vk;
+use std::ffi::CStr;
+
+/// Kind of device, in the order hrx prefers them.
+#[derive(Clone, Copy, Debug, PartialEq, Eq, PartialOrd, Ord)]
+pub enum DeviceKind {
+    Other,
+    Cpu,
+    Virtual,
+    Integrated,
+    Discrete,
+}
+
+impl DeviceKind {
+    fn from_vk(t: vk::PhysicalDeviceType) -> DeviceKind {
+        match t {
+            vk::PhysicalDeviceType::DISCRETE_GPU => DeviceKind::Discrete,
+            vk::PhysicalDeviceType::INTEGRATED_GPU => DeviceKind::Integrated,
+            vk::PhysicalDeviceType::VIRTUAL_GPU => DeviceKind::Virtual,
+            vk::PhysicalDeviceType::CPU => DeviceKind::Cpu,
+            _ => DeviceKind::Other,
+        }
+    }
+
+    pub fn name(self) -> &'static str {
+        match self {
+            DeviceKind::Discrete => "discrete GPU",
+            DeviceKind::Integrated => "integrated GPU",
+            DeviceKind::Virtual => "virtual GPU",
+            DeviceKind::Cpu => "CPU",
+            DeviceKind::Other => "other",
+        }
+    }
+}
+
+/// A memory heap: size and what its memory types offer.
+#[derive(Clone, Debug, PartialEq)]
+pub struct Heap {
+    pub size: u64,
+    pub device_local: bool,
+    /// Some memory type of this heap can be mapped by the host.
+    pub host_visible: bool,
+}
+
+/// Optional capabilities hrx may use (false where unknown: a Vulkan 1.0 device).
+#[derive(Clone, Debug, Default, PartialEq)]
+pub struct Features {
+    pub storage_16bit: bool,
+    pub storage_8bit: bool,
+    pub float16: bool,
+    pub int8: bool,
+    pub int16: bool,
+    pub int64: bool,
+    /// VK_KHR_cooperative_matrix or VK_NV_cooperative_matrix is offered.
+    pub cooperative_matrix: bool,
+    /// VK_KHR_shader_integer_dot_product (or Vulkan 1.3) is offered.
+    pub integer_dot_product: bool,
+    /// VK_EXT_subgroup_size_control (or Vulkan 1.3) is offered.
+    pub subgroup_size_control: bool,
+}
+
+/// Everything hrx reads about one physical device.
+#[derive(Clone, Debug)]
+pub struct DeviceInfo {
+    /// Position in the loader's enumeration (what `HRX_DEVICE=N` names).
+    pub index: usize,
+    pub(crate) handle: vk::PhysicalDevice,
+    pub name: String,
+    pub kind: DeviceKind,
+    pub vendor_id: u32,
+    pub device_id: u32,
+    /// Vulkan version the device supports, as (major, minor, patch).
+    pub api_version: (u32, u32, u32),
+    pub driver_name: Option<String>,
+    pub driver_info: Option<String>,
+    /// The driver version decoded the way its vendor encodes it.
+    pub driver_version: String,
+    pub pipeline_cache_uuid: [u8; 16],
+    pub heaps: Vec<Heap>,
+    /// Memory the device reads at full speed is also host-mapped: buffers are written in
+    /// place, without staging copies.
+    pub unified_memory: bool,
+    /// Subgroup size and supported subgroup operations (0 and empty where unknown).
+    pub subgroup_size: u32,
+    pub subgroup_ops: Vec<&'static str>,
+    pub max_shared_memory: u32,
+    pub max_workgroup_invocations: u32,
+    pub max_workgroup_count: [u32; 3],
+    pub max_push_constants: u32,
+    pub max_storage_buffer_range: u32,
+    pub min_storage_buffer_offset_alignment: u64,
+    pub features: Features,
+    /// The queue family hrx would use (compute-capable, preferably without graphics).
+    pub compute_queue_family: Option<u32>,
+    pub(crate) extensions: Vec<String>,
+}
+
+impl DeviceInfo {
+    /// Bytes of device-local memory (largest device-local heap).
+    pub fn device_local_bytes(&self) -> u64 {
+        self.heaps.iter().filter(|h| h.device_local).map(|h| h.size).max().unwrap_or(0)
+    }
+
+    pub fn has_extension(&self, name: &str) -> bool {
+        self.extensions.iter().any(|e| e == name)
+    }
+
+    /// "1.3.230"
+    pub fn api_version_str(&self) -> String {
+        let (a, b, c) = self.api_version;
+        format!("{a}.{b}.{c}")
+    }
+}
+
+fn c_string(s: std::result::Result<&CStr, std::ffi::FromBytesUntilNulError>) -> String {
+    s.map(|c| c.to_string_lossy().into_owned()).unwrap_or_default()
+}
+
+fn version_tuple(v: u32) -> (u32, u32, u32) {
+    (vk::api_version_major(v), vk::api_version_minor(v), vk::api_version_patch(v))
+}
+
+/// NVIDIA packs 10.8.8.6 bits, Intel on Windows 18.14; everyone else uses Vulkan's encoding.
+pub fn decode_driver_version(vendor_id: u32, v: u32) -> String {
+    match vendor_id {
+        0x10DE => format!("{}.{}.{}.{}", v >> 22, (v >> 14) & 0xFF, (v >> 6) & 0xFF, v & 0x3F),
+        _ => {
+            let (a, b, c) = version_tuple(v);
+            format!("{a}.{b}.{c}")
+        }
+    }
+}
+
+const SUBGROUP_OPS: [(vk::SubgroupFeatureFlags, &str); 8] = [
+    (vk::SubgroupFeatureFlags::BASIC, "basic"),
+    (vk::SubgroupFeatureFlags::VOTE, "vote"),
+    (vk::SubgroupFeatureFlags::ARITHMETIC, "arithmetic"),
+    (vk::SubgroupFeatureFlags::BALLOT, "ballot"),
+    (vk::SubgroupFeatureFlags::SHUFFLE, "shuffle"),
+    (vk::SubgroupFeatureFlags::SHUFFLE_RELATIVE, "shuffle_relative"),
+    (vk::SubgroupFeatureFlags::CLUSTERED, "clustered"),
+    (vk::SubgroupFeatureFlags::QUAD, "quad"),
+];
+
+/// Reads one physical device. `instance_api` is the instance's Vulkan version: the `*2`
+/// queries are core from 1.1 on.
+pub(crate) fn query(instance: &ash::Instance, instance_api: u32, index: usize, pd: vk::PhysicalDevice) -> Result<DeviceInfo> {
+    // SAFETY: `pd` was enumerated from this live instance; the queries only write the
+    // structures passed in.
+    let (props, mem, families, ext_props) = unsafe {
+        (
+            instance.get_physical_device_properties(pd),
+            instance.get_physical_device_memory_properties(pd),
+            instance.get_physical_device_queue_family_properties(pd),
+            instance.enumerate_device_extension_properties(pd).map_err(call("vkEnumerateDeviceExtensionProperties"))?,
+        )
+    };
+    let extensions: Vec<String> = ext_props.iter().map(|e| c_string(e.extension_name_as_c_str())).collect();
+    let has = |name: &CStr| extensions.iter().any(|e| e.as_bytes() == name.to_bytes());
+    let api = props.api_version;
+    let v11 = api >= vk::API_VERSION_1_1 && instance_api >= vk::API_VERSION_1_1;
+    let v12 = v11 && api >= vk::API_VERSION_1_2;
+    let v13 = v11 && api >= vk::API_VERSION_1_3;
+
+    let mut features = Features {
+        int16: false,
+        int64: false,
+        cooperative_matrix: has(ash::khr::cooperative_matrix::NAME) || has(ash::nv::cooperative_matrix::NAME),
+        integer_dot_product: v13 || has(ash::khr::shader_integer_dot_product::NAME),
+        subgroup_size_control: v13 || has(ash::ext::subgroup_size_control::NAME),
+        ..Features::default()
+    };
+    // SAFETY: as above.
+    let base = unsafe { instance.get_physical_device_features(pd) };
+    features.int16 = base.shader_int16 == vk::TRUE;
+    features.int64 = base.shader_int64 == vk::TRUE;
+
+    let mut subgroup_size = 0;
+    let mut subgroup_ops = Vec::new();
+    let mut driver_name = None;
+    let mut driver_info = None;
+    if v11 {
+        let mut f16bit = vk::PhysicalDevice16BitStorageFeatures::default();
+        let mut f8bit = vk::PhysicalDevice8BitStorageFeatures::default();
+        let mut f16i8 = vk::PhysicalDeviceShaderFloat16Int8Features::default();
+        let mut f2 = vk::PhysicalDeviceFeatures2::default().push_next(&mut f16bit);
+        let with_8bit = v12 || has(ash::khr::_8bit_storage::NAME);
+        let with_f16i8 = v12 || has(ash::khr::shader_float16_int8::NAME);
+        if with_8bit {
+            f2 = f2.push_next(&mut f8bit);
+        }
+        if with_f16i8 {
+            f2 = f2.push_next(&mut f16i8);
+        }
+        // SAFETY: every chained structure is core in the device's version or its extension is
+        // offered, and all outlive the call.
+        unsafe { instance.get_physical_device_features2(pd, &mut f2) };
+        features.storage_16bit = f16bit.storage_buffer16_bit_access == vk::TRUE;
+        features.storage_8bit = f8bit.storage_buffer8_bit_access == vk::TRUE;
+        features.float16 = f16i8.shader_float16 == vk::TRUE;
+        features.int8 = f16i8.shader_int8 == vk::TRUE;
+
+        let mut subgroup = vk::PhysicalDeviceSubgroupProperties::default();
+        let mut driver = vk::PhysicalDeviceDriverProperties::default();
+        let with_driver = v12 || has(ash::khr::driver_properties::NAME);
+        let mut p2 = vk::PhysicalDeviceProperties2::default().push_next(&mut subgroup);
+        if with_driver {
+            p2 = p2.push_next(&mut driver);
+        }
+        // SAFETY: as for the features.
+        unsafe { instance.get_physical_device_properties2(pd, &mut p2) };
+        subgroup_size = subgroup.subgroup_size;
+        subgroup_ops = SUBGROUP_OPS.iter().filter(|(f, _)| subgroup.supported_operations.contains(*f)).map(|&(_, n)| n).collect();
+        if with_driver {
+            driver_name = Some(c_string(driver.driver_name_as_c_str()));
+            driver_info = Some(c_string(driver.driver_info_as_c_str()));
+        }
+    }
+
+    let heaps: Vec<Heap> = (0..mem.memory_heap_count as usize)
+        .map(|h| Heap {
+            size: mem.memory_heaps[h].size,
+            device_local: mem.memory_heaps[h].flags.contains(vk::MemoryHeapFlags::DEVICE_LOCAL),
+            host_visible: mem.memory_types[..mem.memory_type_count as usize]
+                .iter()
+                .any(|t| t.heap_index as usize == h && t.property_flags.contains(vk::MemoryPropertyFlags::HOST_VISIBLE)),
+        })
+        .collect();
+    let kind = DeviceKind::from_vk(props.device_type);
+    let unified_flags = vk::MemoryPropertyFlags::DEVICE_LOCAL | vk::MemoryPropertyFlags::HOST_VISIBLE | vk::MemoryPropertyFlags::HOST_COHERENT;
+    let unified_memory = matches!(kind, DeviceKind::Integrated | DeviceKind::Cpu)
+        && mem.memory_types[..mem.memory_type_count as usize].iter().any(|t| t.property_flags.contains(unified_flags));
+    let compute_queue_family = pick_queue_family(&families);
+    let limits = &props.limits;
+    Ok(DeviceInfo {
+        index,
+        handle: pd,
+        name: c_string(props.device_name_as_c_str()),
+        kind,
+        vendor_id: props.vendor_id,
+        device_id: props.device_id,
+        api_version: version_tuple(api),
+        driver_name,
+        driver_info,
+        driver_version: decode_driver_version(props.vendor_id, props.driver_version),
+        pipeline_cache_uuid: props.pipeline_cache_uuid,
+        heaps,
+        unified_memory,
+        subgroup_size,
+        subgroup_ops,
+        max_shared_memory: limits.max_compute_shared_memory_size,
+        max_workgroup_invocations: limits.max_compute_work_group_invocations,
+        max_workgroup_count: limits.max_compute_work_group_count,
+        max_push_constants: limits.max_push_constants_size,
+        max_storage_buffer_range: limits.max_storage_buffer_range,
+        min_storage_buffer_offset_alignment: limits.min_storage_buffer_offset_alignment,
+        features,
+        compute_queue_family,
+        extensions,
+    })
+}
+
+/// A compute-capable family, preferring one without graphics (a dedicated compute queue).
+fn pick_queue_family(families: &[vk::QueueFamilyProperties]) -> Option<u32> {
+    let compute = |f: &vk::QueueFamilyProperties| f.queue_count > 0 && f.queue_flags.contains(vk::QueueFlags::COMPUTE);
+    let dedicated = families.iter().position(|f| compute(f) && !f.queue_flags.contains(vk::QueueFlags::GRAPHICS));
+    dedicated.or_else(|| families.iter().position(compute)).map(|i| i as u32)
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    #[test]
+    fn nvidia_driver_versions_decode_their_own_way() {
+        // 580.159.4 as NVIDIA packs it.
+        let v = (580 << 22) | (159 << 14) | (4 << 6);
+        assert_eq!(decode_driver_version(0x10DE, v), "580.159.4.0");
+        assert_eq!(decode_driver_version(0x10005, vk::make_api_version(0, 22, 3, 6)), "22.3.6");
+    }
+
+    #[test]
+    fn prefers_a_dedicated_compute_queue() {
+        let fam = |flags| vk::QueueFamilyProperties { queue_flags: flags, queue_count: 1, ..Default::default() };
+        let gfx = fam(vk::QueueFlags::GRAPHICS | vk::QueueFlags::COMPUTE | vk::QueueFlags::TRANSFER);
+        let comp = fam(vk::QueueFlags::COMPUTE | vk::QueueFlags::TRANSFER);
+        assert_eq!(pick_queue_family(&[gfx, comp]), Some(1));
+        assert_eq!(pick_queue_family(&[gfx]), Some(0));
+        assert_eq!(pick_queue_family(&[fam(vk::QueueFlags::TRANSFER)]), None);
+    }
+}

@@ -1,0 +1,70 @@
+//! d = w^T x (ggml's mul_mat) with quantized or float weights and f32 activations:
+//! `mul_mat_vec.comp` for a few columns, `mul_mat.comp` (64 x 64 tiles) for many.
+
+use super::{dyn_words, expect_f32, floats, word, Dyn, Grid, KernelId, Launch, Operand, WType};
+use crate::backend::vulkan::error::{Result, VkError};
+
+/// Words of `mul_mat_params.glsl`'s push constants.
+pub const PUSH_WORDS: usize = 19;
+
+/// Which matrix kernel.
+#[derive(Clone, Copy, Debug, PartialEq, Eq, Hash)]
+pub enum MatKind {
+    /// One workgroup per 4 rows and column: weights read once per column.
+    Vec,
+    /// 64 x 64 output tiles through shared memory.
+    Tiled,
+}
+
+impl MatKind {
+    /// Up to this many output columns the vector kernel is used.
+    pub const VEC_MAX_COLS: usize = 8;
+
+    pub fn for_columns(cols: usize) -> MatKind {
+        if cols <= Self::VEC_MAX_COLS {
+            MatKind::Vec
+        } else {
+            MatKind::Tiled
+        }
+    }
+}
+
+pub fn launch(kind: MatKind, w: &Operand, x: &Operand, out: &Operand, dynamic: Option<Dyn>) -> Result<Launch> {
+    let wt = WType::from_dtype(w.dtype).ok_or_else(|| VkError::Invalid(format!("no matrix kernel for {} weights", w.dtype)))?;
+    expect_f32(x, "x")?;
+    expect_f32(out, "the output")?;
+    let (k, n) = (w.ne[0], w.ne[1]);
+    let shape_ok = x.ne[0] == k && w.ne[2] == 1 && w.ne[3] == 1 && out.ne == [n, x.ne[1], x.ne[2], x.ne[3]];
+    if !shape_ok || k % w.dtype.block_len() != 0 {
+        return Err(VkError::Invalid(format!("mul_mat: w {:?} x {:?} -> {:?}", w.ne, x.ne, out.ne)));
+    }
+    if w.nb[0] != w.dtype.block_bytes() || x.nb[0] != 4 || out.nb[0] != 4 {
+        return Err(VkError::Invalid("mul_mat: rows of w, x and the output must be contiguous".into()));
+    }
+    if wt == WType::F32 && (w.offset % 4 != 0 || w.nb[1] % 4 != 0) {
+        return Err(VkError::Invalid("mul_mat: f32 weights must be 4-byte aligned".into()));
+    }
+    let mut push = Vec::with_capacity(PUSH_WORDS);
+    for v in out.ne {
+        push.push(word(v, "mul_mat: size")?);
+    }
+    push.extend(dyn_words(dynamic)?);
+    push.push(floats(x.offset, "x offset")?);
+    for i in 1..4 {
+        push.push(floats(x.nb[i], "x stride")?);
+    }
+    push.push(floats(out.offset, "output offset")?);
+    for i in 1..4 {
+        push.push(floats(out.nb[i], "output stride")?);
+    }
+    push.push(word(k, "K")?);
+    push.push(word(w.offset, "w offset")?);
+    push.push(word(w.nb[1], "w row bytes")?);
+    // The last byte of w must be addressable by 32-bit byte offsets.
+    word(w.offset + w.nb[1] * n, "w extent")?;
+    let grid = match kind {
+        MatKind::Vec => Grid::Mat { rows: 4, cols: 1 },
+        MatKind::Tiled => Grid::Mat { rows: 64, cols: 64 },
+    };
+    Ok(Launch { kernel: KernelId::MatMul(kind, wt), push, grid })
+}

@@ -1,0 +1,273 @@
+//! The kernels: which compute ops run on the GPU, with what push constants and grid. Each
+//! kernel reads its shapes, strides and offsets from push constants and its run-time length
+//! from the sizes buffer (binding 0), so one recording serves every token count up to the
+//! planned maximum. Kernels know nothing of the model.
+//!
+//! Every kernel has four bindings: 0 the run-time sizes (u32 symbols), 1 and 2 the inputs in
+//! the node's order, 3 the output.
+
+mod binary;
+mod matmul;
+mod norm;
+
+pub use matmul::MatKind;
+
+use super::device::Device;
+use super::error::{Result, VkError};
+use super::pipeline::{Pipeline, PipelineSpec};
+use super::shaders;
+use crate::graph::{DynAxis, Op, MAX_DIMS};
+use crate::quant::DType;
+use std::collections::HashMap;
+use std::sync::Mutex;
+
+/// Storage buffers of every kernel: sizes, two inputs, output.
+pub const BINDINGS: u32 = 4;
+
+/// Weight types the matrix kernels decode.
+#[derive(Clone, Copy, Debug, PartialEq, Eq, Hash)]
+pub enum WType {
+    F32,
+    F16,
+    Q8_0,
+    Q4K,
+    Q6K,
+}
+
+impl WType {
+    pub fn from_dtype(d: DType) -> Option<WType> {
+        Some(match d {
+            DType::F32 => WType::F32,
+            DType::F16 => WType::F16,
+            DType::Q8_0 => WType::Q8_0,
+            DType::Q4K => WType::Q4K,
+            DType::Q6K => WType::Q6K,
+            _ => return None,
+        })
+    }
+
+    fn suffix(self) -> &'static str {
+        match self {
+            WType::F32 => "f32",
+            WType::F16 => "f16",
+            WType::Q8_0 => "q8_0",
+            WType::Q4K => "q4_k",
+            WType::Q6K => "q6_k",
+        }
+    }
+}
+
+/// The elementwise ops of `binary.comp` (its specialization constant).
+#[derive(Clone, Copy, Debug, PartialEq, Eq, Hash)]
+pub enum BinaryOp {
+    Add = 0,
+    Mul = 1,
+    SwiGlu = 2,
+}
+
+/// A kernel: one pipeline.
+#[derive(Clone, Copy, Debug, PartialEq, Eq, Hash)]
+pub enum KernelId {
+    MatMul(MatKind, WType),
+    Binary(BinaryOp),
+    RmsNorm,
+}
+
+impl KernelId {
+    /// The name plans and logs show, e.g. `mul_mat_vec_q4_k`.
+    pub fn name(self) -> &'static str {
+        macro_rules! mat {
+            ($kind:expr, $w:expr, $($k:ident $w2:ident => $s:literal),*) => {
+                match ($kind, $w) { $((MatKind::$k, WType::$w2) => $s),* }
+            };
+        }
+        match self {
+            KernelId::MatMul(kind, w) => mat!(kind, w,
+                Vec F32 => "mul_mat_vec_f32", Vec F16 => "mul_mat_vec_f16", Vec Q8_0 => "mul_mat_vec_q8_0",
+                Vec Q4K => "mul_mat_vec_q4_k", Vec Q6K => "mul_mat_vec_q6_k",
+                Tiled F32 => "mul_mat_f32", Tiled F16 => "mul_mat_f16", Tiled Q8_0 => "mul_mat_q8_0",
+                Tiled Q4K => "mul_mat_q4_k", Tiled Q6K => "mul_mat_q6_k"),
+            KernelId::Binary(BinaryOp::Add) => "add",
+            KernelId::Binary(BinaryOp::Mul) => "mul",
+            KernelId::Binary(BinaryOp::SwiGlu) => "swiglu",
+            KernelId::RmsNorm => "rms_norm",
+        }
+    }
+
+    fn module(self) -> String {
+        match self {
+            KernelId::MatMul(MatKind::Vec, w) => format!("mul_mat_vec_{}", w.suffix()),
+            KernelId::MatMul(MatKind::Tiled, w) => format!("mul_mat_{}", w.suffix()),
+            KernelId::Binary(_) => "binary".to_owned(),
+            KernelId::RmsNorm => "rms_norm".to_owned(),
+        }
+    }
+
+    fn push_words(self) -> usize {
+        match self {
+            KernelId::MatMul(..) => matmul::PUSH_WORDS,
+            KernelId::Binary(_) => binary::PUSH_WORDS,
+            KernelId::RmsNorm => norm::PUSH_WORDS,
+        }
+    }
+
+    fn constants(self) -> Vec<u32> {
+        match self {
+            KernelId::Binary(op) => vec![op as u32],
+            _ => Vec::new(),
+        }
+    }
+}
+
+/// The pipelines of a device, made on first use (through the pipeline cache).
+pub struct KernelSet {
+    device: Device,
+    pipelines: Mutex<HashMap<KernelId, Pipeline>>,
+}
+
+impl KernelSet {
+    pub fn new(device: &Device) -> KernelSet {
+        KernelSet { device: device.clone(), pipelines: Mutex::new(HashMap::new()) }
+    }
+
+    pub fn device(&self) -> &Device {
+        &self.device
+    }
+
+    pub fn pipeline(&self, id: KernelId) -> Result<Pipeline> {
+        let mut map = self.pipelines.lock().unwrap_or_else(|e| e.into_inner());
+        if let Some(p) = map.get(&id) {
+            return Ok(p.clone());
+        }
+        let module = id.module();
+        let spirv = shaders::spirv(&module).ok_or_else(|| VkError::Pipeline { kernel: module.clone(), reason: "no such SPIR-V module".into() })?;
+        let spec = PipelineSpec {
+            name: id.name(),
+            spirv,
+            bindings: BINDINGS,
+            push_bytes: (id.push_words() * 4) as u32,
+            constants: &id.constants(),
+        };
+        let p = Pipeline::new(&self.device, &spec)?;
+        map.insert(id, p.clone());
+        Ok(p)
+    }
+}
+
+/// An operand as a kernel sees it: dtype, maximal shape, byte strides, and byte offset in the
+/// buffer bound for it.
+#[derive(Clone, Copy, Debug, PartialEq)]
+pub struct Operand {
+    pub dtype: DType,
+    pub ne: [usize; MAX_DIMS],
+    pub nb: [usize; MAX_DIMS],
+    pub offset: usize,
+}
+
+impl Operand {
+    /// A contiguous operand at byte `offset`.
+    pub fn contiguous(dtype: DType, ne: [usize; MAX_DIMS], offset: usize) -> Operand {
+        Operand { dtype, ne, nb: crate::graph::contiguous_strides(dtype, ne), offset }
+    }
+}
+
+/// A kernel chosen for a node, with its push constants; `groups` gives the grid for a
+/// run-time output shape.
+#[derive(Clone, Debug, PartialEq)]
+pub struct Launch {
+    pub kernel: KernelId,
+    pub push: Vec<u32>,
+    /// Output elements per workgroup along (rows of ne0, columns), for the grid.
+    grid: Grid,
+}
+
+#[derive(Clone, Copy, Debug, PartialEq)]
+enum Grid {
+    /// x: ne0 / rows_per_group, y: columns (ne1*ne2*ne3) / cols_per_group.
+    Mat { rows: usize, cols: usize },
+    /// x: all elements / per_group.
+    Flat { per_group: usize },
+    /// x: one group per row (ne1*ne2*ne3).
+    Rows,
+}
+
+impl Launch {
+    /// Workgroups for output shape `ne` (the run-time one), within the device's `max`. The
+    /// kernels loop over what a clamped grid leaves.
+    pub fn groups(&self, ne: [usize; MAX_DIMS], max: [u32; 3]) -> [u32; 3] {
+        let cols = ne[1] * ne[2] * ne[3];
+        let g = match self.grid {
+            Grid::Mat { rows, cols: per } => [ne[0].div_ceil(rows), cols.div_ceil(per), 1],
+            Grid::Flat { per_group } => [(ne[0] * cols).div_ceil(per_group), 1, 1],
+            Grid::Rows => [cols, 1, 1],
+        };
+        [0, 1, 2].map(|i| g[i].min(max[i] as usize) as u32)
+    }
+}
+
+/// A run-time length for axis `axis` of the output: `syms[sym] * num / den`.
+#[derive(Clone, Copy, Debug, PartialEq, Eq)]
+pub struct Dyn {
+    pub axis: usize,
+    pub sym: usize,
+    pub num: usize,
+    pub den: usize,
+}
+
+impl From<DynAxis> for Dyn {
+    fn from(d: DynAxis) -> Dyn {
+        Dyn { axis: d.axis, sym: d.sym.0, num: d.num, den: d.den }
+    }
+}
+
+/// Push-constant words of a dynamic axis; axis 4 means static.
+fn dyn_words(d: Option<Dyn>) -> Result<[u32; 4]> {
+    match d {
+        None => Ok([4, 0, 1, 1]),
+        Some(d) if d.axis < MAX_DIMS && d.den > 0 => Ok([d.axis as u32, word(d.sym, "symbol")?, word(d.num, "ratio")?, word(d.den, "ratio")?]),
+        Some(d) => Err(VkError::Invalid(format!("bad dynamic axis {d:?}"))),
+    }
+}
+
+/// A size or offset as a push-constant word.
+fn word(v: usize, what: &str) -> Result<u32> {
+    u32::try_from(v).map_err(|_| VkError::Invalid(format!("{what} {v} does not fit 32 bits")))
+}
+
+/// A byte offset or stride of an f32 operand in floats.
+fn floats(bytes: usize, what: &str) -> Result<u32> {
+    if bytes % 4 != 0 {
+        return Err(VkError::Invalid(format!("{what}: {bytes} bytes is not a whole number of floats")));
+    }
+    word(bytes / 4, what)
+}
+
+fn expect_f32(o: &Operand, what: &str) -> Result<()> {
+    if o.dtype != DType::F32 {
+        return Err(VkError::Invalid(format!("{what} is {}, the kernel reads f32", o.dtype)));
+    }
+    Ok(())
+}
+
+/// The kernel and push constants for compute op `op` with `ins` (in the node's order) and
+/// `out`, or why there is none. Matrix products pick the vector kernel for at most
+/// `MatKind::VEC_MAX_COLS` output columns.
+pub fn launch(op: &Op, ins: &[Operand], out: &Operand, dynamic: Option<Dyn>) -> Result<Launch> {
+    let arg = |i: usize| ins.get(i).ok_or_else(|| VkError::Invalid(format!("{} needs input {i}", op.name())));
+    match op {
+        Op::MatMul => {
+            let kind = MatKind::for_columns(out.ne[1] * out.ne[2] * out.ne[3]);
+            matmul::launch(kind, arg(0)?, arg(1)?, out, dynamic)
+        }
+        Op::Add => binary::launch(BinaryOp::Add, arg(0)?, arg(1)?, out, dynamic),
+        Op::Mul => binary::launch(BinaryOp::Mul, arg(0)?, arg(1)?, out, dynamic),
+        Op::SwiGlu => binary::launch(BinaryOp::SwiGlu, arg(0)?, arg(1)?, out, dynamic),
+        Op::RmsNorm { eps } => norm::launch(arg(0)?, arg(1)?, *eps, out, dynamic),
+        other => Err(VkError::Invalid(format!("no Vulkan kernel for {}", other.name()))),
+    }
+}
+
+/// A matrix product with a chosen kernel (tests run both kernels on the same shapes).
+pub fn launch_mat(kind: MatKind, w: &Operand, x: &Operand, out: &Operand, dynamic: Option<Dyn>) -> Result<Launch> {
+    matmul::launch(kind, w, x, out, dynamic)
+}

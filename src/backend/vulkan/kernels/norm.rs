@@ -1,0 +1,35 @@
+//! RMS_NORM with weight along ne0 over strided f32 rows: `rms_norm.comp`.
+
+use super::{dyn_words, expect_f32, floats, word, Dyn, Grid, KernelId, Launch, Operand};
+use crate::backend::vulkan::error::{Result, VkError};
+
+/// Words of `rms_norm.comp`'s push constants.
+pub const PUSH_WORDS: usize = 20;
+
+pub fn launch(x: &Operand, weight: &Operand, eps: f32, out: &Operand, dynamic: Option<Dyn>) -> Result<Launch> {
+    expect_f32(x, "x")?;
+    expect_f32(weight, "the weight")?;
+    expect_f32(out, "the output")?;
+    if x.ne != out.ne || weight.ne[0] != x.ne[0] || weight.nb[0] != 4 {
+        return Err(VkError::Invalid(format!("rms_norm: {:?} with weight {:?} -> {:?}", x.ne, weight.ne, out.ne)));
+    }
+    if dynamic.is_some_and(|d| d.axis == 0) {
+        return Err(VkError::Invalid("rms_norm: the normalized axis cannot be dynamic".into()));
+    }
+    let mut push = Vec::with_capacity(PUSH_WORDS);
+    for v in out.ne {
+        push.push(word(v, "size")?);
+    }
+    push.extend(dyn_words(dynamic)?);
+    for v in x.nb {
+        push.push(floats(v, "x stride")?);
+    }
+    for v in out.nb {
+        push.push(floats(v, "output stride")?);
+    }
+    push.push(floats(x.offset, "x offset")?);
+    push.push(floats(weight.offset, "weight offset")?);
+    push.push(floats(out.offset, "output offset")?);
+    push.push(eps.to_bits());
+    Ok(Launch { kernel: KernelId::RmsNorm, push, grid: Grid::Rows })
+}

@@ -1,0 +1,125 @@
+//! Which device hrx runs on: the best by kind (discrete > integrated > virtual > CPU), then by
+//! device-local memory; `HRX_DEVICE=N` (enumeration index) or `HRX_DEVICE=cpu` overrides.
+
+use super::error::{Result, VkError};
+use super::info::{DeviceInfo, DeviceKind};
+
+/// A choice of device.
+#[derive(Clone, Debug, PartialEq, Eq)]
+pub enum Selection {
+    Best,
+    Index(usize),
+    /// The first CPU implementation (lavapipe, SwiftShader).
+    Cpu,
+}
+
+impl Selection {
+    /// `N` or `cpu`; empty or `auto` for the best.
+    pub fn parse(value: &str) -> Result<Selection> {
+        match value.trim() {
+            "" | "auto" => Ok(Selection::Best),
+            "cpu" => Ok(Selection::Cpu),
+            v => v.parse().map(Selection::Index).map_err(|_| VkError::BadSelection {
+                value: value.to_owned(),
+                reason: "expected a device index (see `hrx doctor`), `cpu` or `auto`".to_owned(),
+            }),
+        }
+    }
+
+    /// From `HRX_DEVICE`, the best when unset.
+    pub fn from_env() -> Result<Selection> {
+        match std::env::var("HRX_DEVICE") {
+            Ok(v) => Selection::parse(&v),
+            Err(_) => Ok(Selection::Best),
+        }
+    }
+}
+
+/// The position in `devices` of the device to use.
+pub fn pick(devices: &[DeviceInfo], selection: &Selection) -> Result<usize> {
+    if devices.is_empty() {
+        return Err(VkError::NoDevice);
+    }
+    let usable = |d: &DeviceInfo| d.compute_queue_family.is_some();
+    let bad = |value: String, reason: String| VkError::BadSelection { value, reason };
+    match selection {
+        Selection::Best => devices
+            .iter()
+            .enumerate()
+            .filter(|(_, d)| usable(d))
+            .max_by_key(|(i, d)| (d.kind, d.device_local_bytes(), std::cmp::Reverse(*i)))
+            .map(|(i, _)| i)
+            .ok_or_else(|| VkError::Unsupported { device: "every Vulkan device".into(), what: "no compute queue".into() }),
+        Selection::Index(n) => match devices.iter().position(|d| d.index == *n) {
+            None => Err(bad(n.to_string(), format!("there are {} devices (0..{})", devices.len(), devices.len() - 1))),
+            Some(i) if !usable(&devices[i]) => Err(bad(n.to_string(), format!("{} has no compute queue", devices[i].name))),
+            Some(i) => Ok(i),
+        },
+        Selection::Cpu => devices
+            .iter()
+            .position(|d| d.kind == DeviceKind::Cpu && usable(d))
+            .ok_or_else(|| bad("cpu".into(), "no CPU Vulkan implementation (install mesa-vulkan-drivers for lavapipe)".into())),
+    }
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+    use crate::backend::vulkan::info::{Features, Heap};
+    use ash::vk;
+
+    fn dev(index: usize, kind: DeviceKind, local: u64) -> DeviceInfo {
+        DeviceInfo {
+            index,
+            handle: vk::PhysicalDevice::null(),
+            name: format!("dev{index}"),
+            kind,
+            vendor_id: 0,
+            device_id: 0,
+            api_version: (1, 3, 0),
+            driver_name: None,
+            driver_info: None,
+            driver_version: String::new(),
+            pipeline_cache_uuid: [0; 16],
+            heaps: vec![Heap { size: local, device_local: true, host_visible: false }],
+            unified_memory: false,
+            subgroup_size: 32,
+            subgroup_ops: vec![],
+            max_shared_memory: 32768,
+            max_workgroup_invocations: 1024,
+            max_workgroup_count: [65535; 3],
+            max_push_constants: 128,
+            max_storage_buffer_range: u32::MAX,
+            min_storage_buffer_offset_alignment: 16,
+            features: Features::default(),
+            compute_queue_family: Some(0),
+            extensions: vec![],
+        }
+    }
+
+    #[test]
+    fn best_is_discrete_then_integrated_then_cpu_then_memory() {
+        let devs = vec![dev(0, DeviceKind::Cpu, 1 << 40), dev(1, DeviceKind::Integrated, 1 << 30), dev(2, DeviceKind::Discrete, 1 << 30)];
+        assert_eq!(pick(&devs, &Selection::Best).unwrap(), 2);
+        assert_eq!(pick(&devs[..2], &Selection::Best).unwrap(), 1);
+        let two = vec![dev(0, DeviceKind::Discrete, 1 << 30), dev(1, DeviceKind::Discrete, 1 << 34)];
+        assert_eq!(pick(&two, &Selection::Best).unwrap(), 1);
+        assert_eq!(pick(&devs, &Selection::Cpu).unwrap(), 0);
+        assert_eq!(pick(&devs, &Selection::Index(1)).unwrap(), 1);
+    }
+
+    #[test]
+    fn bad_choices_are_errors_not_panics() {
+        let mut devs = vec![dev(0, DeviceKind::Discrete, 1)];
+        assert_eq!(pick(&[], &Selection::Best), Err(VkError::NoDevice));
+        assert!(matches!(pick(&devs, &Selection::Index(3)), Err(VkError::BadSelection { .. })));
+        assert!(matches!(pick(&devs, &Selection::Cpu), Err(VkError::BadSelection { .. })));
+        devs[0].compute_queue_family = None;
+        assert!(matches!(pick(&devs, &Selection::Best), Err(VkError::Unsupported { .. })));
+        assert!(matches!(pick(&devs, &Selection::Index(0)), Err(VkError::BadSelection { .. })));
+        assert!(Selection::parse("gpu").is_err());
+        assert_eq!(Selection::parse("1").unwrap(), Selection::Index(1));
+        assert_eq!(Selection::parse("cpu").unwrap(), Selection::Cpu);
+        assert_eq!(Selection::parse("").unwrap(), Selection::Best);
+    }
+}

@@ -1,0 +1,228 @@
+//! `hrx doctor [--json]`: the Vulkan devices this machine offers, what each can do that hrx
+//! cares about, and which one hrx would use. Exit code 1 when there is no loader or no device.
+
+use super::{CliError, Command};
+use crate::backend::vulkan::{pick, DeviceInfo, Instance, Selection, VkError};
+use crate::cli::args::Args;
+use crate::json::Json;
+use std::io::Write;
+
+pub const HELP: &str = "\
+hrx doctor: show the Vulkan devices and which one hrx would use
+
+usage: hrx doctor [--json]
+
+For each device: name, type, vendor and device ids, Vulkan API version, driver name,
+info and version; memory heaps (size, device-local, host-visible); subgroup size and
+operations, shared memory, workgroup and push-constant limits; the optional features
+hrx may use (fp16 / int8 arithmetic and storage, subgroup size control, integer dot
+products, cooperative matrices). Then the device hrx picks: discrete > integrated >
+virtual > CPU, then the most device-local memory; HRX_DEVICE=N (an index below) or
+HRX_DEVICE=cpu overrides.
+
+Exit code 1 (with the reason) when no Vulkan loader or no device is found, or when
+HRX_DEVICE names none; hrx then runs on the CPU backend only.
+
+  --json   one JSON object: {\"loader_version\",\"devices\":[...],\"selected\":INDEX|null,\"error\":MSG|null}";
+
+pub const COMMAND: Command = Command { name: "doctor", summary: "show Vulkan devices and the one hrx would use", help: HELP, run };
+
+fn run(mut args: Args, out: &mut dyn Write) -> Result<(), CliError> {
+    let json = args.flag(&["--json"]);
+    let rest = args.finish()?;
+    if !rest.is_empty() {
+        return Err(CliError::usage("doctor takes no arguments"));
+    }
+    let report = Report::gather();
+    if json {
+        writeln!(out, "{}", report.json().to_string_compact())?;
+    } else {
+        report.write_text(out)?;
+    }
+    match report.error {
+        Some(e) => Err(CliError::Failed(e.to_string())),
+        None => Ok(()),
+    }
+}
+
+struct Report {
+    loader_version: Option<String>,
+    devices: Vec<DeviceInfo>,
+    selected: Option<usize>,
+    error: Option<VkError>,
+}
+
+impl Report {
+    fn gather() -> Report {
+        let mut r = Report { loader_version: None, devices: Vec::new(), selected: None, error: None };
+        let instance = match Instance::new() {
+            Ok(i) => i,
+            Err(e) => {
+                r.error = Some(e);
+                return r;
+            }
+        };
+        r.loader_version = Some(instance.loader_version_str());
+        match instance.devices() {
+            Ok(d) => r.devices = d,
+            Err(e) => {
+                r.error = Some(e);
+                return r;
+            }
+        }
+        match Selection::from_env().and_then(|s| pick(&r.devices, &s)) {
+            Ok(i) => r.selected = Some(r.devices[i].index),
+            Err(e) => r.error = Some(e),
+        }
+        r
+    }
+
+    fn write_text(&self, out: &mut dyn Write) -> std::io::Result<()> {
+        match (&self.loader_version, &self.error) {
+            (Some(v), _) => writeln!(out, "Vulkan loader: version {v}, {} device(s)", self.devices.len())?,
+            (None, Some(VkError::NoLoader(_))) => writeln!(out, "Vulkan loader: not found")?,
+            (None, _) => writeln!(out, "Vulkan loader: found, but no instance could be made")?,
+        }
+        for d in &self.devices {
+            let mark = if self.selected == Some(d.index) { "   <- hrx uses this one" } else { "" };
+            writeln!(out, "\n[{}] {}{mark}", d.index, d.name)?;
+            writeln!(out, "    type            {} (vendor 0x{:04x}, device 0x{:04x})", d.kind.name(), d.vendor_id, d.device_id)?;
+            writeln!(out, "    Vulkan API      {}", d.api_version_str())?;
+            let driver = [d.driver_name.as_deref(), d.driver_info.as_deref()].into_iter().flatten().collect::<Vec<_>>().join(", ");
+            writeln!(out, "    driver          {} (version {})", if driver.is_empty() { "?" } else { &driver }, d.driver_version)?;
+            for (i, h) in d.heaps.iter().enumerate() {
+                let flags = [(h.device_local, "device-local"), (h.host_visible, "host-visible")]
+                    .iter()
+                    .filter(|(on, _)| *on)
+                    .map(|(_, n)| *n)
+                    .collect::<Vec<_>>()
+                    .join(", ");
+                writeln!(out, "    memory heap {i}   {} {}", bytes(h.size), if flags.is_empty() { "(host)".into() } else { format!("({flags})") })?;
+            }
+            let unified = if d.unified_memory { "yes: buffers are written in place" } else { "no: uploads go through staging copies" };
+            writeln!(out, "    unified memory  {unified}")?;
+            let ops = if d.subgroup_ops.is_empty() { "unknown".to_owned() } else { d.subgroup_ops.join(" ") };
+            writeln!(out, "    subgroups       size {}, ops: {ops}", d.subgroup_size)?;
+            writeln!(
+                out,
+                "    limits          shared memory {}, workgroup {} invocations, push constants {} B, storage buffer range {}",
+                bytes(u64::from(d.max_shared_memory)),
+                d.max_workgroup_invocations,
+                d.max_push_constants,
+                bytes(u64::from(d.max_storage_buffer_range))
+            )?;
+            let f = &d.features;
+            let yn = |b: bool| if b { "yes" } else { "no" };
+            writeln!(out, "    arithmetic      fp16 {}, int8 {}, int16 {}, int64 {}", yn(f.float16), yn(f.int8), yn(f.int16), yn(f.int64))?;
+            writeln!(out, "    storage         16-bit {}, 8-bit {}", yn(f.storage_16bit), yn(f.storage_8bit))?;
+            writeln!(
+                out,
+                "    extensions      cooperative matrix {}, integer dot product {}, subgroup size control {}",
+                yn(f.cooperative_matrix),
+                yn(f.integer_dot_product),
+                yn(f.subgroup_size_control)
+            )?;
+            if d.compute_queue_family.is_none() {
+                writeln!(out, "    (no compute queue: hrx cannot use this device)")?;
+            }
+        }
+        writeln!(out)?;
+        match (self.selected, &self.error) {
+            (Some(i), _) => writeln!(out, "hrx would use device {i}: {} (HRX_DEVICE=N or cpu to choose another)", self.devices.iter().find(|d| d.index == i).map_or("", |d| &d.name)),
+            (None, Some(e)) => writeln!(out, "no usable Vulkan device: {e}\nhrx would run on the CPU backend only"),
+            (None, None) => Ok(()),
+        }
+    }
+
+    fn json(&self) -> Json {
+        let opt = |s: &Option<String>| s.as_ref().map_or(Json::Null, Json::str);
+        let devices = self
+            .devices
+            .iter()
+            .map(|d| {
+                let f = &d.features;
+                Json::obj([
+                    ("index", Json::Int(d.index as i128)),
+                    ("name", Json::str(&d.name)),
+                    ("type", Json::str(d.kind.name())),
+                    ("vendor_id", Json::Int(d.vendor_id.into())),
+                    ("device_id", Json::Int(d.device_id.into())),
+                    ("api_version", Json::str(d.api_version_str())),
+                    ("driver_name", opt(&d.driver_name)),
+                    ("driver_info", opt(&d.driver_info)),
+                    ("driver_version", Json::str(&d.driver_version)),
+                    (
+                        "heaps",
+                        Json::Arr(
+                            d.heaps
+                                .iter()
+                                .map(|h| {
+                                    Json::obj([
+                                        ("size", Json::Int(h.size.into())),
+                                        ("device_local", Json::Bool(h.device_local)),
+                                        ("host_visible", Json::Bool(h.host_visible)),
+                                    ])
+                                })
+                                .collect(),
+                        ),
+                    ),
+                    ("unified_memory", Json::Bool(d.unified_memory)),
+                    ("subgroup_size", Json::Int(d.subgroup_size.into())),
+                    ("subgroup_ops", Json::Arr(d.subgroup_ops.iter().map(|s| Json::str(*s)).collect())),
+                    ("max_shared_memory", Json::Int(d.max_shared_memory.into())),
+                    ("max_workgroup_invocations", Json::Int(d.max_workgroup_invocations.into())),
+                    ("max_push_constants", Json::Int(d.max_push_constants.into())),
+                    ("max_storage_buffer_range", Json::Int(d.max_storage_buffer_range.into())),
+                    (
+                        "features",
+                        Json::obj([
+                            ("float16", Json::Bool(f.float16)),
+                            ("int8", Json::Bool(f.int8)),
+                            ("int16", Json::Bool(f.int16)),
+                            ("int64", Json::Bool(f.int64)),
+                            ("storage_16bit", Json::Bool(f.storage_16bit)),
+                            ("storage_8bit", Json::Bool(f.storage_8bit)),
+                            ("cooperative_matrix", Json::Bool(f.cooperative_matrix)),
+                            ("integer_dot_product", Json::Bool(f.integer_dot_product)),
+                            ("subgroup_size_control", Json::Bool(f.subgroup_size_control)),
+                        ]),
+                    ),
+                    ("compute_queue", Json::Bool(d.compute_queue_family.is_some())),
+                ])
+            })
+            .collect();
+        Json::obj([
+            ("loader_version", opt(&self.loader_version)),
+            ("devices", Json::Arr(devices)),
+            ("selected", self.selected.map_or(Json::Null, |i| Json::Int(i as i128))),
+            ("error", self.error.as_ref().map_or(Json::Null, |e| Json::str(e.to_string()))),
+        ])
+    }
+}
+
+/// "2.00 GiB"
+fn bytes(n: u64) -> String {
+    const UNITS: [&str; 4] = ["B", "KiB", "MiB", "GiB"];
+    let mut v = n as f64;
+    let mut u = 0;
+    while v >= 1024.0 && u + 1 < UNITS.len() {
+        v /= 1024.0;
+        u += 1;
+    }
+    if u == 0 {
+        format!("{n} B")
+    } else {
+        format!("{v:.2} {}", UNITS[u])
+    }
+}
+
+#[cfg(test)]
+mod tests {
+    #[test]
+    fn byte_sizes_read_well() {
+        assert_eq!(super::bytes(128), "128 B");
+        assert_eq!(super::bytes(32768), "32.00 KiB");
+        assert_eq!(super::bytes(2 << 30), "2.00 GiB");
+        assert_eq!(super::bytes(143_771 << 20), "140.40 GiB");
+    }
+}

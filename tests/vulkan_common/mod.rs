@@ -1,0 +1,106 @@
+//! Shared by the Vulkan tests: opening a device (a failure under CI=true, a loud skip
+//! elsewhere), test data, running one kernel, and the normalized error.
+#![allow(dead_code)] // each test binary uses its own subset
+
+use hrx::backend::vulkan::kernels::{KernelSet, Launch};
+use hrx::backend::vulkan::{Buffer, CommandBuffer, DescriptorPool, Device, DeviceOptions, Location, Selection};
+use std::path::PathBuf;
+
+/// Options for tests: `HRX_DEVICE` honoured, the pipeline cache in a fresh temporary folder.
+pub fn options(tag: &str) -> DeviceOptions {
+    let selection = Selection::from_env().expect("HRX_DEVICE");
+    let cache_dir = std::env::temp_dir().join(format!("hrx-vk-test-{tag}-{}", std::process::id()));
+    let _ = std::fs::remove_dir_all(&cache_dir);
+    DeviceOptions { selection, cache_dir: Some(cache_dir), map_device_memory: true }
+}
+
+/// The test device, or None (after a loud message) where there is none. Under CI=true a
+/// missing device fails the test: CI has lavapipe, so no device there is a broken set-up.
+pub fn device(tag: &str) -> Option<Device> {
+    device_with(options(tag))
+}
+
+pub fn device_with(options: DeviceOptions) -> Option<Device> {
+    match Device::new(&options) {
+        Ok(d) => {
+            eprintln!("vulkan device: {} ({}), driver {}", d.info().name, d.info().kind.name(), d.info().driver_info.clone().unwrap_or_default());
+            Some(d)
+        }
+        Err(e) => {
+            let msg = format!("NO VULKAN DEVICE: {e}");
+            if std::env::var("CI").is_ok_and(|v| v == "true") {
+                panic!("{msg}; under CI=true this is a failure (install mesa-vulkan-drivers for lavapipe)");
+            }
+            // Straight to stderr: the test harness captures eprintln! of passing tests.
+            use std::io::Write;
+            let _ = writeln!(std::io::stderr(), "\n!!!!! {msg}: SKIPPING this test (install mesa-vulkan-drivers for lavapipe) !!!!!\n");
+            None
+        }
+    }
+}
+
+pub fn cache_dir(options: &DeviceOptions) -> PathBuf {
+    options.cache_dir.clone().expect("test options have a cache dir")
+}
+
+/// splitmix64: deterministic test data without a dev-dependency.
+pub struct Rng(pub u64);
+
+impl Rng {
+    pub fn next_u64(&mut self) -> u64 {
+        self.0 = self.0.wrapping_add(0x9E37_79B9_7F4A_7C15);
+        let mut z = self.0;
+        z = (z ^ (z >> 30)).wrapping_mul(0xBF58_476D_1CE4_E5B9);
+        z = (z ^ (z >> 27)).wrapping_mul(0x94D0_49BB_1331_11EB);
+        z ^ (z >> 31)
+    }
+
+    /// Uniform in [-1, 1).
+    pub fn uniform(&mut self) -> f32 {
+        (self.next_u64() >> 40) as f32 / (1u64 << 23) as f32 - 1.0
+    }
+
+    pub fn vec(&mut self, n: usize) -> Vec<f32> {
+        (0..n).map(|_| self.uniform()).collect()
+    }
+}
+
+/// Normalized mean squared error of `got` against `want` (llama.cpp's test-backend-ops).
+pub fn nmse(got: &[f32], want: &[f32]) -> f64 {
+    assert_eq!(got.len(), want.len());
+    let err: f64 = got.iter().zip(want).map(|(&g, &w)| (f64::from(g) - f64::from(w)).powi(2)).sum();
+    let norm: f64 = want.iter().map(|&w| f64::from(w).powi(2)).sum();
+    if norm == 0.0 {
+        err
+    } else {
+        err / norm
+    }
+}
+
+pub fn f32_bytes(v: &[f32]) -> Vec<u8> {
+    v.iter().flat_map(|x| x.to_le_bytes()).collect()
+}
+
+/// A device buffer holding `bytes` at byte `offset` (zeros before it).
+pub fn upload(dev: &Device, bytes: &[u8], offset: usize) -> Buffer {
+    let b = dev.buffer((offset + bytes.len()) as u64, Location::Device, "test input").unwrap();
+    b.write(offset as u64, bytes).unwrap();
+    b
+}
+
+/// Runs one launch: bindings sizes (`syms`), `ins`, `out`; grid for `out_ne`, clamped to
+/// `max` workgroups (the device's limit when None; small values exercise the kernels'
+/// grid-stride loops).
+pub fn run(kernels: &KernelSet, launch: &Launch, syms: &[u32], ins: [&Buffer; 2], out: &Buffer, out_ne: [usize; 4], max: Option<[u32; 3]>) {
+    let dev = kernels.device();
+    let sizes = dev.buffer(4 * syms.len().max(1) as u64, Location::Host, "sizes").unwrap();
+    sizes.write_u32(0, syms).unwrap();
+    let pipeline = kernels.pipeline(launch.kernel).unwrap();
+    let pool = DescriptorPool::new(dev, 1, 4).unwrap();
+    let set = pool.bind(&pipeline, &[&sizes, ins[0], ins[1], out]).unwrap();
+    let mut cmd = CommandBuffer::new(dev).unwrap();
+    cmd.begin().unwrap();
+    cmd.dispatch(&pipeline, &set, &launch.push, launch.groups(out_ne, max.unwrap_or(dev.info().max_workgroup_count))).unwrap();
+    cmd.finish().unwrap();
+    cmd.submit_and_wait().unwrap();
+}

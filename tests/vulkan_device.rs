@@ -1,0 +1,128 @@
+//! The Vulkan device layer on a real device (lavapipe in CI): what it reports, buffers through
+//! mapped memory and through staging copies, the pipeline cache on disk (a corrupt file is
+//! ignored), and typed errors for misuse.
+
+mod vulkan_common;
+
+use hrx::backend::vulkan::kernels::{KernelId, KernelSet};
+use hrx::backend::vulkan::{
+    pick, CommandBuffer, DescriptorPool, Device, DeviceOptions, Instance, Location, Pipeline, PipelineSpec, Selection, VkError,
+};
+
+#[test]
+fn reports_devices_and_picks_the_one_it_opens() {
+    let Some(dev) = vulkan_common::device("info") else { return };
+    let info = dev.info();
+    assert!(!info.name.is_empty());
+    assert!(info.compute_queue_family.is_some());
+    assert!(!info.heaps.is_empty() && info.heaps.iter().any(|h| h.size > 0));
+    assert!(info.max_shared_memory >= 16384, "Vulkan guarantees 16 KiB of shared memory");
+    assert!(info.max_push_constants >= 128);
+    let instance = Instance::new().unwrap();
+    let devices = instance.devices().unwrap();
+    let chosen = pick(&devices, &Selection::from_env().unwrap()).unwrap();
+    assert_eq!(devices[chosen].name, info.name);
+    assert_eq!(devices[chosen].index, info.index);
+}
+
+fn round_trip(dev: &Device, size: usize) {
+    let data: Vec<u8> = (0..size).map(|i| (i * 7 + i / 251) as u8).collect();
+    let buf = dev.buffer(size as u64 + 8, Location::Device, "round trip").unwrap();
+    buf.write(8, &data).unwrap();
+    let mut back = vec![0u8; size];
+    buf.read(8, &mut back).unwrap();
+    assert_eq!(back, data);
+    buf.clear().unwrap();
+    buf.read(8, &mut back).unwrap();
+    assert!(back.iter().all(|&b| b == 0));
+}
+
+#[test]
+fn buffers_round_trip_mapped_and_staged() {
+    let Some(dev) = vulkan_common::device("mapped") else { return };
+    round_trip(&dev, 1000);
+    let staged = DeviceOptions { map_device_memory: false, ..vulkan_common::options("staged") };
+    let Some(dev2) = vulkan_common::device_with(staged) else { return };
+    let b = dev2.buffer(16, Location::Device, "x").unwrap();
+    // Without mapping, device buffers are written and read through staging copies.
+    assert!(!b.is_mapped());
+    round_trip(&dev2, 1000);
+    round_trip(&dev2, 3 << 20);
+    assert!(dev2.buffer(16, Location::Host, "host").unwrap().is_mapped());
+}
+
+#[test]
+fn out_of_bounds_copies_are_errors() {
+    let Some(dev) = vulkan_common::device("bounds") else { return };
+    let buf = dev.buffer(64, Location::Device, "small").unwrap();
+    assert!(matches!(buf.write(60, &[0; 8]), Err(VkError::Invalid(_))));
+    assert!(matches!(buf.read(u64::MAX, &mut [0; 1]), Err(VkError::Invalid(_))));
+    let other = dev.buffer(16, Location::Device, "other").unwrap();
+    let mut cmd = CommandBuffer::new(&dev).unwrap();
+    assert!(cmd.submit_and_wait().is_err(), "nothing recorded yet");
+    cmd.begin().unwrap();
+    assert!(matches!(cmd.copy(&buf, 0, &other, 0, 32), Err(VkError::Invalid(_))));
+    cmd.copy(&buf, 0, &other, 0, 16).unwrap();
+    cmd.finish().unwrap();
+    cmd.submit_and_wait().unwrap();
+    cmd.submit_and_wait().unwrap();
+}
+
+#[test]
+fn huge_allocations_fail_with_a_typed_error() {
+    let Some(dev) = vulkan_common::device("oom") else { return };
+    let too_much = dev.info().heaps.iter().map(|h| h.size).sum::<u64>() * 4 + (1 << 40);
+    match dev.buffer(too_much, Location::Device, "a buffer larger than the device") {
+        Err(VkError::OutOfMemory { bytes, .. }) => assert!(bytes >= too_much),
+        Err(e) => panic!("unexpected error {e:?}"),
+        Ok(_) => panic!("a buffer larger than every heap together was allocated"),
+    }
+    // The device is still usable.
+    round_trip(&dev, 100);
+}
+
+#[test]
+fn bad_spirv_and_push_constants_are_typed_errors() {
+    let Some(dev) = vulkan_common::device("pipeline") else { return };
+    let spec = PipelineSpec { name: "junk", spirv: &[1, 2, 3, 4, 5, 6, 7, 8], bindings: 4, push_bytes: 0, constants: &[] };
+    assert!(matches!(Pipeline::new(&dev, &spec), Err(VkError::Pipeline { .. })));
+    let too_big = PipelineSpec { push_bytes: 1 << 20, ..spec };
+    assert!(matches!(Pipeline::new(&dev, &too_big), Err(VkError::Pipeline { .. })));
+    let ks = KernelSet::new(&dev);
+    let p = ks.pipeline(KernelId::RmsNorm).unwrap();
+    let bufs: Vec<_> = (0..4).map(|_| dev.buffer(64, Location::Device, "b").unwrap()).collect();
+    let pool = DescriptorPool::new(&dev, 1, 4).unwrap();
+    assert!(matches!(pool.bind(&p, &[&bufs[0]]), Err(VkError::Invalid(_))));
+    let set = pool.bind(&p, &[&bufs[0], &bufs[1], &bufs[2], &bufs[3]]).unwrap();
+    let mut cmd = CommandBuffer::new(&dev).unwrap();
+    cmd.begin().unwrap();
+    assert!(matches!(cmd.dispatch(&p, &set, &[0; 3], [1, 1, 1]), Err(VkError::Invalid(_))));
+    assert!(matches!(cmd.dispatch(&p, &set, &[0; 20], [u32::MAX, 1, 1]), Err(VkError::Invalid(_))));
+}
+
+#[test]
+fn pipeline_cache_is_saved_and_a_corrupt_one_ignored() {
+    let options = vulkan_common::options("cache");
+    let Some(dev) = vulkan_common::device_with(options.clone()) else { return };
+    let path = dev.pipeline_cache_path().expect("a cache path").to_path_buf();
+    KernelSet::new(&dev).pipeline(KernelId::RmsNorm).unwrap();
+    drop(dev);
+    let saved = std::fs::read(&path).expect("the cache was written when the device closed");
+    assert!(saved.len() > 24);
+    // Reopen with the saved cache, then with garbage and with a truncated file.
+    for contents in [saved.clone(), b"definitely not a pipeline cache".to_vec(), saved[..saved.len() / 2].to_vec()] {
+        std::fs::write(&path, &contents).unwrap();
+        let dev = Device::new(&options).unwrap();
+        KernelSet::new(&dev).pipeline(KernelId::RmsNorm).unwrap();
+    }
+    std::fs::remove_dir_all(vulkan_common::cache_dir(&options)).unwrap();
+}
+
+#[test]
+fn a_bad_device_choice_is_an_error() {
+    if vulkan_common::device("choice").is_none() {
+        return;
+    }
+    let options = DeviceOptions { selection: Selection::Index(1000), ..vulkan_common::options("choice") };
+    assert!(matches!(Device::new(&options), Err(VkError::BadSelection { .. })));
+}

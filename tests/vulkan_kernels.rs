@@ -1,0 +1,275 @@
+//! Every Vulkan kernel against the CPU reference kernel (`cpu::execute` with
+//! `Kernels::Reference`) on random data and odd shapes, by normalized mean squared error with
+//! llama.cpp's test-backend-ops thresholds: 1e-7 elementwise and norms, 5e-4 matrix products.
+//! Runs on lavapipe in CI (a missing device fails there) and on any GPU elsewhere.
+
+mod vulkan_common;
+
+use hrx::backend::cpu::tensor::{Data, In, Out};
+use hrx::backend::cpu::{execute, Kernels};
+use hrx::backend::vulkan::kernels::{self, Dyn, KernelSet, Launch, MatKind, Operand};
+use hrx::backend::vulkan::{CommandBuffer, DescriptorPool, Location};
+use hrx::graph::{contiguous_strides, Op};
+use hrx::quant::{quantize_row, DType};
+use vulkan_common::{f32_bytes, nmse, run, upload, Rng};
+
+const MAT_NMSE: f64 = 5e-4;
+const ELEM_NMSE: f64 = 1e-7;
+
+/// An f32 tensor laid out with padded strides (`pad` extra floats per row) at a byte offset.
+struct Strided {
+    ne: [usize; 4],
+    nb: [usize; 4],
+    offset: usize,
+    /// The whole backing store, `offset / 4` floats of zeros first.
+    data: Vec<f32>,
+}
+
+impl Strided {
+    fn new(rng: &mut Rng, ne: [usize; 4], pad: usize, offset_floats: usize) -> Strided {
+        let row = ne[0] + pad;
+        let nb = [4, 4 * row, 4 * row * ne[1], 4 * row * ne[1] * ne[2]];
+        let n = offset_floats + row * ne[1] * ne[2] * ne[3];
+        let mut data = vec![0.0; n];
+        for v in data[offset_floats..].iter_mut() {
+            *v = rng.uniform();
+        }
+        Strided { ne, nb, offset: offset_floats * 4, data }
+    }
+
+    fn operand(&self) -> Operand {
+        Operand { dtype: DType::F32, ne: self.ne, nb: self.nb, offset: self.offset }
+    }
+
+    fn input(&self) -> In<'_> {
+        In { data: Data::F32(&self.data), dtype: DType::F32, offset: self.offset, ne: self.ne, nb: self.nb }
+    }
+
+    /// Elements in logical order.
+    fn gather(&self, store: &[f32]) -> Vec<f32> {
+        let mut out = Vec::new();
+        for i3 in 0..self.ne[3] {
+            for i2 in 0..self.ne[2] {
+                for i1 in 0..self.ne[1] {
+                    for i0 in 0..self.ne[0] {
+                        out.push(store[(self.offset + i0 * self.nb[0] + i1 * self.nb[1] + i2 * self.nb[2] + i3 * self.nb[3]) / 4]);
+                    }
+                }
+            }
+        }
+        out
+    }
+}
+
+/// Runs `op` on the GPU with `launch` and on the CPU reference; returns the NMSE.
+fn compare(ks: &KernelSet, op: &Op, launch: &Launch, ins: [(&[u8], In); 2], out: &Strided, max: Option<[u32; 3]>) -> f64 {
+    let dev = ks.device();
+    let bufs = ins.map(|(bytes, _)| upload(dev, bytes, 0));
+    let out_buf = dev.buffer((out.data.len() * 4) as u64, Location::Device, "test output").unwrap();
+    out_buf.write_f32(0, &vec![f32::NAN; out.data.len()]).unwrap();
+    run(ks, launch, &[], [&bufs[0], &bufs[1]], &out_buf, out.ne, max);
+    let got = out.gather(&out_buf.read_f32(0, out.data.len()).unwrap());
+    let mut want_store = vec![0.0; out.data.len()];
+    let mut o = Out { data: &mut want_store, offset: out.offset, ne: out.ne, nb: out.nb };
+    let [(_, a), (_, b)] = ins;
+    execute(op, &[a, b], &mut o, Kernels::Reference, 1).unwrap();
+    let want = out.gather(&want_store);
+    assert!(got.iter().all(|v| v.is_finite()), "{}: non-finite output (an element was not written)", launch.kernel.name());
+    nmse(&got, &want)
+}
+
+fn quantized(rng: &mut Rng, dtype: DType, k: usize, n: usize) -> Vec<u8> {
+    let row = dtype.row_bytes(k as u64).unwrap() as usize;
+    let mut out = vec![0u8; row * n];
+    for r in 0..n {
+        quantize_row(dtype, &rng.vec(k), &mut out[r * row..(r + 1) * row]).unwrap();
+    }
+    out
+}
+
+/// w [k, n] of `dtype` at byte offset `w_off`, x [k, cols...] strided; both kernels.
+fn check_matmul(ks: &KernelSet, rng: &mut Rng, dtype: DType, k: usize, n: usize, cols: [usize; 3], max: Option<[u32; 3]>) {
+    let w_off = 64;
+    let mut w_bytes = vec![0u8; w_off];
+    w_bytes.extend(quantized(rng, dtype, k, n));
+    let w_ne = [k, n, 1, 1];
+    let w_op = Operand { dtype, ne: w_ne, nb: contiguous_strides(dtype, w_ne), offset: w_off };
+    let w_in = In { data: Data::Bytes(&w_bytes), dtype, offset: w_off, ne: w_ne, nb: w_op.nb };
+    let x = Strided::new(rng, [k, cols[0], cols[1], cols[2]], 3, 5);
+    let out = Strided::new(rng, [n, cols[0], cols[1], cols[2]], 1, 7);
+    let x_bytes = f32_bytes(&x.data);
+    for kind in [MatKind::Vec, MatKind::Tiled] {
+        let launch = kernels::launch_mat(kind, &w_op, &x.operand(), &out.operand(), None).unwrap();
+        let e = compare(ks, &Op::MatMul, &launch, [(&w_bytes, w_in), (&x_bytes, x.input())], &out, max);
+        eprintln!("{:<18} K={k:<4} N={n:<3} cols={cols:?} max={max:?}: nmse {e:.3e}", launch.kernel.name());
+        assert!(e < MAT_NMSE, "{} K={k} N={n} cols={cols:?}: nmse {e}", launch.kernel.name());
+    }
+}
+
+fn kernel_set(tag: &str) -> Option<KernelSet> {
+    vulkan_common::device(tag).map(|d| KernelSet::new(&d))
+}
+
+#[test]
+fn matmul_float_weights_odd_shapes() {
+    let Some(ks) = kernel_set("mm-float") else { return };
+    let mut rng = Rng(1);
+    for dtype in [DType::F32, DType::F16] {
+        for (k, n, cols) in [(1, 1, [1, 1, 1]), (33, 7, [3, 1, 1]), (64, 67, [1, 1, 1]), (129, 5, [70, 1, 1]), (35, 65, [13, 3, 2])] {
+            check_matmul(&ks, &mut rng, dtype, k, n, cols, None);
+        }
+    }
+}
+
+#[test]
+fn matmul_q8_0() {
+    let Some(ks) = kernel_set("mm-q8") else { return };
+    let mut rng = Rng(2);
+    for (k, n, cols) in [(32, 1, [1, 1, 1]), (96, 7, [2, 1, 1]), (320, 67, [5, 2, 1]), (64, 130, [67, 1, 1])] {
+        check_matmul(&ks, &mut rng, DType::Q8_0, k, n, cols, None);
+    }
+}
+
+#[test]
+fn matmul_k_quants() {
+    let Some(ks) = kernel_set("mm-k") else { return };
+    let mut rng = Rng(3);
+    for dtype in [DType::Q4K, DType::Q6K] {
+        for (k, n, cols) in [(256, 1, [1, 1, 1]), (512, 7, [3, 1, 1]), (768, 67, [1, 2, 1]), (256, 65, [70, 1, 1]), (512, 3, [9, 2, 2])] {
+            check_matmul(&ks, &mut rng, dtype, k, n, cols, None);
+        }
+    }
+}
+
+#[test]
+fn kernels_loop_over_a_clamped_grid() {
+    let Some(ks) = kernel_set("grid") else { return };
+    let mut rng = Rng(4);
+    let max = Some([2, 3, 1]);
+    check_matmul(&ks, &mut rng, DType::Q4K, 256, 131, [67, 2, 1], max);
+    check_matmul(&ks, &mut rng, DType::F16, 40, 9, [5, 1, 1], max);
+    check_binary(&ks, &mut rng, Op::Add, [300, 7, 3, 1], [300, 1, 3, 1], max);
+    check_rms_norm(&ks, &mut rng, [77, 9, 2, 1], max);
+}
+
+fn check_binary(ks: &KernelSet, rng: &mut Rng, op: Op, ne: [usize; 4], b_ne: [usize; 4], max: Option<[u32; 3]>) {
+    let a = Strided::new(rng, ne, 2, 3);
+    let b = Strided::new(rng, b_ne, 1, 0);
+    let out = Strided::new(rng, ne, 5, 1);
+    let launch = kernels::launch(&op, &[a.operand(), b.operand()], &out.operand(), None).unwrap();
+    let (ab, bb) = (f32_bytes(&a.data), f32_bytes(&b.data));
+    let e = compare(ks, &op, &launch, [(&ab, a.input()), (&bb, b.input())], &out, max);
+    eprintln!("{:<18} {ne:?} by {b_ne:?}: nmse {e:.3e}", launch.kernel.name());
+    assert!(e < ELEM_NMSE, "{} {ne:?} by {b_ne:?}: nmse {e}", launch.kernel.name());
+}
+
+#[test]
+fn add_mul_broadcast_and_swiglu() {
+    let Some(ks) = kernel_set("binary") else { return };
+    let mut rng = Rng(5);
+    let ne = [13, 7, 3, 2];
+    for op in [Op::Add, Op::Mul] {
+        for b_ne in [[13, 1, 1, 1], [1, 7, 1, 1], [13, 7, 3, 2], [1, 1, 3, 1], [13, 7, 1, 2], [1, 1, 1, 1]] {
+            check_binary(&ks, &mut rng, op.clone(), ne, b_ne, None);
+        }
+    }
+    for ne in [[1, 1, 1, 1], [13, 7, 3, 2], [1000, 3, 1, 1]] {
+        check_binary(&ks, &mut rng, Op::SwiGlu, ne, ne, None);
+    }
+}
+
+fn check_rms_norm(ks: &KernelSet, rng: &mut Rng, ne: [usize; 4], max: Option<[u32; 3]>) {
+    let x = Strided::new(rng, ne, 3, 1);
+    let w = Strided::new(rng, [ne[0], 1, 1, 1], 0, 4);
+    let out = Strided::new(rng, ne, 0, 0);
+    let op = Op::RmsNorm { eps: 1e-6 };
+    let launch = kernels::launch(&op, &[x.operand(), w.operand()], &out.operand(), None).unwrap();
+    let (xb, wb) = (f32_bytes(&x.data), f32_bytes(&w.data));
+    let e = compare(ks, &op, &launch, [(&xb, x.input()), (&wb, w.input())], &out, max);
+    eprintln!("{:<18} {ne:?}: nmse {e:.3e}", launch.kernel.name());
+    assert!(e < ELEM_NMSE, "rms_norm {ne:?}: nmse {e}");
+}
+
+#[test]
+fn rms_norm_odd_rows() {
+    let Some(ks) = kernel_set("norm") else { return };
+    let mut rng = Rng(6);
+    for ne in [[1, 1, 1, 1], [7, 3, 1, 1], [256, 5, 2, 1], [1000, 3, 1, 2], [2048, 2, 1, 1]] {
+        check_rms_norm(&ks, &mut rng, ne, None);
+    }
+}
+
+/// Plan once, replay: one recording with indirect dispatch serves every token count; only
+/// the sizes buffer and the dispatch arguments change between submissions.
+#[test]
+fn one_recording_replays_for_any_token_count() {
+    let Some(ks) = kernel_set("replay") else { return };
+    let dev = ks.device();
+    let mut rng = Rng(7);
+    let (k, n, max_m) = (512, 40, 24);
+    let w_bytes = quantized(&mut rng, DType::Q4K, k, n);
+    let w_ne = [k, n, 1, 1];
+    let w_op = Operand { dtype: DType::Q4K, ne: w_ne, nb: contiguous_strides(DType::Q4K, w_ne), offset: 0 };
+    let x = rng.vec(k * max_m);
+    let x_op = Operand::contiguous(DType::F32, [k, max_m, 1, 1], 0);
+    let d_op = Operand::contiguous(DType::F32, [n, max_m, 1, 1], 0);
+    let dynamic = Some(Dyn { axis: 1, sym: 0, num: 1, den: 1 });
+    let w_buf = upload(dev, &w_bytes, 0);
+    let x_buf = upload(dev, &f32_bytes(&x), 0);
+    let d_buf = dev.buffer((n * max_m * 4) as u64, Location::Device, "d").unwrap();
+    let sizes = dev.buffer(4, Location::Host, "sizes").unwrap();
+    let args = dev.buffer(24, Location::Host, "indirect args").unwrap();
+    let pool = DescriptorPool::new(dev, 2, 4).unwrap();
+    let mut cmd = CommandBuffer::new(dev).unwrap();
+    cmd.begin().unwrap();
+    let mut launches = Vec::new();
+    for (i, kind) in [MatKind::Tiled, MatKind::Vec].into_iter().enumerate() {
+        let launch = kernels::launch_mat(kind, &w_op, &x_op, &d_op, dynamic).unwrap();
+        let pipeline = ks.pipeline(launch.kernel).unwrap();
+        let set = pool.bind(&pipeline, &[&sizes, &w_buf, &x_buf, &d_buf]).unwrap();
+        cmd.dispatch_indirect(&pipeline, &set, &launch.push, &args, 12 * i as u64).unwrap();
+        cmd.barrier().unwrap();
+        launches.push(launch);
+    }
+    cmd.finish().unwrap();
+    for (round, m) in [24usize, 1, 5, 17].into_iter().enumerate() {
+        // Round r: the tiled kernel runs on even rounds, the vector kernel on odd ones.
+        let limits = dev.info().max_workgroup_count;
+        let mut words = Vec::new();
+        for (i, launch) in launches.iter().enumerate() {
+            let g = if i == round % 2 { launch.groups([n, m, 1, 1], limits) } else { [0, 0, 0] };
+            words.extend(g);
+        }
+        args.write_u32(0, &words).unwrap();
+        sizes.write_u32(0, &[m as u32]).unwrap();
+        d_buf.write_f32(0, &vec![f32::NAN; n * max_m]).unwrap();
+        cmd.submit_and_wait().unwrap();
+        let got = d_buf.read_f32(0, n * max_m).unwrap();
+        let mut want = vec![0.0; n * m];
+        let w_in = In { data: Data::Bytes(&w_bytes), dtype: DType::Q4K, offset: 0, ne: w_ne, nb: w_op.nb };
+        let x_in = In { data: Data::F32(&x), dtype: DType::F32, offset: 0, ne: [k, m, 1, 1], nb: x_op.nb };
+        let mut out = Out { data: &mut want, offset: 0, ne: [n, m, 1, 1], nb: d_op.nb };
+        execute(&Op::MatMul, &[w_in, x_in], &mut out, Kernels::Reference, 1).unwrap();
+        let e = nmse(&got[..n * m], &want);
+        eprintln!("replay {} m={m}: nmse {e:.3e}", launches[round % 2].kernel.name());
+        assert!(e < MAT_NMSE, "m={m}: nmse {e}");
+        assert!(got[n * m..].iter().all(|v| v.is_nan()), "m={m}: columns past the run-time count were written");
+    }
+    assert_eq!(cmd.len(), 2);
+}
+
+#[test]
+fn operands_no_kernel_takes_are_refused() {
+    let f32_op = |ne| Operand::contiguous(DType::F32, ne, 0);
+    let x = f32_op([64, 2, 1, 1]);
+    // Q5_K weights, a K mismatch, a misaligned f32 offset, GELU: all refused, none panic.
+    let q5 = Operand::contiguous(DType::Q5K, [256, 4, 1, 1], 0);
+    assert!(kernels::launch(&Op::MatMul, &[q5, f32_op([256, 2, 1, 1])], &f32_op([4, 2, 1, 1]), None).is_err());
+    assert!(kernels::launch(&Op::MatMul, &[f32_op([63, 4, 1, 1]), x], &f32_op([4, 2, 1, 1]), None).is_err());
+    let shifted = Operand { offset: 2, ..x };
+    assert!(kernels::launch(&Op::Add, &[shifted, x], &x, None).is_err());
+    assert!(kernels::launch(&Op::Add, &[x, f32_op([3, 1, 1, 1])], &x, None).is_err());
+    assert!(kernels::launch(&Op::Gelu(hrx::graph::Gelu::Erf), &[x], &x, None).is_err());
+    assert!(kernels::launch(&Op::Add, &[x], &x, None).is_err());
+    assert!(kernels::launch(&Op::Add, &[x, x], &x, None).is_ok());
+}
