@@ -23,7 +23,9 @@ HRX_DEVICE=cpu overrides.
 Exit code 1 (with the reason) when no Vulkan loader or no device is found, or when
 HRX_DEVICE names none; hrx then runs on the CPU backend only.
 
-  --json   one JSON object: {\"loader_version\",\"devices\":[...],\"selected\":INDEX|null,\"error\":MSG|null}";
+  --json   one JSON object: {\"loader_version\",\"devices\":[...],\"selected\":INDEX|null,\"error\":MSG|null}
+
+example: HRX_DEVICE=1 hrx doctor";
 
 pub const COMMAND: Command = Command { name: "doctor", summary: "show Vulkan devices and the one hrx would use", help: HELP, run };
 
