@@ -90,3 +90,62 @@ fn models_finds_files_in_hrx_models() {
     assert_eq!(two_b["mmproj_state"].get::<String>().unwrap(), "missing");
     std::fs::remove_dir_all(&dir).unwrap();
 }
+
+/// Writes `bytes` to a temp file named `name` and returns its path.
+fn temp_file(name: &str, bytes: &[u8]) -> std::path::PathBuf {
+    let dir = std::env::temp_dir().join(format!("hrx-cli-{}", std::process::id()));
+    std::fs::create_dir_all(&dir).unwrap();
+    let path = dir.join(name);
+    std::fs::write(&path, bytes).unwrap();
+    path
+}
+
+#[test]
+fn describe_reports_each_bad_image_on_one_line_and_still_describes_the_good_one() {
+    let Some(oracle) = common::oracle() else { return };
+    let good = oracle.join("images/tiny-40x30.png");
+    let png = std::fs::read(&good).unwrap();
+    let mut corrupt = png.clone();
+    corrupt[40..60].fill(0xAB);
+    let jpg = std::fs::read(oracle.join("images/pattern-333x517.jpg")).unwrap();
+    let bad = [
+        temp_file("corrupt.png", &corrupt),
+        temp_file("truncated.jpg", &jpg[..jpg.len() / 2]),
+        std::path::Path::new(env!("CARGO_MANIFEST_DIR")).join("tests/data/image/bomb-100000x100000.png"),
+        temp_file("empty.png", b""),
+        temp_file("notes.jpg", b"this is a text file, not a picture\n"),
+    ];
+    let mut args: Vec<String> = vec!["describe".into()];
+    args.extend(bad.iter().map(|p| p.display().to_string()));
+    args.push(good.display().to_string());
+    let m = oracle.join("models/tiny/qwen3vl-tiny-F16.gguf");
+    let mm = oracle.join("models/tiny/mmproj-qwen3vl-tiny-F16.gguf");
+    args.extend(["-m".into(), m.display().to_string(), "--mmproj".into(), mm.display().to_string(), "-n".into(), "4".into(), "--json".into()]);
+    let out = Command::new(env!("CARGO_BIN_EXE_hrx")).args(&args).output().unwrap();
+    assert_eq!(out.status.code(), Some(1), "a failed image makes the exit code 1");
+    let err = stderr(&out);
+    let lines: Vec<&str> = err.lines().collect();
+    assert_eq!(lines.len(), bad.len() + 1, "one line per bad image and a summary: {err}");
+    for (line, path) in lines.iter().zip(&bad) {
+        assert!(line.starts_with("hrx: error: ") && line.contains(&path.display().to_string()), "{line}");
+    }
+    let stdout = String::from_utf8(out.stdout).unwrap();
+    let last: JsonValue = stdout.lines().last().unwrap().parse().unwrap();
+    assert_eq!(last["image"].get::<String>().unwrap(), &good.display().to_string());
+    let tokens: &Vec<JsonValue> = last["tokens"].get().unwrap();
+    assert_eq!(tokens.len(), 4, "the good image after the bad ones is described");
+}
+
+#[test]
+fn generate_with_an_image_makes_hf_prompt_ids() {
+    let Some(oracle) = common::oracle() else { return };
+    let case: JsonValue = std::fs::read_to_string(oracle.join("cases/tiny/I6.json")).unwrap().parse().unwrap();
+    let want = common::cases::ids_of(&case["input_ids"]);
+    let m = oracle.join("models/tiny/qwen3vl-tiny-F16.gguf");
+    let mm = oracle.join("models/tiny/mmproj-qwen3vl-tiny-F16.gguf");
+    let img = oracle.join("images/tie-400x272.png");
+    let out = hrx(&["generate", "-m", m.to_str().unwrap(), "--mmproj", mm.to_str().unwrap(), "--image", img.to_str().unwrap(), "--prompt", "Describe this image.", "-n", "2", "--json"]);
+    assert!(out.status.success(), "{}", stderr(&out));
+    let json: JsonValue = String::from_utf8(out.stdout).unwrap().parse().unwrap();
+    assert_eq!(common::cases::ids_of(&json["prompt_ids"]), want);
+}
