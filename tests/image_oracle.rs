@@ -10,6 +10,7 @@ use hrx::image::{Patches, PreprocessConfig};
 use hrx::runtime::describe::{Describer, ImageOptions};
 use hrx::runtime::generate::GenerateConfig;
 use hrx::runtime::sampler::SamplerConfig;
+use hrx::runtime::session::Session;
 use hrx::runtime::text_model::TextOptions;
 use std::path::Path;
 use tinyjson::JsonValue;
@@ -55,8 +56,17 @@ fn check_case(d: &mut Describer, oracle: &Path, cases: &str, name: &str, tol: f6
         d.encode_patches(&hf_patches(oracle, &case)).expect("pixels encode")
     };
     let text = user_text(&case);
-    let (ids, _) = d.prompt(std::slice::from_ref(&image), &text, None).unwrap();
+    let (ids, pieces) = d.prompt(std::slice::from_ref(&image), &text, None).unwrap();
     assert_eq!(ids, case.ids("input_ids"), "{cases} {name}: prompt ids");
+    // M-RoPE positions as the reference's get_rope_index makes them.
+    let (_, positions, next) = Session::new().layout(&pieces, d.text.params.wide_width()).unwrap();
+    let rows: &Vec<JsonValue> = case.json["position_ids"].get().unwrap();
+    for (c, row) in rows.iter().enumerate() {
+        let want = ids_of(row);
+        let got: Vec<u32> = positions.iter().map(|p| p[c] as u32).collect();
+        assert_eq!(got, want, "{cases} {name}: position row {c}");
+    }
+    assert_eq!(next as f64, *case.json["next_position"].get::<f64>().unwrap(), "{cases} {name}: next position");
     let config = GenerateConfig { max_new_tokens: 16, sampler: SamplerConfig::default(), stop_strings: vec![], stop_at_eog: false };
     let (_, g) = d.run(std::slice::from_ref(&image), &text, None, &config, |_| {}).unwrap();
     let err = max_abs_diff(&g.prompt_logits, &case.f32_array("logits_last"));
