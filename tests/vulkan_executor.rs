@@ -69,7 +69,7 @@ fn a_recorded_plan_matches_the_cpu_executor_at_every_token_count() {
     for t in [MAX_T, 1, 7, MAX_T] {
         let x: Vec<f32> = rng.vec(N * t);
         gpu.write_f32("x", &x).unwrap();
-        cpu.f32_buffer("x").unwrap()[..N * t].copy_from_slice(&x);
+        cpu.f32_buffer(PlanId(0), "x").unwrap()[..N * t].copy_from_slice(&x);
         gpu.run(&[t]).unwrap();
         cpu.run(PlanId(0), &[t]).unwrap();
         let got = gpu.output(out, &[t]).unwrap();
