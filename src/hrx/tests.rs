@@ -167,3 +167,26 @@ fn arena_reuses_bytes_of_dead_values() {
     // Ten 1 KiB values in a chain need only two live at a time.
     assert_eq!(plan.arena_bytes, 2 * 1024);
 }
+
+#[test]
+fn transpose_and_permute_of_a_transient_alias_and_read_through_strides() {
+    let mut g = Graph::new("transpose");
+    let x = g.input("x", DType::F32, [3, 2, 1, 1], None).unwrap();
+    let zero = g.input("zero", DType::F32, [1, 1, 1, 1], None).unwrap();
+    let y = g.add(x, zero, "y").unwrap(); // transient [3, 2]
+    let t = g.transpose(y, "t").unwrap(); // [2, 3]
+    let p = g.permute(y, [1, 0, 2, 3], "p").unwrap();
+    let out = g.cont(t, "out").unwrap();
+    let out_p = g.cont(p, "out_p").unwrap();
+    g.mark_output(out);
+    g.mark_output(out_p);
+    let plan = Plan::new(g, &CpuRegistry).unwrap();
+    assert_eq!(plan.placements[t.0], Placement::Elided);
+    assert_eq!(plan.placements[p.0], Placement::Elided);
+    let mut exec = CpuExecutor::new(vec![plan], &[], Kernels::Reference).unwrap();
+    exec.f32_buffer(PlanId(0), "x").unwrap().copy_from_slice(&[0., 1., 2., 10., 11., 12.]);
+    exec.run(PlanId(0), &[]).unwrap();
+    let want = [0., 10., 1., 11., 2., 12.];
+    assert_eq!(exec.output(PlanId(0), out, &[]).unwrap(), &want);
+    assert_eq!(exec.output(PlanId(0), out_p, &[]).unwrap(), &want);
+}
