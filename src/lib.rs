@@ -17,3 +17,4 @@ pub mod hrx;
 pub mod model;
 pub mod runtime;
 pub mod catalog;
+pub mod rng;

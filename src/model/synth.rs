@@ -5,6 +5,7 @@
 use super::text_params::ARCH;
 use crate::gguf::{GgufFile, GgufWriter, Value, ValueType};
 use crate::quant::{quantize_row, DType};
+use crate::rng::SplitMix64;
 use crate::tokenizer::byte_tokens;
 
 /// Shape and format of a synthetic text model.
@@ -76,19 +77,11 @@ impl TextSpec {
 }
 
 /// Box-Muller normal samples from a splitmix64 stream.
-struct Normal(u64);
+struct Normal(SplitMix64);
 
 impl Normal {
-    fn uniform(&mut self) -> f64 {
-        self.0 = self.0.wrapping_add(0x9E37_79B9_7F4A_7C15);
-        let mut z = self.0;
-        z = (z ^ (z >> 30)).wrapping_mul(0xBF58_476D_1CE4_E5B9);
-        z = (z ^ (z >> 27)).wrapping_mul(0x94D0_49BB_1331_11EB);
-        ((z ^ (z >> 31)) >> 11) as f64 / (1u64 << 53) as f64
-    }
-
     fn sample(&mut self, std: f64) -> f32 {
-        let (u, v) = (self.uniform().max(1e-300), self.uniform());
+        let (u, v) = (self.0.next_f64().max(1e-300), self.0.next_f64());
         ((-2.0 * u.ln()).sqrt() * (2.0 * std::f64::consts::PI * v).cos() * std) as f32
     }
 }
@@ -165,7 +158,7 @@ pub fn text_model(spec: &TextSpec, vocab: Option<&GgufFile>) -> Result<Vec<u8>, 
     if s.n_head % s.n_head_kv != 0 || s.head_dim % 4 != 0 || s.rope_sections.iter().sum::<usize>() > s.head_dim / 2 {
         return Err(format!("inconsistent attention shape: {} heads, {} kv heads, head_dim {}, sections {:?}", s.n_head, s.n_head_kv, s.head_dim, s.rope_sections));
     }
-    let mut w = Writer { w: GgufWriter::new(), rng: Normal(spec.seed) };
+    let mut w = Writer { w: GgufWriter::new(), rng: Normal(SplitMix64(spec.seed)) };
     w.w.set("general.architecture", Value::String(ARCH.into()));
     w.w.set("general.name", Value::String("hrx-synth".into()));
     let n_vocab = tokenizer_metadata(&mut w.w, vocab, s.n_vocab)?;

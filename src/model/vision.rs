@@ -43,10 +43,7 @@ struct Builder<'a> {
 
 impl Builder<'_> {
     fn w(&mut self, name: &str, ne: &[usize]) -> Result<NodeId> {
-        let dtype = self.p.dtypes.get(name).copied().unwrap_or(DType::F32);
-        let mut shape = [1; 4];
-        shape[..ne.len()].copy_from_slice(ne);
-        self.g.weight(name, dtype, shape)
+        super::weight(&mut self.g, &self.p.dtypes, name, ne)
     }
 
     fn at(&self, axis: usize) -> Option<DynAxis> {

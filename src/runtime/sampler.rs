@@ -1,6 +1,8 @@
 //! Choosing the next token from logits: greedy, or temperature with top-k, top-p and min-p
 //! filters, with a repetition penalty and a seeded generator (runs are reproducible).
 
+use crate::rng::SplitMix64;
+
 #[derive(Clone, Debug, PartialEq)]
 pub struct SamplerConfig {
     /// 0 means greedy.
@@ -43,23 +45,9 @@ impl SamplerConfig {
     }
 }
 
-/// splitmix64: small, fast, and good enough to pick among a few hundred candidates.
-struct Rng(u64);
-
-impl Rng {
-    fn next_f64(&mut self) -> f64 {
-        self.0 = self.0.wrapping_add(0x9E37_79B9_7F4A_7C15);
-        let mut z = self.0;
-        z = (z ^ (z >> 30)).wrapping_mul(0xBF58_476D_1CE4_E5B9);
-        z = (z ^ (z >> 27)).wrapping_mul(0x94D0_49BB_1331_11EB);
-        z ^= z >> 31;
-        (z >> 11) as f64 / (1u64 << 53) as f64
-    }
-}
-
 pub struct Sampler {
     config: SamplerConfig,
-    rng: Rng,
+    rng: SplitMix64,
 }
 
 /// Index of the largest value (the first of equal ones, as argmax in torch).
@@ -75,7 +63,7 @@ pub fn argmax(logits: &[f32]) -> usize {
 
 impl Sampler {
     pub fn new(config: SamplerConfig) -> Sampler {
-        let rng = Rng(config.seed);
+        let rng = SplitMix64(config.seed);
         Sampler { config, rng }
     }
 
