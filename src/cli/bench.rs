@@ -12,15 +12,19 @@ use std::time::Instant;
 pub const HELP: &str = "\
 hrx bench: measure speed and memory
 
-usage: hrx bench -m MODEL.gguf [-p N] [-n N] [-r N] [--threads N] [--json]
+usage: hrx bench -m MODEL.gguf [--mmproj MMPROJ.gguf [--image-size N]] [-p N] [-n N] [-r N] [--threads N] [--json]
 
 Measures, like llama-bench: cold start (open the file, build and plan the graphs,
 bind the weights), prompt processing (pp: a prompt of N tokens in one go, tokens/s),
 token generation (tg: N tokens one at a time after a short prompt, tokens/s), and
-the process's peak resident memory. Each test runs -r times; the mean and standard
-deviation are printed. Token ids are fixed pseudo-random ids, so any model works.
+the process's peak resident memory; with --mmproj also image encode (the vision
+tower on an N x N image, default 448: seconds per image). Each test runs -r times;
+the mean and standard deviation are printed. Token ids and pixels are fixed
+pseudo-random values, so any model works.
 
   -m, --model FILE   the text model GGUF
+  --mmproj FILE      the vision projector GGUF: also time image encode
+  --image-size N     side of the square test image in pixels (default 448)
   -p N               prompt length for pp (default 512)
   -n N               tokens for tg (default 128)
   -r N               repetitions (default 3)
@@ -54,6 +58,8 @@ fn run(mut args: Args, out: &mut dyn Write) -> Result<(), CliError> {
     let n_gen: usize = args.parsed(&["-n"])?.unwrap_or(128);
     let reps: usize = args.parsed(&["-r"])?.unwrap_or(3);
     let threads: Option<usize> = args.parsed(&["--threads"])?;
+    let mmproj = args.value(&["--mmproj"])?;
+    let image_size: usize = args.parsed(&["--image-size"])?.unwrap_or(448);
     let json = args.flag(&["--json"]);
     if !args.finish()?.is_empty() {
         return Err(CliError::usage("bench takes no positional arguments"));
@@ -91,6 +97,10 @@ fn run(mut args: Args, out: &mut dyn Write) -> Result<(), CliError> {
         }
         tg.push(n_gen as f64 / t.elapsed().as_secs_f64());
     }
+    let encode = match &mmproj {
+        None => None,
+        Some(path) => Some(bench_encode(Path::new(path), image_size, reps, threads)?),
+    };
     let ((pp_mean, pp_sd), (tg_mean, tg_sd)) = (mean_sd(&pp), mean_sd(&tg));
     let peak = peak_rss_bytes();
     let weights: u64 = model.file.tensors().iter().map(|t| t.n_bytes).sum();
@@ -105,6 +115,12 @@ fn run(mut args: Args, out: &mut dyn Write) -> Result<(), CliError> {
             ("pp", Json::obj([("tokens", Json::Int(n_prompt as i128)), ("tokens_per_second", Json::Num(pp_mean)), ("sd", Json::Num(pp_sd))])),
             ("tg", Json::obj([("tokens", Json::Int(n_gen as i128)), ("tokens_per_second", Json::Num(tg_mean)), ("sd", Json::Num(tg_sd))])),
             ("peak_rss_bytes", peak.map_or(Json::Null, |p| Json::Int(p.into()))),
+            (
+                "image_encode",
+                encode.map_or(Json::Null, |(side, mean, sd)| {
+                    Json::obj([("size", Json::Int(side as i128)), ("seconds", Json::Num(mean)), ("sd", Json::Num(sd))])
+                }),
+            ),
         ]);
         writeln!(out, "{}", j.to_string_compact())?;
     } else {
@@ -112,9 +128,41 @@ fn run(mut args: Args, out: &mut dyn Write) -> Result<(), CliError> {
         writeln!(out, "cold start: {:.3} s", cold_start)?;
         writeln!(out, "pp{n_prompt}: {pp_mean:.1} ± {pp_sd:.1} tokens/s")?;
         writeln!(out, "tg{n_gen}: {tg_mean:.2} ± {tg_sd:.2} tokens/s")?;
+        if let Some((side, mean, sd)) = encode {
+            writeln!(out, "image encode {side}x{side}: {mean:.3} ± {sd:.3} s")?;
+        }
         if let Some(p) = peak {
             writeln!(out, "peak memory: {:.1} MiB", p as f64 / 1048576.0)?;
         }
     }
     Ok(())
+}
+
+/// Seconds to encode a pseudo-random `side` x `side` image: (side, mean, sd).
+fn bench_encode(path: &Path, side: usize, reps: usize, threads: Option<usize>) -> Result<(usize, f64, f64), CliError> {
+    use crate::image::{preprocess, PreprocessConfig, RgbImage};
+    use crate::model::VisionModel;
+    let failed = |e: String| CliError::Failed(e);
+    if side == 0 || side > 8192 {
+        return Err(CliError::usage("--image-size must be in 1..=8192"));
+    }
+    let pixels: Vec<u8> = (0..side * side * 3).map(|i| (i.wrapping_mul(2_654_435_761) >> 13) as u8).collect();
+    let img = RgbImage::from_raw(side, side, pixels).ok_or_else(|| failed("test image".into()))?;
+    let file = std::sync::Arc::new(crate::gguf::GgufFile::open(path)?);
+    let params = crate::model::VisionParams::from_gguf(&file).map_err(|e| failed(e.to_string()))?;
+    let cfg = PreprocessConfig { patch_size: params.patch_size, merge_size: params.merge, max_pixels: (side * side).max(PreprocessConfig::HF_MIN_PIXELS), ..PreprocessConfig::hf() };
+    let patches = preprocess(&img, &cfg).map_err(|e| failed(e.to_string()))?;
+    let mut vision = VisionModel::from_file(file, patches.n_patches(), crate::backend::cpu::Kernels::from_env()).map_err(|e| failed(e.to_string()))?;
+    if let Some(n) = threads {
+        vision.set_threads(n);
+    }
+    let [_, gh, gw] = patches.grid_thw;
+    let mut times = Vec::with_capacity(reps);
+    for _ in 0..reps {
+        let t = Instant::now();
+        vision.encode(&patches.pixel_values, gh, gw).map_err(|e| failed(e.to_string()))?;
+        times.push(t.elapsed().as_secs_f64());
+    }
+    let (mean, sd) = mean_sd(&times);
+    Ok((patches.resized_hw.0, mean, sd))
 }
