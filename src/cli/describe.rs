@@ -48,9 +48,12 @@ examples:
 
 pub const COMMAND: Command = Command { name: "describe", summary: "describe images", help: HELP, run };
 
-/// The model files: given, or the catalog default found in the search folders.
-/// With the default model: its sampling defaults, its image budget and its name.
-fn model_files(model: Option<String>, mmproj: Option<String>) -> Result<(PathBuf, PathBuf, Option<(GenerationDefaults, usize, String)>), CliError> {
+/// What the default model's catalog entry sets: sampling defaults, image budget, name.
+type CatalogDefaults = (GenerationDefaults, usize, String);
+
+/// The model files: given, or the catalog default found in the search folders (then with its
+/// catalog settings).
+fn model_files(model: Option<String>, mmproj: Option<String>) -> Result<(PathBuf, PathBuf, Option<CatalogDefaults>), CliError> {
     if let (Some(m), Some(p)) = (&model, &mmproj) {
         return Ok((m.into(), p.into(), None));
     }

@@ -130,7 +130,7 @@ impl Describer {
     /// `Content::Image`s of `messages` take `images` in order, one each.
     pub fn prompt_messages<'a>(&self, messages: &[Message], images: &'a [EncodedImage]) -> Result<(Vec<u32>, Vec<PromptPiece<'a>>), RuntimeError> {
         let tok = &self.text.tokenizer;
-        let ids = tok.encode(&chat::render(&messages, true), true);
+        let ids = tok.encode(&chat::render(messages, true), true);
         let pad = tok.token_id(chat::IMAGE_PAD).ok_or_else(|| RuntimeError::Model("the vocabulary has no <|image_pad|>".into()))?;
         let mut expanded = Vec::with_capacity(ids.len());
         let mut pieces = Vec::with_capacity(ids.len());
