@@ -71,6 +71,28 @@ impl Json {
     }
 }
 
+/// Parses untrusted JSON with tinyjson, refusing nesting deeper than `max_depth` first:
+/// tinyjson recurses once per level, so `[[[[…` would otherwise overflow the stack.
+pub fn parse_untrusted(text: &str, max_depth: usize) -> Result<tinyjson::JsonValue, String> {
+    let (mut depth, mut in_string, mut escaped) = (0usize, false, false);
+    for b in text.bytes() {
+        match (in_string, b) {
+            (true, _) if escaped => escaped = false,
+            (true, b'\\') => escaped = true,
+            (true, b'"') | (false, b'"') => in_string = !in_string,
+            (false, b'[' | b'{') => {
+                depth += 1;
+                if depth > max_depth {
+                    return Err(format!("JSON nested deeper than {max_depth} levels"));
+                }
+            }
+            (false, b']' | b'}') => depth = depth.saturating_sub(1),
+            _ => {}
+        }
+    }
+    text.parse().map_err(|e: tinyjson::JsonParseError| e.to_string())
+}
+
 fn write_str(out: &mut String, s: &str) {
     out.push('"');
     for c in s.chars() {
@@ -105,5 +127,13 @@ mod tests {
         let parsed: tinyjson::JsonValue = text.parse().expect("valid JSON");
         let a: &String = parsed["a"].get().expect("string");
         assert_eq!(a, "q\"\\\n\u{1}é");
+    }
+
+    #[test]
+    fn untrusted_json_is_parsed_within_its_depth() {
+        assert!(parse_untrusted(r#"{"a":[[1]],"s":"[[[[\"]]"}"#, 3).is_ok());
+        let deep = "[".repeat(100_000);
+        assert!(parse_untrusted(&deep, 64).unwrap_err().contains("deeper than 64"));
+        assert!(parse_untrusted("{\"a\":", 64).is_err());
     }
 }

@@ -17,4 +17,6 @@ pub mod hrx;
 pub mod model;
 pub mod runtime;
 pub mod catalog;
+pub mod caption;
+pub mod serve;
 pub mod rng;

@@ -68,7 +68,7 @@ fn generate_rejects_bad_prompt_ids_and_settings() {
 
 #[test]
 fn every_command_has_help() {
-    for cmd in ["describe", "generate", "plan", "inspect", "tokenize", "synth", "bench", "models", "doctor"] {
+    for cmd in ["describe", "caption", "serve", "generate", "plan", "inspect", "tokenize", "synth", "bench", "models", "doctor"] {
         let out = hrx(&[cmd, "--help"]);
         assert!(out.status.success());
         let text = String::from_utf8(out.stdout).unwrap();

@@ -6,6 +6,7 @@ use crate::catalog::{locate, search_dirs, Catalog};
 use crate::cli::args::Args;
 use crate::json::Json;
 use crate::runtime::describe::{Describer, ImageOptions};
+use crate::runtime::generate::GenerateConfig;
 use crate::runtime::sampler::SamplerConfig;
 use crate::runtime::text_model::TextOptions;
 use std::io::Write;
@@ -47,10 +48,14 @@ examples:
 
 pub const COMMAND: Command = Command { name: "describe", summary: "describe images", help: HELP, run };
 
-/// The model files: given, or the catalog default found in the search folders.
-fn model_files(model: Option<String>, mmproj: Option<String>) -> Result<(PathBuf, PathBuf, Option<GenerationDefaults>, Option<usize>), CliError> {
+/// What the default model's catalog entry sets: sampling defaults, image budget, name.
+type CatalogDefaults = (GenerationDefaults, usize, String);
+
+/// The model files: given, or the catalog default found in the search folders (then with its
+/// catalog settings).
+fn model_files(model: Option<String>, mmproj: Option<String>) -> Result<(PathBuf, PathBuf, Option<CatalogDefaults>), CliError> {
     if let (Some(m), Some(p)) = (&model, &mmproj) {
-        return Ok((m.into(), p.into(), None, None));
+        return Ok((m.into(), p.into(), None));
     }
     if model.is_some() || mmproj.is_some() {
         return Err(CliError::usage("give both -m MODEL.gguf and --mmproj MMPROJ.gguf, or neither (to use the default model)"));
@@ -76,39 +81,70 @@ fn model_files(model: Option<String>, mmproj: Option<String>) -> Result<(PathBuf
         },
         max_tokens: entry.max_tokens,
     };
-    Ok((m, p, Some(defaults), Some(entry.image_max_pixels)))
+    Ok((m, p, Some((defaults, entry.image_max_pixels, entry.name.clone()))))
+}
+
+/// The flags that load a describer, shared by `describe`, `caption` and `serve`: model files
+/// (or the models.toml default), sampling, image budget, context, threads.
+pub(super) struct DescriberFlags {
+    pub model: PathBuf,
+    pub mmproj: PathBuf,
+    /// What `serve` calls the model: the catalog name, else the model file's stem.
+    pub name: String,
+    pub config: GenerateConfig,
+    text: TextOptions,
+    images: ImageOptions,
+    threads: Option<usize>,
+}
+
+impl DescriberFlags {
+    /// Takes the flags out of `args` (before `args.finish()`, so typos fail before loading).
+    pub fn parse(args: &mut Args) -> Result<DescriberFlags, CliError> {
+        let (model, mmproj, catalog) = model_files(args.value(&["-m", "--model"])?, args.value(&["--mmproj"])?)?;
+        let (defaults, max_pixels, name) = match catalog {
+            Some((defaults, max_pixels, name)) => (defaults, Some(max_pixels), name),
+            None => (GenerationDefaults::default(), None, model.file_stem().map(|s| s.to_string_lossy().into_owned()).unwrap_or_default()),
+        };
+        let config = generation_flags(args, &defaults)?;
+        let mut images = ImageOptions::default();
+        images.max_pixels = args.parsed(&["--image-max-pixels"])?.or(max_pixels).unwrap_or(images.max_pixels);
+        images.min_pixels = args.parsed(&["--image-min-pixels"])?.unwrap_or(images.min_pixels);
+        if let Some(mp) = args.parsed::<f64>(&["--max-image-mp"])? {
+            if !(mp > 0.0 && mp <= 1e4) {
+                return Err(CliError::usage("--max-image-mp must be in (0, 10000]"));
+            }
+            images.limits.max_pixels = (mp * 1e6) as u64;
+        }
+        let mut text = TextOptions::default();
+        text.n_ctx = args.parsed(&["--ctx"])?.unwrap_or(text.n_ctx);
+        if text.n_ctx == 0 || text.n_ctx > 1 << 20 || images.max_pixels > 1 << 28 {
+            return Err(CliError::usage("--ctx or --image-max-pixels is out of range"));
+        }
+        let threads = args.parsed(&["--threads"])?;
+        Ok(DescriberFlags { model, mmproj, name, config, text, images, threads })
+    }
+
+    pub fn load(&self) -> Result<Describer, CliError> {
+        let mut d = Describer::load(&self.model, &self.mmproj, self.text, self.images.clone()).map_err(|e| CliError::Failed(e.to_string()))?;
+        if let Some(n) = self.threads {
+            d.text.set_threads(n);
+            d.vision.set_threads(n);
+        }
+        Ok(d)
+    }
 }
 
 fn run(mut args: Args, out: &mut dyn Write) -> Result<(), CliError> {
     let prompt = args.value(&["-p", "--prompt"])?.unwrap_or_else(|| "Describe this image.".to_owned());
     let system = args.value(&["--system"])?;
-    let (model, mmproj, defaults, max_pixels) = model_files(args.value(&["-m", "--model"])?, args.value(&["--mmproj"])?)?;
-    let config = generation_flags(&mut args, &defaults.unwrap_or_default())?;
-    let mut images = ImageOptions::default();
-    images.max_pixels = args.parsed(&["--image-max-pixels"])?.or(max_pixels).unwrap_or(images.max_pixels);
-    images.min_pixels = args.parsed(&["--image-min-pixels"])?.unwrap_or(images.min_pixels);
-    if let Some(mp) = args.parsed::<f64>(&["--max-image-mp"])? {
-        if !(mp > 0.0 && mp <= 1e4) {
-            return Err(CliError::usage("--max-image-mp must be in (0, 10000]"));
-        }
-        images.limits.max_pixels = (mp * 1e6) as u64;
-    }
-    let mut text = TextOptions::default();
-    text.n_ctx = args.parsed(&["--ctx"])?.unwrap_or(text.n_ctx);
-    let threads: Option<usize> = args.parsed(&["--threads"])?;
+    let flags = DescriberFlags::parse(&mut args)?;
     let json = args.flag(&["--json"]);
     let files = args.finish()?;
     if files.is_empty() {
         return Err(CliError::usage("describe needs at least one IMAGE"));
     }
-    if text.n_ctx == 0 || text.n_ctx > 1 << 20 || images.max_pixels > 1 << 28 {
-        return Err(CliError::usage("--ctx or --image-max-pixels is out of range"));
-    }
-    let mut d = Describer::load(&model, &mmproj, text, images).map_err(|e| CliError::Failed(e.to_string()))?;
-    if let Some(n) = threads {
-        d.text.set_threads(n);
-        d.vision.set_threads(n);
-    }
+    let mut d = flags.load()?;
+    let config = flags.config;
     let mut failures = 0;
     for file in &files {
         match describe_one(&mut d, Path::new(file), &prompt, system.as_deref(), &config, json, out) {
@@ -135,7 +171,7 @@ fn describe_one(
     file: &Path,
     prompt: &str,
     system: Option<&str>,
-    config: &crate::runtime::generate::GenerateConfig,
+    config: &GenerateConfig,
     json: bool,
     out: &mut dyn Write,
 ) -> Result<(), CliError> {

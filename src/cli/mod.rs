@@ -2,6 +2,7 @@
 
 pub mod args;
 mod bench;
+mod caption;
 mod describe;
 mod doctor;
 mod generate;
@@ -9,6 +10,7 @@ mod inspect;
 mod models;
 mod plan;
 mod synth;
+mod serve;
 mod tokenize;
 
 use crate::gguf::GgufError;
@@ -24,7 +26,7 @@ pub struct Command {
     pub run: fn(Args, &mut dyn Write) -> Result<(), CliError>,
 }
 
-const COMMANDS: &[Command] = &[describe::COMMAND, generate::COMMAND, plan::COMMAND, inspect::COMMAND, tokenize::COMMAND, synth::COMMAND, bench::COMMAND, models::COMMAND, doctor::COMMAND];
+const COMMANDS: &[Command] = &[describe::COMMAND, caption::COMMAND, serve::COMMAND, generate::COMMAND, plan::COMMAND, inspect::COMMAND, tokenize::COMMAND, synth::COMMAND, bench::COMMAND, models::COMMAND, doctor::COMMAND];
 
 const MAIN_HELP: &str = "\
 hrx: describe images with Qwen3-VL on the GPU of small edge boxes

@@ -33,6 +33,7 @@ mod webp;
 
 pub use decode::{decode_bytes, decode_file};
 pub use error::{ImageError, ImageErrorKind};
+pub use format::{sniff, Format};
 pub use limits::Limits;
 pub use orient::Orientation;
 pub use patches::patch_positions;

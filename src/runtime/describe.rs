@@ -7,7 +7,7 @@ use super::session::{PromptPiece, Session};
 use super::text_model::{TextModel, TextOptions};
 use super::RuntimeError;
 use crate::backend::cpu::Kernels;
-use crate::image::{self, Limits, Patches, PreprocessConfig};
+use crate::image::{self, Limits, Patches, PreprocessConfig, RgbImage};
 use crate::gguf::GgufFile;
 use crate::model::{VisionModel, VisionParams};
 use std::path::Path;
@@ -92,7 +92,17 @@ impl Describer {
     /// Decodes, preprocesses and encodes one image file.
     pub fn encode_file(&mut self, path: &Path) -> Result<EncodedImage, RuntimeError> {
         let rgb = image::decode_file(path, &self.images.limits).map_err(|e| RuntimeError::Usage(e.to_string()))?;
-        let patches = image::preprocess(&rgb, &self.preprocess_config()?).map_err(|e| RuntimeError::Usage(e.named(&path.display().to_string()).to_string()))?;
+        self.encode_rgb(&path.display().to_string(), &rgb)
+    }
+
+    /// Decodes, preprocesses and encodes an image held in memory; errors call it `name`.
+    pub fn encode_bytes(&mut self, name: &str, bytes: &[u8]) -> Result<EncodedImage, RuntimeError> {
+        let rgb = image::decode_bytes(name, bytes, &self.images.limits).map_err(|e| RuntimeError::Usage(e.to_string()))?;
+        self.encode_rgb(name, &rgb)
+    }
+
+    fn encode_rgb(&mut self, name: &str, rgb: &RgbImage) -> Result<EncodedImage, RuntimeError> {
+        let patches = image::preprocess(rgb, &self.preprocess_config()?).map_err(|e| RuntimeError::Usage(e.named(name).to_string()))?;
         self.encode_patches(&patches)
     }
 
@@ -113,8 +123,14 @@ impl Describer {
         let mut content: Vec<Content> = images.iter().map(|_| Content::Image).collect();
         content.push(Content::Text(text.to_owned()));
         messages.push(Message { role: "user".into(), content });
+        self.prompt_messages(&messages, images)
+    }
+
+    /// Token ids of a conversation with the generation prompt, and its prompt pieces: the
+    /// `Content::Image`s of `messages` take `images` in order, one each.
+    pub fn prompt_messages<'a>(&self, messages: &[Message], images: &'a [EncodedImage]) -> Result<(Vec<u32>, Vec<PromptPiece<'a>>), RuntimeError> {
         let tok = &self.text.tokenizer;
-        let ids = tok.encode(&chat::render(&messages, true), true);
+        let ids = tok.encode(&chat::render(messages, true), true);
         let pad = tok.token_id(chat::IMAGE_PAD).ok_or_else(|| RuntimeError::Model("the vocabulary has no <|image_pad|>".into()))?;
         let mut expanded = Vec::with_capacity(ids.len());
         let mut pieces = Vec::with_capacity(ids.len());
@@ -129,6 +145,9 @@ impl Describer {
             expanded.extend(std::iter::repeat(pad).take(img.rows * img.cols));
             pieces.push(PromptPiece::Image { embeddings: &img.embeddings, rows: img.rows, cols: img.cols });
         }
+        if next_image.next().is_some() {
+            return Err(RuntimeError::Usage("there are more images than places for them in the messages".into()));
+        }
         Ok((expanded, pieces))
     }
 
@@ -142,6 +161,19 @@ impl Describer {
         on_text: impl FnMut(&str),
     ) -> Result<(Vec<u32>, Generation), RuntimeError> {
         let (ids, pieces) = self.prompt(images, text, system)?;
+        let generation = generate(&mut self.text, &mut Session::new(), &pieces, config, on_text)?;
+        Ok((ids, generation))
+    }
+
+    /// Answers a conversation (see [`Describer::prompt_messages`]) and streams the answer.
+    pub fn run_messages(
+        &mut self,
+        messages: &[Message],
+        images: &[EncodedImage],
+        config: &GenerateConfig,
+        on_text: impl FnMut(&str),
+    ) -> Result<(Vec<u32>, Generation), RuntimeError> {
+        let (ids, pieces) = self.prompt_messages(messages, images)?;
         let generation = generate(&mut self.text, &mut Session::new(), &pieces, config, on_text)?;
         Ok((ids, generation))
     }

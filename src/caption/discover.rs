@@ -1,0 +1,103 @@
+//! Which files a caption job covers: files given by name, images found in folders (recursively,
+//! by extension or by their first bytes), and the paths listed in `@LIST` files.
+
+use crate::image;
+use std::io::Read;
+use std::path::{Path, PathBuf};
+
+const EXTENSIONS: &[&str] = &["png", "jpg", "jpeg", "webp"];
+
+/// The images of a job, sorted and without repeats, and the inputs that could not be read.
+#[derive(Debug, Default, PartialEq)]
+pub struct Found {
+    pub images: Vec<PathBuf>,
+    pub problems: Vec<(PathBuf, String)>,
+}
+
+/// Expands `inputs`: a folder gives its images (symbolic links to folders are not followed), a
+/// file is taken as it is (a bad one fails when it is read), `@LIST` gives the paths in LIST,
+/// one a line (blank lines skipped), each expanded like a command-line input.
+pub fn find_images(inputs: &[String]) -> Found {
+    let mut found = Found::default();
+    for input in inputs {
+        match input.strip_prefix('@') {
+            Some(list) => match std::fs::read_to_string(list) {
+                Ok(text) => {
+                    for line in text.lines().map(str::trim_end).filter(|l| !l.is_empty()) {
+                        add(Path::new(line), &mut found);
+                    }
+                }
+                Err(e) => found.problems.push((PathBuf::from(list), format!("cannot read the list {list}: {e}"))),
+            },
+            None => add(Path::new(input), &mut found),
+        }
+    }
+    found.images.sort();
+    found.images.dedup();
+    found
+}
+
+fn add(path: &Path, found: &mut Found) {
+    if path.is_dir() {
+        walk(path, found);
+    } else {
+        found.images.push(path.to_owned());
+    }
+}
+
+fn walk(dir: &Path, found: &mut Found) {
+    let entries = match std::fs::read_dir(dir) {
+        Ok(entries) => entries,
+        Err(e) => return found.problems.push((dir.to_owned(), format!("cannot read the folder {}: {e}", dir.display()))),
+    };
+    for entry in entries {
+        let entry = match entry {
+            Ok(entry) => entry,
+            Err(e) => return found.problems.push((dir.to_owned(), format!("cannot read the folder {}: {e}", dir.display()))),
+        };
+        let path = entry.path();
+        let Ok(kind) = entry.file_type() else { continue };
+        if kind.is_dir() {
+            walk(&path, found);
+        } else if path.is_file() && looks_like_image(&path) {
+            found.images.push(path);
+        }
+    }
+}
+
+/// An image extension (any case), or the first bytes of PNG, JPEG or WebP.
+fn looks_like_image(path: &Path) -> bool {
+    let by_name = path.extension().and_then(|e| e.to_str()).is_some_and(|e| EXTENSIONS.iter().any(|x| e.eq_ignore_ascii_case(x)));
+    by_name || first_bytes(path).is_some_and(|head| image::sniff(&head).is_ok())
+}
+
+fn first_bytes(path: &Path) -> Option<Vec<u8>> {
+    let mut head = Vec::with_capacity(16);
+    std::fs::File::open(path).ok()?.take(16).read_to_end(&mut head).ok()?;
+    Some(head)
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    #[test]
+    fn finds_images_by_extension_and_content_sorted_once() {
+        let dir = std::env::temp_dir().join(format!("hrx-discover-{}", std::process::id()));
+        let sub = dir.join("sub");
+        std::fs::create_dir_all(&sub).unwrap();
+        std::fs::write(dir.join("b.JPG"), b"not really").unwrap();
+        std::fs::write(sub.join("noext"), b"\x89PNG\r\n\x1a\nrest").unwrap();
+        std::fs::write(dir.join("notes.txt"), b"hello").unwrap();
+        std::fs::write(dir.join("a.webp"), b"").unwrap();
+        let list = dir.join("list.txt");
+        std::fs::write(&list, format!("{}\n\n{}\n", dir.join("a.webp").display(), dir.join("missing.png").display())).unwrap();
+        let d = dir.display().to_string();
+        let found = find_images(&[d.clone(), format!("@{}", list.display()), format!("@{d}/nope.txt")]);
+        let want: Vec<PathBuf> = vec![dir.join("a.webp"), dir.join("b.JPG"), dir.join("missing.png"), sub.join("noext")];
+        assert_eq!(found.images, want);
+        assert_eq!(found.problems.len(), 1);
+        assert!(found.problems[0].1.contains("nope.txt"), "{:?}", found.problems);
+        std::fs::remove_dir_all(&dir).unwrap();
+    }
+}

@@ -1,0 +1,5 @@
+//! Batch captioning (`hrx caption`): finding the images of a job and the JSON Lines file that
+//! records each result as soon as it is known, so a killed job resumes where it stopped.
+
+pub mod discover;
+pub mod journal;

@@ -1,0 +1,164 @@
+//! `hrx caption DIR|FILE|@LIST... -o OUT.jsonl`: caption many images unattended, one JSON line
+//! per image, resumable.
+
+use super::describe::DescriberFlags;
+use super::{CliError, Command};
+use crate::caption::discover::find_images;
+use crate::caption::journal::{self, Journal};
+use crate::cli::args::Args;
+use crate::json::Json;
+use crate::runtime::describe::Describer;
+use crate::runtime::generate::GenerateConfig;
+use std::io::Write;
+use std::path::{Path, PathBuf};
+use std::time::Instant;
+
+pub const HELP: &str = "\
+hrx caption: caption a batch of images into a JSON Lines file (for cron jobs)
+
+usage: hrx caption DIR|FILE|@LIST [...] -o CAPTIONS.jsonl [-p PROMPT] [--resume]
+                   [-m MODEL.gguf --mmproj MMPROJ.gguf] [options]
+
+Folders are searched recursively for PNG, JPEG and WebP files (by extension or by
+their first bytes; links to folders are not followed); @LIST reads paths from a file,
+one a line. Images are captioned in sorted order with the model loaded once. Each
+result is appended to the output and flushed at once:
+  {\"image\":PATH,\"caption\":TEXT,\"tokens\":N,\"seconds\":S}  or  {\"image\":PATH,\"error\":MESSAGE}
+A bad image never stops the batch. Progress and a summary go to standard error. Exit
+code 0 when every image was captioned, 1 when any failed.
+
+  -o, --output FILE        the JSON Lines file (started anew unless --resume)
+  --resume                 keep FILE and skip the images it already has a caption for
+  -p, --prompt TEXT        what to ask (default: \"Describe this image.\")
+  --system TEXT            a system turn
+  -m, --model FILE         the text model GGUF (default: models.toml's, as hrx describe)
+  --mmproj FILE            the vision projector GGUF
+  --image-max-pixels N --image-min-pixels N --max-image-mp N
+                           image budget and limits, as in `hrx describe`
+  -n, --max-tokens N       tokens per caption (default from models.toml, else 256)
+  --temp T --top-k K --top-p P --min-p P --repeat-penalty R --seed S --stop STR --ignore-eos
+                           sampling, as in `hrx generate` (default: greedy)
+  --ctx N                  context length (default 4096)
+  --threads N              CPU threads
+
+examples:
+  hrx caption photos/ -o captions.jsonl
+  hrx caption @new-files.txt -o captions.jsonl --resume -p 'One sentence alt text.'";
+
+pub const COMMAND: Command = Command { name: "caption", summary: "caption a batch of images into JSON Lines", help: HELP, run };
+
+fn run(mut args: Args, _out: &mut dyn Write) -> Result<(), CliError> {
+    let output = args.value(&["-o", "--output"])?.ok_or_else(|| CliError::usage("caption needs -o CAPTIONS.jsonl"))?;
+    let resume = args.flag(&["--resume"]);
+    let prompt = args.value(&["-p", "--prompt"])?.unwrap_or_else(|| "Describe this image.".to_owned());
+    let system = args.value(&["--system"])?;
+    let flags = DescriberFlags::parse(&mut args)?;
+    let inputs = args.finish()?;
+    if inputs.is_empty() {
+        return Err(CliError::usage("caption needs at least one DIR, FILE or @LIST"));
+    }
+    let output = PathBuf::from(output);
+    let in_output = |e: std::io::Error| CliError::Failed(format!("{}: {e}", output.display()));
+    let found = find_images(&inputs);
+    let done = if resume { journal::captioned(&output).map_err(in_output)? } else { Default::default() };
+    let (skipped, todo): (Vec<PathBuf>, Vec<PathBuf>) = found.images.into_iter().partition(|p| done.contains(&p.display().to_string()));
+    if todo.is_empty() && skipped.is_empty() && found.problems.is_empty() {
+        return Err(CliError::Failed(format!("no images found in {}", inputs.join(" "))));
+    }
+    let mut journal = Journal::open(&output, resume).map_err(in_output)?;
+    let mut tally = Tally { skipped: skipped.len(), ..Tally::default() };
+    for (path, problem) in &found.problems {
+        eprintln!("hrx: error: {problem}");
+        journal.record(&failure(path, problem)).map_err(in_output)?;
+        tally.failed += 1;
+    }
+    eprintln!("hrx caption: {} images to caption, {} already in {}", todo.len(), skipped.len(), output.display());
+    if !todo.is_empty() {
+        let mut d = flags.load()?;
+        let job = Job { prompt: &prompt, system: system.as_deref(), config: &flags.config };
+        let start = Instant::now();
+        for (i, path) in todo.iter().enumerate() {
+            let t = Instant::now();
+            let entry = match job.caption(&mut d, path) {
+                Ok(entry) => {
+                    tally.done += 1;
+                    entry
+                }
+                Err(e) => {
+                    tally.failed += 1;
+                    eprintln!("hrx: error: {e}");
+                    failure(path, &e.to_string())
+                }
+            };
+            journal.record(&entry).map_err(in_output)?;
+            let left = todo.len() - i - 1;
+            let eta = start.elapsed().as_secs_f64() / (i + 1) as f64 * left as f64;
+            eprintln!("[{}/{}] {} — {:.1} s, ETA {}", i + 1, todo.len(), path.display(), t.elapsed().as_secs_f64(), duration(eta));
+        }
+        tally.seconds = start.elapsed().as_secs_f64();
+    }
+    eprintln!("{}", tally.summary());
+    match tally.failed {
+        0 => Ok(()),
+        n => Err(CliError::Quiet(format!("{n} images failed (see {})", output.display()))),
+    }
+}
+
+struct Job<'a> {
+    prompt: &'a str,
+    system: Option<&'a str>,
+    config: &'a GenerateConfig,
+}
+
+impl Job<'_> {
+    fn caption(&self, d: &mut Describer, path: &Path) -> Result<Json, crate::runtime::RuntimeError> {
+        let t = Instant::now();
+        let images = [d.encode_file(path)?];
+        let (_, g) = d.run(&images, self.prompt, self.system, self.config, |_| {})?;
+        Ok(Json::obj([
+            ("image", Json::str(path.display().to_string())),
+            ("caption", Json::str(g.text.trim())),
+            ("tokens", Json::Int(g.tokens.len() as i128)),
+            ("seconds", Json::Num((t.elapsed().as_secs_f64() * 1000.0).round() / 1000.0)),
+        ]))
+    }
+}
+
+fn failure(path: &Path, message: &str) -> Json {
+    Json::obj([("image", Json::str(path.display().to_string())), ("error", Json::str(message))])
+}
+
+#[derive(Default)]
+struct Tally {
+    done: usize,
+    failed: usize,
+    skipped: usize,
+    seconds: f64,
+}
+
+impl Tally {
+    fn summary(&self) -> String {
+        let rate = if self.seconds > 0.0 { format!("{:.1}", (self.done + self.failed) as f64 * 60.0 / self.seconds) } else { "-".into() };
+        format!("hrx caption: {} captioned, {} failed, {} skipped; {rate} images/minute", self.done, self.failed, self.skipped)
+    }
+}
+
+/// "42 s", "52 min", "3 h 05 min".
+fn duration(seconds: f64) -> String {
+    let s = seconds.max(0.0).round() as u64;
+    match s {
+        0..=59 => format!("{s} s"),
+        60..=3599 => format!("{} min", (s + 30) / 60),
+        _ => format!("{} h {:02} min", s / 3600, s % 3600 / 60),
+    }
+}
+
+#[cfg(test)]
+mod tests {
+    #[test]
+    fn durations_read_naturally() {
+        assert_eq!(super::duration(41.6), "42 s");
+        assert_eq!(super::duration(3100.0), "52 min");
+        assert_eq!(super::duration(11_100.0), "3 h 05 min");
+    }
+}

@@ -1,0 +1,147 @@
+//! Routes a request and answers it; the model answers one chat request at a time.
+
+use super::http::{self, EventStream, HttpError, Request};
+use super::image_url::ImageSource;
+use super::openai::{self, ChatRequest, Reply};
+use crate::json::Json;
+use crate::runtime::describe::{Describer, EncodedImage};
+use crate::runtime::generate::GenerateConfig;
+use crate::runtime::RuntimeError;
+use std::net::TcpStream;
+use std::sync::atomic::{AtomicU64, Ordering};
+use std::sync::Mutex;
+use std::time::{SystemTime, UNIX_EPOCH};
+
+/// What every connection shares: the model behind its lock and the server's settings.
+pub struct App {
+    pub describer: Mutex<Describer>,
+    /// Generation settings of requests that do not set them.
+    pub defaults: GenerateConfig,
+    pub model_name: String,
+    pub allow_files: bool,
+    pub limits: http::Limits,
+    requests: AtomicU64,
+}
+
+impl App {
+    pub fn new(describer: Describer, defaults: GenerateConfig, model_name: String, allow_files: bool) -> App {
+        App { describer: Mutex::new(describer), defaults, model_name, allow_files, limits: http::Limits::default(), requests: AtomicU64::new(0) }
+    }
+
+    /// Reads one request from the connection, answers it and closes; returns the request line
+    /// and status for the log.
+    pub fn handle(&self, mut stream: TcpStream) -> (String, u16) {
+        let request = match http::read_request(&mut stream, &self.limits) {
+            Ok(r) => r,
+            Err(e) => {
+                let status = e.status;
+                send_error(&mut stream, &e);
+                http::close_gently(&mut stream);
+                return ("-".into(), status);
+            }
+        };
+        let line = format!("{} {}", request.method, request.path);
+        let status = match self.route(&request, &mut stream) {
+            Ok(status) => status,
+            Err(e) => {
+                send_error(&mut stream, &e);
+                e.status
+            }
+        };
+        http::close_gently(&mut stream);
+        (line, status)
+    }
+
+    /// Answers a request, or says what is wrong with it (before anything was sent).
+    fn route(&self, request: &Request, stream: &mut TcpStream) -> Result<u16, HttpError> {
+        let allowed = match request.path.as_str() {
+            "/health" | "/v1/models" => "GET",
+            "/v1/chat/completions" => "POST",
+            path => return Err(HttpError::new(404, format!("no such endpoint {path}: hrx serves POST /v1/chat/completions, GET /v1/models, GET /health"))),
+        };
+        if request.method != allowed {
+            return Err(HttpError::new(405, format!("{} takes {allowed}, not {}", request.path, request.method)));
+        }
+        match request.path.as_str() {
+            "/health" => send_json(stream, 200, &Json::obj([("status", Json::str("ok"))])),
+            "/v1/models" => send_json(stream, 200, &openai::models(&self.model_name)),
+            _ => {
+                let chat = openai::parse_chat(&request.body, &self.defaults, self.allow_files)?;
+                self.chat(chat, stream)
+            }
+        }
+    }
+
+    fn chat(&self, chat: ChatRequest, stream: &mut TcpStream) -> Result<u16, HttpError> {
+        let n = self.requests.fetch_add(1, Ordering::Relaxed);
+        let created = SystemTime::now().duration_since(UNIX_EPOCH).map_or(0, |d| d.as_secs());
+        let reply = Reply { id: format!("chatcmpl-{created:x}{n:04x}"), created, model: &self.model_name };
+        // A panic while the lock was held leaves nothing half-done: every request starts a new
+        // session, so the model is still good.
+        let mut d = self.describer.lock().unwrap_or_else(|poisoned| poisoned.into_inner());
+        let images = encode(&mut d, &chat.images)?;
+        if !chat.stream {
+            let (ids, g) = d.run_messages(&chat.messages, &images, &chat.config, |_| {}).map_err(runtime)?;
+            let answer = reply.completion(&g.text, g.stop, ids.len(), g.tokens.len());
+            return send_json(stream, 200, &answer);
+        }
+        let mut events = EventStream::new(stream);
+        let result = d.run_messages(&chat.messages, &images, &chat.config, |text| {
+            if !events.started() {
+                let role = Json::obj([("role", Json::str("assistant")), ("content", Json::str(""))]);
+                events.send(&reply.chunk(role, None).to_string_compact());
+            }
+            if !text.is_empty() {
+                events.send(&reply.chunk(Json::obj([("content", Json::str(text))]), None).to_string_compact());
+            }
+        });
+        match result {
+            Ok((ids, g)) => {
+                events.send(&reply.chunk(Json::obj::<String>([]), Some(g.stop)).to_string_compact());
+                if chat.include_usage {
+                    events.send(&reply.usage_chunk(ids.len(), g.tokens.len()).to_string_compact());
+                }
+            }
+            // Nothing sent yet: a plain error response with its status.
+            Err(e) if !events.started() => return Err(runtime(e)),
+            Err(e) => events.send(&openai::error(&runtime(e)).to_string_compact()),
+        }
+        events.send("[DONE]");
+        Ok(200)
+    }
+}
+
+fn encode(d: &mut Describer, images: &[ImageSource]) -> Result<Vec<EncodedImage>, HttpError> {
+    images
+        .iter()
+        .enumerate()
+        .map(|(i, source)| match source {
+            ImageSource::Bytes(bytes) => d.encode_bytes(&format!("image {}", i + 1), bytes),
+            ImageSource::File(path) => d.encode_file(path),
+        })
+        .collect::<Result<_, _>>()
+        .map_err(runtime)
+}
+
+/// A bad image or prompt is the client's (400); anything else is the server's (500).
+fn runtime(e: RuntimeError) -> HttpError {
+    let status = match e {
+        RuntimeError::Usage(_) | RuntimeError::ContextFull { .. } => 400,
+        _ => 500,
+    };
+    HttpError::new(status, e.to_string())
+}
+
+fn send_json(stream: &mut TcpStream, status: u16, body: &Json) -> Result<u16, HttpError> {
+    // A client gone before its answer is written is not an error to anyone.
+    let _ = http::write_response(stream, status, "application/json", "", body.to_string_compact().as_bytes());
+    Ok(status)
+}
+
+fn send_error(stream: &mut TcpStream, e: &HttpError) {
+    let allow = match e.status {
+        405 => "Allow: GET, POST\r\n",
+        _ => "",
+    };
+    let _ = http::write_response(stream, e.status, "application/json", allow, openai::error(e).to_string_compact().as_bytes());
+}

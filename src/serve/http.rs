@@ -1,0 +1,264 @@
+//! Just enough HTTP/1.1 for a local API: one request per connection (every response closes
+//! it), heads parsed by httparse within size and time limits, bodies by Content-Length only.
+
+use std::io::{self, Read, Write};
+use std::net::{Shutdown, TcpStream};
+use std::time::{Duration, Instant};
+
+/// The most a request head (request line and headers) may take.
+pub const MAX_HEAD_BYTES: usize = 16 * 1024;
+pub const MAX_HEADERS: usize = 64;
+
+#[derive(Clone, Copy, Debug)]
+pub struct Limits {
+    pub max_body: usize,
+    /// The longest a single read or write may wait.
+    pub io_timeout: Duration,
+    /// The longest the whole request may take to arrive.
+    pub request_deadline: Duration,
+}
+
+impl Default for Limits {
+    fn default() -> Self {
+        Limits { max_body: 64 << 20, io_timeout: Duration::from_secs(15), request_deadline: Duration::from_secs(120) }
+    }
+}
+
+#[derive(Debug)]
+pub struct Request {
+    pub method: String,
+    /// The path without its query string.
+    pub path: String,
+    pub body: Vec<u8>,
+}
+
+/// A request that gets an error response: its status and a message for the client.
+#[derive(Debug, PartialEq)]
+pub struct HttpError {
+    pub status: u16,
+    pub message: String,
+}
+
+impl HttpError {
+    pub fn new(status: u16, message: impl Into<String>) -> HttpError {
+        HttpError { status, message: message.into() }
+    }
+}
+
+pub fn reason(status: u16) -> &'static str {
+    match status {
+        200 => "OK",
+        400 => "Bad Request",
+        404 => "Not Found",
+        405 => "Method Not Allowed",
+        408 => "Request Timeout",
+        411 => "Length Required",
+        413 => "Content Too Large",
+        431 => "Request Header Fields Too Large",
+        500 => "Internal Server Error",
+        501 => "Not Implemented",
+        503 => "Service Unavailable",
+        _ => "Error",
+    }
+}
+
+/// Reads one request from `stream` (whose timeouts this sets).
+pub fn read_request(stream: &mut TcpStream, limits: &Limits) -> Result<Request, HttpError> {
+    let deadline = Instant::now() + limits.request_deadline;
+    stream.set_read_timeout(Some(limits.io_timeout)).map_err(internal)?;
+    stream.set_write_timeout(Some(limits.io_timeout)).map_err(internal)?;
+    let mut buf = Vec::with_capacity(4096);
+    let too_big = || HttpError::new(431, format!("the request head is over {MAX_HEAD_BYTES} bytes"));
+    let (head_len, method, path, length, expect_continue) = loop {
+        read_some(stream, &mut buf, deadline)?;
+        let mut headers = [httparse::EMPTY_HEADER; MAX_HEADERS];
+        let mut req = httparse::Request::new(&mut headers);
+        match req.parse(&buf) {
+            Ok(httparse::Status::Partial) if buf.len() > MAX_HEAD_BYTES => return Err(too_big()),
+            Ok(httparse::Status::Partial) => continue,
+            Ok(httparse::Status::Complete(n)) if n > MAX_HEAD_BYTES => return Err(too_big()),
+            Ok(httparse::Status::Complete(n)) => {
+                let method = req.method.unwrap_or_default().to_owned();
+                let path = req.path.unwrap_or_default();
+                let path = path.split_once('?').map_or(path, |(p, _)| p).to_owned();
+                let (length, expect_continue) = body_headers(req.headers, &method, limits)?;
+                break (n, method, path, length, expect_continue);
+            }
+            Err(httparse::Error::TooManyHeaders) => return Err(HttpError::new(431, format!("the request has over {MAX_HEADERS} headers"))),
+            Err(e) => return Err(HttpError::new(400, format!("malformed HTTP request: {e}"))),
+        }
+    };
+    if expect_continue && buf.len() == head_len {
+        stream.write_all(b"HTTP/1.1 100 Continue\r\n\r\n").map_err(internal)?;
+    }
+    let mut body = buf.split_off(head_len);
+    body.truncate(length);
+    while body.len() < length {
+        read_some(stream, &mut body, deadline)?;
+        body.truncate(length);
+    }
+    Ok(Request { method, path, body })
+}
+
+/// The body's length from the headers, and whether the client waits for `100 Continue`.
+fn body_headers(headers: &[httparse::Header], method: &str, limits: &Limits) -> Result<(usize, bool), HttpError> {
+    let mut length: Option<usize> = None;
+    let mut expect_continue = false;
+    for h in headers {
+        let value = std::str::from_utf8(h.value).unwrap_or("").trim();
+        if h.name.eq_ignore_ascii_case("content-length") {
+            let n = (!value.is_empty() && value.bytes().all(|b| b.is_ascii_digit()))
+                .then(|| value.parse::<u64>().ok())
+                .flatten()
+                .ok_or_else(|| HttpError::new(400, format!("bad Content-Length {value:?}")))?;
+            let n = usize::try_from(n).ok().filter(|&n| n <= limits.max_body).ok_or_else(|| {
+                HttpError::new(413, format!("the request body is {n} bytes; the limit is {} bytes", limits.max_body))
+            })?;
+            if length.is_some_and(|l| l != n) {
+                return Err(HttpError::new(400, "conflicting Content-Length headers"));
+            }
+            length = Some(n);
+        } else if h.name.eq_ignore_ascii_case("transfer-encoding") {
+            return Err(HttpError::new(501, "Transfer-Encoding is not supported: send the body with a Content-Length"));
+        } else if h.name.eq_ignore_ascii_case("expect") {
+            expect_continue = value.eq_ignore_ascii_case("100-continue");
+        }
+    }
+    match length {
+        None if method == "POST" || method == "PUT" => Err(HttpError::new(411, "a request body needs a Content-Length header")),
+        length => Ok((length.unwrap_or(0), expect_continue)),
+    }
+}
+
+/// Appends what the next read brings; the end of the stream or a timeout is an error.
+fn read_some(stream: &mut TcpStream, buf: &mut Vec<u8>, deadline: Instant) -> Result<(), HttpError> {
+    if Instant::now() > deadline {
+        return Err(HttpError::new(408, "the request took too long to arrive"));
+    }
+    let mut chunk = [0u8; 16 * 1024];
+    match stream.read(&mut chunk) {
+        Ok(0) => Err(HttpError::new(400, "the connection closed in the middle of the request")),
+        Ok(n) => {
+            buf.extend_from_slice(&chunk[..n]);
+            Ok(())
+        }
+        Err(e) if matches!(e.kind(), io::ErrorKind::WouldBlock | io::ErrorKind::TimedOut) => {
+            Err(HttpError::new(408, "the request took too long to arrive"))
+        }
+        Err(e) if e.kind() == io::ErrorKind::Interrupted => Ok(()),
+        Err(e) => Err(HttpError::new(400, format!("reading the request: {e}"))),
+    }
+}
+
+fn internal(e: io::Error) -> HttpError {
+    HttpError::new(500, e.to_string())
+}
+
+/// Writes a whole response with `Connection: close`.
+pub fn write_response(stream: &mut impl Write, status: u16, content_type: &str, extra_headers: &str, body: &[u8]) -> io::Result<()> {
+    let head = format!(
+        "HTTP/1.1 {status} {}\r\nContent-Type: {content_type}\r\nContent-Length: {}\r\n{extra_headers}Connection: close\r\n\r\n",
+        reason(status),
+        body.len()
+    );
+    let mut all = head.into_bytes();
+    all.extend_from_slice(body);
+    stream.write_all(&all)?;
+    stream.flush()
+}
+
+/// Ends the connection so the client reads the response even when it was still sending (as
+/// with a refused oversized body): stop writing, then drain its input briefly.
+pub fn close_gently(stream: &mut TcpStream) {
+    let _ = stream.shutdown(Shutdown::Write);
+    let _ = stream.set_read_timeout(Some(Duration::from_millis(200)));
+    let stop = Instant::now() + Duration::from_secs(1);
+    let mut sink = [0u8; 16 * 1024];
+    while Instant::now() < stop {
+        match stream.read(&mut sink) {
+            Ok(0) | Err(_) => break,
+            Ok(_) => {}
+        }
+    }
+}
+
+/// A server-sent events response: the head goes out with the first event; the first failed
+/// write (a client that went away) silences the rest.
+pub struct EventStream<'a> {
+    stream: &'a mut TcpStream,
+    started: bool,
+    failed: bool,
+}
+
+impl<'a> EventStream<'a> {
+    pub fn new(stream: &'a mut TcpStream) -> Self {
+        EventStream { stream, started: false, failed: false }
+    }
+
+    pub fn started(&self) -> bool {
+        self.started
+    }
+
+    /// Sends `data: DATA` and a blank line.
+    pub fn send(&mut self, data: &str) {
+        if self.failed {
+            return;
+        }
+        let mut bytes = Vec::with_capacity(data.len() + 160);
+        if !self.started {
+            self.started = true;
+            bytes.extend_from_slice(b"HTTP/1.1 200 OK\r\nContent-Type: text/event-stream\r\nCache-Control: no-cache\r\nConnection: close\r\n\r\n");
+        }
+        bytes.extend_from_slice(b"data: ");
+        bytes.extend_from_slice(data.as_bytes());
+        bytes.extend_from_slice(b"\n\n");
+        self.failed = self.stream.write_all(&bytes).and_then(|()| self.stream.flush()).is_err();
+    }
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+    use std::net::TcpListener;
+
+    /// Sends `raw` to a fresh loopback connection and reads it as a request.
+    fn parse(raw: &[u8], limits: Limits) -> Result<Request, HttpError> {
+        let listener = TcpListener::bind("127.0.0.1:0").unwrap();
+        let mut client = TcpStream::connect(listener.local_addr().unwrap()).unwrap();
+        client.write_all(raw).unwrap();
+        client.shutdown(Shutdown::Write).unwrap();
+        let (mut server, _) = listener.accept().unwrap();
+        read_request(&mut server, &limits)
+    }
+
+    #[test]
+    fn reads_heads_and_bodies_and_refuses_what_it_must() {
+        let r = parse(b"POST /v1/x?a=1 HTTP/1.1\r\nHost: h\r\nContent-Length: 5\r\n\r\nhello+extra", Limits::default()).unwrap();
+        assert_eq!((r.method.as_str(), r.path.as_str(), r.body.as_slice()), ("POST", "/v1/x", &b"hello"[..]));
+        let status = |raw: &[u8], limits| parse(raw, limits).unwrap_err().status;
+        let d = Limits::default();
+        assert_eq!(status(b"POST / HTTP/1.1\r\n\r\n", d), 411);
+        assert_eq!(status(b"POST / HTTP/1.1\r\nContent-Length: 99999999999\r\n\r\n", d), 413);
+        assert_eq!(status(b"POST / HTTP/1.1\r\nContent-Length: 10\r\n\r\nshort", d), 400);
+        assert_eq!(status(b"POST / HTTP/1.1\r\nContent-Length: -1\r\n\r\n", d), 400);
+        assert_eq!(status(b"POST / HTTP/1.1\r\nContent-Length: 1\r\nContent-Length: 2\r\n\r\nab", d), 400);
+        assert_eq!(status(b"POST / HTTP/1.1\r\nTransfer-Encoding: chunked\r\n\r\n", d), 501);
+        assert_eq!(status(b"GARBAGE\x01 / HTTP/1.1\r\n\r\n", d), 400);
+        let big = format!("GET / HTTP/1.1\r\nX: {}\r\n\r\n", "a".repeat(MAX_HEAD_BYTES + 10));
+        assert_eq!(status(big.as_bytes(), d), 431);
+        let many = format!("GET / HTTP/1.1\r\n{}\r\n", "X: y\r\n".repeat(MAX_HEADERS + 1));
+        assert_eq!(status(many.as_bytes(), d), 431);
+    }
+
+    #[test]
+    fn a_silent_client_times_out() {
+        let listener = TcpListener::bind("127.0.0.1:0").unwrap();
+        let mut client = TcpStream::connect(listener.local_addr().unwrap()).unwrap();
+        client.write_all(b"GET / HTTP/1.1\r\n").unwrap();
+        let (mut server, _) = listener.accept().unwrap();
+        let limits = Limits { io_timeout: Duration::from_millis(100), ..Limits::default() };
+        let t = Instant::now();
+        assert_eq!(read_request(&mut server, &limits).unwrap_err().status, 408);
+        assert!(t.elapsed() < Duration::from_secs(5));
+    }
+}

@@ -1,0 +1,245 @@
+//! `hrx serve` on the oracle's tiny model, over loopback: OpenAI-format answers equal to
+//! `hrx describe`'s, streaming, and a JSON error with the right status for each bad request.
+
+mod common;
+
+use base64::Engine;
+use std::collections::HashMap;
+use std::io::{BufRead, BufReader, Read, Write};
+use std::net::TcpStream;
+use std::path::Path;
+use std::process::{Child, Command, Stdio};
+use std::sync::mpsc;
+use std::time::Duration;
+use tinyjson::JsonValue;
+
+const PROMPT: &str = "What is in this picture?";
+
+/// A running server, killed when dropped.
+struct Server {
+    child: Child,
+    addr: String,
+}
+
+impl Server {
+    fn start(model: &Path, extra: &[&str]) -> Server {
+        let m = model.join("qwen3vl-tiny-F16.gguf");
+        let mm = model.join("mmproj-qwen3vl-tiny-F16.gguf");
+        let mut child = Command::new(env!("CARGO_BIN_EXE_hrx"))
+            .args(["serve", "-m", m.to_str().unwrap(), "--mmproj", mm.to_str().unwrap(), "--port", "0"])
+            .args(extra)
+            .stdout(Stdio::piped())
+            .stderr(Stdio::null())
+            .spawn()
+            .expect("start hrx serve");
+        let stdout = child.stdout.take().unwrap();
+        let (tx, rx) = mpsc::channel();
+        std::thread::spawn(move || {
+            let mut line = String::new();
+            let _ = BufReader::new(stdout).read_line(&mut line);
+            let _ = tx.send(line);
+        });
+        let line = rx.recv_timeout(Duration::from_secs(120)).unwrap_or_default();
+        // Killed on drop, also when the checks below fail.
+        let mut server = Server { child, addr: String::new() };
+        let addr = line.split("http://").nth(1).and_then(|r| r.split_whitespace().next()).map(str::to_owned);
+        server.addr = addr.unwrap_or_else(|| panic!("no address in {line:?}"));
+        assert!(server.addr.starts_with("127.0.0.1:"), "{}", server.addr);
+        server
+    }
+
+    fn raw(&self, request: &[u8]) -> (u16, String) {
+        raw(&self.addr, request)
+    }
+
+    fn post(&self, path: &str, body: &str) -> (u16, String) {
+        post(&self.addr, path, body)
+    }
+
+    fn get(&self, path: &str) -> (u16, String) {
+        self.raw(format!("GET {path} HTTP/1.1\r\nHost: x\r\n\r\n").as_bytes())
+    }
+}
+
+/// Sends raw bytes (from another thread, so an early answer such as a 413 is read while the
+/// body is still going out); returns the status and the body.
+fn raw(addr: &str, request: &[u8]) -> (u16, String) {
+    let mut s = TcpStream::connect(addr).expect("connect");
+    s.set_read_timeout(Some(Duration::from_secs(120))).unwrap();
+    s.set_write_timeout(Some(Duration::from_secs(120))).unwrap();
+    let mut writer = s.try_clone().unwrap();
+    let request = request.to_vec();
+    // The server may close before taking the whole body: a failed write is fine.
+    let sending = std::thread::spawn(move || {
+        let _ = writer.write_all(&request);
+    });
+    let mut response = Vec::new();
+    let _ = s.read_to_end(&mut response);
+    let _ = sending.join();
+    let text = String::from_utf8(response).expect("UTF-8 response");
+    let status = text.get(9..12).and_then(|s| s.parse().ok()).unwrap_or_else(|| panic!("no status in {text:?}"));
+    let body = text.split_once("\r\n\r\n").map(|(_, b)| b.to_owned()).unwrap_or_default();
+    (status, body)
+}
+
+fn post(addr: &str, path: &str, body: &str) -> (u16, String) {
+    raw(addr, format!("POST {path} HTTP/1.1\r\nHost: x\r\nContent-Type: application/json\r\nContent-Length: {}\r\n\r\n{body}", body.len()).as_bytes())
+}
+
+impl Drop for Server {
+    fn drop(&mut self) {
+        let _ = self.child.kill();
+        let _ = self.child.wait();
+    }
+}
+
+fn json(text: &str) -> JsonValue {
+    text.parse().unwrap_or_else(|e| panic!("{text:?}: {e:?}"))
+}
+
+/// `v.a.b.c` by keys and array indices.
+fn at<'a>(v: &'a JsonValue, path: &[&str]) -> &'a JsonValue {
+    path.iter().fold(v, |v, key| match v {
+        JsonValue::Array(items) => &items[key.parse::<usize>().unwrap()],
+        _ => v.get::<HashMap<String, JsonValue>>().and_then(|o| o.get(*key)).unwrap_or_else(|| panic!("no {key} in {v:?}")),
+    })
+}
+
+fn string(v: &JsonValue, path: &[&str]) -> String {
+    at(v, path).get::<String>().unwrap_or_else(|| panic!("{path:?} is not a string")).clone()
+}
+
+fn number(v: &JsonValue, path: &[&str]) -> f64 {
+    *at(v, path).get::<f64>().unwrap_or_else(|| panic!("{path:?} is not a number"))
+}
+
+fn data_url(path: &Path) -> String {
+    format!("data:image/png;base64,{}", base64::engine::general_purpose::STANDARD.encode(std::fs::read(path).unwrap()))
+}
+
+fn image_request(url: &str, extra: &str) -> String {
+    format!(
+        r#"{{"model":"tiny","messages":[{{"role":"user","content":[{{"type":"image_url","image_url":{{"url":"{url}"}}}},{{"type":"text","text":"{PROMPT}"}}]}}],"max_tokens":6{extra}}}"#
+    )
+}
+
+#[test]
+fn answers_equal_describe_and_stream_the_same_text() {
+    let Some(oracle) = common::oracle() else { return };
+    let model = oracle.join("models/tiny");
+    let image = oracle.join("images/tie-400x272.png");
+    let describe = Command::new(env!("CARGO_BIN_EXE_hrx"))
+        .args(["describe", image.to_str().unwrap(), "-p", PROMPT, "-n", "6", "--json", "-m"])
+        .arg(model.join("qwen3vl-tiny-F16.gguf"))
+        .arg("--mmproj")
+        .arg(model.join("mmproj-qwen3vl-tiny-F16.gguf"))
+        .output()
+        .unwrap();
+    assert!(describe.status.success());
+    let want = json(String::from_utf8(describe.stdout).unwrap().trim());
+    let want_tokens = at(&want, &["tokens"]).get::<Vec<JsonValue>>().unwrap().len() as f64;
+    let want_prompt = at(&want, &["prompt_ids"]).get::<Vec<JsonValue>>().unwrap().len() as f64;
+
+    let server = Server::start(&model, &[]);
+    let request = image_request(&data_url(&image), "");
+    let (status, body) = server.post("/v1/chat/completions", &request);
+    assert_eq!(status, 200, "{body}");
+    let answer = json(&body);
+    assert_eq!(string(&answer, &["object"]), "chat.completion");
+    assert_eq!(string(&answer, &["choices", "0", "message", "role"]), "assistant");
+    let text = string(&answer, &["choices", "0", "message", "content"]);
+    assert_eq!(text, string(&want, &["text"]), "the server answers as hrx describe does");
+    assert_eq!(number(&answer, &["usage", "completion_tokens"]), want_tokens);
+    assert_eq!(number(&answer, &["usage", "prompt_tokens"]), want_prompt);
+    assert_eq!(number(&answer, &["usage", "total_tokens"]), want_tokens + want_prompt);
+
+    // Two at once: the second waits for the model; both get the greedy answer.
+    let requests: Vec<_> = (0..2).map(|_| {
+        let (addr, request) = (server.addr.clone(), request.clone());
+        std::thread::spawn(move || post(&addr, "/v1/chat/completions", &request))
+    }).collect();
+    for r in requests {
+        let (status, body) = r.join().unwrap();
+        assert_eq!(status, 200);
+        assert_eq!(string(&json(&body), &["choices", "0", "message", "content"]), text);
+    }
+
+    let (status, body) = server.post("/v1/chat/completions", &image_request(&data_url(&image), r#","stream":true,"stream_options":{"include_usage":true}"#));
+    assert_eq!(status, 200);
+    let events: Vec<&str> = body.split("\n\n").filter(|e| !e.is_empty()).collect();
+    assert_eq!(events.last(), Some(&"data: [DONE]"));
+    let chunks: Vec<JsonValue> = events[..events.len() - 1].iter().map(|e| json(e.strip_prefix("data: ").expect("data: line"))).collect();
+    let mut streamed = String::new();
+    for c in &chunks {
+        assert_eq!(string(c, &["object"]), "chat.completion.chunk");
+        if let Some(JsonValue::String(piece)) = at(c, &["choices"]).get::<Vec<JsonValue>>().unwrap().first().map(|ch| at(ch, &["delta"])).and_then(|d| d.get::<HashMap<String, JsonValue>>().unwrap().get("content")) {
+            streamed.push_str(piece);
+        }
+    }
+    assert_eq!(streamed, text);
+    assert_eq!(string(&chunks[0], &["choices", "0", "delta", "role"]), "assistant");
+    let finish = &chunks[chunks.len() - 2];
+    assert_eq!(string(finish, &["choices", "0", "finish_reason"]), "length");
+    assert_eq!(number(chunks.last().unwrap(), &["usage", "completion_tokens"]), want_tokens);
+}
+
+#[test]
+fn multi_turn_chats_with_several_images_fit_the_template() {
+    let Some(oracle) = common::oracle() else { return };
+    let server = Server::start(&oracle.join("models/tiny"), &["--allow-files"]);
+    let (a, b) = (data_url(&oracle.join("images/tiny-40x30.png")), oracle.join("images/gray-256x256.png"));
+    let body = format!(
+        r#"{{"messages":[{{"role":"system","content":"Be brief."}},
+            {{"role":"user","content":[{{"type":"image_url","image_url":{{"url":"{a}"}}}},{{"type":"text","text":"And this?"}}]}},
+            {{"role":"assistant","content":"A tie."}},
+            {{"role":"user","content":[{{"type":"text","text":"Compare with "}},{{"type":"image_url","image_url":{{"url":"file://{}"}}}}]}}],
+            "max_tokens":3,"temperature":0.8,"top_p":0.9,"top_k":20,"seed":7,"stop":["zzzz"]}}"#,
+        b.display()
+    );
+    let (status, text) = server.post("/v1/chat/completions", &body);
+    assert_eq!(status, 200, "{text}");
+    let answer = json(&text);
+    assert!(number(&answer, &["usage", "completion_tokens"]) <= 3.0);
+    // Template tokens plus 1 (tiny: 2x2 merged) and 64 (gray: 8x8) image tokens.
+    assert!(number(&answer, &["usage", "prompt_tokens"]) > 64.0 + 20.0, "{text}");
+    let (_, again) = server.post("/v1/chat/completions", &body);
+    assert_eq!(string(&json(&again), &["choices", "0", "message", "content"]), string(&answer, &["choices", "0", "message", "content"]), "a seed makes sampling repeatable");
+}
+
+#[test]
+fn every_bad_request_gets_a_json_error_with_its_status() {
+    let Some(oracle) = common::oracle() else { return };
+    let server = Server::start(&oracle.join("models/tiny"), &[]);
+    let (status, body) = server.get("/health");
+    assert_eq!((status, string(&json(&body), &["status"])), (200, "ok".to_string()));
+    let (status, body) = server.get("/v1/models");
+    assert_eq!((status, string(&json(&body), &["data", "0", "id"])), (200, "qwen3vl-tiny-F16".to_string()));
+
+    let user = |content: &str| format!(r#"{{"messages":[{{"role":"user","content":{content}}}]}}"#);
+    let image = |url: &str| user(&format!(r#"[{{"type":"image_url","image_url":{{"url":"{url}"}}}}]"#));
+    let text_as_png = format!("data:image/png;base64,{}", base64::engine::general_purpose::STANDARD.encode("not a picture"));
+    let cases: Vec<(u16, (u16, String), &str)> = vec![
+        (400, server.post("/v1/chat/completions", "{\"messages\": [}"), "not valid JSON"),
+        (400, server.post("/v1/chat/completions", &image("http://example.com/cat.png")), "offline"),
+        (400, server.post("/v1/chat/completions", &image("file:///etc/hostname")), "--allow-files"),
+        (400, server.post("/v1/chat/completions", &image("data:image/png;base64,@@@@")), "base64"),
+        (400, server.post("/v1/chat/completions", &image(&text_as_png)), "image 1"),
+        (400, server.post("/v1/chat/completions", &user("\"<|image_pad|>\"")), "image"),
+        (400, server.post("/v1/chat/completions", &"[".repeat(100_000)), "deeper"),
+        (404, server.get("/v1/completions"), "no such endpoint"),
+        (405, server.get("/v1/chat/completions"), "takes POST"),
+        (411, server.raw(b"POST /v1/chat/completions HTTP/1.1\r\nHost: x\r\n\r\n"), "Content-Length"),
+        (413, server.raw(b"POST /v1/chat/completions HTTP/1.1\r\nContent-Length: 67108865\r\n\r\n{\"messages\":"), "limit"),
+        (400, server.raw(b"\x16\x03\x01 not http\r\n\r\n"), "malformed"),
+    ];
+    for (want, (status, body), says) in cases {
+        assert_eq!(status, want, "{body}");
+        let message = string(&json(&body), &["error", "message"]);
+        assert!(message.contains(says), "{want}: {message}");
+    }
+    // An oversized body that is really sent: refused without reading it all.
+    let big = format!("POST /v1/chat/completions HTTP/1.1\r\nContent-Length: {}\r\n\r\n{}", 65 << 20, "x".repeat(65 << 20));
+    assert_eq!(server.raw(big.as_bytes()).0, 413);
+    // And the server still answers after all of that.
+    assert_eq!(server.get("/health").0, 200);
+}
