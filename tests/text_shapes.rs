@@ -14,7 +14,7 @@ fn write(spec: &TextSpec, name: &str) -> PathBuf {
     path
 }
 
-fn last_logits(path: &PathBuf, kernels: Kernels, chunk: usize, prompt: &[u32]) -> Vec<f32> {
+fn last_logits(path: &std::path::Path, kernels: Kernels, chunk: usize, prompt: &[u32]) -> Vec<f32> {
     let mut model = TextModel::load(path, TextOptions { n_ctx: 64, chunk, max_outputs: 1, kernels }).expect("loads");
     let pieces: Vec<PromptPiece> = prompt.iter().map(|&t| PromptPiece::Token(t)).collect();
     Session::new().feed(&mut model, &pieces).expect("runs")

@@ -275,9 +275,9 @@ impl Graph {
         }
         let src = self.value(input).clone();
         let mut value = src.clone();
-        for i in 0..MAX_DIMS {
-            value.ne[i] = src.ne[axes[i]];
-            value.nb[i] = src.nb[axes[i]];
+        for (i, &a) in axes.iter().enumerate() {
+            value.ne[i] = src.ne[a];
+            value.nb[i] = src.nb[a];
         }
         value.dyn_axis = src.dyn_axis.map(|d| DynAxis { axis: axes.iter().position(|&a| a == d.axis).unwrap_or(d.axis), ..d });
         value.external = None;

@@ -62,7 +62,7 @@ impl TextSpec {
             WeightFormat::Q4KM => {
                 let more_bits = |i: usize| {
                     let n = self.n_layer;
-                    i < n / 8 || i >= 7 * n / 8 || (i >= n / 8 && (i - n / 8) % 3 == 2)
+                    i < n / 8 || i >= 7 * n / 8 || (i - n / 8) % 3 == 2
                 };
                 let big = name == "token_embd" || name == "output";
                 let mixed = matches!(name, "attn_v" | "ffn_down") && layer.is_some_and(more_bits);

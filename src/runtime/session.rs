@@ -13,6 +13,14 @@ pub enum PromptPiece<'a> {
     Image { embeddings: &'a [f32], rows: usize, cols: usize },
 }
 
+/// A prompt laid out for the text model: inputs, their [t, h, w] positions, and where the
+/// positions continue.
+pub struct Layout<'a> {
+    pub inputs: Vec<TokenInput<'a>>,
+    pub positions: Vec<[i32; 3]>,
+    pub next_position: i32,
+}
+
 pub struct Session {
     /// KV slots used so far.
     pub n_past: usize,
@@ -34,7 +42,7 @@ impl Session {
     /// Inputs and their [t, h, w] positions, as the reference's rope-index function assigns
     /// them: text tokens share one running position; an image's tokens at s get
     /// (s, s + row, s + col) and the running position continues at s + max(rows, cols).
-    pub fn layout<'a>(&self, pieces: &[PromptPiece<'a>], width: usize) -> Result<(Vec<TokenInput<'a>>, Vec<[i32; 3]>, i32), RuntimeError> {
+    pub fn layout<'a>(&self, pieces: &[PromptPiece<'a>], width: usize) -> Result<Layout<'a>, RuntimeError> {
         let mut inputs = Vec::new();
         let mut positions = Vec::new();
         let mut pos = self.next_position;
@@ -62,12 +70,12 @@ impl Session {
                 }
             }
         }
-        Ok((inputs, positions, pos))
+        Ok(Layout { inputs, positions, next_position: pos })
     }
 
     /// Feeds the pieces in chunks and returns the logits of the last one.
     pub fn feed(&mut self, model: &mut TextModel, pieces: &[PromptPiece]) -> Result<Vec<f32>, RuntimeError> {
-        let (inputs, positions, next) = self.layout(pieces, model.params.wide_width())?;
+        let Layout { inputs, positions, next_position: next } = self.layout(pieces, model.params.wide_width())?;
         if inputs.is_empty() {
             return Err(RuntimeError::Usage("the prompt is empty".into()));
         }
