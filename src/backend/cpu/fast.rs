@@ -53,67 +53,75 @@ fn matmul(w: &In, x: &In, out: &mut Out, threads: usize) -> Option<Result<(), Ke
     if !out_is_matrix(out) || w.ne[2] != 1 || w.ne[3] != 1 {
         return None;
     }
-    let m_total = out.n_rows();
+    let m = out.n_rows();
     // Gather activations as contiguous f32 rows once.
-    let mut xs = Vec::with_capacity(m_total * k);
+    let mut xs = Vec::with_capacity(m * k);
     let mut buf = Vec::new();
-    for m in 0..m_total {
-        let (i1, i2, i3) = super::tensor::row_coords(m, &x.ne);
+    for i in 0..m {
+        let (i1, i2, i3) = super::tensor::row_coords(i, &x.ne);
         xs.extend_from_slice(x.row_f32(i1, i2, i3, &mut buf));
     }
     let rows: Vec<&[u8]> = (0..n_out).map(|n| w.row_bytes(n, 0, 0)).collect::<Option<_>>()?;
     let dtype = w.dtype;
-    let data = &mut out.data[out.offset / 4..];
-    // Each activation row is quantized once (Q8_0 / Q8_K, as llama.cpp does) for formats with
-    // an integer dot product; float weights dot the f32 row directly.
-    let prepared: Vec<Activation> = match xs.chunks(k.max(1)).take(m_total).map(|xrow| Activation::new(dtype, xrow)).collect() {
-        Ok(p) => p,
-        Err(e) => return Some(Err(e)),
+    let data = &mut out.data[out.offset / 4..][..m * n_out];
+    if k == 0 {
+        data.fill(0.0);
+        return Some(Ok(()));
+    }
+    // Each activation row is quantized once (16-bit blocks) for formats with an integer dot
+    // product; float weights dot the f32 rows directly.
+    let acts = match quant::quantize_activations(dtype, &xs, k) {
+        Ok(a) => a,
+        Err(e) => return Some(Err(KernelError(e.to_string()))),
     };
-    if m_total >= threads {
-        par_chunks(data, m_total, n_out, threads, |range, chunk| {
-            for (m, out_row) in range.zip(chunk.chunks_mut(n_out)) {
-                for (o, row) in out_row.iter_mut().zip(&rows) {
-                    *o = prepared[m].dot(dtype, row);
-                }
-            }
+    Some(par_matmul(&acts, dtype, &rows, data, threads).map_err(|e| KernelError(e.to_string())))
+}
+
+/// `data[i * rows.len() + j] = rows[j] · act i`, with the weight rows split into one
+/// contiguous range per thread: each thread reads only its own weights, and every range
+/// meets all activation rows.
+fn par_matmul(acts: &quant::ActivationRows, dtype: DType, rows: &[&[u8]], data: &mut [f32], threads: usize) -> Result<(), quant::QuantError> {
+    let n = rows.len();
+    let m = acts.rows();
+    // Below this many multiply-adds a thread costs more than it saves.
+    const MIN_WORK: usize = 1 << 16;
+    let work = n.saturating_mul(m).saturating_mul(acts.row_len());
+    let threads = threads.clamp(1, n.max(1)).min(work / MIN_WORK + 1);
+    if threads == 1 {
+        return acts.matmul(dtype, rows, data);
+    }
+    let per = n.div_ceil(threads);
+    if m == 1 {
+        return std::thread::scope(|s| {
+            let handles: Vec<_> = rows
+                .chunks(per)
+                .zip(data.chunks_mut(per))
+                .map(|(rows, out)| s.spawn(move || acts.matmul(dtype, rows, out)))
+                .collect();
+            handles.into_iter().try_for_each(|h| h.join().unwrap_or_else(|p| std::panic::resume_unwind(p)))
         });
-    } else {
-        for (m, act) in prepared.iter().enumerate() {
-            let out_row = &mut data[m * n_out..(m + 1) * n_out];
-            par_chunks(out_row, n_out, 1, threads, |range, chunk| {
-                for (o, row) in chunk.iter_mut().zip(&rows[range]) {
-                    *o = act.dot(dtype, row);
-                }
-            });
+    }
+    // Several activation rows: each thread fills an [m, range] block, copied into place after.
+    let blocks: Vec<Result<Vec<f32>, quant::QuantError>> = std::thread::scope(|s| {
+        let handles: Vec<_> = rows
+            .chunks(per)
+            .map(|rows| {
+                s.spawn(move || {
+                    let mut block = vec![0f32; m * rows.len()];
+                    acts.matmul(dtype, rows, &mut block).map(|()| block)
+                })
+            })
+            .collect();
+        handles.into_iter().map(|h| h.join().unwrap_or_else(|p| std::panic::resume_unwind(p))).collect()
+    });
+    for (t, block) in blocks.into_iter().enumerate() {
+        let block = block?;
+        let (j0, len) = (t * per, (n - t * per).min(per));
+        for (i, src) in block.chunks_exact(len).enumerate() {
+            data[i * n + j0..i * n + j0 + len].copy_from_slice(src);
         }
     }
-    Some(Ok(()))
-}
-
-/// An activation row ready for dot products with weight rows of one dtype.
-enum Activation<'a> {
-    F32(&'a [f32]),
-    Quantized(quant::ActivationQ),
-}
-
-impl<'a> Activation<'a> {
-    fn new(dtype: DType, x: &'a [f32]) -> Result<Activation<'a>, KernelError> {
-        if quant::activation_dtype(dtype).is_none() {
-            return Ok(Activation::F32(x));
-        }
-        quant::quantize_activation(dtype, x).map(Activation::Quantized).map_err(|e| KernelError(e.to_string()))
-    }
-
-    /// Row and activation lengths were checked when the rows were sliced (`row_bytes` of
-    /// ne0) and gathered (ne0 values), so the dot products cannot fail on length; NaN would
-    /// mark a broken invariant rather than hide it.
-    fn dot(&self, dtype: DType, row: &[u8]) -> f32 {
-        match self {
-            Activation::F32(x) => quant::vec_dot_f32(dtype, row, x).unwrap_or(f32::NAN),
-            Activation::Quantized(q) => quant::vec_dot_quantized(dtype, row, q).unwrap_or(f32::NAN),
-        }
-    }
+    Ok(())
 }
 
 fn rms_norm(x: &In, weight: &In, eps: f32, out: &mut Out) -> Option<Result<(), KernelError>> {
