@@ -7,6 +7,7 @@ use super::tensor::{In, Out};
 use super::KernelError;
 use crate::graph::Op;
 use crate::quant::{self, DType};
+use std::sync::{Mutex, PoisonError};
 
 pub fn execute(op: &Op, ins: &[In], out: &mut Out, threads: usize) -> Option<Result<(), KernelError>> {
     match op {
@@ -26,25 +27,44 @@ fn out_is_matrix(out: &Out) -> bool {
         && (out.ne[3] == 1 || out.nb[3] == out.nb[2] * out.ne[2])
 }
 
-/// Splits `n` items into at most `threads` contiguous ranges and runs `f` on each in parallel,
-/// with the matching chunk of `data` (`stride` elements per item).
+/// Hands the items out one at a time to up to `threads` threads, the caller included, each
+/// running `f` on the ones it takes: a thread that falls behind (descheduled on a busy
+/// machine, say) just takes fewer.
+fn par_items<T: Send>(threads: usize, items: impl Iterator<Item = T> + Send, f: impl Fn(T) + Sync) {
+    let items = Mutex::new(items);
+    let work = || loop {
+        let Some(item) = items.lock().unwrap_or_else(PoisonError::into_inner).next() else { break };
+        f(item);
+    };
+    if threads <= 1 {
+        work();
+        return;
+    }
+    std::thread::scope(|s| {
+        for _ in 1..threads {
+            s.spawn(&work);
+        }
+        work();
+    });
+}
+
+/// Runs `f` on the `n` items of `data` (`stride` elements each) in parallel, in contiguous
+/// ranges of items with their chunk of `data`.
 fn par_chunks<F>(data: &mut [f32], n: usize, stride: usize, threads: usize, f: F)
 where
     F: Fn(std::ops::Range<usize>, &mut [f32]) + Sync,
 {
     let threads = threads.clamp(1, n.max(1));
-    let per = n.div_ceil(threads);
+    // A few ranges per thread, so that a late thread leaves its share to the others.
+    let per = n.div_ceil(threads * 4).max(1);
     if threads == 1 || n < 2 {
         f(0..n, &mut data[..n * stride]);
         return;
     }
-    std::thread::scope(|s| {
-        for (t, chunk) in data[..n * stride].chunks_mut(per * stride).enumerate() {
-            let f = &f;
-            let start = t * per;
-            let end = (start + per).min(n);
-            s.spawn(move || f(start..end, chunk));
-        }
+    let chunks = data[..n * stride].chunks_mut(per * stride).enumerate();
+    par_items(threads, chunks, |(t, chunk)| {
+        let start = t * per;
+        f(start..(start + per).min(n), chunk);
     });
 }
 
@@ -77,51 +97,48 @@ fn matmul(w: &In, x: &In, out: &mut Out, threads: usize) -> Option<Result<(), Ke
     Some(par_matmul(&acts, dtype, &rows, data, threads).map_err(|e| KernelError(e.to_string())))
 }
 
-/// `data[i * rows.len() + j] = rows[j] · act i`, with the weight rows split into one
-/// contiguous range per thread: each thread reads only its own weights, and every range
-/// meets all activation rows.
+/// `data[i * rows.len() + j] = rows[j] · act i`, the weight rows split into ranges handed
+/// out to the threads: each range is read by one thread and meets every activation row.
 fn par_matmul(acts: &quant::ActivationRows, dtype: DType, rows: &[&[u8]], data: &mut [f32], threads: usize) -> Result<(), quant::QuantError> {
     let n = rows.len();
-    let m = acts.rows();
-    // Below this many multiply-adds a thread costs more than it saves.
-    const MIN_WORK: usize = 1 << 16;
-    let work = n.saturating_mul(m).saturating_mul(acts.row_len());
-    let threads = threads.clamp(1, n.max(1)).min(work / MIN_WORK + 1);
+    let (m, k) = (acts.rows(), acts.row_len());
+    // Multiply-adds worth a thread, and worth a range of rows.
+    const MIN_THREAD_WORK: usize = 1 << 16;
+    const MIN_RANGE_WORK: usize = 1 << 18;
+    let work = n.saturating_mul(m).saturating_mul(k);
+    let threads = threads.clamp(1, n.max(1)).min(work / MIN_THREAD_WORK + 1);
     if threads == 1 {
         return acts.matmul(dtype, rows, data);
     }
-    let per = n.div_ceil(threads);
+    // Several ranges per thread, so that a late thread leaves its share to the others.
+    let per = n.div_ceil(threads * 8).max(MIN_RANGE_WORK.div_ceil(m * k)).min(n);
+    let error = Mutex::new(None);
+    let fail = |e| *error.lock().unwrap_or_else(PoisonError::into_inner) = Some(e);
     if m == 1 {
-        return std::thread::scope(|s| {
-            let handles: Vec<_> = rows
-                .chunks(per)
-                .zip(data.chunks_mut(per))
-                .map(|(rows, out)| s.spawn(move || acts.matmul(dtype, rows, out)))
-                .collect();
-            handles.into_iter().try_for_each(|h| h.join().unwrap_or_else(|p| std::panic::resume_unwind(p)))
+        par_items(threads, rows.chunks(per).zip(data.chunks_mut(per)), |(rows, out)| {
+            if let Err(e) = acts.matmul(dtype, rows, out) {
+                fail(e);
+            }
+        });
+    } else {
+        // Each range fills an [m, range] block, then copies it into place.
+        let data = Mutex::new(data);
+        par_items(threads, rows.chunks(per).enumerate(), |(t, rows)| {
+            let mut block = vec![0f32; m * rows.len()];
+            if let Err(e) = acts.matmul(dtype, rows, &mut block) {
+                return fail(e);
+            }
+            let mut data = data.lock().unwrap_or_else(PoisonError::into_inner);
+            let j0 = t * per;
+            for (i, src) in block.chunks_exact(rows.len()).enumerate() {
+                data[i * n + j0..i * n + j0 + rows.len()].copy_from_slice(src);
+            }
         });
     }
-    // Several activation rows: each thread fills an [m, range] block, copied into place after.
-    let blocks: Vec<Result<Vec<f32>, quant::QuantError>> = std::thread::scope(|s| {
-        let handles: Vec<_> = rows
-            .chunks(per)
-            .map(|rows| {
-                s.spawn(move || {
-                    let mut block = vec![0f32; m * rows.len()];
-                    acts.matmul(dtype, rows, &mut block).map(|()| block)
-                })
-            })
-            .collect();
-        handles.into_iter().map(|h| h.join().unwrap_or_else(|p| std::panic::resume_unwind(p))).collect()
-    });
-    for (t, block) in blocks.into_iter().enumerate() {
-        let block = block?;
-        let (j0, len) = (t * per, (n - t * per).min(per));
-        for (i, src) in block.chunks_exact(len).enumerate() {
-            data[i * n + j0..i * n + j0 + len].copy_from_slice(src);
-        }
+    match error.into_inner().unwrap_or_else(PoisonError::into_inner) {
+        Some(e) => Err(e),
+        None => Ok(()),
     }
-    Ok(())
 }
 
 fn rms_norm(x: &In, weight: &In, eps: f32, out: &mut Out) -> Option<Result<(), KernelError>> {

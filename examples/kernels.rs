@@ -1,0 +1,50 @@
+//! Micro-benchmark of the fast matmul kernels (not a test): one thread, random weights.
+//!
+//! cargo run --release --example kernels [-- K N M [REPS]]
+//! Prints, per format and SIMD level, the time of a [M, K] × [K, N] product, as GMAC/s and as
+//! weight bytes streamed per second.
+
+use hrx::quant::{quantize_activations, quantize_row, DType, Simd};
+use std::time::Instant;
+
+fn main() {
+    let args: Vec<usize> = std::env::args().skip(1).map(|a| a.parse().expect("numbers")).collect();
+    let (k, n, m) = (*args.first().unwrap_or(&2048), *args.get(1).unwrap_or(&2048), *args.get(2).unwrap_or(&1));
+    let reps = *args.get(3).unwrap_or(&5);
+    let mut seed = 1u64;
+    let mut rnd = move || {
+        seed = seed.wrapping_mul(6364136223846793005).wrapping_add(1442695040888963407);
+        ((seed >> 40) as f32 / (1u64 << 24) as f32) * 2.0 - 1.0
+    };
+    let levels: Vec<Simd> = match std::env::var("HRX_SIMD").as_deref() {
+        Ok("scalar") => vec![Simd::Scalar],
+        _ => Simd::supported(),
+    };
+    let x: Vec<f32> = (0..k * m).map(|_| rnd()).collect();
+    let w: Vec<f32> = (0..k).map(|_| rnd()).collect();
+    for dtype in [DType::Q4K, DType::Q6K, DType::Q8_0, DType::Q5K, DType::F16] {
+        let rb = dtype.row_bytes(k as u64).unwrap() as usize;
+        let mut one = vec![0u8; rb];
+        quantize_row(dtype, &w, &mut one).unwrap();
+        let weights: Vec<u8> = (0..n).flat_map(|_| one.iter().copied()).collect();
+        let rows: Vec<&[u8]> = weights.chunks(rb).collect();
+        let acts = quantize_activations(dtype, &x, k).unwrap();
+        let mut out = vec![0f32; m * n];
+        for &simd in &levels {
+            acts.matmul_with(simd, dtype, &rows, &mut out).unwrap();
+            let t = Instant::now();
+            for _ in 0..reps {
+                acts.matmul_with(simd, dtype, &rows, &mut out).unwrap();
+            }
+            let s = t.elapsed().as_secs_f64() / reps as f64;
+            println!(
+                "{:5} {:6} k {k} n {n} m {m}: {:8.3} ms  {:6.2} GMAC/s  {:6.2} GB/s of weights",
+                dtype.name(),
+                simd.name(),
+                s * 1e3,
+                (k * n * m) as f64 / s / 1e9,
+                weights.len() as f64 / s / 1e9
+            );
+        }
+    }
+}
