@@ -36,16 +36,7 @@ fn par_items<T: Send>(threads: usize, items: impl Iterator<Item = T> + Send, f: 
         let Some(item) = items.lock().unwrap_or_else(PoisonError::into_inner).next() else { break };
         f(item);
     };
-    if threads <= 1 {
-        work();
-        return;
-    }
-    std::thread::scope(|s| {
-        for _ in 1..threads {
-            s.spawn(&work);
-        }
-        work();
-    });
+    super::pool::Pool::global().run(threads, &work);
 }
 
 /// Runs `f` on the `n` items of `data` (`stride` elements each) in parallel, in contiguous
