@@ -247,6 +247,9 @@ fn float_matmul(simd: Simd, dtype: DType, rows: &[&[u8]], x: &[f32], k: usize, o
         // SAFETY: matmul_with checked that this CPU supports Simd::Avx2 (AVX2, FMA, F16C),
         // and that every row holds exactly k values of `dtype`, as every x row does.
         Simd::Avx2 => unsafe { super::x86::float_matmul(dtype, rows, &xs, out) },
+        #[cfg(target_arch = "x86_64")]
+        // SAFETY: as above, with AVX-512 F, BW and VNNI checked too (Simd::Avx512).
+        Simd::Avx512 => unsafe { super::x86::float_matmul_512(dtype, rows, &xs, out) },
         _ => {
             let n = rows.len();
             for (i, x) in xs.iter().enumerate() {
@@ -266,6 +269,9 @@ fn q8_matmul(simd: Simd, dtype: DType, rows: &[&[u8]], acts: &[Q8Row], out: &mut
         // that every row is one whole `dtype` row of k values and that the activation rows
         // are of k values of the matching block form.
         Simd::Avx2 => unsafe { super::x86::q8_matmul(dtype, rows, acts, out) },
+        #[cfg(target_arch = "x86_64")]
+        // SAFETY: as above, with AVX-512 F, BW and VNNI checked too (Simd::Avx512).
+        Simd::Avx512 => unsafe { super::x86::q8_matmul_512(dtype, rows, acts, out) },
         _ => {
             let n = rows.len();
             for (i, a) in acts.iter().enumerate() {

@@ -12,21 +12,23 @@ pub enum Simd {
     Scalar,
     /// x86-64 with AVX2, FMA and F16C (Intel Haswell, AMD Zen and later).
     Avx2,
+    /// x86-64 with AVX-512 F, BW and VNNI on top of [`Simd::Avx2`] (Intel Ice Lake, AMD Zen 4
+    /// and later).
+    Avx512,
 }
 
 impl Simd {
     /// Every level, slowest first.
-    pub const ALL: [Simd; 2] = [Simd::Scalar, Simd::Avx2];
+    pub const ALL: [Simd; 3] = [Simd::Scalar, Simd::Avx2, Simd::Avx512];
 
-    /// The fastest level this CPU runs, unless `HRX_SIMD=scalar` asks for the portable
-    /// kernels. Decided once per process.
+    /// The fastest level this CPU runs, or a slower one that `HRX_SIMD` names (`scalar`,
+    /// `avx2`). Decided once per process.
     pub fn detect() -> Simd {
         static LEVEL: OnceLock<Simd> = OnceLock::new();
         *LEVEL.get_or_init(|| {
-            if std::env::var("HRX_SIMD").as_deref() == Ok("scalar") {
-                return Simd::Scalar;
-            }
-            Simd::ALL.into_iter().rev().find(|s| s.is_supported()).unwrap_or(Simd::Scalar)
+            let cap = std::env::var("HRX_SIMD").ok().and_then(|v| Simd::ALL.into_iter().find(|s| s.name() == v));
+            let allowed = |s: &Simd| cap.is_none_or(|c| *s as u8 <= c as u8);
+            Simd::ALL.into_iter().rev().find(|s| allowed(s) && s.is_supported()).unwrap_or(Simd::Scalar)
         })
     }
 
@@ -35,6 +37,7 @@ impl Simd {
         match self {
             Simd::Scalar => true,
             Simd::Avx2 => avx2_supported(),
+            Simd::Avx512 => avx512_supported(),
         }
     }
 
@@ -47,6 +50,7 @@ impl Simd {
         match self {
             Simd::Scalar => "scalar",
             Simd::Avx2 => "avx2",
+            Simd::Avx512 => "avx512",
         }
     }
 }
@@ -56,7 +60,20 @@ fn avx2_supported() -> bool {
     is_x86_feature_detected!("avx2") && is_x86_feature_detected!("fma") && is_x86_feature_detected!("f16c")
 }
 
+#[cfg(target_arch = "x86_64")]
+fn avx512_supported() -> bool {
+    avx2_supported()
+        && is_x86_feature_detected!("avx512f")
+        && is_x86_feature_detected!("avx512bw")
+        && is_x86_feature_detected!("avx512vnni")
+}
+
 #[cfg(not(target_arch = "x86_64"))]
 fn avx2_supported() -> bool {
+    false
+}
+
+#[cfg(not(target_arch = "x86_64"))]
+fn avx512_supported() -> bool {
     false
 }
