@@ -41,18 +41,19 @@ enum Repr {
     F32(Vec<f32>),
     /// `dtype` is Q8_0 (32-value blocks) or Q8K (256), naming the block length: `q[i] *
     /// d[i / block_len]` approximates value `i` (q in -32767..=32767); `sums` holds the sum of
-    /// each 16 consecutive `q`, which multiplies a sub-block's min, and `sums32` the sum of
-    /// each 32. Rows follow each other in every vector. Scales stay f32: this format never
-    /// leaves memory, so there is no reason to lose precision.
+    /// each 16 consecutive `q`, which multiplies a sub-block's min, and `dsums32` the sum of
+    /// each 32 times their `d` (the rounded activation's sum, for the SIMD kernels' mins).
+    /// Rows follow each other in every vector. Scales stay f32: this format never leaves
+    /// memory, so there is no reason to lose precision.
     Q8 {
         d: Vec<f32>,
         q: Vec<i16>,
         sums: Vec<i32>,
-        sums32: Vec<i32>,
+        dsums32: Vec<f32>,
     },
 }
 
-/// One quantized activation row: `d` per block, `q` per value, `sums` per 16 values, `sums32`
+/// One quantized activation row: `d` per block, `q` per value, `sums` per 16 values, `dsums32`
 /// per 32 values. The kernels take lengths as checked: a row of `nb` weight blocks of
 /// `block_len` values meets exactly `nb * block_len` values here.
 #[derive(Clone, Copy)]
@@ -60,7 +61,7 @@ pub(crate) struct Q8Row<'a> {
     pub d: &'a [f32],
     pub q: &'a [i16],
     pub sums: &'a [i32],
-    pub sums32: &'a [i32],
+    pub dsums32: &'a [f32],
 }
 
 impl ActivationQ {
@@ -137,20 +138,20 @@ impl ActivationRows {
     /// Row `i` of a Q8 activation (empty slices for F32 ones).
     fn q8_row(&self, i: usize) -> Q8Row<'_> {
         match &self.repr {
-            Repr::Q8 { d, q, sums, sums32 } => {
+            Repr::Q8 { d, q, sums, dsums32 } => {
                 let nb = self.k / self.dtype.block_len();
                 Q8Row {
                     d: &d[i * nb..(i + 1) * nb],
                     q: &q[i * self.k..(i + 1) * self.k],
                     sums: &sums[i * self.k / SUM_LEN..(i + 1) * self.k / SUM_LEN],
-                    sums32: &sums32[i * self.k / 32..(i + 1) * self.k / 32],
+                    dsums32: &dsums32[i * self.k / 32..(i + 1) * self.k / 32],
                 }
             }
             Repr::F32(_) => Q8Row {
                 d: &[],
                 q: &[],
                 sums: &[],
-                sums32: &[],
+                dsums32: &[],
             },
         }
     }
@@ -197,7 +198,7 @@ pub fn quantize_activations(row_dtype: DType, x: &[f32], k: usize) -> Result<Act
         });
     }
     let mut q = vec![0i16; x.len()];
-    let d = x
+    let d: Vec<f32> = x
         .chunks_exact(dtype.block_len())
         .zip(q.chunks_exact_mut(dtype.block_len()))
         .map(|(x, q)| quantize_i16_block(x, q))
@@ -206,12 +207,17 @@ pub fn quantize_activations(row_dtype: DType, x: &[f32], k: usize) -> Result<Act
         .chunks_exact(SUM_LEN)
         .map(|q| q.iter().map(|&v| i32::from(v)).sum())
         .collect();
-    let sums32 = sums.chunks_exact(2).map(|s| s[0] + s[1]).collect();
+    let per_block = dtype.block_len() / 32;
+    let dsums32 = sums
+        .chunks_exact(2)
+        .enumerate()
+        .map(|(c, s)| d[c / per_block] * (s[0] + s[1]) as f32)
+        .collect();
     Ok(ActivationRows {
         dtype,
         k,
         m,
-        repr: Repr::Q8 { d, q, sums, sums32 },
+        repr: Repr::Q8 { d, q, sums, dsums32 },
     })
 }
 

@@ -29,7 +29,7 @@ use super::{float, DType};
 /// rows passes over them.
 const TILE_BYTES: usize = 64 * 1024;
 
-/// Activation rows per kernel call.
+/// Activation rows per kernel call (8 measured no faster with AVX-512's 32 registers).
 const GROUP: usize = 4;
 
 // ---------------------------------------------------------------- loads
@@ -64,13 +64,6 @@ fn load_i8x16(a: &[i8; 16]) -> __m128i {
 #[inline]
 #[target_feature(enable = "avx2")]
 fn load_i16x16(a: &[i16; 16]) -> __m256i {
-    // SAFETY: reads exactly the 32 bytes of `a`; loadu has no alignment requirement.
-    unsafe { _mm256_loadu_si256(a.as_ptr().cast()) }
-}
-
-#[inline]
-#[target_feature(enable = "avx2")]
-fn load_i32x8(a: &[i32; 8]) -> __m256i {
     // SAFETY: reads exactly the 32 bytes of `a`; loadu has no alignment requirement.
     unsafe { _mm256_loadu_si256(a.as_ptr().cast()) }
 }
@@ -128,24 +121,28 @@ fn scales_k4(s: &[u8; 12]) -> ([u8; 8], [u8; 8]) {
 /// rows in tiles of about [`TILE_BYTES`], activation rows in groups of [`GROUP`] (the rest
 /// one at a time), writing `out[i * rows.len() + j]`.
 macro_rules! drive {
-    ($kernel:ident($($arg:expr),*), $rows:expr, $acts:expr, $out:expr) => {{
+    ($kernel:ident($($arg:expr),*), $rows:expr, $acts:expr, $out:expr) => {
+        drive!($kernel($($arg),*), $rows, $acts, $out, GROUP)
+    };
+    ($kernel:ident($($arg:expr),*), $rows:expr, $acts:expr, $out:expr, $group:expr) => {{
+        const G: usize = $group;
         let (rows, acts, out): (&[&[u8]], _, &mut [f32]) = ($rows, $acts, $out);
         let n = rows.len();
         let row_bytes = rows.first().map_or(1, |r| r.len()).max(1);
         let tile = (TILE_BYTES / row_bytes).max(1);
-        let (groups, rest) = acts.as_chunks::<GROUP>();
+        let (groups, rest) = acts.as_chunks::<G>();
         for (t, tile_rows) in rows.chunks(tile).enumerate() {
             let j0 = t * tile;
             for (g, group) in groups.iter().enumerate() {
                 for (jj, row) in tile_rows.iter().enumerate() {
-                    let r = $kernel::<GROUP>($($arg,)* row, group);
+                    let r = $kernel::<G>($($arg,)* row, group);
                     for (i, v) in r.into_iter().enumerate() {
-                        out[(GROUP * g + i) * n + j0 + jj] = v;
+                        out[(G * g + i) * n + j0 + jj] = v;
                     }
                 }
             }
             for (i, a) in rest.iter().enumerate() {
-                let i = GROUP * groups.len() + i;
+                let i = G * groups.len() + i;
                 for (jj, row) in tile_rows.iter().enumerate() {
                     out[i * n + j0 + jj] = $kernel::<1>($($arg,)* row, std::array::from_ref(a))[0];
                 }
@@ -195,7 +192,7 @@ fn act_blocks<'a, const N: usize, const R: usize>(acts: &[Q8Row<'a>; R]) -> [&'a
 fn q4_k<const R: usize>(row: &[u8], acts: &[Q8Row; R]) -> [f32; R] {
     let blocks = row.as_chunks::<144>().0;
     let q = act_blocks::<256, R>(acts);
-    let sums32: [&[[i32; 8]]; R] = std::array::from_fn(|r| acts[r].sums32.as_chunks::<8>().0);
+    let dsums: [&[[f32; 8]]; R] = std::array::from_fn(|r| acts[r].dsums32.as_chunks::<8>().0);
     let m4 = _mm256_set1_epi8(0x0F);
     let mut facc = [_mm256_setzero_ps(); R];
     for (b, blk) in blocks.iter().enumerate() {
@@ -224,13 +221,13 @@ fn q4_k<const R: usize>(row: &[u8], acts: &[Q8Row; R]) -> [f32; R] {
                 iacc[r] = _mm256_add_epi32(iacc[r], p);
             }
         }
-        // Σ min_j · (sum of the activation over sub-block j): 63 · 32 · 32767 fits i32.
-        let mins = _mm256_cvtepu8_epi32(_mm_cvtsi64_si128(i64::from_le_bytes(mn)));
+        // dmin · min_j (exact: an f16 times a 6-bit integer), times the activation's sum
+        // over sub-block j.
+        let mins = _mm256_cvtepi32_ps(_mm256_cvtepu8_epi32(_mm_cvtsi64_si128(i64::from_le_bytes(mn))));
+        let mins = _mm256_mul_ps(mins, _mm256_set1_ps(dmin));
         for r in 0..R {
-            let da = acts[r].d[b];
-            let msum = _mm256_mullo_epi32(mins, load_i32x8(&sums32[r][b]));
-            facc[r] = _mm256_fmadd_ps(_mm256_cvtepi32_ps(iacc[r]), _mm256_set1_ps(d * da), facc[r]);
-            facc[r] = _mm256_fnmadd_ps(_mm256_cvtepi32_ps(msum), _mm256_set1_ps(dmin * da), facc[r]);
+            facc[r] = _mm256_fmadd_ps(_mm256_cvtepi32_ps(iacc[r]), _mm256_set1_ps(d * acts[r].d[b]), facc[r]);
+            facc[r] = _mm256_fnmadd_ps(mins, load_f32x8(&dsums[r][b]), facc[r]);
         }
     }
     let mut out = [0f32; R];
@@ -474,16 +471,19 @@ fn bf16_rows<const R: usize>(row: &[u8], xs: &[&[f32]; R]) -> [f32; R] {
 
 #[inline]
 #[target_feature(enable = "avx512f")]
-fn load_i16x32(a: &[i16; 32]) -> __m512i {
-    // SAFETY: reads exactly the 64 bytes of `a`; loadu has no alignment requirement.
-    unsafe { _mm512_loadu_si512(a.as_ptr().cast()) }
-}
-
-#[inline]
-#[target_feature(enable = "avx512f")]
 fn load_f32x16(a: &[f32; 16]) -> __m512 {
     // SAFETY: reads exactly the 64 bytes of `a`; loadu has no alignment requirement.
     unsafe { _mm512_loadu_ps(a.as_ptr()) }
+}
+
+/// `acc + Σ pairs of w · a` per i32 lane (`vpdpwssd`), `a` read from memory. (LLVM's
+/// generic tuning often emits `vpmaddwd` + `vpaddd` instead; inline assembly forcing
+/// `vpdpwssd` measured no faster on Zen 5, whose multiply pipes bound both.)
+#[inline]
+#[target_feature(enable = "avx512f,avx512bw,avx512vnni")]
+fn dpwssd(acc: __m512i, w: __m512i, a: &[i16; 32]) -> __m512i {
+    // SAFETY: reads exactly the 64 bytes of `a`; loadu has no alignment requirement.
+    _mm512_dpwssd_epi32(acc, w, unsafe { _mm512_loadu_si512(a.as_ptr().cast()) })
 }
 
 /// `out[i * rows.len() + j] = rows[j] · acts[i]`, as [`q8_matmul`] (same preconditions).
@@ -518,10 +518,11 @@ fn splat_i16(v: __m512i, i: i16) -> __m512i {
 fn q4_k_512<const R: usize>(row: &[u8], acts: &[Q8Row; R]) -> [f32; R] {
     let blocks = row.as_chunks::<144>().0;
     let q = act_blocks::<256, R>(acts);
-    let sums32: [&[[i32; 8]]; R] = std::array::from_fn(|r| acts[r].sums32.as_chunks::<8>().0);
+    let dsums: [&[[f32; 8]]; R] = std::array::from_fn(|r| acts[r].dsums32.as_chunks::<8>().0);
+    // With several rows their chains hide vpdpwssd's latency; one row takes two.
+    let hi_slot = if R >= 4 { 0 } else { 1 };
     let m4 = _mm256_set1_epi8(0x0F);
     let mut facc = [_mm512_setzero_ps(); R];
-    let mut fmin = [_mm256_setzero_ps(); R];
     for (b, blk) in blocks.iter().enumerate() {
         let (d, dmin) = f16x2(sub(blk, 0));
         let (sc, mn) = scales_k4(sub(blk, 4));
@@ -535,22 +536,23 @@ fn q4_k_512<const R: usize>(row: &[u8], acts: &[Q8Row; R]) -> [f32; R] {
             let w_hi = _mm512_mullo_epi16(_mm512_cvtepu8_epi16(hi), splat_i16(scales, 2 * j as i16 + 1));
             for r in 0..R {
                 let a = &q[r][b];
-                iacc[r][0] = _mm512_dpwssd_epi32(iacc[r][0], w_lo, load_i16x32(sub(a, 64 * j)));
-                iacc[r][1] = _mm512_dpwssd_epi32(iacc[r][1], w_hi, load_i16x32(sub(a, 64 * j + 32)));
+                iacc[r][0] = dpwssd(iacc[r][0], w_lo, sub(a, 64 * j));
+                iacc[r][hi_slot] = dpwssd(iacc[r][hi_slot], w_hi, sub(a, 64 * j + 32));
             }
         }
-        let mins = _mm256_cvtepu8_epi32(_mm_cvtsi64_si128(i64::from_le_bytes(mn)));
+        // dmin · min_j (exact: an f16 times a 6-bit integer) in lanes 0..8, zeros above.
+        let mins = _mm256_cvtepi32_ps(_mm256_cvtepu8_epi32(_mm_cvtsi64_si128(i64::from_le_bytes(mn))));
+        let mins = _mm512_zextps256_ps512(_mm256_mul_ps(mins, _mm256_set1_ps(dmin)));
         for r in 0..R {
-            let da = acts[r].d[b];
             let i = _mm512_cvtepi32_ps(_mm512_add_epi32(iacc[r][0], iacc[r][1]));
-            facc[r] = _mm512_fmadd_ps(i, _mm512_set1_ps(d * da), facc[r]);
-            let msum = _mm256_mullo_epi32(mins, load_i32x8(&sums32[r][b]));
-            fmin[r] = _mm256_fmadd_ps(_mm256_cvtepi32_ps(msum), _mm256_set1_ps(dmin * da), fmin[r]);
+            facc[r] = _mm512_fmadd_ps(i, _mm512_set1_ps(d * acts[r].d[b]), facc[r]);
+            let dsum = _mm512_zextps256_ps512(load_f32x8(&dsums[r][b]));
+            facc[r] = _mm512_fnmadd_ps(mins, dsum, facc[r]);
         }
     }
     let mut out = [0f32; R];
     for r in 0..R {
-        out[r] = _mm512_reduce_add_ps(facc[r]) - hsum(fmin[r]);
+        out[r] = _mm512_reduce_add_ps(facc[r]);
     }
     out
 }
@@ -568,6 +570,8 @@ fn q6_k_512<const R: usize>(row: &[u8], acts: &[Q8Row; R]) -> [f32; R] {
         let d = f16x1(sub(blk, 208));
         let scales = _mm512_castsi256_si512(_mm256_cvtepi8_epi16(load_u8x16(sub(blk, 192))));
         let mut iacc = [[_mm512_setzero_si512(); 2]; R];
+        // With several rows their chains hide vpdpwssd's latency; one row takes two.
+        let slots = if R >= 4 { 1 } else { 2 };
         for h in 0..2 {
             let ql0 = load_u8x32(sub(blk, 64 * h));
             let ql1 = load_u8x32(sub(blk, 64 * h + 32));
@@ -589,7 +593,7 @@ fn q6_k_512<const R: usize>(row: &[u8], acts: &[Q8Row; R]) -> [f32; R] {
                 let w = _mm512_mullo_epi16(_mm512_cvtepi8_epi16(_mm256_sub_epi8(v, m32)), s);
                 for r in 0..R {
                     let a = &q[r][b];
-                    iacc[r][g % 2] = _mm512_dpwssd_epi32(iacc[r][g % 2], w, load_i16x32(sub(a, 128 * h + 32 * g)));
+                    iacc[r][g % slots] = dpwssd(iacc[r][g % slots], w, sub(a, 128 * h + 32 * g));
                 }
             }
         }
@@ -615,7 +619,7 @@ fn q8_0_512<const R: usize>(row: &[u8], acts: &[Q8Row; R]) -> [f32; R] {
         let d = f16x1(sub(blk, 0));
         let w = _mm512_cvtepi8_epi16(load_u8x32(sub(blk, 2)));
         for r in 0..R {
-            let p = _mm512_dpwssd_epi32(_mm512_setzero_si512(), w, load_i16x32(&q[r][b]));
+            let p = dpwssd(_mm512_setzero_si512(), w, &q[r][b]);
             facc[r] = _mm512_fmadd_ps(_mm512_cvtepi32_ps(p), _mm512_set1_ps(d * acts[r].d[b]), facc[r]);
         }
     }
