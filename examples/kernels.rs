@@ -35,16 +35,15 @@ fn main() {
         let mut one = vec![0u8; rb];
         quantize_row(dtype, &w, &mut one).unwrap();
         let weights: Vec<u8> = (0..n).flat_map(|_| one.iter().copied()).collect();
-        let rows: Vec<&[u8]> = weights.chunks(rb).collect();
         let acts = quantize_activations(dtype, &x, k).unwrap();
         let mut out = vec![0f32; m * n];
         for &simd in &levels {
             let t = Instant::now();
-            acts.matmul_with(simd, dtype, &rows, &mut out).unwrap();
+            acts.matmul_with(simd, dtype, &weights, n, &mut out).unwrap();
             let reps = reps.unwrap_or((0.5 / t.elapsed().as_secs_f64().max(1e-6)).clamp(1.0, 1e5) as usize);
             let (t, c) = (Instant::now(), cpu_ns());
             for _ in 0..reps {
-                acts.matmul_with(simd, dtype, &rows, &mut out).unwrap();
+                acts.matmul_with(simd, dtype, &weights, n, &mut out).unwrap();
             }
             // On-CPU time where Linux reports it: other processes on the machine then only
             // cost cache, not the time they run.

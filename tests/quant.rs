@@ -473,16 +473,16 @@ fn matmul_matches_the_scalar_kernels_at_every_simd_level() {
             let rows: Vec<Vec<u8>> = (0..n).map(|_| test_row(dtype, blocks, &mut rng)).collect();
             let w: Vec<Vec<f32>> = rows.iter().map(|r| dequantized(dtype, r)).collect();
             let k = w[0].len();
-            let row_refs: Vec<&[u8]> = rows.iter().map(|r| r.as_slice()).collect();
+            let weights: Vec<u8> = rows.concat();
             for m in [1, 3, 4, 5, 9] {
                 let x = rng.weights(m * k);
                 let acts = quantize_activations(dtype, &x, k).unwrap();
                 assert_eq!((acts.rows(), acts.row_len()), (m, k));
                 let mut scalar = vec![0f32; m * n];
-                acts.matmul_with(Simd::Scalar, dtype, &row_refs, &mut scalar).unwrap();
+                acts.matmul_with(Simd::Scalar, dtype, &weights, n, &mut scalar).unwrap();
                 for simd in Simd::supported() {
                     let mut got = vec![f32::NAN; m * n];
-                    acts.matmul_with(simd, dtype, &row_refs, &mut got).unwrap();
+                    acts.matmul_with(simd, dtype, &weights, n, &mut got).unwrap();
                     for i in 0..m {
                         let xi = &x[i * k..(i + 1) * k];
                         let one = quantize_activation(dtype, xi).unwrap();
@@ -506,7 +506,7 @@ fn matmul_matches_the_scalar_kernels_at_every_simd_level() {
                                 (f64::from(g) - f64::from(s)).abs() <= 1e-6 * mag + 1e-30,
                                 "{what}: {g} vs scalar {s} (Σ|wx| {mag})"
                             );
-                            let single = vec_dot_quantized_with(simd, dtype, &row_refs[j], &one).unwrap();
+                            let single = vec_dot_quantized_with(simd, dtype, &rows[j], &one).unwrap();
                             assert_eq!(single.to_bits(), g.to_bits(), "{what}: one row at a time differs");
                         }
                     }
@@ -584,20 +584,24 @@ fn extreme_quants_and_scales_do_not_overflow_the_integer_sums() {
 fn matmul_lengths_are_checked() {
     let x = vec![0.5f32; 512];
     let acts = quantize_activations(DType::Q4K, &x, 256).unwrap();
-    let row = vec![0u8; 144];
-    let mut out = vec![0f32; 2];
-    assert_eq!(acts.matmul(DType::Q4K, &[&row], &mut out), Ok(()));
+    let rows = vec![0u8; 3 * 144];
+    let mut out = vec![0f32; 6];
+    assert_eq!(acts.matmul(DType::Q4K, &rows, 3, &mut out), Ok(()));
     assert_eq!(
-        acts.matmul(DType::Q4K, &[&row], &mut out[..1]),
-        Err(QuantError::OutputLen { expected: 2, given: 1 })
+        acts.matmul(DType::Q4K, &rows, 3, &mut out[..5]),
+        Err(QuantError::OutputLen { expected: 6, given: 5 })
     );
-    assert!(matches!(acts.matmul(DType::Q4K, &[&row[..143]], &mut out), Err(QuantError::ByteLen { .. })));
-    assert!(matches!(acts.matmul(DType::Q8_0, &[&row], &mut out), Err(QuantError::ActivationKind { .. })));
+    assert!(matches!(acts.matmul(DType::Q4K, &rows[..431], 3, &mut out), Err(QuantError::ByteLen { .. })));
+    assert!(matches!(acts.matmul(DType::Q4K, &rows, 2, &mut out[..4]), Err(QuantError::ByteLen { .. })));
+    assert!(matches!(acts.matmul(DType::Q8_0, &rows, 3, &mut out), Err(QuantError::ActivationKind { .. })));
+    assert_eq!(acts.matmul(DType::Q4K, &[], 0, &mut []), Ok(()));
     assert!(matches!(quantize_activations(DType::Q4K, &x, 128), Err(QuantError::PartialBlock { .. })));
     assert!(matches!(quantize_activations(DType::Q4K, &x[..256 + 32], 256), Err(QuantError::PartialBlock { .. })));
     let empty = quantize_activations(DType::Q4K, &[], 256).unwrap();
     assert_eq!(empty.rows(), 0);
-    assert_eq!(empty.matmul(DType::Q4K, &[&row], &mut []), Ok(()));
+    assert_eq!(empty.matmul(DType::Q4K, &rows, 3, &mut []), Ok(()));
+    let none = quantize_activations(DType::Q4K, &[], 0).unwrap();
+    assert_eq!(none.matmul(DType::Q4K, &[], 5, &mut []), Ok(()));
 }
 
 #[test]

@@ -53,6 +53,30 @@ enum Repr {
     },
 }
 
+/// Weight rows of `row_bytes` (> 0) bytes each, back to back in `data` (a whole number of
+/// them).
+#[derive(Clone, Copy)]
+pub(crate) struct Rows<'a> {
+    pub data: &'a [u8],
+    pub row_bytes: usize,
+}
+
+impl<'a> Rows<'a> {
+    pub fn len(&self) -> usize {
+        self.data.len() / self.row_bytes
+    }
+
+    pub fn iter(&self) -> std::slice::ChunksExact<'a, u8> {
+        self.data.chunks_exact(self.row_bytes)
+    }
+
+    /// Runs of up to `rows` rows.
+    pub fn tiles(&self, rows: usize) -> impl Iterator<Item = Rows<'a>> {
+        let row_bytes = self.row_bytes;
+        self.data.chunks(rows * row_bytes).map(move |data| Rows { data, row_bytes })
+    }
+}
+
 /// One quantized activation row: `d` per block, `q` per value, `sums` per 16 values, `dsums32`
 /// per 32 values. The kernels take lengths as checked: a row of `nb` weight blocks of
 /// `block_len` values meets exactly `nb * block_len` values here.
@@ -96,25 +120,24 @@ impl ActivationRows {
         self.k
     }
 
-    /// `out[i * rows.len() + j] = Σ rows[j] · x_i`: every weight row dotted with every
-    /// activation row (a row-major `[m, rows.len()]` result), as [`vec_dot_quantized`]
-    /// computes each, with the fastest kernels this CPU runs.
-    pub fn matmul(&self, dtype: DType, rows: &[&[u8]], out: &mut [f32]) -> Result<(), QuantError> {
-        self.matmul_with(Simd::detect(), dtype, rows, out)
+    /// `out[i * n + j] = Σ row_j · x_i`: each of the `n` weight rows stored back to back in
+    /// `weights` dotted with every activation row (a row-major `[m, n]` result), as
+    /// [`vec_dot_quantized`] computes each, with the fastest kernels this CPU runs.
+    pub fn matmul(&self, dtype: DType, weights: &[u8], n: usize, out: &mut [f32]) -> Result<(), QuantError> {
+        self.matmul_with(Simd::detect(), dtype, weights, n, out)
     }
 
     /// [`matmul`](Self::matmul) with the kernels of `simd`, which this CPU must support.
-    pub fn matmul_with(&self, simd: Simd, dtype: DType, rows: &[&[u8]], out: &mut [f32]) -> Result<(), QuantError> {
+    pub fn matmul_with(&self, simd: Simd, dtype: DType, weights: &[u8], n: usize, out: &mut [f32]) -> Result<(), QuantError> {
         if activation_dtype(dtype) != Some(self.dtype) {
             return Err(QuantError::ActivationKind {
                 row: dtype,
                 activation: self.dtype,
             });
         }
-        for row in rows {
-            check_row(dtype, self.k, row.len())?;
-        }
-        let expected = rows.len().saturating_mul(self.m);
+        // `n` rows of `k` values are one row of `n * k` values.
+        check_row(dtype, self.k.saturating_mul(n), weights.len())?;
+        let expected = n.saturating_mul(self.m);
         if out.len() != expected {
             return Err(QuantError::OutputLen {
                 expected,
@@ -125,6 +148,14 @@ impl ActivationRows {
             return Err(QuantError::Simd(simd));
         }
         // Lengths are checked: from here on nothing can fail.
+        if self.k == 0 || n == 0 {
+            out.fill(0.0);
+            return Ok(());
+        }
+        let rows = Rows {
+            data: weights,
+            row_bytes: weights.len() / n,
+        };
         match &self.repr {
             Repr::F32(x) => float_matmul(simd, dtype, rows, x, self.k, out),
             Repr::Q8 { .. } => {
@@ -234,19 +265,15 @@ pub fn vec_dot_quantized_with(simd: Simd, dtype: DType, row: &[u8], act: &Activa
     let mut out = [0f32];
     // An empty activation has no rows; its dot with the empty row is 0.
     if act.rows.m == 0 {
-        act.rows.matmul_with(simd, dtype, &[row], &mut [])?;
+        act.rows.matmul_with(simd, dtype, row, 1, &mut [])?;
         return Ok(0.0);
     }
-    act.rows.matmul_with(simd, dtype, &[row], &mut out)?;
+    act.rows.matmul_with(simd, dtype, row, 1, &mut out)?;
     Ok(out[0])
 }
 
 /// Float rows: `x` holds `m` rows of `k` values.
-fn float_matmul(simd: Simd, dtype: DType, rows: &[&[u8]], x: &[f32], k: usize, out: &mut [f32]) {
-    if k == 0 {
-        out.fill(0.0);
-        return;
-    }
+fn float_matmul(simd: Simd, dtype: DType, rows: Rows, x: &[f32], k: usize, out: &mut [f32]) {
     let xs: Vec<&[f32]> = x.chunks_exact(k).collect();
     match simd {
         #[cfg(target_arch = "x86_64")]
@@ -268,7 +295,7 @@ fn float_matmul(simd: Simd, dtype: DType, rows: &[&[u8]], x: &[f32], k: usize, o
 }
 
 /// Quantized rows against Q8 activation rows (lengths checked).
-fn q8_matmul(simd: Simd, dtype: DType, rows: &[&[u8]], acts: &[Q8Row], out: &mut [f32]) {
+fn q8_matmul(simd: Simd, dtype: DType, rows: Rows, acts: &[Q8Row], out: &mut [f32]) {
     match simd {
         #[cfg(target_arch = "x86_64")]
         // SAFETY: matmul_with checked that this CPU supports Simd::Avx2 (AVX2, FMA, F16C),

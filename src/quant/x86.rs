@@ -21,7 +21,7 @@
 
 use std::arch::x86_64::*;
 
-use super::activation::{Q8Row, SUM_LEN};
+use super::activation::{Q8Row, Rows, SUM_LEN};
 use super::block::{visit_blocks, BlockVisitor, Unpacked};
 use super::{float, DType};
 
@@ -121,28 +121,23 @@ fn scales_k4(s: &[u8; 12]) -> ([u8; 8], [u8; 8]) {
 /// rows in tiles of about [`TILE_BYTES`], activation rows in groups of [`GROUP`] (the rest
 /// one at a time), writing `out[i * rows.len() + j]`.
 macro_rules! drive {
-    ($kernel:ident($($arg:expr),*), $rows:expr, $acts:expr, $out:expr) => {
-        drive!($kernel($($arg),*), $rows, $acts, $out, GROUP)
-    };
-    ($kernel:ident($($arg:expr),*), $rows:expr, $acts:expr, $out:expr, $group:expr) => {{
-        const G: usize = $group;
-        let (rows, acts, out): (&[&[u8]], _, &mut [f32]) = ($rows, $acts, $out);
+    ($kernel:ident($($arg:expr),*), $rows:expr, $acts:expr, $out:expr) => {{
+        let (rows, acts, out): (Rows, _, &mut [f32]) = ($rows, $acts, $out);
         let n = rows.len();
-        let row_bytes = rows.first().map_or(1, |r| r.len()).max(1);
-        let tile = (TILE_BYTES / row_bytes).max(1);
-        let (groups, rest) = acts.as_chunks::<G>();
-        for (t, tile_rows) in rows.chunks(tile).enumerate() {
+        let tile = (TILE_BYTES / rows.row_bytes).max(1);
+        let (groups, rest) = acts.as_chunks::<GROUP>();
+        for (t, tile_rows) in rows.tiles(tile).enumerate() {
             let j0 = t * tile;
             for (g, group) in groups.iter().enumerate() {
                 for (jj, row) in tile_rows.iter().enumerate() {
-                    let r = $kernel::<G>($($arg,)* row, group);
+                    let r = $kernel::<GROUP>($($arg,)* row, group);
                     for (i, v) in r.into_iter().enumerate() {
-                        out[(G * g + i) * n + j0 + jj] = v;
+                        out[(GROUP * g + i) * n + j0 + jj] = v;
                     }
                 }
             }
             for (i, a) in rest.iter().enumerate() {
-                let i = G * groups.len() + i;
+                let i = GROUP * groups.len() + i;
                 for (jj, row) in tile_rows.iter().enumerate() {
                     out[i * n + j0 + jj] = $kernel::<1>($($arg,)* row, std::array::from_ref(a))[0];
                 }
@@ -151,12 +146,12 @@ macro_rules! drive {
     }};
 }
 
-/// `out[i * rows.len() + j] = rows[j] · acts[i]` for quantized rows of `dtype`.
+/// `out[i * rows.len() + j] = row j · acts[i]` for quantized rows of `dtype`.
 ///
 /// Every row must be one whole `dtype` row of `k` values and every activation row hold `k`
 /// values in the block form of `dtype` (checked by the caller; a mismatch panics).
 #[target_feature(enable = "avx2,fma,f16c")]
-pub(crate) fn q8_matmul(dtype: DType, rows: &[&[u8]], acts: &[Q8Row], out: &mut [f32]) {
+pub(crate) fn q8_matmul(dtype: DType, rows: Rows, acts: &[Q8Row], out: &mut [f32]) {
     match dtype {
         DType::Q4K => drive!(q4_k(), rows, acts, out),
         DType::Q6K => drive!(q6_k(), rows, acts, out),
@@ -168,7 +163,7 @@ pub(crate) fn q8_matmul(dtype: DType, rows: &[&[u8]], acts: &[Q8Row], out: &mut 
 /// `out[i * rows.len() + j] = rows[j] · xs[i]` for float rows of `dtype` (F32, F16, BF16);
 /// every row holds `xs[i].len()` values (checked by the caller).
 #[target_feature(enable = "avx2,fma,f16c")]
-pub(crate) fn float_matmul(dtype: DType, rows: &[&[u8]], xs: &[&[f32]], out: &mut [f32]) {
+pub(crate) fn float_matmul(dtype: DType, rows: Rows, xs: &[&[f32]], out: &mut [f32]) {
     match dtype {
         DType::F16 => drive!(f16_rows(), rows, xs, out),
         DType::BF16 => drive!(bf16_rows(), rows, xs, out),
@@ -488,7 +483,7 @@ fn dpwssd(acc: __m512i, w: __m512i, a: &[i16; 32]) -> __m512i {
 
 /// `out[i * rows.len() + j] = rows[j] · acts[i]`, as [`q8_matmul`] (same preconditions).
 #[target_feature(enable = "avx512f,avx512bw,avx512vnni,avx2,fma,f16c")]
-pub(crate) fn q8_matmul_512(dtype: DType, rows: &[&[u8]], acts: &[Q8Row], out: &mut [f32]) {
+pub(crate) fn q8_matmul_512(dtype: DType, rows: Rows, acts: &[Q8Row], out: &mut [f32]) {
     match dtype {
         DType::Q4K => drive!(q4_k_512(), rows, acts, out),
         DType::Q6K => drive!(q6_k_512(), rows, acts, out),
@@ -499,7 +494,7 @@ pub(crate) fn q8_matmul_512(dtype: DType, rows: &[&[u8]], acts: &[Q8Row], out: &
 
 /// `out[i * rows.len() + j] = rows[j] · xs[i]`, as [`float_matmul`] (same preconditions).
 #[target_feature(enable = "avx512f,avx512bw,avx512vnni,avx2,fma,f16c")]
-pub(crate) fn float_matmul_512(dtype: DType, rows: &[&[u8]], xs: &[&[f32]], out: &mut [f32]) {
+pub(crate) fn float_matmul_512(dtype: DType, rows: Rows, xs: &[&[f32]], out: &mut [f32]) {
     match dtype {
         DType::F16 => drive!(f16_rows_512(), rows, xs, out),
         _ => float_matmul(dtype, rows, xs, out),

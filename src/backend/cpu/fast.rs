@@ -3,7 +3,7 @@
 //! its layout preconditions do not hold, and the reference kernel runs instead.
 
 use super::reference;
-use super::tensor::{In, Out};
+use super::tensor::{Data, In, Out};
 use super::KernelError;
 use crate::graph::Op;
 use crate::quant::{self, DType};
@@ -72,8 +72,13 @@ fn matmul(w: &In, x: &In, out: &mut Out, threads: usize) -> Option<Result<(), Ke
         let (i1, i2, i3) = super::tensor::row_coords(i, &x.ne);
         xs.extend_from_slice(x.row_f32(i1, i2, i3, &mut buf));
     }
-    let rows: Vec<&[u8]> = (0..n_out).map(|n| w.row_bytes(n, 0, 0)).collect::<Option<_>>()?;
+    // The weight rows, back to back.
     let dtype = w.dtype;
+    let row_bytes = dtype.row_bytes(k as u64)? as usize;
+    let weights = match w.data {
+        Data::Bytes(raw) if n_out < 2 || w.nb[1] == row_bytes => raw.get(w.offset..w.offset + n_out * row_bytes)?,
+        _ => return None,
+    };
     let data = &mut out.data[out.offset / 4..][..m * n_out];
     if k == 0 {
         data.fill(0.0);
@@ -85,13 +90,12 @@ fn matmul(w: &In, x: &In, out: &mut Out, threads: usize) -> Option<Result<(), Ke
         Ok(a) => a,
         Err(e) => return Some(Err(KernelError(e.to_string()))),
     };
-    Some(par_matmul(&acts, dtype, &rows, data, threads).map_err(|e| KernelError(e.to_string())))
+    Some(par_matmul(&acts, dtype, weights, n_out, data, threads).map_err(|e| KernelError(e.to_string())))
 }
 
 /// `data[i * rows.len() + j] = rows[j] · act i`, the weight rows split into ranges handed
 /// out to the threads: each range is read by one thread and meets every activation row.
-fn par_matmul(acts: &quant::ActivationRows, dtype: DType, rows: &[&[u8]], data: &mut [f32], threads: usize) -> Result<(), quant::QuantError> {
-    let n = rows.len();
+fn par_matmul(acts: &quant::ActivationRows, dtype: DType, weights: &[u8], n: usize, data: &mut [f32], threads: usize) -> Result<(), quant::QuantError> {
     let (m, k) = (acts.rows(), acts.row_len());
     // Multiply-adds worth a thread, and worth a range of rows.
     const MIN_THREAD_WORK: usize = 1 << 16;
@@ -99,30 +103,31 @@ fn par_matmul(acts: &quant::ActivationRows, dtype: DType, rows: &[&[u8]], data: 
     let work = n.saturating_mul(m).saturating_mul(k);
     let threads = threads.clamp(1, n.max(1)).min(work / MIN_THREAD_WORK + 1);
     if threads == 1 {
-        return acts.matmul(dtype, rows, data);
+        return acts.matmul(dtype, weights, n, data);
     }
     // Several ranges per thread, so that a late thread leaves its share to the others.
     let per = n.div_ceil(threads * 8).max(MIN_RANGE_WORK.div_ceil(m * k)).min(n);
+    let ranges = weights.chunks(per * (weights.len() / n));
     let error = Mutex::new(None);
     let fail = |e| *error.lock().unwrap_or_else(PoisonError::into_inner) = Some(e);
     if m == 1 {
-        par_items(threads, rows.chunks(per).zip(data.chunks_mut(per)), |(rows, out)| {
-            if let Err(e) = acts.matmul(dtype, rows, out) {
+        par_items(threads, ranges.zip(data.chunks_mut(per)), |(rows, out)| {
+            if let Err(e) = acts.matmul(dtype, rows, out.len(), out) {
                 fail(e);
             }
         });
     } else {
         // Each range fills an [m, range] block, then copies it into place.
         let data = Mutex::new(data);
-        par_items(threads, rows.chunks(per).enumerate(), |(t, rows)| {
-            let mut block = vec![0f32; m * rows.len()];
-            if let Err(e) = acts.matmul(dtype, rows, &mut block) {
+        par_items(threads, ranges.enumerate(), |(t, rows)| {
+            let (j0, len) = (t * per, (n - t * per).min(per));
+            let mut block = vec![0f32; m * len];
+            if let Err(e) = acts.matmul(dtype, rows, len, &mut block) {
                 return fail(e);
             }
             let mut data = data.lock().unwrap_or_else(PoisonError::into_inner);
-            let j0 = t * per;
-            for (i, src) in block.chunks_exact(rows.len()).enumerate() {
-                data[i * n + j0..i * n + j0 + rows.len()].copy_from_slice(src);
+            for (i, src) in block.chunks_exact(len).enumerate() {
+                data[i * n + j0..i * n + j0 + len].copy_from_slice(src);
             }
         });
     }
