@@ -771,3 +771,24 @@ fn no_slice_lengths_panic() {
         }
     }
 }
+
+#[test]
+fn activation_rounding_is_to_nearest_with_halves_away_from_zero() {
+    // Block maximum 32767 makes d = 1: each value's quant is its rounded self.
+    let mut x = vec![0f32; 256];
+    x[0] = 32767.0;
+    let cases = [(0.5f32, 1i32), (-0.5, -1), (1.5, 2), (2.5, 3), (-2.5, -3), (0.49999997, 0), (-1.4999999, -1), (3.7, 4), (-3.7, -4)];
+    for (i, &(v, _)) in cases.iter().enumerate() {
+        x[i + 1] = v;
+    }
+    let act = quantize_activation(DType::Q4K, &x).unwrap();
+    // Read each quant back through a dot with a row whose only nonzero weight is at its place.
+    for (i, &(v, want)) in cases.iter().enumerate() {
+        let mut w = vec![0f32; 256];
+        w[i + 1] = 1.0;
+        let row = quantized(DType::Q4K, &w);
+        let scale = dequantized(DType::Q4K, &row)[i + 1];
+        let got = vec_dot_quantized(DType::Q4K, &row, &act).unwrap() / scale;
+        assert_eq!(got.round() as i32, want, "{v} rounds to {want}, got {got}");
+    }
+}

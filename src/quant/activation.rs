@@ -380,9 +380,25 @@ fn quantize_i16_block(x: &[f32], q: &mut [i16]) -> f32 {
     let d = amax / 32767.0;
     let inv = 1.0 / d;
     for (q, &v) in q.iter_mut().zip(x) {
-        *q = (v * inv).round().clamp(-32767.0, 32767.0) as i16;
+        *q = round_half_away(v * inv).clamp(-32767.0, 32767.0) as i16;
     }
     d
+}
+
+/// `x.round()` (halves away from zero) for |x| < 2^31, without the libm call `round` is
+/// on x86-64 before SSE4.1: truncation is exact there, and so is `x - trunc(x)`. NaN gives
+/// 0, which `as i16` makes of NaN anyway.
+#[inline]
+fn round_half_away(x: f32) -> f32 {
+    let t = x as i32 as f32;
+    let f = x - t;
+    if f >= 0.5 {
+        t + 1.0
+    } else if f <= -0.5 {
+        t - 1.0
+    } else {
+        t
+    }
 }
 
 /// Integer dot product; i32 lanes are associative, so this vectorizes as written.

@@ -14,6 +14,9 @@ pub fn execute(op: &Op, ins: &[In], out: &mut Out, threads: usize) -> Option<Res
         Op::MatMul => matmul(ins.first()?, ins.get(1)?, out, threads),
         Op::Attention { scale } => attention(ins.first()?, ins.get(1)?, ins.get(2)?, ins.get(3), *scale, out, threads),
         Op::RmsNorm { eps } => rms_norm(ins.first()?, ins.get(1)?, *eps, out),
+        Op::Add => binary(ins.first()?, ins.get(1)?, out, |a, b| a + b),
+        Op::Mul => binary(ins.first()?, ins.get(1)?, out, |a, b| a * b),
+        Op::SwiGlu => binary(ins.first()?, ins.get(1)?, out, |g, u| reference::silu(g) * u),
         _ => None,
     }
 }
@@ -137,6 +140,27 @@ fn par_matmul(acts: &quant::ActivationRows, dtype: DType, weights: &[u8], n: usi
     }
 }
 
+/// `out = f(a, b)` elementwise, `b` broadcast as the reference does (index modulo its
+/// shape), when out is a plain matrix and every row of `a` and `b` a contiguous f32 run of
+/// out's row length.
+fn binary(a: &In, b: &In, out: &mut Out, f: impl Fn(f32, f32) -> f32) -> Option<Result<(), KernelError>> {
+    let n = out.ne[0];
+    if !out_is_matrix(out) || a.ne != out.ne || b.ne[0] != n {
+        return None;
+    }
+    let n_rows = out.n_rows();
+    let data = &mut out.data[out.offset / 4..][..n_rows * n];
+    for (r, o) in data.chunks_exact_mut(n).enumerate() {
+        let (i1, i2, i3) = super::tensor::row_coords(r, &a.ne);
+        let x = a.f32_row(i1, i2, i3)?;
+        let y = b.f32_row(i1 % b.ne[1], i2 % b.ne[2], i3 % b.ne[3])?;
+        for ((o, &x), &y) in o.iter_mut().zip(x).zip(y) {
+            *o = f(x, y);
+        }
+    }
+    Some(Ok(()))
+}
+
 fn rms_norm(x: &In, weight: &In, eps: f32, out: &mut Out) -> Option<Result<(), KernelError>> {
     if !out_is_matrix(out) {
         return None;
@@ -159,6 +183,20 @@ fn rms_norm(x: &In, weight: &In, eps: f32, out: &mut Out) -> Option<Result<(), K
     Some(Ok(()))
 }
 
+/// `Σ a[i] * b[i]` in eight interleaved partial sums, which the compiler keeps in vector
+/// registers (one running sum would be a chain of dependent adds).
+fn dot(a: &[f32], b: &[f32]) -> f32 {
+    let mut acc = [0f32; 8];
+    let (a8, b8) = (a.chunks_exact(8), b.chunks_exact(8));
+    let tail: f32 = a8.remainder().iter().zip(b8.remainder()).map(|(x, y)| x * y).sum();
+    for (x, y) in a8.zip(b8) {
+        for i in 0..8 {
+            acc[i] += x[i] * y[i];
+        }
+    }
+    acc.iter().sum::<f32>() + tail
+}
+
 /// One query row against its kv head: online softmax over contiguous K/V rows.
 fn attend(q: &[f32], k: &In, v: &In, kh: usize, n_kv: usize, scale: f32, out: &mut [f32], kbuf: &mut Vec<f32>, vbuf: &mut Vec<f32>) {
     let d = q.len();
@@ -167,7 +205,7 @@ fn attend(q: &[f32], k: &In, v: &In, kh: usize, n_kv: usize, scale: f32, out: &m
     out.iter_mut().for_each(|o| *o = 0.0);
     for j in 0..n_kv {
         let krow = k.row_f32(kh, j, 0, kbuf);
-        let s = q.iter().zip(krow).map(|(a, b)| a * b).sum::<f32>() * scale;
+        let s = dot(q, krow) * scale;
         let vrow = v.row_f32(kh, j, 0, vbuf);
         if s > max {
             let correction = (max - s).exp();
