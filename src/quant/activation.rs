@@ -372,7 +372,17 @@ impl BlockVisitor for DotQ8<'_> {
 
 /// Rounds a block to 16-bit integers scaled by its largest magnitude; returns the scale.
 fn quantize_i16_block(x: &[f32], q: &mut [i16]) -> f32 {
-    let amax = x.iter().fold(0f32, |m, v| m.max(v.abs()));
+    // The largest magnitude, in eight lanes the compiler vectorizes (max is exact, so
+    // the order does not matter; NaNs are skipped either way).
+    let mut lanes = [0f32; 8];
+    let chunks = x.chunks_exact(8);
+    let tail = chunks.remainder().iter().fold(0f32, |m, v| m.max(v.abs()));
+    for c in chunks {
+        for (l, v) in lanes.iter_mut().zip(c) {
+            *l = l.max(v.abs());
+        }
+    }
+    let amax = lanes.iter().fold(tail, |m, &v| m.max(v));
     if amax == 0.0 || !amax.is_finite() {
         q.fill(0);
         return if amax.is_finite() { 0.0 } else { f32::NAN };
@@ -385,20 +395,19 @@ fn quantize_i16_block(x: &[f32], q: &mut [i16]) -> f32 {
     d
 }
 
-/// `x.round()` (halves away from zero) for |x| < 2^31, without the libm call `round` is
-/// on x86-64 before SSE4.1: truncation is exact there, and so is `x - trunc(x)`. NaN gives
-/// 0, which `as i16` makes of NaN anyway.
+/// `x.round()` (halves away from zero) for |x| < 2^23, in float operations the compiler
+/// vectorizes (`round` is a libm call on x86-64 before SSE4.1, and `as i32` saturates
+/// lane by lane). Every step is exact: above 2^23 every f32 is an integer, so adding and
+/// removing 2^23 rounds `|x|` to an integer, and `|x| - trunc(|x|)` is its fraction. NaN
+/// stays NaN.
 #[inline]
 fn round_half_away(x: f32) -> f32 {
-    let t = x as i32 as f32;
-    let f = x - t;
-    if f >= 0.5 {
-        t + 1.0
-    } else if f <= -0.5 {
-        t - 1.0
-    } else {
-        t
-    }
+    const TWO_23: f32 = 8_388_608.0;
+    let a = x.abs();
+    let r = (a + TWO_23) - TWO_23;
+    let t = if r > a { r - 1.0 } else { r };
+    let up = if a - t >= 0.5 { 1.0 } else { 0.0 };
+    (t + up).copysign(x)
 }
 
 /// Integer dot product; i32 lanes are associative, so this vectorizes as written.
