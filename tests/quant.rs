@@ -774,21 +774,28 @@ fn no_slice_lengths_panic() {
 
 #[test]
 fn activation_rounding_is_to_nearest_with_halves_away_from_zero() {
-    // Block maximum 32767 makes d = 1: each value's quant is its rounded self.
-    let mut x = vec![0f32; 256];
-    x[0] = 32767.0;
-    let cases = [(0.5f32, 1i32), (-0.5, -1), (1.5, 2), (2.5, 3), (-2.5, -3), (0.49999997, 0), (-1.4999999, -1), (3.7, 4), (-3.7, -4)];
-    for (i, &(v, _)) in cases.iter().enumerate() {
-        x[i + 1] = v;
+    // Blocks of 32 whose maximum is 32767 have d = 1, so each value's quant is the value
+    // rounded: read back exactly through Q8_0 rows whose only weight is a 1 at its place.
+    let mut rng = Rng(9);
+    let mut values: Vec<f32> = vec![0.5, -0.5, 1.5, 2.5, -2.5, 0.49999997, -0.49999997, 32766.5, -32766.5, 3.7, -3.7];
+    for k in [0.0f32, 1.0, 2.0, 100.0, 4095.0, 16383.0] {
+        for h in [k + 0.5, -(k + 0.5)] {
+            values.extend([h, f32::from_bits(h.to_bits() + 1), f32::from_bits(h.to_bits() - 1)]);
+        }
     }
-    let act = quantize_activation(DType::Q4K, &x).unwrap();
-    // Read each quant back through a dot with a row whose only nonzero weight is at its place.
-    for (i, &(v, want)) in cases.iter().enumerate() {
-        let mut w = vec![0f32; 256];
-        w[i + 1] = 1.0;
-        let row = quantized(DType::Q4K, &w);
-        let scale = dequantized(DType::Q4K, &row)[i + 1];
-        let got = vec_dot_quantized(DType::Q4K, &row, &act).unwrap() / scale;
-        assert_eq!(got.round() as i32, want, "{v} rounds to {want}, got {got}");
+    values.extend((0..2000).map(|_| (rng.uniform() * 2.0 - 1.0) * 32767.0));
+    values.extend((0..500).map(|_| (rng.uniform() * 2.0 - 1.0) * 4.0));
+    for chunk in values.chunks(31) {
+        let mut x = vec![32767f32];
+        x.extend_from_slice(chunk);
+        x.resize(32, 0.0);
+        let act = quantize_activation(DType::Q8_0, &x).unwrap();
+        for (i, &v) in chunk.iter().enumerate() {
+            let mut row = vec![0u8; 34];
+            row[..2].copy_from_slice(&[0x00, 0x3C]); // d = 1.0
+            row[2 + i + 1] = 1;
+            let got = vec_dot_quantized(DType::Q8_0, &row, &act).unwrap();
+            assert_eq!(got, v.round(), "{v} ({:#010x})", v.to_bits());
+        }
     }
 }
