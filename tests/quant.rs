@@ -2,8 +2,8 @@
 //! scripts/gen_quant_vectors.py), quantization round trips, dot products, length errors.
 
 use hrx::quant::{
-    dequantize_row, quantize_activation, quantize_row, vec_dot_f32, vec_dot_quantized, DType, QuantError,
-    FILE_DTYPES,
+    dequantize_row, quantize_activation, quantize_activations, quantize_row, vec_dot_f32, vec_dot_quantized,
+    vec_dot_quantized_with, DType, QuantError, Simd, FILE_DTYPES,
 };
 
 // ---------------------------------------------------------------- helpers
@@ -395,12 +395,14 @@ fn vec_dot_quantized_is_exact_when_the_activation_is_representable() {
                 .collect();
             let act = quantize_activation(dtype, &x).unwrap();
             let (exact, mag) = exact_dot(&w, &x);
-            let got = vec_dot_quantized(dtype, &row, &act).unwrap();
-            let err = (f64::from(got) - exact).abs();
-            assert!(
-                err <= 1e-6 * mag + 1e-30,
-                "{dtype} × {blocks} blocks: {got} vs {exact} (Σ|wx| {mag})"
-            );
+            for simd in Simd::supported() {
+                let got = vec_dot_quantized_with(simd, dtype, &row, &act).unwrap();
+                let err = (f64::from(got) - exact).abs();
+                assert!(
+                    err <= 1e-6 * mag + 1e-30,
+                    "{dtype} × {blocks} blocks ({simd:?}): {got} vs {exact} (Σ|wx| {mag})"
+                );
+            }
         }
     }
 }
@@ -426,19 +428,180 @@ fn vec_dot_quantized_error_is_within_activation_rounding() {
                 .sum();
             let act = quantize_activation(dtype, &x).unwrap();
             let (exact, mag) = exact_dot(&w, &x);
-            let got = vec_dot_quantized(dtype, &row, &act).unwrap();
-            let err = (f64::from(got) - exact).abs();
             let tol = if dtype.block_len() == 1 {
                 1e-6 * mag
             } else {
                 bound * 1.001 + 1e-6 * mag
             };
-            assert!(
-                err <= tol + 1e-30,
-                "{dtype} × {blocks} blocks: {got} vs {exact}, err {err:e} > {tol:e}"
-            );
+            for simd in Simd::supported() {
+                let got = vec_dot_quantized_with(simd, dtype, &row, &act).unwrap();
+                let err = (f64::from(got) - exact).abs();
+                assert!(
+                    err <= tol + 1e-30,
+                    "{dtype} × {blocks} blocks ({simd:?}): {got} vs {exact}, err {err:e} > {tol:e}"
+                );
+            }
         }
     }
+}
+
+/// Representable activation rows (see the test above): per block, integers up to ±32767
+/// times a power of two, one of them ±32767, so quantizing them is exact.
+fn representable(rng: &mut Rng, n: usize, extreme: bool) -> Vec<f32> {
+    (0..n)
+        .map(|i| {
+            let scale = (((i / 256) % 5) as f32 - 2.0).exp2();
+            let q = if extreme || i % 32 == 7 {
+                if rng.next_u64() % 2 == 0 { 32767 } else { -32767 }
+            } else {
+                (rng.next_u64() % 65535) as i32 - 32767
+            };
+            q as f32 * scale
+        })
+        .collect()
+}
+
+#[test]
+fn matmul_matches_the_scalar_kernels_at_every_simd_level() {
+    // Every format, row lengths of one to many blocks (odd float lengths), activation row
+    // counts around the kernels' group of 4: each level agrees with the exact dot to the
+    // activation-rounding bound and with the scalar kernels to f32 rounding.
+    let mut rng = Rng(7);
+    for dtype in FILE_DTYPES {
+        for blocks in dot_lengths(dtype) {
+            let n = 5;
+            let rows: Vec<Vec<u8>> = (0..n).map(|_| test_row(dtype, blocks, &mut rng)).collect();
+            let w: Vec<Vec<f32>> = rows.iter().map(|r| dequantized(dtype, r)).collect();
+            let k = w[0].len();
+            let weights: Vec<u8> = rows.concat();
+            for m in [1, 3, 4, 5, 9] {
+                let x = rng.weights(m * k);
+                let acts = quantize_activations(dtype, &x, k).unwrap();
+                assert_eq!((acts.rows(), acts.row_len()), (m, k));
+                let mut scalar = vec![0f32; m * n];
+                acts.matmul_with(Simd::Scalar, dtype, &weights, n, &mut scalar).unwrap();
+                for simd in Simd::supported() {
+                    let mut got = vec![f32::NAN; m * n];
+                    acts.matmul_with(simd, dtype, &weights, n, &mut got).unwrap();
+                    for i in 0..m {
+                        let xi = &x[i * k..(i + 1) * k];
+                        let one = quantize_activation(dtype, xi).unwrap();
+                        for j in 0..n {
+                            let (exact, mag) = exact_dot(&w[j], xi);
+                            let bl = dtype.block_len().max(32);
+                            let bound: f64 = w[j]
+                                .chunks(bl)
+                                .zip(xi.chunks(bl))
+                                .map(|(w, x)| {
+                                    let d = x.iter().fold(0f32, |m, v| m.max(v.abs())) / 32767.0;
+                                    w.iter().map(|&w| f64::from(w.abs())).sum::<f64>() * f64::from(d) / 2.0
+                                })
+                                .sum();
+                            let tol = if dtype.block_len() == 1 { 1e-6 * mag } else { bound * 1.001 + 1e-6 * mag };
+                            let g = got[i * n + j];
+                            let what = format!("{dtype} × {blocks} blocks, m {m}, row {i}, col {j} ({simd:?})");
+                            assert!((f64::from(g) - exact).abs() <= tol + 1e-30, "{what}: {g} vs exact {exact}");
+                            let s = scalar[i * n + j];
+                            assert!(
+                                (f64::from(g) - f64::from(s)).abs() <= 1e-6 * mag + 1e-30,
+                                "{what}: {g} vs scalar {s} (Σ|wx| {mag})"
+                            );
+                            let single = vec_dot_quantized_with(simd, dtype, &rows[j], &one).unwrap();
+                            assert_eq!(single.to_bits(), g.to_bits(), "{what}: one row at a time differs");
+                        }
+                    }
+                }
+            }
+        }
+    }
+}
+
+/// Where a format keeps its f16 scales: (d offset, dmin or m offset) in a block.
+fn scale_offsets(dtype: DType) -> Vec<usize> {
+    match dtype {
+        DType::Q4_0 | DType::Q5_0 | DType::Q8_0 => vec![0],
+        DType::Q4_1 | DType::Q5_1 => vec![0, 2],
+        DType::Q2K => vec![80, 82],
+        DType::Q3K => vec![108],
+        DType::Q4K | DType::Q5K => vec![0, 2],
+        DType::Q6K => vec![208],
+        _ => vec![],
+    }
+}
+
+#[test]
+fn extreme_quants_and_scales_do_not_overflow_the_integer_sums() {
+    // Blocks of all-zero, all-one and alternating bits (largest quants and sub-block
+    // scales of either sign) with f16 scales of 1, against activations at ±32767: the
+    // integer sums are largest here, and must still be exact at every level.
+    let mut rng = Rng(8);
+    for dtype in FILE_DTYPES.into_iter().filter(|d| d.block_len() > 1) {
+        for fill in [0x00u8, 0xFF, 0xAA, 0x55, 0x80, 0x7F] {
+            let blocks = 5;
+            let mut row = vec![fill; blocks * dtype.block_bytes()];
+            for block in row.chunks_mut(dtype.block_bytes()) {
+                for &off in &scale_offsets(dtype) {
+                    block[off..off + 2].copy_from_slice(&[0x00, 0x3C]); // f16 1.0
+                }
+            }
+            let w = dequantized(dtype, &row);
+            // Formats with a min compute `d·Σ sc·q·x - dmin·Σ m·x` as two f32 terms, which
+            // cancel where the weights are 0: the f32 rounding is relative to the terms.
+            let parts: Vec<Vec<f32>> = scale_offsets(dtype)
+                .iter()
+                .map(|&zeroed| {
+                    let mut r = row.clone();
+                    for block in r.chunks_mut(dtype.block_bytes()) {
+                        block[zeroed..zeroed + 2].copy_from_slice(&[0, 0]);
+                    }
+                    dequantized(dtype, &r)
+                })
+                .collect();
+            for extreme in [true, false] {
+                let x = representable(&mut rng, w.len(), extreme);
+                // Same sign as the weight everywhere: the largest possible sum.
+                let aligned: Vec<f32> = x.iter().zip(&w).map(|(x, w)| x.abs() * if *w < 0.0 { -1.0 } else { 1.0 }).collect();
+                for x in [x, aligned] {
+                    let act = quantize_activation(dtype, &x).unwrap();
+                    let (exact, mut mag) = exact_dot(&w, &x);
+                    if parts.len() == 2 {
+                        mag = parts.iter().map(|p| exact_dot(p, &x).1).sum();
+                    }
+                    for simd in Simd::supported() {
+                        let got = vec_dot_quantized_with(simd, dtype, &row, &act).unwrap();
+                        assert!(
+                            (f64::from(got) - exact).abs() <= 1e-6 * mag + 1e-30,
+                            "{dtype} fill {fill:#04x} ({simd:?}): {got} vs {exact}"
+                        );
+                    }
+                }
+            }
+        }
+    }
+}
+
+#[test]
+fn matmul_lengths_are_checked() {
+    let x = vec![0.5f32; 512];
+    let acts = quantize_activations(DType::Q4K, &x, 256).unwrap();
+    let rows = vec![0u8; 3 * 144];
+    let mut out = vec![0f32; 6];
+    assert_eq!(acts.matmul(DType::Q4K, &rows, 3, &mut out), Ok(()));
+    assert_eq!(
+        acts.matmul(DType::Q4K, &rows, 3, &mut out[..5]),
+        Err(QuantError::OutputLen { expected: 6, given: 5 })
+    );
+    assert!(matches!(acts.matmul(DType::Q4K, &rows[..431], 3, &mut out), Err(QuantError::ByteLen { .. })));
+    assert!(matches!(acts.matmul(DType::Q4K, &rows, 2, &mut out[..4]), Err(QuantError::ByteLen { .. })));
+    assert!(matches!(acts.matmul(DType::Q8_0, &rows, 3, &mut out), Err(QuantError::ActivationKind { .. })));
+    assert_eq!(acts.matmul(DType::Q4K, &[], 0, &mut []), Ok(()));
+    assert!(matches!(quantize_activations(DType::Q4K, &x, 128), Err(QuantError::PartialBlock { .. })));
+    assert!(matches!(quantize_activations(DType::Q4K, &x[..256 + 32], 256), Err(QuantError::PartialBlock { .. })));
+    let empty = quantize_activations(DType::Q4K, &[], 256).unwrap();
+    assert_eq!(empty.rows(), 0);
+    assert_eq!(empty.matmul(DType::Q4K, &rows, 3, &mut []), Ok(()));
+    let none = quantize_activations(DType::Q4K, &[], 0).unwrap();
+    assert_eq!(none.matmul(DType::Q4K, &[], 5, &mut []), Ok(()));
 }
 
 #[test]
@@ -605,6 +768,34 @@ fn no_slice_lengths_panic() {
                 let quantized = quantize_row(dtype, &x, &mut vec![0; b]).is_ok();
                 assert_eq!(quantized, fits && quantizable, "{dtype} {n} {b}");
             }
+        }
+    }
+}
+
+#[test]
+fn activation_rounding_is_to_nearest_with_halves_away_from_zero() {
+    // Blocks of 32 whose maximum is 32767 have d = 1, so each value's quant is the value
+    // rounded: read back exactly through Q8_0 rows whose only weight is a 1 at its place.
+    let mut rng = Rng(9);
+    let mut values: Vec<f32> = vec![0.5, -0.5, 1.5, 2.5, -2.5, 0.49999997, -0.49999997, 32766.5, -32766.5, 3.7, -3.7];
+    for k in [0.0f32, 1.0, 2.0, 100.0, 4095.0, 16383.0] {
+        for h in [k + 0.5, -(k + 0.5)] {
+            values.extend([h, f32::from_bits(h.to_bits() + 1), f32::from_bits(h.to_bits() - 1)]);
+        }
+    }
+    values.extend((0..2000).map(|_| (rng.uniform() * 2.0 - 1.0) * 32767.0));
+    values.extend((0..500).map(|_| (rng.uniform() * 2.0 - 1.0) * 4.0));
+    for chunk in values.chunks(31) {
+        let mut x = vec![32767f32];
+        x.extend_from_slice(chunk);
+        x.resize(32, 0.0);
+        let act = quantize_activation(DType::Q8_0, &x).unwrap();
+        for (i, &v) in chunk.iter().enumerate() {
+            let mut row = vec![0u8; 34];
+            row[..2].copy_from_slice(&[0x00, 0x3C]); // d = 1.0
+            row[2 + i + 1] = 1;
+            let got = vec_dot_quantized(DType::Q8_0, &row, &act).unwrap();
+            assert_eq!(got, v.round(), "{v} ({:#010x})", v.to_bits());
         }
     }
 }

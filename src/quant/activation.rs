@@ -3,57 +3,188 @@
 //! block. llama.cpp rounds activations to 8 bits (Q8_0 / Q8_K); that moves the logits of the
 //! oracle models by 1-4e-2. 16-bit integers cost the same integer multiply-adds and keep the
 //! error near 1e-4, so hrx uses them.
+//!
+//! [`ActivationRows`] holds several activation rows for a matrix product: its
+//! [`matmul`](ActivationRows::matmul) checks every length once, then runs the kernels of the
+//! fastest [`Simd`] level, which dot each weight row with several activation rows at a time.
+//! [`ActivationQ`] and [`vec_dot_quantized`] are the one-row form of the same kernels.
 
 use super::bits::arrays;
 use super::block::{visit_blocks, BlockVisitor, Unpacked};
 use super::error::check_row;
+use super::simd::Simd;
 use super::{float, DType, QuantError};
 
-/// Values per entry of [`ActivationQ`]'s block sums: the smallest sub-block of any format.
-const SUM_LEN: usize = 16;
+/// Values per entry of the activation's block sums: the smallest sub-block of any format.
+pub(crate) const SUM_LEN: usize = 16;
 
 /// An activation vector prepared for [`vec_dot_quantized`] with rows of one family of dtypes
 /// (see [`activation_dtype`]).
 #[derive(Clone, Debug)]
 pub struct ActivationQ {
+    rows: ActivationRows,
+}
+
+/// `m` activation rows of `k` values each, prepared for products with weight rows of one
+/// family of dtypes (see [`activation_dtype`]); made by [`quantize_activations`].
+#[derive(Clone, Debug)]
+pub struct ActivationRows {
+    dtype: DType,
+    k: usize,
+    m: usize,
     repr: Repr,
 }
 
 #[derive(Clone, Debug)]
 enum Repr {
-    /// For float rows, which dot with f32 directly.
+    /// For float rows, which dot with f32 directly: `m * k` values.
     F32(Vec<f32>),
     /// `dtype` is Q8_0 (32-value blocks) or Q8K (256), naming the block length: `q[i] *
     /// d[i / block_len]` approximates value `i` (q in -32767..=32767); `sums` holds the sum of
-    /// each 16 consecutive `q`, which multiplies a sub-block's min. Scales stay f32: this
-    /// format never leaves memory, so there is no reason to lose precision.
+    /// each 16 consecutive `q`, which multiplies a sub-block's min, and `dsums32` the sum of
+    /// each 32 times their `d` (the rounded activation's sum, for the SIMD kernels' mins).
+    /// Rows follow each other in every vector. Scales stay f32: this format never leaves
+    /// memory, so there is no reason to lose precision.
     Q8 {
-        dtype: DType,
         d: Vec<f32>,
         q: Vec<i16>,
         sums: Vec<i32>,
+        dsums32: Vec<f32>,
     },
+}
+
+/// Weight rows of `row_bytes` (> 0) bytes each, back to back in `data` (a whole number of
+/// them).
+#[derive(Clone, Copy)]
+pub(crate) struct Rows<'a> {
+    pub data: &'a [u8],
+    pub row_bytes: usize,
+}
+
+impl<'a> Rows<'a> {
+    pub fn len(&self) -> usize {
+        self.data.len() / self.row_bytes
+    }
+
+    pub fn iter(&self) -> std::slice::ChunksExact<'a, u8> {
+        self.data.chunks_exact(self.row_bytes)
+    }
+
+    /// Runs of up to `rows` rows.
+    pub fn tiles(&self, rows: usize) -> impl Iterator<Item = Rows<'a>> {
+        let row_bytes = self.row_bytes;
+        self.data.chunks(rows * row_bytes).map(move |data| Rows { data, row_bytes })
+    }
+}
+
+/// One quantized activation row: `d` per block, `q` per value, `sums` per 16 values, `dsums32`
+/// per 32 values. The kernels take lengths as checked: a row of `nb` weight blocks of
+/// `block_len` values meets exactly `nb * block_len` values here.
+#[derive(Clone, Copy)]
+pub(crate) struct Q8Row<'a> {
+    pub d: &'a [f32],
+    pub q: &'a [i16],
+    pub sums: &'a [i32],
+    pub dsums32: &'a [f32],
 }
 
 impl ActivationQ {
     /// F32, Q8_0 or Q8K: the form the values are held in.
     pub fn dtype(&self) -> DType {
-        match &self.repr {
-            Repr::F32(_) => DType::F32,
-            Repr::Q8 { dtype, .. } => *dtype,
-        }
+        self.rows.dtype
     }
 
     /// Number of values.
     pub fn len(&self) -> usize {
-        match &self.repr {
-            Repr::F32(x) => x.len(),
-            Repr::Q8 { q, .. } => q.len(),
-        }
+        self.rows.k
     }
 
     pub fn is_empty(&self) -> bool {
         self.len() == 0
+    }
+}
+
+impl ActivationRows {
+    /// F32, Q8_0 or Q8K: the form the values are held in.
+    pub fn dtype(&self) -> DType {
+        self.dtype
+    }
+
+    /// Number of rows.
+    pub fn rows(&self) -> usize {
+        self.m
+    }
+
+    /// Values per row.
+    pub fn row_len(&self) -> usize {
+        self.k
+    }
+
+    /// `out[i * n + j] = Σ row_j · x_i`: each of the `n` weight rows stored back to back in
+    /// `weights` dotted with every activation row (a row-major `[m, n]` result), as
+    /// [`vec_dot_quantized`] computes each, with the fastest kernels this CPU runs.
+    pub fn matmul(&self, dtype: DType, weights: &[u8], n: usize, out: &mut [f32]) -> Result<(), QuantError> {
+        self.matmul_with(Simd::detect(), dtype, weights, n, out)
+    }
+
+    /// [`matmul`](Self::matmul) with the kernels of `simd`, which this CPU must support.
+    pub fn matmul_with(&self, simd: Simd, dtype: DType, weights: &[u8], n: usize, out: &mut [f32]) -> Result<(), QuantError> {
+        if activation_dtype(dtype) != Some(self.dtype) {
+            return Err(QuantError::ActivationKind {
+                row: dtype,
+                activation: self.dtype,
+            });
+        }
+        // `n` rows of `k` values are one row of `n * k` values.
+        check_row(dtype, self.k.saturating_mul(n), weights.len())?;
+        let expected = n.saturating_mul(self.m);
+        if out.len() != expected {
+            return Err(QuantError::OutputLen {
+                expected,
+                given: out.len(),
+            });
+        }
+        if !simd.is_supported() {
+            return Err(QuantError::Simd(simd));
+        }
+        // Lengths are checked: from here on nothing can fail.
+        if self.k == 0 || n == 0 {
+            out.fill(0.0);
+            return Ok(());
+        }
+        let rows = Rows {
+            data: weights,
+            row_bytes: weights.len() / n,
+        };
+        match &self.repr {
+            Repr::F32(x) => float_matmul(simd, dtype, rows, x, self.k, out),
+            Repr::Q8 { .. } => {
+                let acts: Vec<Q8Row> = (0..self.m).map(|i| self.q8_row(i)).collect();
+                q8_matmul(simd, dtype, rows, &acts, out);
+            }
+        }
+        Ok(())
+    }
+
+    /// Row `i` of a Q8 activation (empty slices for F32 ones).
+    fn q8_row(&self, i: usize) -> Q8Row<'_> {
+        match &self.repr {
+            Repr::Q8 { d, q, sums, dsums32 } => {
+                let nb = self.k / self.dtype.block_len();
+                Q8Row {
+                    d: &d[i * nb..(i + 1) * nb],
+                    q: &q[i * self.k..(i + 1) * self.k],
+                    sums: &sums[i * self.k / SUM_LEN..(i + 1) * self.k / SUM_LEN],
+                    dsums32: &dsums32[i * self.k / 32..(i + 1) * self.k / 32],
+                }
+            }
+            Repr::F32(_) => Q8Row {
+                d: &[],
+                q: &[],
+                sums: &[],
+                dsums32: &[],
+            },
+        }
     }
 }
 
@@ -71,33 +202,53 @@ pub fn activation_dtype(row: DType) -> Option<DType> {
 /// Prepares `x` for dot products with `row_dtype` rows of `x.len()` values. Each block of
 /// `x` is scaled by its largest magnitude to the integers -32767..=32767.
 pub fn quantize_activation(row_dtype: DType, x: &[f32]) -> Result<ActivationQ, QuantError> {
+    let rows = quantize_activations(row_dtype, x, x.len())?;
+    Ok(ActivationQ { rows })
+}
+
+/// Prepares the rows of `x`, `k` values each, for [`ActivationRows::matmul`] with
+/// `row_dtype` rows, each as [`quantize_activation`] does. `k = 0` takes no rows.
+pub fn quantize_activations(row_dtype: DType, x: &[f32], k: usize) -> Result<ActivationRows, QuantError> {
     let dtype = activation_dtype(row_dtype).ok_or(QuantError::Unsupported {
         dtype: row_dtype,
         op: "quantize_activation",
     })?;
-    if x.len() % row_dtype.block_len() != 0 {
+    if k % row_dtype.block_len() != 0 || (k == 0 && !x.is_empty()) || (k != 0 && x.len() % k != 0) {
         return Err(QuantError::PartialBlock {
             dtype: row_dtype,
-            values: x.len(),
+            values: if k == 0 { x.len() } else { k },
         });
     }
+    let m = if k == 0 { 0 } else { x.len() / k };
     if dtype == DType::F32 {
-        return Ok(ActivationQ {
+        return Ok(ActivationRows {
+            dtype,
+            k,
+            m,
             repr: Repr::F32(x.to_vec()),
         });
     }
     let mut q = vec![0i16; x.len()];
-    let d = x
+    let d: Vec<f32> = x
         .chunks_exact(dtype.block_len())
         .zip(q.chunks_exact_mut(dtype.block_len()))
         .map(|(x, q)| quantize_i16_block(x, q))
         .collect();
-    let sums = q
+    let sums: Vec<i32> = q
         .chunks_exact(SUM_LEN)
         .map(|q| q.iter().map(|&v| i32::from(v)).sum())
         .collect();
-    Ok(ActivationQ {
-        repr: Repr::Q8 { dtype, d, q, sums },
+    let per_block = dtype.block_len() / 32;
+    let dsums32 = sums
+        .chunks_exact(2)
+        .enumerate()
+        .map(|(c, s)| d[c / per_block] * (s[0] + s[1]) as f32)
+        .collect();
+    Ok(ActivationRows {
+        dtype,
+        k,
+        m,
+        repr: Repr::Q8 { d, q, sums, dsums32 },
     })
 }
 
@@ -106,19 +257,78 @@ pub fn quantize_activation(row_dtype: DType, x: &[f32]) -> Result<ActivationQ, Q
 /// most `max|x|` of its block / 65534, so the result is off by at most `Σ |row[i]|` times that
 /// (plus f32 rounding). Float rows dot with the unrounded `x`.
 pub fn vec_dot_quantized(dtype: DType, row: &[u8], act: &ActivationQ) -> Result<f32, QuantError> {
-    if activation_dtype(dtype) != Some(act.dtype()) {
-        return Err(QuantError::ActivationKind {
-            row: dtype,
-            activation: act.dtype(),
-        });
+    vec_dot_quantized_with(Simd::detect(), dtype, row, act)
+}
+
+/// [`vec_dot_quantized`] with the kernels of `simd`, which this CPU must support.
+pub fn vec_dot_quantized_with(simd: Simd, dtype: DType, row: &[u8], act: &ActivationQ) -> Result<f32, QuantError> {
+    let mut out = [0f32];
+    // An empty activation has no rows; its dot with the empty row is 0.
+    if act.rows.m == 0 {
+        act.rows.matmul_with(simd, dtype, row, 1, &mut [])?;
+        return Ok(0.0);
     }
-    check_row(dtype, act.len(), row.len())?;
-    Ok(match &act.repr {
-        Repr::F32(x) => float::dot(dtype, row, x),
-        Repr::Q8 { d, q, sums, .. } => {
-            visit_blocks(dtype, DotQ8 { row, d, q, sums }).unwrap_or(0.0)
+    act.rows.matmul_with(simd, dtype, row, 1, &mut out)?;
+    Ok(out[0])
+}
+
+/// Float rows: `x` holds `m` rows of `k` values.
+fn float_matmul(simd: Simd, dtype: DType, rows: Rows, x: &[f32], k: usize, out: &mut [f32]) {
+    let xs: Vec<&[f32]> = x.chunks_exact(k).collect();
+    match simd {
+        #[cfg(target_arch = "x86_64")]
+        // SAFETY: matmul_with checked that this CPU supports Simd::Avx2 (AVX2, FMA, F16C),
+        // and that every row holds exactly k values of `dtype`, as every x row does.
+        Simd::Avx2 => unsafe { super::x86::float_matmul(dtype, rows, &xs, out) },
+        #[cfg(target_arch = "x86_64")]
+        // SAFETY: as above, with AVX-512 F, BW and VNNI checked too (Simd::Avx512).
+        Simd::Avx512 => unsafe { super::x86::float_matmul_512(dtype, rows, &xs, out) },
+        _ => {
+            let n = rows.len();
+            for (i, x) in xs.iter().enumerate() {
+                for (j, row) in rows.iter().enumerate() {
+                    out[i * n + j] = float::dot(dtype, row, x);
+                }
+            }
         }
-    })
+    }
+}
+
+/// Quantized rows against Q8 activation rows (lengths checked).
+fn q8_matmul(simd: Simd, dtype: DType, rows: Rows, acts: &[Q8Row], out: &mut [f32]) {
+    match simd {
+        #[cfg(target_arch = "x86_64")]
+        // SAFETY: matmul_with checked that this CPU supports Simd::Avx2 (AVX2, FMA, F16C),
+        // that every row is one whole `dtype` row of k values and that the activation rows
+        // are of k values of the matching block form.
+        Simd::Avx2 => unsafe { super::x86::q8_matmul(dtype, rows, acts, out) },
+        #[cfg(target_arch = "x86_64")]
+        // SAFETY: as above, with AVX-512 F, BW and VNNI checked too (Simd::Avx512).
+        Simd::Avx512 => unsafe { super::x86::q8_matmul_512(dtype, rows, acts, out) },
+        _ => {
+            let n = rows.len();
+            for (i, a) in acts.iter().enumerate() {
+                for (j, row) in rows.iter().enumerate() {
+                    out[i * n + j] = dot_q8_scalar(dtype, row, a);
+                }
+            }
+        }
+    }
+}
+
+/// The portable integer dot of one row with one activation row (lengths checked); the
+/// reference for the SIMD kernels.
+pub(crate) fn dot_q8_scalar(dtype: DType, row: &[u8], a: &Q8Row) -> f32 {
+    visit_blocks(
+        dtype,
+        DotQ8 {
+            row,
+            d: a.d,
+            q: a.q,
+            sums: a.sums,
+        },
+    )
+    .unwrap_or(0.0)
 }
 
 struct DotQ8<'a> {
@@ -162,7 +372,17 @@ impl BlockVisitor for DotQ8<'_> {
 
 /// Rounds a block to 16-bit integers scaled by its largest magnitude; returns the scale.
 fn quantize_i16_block(x: &[f32], q: &mut [i16]) -> f32 {
-    let amax = x.iter().fold(0f32, |m, v| m.max(v.abs()));
+    // The largest magnitude, in eight lanes the compiler vectorizes (max is exact, so
+    // the order does not matter; NaNs are skipped either way).
+    let mut lanes = [0f32; 8];
+    let chunks = x.chunks_exact(8);
+    let tail = chunks.remainder().iter().fold(0f32, |m, v| m.max(v.abs()));
+    for c in chunks {
+        for (l, v) in lanes.iter_mut().zip(c) {
+            *l = l.max(v.abs());
+        }
+    }
+    let amax = lanes.iter().fold(tail, |m, &v| m.max(v));
     if amax == 0.0 || !amax.is_finite() {
         q.fill(0);
         return if amax.is_finite() { 0.0 } else { f32::NAN };
@@ -170,9 +390,24 @@ fn quantize_i16_block(x: &[f32], q: &mut [i16]) -> f32 {
     let d = amax / 32767.0;
     let inv = 1.0 / d;
     for (q, &v) in q.iter_mut().zip(x) {
-        *q = (v * inv).round().clamp(-32767.0, 32767.0) as i16;
+        *q = round_half_away(v * inv).clamp(-32767.0, 32767.0) as i16;
     }
     d
+}
+
+/// `x.round()` (halves away from zero) for |x| < 2^23, in float operations the compiler
+/// vectorizes (`round` is a libm call on x86-64 before SSE4.1, and `as i32` saturates
+/// lane by lane). Every step is exact: above 2^23 every f32 is an integer, so adding and
+/// removing 2^23 rounds `|x|` to an integer, and `|x| - trunc(|x|)` is its fraction. NaN
+/// stays NaN.
+#[inline]
+fn round_half_away(x: f32) -> f32 {
+    const TWO_23: f32 = 8_388_608.0;
+    let a = x.abs();
+    let r = (a + TWO_23) - TWO_23;
+    let t = if r > a { r - 1.0 } else { r };
+    let up = if a - t >= 0.5 { 1.0 } else { 0.0 };
+    (t + up).copysign(x)
 }
 
 /// Integer dot product; i32 lanes are associative, so this vectorizes as written.

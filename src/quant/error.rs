@@ -2,7 +2,7 @@
 
 use std::fmt;
 
-use super::DType;
+use super::{DType, Simd};
 
 /// Why a quant operation refused its arguments. Nothing is written or computed when one is returned.
 #[derive(Clone, Debug, PartialEq, Eq)]
@@ -20,6 +20,10 @@ pub enum QuantError {
     Unsupported { dtype: DType, op: &'static str },
     /// An activation quantized as `activation` cannot be dotted with a `row` row.
     ActivationKind { row: DType, activation: DType },
+    /// A matrix product's output slice holds `given` values where it needs `expected`.
+    OutputLen { expected: usize, given: usize },
+    /// This CPU cannot run the kernels of a [`Simd`] level.
+    Simd(Simd),
 }
 
 impl fmt::Display for QuantError {
@@ -45,6 +49,10 @@ impl fmt::Display for QuantError {
                 "{row}: rows need a {} activation, got {activation}",
                 super::activation_dtype(row).map_or("(none)", DType::name)
             ),
+            QuantError::OutputLen { expected, given } => {
+                write!(f, "the output holds {given} values, the product has {expected}")
+            }
+            QuantError::Simd(simd) => write!(f, "this CPU cannot run the {} kernels", simd.name()),
         }
     }
 }

@@ -6,7 +6,9 @@
 //! - [`dequantize_row`]: bytes to f32, bit-identical to gguf-py's reference dequantizers.
 //! - [`vec_dot_f32`]: a row dotted with f32 values, weights dequantized exactly.
 //! - [`quantize_activation`] + [`vec_dot_quantized`]: the fast path; the activation is rounded to
-//!   8-bit blocks once, then each row is dotted with integer arithmetic.
+//!   16-bit blocks once, then each row is dotted with integer arithmetic;
+//!   [`quantize_activations`] + [`ActivationRows::matmul`] do the same for many rows at once,
+//!   with SIMD kernels ([`Simd`]) where the CPU has them.
 //! - [`quantize_row`]: f32 to F32/F16/BF16/Q8_0/Q4_K/Q5_K/Q6_K, as ggml's reference quantizers.
 //!
 //! Every function checks slice lengths first and returns a [`QuantError`] on a mismatch;
@@ -25,12 +27,19 @@ mod kquantize;
 mod kquants;
 mod legacy;
 mod quantize;
+mod simd;
+#[cfg(target_arch = "x86_64")]
+mod x86;
 
-pub use activation::{activation_dtype, quantize_activation, vec_dot_quantized, ActivationQ};
+pub use activation::{
+    activation_dtype, quantize_activation, quantize_activations, vec_dot_quantized, vec_dot_quantized_with, ActivationQ,
+    ActivationRows,
+};
 pub use dequant::dequantize_row;
 pub use dot::vec_dot_f32;
 pub use error::QuantError;
 pub use quantize::quantize_row;
+pub use simd::Simd;
 
 /// A tensor element type as numbered by ggml (the `type` field of a GGUF tensor info).
 #[derive(Clone, Copy, Debug, PartialEq, Eq, Hash)]

@@ -3,16 +3,20 @@
 //! its layout preconditions do not hold, and the reference kernel runs instead.
 
 use super::reference;
-use super::tensor::{In, Out};
+use super::tensor::{Data, In, Out};
 use super::KernelError;
 use crate::graph::Op;
 use crate::quant::{self, DType};
+use std::sync::{Mutex, PoisonError};
 
 pub fn execute(op: &Op, ins: &[In], out: &mut Out, threads: usize) -> Option<Result<(), KernelError>> {
     match op {
         Op::MatMul => matmul(ins.first()?, ins.get(1)?, out, threads),
         Op::Attention { scale } => attention(ins.first()?, ins.get(1)?, ins.get(2)?, ins.get(3), *scale, out, threads),
         Op::RmsNorm { eps } => rms_norm(ins.first()?, ins.get(1)?, *eps, out),
+        Op::Add => binary(ins.first()?, ins.get(1)?, out, |a, b| a + b),
+        Op::Mul => binary(ins.first()?, ins.get(1)?, out, |a, b| a * b),
+        Op::SwiGlu => binary(ins.first()?, ins.get(1)?, out, |g, u| reference::silu(g) * u),
         _ => None,
     }
 }
@@ -29,25 +33,35 @@ fn out_is_matrix(out: &Out) -> bool {
         })
 }
 
-/// Splits `n` items into at most `threads` contiguous ranges and runs `f` on each in parallel,
-/// with the matching chunk of `data` (`stride` elements per item).
+/// Hands the items out one at a time to up to `threads` threads, the caller included, each
+/// running `f` on the ones it takes: a thread that falls behind (descheduled on a busy
+/// machine, say) just takes fewer.
+fn par_items<T: Send>(threads: usize, items: impl Iterator<Item = T> + Send, f: impl Fn(T) + Sync) {
+    let items = Mutex::new(items);
+    let work = || loop {
+        let Some(item) = items.lock().unwrap_or_else(PoisonError::into_inner).next() else { break };
+        f(item);
+    };
+    super::pool::Pool::global().run(threads, &work);
+}
+
+/// Runs `f` on the `n` items of `data` (`stride` elements each) in parallel, in contiguous
+/// ranges of items with their chunk of `data`.
 fn par_chunks<F>(data: &mut [f32], n: usize, stride: usize, threads: usize, f: F)
 where
     F: Fn(std::ops::Range<usize>, &mut [f32]) + Sync,
 {
     let threads = threads.clamp(1, n.max(1));
-    let per = n.div_ceil(threads);
+    // A few ranges per thread, so that a late thread leaves its share to the others.
+    let per = n.div_ceil(threads * 4).max(1);
     if threads == 1 || n < 2 {
         f(0..n, &mut data[..n * stride]);
         return;
     }
-    std::thread::scope(|s| {
-        for (t, chunk) in data[..n * stride].chunks_mut(per * stride).enumerate() {
-            let f = &f;
-            let start = t * per;
-            let end = (start + per).min(n);
-            s.spawn(move || f(start..end, chunk));
-        }
+    let chunks = data[..n * stride].chunks_mut(per * stride).enumerate();
+    par_items(threads, chunks, |(t, chunk)| {
+        let start = t * per;
+        f(start..(start + per).min(n), chunk);
     });
 }
 
@@ -56,67 +70,98 @@ fn matmul(w: &In, x: &In, out: &mut Out, threads: usize) -> Option<Result<(), Ke
     if !out_is_matrix(out) || w.ne[2] != 1 || w.ne[3] != 1 {
         return None;
     }
-    let m_total = out.n_rows();
+    let m = out.n_rows();
     // Gather activations as contiguous f32 rows once.
-    let mut xs = Vec::with_capacity(m_total * k);
+    let mut xs = Vec::with_capacity(m * k);
     let mut buf = Vec::new();
-    for m in 0..m_total {
-        let (i1, i2, i3) = super::tensor::row_coords(m, &x.ne);
+    for i in 0..m {
+        let (i1, i2, i3) = super::tensor::row_coords(i, &x.ne);
         xs.extend_from_slice(x.row_f32(i1, i2, i3, &mut buf));
     }
-    let rows: Vec<&[u8]> = (0..n_out).map(|n| w.row_bytes(n, 0, 0)).collect::<Option<_>>()?;
+    // The weight rows, back to back.
     let dtype = w.dtype;
-    let data = &mut out.data[out.offset / 4..];
-    // Each activation row is quantized once (Q8_0 / Q8_K, as llama.cpp does) for formats with
-    // an integer dot product; float weights dot the f32 row directly.
-    let prepared: Vec<Activation> = match xs.chunks(k.max(1)).take(m_total).map(|xrow| Activation::new(dtype, xrow)).collect() {
-        Ok(p) => p,
-        Err(e) => return Some(Err(e)),
+    let row_bytes = dtype.row_bytes(k as u64)? as usize;
+    let weights = match w.data {
+        Data::Bytes(raw) if n_out < 2 || w.nb[1] == row_bytes => raw.get(w.offset..w.offset + n_out * row_bytes)?,
+        _ => return None,
     };
-    if m_total >= threads {
-        par_chunks(data, m_total, n_out, threads, |range, chunk| {
-            for (m, out_row) in range.zip(chunk.chunks_mut(n_out)) {
-                for (o, row) in out_row.iter_mut().zip(&rows) {
-                    *o = prepared[m].dot(dtype, row);
-                }
+    let data = &mut out.data[out.offset / 4..][..m * n_out];
+    if k == 0 {
+        data.fill(0.0);
+        return Some(Ok(()));
+    }
+    // Each activation row is quantized once (16-bit blocks) for formats with an integer dot
+    // product; float weights dot the f32 rows directly.
+    let acts = match quant::quantize_activations(dtype, &xs, k) {
+        Ok(a) => a,
+        Err(e) => return Some(Err(KernelError(e.to_string()))),
+    };
+    Some(par_matmul(&acts, dtype, weights, n_out, data, threads).map_err(|e| KernelError(e.to_string())))
+}
+
+/// `data[i * rows.len() + j] = rows[j] · act i`, the weight rows split into ranges handed
+/// out to the threads: each range is read by one thread and meets every activation row.
+fn par_matmul(acts: &quant::ActivationRows, dtype: DType, weights: &[u8], n: usize, data: &mut [f32], threads: usize) -> Result<(), quant::QuantError> {
+    let (m, k) = (acts.rows(), acts.row_len());
+    // Multiply-adds worth a thread, and worth a range of rows.
+    const MIN_THREAD_WORK: usize = 1 << 16;
+    const MIN_RANGE_WORK: usize = 1 << 18;
+    let work = n.saturating_mul(m).saturating_mul(k);
+    let threads = threads.clamp(1, n.max(1)).min(work / MIN_THREAD_WORK + 1);
+    if threads == 1 {
+        return acts.matmul(dtype, weights, n, data);
+    }
+    // Several ranges per thread, so that a late thread leaves its share to the others.
+    let per = n.div_ceil(threads * 8).max(MIN_RANGE_WORK.div_ceil(m * k)).min(n);
+    let ranges = weights.chunks(per * (weights.len() / n));
+    let error = Mutex::new(None);
+    let fail = |e| *error.lock().unwrap_or_else(PoisonError::into_inner) = Some(e);
+    if m == 1 {
+        par_items(threads, ranges.zip(data.chunks_mut(per)), |(rows, out)| {
+            if let Err(e) = acts.matmul(dtype, rows, out.len(), out) {
+                fail(e);
             }
         });
     } else {
-        for (m, act) in prepared.iter().enumerate() {
-            let out_row = &mut data[m * n_out..(m + 1) * n_out];
-            par_chunks(out_row, n_out, 1, threads, |range, chunk| {
-                for (o, row) in chunk.iter_mut().zip(&rows[range]) {
-                    *o = act.dot(dtype, row);
-                }
-            });
+        // Each range fills an [m, range] block, then copies it into place.
+        let data = Mutex::new(data);
+        par_items(threads, ranges.enumerate(), |(t, rows)| {
+            let (j0, len) = (t * per, (n - t * per).min(per));
+            let mut block = vec![0f32; m * len];
+            if let Err(e) = acts.matmul(dtype, rows, len, &mut block) {
+                return fail(e);
+            }
+            let mut data = data.lock().unwrap_or_else(PoisonError::into_inner);
+            for (i, src) in block.chunks_exact(len).enumerate() {
+                data[i * n + j0..i * n + j0 + len].copy_from_slice(src);
+            }
+        });
+    }
+    match error.into_inner().unwrap_or_else(PoisonError::into_inner) {
+        Some(e) => Err(e),
+        None => Ok(()),
+    }
+}
+
+/// `out = f(a, b)` elementwise, `b` broadcast as the reference does (index modulo its
+/// shape), when out is a plain matrix and every row of `a` and `b` a contiguous f32 run of
+/// out's row length.
+fn binary(a: &In, b: &In, out: &mut Out, f: impl Fn(f32, f32) -> f32) -> Option<Result<(), KernelError>> {
+    let n = out.ne[0];
+    if !out_is_matrix(out) || a.ne != out.ne || b.ne[0] != n {
+        return None;
+    }
+    let n_rows = out.n_rows();
+    let data = &mut out.data[out.offset / 4..][..n_rows * n];
+    for (r, o) in data.chunks_exact_mut(n).enumerate() {
+        let (i1, i2, i3) = super::tensor::row_coords(r, &a.ne);
+        let x = a.f32_row(i1, i2, i3)?;
+        let y = b.f32_row(i1 % b.ne[1], i2 % b.ne[2], i3 % b.ne[3])?;
+        for ((o, &x), &y) in o.iter_mut().zip(x).zip(y) {
+            *o = f(x, y);
         }
     }
     Some(Ok(()))
-}
-
-/// An activation row ready for dot products with weight rows of one dtype.
-enum Activation<'a> {
-    F32(&'a [f32]),
-    Quantized(quant::ActivationQ),
-}
-
-impl<'a> Activation<'a> {
-    fn new(dtype: DType, x: &'a [f32]) -> Result<Activation<'a>, KernelError> {
-        if quant::activation_dtype(dtype).is_none() {
-            return Ok(Activation::F32(x));
-        }
-        quant::quantize_activation(dtype, x).map(Activation::Quantized).map_err(|e| KernelError(e.to_string()))
-    }
-
-    /// Row and activation lengths were checked when the rows were sliced (`row_bytes` of
-    /// ne0) and gathered (ne0 values), so the dot products cannot fail on length; NaN would
-    /// mark a broken invariant rather than hide it.
-    fn dot(&self, dtype: DType, row: &[u8]) -> f32 {
-        match self {
-            Activation::F32(x) => quant::vec_dot_f32(dtype, row, x).unwrap_or(f32::NAN),
-            Activation::Quantized(q) => quant::vec_dot_quantized(dtype, row, q).unwrap_or(f32::NAN),
-        }
-    }
 }
 
 fn rms_norm(x: &In, weight: &In, eps: f32, out: &mut Out) -> Option<Result<(), KernelError>> {
@@ -141,6 +186,20 @@ fn rms_norm(x: &In, weight: &In, eps: f32, out: &mut Out) -> Option<Result<(), K
     Some(Ok(()))
 }
 
+/// `Σ a[i] * b[i]` in eight interleaved partial sums, which the compiler keeps in vector
+/// registers (one running sum would be a chain of dependent adds).
+fn dot(a: &[f32], b: &[f32]) -> f32 {
+    let mut acc = [0f32; 8];
+    let (a8, b8) = (a.chunks_exact(8), b.chunks_exact(8));
+    let tail: f32 = a8.remainder().iter().zip(b8.remainder()).map(|(x, y)| x * y).sum();
+    for (x, y) in a8.zip(b8) {
+        for i in 0..8 {
+            acc[i] += x[i] * y[i];
+        }
+    }
+    acc.iter().sum::<f32>() + tail
+}
+
 /// One query row against its kv head: online softmax over contiguous K/V rows.
 fn attend(q: &[f32], k: &In, v: &In, kh: usize, n_kv: usize, scale: f32, out: &mut [f32], kbuf: &mut Vec<f32>, vbuf: &mut Vec<f32>) {
     let d = q.len();
@@ -149,7 +208,7 @@ fn attend(q: &[f32], k: &In, v: &In, kh: usize, n_kv: usize, scale: f32, out: &m
     out.iter_mut().for_each(|o| *o = 0.0);
     for j in 0..n_kv {
         let krow = k.row_f32(kh, j, 0, kbuf);
-        let s = q.iter().zip(krow).map(|(a, b)| a * b).sum::<f32>() * scale;
+        let s = dot(q, krow) * scale;
         let vrow = v.row_f32(kh, j, 0, vbuf);
         if s > max {
             let correction = (max - s).exp();

@@ -3,6 +3,7 @@
 //! reference; `HRX_KERNELS=reference`) and `fast` (threads, quantized dot products).
 
 mod fast;
+mod pool;
 pub mod reference;
 pub mod tensor;
 

@@ -50,7 +50,8 @@ fn compare(op: &Op, ins: &[In], out_ne: [usize; 4]) -> f64 {
 fn matmul_fast_matches_reference_for_every_weight_dtype_and_odd_shapes() {
     let mut rng = Rng(1);
     for dtype in [DType::F32, DType::F16, DType::BF16, DType::Q8_0, DType::Q4K, DType::Q5K, DType::Q6K] {
-        for &(k, n, m) in &[(256, 7, 1), (512, 33, 5), (256, 1, 3)] {
+        // Small products, and ones large enough for several threads and row ranges.
+        for &(k, n, m) in &[(256, 7, 1), (512, 33, 5), (256, 1, 3), (256, 300, 7), (512, 1000, 1), (256, 64, 130)] {
             let w = rng.vec(k * n);
             let row_bytes = dtype.row_bytes(k as u64).unwrap() as usize;
             let mut wq = vec![0u8; row_bytes * n];
@@ -169,4 +170,38 @@ fn out_of_range_ids_are_errors_not_panics() {
         let err = execute(&Op::GetRows, &[ti, ii], &mut out, kernels, 2).expect_err("id 4 of 4 rows");
         assert!(err.0.contains("out of range"), "{}", err.0);
     }
+}
+
+#[test]
+fn pool_runs_every_thread_and_raises_panics() {
+    use super::pool::Pool;
+    use std::sync::atomic::{AtomicUsize, Ordering};
+    let pool = Pool::global();
+    for threads in [1, 2, 3, 8] {
+        for _ in 0..200 {
+            let items = AtomicUsize::new(0);
+            let sum = AtomicUsize::new(0);
+            pool.run(threads, &|| loop {
+                let i = items.fetch_add(1, Ordering::Relaxed);
+                if i >= 100 {
+                    break;
+                }
+                // A nested run is allowed; it runs on the calling thread.
+                pool.run(threads, &|| {
+                    sum.fetch_add(i, Ordering::Relaxed);
+                });
+            });
+            assert_eq!(sum.load(Ordering::Relaxed), 4950);
+        }
+    }
+    let caught = std::panic::catch_unwind(|| {
+        pool.run(2, &|| panic!("boom"));
+    });
+    assert!(caught.is_err());
+    // The pool still works after a panic.
+    let count = AtomicUsize::new(0);
+    pool.run(2, &|| {
+        count.fetch_add(1, Ordering::Relaxed);
+    });
+    assert!(count.load(Ordering::Relaxed) >= 1);
 }

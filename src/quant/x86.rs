@@ -1,0 +1,650 @@
+//! x86-64 AVX2 kernels of the fast path ([`Simd::Avx2`](super::Simd::Avx2)): AVX2 for the
+//! integer dot products, FMA for the f32 sums, F16C for f16 scales and weights.
+//!
+//! Weight quants are widened to i16 and multiplied by their sub-block scale (every format's
+//! `q * scale` fits i16: at most 32 * 128 = 4096, Q6_K), then `_mm256_madd_epi16` multiplies
+//! them with the i16 activation and adds pairs into i32 lanes. Each lane of a block's i32
+//! accumulator sums at most 32 products below 2^31 in magnitude (Q5_K: 32 · 1953 · 32767 ≈
+//! 2.05e9; Q4_K: 9.9e8); Q6_K, whose products reach 4096 · 32767, is flushed every 128
+//! values (16 products: 2147418112 < 2^31). So the integer sums are exact, as in the scalar
+//! kernel, and only the f32 additions after them are ordered differently.
+//!
+//! Each kernel dots one weight row with `R` activation rows at once, so a block is unpacked
+//! once and its quants are reused from registers `R` times; [`drive!`] tiles a matrix
+//! product over such calls.
+//!
+//! Everything here is `#[target_feature(enable = "avx2,fma,f16c")]`: the two entry points
+//! are called only once [`Simd::Avx2`](super::Simd::Avx2) is detected. Memory is read only
+//! through the load helpers below, which take array references, so no load reaches past a
+//! slice; lengths are checked by the caller and again by slice indexing (a bug panics, it
+//! never reads out of bounds).
+
+use std::arch::x86_64::*;
+
+use super::activation::{Q8Row, Rows, SUM_LEN};
+use super::block::{visit_blocks, BlockVisitor, Unpacked};
+use super::{float, DType};
+
+/// Weight bytes of one tile: the rows of a tile stay in L2 while every group of activation
+/// rows passes over them.
+const TILE_BYTES: usize = 64 * 1024;
+
+/// Activation rows per kernel call (8 measured no faster with AVX-512's 32 registers).
+const GROUP: usize = 4;
+
+// ---------------------------------------------------------------- loads
+
+/// `s[at..at + M]` as an array.
+#[inline(always)]
+fn sub<T, const M: usize>(s: &[T], at: usize) -> &[T; M] {
+    s[at..at + M].first_chunk().expect("slice of length M")
+}
+
+#[inline]
+#[target_feature(enable = "avx2")]
+fn load_u8x32(a: &[u8; 32]) -> __m256i {
+    // SAFETY: reads exactly the 32 bytes of `a`; loadu has no alignment requirement.
+    unsafe { _mm256_loadu_si256(a.as_ptr().cast()) }
+}
+
+#[inline]
+#[target_feature(enable = "avx2")]
+fn load_u8x16(a: &[u8; 16]) -> __m128i {
+    // SAFETY: reads exactly the 16 bytes of `a`; loadu has no alignment requirement.
+    unsafe { _mm_loadu_si128(a.as_ptr().cast()) }
+}
+
+#[inline]
+#[target_feature(enable = "avx2")]
+fn load_i8x16(a: &[i8; 16]) -> __m128i {
+    // SAFETY: reads exactly the 16 bytes of `a`; loadu has no alignment requirement.
+    unsafe { _mm_loadu_si128(a.as_ptr().cast()) }
+}
+
+#[inline]
+#[target_feature(enable = "avx2")]
+fn load_i16x16(a: &[i16; 16]) -> __m256i {
+    // SAFETY: reads exactly the 32 bytes of `a`; loadu has no alignment requirement.
+    unsafe { _mm256_loadu_si256(a.as_ptr().cast()) }
+}
+
+#[inline]
+#[target_feature(enable = "avx2")]
+fn load_f32x8(a: &[f32; 8]) -> __m256 {
+    // SAFETY: reads exactly the 32 bytes of `a`; loadu has no alignment requirement.
+    unsafe { _mm256_loadu_ps(a.as_ptr()) }
+}
+
+// ---------------------------------------------------------------- small helpers
+
+/// Sum of the eight lanes.
+#[inline]
+#[target_feature(enable = "avx2")]
+fn hsum(v: __m256) -> f32 {
+    let s = _mm_add_ps(_mm256_castps256_ps128(v), _mm256_extractf128_ps::<1>(v));
+    let s = _mm_add_ps(s, _mm_movehl_ps(s, s));
+    _mm_cvtss_f32(_mm_add_ss(s, _mm_movehdup_ps(s)))
+}
+
+/// The two little-endian f16 at `b[0..2]` and `b[2..4]`, widened exactly.
+#[inline]
+#[target_feature(enable = "avx2,f16c")]
+fn f16x2(b: &[u8; 4]) -> (f32, f32) {
+    let v = _mm_cvtph_ps(_mm_cvtsi32_si128(i32::from_le_bytes(*b)));
+    (_mm_cvtss_f32(v), _mm_cvtss_f32(_mm_movehdup_ps(v)))
+}
+
+/// The little-endian f16 at `b`, widened exactly.
+#[inline]
+#[target_feature(enable = "avx2,f16c")]
+fn f16x1(b: &[u8; 2]) -> f32 {
+    _mm_cvtss_f32(_mm_cvtph_ps(_mm_cvtsi32_si128(i32::from(u16::from_le_bytes(*b)))))
+}
+
+/// Q4_K/Q5_K's packed 6-bit scales and mins ([`super::kquants::unpack_scales_k4`]) as
+/// `(scales, mins)`, one byte each, with 32-bit word operations.
+#[inline(always)]
+fn scales_k4(s: &[u8; 12]) -> ([u8; 8], [u8; 8]) {
+    let w = |i: usize| u32::from_le_bytes([s[4 * i], s[4 * i + 1], s[4 * i + 2], s[4 * i + 3]]);
+    let (w0, w1, w2) = (w(0), w(1), w(2));
+    let sc_lo = w0 & 0x3f3f_3f3f;
+    let mn_lo = w1 & 0x3f3f_3f3f;
+    let sc_hi = (w2 & 0x0f0f_0f0f) | ((w0 >> 6) & 0x0303_0303) << 4;
+    let mn_hi = ((w2 >> 4) & 0x0f0f_0f0f) | ((w1 >> 6) & 0x0303_0303) << 4;
+    let cat = |lo: u32, hi: u32| (u64::from(lo) | u64::from(hi) << 32).to_le_bytes();
+    (cat(sc_lo, sc_hi), cat(mn_lo, mn_hi))
+}
+
+// ---------------------------------------------------------------- driver
+
+/// Runs `$kernel::<R>(row, &[act; R])` over every weight row and activation row: weight
+/// rows in tiles of about [`TILE_BYTES`], activation rows in groups of [`GROUP`] (the rest
+/// one at a time), writing `out[i * rows.len() + j]`.
+macro_rules! drive {
+    ($kernel:ident($($arg:expr),*), $rows:expr, $acts:expr, $out:expr) => {{
+        let (rows, acts, out): (Rows, _, &mut [f32]) = ($rows, $acts, $out);
+        let n = rows.len();
+        let tile = (TILE_BYTES / rows.row_bytes).max(1);
+        let (groups, rest) = acts.as_chunks::<GROUP>();
+        for (t, tile_rows) in rows.tiles(tile).enumerate() {
+            let j0 = t * tile;
+            for (g, group) in groups.iter().enumerate() {
+                for (jj, row) in tile_rows.iter().enumerate() {
+                    let r = $kernel::<GROUP>($($arg,)* row, group);
+                    for (i, v) in r.into_iter().enumerate() {
+                        out[(GROUP * g + i) * n + j0 + jj] = v;
+                    }
+                }
+            }
+            for (i, a) in rest.iter().enumerate() {
+                let i = GROUP * groups.len() + i;
+                for (jj, row) in tile_rows.iter().enumerate() {
+                    out[i * n + j0 + jj] = $kernel::<1>($($arg,)* row, std::array::from_ref(a))[0];
+                }
+            }
+        }
+    }};
+}
+
+/// `out[i * rows.len() + j] = row j · acts[i]` for quantized rows of `dtype`.
+///
+/// Every row must be one whole `dtype` row of `k` values and every activation row hold `k`
+/// values in the block form of `dtype` (checked by the caller; a mismatch panics).
+#[target_feature(enable = "avx2,fma,f16c")]
+pub(crate) fn q8_matmul(dtype: DType, rows: Rows, acts: &[Q8Row], out: &mut [f32]) {
+    match dtype {
+        DType::Q4K => drive!(q4_k(), rows, acts, out),
+        DType::Q6K => drive!(q6_k(), rows, acts, out),
+        DType::Q8_0 => drive!(q8_0(), rows, acts, out),
+        _ => drive!(generic(dtype), rows, acts, out),
+    }
+}
+
+/// `out[i * rows.len() + j] = rows[j] · xs[i]` for float rows of `dtype` (F32, F16, BF16);
+/// every row holds `xs[i].len()` values (checked by the caller).
+#[target_feature(enable = "avx2,fma,f16c")]
+pub(crate) fn float_matmul(dtype: DType, rows: Rows, xs: &[&[f32]], out: &mut [f32]) {
+    match dtype {
+        DType::F16 => drive!(f16_rows(), rows, xs, out),
+        DType::BF16 => drive!(bf16_rows(), rows, xs, out),
+        DType::F32 => drive!(f32_rows(), rows, xs, out),
+        _ => {}
+    }
+}
+
+// ---------------------------------------------------------------- quantized kernels
+
+/// Per activation row, its quants as arrays of one block (`N` values).
+#[inline(always)]
+fn act_blocks<'a, const N: usize, const R: usize>(acts: &[Q8Row<'a>; R]) -> [&'a [[i16; N]]; R] {
+    std::array::from_fn(|r| acts[r].q.as_chunks::<N>().0)
+}
+
+/// Q4_K (144-byte blocks: d, dmin, 12 bytes of 6-bit scales and mins, 128 bytes of nibbles:
+/// 32 bytes per 64 values, low nibbles first).
+#[inline]
+#[target_feature(enable = "avx2,fma,f16c")]
+fn q4_k<const R: usize>(row: &[u8], acts: &[Q8Row; R]) -> [f32; R] {
+    let blocks = row.as_chunks::<144>().0;
+    let q = act_blocks::<256, R>(acts);
+    let dsums: [&[[f32; 8]]; R] = std::array::from_fn(|r| acts[r].dsums32.as_chunks::<8>().0);
+    let m4 = _mm256_set1_epi8(0x0F);
+    let mut facc = [_mm256_setzero_ps(); R];
+    for (b, blk) in blocks.iter().enumerate() {
+        let (d, dmin) = f16x2(sub(blk, 0));
+        let (sc, mn) = scales_k4(sub(blk, 4));
+        let mut iacc = [_mm256_setzero_si256(); R];
+        for j in 0..4 {
+            let v = load_u8x32(sub(blk, 16 + 32 * j));
+            let lo = _mm256_and_si256(v, m4);
+            let hi = _mm256_and_si256(_mm256_srli_epi16::<4>(v), m4);
+            let s_lo = _mm256_set1_epi16(i16::from(sc[2 * j]));
+            let s_hi = _mm256_set1_epi16(i16::from(sc[2 * j + 1]));
+            let w = [
+                _mm256_mullo_epi16(_mm256_cvtepu8_epi16(_mm256_castsi256_si128(lo)), s_lo),
+                _mm256_mullo_epi16(_mm256_cvtepu8_epi16(_mm256_extracti128_si256::<1>(lo)), s_lo),
+                _mm256_mullo_epi16(_mm256_cvtepu8_epi16(_mm256_castsi256_si128(hi)), s_hi),
+                _mm256_mullo_epi16(_mm256_cvtepu8_epi16(_mm256_extracti128_si256::<1>(hi)), s_hi),
+            ];
+            for r in 0..R {
+                let a = &q[r][b];
+                let p0 = _mm256_madd_epi16(w[0], load_i16x16(sub(a, 64 * j)));
+                let p1 = _mm256_madd_epi16(w[1], load_i16x16(sub(a, 64 * j + 16)));
+                let p2 = _mm256_madd_epi16(w[2], load_i16x16(sub(a, 64 * j + 32)));
+                let p3 = _mm256_madd_epi16(w[3], load_i16x16(sub(a, 64 * j + 48)));
+                let p = _mm256_add_epi32(_mm256_add_epi32(p0, p1), _mm256_add_epi32(p2, p3));
+                iacc[r] = _mm256_add_epi32(iacc[r], p);
+            }
+        }
+        // dmin · min_j (exact: an f16 times a 6-bit integer), times the activation's sum
+        // over sub-block j.
+        let mins = _mm256_cvtepi32_ps(_mm256_cvtepu8_epi32(_mm_cvtsi64_si128(i64::from_le_bytes(mn))));
+        let mins = _mm256_mul_ps(mins, _mm256_set1_ps(dmin));
+        for r in 0..R {
+            facc[r] = _mm256_fmadd_ps(_mm256_cvtepi32_ps(iacc[r]), _mm256_set1_ps(d * acts[r].d[b]), facc[r]);
+            facc[r] = _mm256_fnmadd_ps(mins, load_f32x8(&dsums[r][b]), facc[r]);
+        }
+    }
+    let mut out = [0f32; R];
+    for r in 0..R {
+        out[r] = hsum(facc[r]);
+    }
+    out
+}
+
+/// Q6_K (210-byte blocks: 128 bytes of low nibbles, 64 of high 2-bit pairs, 16 i8 scales,
+/// d). Per 128 values: 64 bytes of nibbles (bytes l and l+32 give values l, l+32 from their
+/// low nibbles and l+64, l+96 from their high ones) and 32 bytes of high bits (2 bits for
+/// each of the four values).
+#[inline]
+#[target_feature(enable = "avx2,fma,f16c")]
+fn q6_k<const R: usize>(row: &[u8], acts: &[Q8Row; R]) -> [f32; R] {
+    let blocks = row.as_chunks::<210>().0;
+    let q = act_blocks::<256, R>(acts);
+    let m4 = _mm256_set1_epi8(0x0F);
+    let m30 = _mm256_set1_epi8(0x30);
+    let m32 = _mm256_set1_epi8(32);
+    let mut facc = [_mm256_setzero_ps(); R];
+    for (b, blk) in blocks.iter().enumerate() {
+        let d = f16x1(sub(blk, 208));
+        let scales: &[u8; 16] = sub(blk, 192);
+        let mut dd = [_mm256_setzero_ps(); R];
+        for r in 0..R {
+            dd[r] = _mm256_set1_ps(d * acts[r].d[b]);
+        }
+        for h in 0..2 {
+            let ql0 = load_u8x32(sub(blk, 64 * h));
+            let ql1 = load_u8x32(sub(blk, 64 * h + 32));
+            let qh = load_u8x32(sub(blk, 128 + 32 * h));
+            let v = [
+                _mm256_or_si256(_mm256_and_si256(ql0, m4), _mm256_and_si256(_mm256_slli_epi16::<4>(qh), m30)),
+                _mm256_or_si256(_mm256_and_si256(ql1, m4), _mm256_and_si256(_mm256_slli_epi16::<2>(qh), m30)),
+                _mm256_or_si256(_mm256_and_si256(_mm256_srli_epi16::<4>(ql0), m4), _mm256_and_si256(qh, m30)),
+                _mm256_or_si256(
+                    _mm256_and_si256(_mm256_srli_epi16::<4>(ql1), m4),
+                    _mm256_and_si256(_mm256_srli_epi16::<2>(qh), m30),
+                ),
+            ];
+            let mut iacc = [_mm256_setzero_si256(); R];
+            for (g, &v) in v.iter().enumerate() {
+                let v = _mm256_sub_epi8(v, m32);
+                let s_a = _mm256_set1_epi16(i16::from(scales[8 * h + 2 * g] as i8));
+                let s_b = _mm256_set1_epi16(i16::from(scales[8 * h + 2 * g + 1] as i8));
+                let w0 = _mm256_mullo_epi16(_mm256_cvtepi8_epi16(_mm256_castsi256_si128(v)), s_a);
+                let w1 = _mm256_mullo_epi16(_mm256_cvtepi8_epi16(_mm256_extracti128_si256::<1>(v)), s_b);
+                for r in 0..R {
+                    let a = &q[r][b];
+                    let p0 = _mm256_madd_epi16(w0, load_i16x16(sub(a, 128 * h + 32 * g)));
+                    let p1 = _mm256_madd_epi16(w1, load_i16x16(sub(a, 128 * h + 32 * g + 16)));
+                    iacc[r] = _mm256_add_epi32(iacc[r], _mm256_add_epi32(p0, p1));
+                }
+            }
+            for r in 0..R {
+                facc[r] = _mm256_fmadd_ps(_mm256_cvtepi32_ps(iacc[r]), dd[r], facc[r]);
+            }
+        }
+    }
+    let mut out = [0f32; R];
+    for r in 0..R {
+        out[r] = hsum(facc[r]);
+    }
+    out
+}
+
+/// Q8_0 (34-byte blocks: d, 32 i8 quants).
+#[inline]
+#[target_feature(enable = "avx2,fma,f16c")]
+fn q8_0<const R: usize>(row: &[u8], acts: &[Q8Row; R]) -> [f32; R] {
+    let blocks = row.as_chunks::<34>().0;
+    let q = act_blocks::<32, R>(acts);
+    let mut facc = [_mm256_setzero_ps(); R];
+    for (b, blk) in blocks.iter().enumerate() {
+        let d = f16x1(sub(blk, 0));
+        let w0 = _mm256_cvtepi8_epi16(load_u8x16(sub(blk, 2)));
+        let w1 = _mm256_cvtepi8_epi16(load_u8x16(sub(blk, 18)));
+        for r in 0..R {
+            let a = &q[r][b];
+            let p0 = _mm256_madd_epi16(w0, load_i16x16(sub(a, 0)));
+            let p1 = _mm256_madd_epi16(w1, load_i16x16(sub(a, 16)));
+            let p = _mm256_cvtepi32_ps(_mm256_add_epi32(p0, p1));
+            facc[r] = _mm256_fmadd_ps(p, _mm256_set1_ps(d * acts[r].d[b]), facc[r]);
+        }
+    }
+    let mut out = [0f32; R];
+    for r in 0..R {
+        out[r] = hsum(facc[r]);
+    }
+    out
+}
+
+/// Any block format, through its scalar unpacker ([`visit_blocks`]); the integer dot in
+/// AVX2.
+#[inline]
+#[target_feature(enable = "avx2,fma,f16c")]
+fn generic<const R: usize>(dtype: DType, row: &[u8], acts: &[Q8Row; R]) -> [f32; R] {
+    struct Visit<'a, const R: usize> {
+        row: &'a [u8],
+        acts: &'a [Q8Row<'a>; R],
+    }
+    impl<const R: usize> BlockVisitor for Visit<'_, R> {
+        type Output = [f32; R];
+        fn visit<const B: usize, const N: usize, const S: usize>(
+            self,
+            unpack: impl Fn(&[u8; B], &mut Unpacked<N, S>),
+        ) -> [f32; R] {
+            // SAFETY: `Visit` is only made in `generic`, which runs with AVX2, FMA and F16C.
+            unsafe { generic_blocks(self.row, self.acts, unpack) }
+        }
+    }
+    visit_blocks(dtype, Visit { row, acts }).unwrap_or([0.0; R])
+}
+
+#[inline]
+#[target_feature(enable = "avx2,fma,f16c")]
+fn generic_blocks<const B: usize, const N: usize, const S: usize, const R: usize>(
+    row: &[u8],
+    acts: &[Q8Row; R],
+    unpack: impl Fn(&[u8; B], &mut Unpacked<N, S>),
+) -> [f32; R] {
+    let sub_len = N / S;
+    let blocks = row.as_chunks::<B>().0;
+    let q = act_blocks::<N, R>(acts);
+    let mut u = Unpacked::<N, S>::new();
+    let mut facc = [_mm256_setzero_ps(); R];
+    let mut mins = [0f32; R];
+    for (b, blk) in blocks.iter().enumerate() {
+        unpack(blk, &mut u);
+        let mut dd = [_mm256_setzero_ps(); R];
+        for r in 0..R {
+            dd[r] = _mm256_set1_ps(u.d * acts[r].d[b]);
+        }
+        let chunks = u.q.as_chunks::<16>().0;
+        let mut iacc = [_mm256_setzero_si256(); R];
+        for (c, qc) in chunks.iter().enumerate() {
+            let s = _mm256_set1_epi16(u.scale[c * 16 / sub_len] as i16);
+            let w = _mm256_mullo_epi16(_mm256_cvtepi8_epi16(load_i8x16(qc)), s);
+            for r in 0..R {
+                let p = _mm256_madd_epi16(w, load_i16x16(sub(&q[r][b], 16 * c)));
+                iacc[r] = _mm256_add_epi32(iacc[r], p);
+            }
+            // Flush every 128 values, and at the block's end.
+            if c % 8 == 7 || c + 1 == chunks.len() {
+                for r in 0..R {
+                    facc[r] = _mm256_fmadd_ps(_mm256_cvtepi32_ps(iacc[r]), dd[r], facc[r]);
+                    iacc[r] = _mm256_setzero_si256();
+                }
+            }
+        }
+        if u.min.iter().any(|&m| m != 0) {
+            for r in 0..R {
+                let sums = &acts[r].sums[b * (N / SUM_LEN)..(b + 1) * (N / SUM_LEN)];
+                let per = sub_len / SUM_LEN;
+                let msum: i64 = u
+                    .min
+                    .iter()
+                    .zip(sums.chunks_exact(per))
+                    .map(|(&m, s)| i64::from(m) * s.iter().map(|&v| i64::from(v)).sum::<i64>())
+                    .sum();
+                mins[r] += acts[r].d[b] * (u.dmin * msum as f32);
+            }
+        }
+    }
+    let mut out = [0f32; R];
+    for r in 0..R {
+        out[r] = hsum(facc[r]) - mins[r];
+    }
+    out
+}
+
+// ---------------------------------------------------------------- float kernels
+
+/// Float row formats, as const parameters of [`float_rows`].
+const F32: u8 = 0;
+const F16: u8 = 1;
+const BF16: u8 = 2;
+
+/// Values `i..i + 8` of a float row of format `F`, widened to f32.
+#[inline]
+#[target_feature(enable = "avx2,fma,f16c")]
+fn load_float<const F: u8>(row: &[u8], i: usize) -> __m256 {
+    match F {
+        F16 => _mm256_cvtph_ps(load_u8x16(sub(row, 2 * i))),
+        BF16 => _mm256_castsi256_ps(_mm256_slli_epi32::<16>(_mm256_cvtepu16_epi32(load_u8x16(sub(row, 2 * i))))),
+        _ => _mm256_castsi256_ps(load_u8x32(sub(row, 4 * i))),
+    }
+}
+
+/// One float row of format `F` dotted with `R` f32 rows, 16 values a step in two
+/// accumulators per row; the tail (under 16 values) is scalar.
+#[inline]
+#[target_feature(enable = "avx2,fma,f16c")]
+fn float_rows<const F: u8, const R: usize>(dtype: DType, row: &[u8], xs: &[&[f32]; R]) -> [f32; R] {
+    let k = xs[0].len();
+    let main = k - k % 16;
+    let mut acc = [[_mm256_setzero_ps(); 2]; R];
+    for i in (0..main).step_by(16) {
+        let w0 = load_float::<F>(row, i);
+        let w1 = load_float::<F>(row, i + 8);
+        for r in 0..R {
+            acc[r][0] = _mm256_fmadd_ps(w0, load_f32x8(sub(xs[r], i)), acc[r][0]);
+            acc[r][1] = _mm256_fmadd_ps(w1, load_f32x8(sub(xs[r], i + 8)), acc[r][1]);
+        }
+    }
+    let bpv = dtype.block_bytes();
+    let mut out = [0f32; R];
+    for r in 0..R {
+        let tail = if main < k { float::dot(dtype, &row[main * bpv..], &xs[r][main..]) } else { 0.0 };
+        out[r] = hsum(_mm256_add_ps(acc[r][0], acc[r][1])) + tail;
+    }
+    out
+}
+
+#[inline]
+#[target_feature(enable = "avx2,fma,f16c")]
+fn f32_rows<const R: usize>(row: &[u8], xs: &[&[f32]; R]) -> [f32; R] {
+    float_rows::<F32, R>(DType::F32, row, xs)
+}
+
+#[inline]
+#[target_feature(enable = "avx2,fma,f16c")]
+fn f16_rows<const R: usize>(row: &[u8], xs: &[&[f32]; R]) -> [f32; R] {
+    float_rows::<F16, R>(DType::F16, row, xs)
+}
+
+#[inline]
+#[target_feature(enable = "avx2,fma,f16c")]
+fn bf16_rows<const R: usize>(row: &[u8], xs: &[&[f32]; R]) -> [f32; R] {
+    float_rows::<BF16, R>(DType::BF16, row, xs)
+}
+
+// ---------------------------------------------------------------- AVX-512 kernels
+//
+// [`Simd::Avx512`](super::Simd::Avx512): the same sums as the AVX2 kernels, 32 i16 a
+// register, `vpdpwssd` (AVX512-VNNI) fusing the multiply-add and the accumulation. Each
+// i32 lane of a block's accumulators sums at most 16 products: Q6_K's 16 · 4096 · 32767 =
+// 2147418112 < 2^31, so no format needs a flush inside a block.
+
+#[inline]
+#[target_feature(enable = "avx512f")]
+fn load_f32x16(a: &[f32; 16]) -> __m512 {
+    // SAFETY: reads exactly the 64 bytes of `a`; loadu has no alignment requirement.
+    unsafe { _mm512_loadu_ps(a.as_ptr()) }
+}
+
+/// `acc + Σ pairs of w · a` per i32 lane (`vpdpwssd`), `a` read from memory. (LLVM's
+/// generic tuning often emits `vpmaddwd` + `vpaddd` instead; inline assembly forcing
+/// `vpdpwssd` measured no faster on Zen 5, whose multiply pipes bound both.)
+#[inline]
+#[target_feature(enable = "avx512f,avx512bw,avx512vnni")]
+fn dpwssd(acc: __m512i, w: __m512i, a: &[i16; 32]) -> __m512i {
+    // SAFETY: reads exactly the 64 bytes of `a`; loadu has no alignment requirement.
+    _mm512_dpwssd_epi32(acc, w, unsafe { _mm512_loadu_si512(a.as_ptr().cast()) })
+}
+
+/// `out[i * rows.len() + j] = rows[j] · acts[i]`, as [`q8_matmul`] (same preconditions).
+#[target_feature(enable = "avx512f,avx512bw,avx512vnni,avx2,fma,f16c")]
+pub(crate) fn q8_matmul_512(dtype: DType, rows: Rows, acts: &[Q8Row], out: &mut [f32]) {
+    match dtype {
+        DType::Q4K => drive!(q4_k_512(), rows, acts, out),
+        DType::Q6K => drive!(q6_k_512(), rows, acts, out),
+        DType::Q8_0 => drive!(q8_0_512(), rows, acts, out),
+        _ => q8_matmul(dtype, rows, acts, out),
+    }
+}
+
+/// `out[i * rows.len() + j] = rows[j] · xs[i]`, as [`float_matmul`] (same preconditions).
+#[target_feature(enable = "avx512f,avx512bw,avx512vnni,avx2,fma,f16c")]
+pub(crate) fn float_matmul_512(dtype: DType, rows: Rows, xs: &[&[f32]], out: &mut [f32]) {
+    match dtype {
+        DType::F16 => drive!(f16_rows_512(), rows, xs, out),
+        _ => float_matmul(dtype, rows, xs, out),
+    }
+}
+
+/// The 16-bit lanes of `v` all set to its lane `i` (i < 32).
+#[inline]
+#[target_feature(enable = "avx512f,avx512bw")]
+fn splat_i16(v: __m512i, i: i16) -> __m512i {
+    _mm512_permutexvar_epi16(_mm512_set1_epi16(i), v)
+}
+
+#[inline]
+#[target_feature(enable = "avx512f,avx512bw,avx512vnni,avx2,fma,f16c")]
+fn q4_k_512<const R: usize>(row: &[u8], acts: &[Q8Row; R]) -> [f32; R] {
+    let blocks = row.as_chunks::<144>().0;
+    let q = act_blocks::<256, R>(acts);
+    let dsums: [&[[f32; 8]]; R] = std::array::from_fn(|r| acts[r].dsums32.as_chunks::<8>().0);
+    // With several rows their chains hide vpdpwssd's latency; one row takes two.
+    let hi_slot = if R >= 4 { 0 } else { 1 };
+    let m4 = _mm256_set1_epi8(0x0F);
+    let mut facc = [_mm512_setzero_ps(); R];
+    for (b, blk) in blocks.iter().enumerate() {
+        let (d, dmin) = f16x2(sub(blk, 0));
+        let (sc, mn) = scales_k4(sub(blk, 4));
+        let scales = _mm512_castsi128_si512(_mm_cvtepu8_epi16(_mm_cvtsi64_si128(i64::from_le_bytes(sc))));
+        let mut iacc = [[_mm512_setzero_si512(); 2]; R];
+        for j in 0..4 {
+            let v = load_u8x32(sub(blk, 16 + 32 * j));
+            let lo = _mm256_and_si256(v, m4);
+            let hi = _mm256_and_si256(_mm256_srli_epi16::<4>(v), m4);
+            let w_lo = _mm512_mullo_epi16(_mm512_cvtepu8_epi16(lo), splat_i16(scales, 2 * j as i16));
+            let w_hi = _mm512_mullo_epi16(_mm512_cvtepu8_epi16(hi), splat_i16(scales, 2 * j as i16 + 1));
+            for r in 0..R {
+                let a = &q[r][b];
+                iacc[r][0] = dpwssd(iacc[r][0], w_lo, sub(a, 64 * j));
+                iacc[r][hi_slot] = dpwssd(iacc[r][hi_slot], w_hi, sub(a, 64 * j + 32));
+            }
+        }
+        // dmin · min_j (exact: an f16 times a 6-bit integer) in lanes 0..8, zeros above.
+        let mins = _mm256_cvtepi32_ps(_mm256_cvtepu8_epi32(_mm_cvtsi64_si128(i64::from_le_bytes(mn))));
+        let mins = _mm512_zextps256_ps512(_mm256_mul_ps(mins, _mm256_set1_ps(dmin)));
+        for r in 0..R {
+            let i = _mm512_cvtepi32_ps(_mm512_add_epi32(iacc[r][0], iacc[r][1]));
+            facc[r] = _mm512_fmadd_ps(i, _mm512_set1_ps(d * acts[r].d[b]), facc[r]);
+            let dsum = _mm512_zextps256_ps512(load_f32x8(&dsums[r][b]));
+            facc[r] = _mm512_fnmadd_ps(mins, dsum, facc[r]);
+        }
+    }
+    let mut out = [0f32; R];
+    for r in 0..R {
+        out[r] = _mm512_reduce_add_ps(facc[r]);
+    }
+    out
+}
+
+#[inline]
+#[target_feature(enable = "avx512f,avx512bw,avx512vnni,avx2,fma,f16c")]
+fn q6_k_512<const R: usize>(row: &[u8], acts: &[Q8Row; R]) -> [f32; R] {
+    let blocks = row.as_chunks::<210>().0;
+    let q = act_blocks::<256, R>(acts);
+    let m4 = _mm256_set1_epi8(0x0F);
+    let m30 = _mm256_set1_epi8(0x30);
+    let m32 = _mm256_set1_epi8(32);
+    let mut facc = [_mm512_setzero_ps(); R];
+    for (b, blk) in blocks.iter().enumerate() {
+        let d = f16x1(sub(blk, 208));
+        let scales = _mm512_castsi256_si512(_mm256_cvtepi8_epi16(load_u8x16(sub(blk, 192))));
+        let mut iacc = [[_mm512_setzero_si512(); 2]; R];
+        // With several rows their chains hide vpdpwssd's latency; one row takes two.
+        let slots = if R >= 4 { 1 } else { 2 };
+        for h in 0..2 {
+            let ql0 = load_u8x32(sub(blk, 64 * h));
+            let ql1 = load_u8x32(sub(blk, 64 * h + 32));
+            let qh = load_u8x32(sub(blk, 128 + 32 * h));
+            let v = [
+                _mm256_or_si256(_mm256_and_si256(ql0, m4), _mm256_and_si256(_mm256_slli_epi16::<4>(qh), m30)),
+                _mm256_or_si256(_mm256_and_si256(ql1, m4), _mm256_and_si256(_mm256_slli_epi16::<2>(qh), m30)),
+                _mm256_or_si256(_mm256_and_si256(_mm256_srli_epi16::<4>(ql0), m4), _mm256_and_si256(qh, m30)),
+                _mm256_or_si256(
+                    _mm256_and_si256(_mm256_srli_epi16::<4>(ql1), m4),
+                    _mm256_and_si256(_mm256_srli_epi16::<2>(qh), m30),
+                ),
+            ];
+            for (g, &v) in v.iter().enumerate() {
+                // 32 values: sub-blocks 8h + 2g (lanes 0..16) and 8h + 2g + 1 (lanes 16..32).
+                let first = (8 * h + 2 * g) as i16;
+                let idx = _mm512_mask_set1_epi16(_mm512_set1_epi16(first), 0xFFFF_0000, first + 1);
+                let s = _mm512_permutexvar_epi16(idx, scales);
+                let w = _mm512_mullo_epi16(_mm512_cvtepi8_epi16(_mm256_sub_epi8(v, m32)), s);
+                for r in 0..R {
+                    let a = &q[r][b];
+                    iacc[r][g % slots] = dpwssd(iacc[r][g % slots], w, sub(a, 128 * h + 32 * g));
+                }
+            }
+        }
+        for r in 0..R {
+            let i = _mm512_cvtepi32_ps(_mm512_add_epi32(iacc[r][0], iacc[r][1]));
+            facc[r] = _mm512_fmadd_ps(i, _mm512_set1_ps(d * acts[r].d[b]), facc[r]);
+        }
+    }
+    let mut out = [0f32; R];
+    for r in 0..R {
+        out[r] = _mm512_reduce_add_ps(facc[r]);
+    }
+    out
+}
+
+#[inline]
+#[target_feature(enable = "avx512f,avx512bw,avx512vnni,avx2,fma,f16c")]
+fn q8_0_512<const R: usize>(row: &[u8], acts: &[Q8Row; R]) -> [f32; R] {
+    let blocks = row.as_chunks::<34>().0;
+    let q = act_blocks::<32, R>(acts);
+    let mut facc = [_mm512_setzero_ps(); R];
+    for (b, blk) in blocks.iter().enumerate() {
+        let d = f16x1(sub(blk, 0));
+        let w = _mm512_cvtepi8_epi16(load_u8x32(sub(blk, 2)));
+        for r in 0..R {
+            let p = dpwssd(_mm512_setzero_si512(), w, &q[r][b]);
+            facc[r] = _mm512_fmadd_ps(_mm512_cvtepi32_ps(p), _mm512_set1_ps(d * acts[r].d[b]), facc[r]);
+        }
+    }
+    let mut out = [0f32; R];
+    for r in 0..R {
+        out[r] = _mm512_reduce_add_ps(facc[r]);
+    }
+    out
+}
+
+/// F16 rows, 32 values a step in two accumulators per row; the tail (under 32 values) is
+/// scalar.
+#[inline]
+#[target_feature(enable = "avx512f,avx512bw,avx512vnni,avx2,fma,f16c")]
+fn f16_rows_512<const R: usize>(row: &[u8], xs: &[&[f32]; R]) -> [f32; R] {
+    let k = xs[0].len();
+    let main = k - k % 32;
+    let mut acc = [[_mm512_setzero_ps(); 2]; R];
+    for i in (0..main).step_by(32) {
+        let w0 = _mm512_cvtph_ps(load_u8x32(sub(row, 2 * i)));
+        let w1 = _mm512_cvtph_ps(load_u8x32(sub(row, 2 * i + 32)));
+        for r in 0..R {
+            acc[r][0] = _mm512_fmadd_ps(w0, load_f32x16(sub(xs[r], i)), acc[r][0]);
+            acc[r][1] = _mm512_fmadd_ps(w1, load_f32x16(sub(xs[r], i + 16)), acc[r][1]);
+        }
+    }
+    let mut out = [0f32; R];
+    for r in 0..R {
+        let tail = if main < k { float::dot(DType::F16, &row[main * 2..], &xs[r][main..]) } else { 0.0 };
+        out[r] = _mm512_reduce_add_ps(_mm512_add_ps(acc[r][0], acc[r][1])) + tail;
+    }
+    out
+}
