@@ -64,22 +64,22 @@ fn a_recorded_plan_matches_the_cpu_executor_at_every_token_count() {
     let (graph, out) = block();
     let gpu_plan = Plan::new(graph.clone(), &VulkanRegistry).unwrap();
     assert_eq!(gpu_plan.census().cpu_nodes, 0);
-    let mut gpu = VulkanExecutor::new(&dev, gpu_plan, std::slice::from_ref(&file)).unwrap();
+    let mut gpu = VulkanExecutor::new(&dev, vec![gpu_plan], std::slice::from_ref(&file)).unwrap();
     let mut cpu = CpuExecutor::new(vec![Plan::new(graph, &CpuRegistry).unwrap()], &[file], Kernels::Reference).unwrap();
     for t in [MAX_T, 1, 7, MAX_T] {
         let x: Vec<f32> = rng.vec(N * t);
-        gpu.write_f32("x", &x).unwrap();
-        cpu.f32_buffer("x").unwrap()[..N * t].copy_from_slice(&x);
-        gpu.run(&[t]).unwrap();
+        gpu.write_f32(PlanId(0), "x", 0, &x).unwrap();
+        cpu.f32_buffer(PlanId(0), "x").unwrap()[..N * t].copy_from_slice(&x);
+        gpu.run(PlanId(0), &[t]).unwrap();
         cpu.run(PlanId(0), &[t]).unwrap();
-        let got = gpu.output(out, &[t]).unwrap();
+        let got = gpu.output(PlanId(0), out, &[t]).unwrap();
         let want = cpu.output(PlanId(0), out, &[t]).unwrap();
         let e = nmse(&got, want);
         eprintln!("executor tokens={t}: nmse {e:.3e}");
         assert_eq!(got.len(), N * t);
         assert!(e < 5e-4, "tokens={t}: nmse {e}");
     }
-    assert!(matches!(gpu.run(&[MAX_T + 1]), Err(VkError::Invalid(_))));
+    assert!(matches!(gpu.run(PlanId(0), &[MAX_T + 1]), Err(VkError::Invalid(_))));
 }
 
 #[test]
@@ -89,8 +89,9 @@ fn a_plan_with_cpu_nodes_is_refused_by_name() {
     let x = g.input("x", DType::F32, [8, 2, 1, 1], None).unwrap();
     let y = g.gelu(x, Gelu::Tanh, "act").unwrap();
     g.mark_output(y);
-    let plan = Plan::new(g, &VulkanRegistry).unwrap();
-    match VulkanExecutor::new(&dev, plan, &[]) {
+    // Planned for the CPU: every compute node is a CPU node.
+    let plan = Plan::new(g, &CpuRegistry).unwrap();
+    match VulkanExecutor::new(&dev, vec![plan], &[]) {
         Err(VkError::Invalid(m)) => assert!(m.contains("act"), "{m}"),
         Err(e) => panic!("unexpected error {e}"),
         Ok(_) => panic!("a plan with a CPU node was accepted"),

@@ -66,5 +66,5 @@ pub fn launch(kind: MatKind, w: &Operand, x: &Operand, out: &Operand, dynamic: O
         MatKind::Vec => Grid::Mat { rows: 4, cols: 1 },
         MatKind::Tiled => Grid::Mat { rows: 64, cols: 64 },
     };
-    Ok(Launch { kernel: KernelId::MatMul(kind, wt), push, grid })
+    Ok(Launch { kernel: KernelId::MatMul(kind, wt), push, grid, grid_input: None })
 }
