@@ -1,6 +1,7 @@
 //! `hrx bench`: prompt processing and generation speed, cold start and peak memory.
 
 use super::{CliError, Command};
+use crate::backend::DeviceChoice;
 use crate::cli::args::Args;
 use crate::json::Json;
 use crate::runtime::session::{PromptPiece, Session};
@@ -12,7 +13,7 @@ use std::time::Instant;
 pub const HELP: &str = "\
 hrx bench: measure speed and memory
 
-usage: hrx bench -m MODEL.gguf [-p N] [-n N] [-r N] [--threads N] [--json]
+usage: hrx bench -m MODEL.gguf [-p N] [-n N] [-r N] [--threads N] [--device D] [--json]
 
 Measures, like llama-bench: cold start (open the file, build and plan the graphs,
 bind the weights), prompt processing (pp: a prompt of N tokens in one go, tokens/s),
@@ -25,6 +26,8 @@ deviation are printed. Token ids are fixed pseudo-random ids, so any model works
   -n N               tokens for tg (default 128)
   -r N               repetitions (default 3)
   --threads N        CPU threads (default: all cores)
+  --device D         auto (default: the best Vulkan GPU, else the CPU), N (Vulkan
+                     device N, lavapipe included) or cpu; also HRX_DEVICE
   --json             one JSON object with every number
 
 environment: HRX_KERNELS=reference benchmarks the reference kernels.
@@ -54,6 +57,10 @@ fn run(mut args: Args, out: &mut dyn Write) -> Result<(), CliError> {
     let n_gen: usize = args.parsed(&["-n"])?.unwrap_or(128);
     let reps: usize = args.parsed(&["-r"])?.unwrap_or(3);
     let threads: Option<usize> = args.parsed(&["--threads"])?;
+    let device = match args.value(&["--device"])? {
+        Some(d) => DeviceChoice::parse(&d).map_err(CliError::usage)?,
+        None => DeviceChoice::from_env(),
+    };
     let json = args.flag(&["--json"]);
     if !args.finish()?.is_empty() {
         return Err(CliError::usage("bench takes no positional arguments"));
@@ -61,7 +68,7 @@ fn run(mut args: Args, out: &mut dyn Write) -> Result<(), CliError> {
     if n_prompt == 0 || n_gen == 0 || reps == 0 {
         return Err(CliError::usage("-p, -n and -r must be at least 1"));
     }
-    let options = TextOptions { n_ctx: n_prompt.max(n_gen + 8) + 8, chunk: n_prompt.min(512), ..TextOptions::default() };
+    let options = TextOptions { n_ctx: n_prompt.max(n_gen + 8) + 8, chunk: n_prompt.min(512), device, ..TextOptions::default() };
     let t0 = Instant::now();
     let mut model = TextModel::load(Path::new(&model_path), options).map_err(|e| CliError::Failed(e.to_string()))?;
     let cold_start = t0.elapsed().as_secs_f64();
@@ -97,7 +104,7 @@ fn run(mut args: Args, out: &mut dyn Write) -> Result<(), CliError> {
     if json {
         let j = Json::obj([
             ("model", Json::str(&model_path)),
-            ("backend", Json::str("cpu")),
+            ("backend", Json::str(model.backend.describe())),
             ("kernels", Json::str(format!("{:?}", model.options.kernels).to_lowercase())),
             ("threads", threads.map_or(Json::Null, |t| Json::Int(t as i128))),
             ("weight_bytes", Json::Int(weights.into())),
@@ -108,7 +115,7 @@ fn run(mut args: Args, out: &mut dyn Write) -> Result<(), CliError> {
         ]);
         writeln!(out, "{}", j.to_string_compact())?;
     } else {
-        writeln!(out, "model: {model_path} ({:.1} MiB of weights), backend cpu, {:?} kernels", weights as f64 / 1048576.0, model.options.kernels)?;
+        writeln!(out, "model: {model_path} ({:.1} MiB of weights), backend {}", weights as f64 / 1048576.0, model.backend.describe())?;
         writeln!(out, "cold start: {:.3} s", cold_start)?;
         writeln!(out, "pp{n_prompt}: {pp_mean:.1} ± {pp_sd:.1} tokens/s")?;
         writeln!(out, "tg{n_gen}: {tg_mean:.2} ± {tg_sd:.2} tokens/s")?;

@@ -7,6 +7,7 @@ use crate::cli::args::Args;
 use crate::json::Json;
 use crate::runtime::describe::{Describer, ImageOptions};
 use crate::runtime::sampler::SamplerConfig;
+use crate::backend::DeviceChoice;
 use crate::runtime::text_model::TextOptions;
 use std::io::Write;
 use std::path::{Path, PathBuf};
@@ -38,6 +39,9 @@ $HRX_MODELS and ~/.local/share/hrx/models (`hrx models` lists them).
                            sampling, as in `hrx generate` (default: greedy)
   --ctx N                  context length (default 4096)
   --threads N              CPU threads
+  --device D               where to run: auto (default: the best Vulkan GPU, else the
+                           CPU; a CPU Vulkan driver such as lavapipe only when named),
+                           N (Vulkan device N, see `hrx doctor`) or cpu; also HRX_DEVICE
   --json                   one JSON object per image per line:
                            {\"image\",\"prompt_ids\",\"tokens\",\"text\",\"stop\",\"timings\"} or {\"image\",\"error\"}
 
@@ -95,6 +99,9 @@ fn run(mut args: Args, out: &mut dyn Write) -> Result<(), CliError> {
     }
     let mut text = TextOptions::default();
     text.n_ctx = args.parsed(&["--ctx"])?.unwrap_or(text.n_ctx);
+    if let Some(d) = args.value(&["--device"])? {
+        text.device = DeviceChoice::parse(&d).map_err(CliError::usage)?;
+    }
     let threads: Option<usize> = args.parsed(&["--threads"])?;
     let json = args.flag(&["--json"]);
     let files = args.finish()?;
