@@ -3,6 +3,9 @@
 //! and small Q4_K_M models, with the CPU tests' tolerances: last-position logits within 1e-3
 //! (max abs) of HF's, greedy tokens equal wherever HF's top two are not within the tolerance.
 //! Both graphs run with zero CPU nodes, and the command buffers are recorded once, at load.
+//! `HRX_VK_ORACLE_MODELS=tiny,tiny-q8` (case folder names) restricts the models, for a device
+//! run that carries only some of them (scripts/device_vulkan_tests); the others are named as
+//! not run.
 
 mod common;
 mod vulkan_common;
@@ -99,6 +102,19 @@ fn check_images(backend: &Backend, oracle: &Path, model: &str, mmproj: &str, cas
     }
 }
 
+/// The models to run: all, or those `HRX_VK_ORACLE_MODELS` names (at least one).
+fn models() -> Vec<(&'static str, &'static str, &'static str)> {
+    let Ok(names) = std::env::var("HRX_VK_ORACLE_MODELS") else { return MODELS.to_vec() };
+    let wanted: Vec<&str> = names.split(',').map(str::trim).collect();
+    type Model = (&'static str, &'static str, &'static str);
+    let (run, skipped): (Vec<Model>, Vec<Model>) = MODELS.into_iter().partition(|m| wanted.contains(&m.2));
+    for m in &skipped {
+        eprintln!("!!!!! HRX_VK_ORACLE_MODELS={names}: NOT RUNNING {} !!!!!", m.2);
+    }
+    assert!(!run.is_empty(), "HRX_VK_ORACLE_MODELS={names} names none of the oracle models");
+    run
+}
+
 /// The test device and the oracle, or None after a loud message (a failure under CI=true).
 fn setup(tag: &str) -> Option<(Backend, std::path::PathBuf)> {
     let dev = vulkan_common::device(tag)?;
@@ -109,7 +125,7 @@ fn setup(tag: &str) -> Option<(Backend, std::path::PathBuf)> {
 #[test]
 fn text_cases_match_hf_on_vulkan() {
     let Some((backend, oracle)) = setup("oracle-text") else { return };
-    for (model, _, cases) in MODELS {
+    for (model, _, cases) in models() {
         check_text(&backend, &oracle, model, cases);
     }
 }
@@ -117,7 +133,7 @@ fn text_cases_match_hf_on_vulkan() {
 #[test]
 fn image_cases_match_hf_on_vulkan() {
     let Some((backend, oracle)) = setup("oracle-image") else { return };
-    for (model, mmproj, cases) in MODELS {
+    for (model, mmproj, cases) in models() {
         check_images(&backend, &oracle, model, mmproj, cases);
     }
 }
