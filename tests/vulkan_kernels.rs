@@ -98,7 +98,7 @@ fn check_matmul(ks: &KernelSet, rng: &mut Rng, dtype: DType, k: usize, n: usize,
     let x = Strided::new(rng, [k, cols[0], cols[1], cols[2]], 3, 5);
     let out = Strided::new(rng, [n, cols[0], cols[1], cols[2]], 1, 7);
     let x_bytes = f32_bytes(&x.data);
-    for kind in [MatKind::Vec, MatKind::Tiled] {
+    for kind in [MatKind::Vec, MatKind::Tiled, MatKind::Rows] {
         let launch = kernels::launch_mat(kind, &w_op, &x.operand(), &out.operand(), None).unwrap();
         let e = compare(ks, &Op::MatMul, &launch, [(&w_bytes, w_in), (&x_bytes, x.input())], &out, max);
         eprintln!("{:<18} K={k:<4} N={n:<3} cols={cols:?} max={max:?}: nmse {e:.3e}", launch.kernel.name());

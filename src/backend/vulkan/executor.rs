@@ -64,22 +64,36 @@ impl VulkanExecutor {
                 }
             }
         }
-        let mut storages: Vec<Buffer> = Vec::new();
+        // One storage per (name, size) across plans.
         let mut keys: Vec<(String, usize)> = Vec::new();
+        let mut exts: Vec<&External> = Vec::new();
         let mut maps = Vec::with_capacity(plans.len());
         for plan in &plans {
             let mut map = Vec::with_capacity(plan.graph.externals.len());
             for ext in &plan.graph.externals {
-                if let Some(i) = keys.iter().position(|(n, b)| *n == ext.name && *b == ext.bytes) {
-                    map.push(i);
-                    continue;
+                match keys.iter().position(|(n, b)| *n == ext.name && *b == ext.bytes) {
+                    Some(i) => map.push(i),
+                    None => {
+                        keys.push((ext.name.clone(), ext.bytes));
+                        exts.push(ext);
+                        map.push(keys.len() - 1);
+                    }
                 }
-                storages.push(storage(device, ext, files)?);
-                keys.push((ext.name.clone(), ext.bytes));
-                map.push(storages.len() - 1);
             }
             maps.push(map);
         }
+        // Storages some node writes (KV caches, outputs written into a caller's buffer) live
+        // in device memory; the other run-time buffers are inputs the host fills before each
+        // run, kept in host-visible memory and written in place (no staging copy per token).
+        let mut gpu_written = vec![false; keys.len()];
+        for (plan, map) in plans.iter().zip(&maps) {
+            for (placement, loc) in plan.placements.iter().zip(&plan.locs) {
+                if let (Placement::Run { .. }, Some(Loc::External { storage, .. })) = (placement, loc) {
+                    gpu_written[map[storage.0]] = true;
+                }
+            }
+        }
+        let storages = exts.iter().zip(&gpu_written).map(|(ext, &written)| storage(device, ext, files, written)).collect::<Result<Vec<_>>>()?;
         let arena_bytes = plans.iter().map(|p| p.arena_bytes).max().unwrap_or(0);
         let arena = device.buffer(arena_bytes as u64, Location::Device, "the arena")?;
         let ks = KernelSet::new(device);
@@ -249,10 +263,11 @@ fn record(device: &Device, ks: &KernelSet, plan: Plan, storage_of: Vec<usize>, s
 }
 
 /// The buffer of one external storage: a weight uploaded from `files`, or a zeroed run-time
-/// buffer.
-fn storage(device: &Device, ext: &External, files: &[Arc<GgufFile>]) -> Result<Buffer> {
+/// buffer (in device memory when `gpu_written`, else host-visible).
+fn storage(device: &Device, ext: &External, files: &[Arc<GgufFile>], gpu_written: bool) -> Result<Buffer> {
     if !ext.is_weight {
-        let b = device.buffer(ext.bytes as u64, Location::Device, &ext.name)?;
+        let location = if gpu_written { Location::Device } else { Location::Host };
+        let b = device.buffer(ext.bytes as u64, location, &ext.name)?;
         b.clear()?;
         return Ok(b);
     }

@@ -20,6 +20,11 @@ pub fn spirv(name: &str) -> Option<&'static [u8]> {
         "mul_mat_q8_0" => spv!("mul_mat_q8_0"),
         "mul_mat_q4_k" => spv!("mul_mat_q4_k"),
         "mul_mat_q6_k" => spv!("mul_mat_q6_k"),
+        "mul_mat_rows_f32" => spv!("mul_mat_rows_f32"),
+        "mul_mat_rows_f16" => spv!("mul_mat_rows_f16"),
+        "mul_mat_rows_q8_0" => spv!("mul_mat_rows_q8_0"),
+        "mul_mat_rows_q4_k" => spv!("mul_mat_rows_q4_k"),
+        "mul_mat_rows_q6_k" => spv!("mul_mat_rows_q6_k"),
         "binary" => spv!("binary"),
         "rms_norm" => spv!("rms_norm"),
         "get_rows_f32" => spv!("get_rows_f32"),
@@ -37,7 +42,7 @@ pub fn spirv(name: &str) -> Option<&'static [u8]> {
 }
 
 /// Every embedded module's name.
-pub const ALL: [&str; 22] = [
+pub const ALL: [&str; 27] = [
     "mul_mat_vec_f32",
     "mul_mat_vec_f16",
     "mul_mat_vec_q8_0",
@@ -48,6 +53,11 @@ pub const ALL: [&str; 22] = [
     "mul_mat_q8_0",
     "mul_mat_q4_k",
     "mul_mat_q6_k",
+    "mul_mat_rows_f32",
+    "mul_mat_rows_f16",
+    "mul_mat_rows_q8_0",
+    "mul_mat_rows_q4_k",
+    "mul_mat_rows_q6_k",
     "binary",
     "rms_norm",
     "get_rows_f32",

@@ -107,7 +107,9 @@ impl KernelId {
                 Vec F32 => "mul_mat_vec_f32", Vec F16 => "mul_mat_vec_f16", Vec Q8_0 => "mul_mat_vec_q8_0",
                 Vec Q4K => "mul_mat_vec_q4_k", Vec Q6K => "mul_mat_vec_q6_k",
                 Tiled F32 => "mul_mat_f32", Tiled F16 => "mul_mat_f16", Tiled Q8_0 => "mul_mat_q8_0",
-                Tiled Q4K => "mul_mat_q4_k", Tiled Q6K => "mul_mat_q6_k"),
+                Tiled Q4K => "mul_mat_q4_k", Tiled Q6K => "mul_mat_q6_k",
+                Rows F32 => "mul_mat_rows_f32", Rows F16 => "mul_mat_rows_f16", Rows Q8_0 => "mul_mat_rows_q8_0",
+                Rows Q4K => "mul_mat_rows_q4_k", Rows Q6K => "mul_mat_rows_q6_k"),
             KernelId::Binary(BinaryOp::Add) => "add",
             KernelId::Binary(BinaryOp::Mul) => "mul",
             KernelId::Binary(BinaryOp::SwiGlu) => "swiglu",
@@ -140,6 +142,7 @@ impl KernelId {
         match self {
             KernelId::MatMul(MatKind::Vec, w) => format!("mul_mat_vec_{}", w.suffix()),
             KernelId::MatMul(MatKind::Tiled, w) => format!("mul_mat_{}", w.suffix()),
+            KernelId::MatMul(MatKind::Rows, w) => format!("mul_mat_rows_{}", w.suffix()),
             KernelId::Binary(_) => "binary".to_owned(),
             KernelId::RmsNorm => "rms_norm".to_owned(),
             KernelId::LayerNorm => "layer_norm".to_owned(),
@@ -311,13 +314,12 @@ fn expect_f32(o: &Operand, what: &str) -> Result<()> {
 }
 
 /// The kernel and push constants for compute op `op` with `ins` (in the node's order) and
-/// `out`, or why there is none. Matrix products pick the vector kernel for at most
-/// `MatKind::VEC_MAX_COLS` output columns.
+/// `out`, or why there is none. Matrix products pick their kernel by `MatKind::choose`.
 pub fn launch(op: &Op, ins: &[Operand], out: &Operand, dynamic: Option<Dyn>) -> Result<Launch> {
     let arg = |i: usize| ins.get(i).ok_or_else(|| VkError::Invalid(format!("{} needs input {i}", op.name())));
     match op {
         Op::MatMul => {
-            let kind = MatKind::for_columns(out.ne[1] * out.ne[2] * out.ne[3]);
+            let kind = MatKind::choose(arg(0)?.ne[0], out.ne[1] * out.ne[2] * out.ne[3]);
             matmul::launch(kind, arg(0)?, arg(1)?, out, dynamic)
         }
         Op::Add => binary::launch(BinaryOp::Add, arg(0)?, arg(1)?, out, dynamic),
