@@ -17,15 +17,24 @@ use super::command::CommandBuffer;
 use super::descriptor::{DescriptorPool, Window};
 use super::device::Device;
 use super::error::{Result, VkError};
-use super::kernels::{self, KernelSet, Launch, Operand, BINDINGS, MAX_INPUTS};
+use super::kernels::{self, KernelSet, Launch, MatKind, Operand, BINDINGS, MAX_INPUTS};
 use super::memory::Location;
 use crate::gguf::GgufFile;
-use crate::graph::{External, NodeId};
+use crate::graph::{External, NodeId, Op, Value};
 use crate::hrx::{runtime_ne, Device as Where, Loc, Placement, Plan};
 use crate::quant::DType;
 use std::sync::Arc;
 
 use crate::backend::cpu::PlanId;
+
+/// One recorded dispatch.
+struct Dispatch {
+    /// The value whose run-time shape sizes the grid.
+    grid_value: NodeId,
+    /// For a matrix split over row ranges: the rows of this piece (the grid's ne0).
+    rows: Option<usize>,
+    launch: Launch,
+}
 
 struct Recorded {
     plan: Plan,
@@ -35,8 +44,7 @@ struct Recorded {
     sizes: Buffer,
     /// Three u32 workgroup counts per dispatch.
     args: Buffer,
-    /// Each dispatch: the value whose run-time shape sizes its grid, and its launch.
-    launches: Vec<(NodeId, Launch)>,
+    launches: Vec<Dispatch>,
     cmd: CommandBuffer,
 }
 
@@ -165,8 +173,12 @@ impl VulkanExecutor {
             words.push(v as u32);
         }
         let mut groups = Vec::with_capacity(3 * r.launches.len());
-        for (id, launch) in &r.launches {
-            groups.extend(launch.groups(runtime_ne(graph, *id, symbols), max_groups));
+        for d in &r.launches {
+            let mut ne = runtime_ne(graph, d.grid_value, symbols);
+            if let Some(rows) = d.rows {
+                ne[0] = rows;
+            }
+            groups.extend(d.launch.groups(ne, max_groups));
         }
         if !words.is_empty() {
             r.sizes.write_u32(0, &words)?;
@@ -198,11 +210,25 @@ impl VulkanExecutor {
 fn record(device: &Device, ks: &KernelSet, plan: Plan, storage_of: Vec<usize>, storages: &[Buffer], arena: &Buffer) -> Result<Recorded> {
     let graph = &plan.graph;
     let sizes = device.buffer(4 * graph.symbols.len().max(1) as u64, Location::Host, "run-time sizes")?;
-    let n_runs = plan.placements.iter().filter(|p| matches!(p, Placement::Run { .. })).count();
-    let args = device.buffer(12 * n_runs.max(1) as u64, Location::Host, "dispatch sizes")?;
-    let pool = DescriptorPool::new(device, n_runs.max(1) as u32, BINDINGS)?;
     let info = device.info();
     let (max_range, align) = (u64::from(info.max_storage_buffer_range), info.min_storage_buffer_offset_alignment.max(1));
+    // Dispatches: one per compute node, more for matrices split over row ranges.
+    let n_runs: usize = graph
+        .nodes
+        .iter()
+        .zip(&plan.placements)
+        .filter(|(_, p)| matches!(p, Placement::Run { .. }))
+        .map(|(n, _)| match (&n.op, n.inputs.first()) {
+            (Op::MatMul, Some(&w)) => {
+                let w = graph.value(w);
+                let fit = (max_range.saturating_sub(align) / w.nb[1].max(1) as u64) as usize / 64 * 64;
+                if fit == 0 { 1 } else { w.ne[1].div_ceil(fit).max(1) }
+            }
+            _ => 1,
+        })
+        .sum();
+    let args = device.buffer(12 * n_runs.max(1) as u64, Location::Host, "dispatch sizes")?;
+    let pool = DescriptorPool::new(device, n_runs.max(1) as u32, BINDINGS)?;
     let mut cmd = CommandBuffer::new(device)?;
     cmd.begin()?;
     let mut launches = Vec::with_capacity(n_runs);
@@ -210,56 +236,87 @@ fn record(device: &Device, ks: &KernelSet, plan: Plan, storage_of: Vec<usize>, s
         if !matches!(plan.placements[i], Placement::Run { .. }) {
             continue;
         }
-        // The window of value `id` in its buffer and its operand relative to that window.
-        let at = |id: NodeId| -> Result<(Window, Operand)> {
+        // The buffer of value `id`, its byte offset there, and the value.
+        let locate = |id: NodeId| -> Result<(&Buffer, usize, Value)> {
             let loc = plan.locs[id.0].ok_or_else(|| VkError::Invalid(format!("node {i}: value {} has no address", id.0)))?;
             let (buf, offset) = match loc {
                 Loc::Arena { offset } => (arena, offset),
                 Loc::External { storage, offset } => (&storages[storage_of[storage.0]], offset),
             };
-            let v = graph.value(id);
-            let end = (offset + v.extent_bytes()) as u64;
-            // Kernels do not bounds-check their reads: every window must lie in its buffer.
-            if end > buf.size() {
-                return Err(VkError::Invalid(format!("node {i}: value {} runs past its buffer", id.0)));
-            }
-            let start = if buf.size() <= max_range { 0 } else { offset as u64 / align * align };
-            let range = (buf.size() - start).min(max_range);
-            if end > start + range {
-                return Err(VkError::Invalid(format!(
-                    "node {i} ({}): value {} spans {} bytes, more than the device's storage-buffer range of {max_range}",
-                    node.name,
-                    id.0,
-                    end - offset as u64
-                )));
-            }
-            let operand = Operand { dtype: v.dtype, ne: v.ne, nb: v.nb, offset: offset - start as usize, dynamic: v.dyn_axis.map(Into::into) };
-            Ok((Window { buffer: buf, offset: start, range }, operand))
+            Ok((buf, offset, graph.value(id).clone()))
         };
+        let failed = |e: String| VkError::Invalid(format!("node {i} ({}): {e}", node.name));
         if node.inputs.len() > MAX_INPUTS {
             return Err(VkError::Invalid(format!("node {i} ({}): {} inputs", node.name, node.inputs.len())));
         }
-        let ins = node.inputs.iter().map(|&id| at(id)).collect::<Result<Vec<_>>>()?;
-        let (out_window, out) = at(NodeId(i))?;
-        let operands: Vec<Operand> = ins.iter().map(|(_, o)| *o).collect();
-        let launch = kernels::launch(&node.op, &operands, &out, node.value.dyn_axis.map(Into::into))
+        let ins = node.inputs.iter().map(|&id| locate(id)).collect::<Result<Vec<_>>>()?;
+        let out = locate(NodeId(i))?;
+        // A matrix whose weights span more than the storage-buffer range runs as several
+        // dispatches, each over the output rows whose weight rows fit one window.
+        let pieces = match (&node.op, ins.first()) {
+            (Op::MatMul, Some(w)) if w.2.extent_bytes() as u64 + align > max_range => {
+                let fit = ((max_range - align) / w.2.nb[1].max(1) as u64) as usize / 64 * 64;
+                if fit == 0 {
+                    return Err(VkError::Invalid(format!("node {i} ({}): one weight row exceeds the storage-buffer range", node.name)));
+                }
+                (0..w.2.ne[1]).step_by(fit).map(|r0| Some((r0, fit.min(w.2.ne[1] - r0)))).collect()
+            }
+            _ => vec![None],
+        };
+        let kind = MatKind::choose(ins.first().map_or(0, |w| w.2.ne[0]), node.value.ne[1] * node.value.ne[2] * node.value.ne[3]);
+        for piece in pieces {
+            let mut ins = ins.clone();
+            let mut out = out.clone();
+            if let Some((r0, rows)) = piece {
+                // Weight rows r0..r0 + rows, output values r0..r0 + rows of every column.
+                ins[0].1 += r0 * ins[0].2.nb[1];
+                ins[0].2.ne[1] = rows;
+                out.1 += r0 * out.2.nb[0];
+                out.2.ne[0] = rows;
+            }
+            let bound_ins = ins.iter().map(|(b, o, v)| bind_window(b, *o, v, max_range, align).map_err(failed)).collect::<Result<Vec<_>>>()?;
+            let (out_window, out_op) = bind_window(out.0, out.1, &out.2, max_range, align).map_err(failed)?;
+            let operands: Vec<Operand> = bound_ins.iter().map(|(_, o)| *o).collect();
+            let launch = match piece {
+                Some(_) => kernels::launch_mat(kind, &operands[0], &operands[1], &out_op, node.value.dyn_axis.map(Into::into)),
+                None => kernels::launch(&node.op, &operands, &out_op, node.value.dyn_axis.map(Into::into)),
+            }
             .map_err(|e| VkError::Invalid(format!("graph {} node {i} ({}): {e}", graph.name, node.name)))?;
-        let pipeline = ks.pipeline(launch.kernel)?;
-        let sizes_window = Window { buffer: &sizes, offset: 0, range: sizes.size() };
-        let mut bound = vec![sizes_window];
-        bound.extend(ins.iter().map(|(w, _)| *w));
-        while bound.len() < BINDINGS as usize - 1 {
-            bound.push(sizes_window);
+            let pipeline = ks.pipeline(launch.kernel)?;
+            let sizes_window = Window { buffer: &sizes, offset: 0, range: sizes.size() };
+            let mut bound = vec![sizes_window];
+            bound.extend(bound_ins.iter().map(|(w, _)| *w));
+            while bound.len() < BINDINGS as usize - 1 {
+                bound.push(sizes_window);
+            }
+            bound.push(out_window);
+            let set = pool.bind_windows(&pipeline, &bound)?;
+            cmd.dispatch_indirect(&pipeline, &set, &launch.push, &args, 12 * launches.len() as u64)?;
+            cmd.barrier()?;
+            let grid_value = launch.grid_input.and_then(|k| node.inputs.get(k).copied()).unwrap_or(NodeId(i));
+            launches.push(Dispatch { grid_value, rows: piece.map(|(_, rows)| rows), launch });
         }
-        bound.push(out_window);
-        let set = pool.bind_windows(&pipeline, &bound)?;
-        cmd.dispatch_indirect(&pipeline, &set, &launch.push, &args, 12 * launches.len() as u64)?;
-        cmd.barrier()?;
-        let grid_value = launch.grid_input.and_then(|k| node.inputs.get(k).copied()).unwrap_or(NodeId(i));
-        launches.push((grid_value, launch));
     }
     cmd.finish()?;
     Ok(Recorded { plan, storage_of, sizes, args, launches, cmd })
+}
+
+/// The window of a value at byte `offset` of `buf`, and its operand relative to that window:
+/// the whole buffer when it fits the storage-buffer range, else a window starting at the
+/// value (aligned down to the offset alignment).
+fn bind_window<'a>(buf: &'a Buffer, offset: usize, v: &Value, max_range: u64, align: u64) -> std::result::Result<(Window<'a>, Operand), String> {
+    let end = (offset + v.extent_bytes()) as u64;
+    // Kernels do not bounds-check their reads: every window must lie in its buffer.
+    if end > buf.size() {
+        return Err("a value runs past its buffer".to_owned());
+    }
+    let start = if buf.size() <= max_range { 0 } else { offset as u64 / align * align };
+    let range = (buf.size() - start).min(max_range);
+    if end > start + range {
+        return Err(format!("a value spans {} bytes, more than the device's storage-buffer range of {max_range}", end - offset as u64));
+    }
+    let operand = Operand { dtype: v.dtype, ne: v.ne, nb: v.nb, offset: offset - start as usize, dynamic: v.dyn_axis.map(Into::into) };
+    Ok((Window { buffer: buf, offset: start, range }, operand))
 }
 
 /// The buffer of one external storage: a weight uploaded from `files`, or a zeroed run-time
