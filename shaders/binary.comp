@@ -9,7 +9,7 @@ layout(constant_id = 0) const uint OP = 0u;
 
 layout(set = 0, binding = 1) readonly buffer A { float a[]; };
 layout(set = 0, binding = 2) readonly buffer B { float b[]; };
-layout(set = 0, binding = 3) writeonly buffer D { float d[]; };
+layout(set = 0, binding = 5) writeonly buffer D { float d[]; };
 
 layout(push_constant) uniform Params {
     uvec4 ne;    // output shape (maximal)

@@ -3,7 +3,7 @@
 
 layout(set = 0, binding = 1) readonly buffer W { uint w[]; };
 layout(set = 0, binding = 2) readonly buffer X { float x[]; };
-layout(set = 0, binding = 3) writeonly buffer D { float d[]; };
+layout(set = 0, binding = 5) writeonly buffer D { float d[]; };
 
 layout(push_constant) uniform Params {
     uvec4 ne;      // output shape: N (rows of w), M, n2, n3 (maximal)

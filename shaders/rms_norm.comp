@@ -9,7 +9,7 @@ layout(local_size_x = 256) in;
 
 layout(set = 0, binding = 1) readonly buffer X { float x[]; };
 layout(set = 0, binding = 2) readonly buffer Wt { float wt[]; };
-layout(set = 0, binding = 3) writeonly buffer D { float d[]; };
+layout(set = 0, binding = 5) writeonly buffer D { float d[]; };
 
 layout(push_constant) uniform Params {
     uvec4 ne;    // shape (maximal)

@@ -5,6 +5,7 @@ mod common;
 
 use common::cases::{greedy_agreement, max_abs_diff, top_logprob_gap, Case};
 use hrx::backend::cpu::Kernels;
+use hrx::backend::DeviceChoice;
 use hrx::runtime::generate::{generate, GenerateConfig};
 use hrx::runtime::sampler::SamplerConfig;
 use hrx::runtime::session::{PromptPiece, Session};
@@ -31,7 +32,7 @@ const VARIANTS: &[Variant] = &[
 fn check(variant: &Variant, kernels: Kernels) {
     let Some(oracle) = common::oracle() else { return };
     let tol = if kernels == Kernels::Reference { variant.tol_reference } else { variant.tol_fast };
-    let options = TextOptions { n_ctx: 512, chunk: 128, max_outputs: 1, kernels };
+    let options = TextOptions { n_ctx: 512, chunk: 128, max_outputs: 1, kernels, device: DeviceChoice::Cpu };
     let mut model = TextModel::load(&oracle.join("models").join(variant.model), options).expect("model loads");
     for name in ["T1", "T2", "T3"] {
         let case = Case::load(&oracle.join("cases").join(variant.cases), name);

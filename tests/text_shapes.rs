@@ -3,6 +3,7 @@
 //! with the reference ones, and chunked prefill agrees with one-call prefill.
 
 use hrx::backend::cpu::Kernels;
+use hrx::backend::DeviceChoice;
 use hrx::model::synth::{text_model, TextSpec, WeightFormat};
 use hrx::runtime::session::{PromptPiece, Session};
 use hrx::runtime::text_model::{TextModel, TextOptions};
@@ -15,7 +16,7 @@ fn write(spec: &TextSpec, name: &str) -> PathBuf {
 }
 
 fn last_logits(path: &std::path::Path, kernels: Kernels, chunk: usize, prompt: &[u32]) -> Vec<f32> {
-    let mut model = TextModel::load(path, TextOptions { n_ctx: 64, chunk, max_outputs: 1, kernels }).expect("loads");
+    let mut model = TextModel::load(path, TextOptions { n_ctx: 64, chunk, max_outputs: 1, kernels, device: DeviceChoice::Cpu }).expect("loads");
     let pieces: Vec<PromptPiece> = prompt.iter().map(|&t| PromptPiece::Token(t)).collect();
     Session::new().feed(&mut model, &pieces).expect("runs")
 }

@@ -6,7 +6,7 @@ mod vulkan_common;
 
 use hrx::backend::vulkan::kernels::{KernelId, KernelSet};
 use hrx::backend::vulkan::{
-    pick, CommandBuffer, DescriptorPool, Device, DeviceOptions, Instance, Location, Pipeline, PipelineSpec, Selection, VkError,
+    pick, CommandBuffer, DescriptorPool, Device, DeviceOptions, Instance, Location, Pipeline, PipelineSpec, Selection, VkError, Window,
 };
 
 #[test]
@@ -90,10 +90,18 @@ fn bad_spirv_and_push_constants_are_typed_errors() {
     assert!(matches!(Pipeline::new(&dev, &too_big), Err(VkError::Pipeline { .. })));
     let ks = KernelSet::new(&dev);
     let p = ks.pipeline(KernelId::RmsNorm).unwrap();
-    let bufs: Vec<_> = (0..4).map(|_| dev.buffer(64, Location::Device, "b").unwrap()).collect();
-    let pool = DescriptorPool::new(&dev, 1, 4).unwrap();
+    let bufs: Vec<_> = (0..6).map(|_| dev.buffer(64, Location::Device, "b").unwrap()).collect();
+    let pool = DescriptorPool::new(&dev, 1, 6).unwrap();
     assert!(matches!(pool.bind(&p, &[&bufs[0]]), Err(VkError::Invalid(_))));
-    let set = pool.bind(&p, &[&bufs[0], &bufs[1], &bufs[2], &bufs[3]]).unwrap();
+    // A window past its buffer's end, and one at a misaligned offset, are refused.
+    let w = |b, offset, range| Window { buffer: b, offset, range };
+    let mut windows: Vec<Window> = bufs.iter().map(|b| w(b, 0, 64)).collect();
+    windows[2] = w(&bufs[2], 0, 68);
+    assert!(matches!(pool.bind_windows(&p, &windows), Err(VkError::Invalid(_))));
+    windows[2] = w(&bufs[2], 1, 4);
+    assert!(matches!(pool.bind_windows(&p, &windows), Err(VkError::Invalid(_))));
+    let refs: Vec<&_> = bufs.iter().collect();
+    let set = pool.bind(&p, &refs).unwrap();
     let mut cmd = CommandBuffer::new(&dev).unwrap();
     cmd.begin().unwrap();
     assert!(matches!(cmd.dispatch(&p, &set, &[0; 3], [1, 1, 1]), Err(VkError::Invalid(_))));

@@ -64,22 +64,22 @@ fn a_recorded_plan_matches_the_cpu_executor_at_every_token_count() {
     let (graph, out) = block();
     let gpu_plan = Plan::new(graph.clone(), &VulkanRegistry).unwrap();
     assert_eq!(gpu_plan.census().cpu_nodes, 0);
-    let mut gpu = VulkanExecutor::new(&dev, gpu_plan, std::slice::from_ref(&file)).unwrap();
+    let mut gpu = VulkanExecutor::new(&dev, vec![gpu_plan], std::slice::from_ref(&file)).unwrap();
     let mut cpu = CpuExecutor::new(vec![Plan::new(graph, &CpuRegistry).unwrap()], &[file], Kernels::Reference).unwrap();
     for t in [MAX_T, 1, 7, MAX_T] {
         let x: Vec<f32> = rng.vec(N * t);
-        gpu.write_f32("x", &x).unwrap();
+        gpu.write_f32(PlanId(0), "x", 0, &x).unwrap();
         cpu.f32_buffer(PlanId(0), "x").unwrap()[..N * t].copy_from_slice(&x);
-        gpu.run(&[t]).unwrap();
+        gpu.run(PlanId(0), &[t]).unwrap();
         cpu.run(PlanId(0), &[t]).unwrap();
-        let got = gpu.output(out, &[t]).unwrap();
+        let got = gpu.output(PlanId(0), out, &[t]).unwrap();
         let want = cpu.output(PlanId(0), out, &[t]).unwrap();
         let e = nmse(&got, want);
         eprintln!("executor tokens={t}: nmse {e:.3e}");
         assert_eq!(got.len(), N * t);
         assert!(e < 5e-4, "tokens={t}: nmse {e}");
     }
-    assert!(matches!(gpu.run(&[MAX_T + 1]), Err(VkError::Invalid(_))));
+    assert!(matches!(gpu.run(PlanId(0), &[MAX_T + 1]), Err(VkError::Invalid(_))));
 }
 
 #[test]
@@ -89,10 +89,85 @@ fn a_plan_with_cpu_nodes_is_refused_by_name() {
     let x = g.input("x", DType::F32, [8, 2, 1, 1], None).unwrap();
     let y = g.gelu(x, Gelu::Tanh, "act").unwrap();
     g.mark_output(y);
-    let plan = Plan::new(g, &VulkanRegistry).unwrap();
-    match VulkanExecutor::new(&dev, plan, &[]) {
+    // Planned for the CPU: every compute node is a CPU node.
+    let plan = Plan::new(g, &CpuRegistry).unwrap();
+    match VulkanExecutor::new(&dev, vec![plan], &[]) {
         Err(VkError::Invalid(m)) => assert!(m.contains("act"), "{m}"),
         Err(e) => panic!("unexpected error {e}"),
         Ok(_) => panic!("a plan with a CPU node was accepted"),
     }
+}
+
+/// A storage larger than the device's storage-buffer range (lavapipe: 128 MiB) is bound as a
+/// window around each value read from it, the rest of the offset going to the kernel; a
+/// value that itself spans more than the range is refused by name. On devices whose range
+/// exceeds 1 GiB (NVIDIA: 4 GiB) the same graph binds the whole buffer.
+#[test]
+fn values_far_into_a_buffer_past_the_storage_range_are_windowed() {
+    let Some(dev) = vulkan_common::device("executor-window") else { return };
+    let range = dev.info().max_storage_buffer_range as usize;
+    let big = if range <= 1 << 30 { range + (8 << 20) } else { 64 << 20 };
+    let (n, rows) = (300, 5);
+    let mut g = Graph::new("window");
+    let storage = g.external_storage("big", DType::F32, big, false);
+    // A window whose first byte lies past the range (not aligned to the offset alignment).
+    let offset = big - 4 * n * rows - 4 * 7;
+    let x = g.external_window("x", storage, offset, [n, rows, 1, 1], [4, 4 * n, 4 * n * rows, 4 * n * rows], None).unwrap();
+    let y = g.add(x, x, "double").unwrap();
+    g.mark_output(y);
+    let plan = Plan::new(g, &VulkanRegistry).unwrap();
+    let mut gpu = VulkanExecutor::new(&dev, vec![plan], &[]).unwrap();
+    let xs: Vec<f32> = Rng(12).vec(n * rows);
+    gpu.write_f32(PlanId(0), "big", offset / 4, &xs).unwrap();
+    gpu.run(PlanId(0), &[]).unwrap();
+    let got = gpu.output(PlanId(0), y, &[]).unwrap();
+    let want: Vec<f32> = xs.iter().map(|v| v + v).collect();
+    assert_eq!(got, want);
+    if range <= 1 << 30 {
+        // A value spanning the whole buffer cannot be bound on this device.
+        let mut g = Graph::new("too-wide");
+        let storage = g.external_storage("big", DType::F32, big, false);
+        let cols = big / 4 / 1024;
+        let x = g.external_window("x", storage, 0, [1024, cols, 1, 1], [4, 4096, 4096 * cols, 4096 * cols], None).unwrap();
+        let y = g.add(x, x, "wide_add").unwrap();
+        g.mark_output(y);
+        match VulkanExecutor::new(&dev, vec![Plan::new(g, &VulkanRegistry).unwrap()], &[]) {
+            Err(VkError::Invalid(m)) => assert!(m.contains("wide_add") && m.contains("storage-buffer range"), "{m}"),
+            Err(e) => panic!("unexpected error {e}"),
+            Ok(_) => panic!("a value wider than the storage-buffer range was accepted"),
+        }
+    }
+}
+
+/// A matrix whose weights span more than the storage-buffer range runs as several dispatches
+/// over row ranges, each binding a window of the weights, and matches the CPU executor (on
+/// devices whose range exceeds 1 GiB the weights are smaller and bound whole).
+#[test]
+fn weights_past_the_storage_range_are_split_by_rows() {
+    let Some(dev) = vulkan_common::device("executor-split") else { return };
+    let range = dev.info().max_storage_buffer_range as usize;
+    let k = 256;
+    let n = if range <= 1 << 30 { range / (4 * k) + 3001 } else { 16_001 };
+    let mut rng = Rng(13);
+    let mut w = GgufWriter::new();
+    let data: Vec<u8> = (0..k * n).flat_map(|_| (rng.uniform() / 16.0).to_le_bytes()).collect();
+    w.add_tensor("big", DType::F32, &[k as u64, n as u64], data).unwrap();
+    let file = Arc::new(GgufFile::from_bytes("big.gguf", w.to_bytes()).unwrap());
+    let mut g = Graph::new("split");
+    let x = g.input("x", DType::F32, [k, 2, 1, 1], None).unwrap();
+    let wt = g.weight("big", DType::F32, [k, n, 1, 1]).unwrap();
+    let y = g.matmul(wt, x, "logits").unwrap();
+    g.mark_output(y);
+    let mut gpu = VulkanExecutor::new(&dev, vec![Plan::new(g.clone(), &VulkanRegistry).unwrap()], std::slice::from_ref(&file)).unwrap();
+    let mut cpu = CpuExecutor::new(vec![Plan::new(g, &CpuRegistry).unwrap()], &[file], Kernels::Reference).unwrap();
+    let xs = rng.vec(2 * k);
+    gpu.write_f32(PlanId(0), "x", 0, &xs).unwrap();
+    cpu.f32_buffer(PlanId(0), "x").unwrap().copy_from_slice(&xs);
+    gpu.run(PlanId(0), &[]).unwrap();
+    cpu.run(PlanId(0), &[]).unwrap();
+    let got = gpu.output(PlanId(0), y, &[]).unwrap();
+    let e = nmse(&got, cpu.output(PlanId(0), y, &[]).unwrap());
+    eprintln!("split matmul {k}x{n} ({} MiB of weights, range {} MiB): nmse {e:.3e}", k * n * 4 >> 20, range >> 20);
+    assert_eq!(got.len(), 2 * n);
+    assert!(e < 5e-4, "nmse {e}");
 }

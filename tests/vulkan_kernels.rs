@@ -9,7 +9,7 @@ use hrx::backend::cpu::tensor::{Data, In, Out};
 use hrx::backend::cpu::{execute, Kernels};
 use hrx::backend::vulkan::kernels::{self, Dyn, KernelSet, Launch, MatKind, Operand};
 use hrx::backend::vulkan::{CommandBuffer, DescriptorPool, Location};
-use hrx::graph::{contiguous_strides, Op};
+use hrx::graph::{contiguous_strides, Gelu, Op, RopeKind};
 use hrx::quant::{quantize_row, DType};
 use vulkan_common::{f32_bytes, nmse, run, upload, Rng};
 
@@ -38,7 +38,7 @@ impl Strided {
     }
 
     fn operand(&self) -> Operand {
-        Operand { dtype: DType::F32, ne: self.ne, nb: self.nb, offset: self.offset }
+        Operand { dtype: DType::F32, ne: self.ne, nb: self.nb, offset: self.offset, dynamic: None }
     }
 
     fn input(&self) -> In<'_> {
@@ -67,7 +67,7 @@ fn compare(ks: &KernelSet, op: &Op, launch: &Launch, ins: [(&[u8], In); 2], out:
     let bufs = ins.map(|(bytes, _)| upload(dev, bytes, 0));
     let out_buf = dev.buffer((out.data.len() * 4) as u64, Location::Device, "test output").unwrap();
     out_buf.write_f32(0, &vec![f32::NAN; out.data.len()]).unwrap();
-    run(ks, launch, &[], [&bufs[0], &bufs[1]], &out_buf, out.ne, max);
+    run(ks, launch, &[], &[&bufs[0], &bufs[1]], &out_buf, out.ne, max);
     let got = out.gather(&out_buf.read_f32(0, out.data.len()).unwrap());
     let mut want_store = vec![0.0; out.data.len()];
     let mut o = Out { data: &mut want_store, offset: out.offset, ne: out.ne, nb: out.nb };
@@ -93,12 +93,12 @@ fn check_matmul(ks: &KernelSet, rng: &mut Rng, dtype: DType, k: usize, n: usize,
     let mut w_bytes = vec![0u8; w_off];
     w_bytes.extend(quantized(rng, dtype, k, n));
     let w_ne = [k, n, 1, 1];
-    let w_op = Operand { dtype, ne: w_ne, nb: contiguous_strides(dtype, w_ne), offset: w_off };
+    let w_op = Operand { dtype, ne: w_ne, nb: contiguous_strides(dtype, w_ne), offset: w_off, dynamic: None };
     let w_in = In { data: Data::Bytes(&w_bytes), dtype, offset: w_off, ne: w_ne, nb: w_op.nb };
     let x = Strided::new(rng, [k, cols[0], cols[1], cols[2]], 3, 5);
     let out = Strided::new(rng, [n, cols[0], cols[1], cols[2]], 1, 7);
     let x_bytes = f32_bytes(&x.data);
-    for kind in [MatKind::Vec, MatKind::Tiled] {
+    for kind in [MatKind::Vec, MatKind::Tiled, MatKind::Rows] {
         let launch = kernels::launch_mat(kind, &w_op, &x.operand(), &out.operand(), None).unwrap();
         let e = compare(ks, &Op::MatMul, &launch, [(&w_bytes, w_in), (&x_bytes, x.input())], &out, max);
         eprintln!("{:<18} K={k:<4} N={n:<3} cols={cols:?} max={max:?}: nmse {e:.3e}", launch.kernel.name());
@@ -209,7 +209,7 @@ fn one_recording_replays_for_any_token_count() {
     let (k, n, max_m) = (512, 40, 24);
     let w_bytes = quantized(&mut rng, DType::Q4K, k, n);
     let w_ne = [k, n, 1, 1];
-    let w_op = Operand { dtype: DType::Q4K, ne: w_ne, nb: contiguous_strides(DType::Q4K, w_ne), offset: 0 };
+    let w_op = Operand { dtype: DType::Q4K, ne: w_ne, nb: contiguous_strides(DType::Q4K, w_ne), offset: 0, dynamic: None };
     let x = rng.vec(k * max_m);
     let x_op = Operand::contiguous(DType::F32, [k, max_m, 1, 1], 0);
     let d_op = Operand::contiguous(DType::F32, [n, max_m, 1, 1], 0);
@@ -219,14 +219,14 @@ fn one_recording_replays_for_any_token_count() {
     let d_buf = dev.buffer((n * max_m * 4) as u64, Location::Device, "d").unwrap();
     let sizes = dev.buffer(4, Location::Host, "sizes").unwrap();
     let args = dev.buffer(24, Location::Host, "indirect args").unwrap();
-    let pool = DescriptorPool::new(dev, 2, 4).unwrap();
+    let pool = DescriptorPool::new(dev, 2, kernels::BINDINGS).unwrap();
     let mut cmd = CommandBuffer::new(dev).unwrap();
     cmd.begin().unwrap();
     let mut launches = Vec::new();
     for (i, kind) in [MatKind::Tiled, MatKind::Vec].into_iter().enumerate() {
         let launch = kernels::launch_mat(kind, &w_op, &x_op, &d_op, dynamic).unwrap();
         let pipeline = ks.pipeline(launch.kernel).unwrap();
-        let set = pool.bind(&pipeline, &[&sizes, &w_buf, &x_buf, &d_buf]).unwrap();
+        let set = pool.bind(&pipeline, &[&sizes, &w_buf, &x_buf, &sizes, &sizes, &d_buf]).unwrap();
         cmd.dispatch_indirect(&pipeline, &set, &launch.push, &args, 12 * i as u64).unwrap();
         cmd.barrier().unwrap();
         launches.push(launch);
@@ -262,14 +262,212 @@ fn one_recording_replays_for_any_token_count() {
 fn operands_no_kernel_takes_are_refused() {
     let f32_op = |ne| Operand::contiguous(DType::F32, ne, 0);
     let x = f32_op([64, 2, 1, 1]);
-    // Q5_K weights, a K mismatch, a misaligned f32 offset, GELU: all refused, none panic.
+    // Q5_K weights, a K mismatch, a misaligned f32 offset, a GELU changing shape: all
+    // refused, none panic.
     let q5 = Operand::contiguous(DType::Q5K, [256, 4, 1, 1], 0);
     assert!(kernels::launch(&Op::MatMul, &[q5, f32_op([256, 2, 1, 1])], &f32_op([4, 2, 1, 1]), None).is_err());
     assert!(kernels::launch(&Op::MatMul, &[f32_op([63, 4, 1, 1]), x], &f32_op([4, 2, 1, 1]), None).is_err());
     let shifted = Operand { offset: 2, ..x };
     assert!(kernels::launch(&Op::Add, &[shifted, x], &x, None).is_err());
     assert!(kernels::launch(&Op::Add, &[x, f32_op([3, 1, 1, 1])], &x, None).is_err());
-    assert!(kernels::launch(&Op::Gelu(hrx::graph::Gelu::Erf), &[x], &x, None).is_err());
+    assert!(kernels::launch(&Op::Gelu(hrx::graph::Gelu::Erf), &[x], &f32_op([3, 1, 1, 1]), None).is_err());
     assert!(kernels::launch(&Op::Add, &[x], &x, None).is_err());
     assert!(kernels::launch(&Op::Add, &[x, x], &x, None).is_ok());
+}
+
+/// An input of a general comparison: its bytes (uploaded as a buffer) and its CPU view.
+struct Arg<'a> {
+    bytes: Vec<u8>,
+    view: In<'a>,
+}
+
+fn f32_arg(s: &Strided) -> Arg<'_> {
+    Arg { bytes: f32_bytes(&s.data), view: s.input() }
+}
+
+fn i32_arg(v: &[i32], ne: [usize; 4]) -> Arg<'_> {
+    Arg { bytes: v.iter().flat_map(|x| x.to_le_bytes()).collect(), view: In { data: Data::I32(v), dtype: DType::I32, offset: 0, ne, nb: contiguous_strides(DType::I32, ne) } }
+}
+
+fn i32_operand(ne: [usize; 4]) -> Operand {
+    Operand::contiguous(DType::I32, ne, 0)
+}
+
+/// Runs `op` on the GPU and the CPU reference with any inputs; the output store starts as
+/// `init` on both sides (NaN on the GPU when None, so unwritten elements show). The grid
+/// follows `grid_ne`. Returns the NMSE over the output's elements.
+fn compare_args(ks: &KernelSet, op: &Op, launch: &Launch, args: &[Arg], out: &Strided, init: Option<&[f32]>, grid_ne: [usize; 4]) -> f64 {
+    let dev = ks.device();
+    let bufs: Vec<_> = args.iter().map(|a| upload(dev, &a.bytes, 0)).collect();
+    let refs: Vec<_> = bufs.iter().collect();
+    let out_buf = dev.buffer((out.data.len() * 4) as u64, Location::Device, "test output").unwrap();
+    let start = init.map_or_else(|| vec![f32::NAN; out.data.len()], <[f32]>::to_vec);
+    out_buf.write_f32(0, &start).unwrap();
+    run(ks, launch, &[], &refs, &out_buf, grid_ne, None);
+    let got_store = out_buf.read_f32(0, out.data.len()).unwrap();
+    let mut want_store = init.map_or_else(|| vec![0.0; out.data.len()], <[f32]>::to_vec);
+    let mut o = Out { data: &mut want_store, offset: out.offset, ne: out.ne, nb: out.nb };
+    let views: Vec<In> = args.iter().map(|a| a.view).collect();
+    execute(op, &views, &mut o, Kernels::Reference, 1).unwrap();
+    let (got, want) = (out.gather(&got_store), out.gather(&want_store));
+    assert!(got.iter().all(|v| v.is_finite()), "{}: non-finite output (an element was not written)", launch.kernel.name());
+    nmse(&got, &want)
+}
+
+#[test]
+fn get_rows_of_every_table_type() {
+    let Some(ks) = kernel_set("get-rows") else { return };
+    let mut rng = Rng(21);
+    for dtype in [DType::F32, DType::F16, DType::Q8_0, DType::Q4K, DType::Q6K] {
+        let (k, rows, n) = (if dtype.block_len() > 32 { 512 } else { 96 }, 37, 11);
+        let table_bytes = quantized(&mut rng, dtype, k, rows);
+        let t_ne = [k, rows, 1, 1];
+        let t_op = Operand { dtype, ne: t_ne, nb: contiguous_strides(dtype, t_ne), offset: 0, dynamic: None };
+        let ids: Vec<i32> = (0..n).map(|_| (rng.next_u64() % rows as u64) as i32).collect();
+        let out = Strided::new(&mut rng, [k, n, 1, 1], 3, 2);
+        let launch = kernels::launch(&Op::GetRows, &[t_op, i32_operand([n, 1, 1, 1])], &out.operand(), None).unwrap();
+        let table = Arg { view: In { data: Data::Bytes(&table_bytes), dtype, offset: 0, ne: t_ne, nb: t_op.nb }, bytes: table_bytes.clone() };
+        let e = compare_args(&ks, &Op::GetRows, &launch, &[table, i32_arg(&ids, [n, 1, 1, 1])], &out, None, out.ne);
+        eprintln!("{:<22} {t_ne:?} x {n}: nmse {e:.3e}", launch.kernel.name());
+        assert!(e < ELEM_NMSE, "get_rows {dtype}: nmse {e}");
+    }
+}
+
+#[test]
+fn get_rows_weighted_f32_and_f16_tables() {
+    let Some(ks) = kernel_set("get-rows-w") else { return };
+    let mut rng = Rng(22);
+    let (k, rows, taps, n) = (40, 29, 4, 13);
+    for dtype in [DType::F32, DType::F16] {
+        let table_bytes = quantized(&mut rng, dtype, k, rows);
+        let t_ne = [k, rows, 1, 1];
+        let t_op = Operand { dtype, ne: t_ne, nb: contiguous_strides(dtype, t_ne), offset: 0, dynamic: None };
+        let ids: Vec<i32> = (0..taps * n).map(|_| (rng.next_u64() % rows as u64) as i32).collect();
+        let weights = Strided::new(&mut rng, [taps, n, 1, 1], 0, 0);
+        let out = Strided::new(&mut rng, [k, n, 1, 1], 1, 0);
+        let op = Op::GetRowsWeighted;
+        let launch = kernels::launch(&op, &[t_op, i32_operand([taps, n, 1, 1]), weights.operand()], &out.operand(), None).unwrap();
+        let table = Arg { view: In { data: Data::Bytes(&table_bytes), dtype, offset: 0, ne: t_ne, nb: t_op.nb }, bytes: table_bytes.clone() };
+        let e = compare_args(&ks, &op, &launch, &[table, i32_arg(&ids, [taps, n, 1, 1]), f32_arg(&weights)], &out, None, out.ne);
+        eprintln!("{:<22} {t_ne:?} x {taps}x{n}: nmse {e:.3e}", launch.kernel.name());
+        assert!(e < ELEM_NMSE, "get_rows_weighted {dtype}: nmse {e}");
+    }
+}
+
+#[test]
+fn set_rows_writes_only_the_given_rows() {
+    let Some(ks) = kernel_set("set-rows") else { return };
+    let mut rng = Rng(23);
+    let (w, slots, n) = (48, 19, 5);
+    let dst = Strided::new(&mut rng, [w, slots, 1, 1], 0, 0);
+    let src = Strided::new(&mut rng, [w, n, 1, 1], 3, 1);
+    let ids: Vec<i32> = vec![7, 0, 18, 3, 11];
+    let op = Op::SetRows;
+    let launch = kernels::launch(&op, &[dst.operand(), src.operand(), i32_operand([n, 1, 1, 1])], &dst.operand(), None).unwrap();
+    // The reference never reads the destination as an input (it is the output).
+    let dst_arg = Arg { bytes: vec![0; 4], view: In { data: Data::F32(&[]), dtype: DType::F32, offset: 0, ne: [0; 4], nb: [0; 4] } };
+    let e = compare_args(&ks, &op, &launch, &[dst_arg, f32_arg(&src), i32_arg(&ids, [n, 1, 1, 1])], &dst, Some(&dst.data), src.ne);
+    eprintln!("set_rows {w}x{n} into {slots}: nmse {e:.3e}");
+    assert!(e < ELEM_NMSE, "set_rows: nmse {e}");
+}
+
+#[test]
+fn rope_mrope_and_axial() {
+    let Some(ks) = kernel_set("rope") else { return };
+    let mut rng = Rng(24);
+    let cases = [
+        (RopeKind::MropeInterleaved { sections: [11, 11, 10] }, 64, 64, 3, 7),
+        (RopeKind::MropeInterleaved { sections: [3, 2, 2] }, 24, 16, 2, 5),
+        (RopeKind::Axial2d, 32, 32, 4, 9),
+        (RopeKind::Axial2d, 40, 16, 1, 3),
+    ];
+    for (kind, hd, n_dims, heads, n) in cases {
+        let comps = if matches!(kind, RopeKind::Axial2d) { 2 } else { 3 };
+        let x = Strided::new(&mut rng, [hd, heads, n, 1], 2, 3);
+        let out = Strided::new(&mut rng, [hd, heads, n, 1], 0, 0);
+        let pos: Vec<i32> = (0..n * comps).map(|_| (rng.next_u64() % 300) as i32).collect();
+        let op = Op::Rope { kind: kind.clone(), theta: 10000.0, n_dims };
+        let launch = kernels::launch(&op, &[x.operand(), i32_operand([n, comps, 1, 1])], &out.operand(), None).unwrap();
+        let e = compare_args(&ks, &op, &launch, &[f32_arg(&x), i32_arg(&pos, [n, comps, 1, 1])], &out, None, out.ne);
+        eprintln!("rope {kind:?} hd={hd} n_dims={n_dims} heads={heads} n={n}: nmse {e:.3e}");
+        assert!(e < ELEM_NMSE, "rope {kind:?}: nmse {e}");
+    }
+}
+
+/// q [d, heads, n_q]; k and v are head views of a [d * kv_heads, n_ctx] cache (as the text
+/// graph's); causal with slots, else over every kv row.
+fn check_attention(ks: &KernelSet, rng: &mut Rng, d: usize, heads: usize, kv_heads: usize, n_q: usize, n_kv: usize, causal: bool) {
+    let q = Strided::new(rng, [d, heads, n_q, 1], 1, 2);
+    let row = d * kv_heads;
+    let cache = |rng: &mut Rng| {
+        let mut s = Strided::new(rng, [row, n_kv, 1, 1], 0, 1);
+        s.ne = [d, kv_heads, n_kv, 1];
+        s.nb = [4, 4 * d, 4 * row, 4 * row * n_kv];
+        s
+    };
+    let (k, v) = (cache(rng), cache(rng));
+    let out = Strided::new(rng, [d, heads, n_q, 1], 0, 0);
+    let slots: Vec<i32> = (0..n_q).map(|_| (rng.next_u64() % n_kv as u64) as i32).collect();
+    let op = Op::Attention { scale: 1.0 / (d as f32).sqrt() };
+    let mut ops = vec![q.operand(), k.operand(), v.operand()];
+    let mut args = vec![f32_arg(&q), f32_arg(&k), f32_arg(&v)];
+    if causal {
+        ops.push(i32_operand([n_q, 1, 1, 1]));
+        args.push(i32_arg(&slots, [n_q, 1, 1, 1]));
+    }
+    let launch = kernels::launch(&op, &ops, &out.operand(), None).unwrap();
+    let e = compare_args(ks, &op, &launch, &args, &out, None, out.ne);
+    eprintln!("flash_attn d={d} heads={heads}/{kv_heads} n_q={n_q} n_kv={n_kv} causal={causal}: nmse {e:.3e}");
+    assert!(e < MAT_NMSE, "flash_attn d={d} n_kv={n_kv} causal={causal}: nmse {e}");
+}
+
+#[test]
+fn flash_attention_causal_grouped_and_full() {
+    let Some(ks) = kernel_set("attn") else { return };
+    let mut rng = Rng(25);
+    check_attention(&ks, &mut rng, 64, 4, 2, 5, 150, true);
+    check_attention(&ks, &mut rng, 128, 2, 1, 1, 70, true);
+    check_attention(&ks, &mut rng, 40, 3, 3, 9, 9, false);
+    check_attention(&ks, &mut rng, 16, 2, 1, 3, 130, false);
+}
+
+#[test]
+fn layer_norm_odd_rows() {
+    let Some(ks) = kernel_set("layer-norm") else { return };
+    let mut rng = Rng(26);
+    for ne in [[1, 1, 1, 1], [7, 3, 1, 1], [300, 5, 2, 1], [1000, 3, 1, 2]] {
+        let x = Strided::new(&mut rng, ne, 3, 1);
+        let w = Strided::new(&mut rng, [ne[0], 1, 1, 1], 0, 4);
+        let b = Strided::new(&mut rng, [ne[0], 1, 1, 1], 0, 2);
+        let out = Strided::new(&mut rng, ne, 1, 0);
+        let op = Op::LayerNorm { eps: 1e-6 };
+        let launch = kernels::launch(&op, &[x.operand(), w.operand(), b.operand()], &out.operand(), None).unwrap();
+        let e = compare_args(&ks, &op, &launch, &[f32_arg(&x), f32_arg(&w), f32_arg(&b)], &out, None, out.ne);
+        eprintln!("layer_norm {ne:?}: nmse {e:.3e}");
+        assert!(e < ELEM_NMSE, "layer_norm {ne:?}: nmse {e}");
+    }
+}
+
+#[test]
+fn gelu_gelu_erf_and_cont_strided() {
+    let Some(ks) = kernel_set("unary") else { return };
+    let mut rng = Rng(27);
+    for op in [Op::Gelu(Gelu::Tanh), Op::Gelu(Gelu::Erf), Op::Cont] {
+        for ne in [[1, 1, 1, 1], [13, 7, 3, 2], [1000, 3, 1, 1]] {
+            let mut x = Strided::new(&mut rng, ne, 2, 3);
+            for v in x.data.iter_mut() {
+                *v *= 6.0;
+            }
+            // A transposed view for CONT: the input walks its second axis fastest.
+            if op == Op::Cont {
+                x.ne.swap(0, 1);
+                x.nb.swap(0, 1);
+            }
+            let out = Strided::new(&mut rng, x.ne, 0, 0);
+            let launch = kernels::launch(&op, &[x.operand()], &out.operand(), None).unwrap();
+            let e = compare_args(&ks, &op, &launch, &[f32_arg(&x)], &out, None, out.ne);
+            eprintln!("{:<10} {:?}: nmse {e:.3e}", launch.kernel.name(), x.ne);
+            assert!(e < ELEM_NMSE, "{} {ne:?}: nmse {e}", launch.kernel.name());
+        }
+    }
 }

@@ -1,4 +1,229 @@
 //! Executors of a plan. Kernels know nothing of the model.
+//!
+//! [`Backend`] is where a model runs: the CPU (reference or fast kernels) or a Vulkan device.
+//! [`DeviceChoice`] is how a user picks it (`--device N|cpu|auto`, `HRX_DEVICE`), and
+//! [`Executor`] is the one interface the runtime drives either executor through: fill named
+//! run-time buffers, run a plan with its symbols, read values back.
+//!
+//! Choice `auto` (the default) takes the best Vulkan device when it is a GPU; on a machine
+//! whose only Vulkan device is a CPU implementation (Mesa's lavapipe) it keeps the CPU
+//! backend, which is faster there: lavapipe runs when asked for by index. Without a loader or
+//! device, or when the chosen one does not open, hrx warns and runs on the CPU.
 
 pub mod cpu;
 pub mod vulkan;
+
+use crate::gguf::GgufFile;
+use crate::graph::NodeId;
+use crate::hrx::{CpuRegistry, Plan, Registry};
+use cpu::{CpuExecutor, KernelError, Kernels, PlanId};
+use std::fmt;
+use std::sync::Arc;
+use vulkan::{DeviceKind, VkError, VulkanExecutor, VulkanRegistry};
+
+/// Which backend the user asked for.
+#[derive(Clone, Copy, Debug, PartialEq, Eq)]
+pub enum DeviceChoice {
+    /// The best Vulkan GPU, else the CPU.
+    Auto,
+    /// The CPU backend.
+    Cpu,
+    /// Vulkan device N (`hrx doctor` lists them), whatever its kind.
+    Vulkan(usize),
+}
+
+impl DeviceChoice {
+    /// `auto` (or empty), `cpu`, or a device index.
+    pub fn parse(value: &str) -> Result<DeviceChoice, String> {
+        match value.trim() {
+            "" | "auto" => Ok(DeviceChoice::Auto),
+            "cpu" => Ok(DeviceChoice::Cpu),
+            v => v.parse().map(DeviceChoice::Vulkan).map_err(|_| format!("device {value:?}: expected a Vulkan device index (see `hrx doctor`), `cpu` or `auto`")),
+        }
+    }
+
+    /// From `HRX_DEVICE`; `Auto` when it is unset or unreadable (with a warning).
+    pub fn from_env() -> DeviceChoice {
+        match std::env::var("HRX_DEVICE") {
+            Ok(v) => DeviceChoice::parse(&v).unwrap_or_else(|e| {
+                log::warn!("HRX_DEVICE: {e}; choosing automatically");
+                DeviceChoice::Auto
+            }),
+            Err(_) => DeviceChoice::Auto,
+        }
+    }
+}
+
+/// Where plans run.
+#[derive(Clone)]
+pub enum Backend {
+    Cpu(Kernels),
+    Vulkan(vulkan::Device),
+}
+
+impl Backend {
+    /// Opens the backend `choice` names; never fails: without a usable Vulkan device it
+    /// warns and returns the CPU backend with `kernels`.
+    pub fn open(choice: DeviceChoice, kernels: Kernels) -> Backend {
+        let selection = match choice {
+            DeviceChoice::Cpu => return Backend::Cpu(kernels),
+            DeviceChoice::Auto => vulkan::Selection::Best,
+            DeviceChoice::Vulkan(i) => vulkan::Selection::Index(i),
+        };
+        let options = match vulkan::DeviceOptions::from_env() {
+            Ok(o) => vulkan::DeviceOptions { selection, ..o },
+            Err(e) => {
+                log::warn!("{e}; running on the CPU");
+                return Backend::Cpu(kernels);
+            }
+        };
+        match vulkan::Device::new(&options) {
+            Ok(d) if choice == DeviceChoice::Auto && d.info().kind == DeviceKind::Cpu => {
+                log::info!("the only Vulkan device is {} (a CPU implementation); the CPU backend is faster (--device {} uses it)", d.info().name, d.info().index);
+                Backend::Cpu(kernels)
+            }
+            Ok(d) => Backend::Vulkan(d),
+            Err(e) => {
+                log::warn!("no Vulkan device ({e}); running on the CPU");
+                Backend::Cpu(kernels)
+            }
+        }
+    }
+
+    /// The kernel table plans are made with.
+    pub fn registry(&self) -> &'static dyn Registry {
+        match self {
+            Backend::Cpu(_) => &CpuRegistry,
+            Backend::Vulkan(_) => &VulkanRegistry,
+        }
+    }
+
+    /// An executor of `plans` (planned with `registry()`), weights bound from `files`.
+    pub fn executor(&self, plans: Vec<Plan>, files: &[Arc<GgufFile>]) -> Result<Executor, ExecError> {
+        Ok(match self {
+            Backend::Cpu(k) => Executor::Cpu(CpuExecutor::new(plans, files, *k)?),
+            Backend::Vulkan(d) => Executor::Vulkan(VulkanExecutor::new(d, plans, files)?),
+        })
+    }
+
+    /// For logs and reports: `cpu (fast kernels)`, `vulkan: NVIDIA H200 (discrete)`.
+    pub fn describe(&self) -> String {
+        match self {
+            Backend::Cpu(k) => format!("cpu ({} kernels)", format!("{k:?}").to_lowercase()),
+            Backend::Vulkan(d) => format!("vulkan: {} ({})", d.info().name, d.info().kind.name()),
+        }
+    }
+}
+
+/// A failure of either executor, or a named buffer a plan does not have.
+#[derive(Debug, Clone, PartialEq)]
+pub enum ExecError {
+    Cpu(KernelError),
+    Vulkan(VkError),
+    NoBuffer(String),
+}
+
+impl fmt::Display for ExecError {
+    fn fmt(&self, f: &mut fmt::Formatter<'_>) -> fmt::Result {
+        match self {
+            ExecError::Cpu(e) => write!(f, "{e}"),
+            ExecError::Vulkan(e) => write!(f, "vulkan: {e}"),
+            ExecError::NoBuffer(name) => write!(f, "the plan has no buffer {name:?} of that type and size"),
+        }
+    }
+}
+
+impl std::error::Error for ExecError {}
+
+impl From<KernelError> for ExecError {
+    fn from(e: KernelError) -> Self {
+        ExecError::Cpu(e)
+    }
+}
+
+impl From<VkError> for ExecError {
+    fn from(e: VkError) -> Self {
+        ExecError::Vulkan(e)
+    }
+}
+
+/// Either executor, driven the same way.
+pub enum Executor {
+    Cpu(CpuExecutor),
+    Vulkan(VulkanExecutor),
+}
+
+impl Executor {
+    pub fn plan(&self, id: PlanId) -> &Plan {
+        match self {
+            Executor::Cpu(e) => e.plan(id),
+            Executor::Vulkan(e) => e.plan(id),
+        }
+    }
+
+    /// Threads of the CPU kernels (the Vulkan executor ignores it).
+    pub fn set_threads(&mut self, n: usize) {
+        if let Executor::Cpu(e) = self {
+            e.set_threads(n);
+        }
+    }
+
+    /// Writes f32 `values` into run-time buffer `name` of `plan`, `offset` values in.
+    pub fn write_f32(&mut self, plan: PlanId, name: &str, offset: usize, values: &[f32]) -> Result<(), ExecError> {
+        match self {
+            Executor::Cpu(e) => {
+                let buf = e.f32_buffer(plan, name).ok_or_else(|| ExecError::NoBuffer(name.to_owned()))?;
+                buf.get_mut(offset..offset + values.len()).ok_or_else(|| ExecError::NoBuffer(name.to_owned()))?.copy_from_slice(values);
+                Ok(())
+            }
+            Executor::Vulkan(e) => Ok(e.write_f32(plan, name, offset, values)?),
+        }
+    }
+
+    /// Writes i32 `values` into run-time buffer `name` of `plan`, `offset` values in.
+    pub fn write_i32(&mut self, plan: PlanId, name: &str, offset: usize, values: &[i32]) -> Result<(), ExecError> {
+        match self {
+            Executor::Cpu(e) => {
+                let buf = e.i32_buffer(plan, name).ok_or_else(|| ExecError::NoBuffer(name.to_owned()))?;
+                buf.get_mut(offset..offset + values.len()).ok_or_else(|| ExecError::NoBuffer(name.to_owned()))?.copy_from_slice(values);
+                Ok(())
+            }
+            Executor::Vulkan(e) => Ok(e.write_i32(plan, name, offset, values)?),
+        }
+    }
+
+    /// The first `n` values of f32 run-time buffer `name` of `plan`.
+    pub fn read_f32(&mut self, plan: PlanId, name: &str, n: usize) -> Result<Vec<f32>, ExecError> {
+        match self {
+            Executor::Cpu(e) => {
+                let buf = e.f32_buffer(plan, name).ok_or_else(|| ExecError::NoBuffer(name.to_owned()))?;
+                Ok(buf.get(..n).ok_or_else(|| ExecError::NoBuffer(name.to_owned()))?.to_vec())
+            }
+            Executor::Vulkan(e) => Ok(e.read_f32(plan, name, n)?),
+        }
+    }
+
+    /// Runs `plan` for these symbol values.
+    pub fn run(&mut self, plan: PlanId, symbols: &[usize]) -> Result<(), ExecError> {
+        match self {
+            Executor::Cpu(e) => Ok(e.run(plan, symbols)?),
+            Executor::Vulkan(e) => Ok(e.run(plan, symbols)?),
+        }
+    }
+
+    /// The contiguous f32 value of node `id` of `plan` after a run, at its run-time shape.
+    pub fn output(&self, plan: PlanId, id: NodeId, symbols: &[usize]) -> Result<Vec<f32>, ExecError> {
+        match self {
+            Executor::Cpu(e) => e.output(plan, id, symbols).map(<[f32]>::to_vec).ok_or_else(|| ExecError::NoBuffer(format!("value of node {}", id.0))),
+            Executor::Vulkan(e) => Ok(e.output(plan, id, symbols)?),
+        }
+    }
+
+    /// Command buffers recorded so far (Vulkan: one per plan, at load); None on the CPU.
+    pub fn recordings(&self) -> Option<usize> {
+        match self {
+            Executor::Cpu(_) => None,
+            Executor::Vulkan(e) => Some(e.recordings()),
+        }
+    }
+}

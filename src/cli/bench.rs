@@ -1,6 +1,7 @@
 //! `hrx bench`: prompt processing and generation speed, cold start and peak memory.
 
 use super::{CliError, Command};
+use crate::backend::DeviceChoice;
 use crate::cli::args::Args;
 use crate::json::Json;
 use crate::runtime::session::{PromptPiece, Session};
@@ -12,7 +13,7 @@ use std::time::Instant;
 pub const HELP: &str = "\
 hrx bench: measure speed and memory
 
-usage: hrx bench -m MODEL.gguf [--mmproj MMPROJ.gguf [--image-size N]] [-p N] [-n N] [-r N] [--threads N] [--json]
+usage: hrx bench -m MODEL.gguf [--mmproj MMPROJ.gguf [--image-size N]] [-p N] [-n N] [-r N] [--threads N] [--device D] [--json]
 
 Measures, like llama-bench: cold start (open the file, build and plan the graphs,
 bind the weights), prompt processing (pp: a prompt of N tokens in one go, tokens/s),
@@ -29,6 +30,8 @@ pseudo-random values, so any model works.
   -n N               tokens for tg (default 128)
   -r N               repetitions (default 3)
   --threads N        CPU threads (default: all cores)
+  --device D         auto (default: the best Vulkan GPU, else the CPU), N (Vulkan
+                     device N, lavapipe included) or cpu; also HRX_DEVICE
   --json             one JSON object with every number
 
 environment: HRX_KERNELS=reference benchmarks the reference kernels.
@@ -60,6 +63,10 @@ fn run(mut args: Args, out: &mut dyn Write) -> Result<(), CliError> {
     let threads: Option<usize> = args.parsed(&["--threads"])?;
     let mmproj = args.value(&["--mmproj"])?;
     let image_size: usize = args.parsed(&["--image-size"])?.unwrap_or(448);
+    let device = match args.value(&["--device"])? {
+        Some(d) => DeviceChoice::parse(&d).map_err(CliError::usage)?,
+        None => DeviceChoice::from_env(),
+    };
     let json = args.flag(&["--json"]);
     if !args.finish()?.is_empty() {
         return Err(CliError::usage("bench takes no positional arguments"));
@@ -67,7 +74,7 @@ fn run(mut args: Args, out: &mut dyn Write) -> Result<(), CliError> {
     if n_prompt == 0 || n_gen == 0 || reps == 0 {
         return Err(CliError::usage("-p, -n and -r must be at least 1"));
     }
-    let options = TextOptions { n_ctx: n_prompt.max(n_gen + 8) + 8, chunk: n_prompt.min(512), ..TextOptions::default() };
+    let options = TextOptions { n_ctx: n_prompt.max(n_gen + 8) + 8, chunk: n_prompt.min(512), device, ..TextOptions::default() };
     let t0 = Instant::now();
     let mut model = TextModel::load(Path::new(&model_path), options).map_err(|e| CliError::Failed(e.to_string()))?;
     let cold_start = t0.elapsed().as_secs_f64();
@@ -99,7 +106,7 @@ fn run(mut args: Args, out: &mut dyn Write) -> Result<(), CliError> {
     }
     let encode = match &mmproj {
         None => None,
-        Some(path) => Some(bench_encode(Path::new(path), image_size, reps, threads)?),
+        Some(path) => Some(bench_encode(Path::new(path), image_size, reps, threads, &model.backend)?),
     };
     let ((pp_mean, pp_sd), (tg_mean, tg_sd)) = (mean_sd(&pp), mean_sd(&tg));
     let peak = peak_rss_bytes();
@@ -107,7 +114,7 @@ fn run(mut args: Args, out: &mut dyn Write) -> Result<(), CliError> {
     if json {
         let j = Json::obj([
             ("model", Json::str(&model_path)),
-            ("backend", Json::str("cpu")),
+            ("backend", Json::str(model.backend.describe())),
             ("kernels", Json::str(format!("{:?}", model.options.kernels).to_lowercase())),
             ("threads", threads.map_or(Json::Null, |t| Json::Int(t as i128))),
             ("weight_bytes", Json::Int(weights.into())),
@@ -124,7 +131,7 @@ fn run(mut args: Args, out: &mut dyn Write) -> Result<(), CliError> {
         ]);
         writeln!(out, "{}", j.to_string_compact())?;
     } else {
-        writeln!(out, "model: {model_path} ({:.1} MiB of weights), backend cpu, {:?} kernels", weights as f64 / 1048576.0, model.options.kernels)?;
+        writeln!(out, "model: {model_path} ({:.1} MiB of weights), backend {}", weights as f64 / 1048576.0, model.backend.describe())?;
         writeln!(out, "cold start: {:.3} s", cold_start)?;
         writeln!(out, "pp{n_prompt}: {pp_mean:.1} ± {pp_sd:.1} tokens/s")?;
         writeln!(out, "tg{n_gen}: {tg_mean:.2} ± {tg_sd:.2} tokens/s")?;
@@ -138,8 +145,9 @@ fn run(mut args: Args, out: &mut dyn Write) -> Result<(), CliError> {
     Ok(())
 }
 
-/// Seconds to encode a pseudo-random `side` x `side` image: (side, mean, sd).
-fn bench_encode(path: &Path, side: usize, reps: usize, threads: Option<usize>) -> Result<(usize, f64, f64), CliError> {
+/// Seconds to encode a pseudo-random `side` x `side` image on the text model's backend:
+/// (side, mean, sd).
+fn bench_encode(path: &Path, side: usize, reps: usize, threads: Option<usize>, backend: &crate::backend::Backend) -> Result<(usize, f64, f64), CliError> {
     use crate::image::{preprocess, PreprocessConfig, RgbImage};
     use crate::model::VisionModel;
     let failed = |e: String| CliError::Failed(e);
@@ -152,7 +160,7 @@ fn bench_encode(path: &Path, side: usize, reps: usize, threads: Option<usize>) -
     let params = crate::model::VisionParams::from_gguf(&file).map_err(|e| failed(e.to_string()))?;
     let cfg = PreprocessConfig { patch_size: params.patch_size, merge_size: params.merge, max_pixels: (side * side).max(PreprocessConfig::HF_MIN_PIXELS), ..PreprocessConfig::hf() };
     let patches = preprocess(&img, &cfg).map_err(|e| failed(e.to_string()))?;
-    let mut vision = VisionModel::from_file(file, patches.n_patches(), crate::backend::cpu::Kernels::from_env()).map_err(|e| failed(e.to_string()))?;
+    let mut vision = VisionModel::from_file_on(file, patches.n_patches(), backend).map_err(|e| failed(e.to_string()))?;
     if let Some(n) = threads {
         vision.set_threads(n);
     }

@@ -8,6 +8,7 @@ use crate::json::Json;
 use crate::runtime::describe::{Describer, ImageOptions};
 use crate::runtime::generate::GenerateConfig;
 use crate::runtime::sampler::SamplerConfig;
+use crate::backend::DeviceChoice;
 use crate::runtime::text_model::TextOptions;
 use std::io::Write;
 use std::path::{Path, PathBuf};
@@ -39,6 +40,9 @@ $HRX_MODELS and ~/.local/share/hrx/models (`hrx models` lists them).
                            sampling, as in `hrx generate` (default: greedy)
   --ctx N                  context length (default 4096)
   --threads N              CPU threads
+  --device D               where to run: auto (default: the best Vulkan GPU, else the
+                           CPU; a CPU Vulkan driver such as lavapipe only when named),
+                           N (Vulkan device N, see `hrx doctor`) or cpu; also HRX_DEVICE
   --json                   one JSON object per image per line:
                            {\"image\",\"prompt_ids\",\"tokens\",\"text\",\"stop\",\"timings\"} or {\"image\",\"error\"}
 
@@ -117,6 +121,9 @@ impl DescriberFlags {
         }
         let mut text = TextOptions::default();
         text.n_ctx = args.parsed(&["--ctx"])?.unwrap_or(text.n_ctx);
+        if let Some(d) = args.value(&["--device"])? {
+            text.device = DeviceChoice::parse(&d).map_err(CliError::usage)?;
+        }
         if text.n_ctx == 0 || text.n_ctx > 1 << 20 || images.max_pixels > 1 << 28 {
             return Err(CliError::usage("--ctx or --image-max-pixels is out of range"));
         }

@@ -9,6 +9,7 @@ use crate::runtime::describe::{Describer, ImageOptions};
 use crate::runtime::generate::{generate, GenerateConfig, Generation};
 use crate::runtime::sampler::SamplerConfig;
 use crate::runtime::session::{PromptPiece, Session};
+use crate::backend::DeviceChoice;
 use crate::runtime::text_model::{TextModel, TextOptions};
 use std::io::Write;
 use std::path::Path;
@@ -43,6 +44,9 @@ Text is streamed to standard output as it is generated.
   --ignore-eos            keep going past end-of-generation tokens
   --ctx N                 context length in tokens (default 4096)
   --threads N             CPU threads (default: all cores)
+  --device D              where to run: auto (default: the best Vulkan GPU, else the
+                          CPU; a CPU Vulkan driver such as lavapipe only when named),
+                          N (Vulkan device N, see `hrx doctor`) or cpu; also HRX_DEVICE
   --json                  print one JSON object: prompt_ids, tokens, text, stop, timings
   --dump-logits FILE      write the last prompt position's logits (little-endian f32)
 
@@ -103,6 +107,9 @@ fn run(mut args: Args, out: &mut dyn Write) -> Result<(), CliError> {
     let config = generation_flags(&mut args, &GenerationDefaults::default())?;
     let mut options = TextOptions::default();
     options.n_ctx = args.parsed(&["--ctx"])?.unwrap_or(options.n_ctx);
+    if let Some(d) = args.value(&["--device"])? {
+        options.device = DeviceChoice::parse(&d).map_err(CliError::usage)?;
+    }
     let threads: Option<usize> = args.parsed(&["--threads"])?;
     let json = args.flag(&["--json"]);
     let dump_logits = args.value(&["--dump-logits"])?;

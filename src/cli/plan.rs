@@ -5,14 +5,18 @@ use crate::cli::args::Args;
 use crate::gguf::GgufFile;
 use crate::hrx::Plan;
 use crate::json::Json;
-use crate::model::{plan_vision, TextParams, VisionParams};
+use crate::backend::vulkan::{Instance, VulkanRegistry};
+use crate::backend::DeviceChoice;
+use crate::hrx::{CpuRegistry, Registry};
+use crate::model::{plan_vision_for, TextParams, VisionParams};
 use crate::runtime::text_model::{plan_text, TextOptions};
 use std::io::Write;
 
 pub const HELP: &str = "\
 hrx plan: show how each graph of a model is planned
 
-usage: hrx plan -m MODEL.gguf [--mmproj MMPROJ.gguf [--image-max-pixels N]] [--ctx N] [--json]
+usage: hrx plan -m MODEL.gguf [--mmproj MMPROJ.gguf [--image-max-pixels N]] [--ctx N]
+                [--device N|cpu|auto] [--json]
 
 Builds the model's graphs (text prefill chunk, text decode step, and the vision
 encoder with --mmproj), imports and plans them exactly as a run would, and prints
@@ -24,6 +28,9 @@ size, and the census of (device, op) counts. Nothing is executed.
   --mmproj FILE        the vision projector GGUF (its graph is planned for the largest
                        image of the pixel budget, --image-max-pixels, default 1048576)
   --ctx N              context length the KV cache is planned for (default 4096)
+  --device D           plan for the Vulkan kernels (auto, the default, when a Vulkan
+                       device is present, lavapipe included; N: that device) or for
+                       the CPU (cpu); also HRX_DEVICE
   --json               {\"graphs\":[{\"name\",\"nodes\",\"cpu_nodes\",\"gpu_nodes\",\"elided\",
                         \"skipped\",\"refused\",\"arena_bytes\",\"census\":{\"cpu:MUL_MAT\":N,...}}]}
 
@@ -40,18 +47,24 @@ fn run(mut args: Args, out: &mut dyn Write) -> Result<(), CliError> {
     let max_pixels: usize = args.parsed(&["--image-max-pixels"])?.unwrap_or(crate::image::PreprocessConfig::KIOSK_MAX_PIXELS);
     let mut options = TextOptions::default();
     options.n_ctx = args.parsed(&["--ctx"])?.unwrap_or(options.n_ctx);
+    if let Some(d) = args.value(&["--device"])? {
+        options.device = DeviceChoice::parse(&d).map_err(CliError::usage)?;
+    }
     if !args.finish()?.is_empty() {
         return Err(CliError::usage("plan takes no positional arguments"));
     }
+    let (registry, target) = planning_target(options.device);
+    if !json {
+        writeln!(out, "planned for: {target}")?;
+    }
     let file = GgufFile::open(&model)?;
     let params = TextParams::from_gguf(&file).map_err(|e| CliError::Failed(e.to_string()))?;
-    let plans = plan_text(&params, &options).map_err(|e| CliError::Failed(e.to_string()))?;
-    let mut plans = plans;
+    let mut plans = plan_text(&params, &options, registry).map_err(|e| CliError::Failed(e.to_string()))?;
     if let Some(path) = mmproj {
         let file = GgufFile::open(&path)?;
         let vision = VisionParams::from_gguf(&file).map_err(|e| CliError::Failed(e.to_string()))?;
         let max_patches = max_pixels / (vision.patch_size * vision.patch_size);
-        plans.push(plan_vision(&vision, max_patches).map_err(|e| CliError::Failed(e.to_string()))?);
+        plans.push(plan_vision_for(&vision, max_patches, registry).map_err(|e| CliError::Failed(e.to_string()))?);
     }
     let graphs: Vec<Json> = plans.iter().map(plan_json).collect();
     if json {
@@ -62,6 +75,29 @@ fn run(mut args: Args, out: &mut dyn Write) -> Result<(), CliError> {
         }
     }
     Ok(())
+}
+
+/// The kernel table to plan with: Vulkan's when a Vulkan device is present (planning needs no
+/// device, but a plan for kernels nothing can run would mislead), the CPU's otherwise.
+fn planning_target(choice: DeviceChoice) -> (&'static dyn Registry, String) {
+    if choice == DeviceChoice::Cpu {
+        return (&CpuRegistry, "cpu (--device cpu)".to_owned());
+    }
+    let devices = Instance::new().and_then(|i| i.devices());
+    match devices {
+        Ok(d) if !d.is_empty() => {
+            let pick = match choice {
+                DeviceChoice::Vulkan(i) => d.iter().find(|x| x.index == i),
+                _ => d.iter().max_by_key(|x| x.kind),
+            };
+            match pick {
+                Some(x) => (&VulkanRegistry, format!("vulkan kernels (device {}: {})", x.index, x.name)),
+                None => (&VulkanRegistry, "vulkan kernels (the chosen device does not exist here)".to_owned()),
+            }
+        }
+        Ok(_) => (&CpuRegistry, "cpu (the Vulkan loader found no device)".to_owned()),
+        Err(e) => (&CpuRegistry, format!("cpu ({e})")),
+    }
 }
 
 fn plan_json(plan: &Plan) -> Json {

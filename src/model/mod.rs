@@ -14,7 +14,7 @@ mod vision_params;
 pub use error::ModelError;
 pub use text_params::TextParams;
 pub use vision_error::VisionError;
-pub use vision_model::{plan_vision, VisionModel};
+pub use vision_model::{plan_vision, plan_vision_for, VisionModel};
 pub use vision_params::VisionParams;
 
 /// Declares the weight `name` of a graph with the dtype its file stores (`dtypes`, filled when

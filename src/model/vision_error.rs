@@ -2,6 +2,7 @@
 
 use super::ModelError;
 use crate::backend::cpu::KernelError;
+use crate::backend::ExecError;
 use crate::gguf::GgufError;
 use crate::graph::GraphError;
 use crate::hrx::PlanError;
@@ -16,6 +17,8 @@ pub enum VisionError {
     Graph(GraphError),
     Plan(PlanError),
     Kernel(KernelError),
+    /// The Vulkan executor failed, or the plan lacks a buffer the encoder fills.
+    Exec(ExecError),
     /// The caller's image does not fit the model or the plan (grid, size, pixel count).
     Input(String),
 }
@@ -28,6 +31,7 @@ impl fmt::Display for VisionError {
             VisionError::Graph(e) => write!(f, "building the vision graph: {e}"),
             VisionError::Plan(e) => write!(f, "planning the vision graph: {e}"),
             VisionError::Kernel(e) => write!(f, "running the vision graph: {e}"),
+            VisionError::Exec(e) => write!(f, "running the vision graph: {e}"),
             VisionError::Input(m) => write!(f, "vision input: {m}"),
         }
     }
@@ -41,6 +45,7 @@ impl std::error::Error for VisionError {
             VisionError::Graph(e) => Some(e),
             VisionError::Plan(e) => Some(e),
             VisionError::Kernel(e) => Some(e),
+            VisionError::Exec(e) => Some(e),
             VisionError::Input(_) => None,
         }
     }
@@ -73,5 +78,14 @@ impl From<PlanError> for VisionError {
 impl From<KernelError> for VisionError {
     fn from(e: KernelError) -> Self {
         VisionError::Kernel(e)
+    }
+}
+
+impl From<ExecError> for VisionError {
+    fn from(e: ExecError) -> Self {
+        match e {
+            ExecError::Cpu(k) => VisionError::Kernel(k),
+            other => VisionError::Exec(other),
+        }
     }
 }

@@ -3,12 +3,13 @@
 
 use super::vision::{self, VisionGraph};
 use super::vision_error::VisionError;
-use super::vision_grid::{pos_taps, TAPS};
+use super::vision_grid::pos_taps;
 use crate::image::patch_positions;
 use super::VisionParams;
-use crate::backend::cpu::{CpuExecutor, KernelError, Kernels, PlanId};
+use crate::backend::cpu::{Kernels, PlanId};
+use crate::backend::{Backend, Executor};
 use crate::gguf::GgufFile;
-use crate::hrx::{CpuRegistry, Plan};
+use crate::hrx::{CpuRegistry, Plan, Registry};
 use std::path::Path;
 use std::sync::Arc;
 
@@ -16,14 +17,19 @@ pub struct VisionModel {
     pub params: VisionParams,
     pub file: Arc<GgufFile>,
     max_patches: usize,
-    exec: CpuExecutor,
+    exec: Executor,
     plan: PlanId,
 }
 
-/// The vision plan for `hrx plan` and tests (built without binding weights).
+/// The vision plan for the CPU, for `hrx plan` and tests (built without binding weights).
 pub fn plan_vision(params: &VisionParams, max_patches: usize) -> Result<Plan, VisionError> {
+    plan_vision_for(params, max_patches, &CpuRegistry)
+}
+
+/// The vision plan for `registry`.
+pub fn plan_vision_for(params: &VisionParams, max_patches: usize, registry: &dyn Registry) -> Result<Plan, VisionError> {
     let VisionGraph { graph, .. } = vision::build(params, max_patches)?;
-    Ok(Plan::new(graph, &CpuRegistry)?)
+    Ok(Plan::new(graph, registry)?)
 }
 
 impl VisionModel {
@@ -33,14 +39,20 @@ impl VisionModel {
         Self::from_file(Arc::new(GgufFile::open(path)?), max_patches, kernels)
     }
 
+    /// On the CPU with `kernels`.
     pub fn from_file(file: Arc<GgufFile>, max_patches: usize, kernels: Kernels) -> Result<VisionModel, VisionError> {
+        Self::from_file_on(file, max_patches, &Backend::Cpu(kernels))
+    }
+
+    /// On `backend`: planned for its registry, weights bound (uploaded) once.
+    pub fn from_file_on(file: Arc<GgufFile>, max_patches: usize, backend: &Backend) -> Result<VisionModel, VisionError> {
         let params = VisionParams::from_gguf(&file)?;
         let max_patches = max_patches / params.merge_patches() * params.merge_patches();
         if max_patches == 0 {
             return Err(VisionError::Input(format!("a plan needs room for at least one {0}x{0} merge block", params.merge)));
         }
-        let plan = plan_vision(&params, max_patches)?;
-        let exec = CpuExecutor::new(vec![plan], &[Arc::clone(&file)], kernels)?;
+        let plan = plan_vision_for(&params, max_patches, backend.registry())?;
+        let exec = backend.executor(vec![plan], &[Arc::clone(&file)])?;
         Ok(VisionModel { params, file, max_patches, exec, plan: PlanId(0) })
     }
 
@@ -76,21 +88,16 @@ impl VisionModel {
         let patches = patch_positions(grid_h, grid_w, merge);
         let taps = pos_taps(p.pos_side, grid_h, grid_w, &patches);
         let (max, width) = (self.max_patches, p.wide_width());
-        buffer(self.exec.f32_buffer(self.plan, vision::PIXELS), vision::PIXELS)?[..n * row].copy_from_slice(pixel_values);
-        buffer(self.exec.i32_buffer(self.plan, vision::POS_TAPS), vision::POS_TAPS)?[..n * TAPS].copy_from_slice(&taps.ids);
-        buffer(self.exec.f32_buffer(self.plan, vision::POS_WEIGHTS), vision::POS_WEIGHTS)?[..n * TAPS].copy_from_slice(&taps.weights);
-        let rope = buffer(self.exec.i32_buffer(self.plan, vision::ROPE_POS), vision::ROPE_POS)?;
-        for (t, &(r, c)) in patches.iter().enumerate() {
-            rope[t] = r as i32;
-            rope[max + t] = c as i32;
-        }
-        self.exec.run(self.plan, &[n])?;
-        let wide = buffer(self.exec.f32_buffer(self.plan, vision::WIDE_OUT), vision::WIDE_OUT)?;
-        Ok(wide[..n / self.params.merge_patches() * width].to_vec())
+        let plan = self.plan;
+        self.exec.write_f32(plan, vision::PIXELS, 0, pixel_values)?;
+        self.exec.write_i32(plan, vision::POS_TAPS, 0, &taps.ids)?;
+        self.exec.write_f32(plan, vision::POS_WEIGHTS, 0, &taps.weights)?;
+        // Rope positions: the row of every patch, then the column, at the planned stride.
+        let rows: Vec<i32> = patches.iter().map(|&(r, _)| r as i32).collect();
+        let cols: Vec<i32> = patches.iter().map(|&(_, c)| c as i32).collect();
+        self.exec.write_i32(plan, vision::ROPE_POS, 0, &rows)?;
+        self.exec.write_i32(plan, vision::ROPE_POS, max, &cols)?;
+        self.exec.run(plan, &[n])?;
+        Ok(self.exec.read_f32(plan, vision::WIDE_OUT, n / self.params.merge_patches() * width)?)
     }
-}
-
-/// A run-time buffer of the vision plan (its size was planned for `max_patches`).
-fn buffer<'a, T>(b: Option<&'a mut [T]>, name: &str) -> Result<&'a mut [T], VisionError> {
-    b.ok_or_else(|| VisionError::Kernel(KernelError(format!("the vision plan has no buffer {name:?}"))))
 }

@@ -6,7 +6,7 @@ use super::generate::{generate, GenerateConfig, Generation};
 use super::session::{PromptPiece, Session};
 use super::text_model::{TextModel, TextOptions};
 use super::RuntimeError;
-use crate::backend::cpu::Kernels;
+use crate::backend::Backend;
 use crate::image::{self, Limits, Patches, PreprocessConfig, RgbImage};
 use crate::gguf::GgufFile;
 use crate::model::{VisionModel, VisionParams};
@@ -43,20 +43,25 @@ pub struct Describer {
 }
 
 impl Describer {
+    /// Loads both models on the backend `text.device` chooses.
     pub fn load(model: &Path, mmproj: &Path, text: TextOptions, images: ImageOptions) -> Result<Describer, RuntimeError> {
+        Self::load_on(model, mmproj, text, images, &Backend::open(text.device, text.kernels))
+    }
+
+    /// Loads both models on `backend` (one device for both).
+    pub fn load_on(model: &Path, mmproj: &Path, text: TextOptions, images: ImageOptions, backend: &Backend) -> Result<Describer, RuntimeError> {
         if images.min_pixels > images.max_pixels || images.max_pixels == 0 {
             return Err(RuntimeError::Usage(format!(
                 "the image pixel budget {}..{} is empty",
                 images.min_pixels, images.max_pixels
             )));
         }
-        let text_model = TextModel::load(model, text)?;
-        let kernels: Kernels = text.kernels;
+        let text_model = TextModel::load_on(model, text, backend)?;
         // Plan the encoder once, for the largest image the budget lets through.
         let file = Arc::new(GgufFile::open(mmproj)?);
         let patch = VisionParams::from_gguf(&file)?.patch_size;
         let max_patches = images.max_pixels / (patch * patch);
-        let vision = VisionModel::from_file(file, max_patches, kernels).map_err(|e| RuntimeError::Model(e.to_string()))?;
+        let vision = VisionModel::from_file_on(file, max_patches, backend).map_err(|e| RuntimeError::Model(e.to_string()))?;
         if vision.params.wide_width() != text_model.params.wide_width() {
             return Err(RuntimeError::Model(format!(
                 "{} makes {} values per image token, {} takes {}: the projector does not belong to this model",

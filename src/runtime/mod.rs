@@ -9,6 +9,7 @@ pub mod session;
 pub mod text_model;
 
 use crate::backend::cpu::KernelError;
+use crate::backend::ExecError;
 use crate::gguf::GgufError;
 use crate::graph::GraphError;
 use crate::hrx::PlanError;
@@ -22,6 +23,8 @@ pub enum RuntimeError {
     Graph(GraphError),
     Plan(PlanError),
     Kernel(KernelError),
+    /// The Vulkan executor failed, or a plan lacks a buffer the runtime fills.
+    Exec(ExecError),
     ContextFull { needed: usize, n_ctx: usize },
     Usage(String),
 }
@@ -34,6 +37,7 @@ impl fmt::Display for RuntimeError {
             RuntimeError::Graph(e) => write!(f, "building the graph: {e}"),
             RuntimeError::Plan(e) => write!(f, "planning: {e}"),
             RuntimeError::Kernel(e) => write!(f, "running: {e}"),
+            RuntimeError::Exec(e) => write!(f, "running: {e}"),
             RuntimeError::ContextFull { needed, n_ctx } => {
                 write!(f, "the context holds {n_ctx} tokens and {needed} are needed (raise --ctx)")
             }
@@ -70,5 +74,14 @@ impl From<PlanError> for RuntimeError {
 impl From<KernelError> for RuntimeError {
     fn from(e: KernelError) -> Self {
         RuntimeError::Kernel(e)
+    }
+}
+
+impl From<ExecError> for RuntimeError {
+    fn from(e: ExecError) -> Self {
+        match e {
+            ExecError::Cpu(k) => RuntimeError::Kernel(k),
+            other => RuntimeError::Exec(other),
+        }
     }
 }

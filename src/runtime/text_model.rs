@@ -2,9 +2,10 @@
 //! and the executor that replays them.
 
 use super::RuntimeError;
-use crate::backend::cpu::{CpuExecutor, Kernels, PlanId};
+use crate::backend::cpu::{Kernels, PlanId};
+use crate::backend::{Backend, DeviceChoice, Executor};
 use crate::gguf::GgufFile;
-use crate::hrx::{CpuRegistry, Plan};
+use crate::hrx::{Plan, Registry};
 use crate::model::text::{self, TextGraph, TextShape};
 use crate::model::TextParams;
 use crate::quant;
@@ -22,12 +23,15 @@ pub struct TextOptions {
     /// Positions per prefill call whose logits can be asked for (the arena holds
     /// n_vocab floats for each: 0.6 MB per position for Qwen's vocabulary).
     pub max_outputs: usize,
+    /// CPU kernels (when the backend is the CPU).
     pub kernels: Kernels,
+    /// Where the plans run (`--device`, `HRX_DEVICE`).
+    pub device: DeviceChoice,
 }
 
 impl Default for TextOptions {
     fn default() -> Self {
-        TextOptions { n_ctx: 4096, chunk: 256, max_outputs: 1, kernels: Kernels::from_env() }
+        TextOptions { n_ctx: 4096, chunk: 256, max_outputs: 1, kernels: Kernels::from_env(), device: DeviceChoice::from_env() }
     }
 }
 
@@ -45,15 +49,16 @@ pub struct TextModel {
     pub tokenizer: Arc<Tokenizer>,
     pub file: Arc<GgufFile>,
     pub options: TextOptions,
-    exec: CpuExecutor,
+    pub backend: Backend,
+    exec: Executor,
     prefill: (PlanId, TextGraph),
     decode: (PlanId, TextGraph),
 }
 
-/// The plans of a text model, for `hrx plan` (built without binding weights).
-pub fn plan_text(params: &TextParams, options: &TextOptions) -> Result<Vec<Plan>, RuntimeError> {
+/// The plans of a text model for `registry`, for `hrx plan` (built without binding weights).
+pub fn plan_text(params: &TextParams, options: &TextOptions, registry: &dyn Registry) -> Result<Vec<Plan>, RuntimeError> {
     let (prefill, decode) = build_graphs(params, options)?;
-    Ok(vec![Plan::new(prefill.graph, &CpuRegistry)?, Plan::new(decode.graph, &CpuRegistry)?])
+    Ok(vec![Plan::new(prefill.graph, registry)?, Plan::new(decode.graph, registry)?])
 }
 
 fn build_graphs(params: &TextParams, options: &TextOptions) -> Result<(TextGraph, TextGraph), RuntimeError> {
@@ -63,7 +68,13 @@ fn build_graphs(params: &TextParams, options: &TextOptions) -> Result<(TextGraph
 }
 
 impl TextModel {
+    /// Loads on the backend `options.device` chooses.
     pub fn load(path: &Path, options: TextOptions) -> Result<TextModel, RuntimeError> {
+        Self::load_on(path, options, &Backend::open(options.device, options.kernels))
+    }
+
+    /// Loads on `backend`: plans for its registry, binds (uploads) the weights once.
+    pub fn load_on(path: &Path, options: TextOptions, backend: &Backend) -> Result<TextModel, RuntimeError> {
         let file = Arc::new(GgufFile::open(path)?);
         let params = TextParams::from_gguf(&file)?;
         let tokenizer = Arc::new(Tokenizer::from_gguf(&file).map_err(|e| RuntimeError::Model(format!("{}: {e}", path.display())))?);
@@ -71,9 +82,17 @@ impl TextModel {
             return Err(RuntimeError::Usage("context and chunk sizes must be at least 1".into()));
         }
         let (prefill, decode) = build_graphs(&params, &options)?;
-        let plans = vec![Plan::new(prefill.graph.clone(), &CpuRegistry)?, Plan::new(decode.graph.clone(), &CpuRegistry)?];
-        let exec = CpuExecutor::new(plans, &[Arc::clone(&file)], options.kernels)?;
-        Ok(TextModel { params, tokenizer, file, options, exec, prefill: (PlanId(0), prefill), decode: (PlanId(1), decode) })
+        let registry = backend.registry();
+        let plans = vec![Plan::new(prefill.graph.clone(), registry)?, Plan::new(decode.graph.clone(), registry)?];
+        let exec = backend.executor(plans, &[Arc::clone(&file)])?;
+        log::info!("text model on {}", backend.describe());
+        let backend = backend.clone();
+        Ok(TextModel { params, tokenizer, file, options, backend, exec, prefill: (PlanId(0), prefill), decode: (PlanId(1), decode) })
+    }
+
+    /// The executor's command-buffer recordings (Vulkan; None on the CPU): fixed at load.
+    pub fn recordings(&self) -> Option<usize> {
+        self.exec.recordings()
     }
 
     pub fn set_threads(&mut self, n: usize) {
@@ -104,56 +123,38 @@ impl TextModel {
         let embd_bytes = self.file.tensor_data(&embd);
         let row_bytes = embd.dtype.row_bytes(n_embd as u64).unwrap_or(0) as usize;
         let n_vocab = self.params.n_vocab;
-        {
-            let wide = self.exec.f32_buffer(plan, text::INP_WIDE).ok_or_else(|| missing(text::INP_WIDE))?;
-            for (t, input) in inputs.iter().enumerate() {
-                let row = &mut wide[t * width..(t + 1) * width];
-                match input {
-                    TokenInput::Text(id) => {
-                        let id = *id as usize;
-                        if id >= n_vocab {
-                            return Err(RuntimeError::Usage(format!("token id {id} is outside the vocabulary (0..{n_vocab})")));
-                        }
-                        row.fill(0.0);
-                        let src = &embd_bytes[id * row_bytes..(id + 1) * row_bytes];
-                        quant::dequantize_row(embd.dtype, src, &mut row[..n_embd]).map_err(|e| RuntimeError::Model(e.to_string()))?;
+        let mut wide = vec![0f32; n * width];
+        for (t, input) in inputs.iter().enumerate() {
+            let row = &mut wide[t * width..(t + 1) * width];
+            match input {
+                TokenInput::Text(id) => {
+                    let id = *id as usize;
+                    if id >= n_vocab {
+                        return Err(RuntimeError::Usage(format!("token id {id} is outside the vocabulary (0..{n_vocab})")));
                     }
-                    TokenInput::Embedding(values) => {
-                        if values.len() != width {
-                            return Err(RuntimeError::Usage(format!("an embedding row has {} values, the model takes {width}", values.len())));
-                        }
-                        row.copy_from_slice(values);
+                    let src = &embd_bytes[id * row_bytes..(id + 1) * row_bytes];
+                    quant::dequantize_row(embd.dtype, src, &mut row[..n_embd]).map_err(|e| RuntimeError::Model(e.to_string()))?;
+                }
+                TokenInput::Embedding(values) => {
+                    if values.len() != width {
+                        return Err(RuntimeError::Usage(format!("an embedding row has {} values, the model takes {width}", values.len())));
                     }
+                    row.copy_from_slice(values);
                 }
             }
         }
-        {
-            let pos = self.exec.i32_buffer(plan, text::POSITIONS).ok_or_else(|| missing(text::POSITIONS))?;
-            for (t, p) in positions.iter().enumerate() {
-                for c in 0..3 {
-                    pos[c * max + t] = p[c];
-                }
-            }
+        self.exec.write_f32(plan, text::INP_WIDE, 0, &wide)?;
+        // Positions: component c of token t at c * max + t (the planned stride).
+        for c in 0..3 {
+            let column: Vec<i32> = positions.iter().map(|p| p[c]).collect();
+            self.exec.write_i32(plan, text::POSITIONS, c * max, &column)?;
         }
-        {
-            let slots = self.exec.i32_buffer(plan, text::KV_SLOTS).ok_or_else(|| missing(text::KV_SLOTS))?;
-            for (t, s) in slots.iter_mut().take(n).enumerate() {
-                *s = (first_slot + t) as i32;
-            }
-        }
-        {
-            let ids = self.exec.i32_buffer(plan, text::OUT_IDS).ok_or_else(|| missing(text::OUT_IDS))?;
-            for (k, &o) in outputs.iter().enumerate() {
-                ids[k] = o as i32;
-            }
-        }
+        let slots: Vec<i32> = (0..n).map(|t| (first_slot + t) as i32).collect();
+        self.exec.write_i32(plan, text::KV_SLOTS, 0, &slots)?;
+        let ids: Vec<i32> = outputs.iter().map(|&o| o as i32).collect();
+        self.exec.write_i32(plan, text::OUT_IDS, 0, &ids)?;
         let symbols = [n, outputs.len()];
         self.exec.run(plan, &symbols)?;
-        let logits = self.exec.output(plan, logits_node, &symbols).ok_or_else(|| missing("logits"))?;
-        Ok(logits.to_vec())
+        Ok(self.exec.output(plan, logits_node, &symbols)?)
     }
-}
-
-fn missing(name: &str) -> RuntimeError {
-    RuntimeError::Model(format!("the text graph has no buffer {name:?}"))
 }

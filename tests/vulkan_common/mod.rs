@@ -2,7 +2,7 @@
 //! elsewhere), test data, running one kernel, and the normalized error.
 #![allow(dead_code)] // each test binary uses its own subset
 
-use hrx::backend::vulkan::kernels::{KernelSet, Launch};
+use hrx::backend::vulkan::kernels::{KernelSet, Launch, BINDINGS};
 use hrx::backend::vulkan::{Buffer, CommandBuffer, DescriptorPool, Device, DeviceOptions, Location, Selection};
 use std::path::PathBuf;
 
@@ -88,16 +88,22 @@ pub fn upload(dev: &Device, bytes: &[u8], offset: usize) -> Buffer {
     b
 }
 
-/// Runs one launch: bindings sizes (`syms`), `ins`, `out`; grid for `out_ne`, clamped to
+/// Runs one launch: bindings sizes (`syms`), `ins` (up to four), `out`; grid for `out_ne`, clamped to
 /// `max` workgroups (the device's limit when None; small values exercise the kernels'
 /// grid-stride loops).
-pub fn run(kernels: &KernelSet, launch: &Launch, syms: &[u32], ins: [&Buffer; 2], out: &Buffer, out_ne: [usize; 4], max: Option<[u32; 3]>) {
+pub fn run(kernels: &KernelSet, launch: &Launch, syms: &[u32], ins: &[&Buffer], out: &Buffer, out_ne: [usize; 4], max: Option<[u32; 3]>) {
     let dev = kernels.device();
     let sizes = dev.buffer(4 * syms.len().max(1) as u64, Location::Host, "sizes").unwrap();
     sizes.write_u32(0, syms).unwrap();
     let pipeline = kernels.pipeline(launch.kernel).unwrap();
-    let pool = DescriptorPool::new(dev, 1, 4).unwrap();
-    let set = pool.bind(&pipeline, &[&sizes, ins[0], ins[1], out]).unwrap();
+    let pool = DescriptorPool::new(dev, 1, BINDINGS).unwrap();
+    let mut bound = vec![&sizes];
+    bound.extend_from_slice(ins);
+    while bound.len() < BINDINGS as usize - 1 {
+        bound.push(&sizes);
+    }
+    bound.push(out);
+    let set = pool.bind(&pipeline, &bound).unwrap();
     let mut cmd = CommandBuffer::new(dev).unwrap();
     cmd.begin().unwrap();
     cmd.dispatch(&pipeline, &set, &launch.push, launch.groups(out_ne, max.unwrap_or(dev.info().max_workgroup_count))).unwrap();

@@ -26,6 +26,14 @@ pub(crate) struct SetInner {
     pub bindings: u32,
 }
 
+/// A byte range of a buffer bound to one binding.
+#[derive(Clone, Copy)]
+pub struct Window<'a> {
+    pub buffer: &'a Buffer,
+    pub offset: u64,
+    pub range: u64,
+}
+
 /// One set of buffers bound to a pipeline's bindings 0..n.
 #[derive(Clone)]
 pub struct DescriptorSet {
@@ -44,13 +52,28 @@ impl DescriptorPool {
 
     /// A set binding `buffers[i]` (whole) at binding i of `pipeline`.
     pub fn bind(&self, pipeline: &Pipeline, buffers: &[&Buffer]) -> Result<DescriptorSet> {
+        let windows: Vec<Window> = buffers.iter().map(|&b| Window { buffer: b, offset: 0, range: b.size() }).collect();
+        self.bind_windows(pipeline, &windows)
+    }
+
+    /// A set binding `windows[i]` at binding i of `pipeline`: each a byte range of a buffer,
+    /// starting at a multiple of the device's minStorageBufferOffsetAlignment and no longer
+    /// than its maxStorageBufferRange (how a buffer larger than that range is read).
+    pub fn bind_windows(&self, pipeline: &Pipeline, windows: &[Window]) -> Result<DescriptorSet> {
         let p = &pipeline.inner;
-        if buffers.len() != p.bindings as usize {
-            return Err(VkError::Invalid(format!("{}: {} buffers for {} bindings", p.name, buffers.len(), p.bindings)));
+        if windows.len() != p.bindings as usize {
+            return Err(VkError::Invalid(format!("{}: {} buffers for {} bindings", p.name, windows.len(), p.bindings)));
         }
-        let max_range = u64::from(self.inner.shared.info.max_storage_buffer_range);
-        if let Some(b) = buffers.iter().find(|b| b.size() > max_range) {
-            return Err(VkError::Invalid(format!("{}: a buffer of {} bytes exceeds the device's storage-buffer range of {max_range}", p.name, b.size())));
+        let info = &self.inner.shared.info;
+        let max_range = u64::from(info.max_storage_buffer_range);
+        let align = info.min_storage_buffer_offset_alignment.max(1);
+        for w in windows {
+            if w.range > max_range {
+                return Err(VkError::Invalid(format!("{}: a window of {} bytes exceeds the device's storage-buffer range of {max_range}", p.name, w.range)));
+            }
+            if w.offset % align != 0 || !matches!(w.offset.checked_add(w.range), Some(e) if e <= w.buffer.size()) || w.range == 0 {
+                return Err(VkError::Invalid(format!("{}: window {}+{} of a buffer of {} bytes (offset alignment {align})", p.name, w.offset, w.range, w.buffer.size())));
+            }
         }
         let d = &self.inner.shared.raw;
         let layouts = [p.set_layout];
@@ -66,7 +89,7 @@ impl DescriptorPool {
             })?[0]
         };
         let infos: Vec<[vk::DescriptorBufferInfo; 1]> =
-            buffers.iter().map(|b| [vk::DescriptorBufferInfo { buffer: b.inner.raw, offset: 0, range: vk::WHOLE_SIZE }]).collect();
+            windows.iter().map(|w| [vk::DescriptorBufferInfo { buffer: w.buffer.inner.raw, offset: w.offset, range: w.range }]).collect();
         let writes: Vec<_> = infos
             .iter()
             .enumerate()
@@ -74,13 +97,13 @@ impl DescriptorPool {
                 vk::WriteDescriptorSet::default().dst_set(raw).dst_binding(i as u32).descriptor_type(vk::DescriptorType::STORAGE_BUFFER).buffer_info(info)
             })
             .collect();
-        // SAFETY: the set was just allocated and is not in use; every buffer is alive and
-        // within the device's storage-buffer range (checked above).
+        // SAFETY: the set was just allocated and is not in use; every buffer is alive and each
+        // window lies in its buffer, aligned and within the storage-buffer range (checked above).
         unsafe { d.update_descriptor_sets(&writes, &[]) };
         Ok(DescriptorSet {
             inner: Arc::new(SetInner {
                 _pool: Arc::clone(&self.inner),
-                _buffers: buffers.iter().map(|&b| b.clone()).collect(),
+                _buffers: windows.iter().map(|w| w.buffer.clone()).collect(),
                 raw,
                 bindings: p.bindings,
             }),

@@ -1,115 +1,169 @@
-//! Executes a plan whose compute nodes all run on the GPU: weights uploaded once, every
-//! buffer and descriptor set made once, one command buffer recorded once with indirect
+//! Executes plans whose compute nodes all run on the GPU: weights uploaded once, every buffer
+//! and descriptor set made once, one command buffer per plan recorded once with indirect
 //! dispatches. A run writes the symbols (token count...) and each dispatch's workgroup counts
 //! into two small host-visible buffers and replays the recording: nothing is re-recorded.
 //!
-//! Mixed plans (nodes left to the CPU) are the next step; `new` refuses them, naming a node.
+//! Several plans (prefill, decode) share run-time buffers by name (the KV cache), weights by
+//! name, and one arena (plans run one at a time), as `CpuExecutor` does. Every value is bound
+//! as a window of its buffer: the whole buffer when it fits the device's storage-buffer range,
+//! else a window around the value (aligned down to minStorageBufferOffsetAlignment) with the
+//! rest of the offset passed to the kernel in its push constants.
+//!
+//! Mixed plans (nodes left to the CPU) are refused, naming a node: the registry puts every
+//! node of both Qwen3-VL graphs on the GPU.
 
 use super::buffer::Buffer;
 use super::command::CommandBuffer;
-use super::descriptor::DescriptorPool;
+use super::descriptor::{DescriptorPool, Window};
 use super::device::Device;
 use super::error::{Result, VkError};
-use super::kernels::{self, KernelSet, Launch, Operand, BINDINGS};
+use super::kernels::{self, KernelSet, Launch, MatKind, Operand, BINDINGS, MAX_INPUTS};
 use super::memory::Location;
 use crate::gguf::GgufFile;
-use crate::graph::NodeId;
+use crate::graph::{External, NodeId, Op, Value};
 use crate::hrx::{runtime_ne, Device as Where, Loc, Placement, Plan};
+use crate::quant::DType;
 use std::sync::Arc;
 
-pub struct VulkanExecutor {
+use crate::backend::cpu::PlanId;
+
+/// One recorded dispatch.
+struct Dispatch {
+    /// The value whose run-time shape sizes the grid.
+    grid_value: NodeId,
+    /// For a matrix split over row ranges: the rows of this piece (the grid's ne0).
+    rows: Option<usize>,
+    launch: Launch,
+}
+
+struct Recorded {
     plan: Plan,
-    /// One buffer per external storage of the plan.
-    storages: Vec<Buffer>,
-    arena: Buffer,
+    /// The plan's external ids mapped to indices into `storages`.
+    storage_of: Vec<usize>,
     /// The symbols' run-time values (binding 0 of every kernel).
     sizes: Buffer,
     /// Three u32 workgroup counts per dispatch.
     args: Buffer,
-    launches: Vec<(NodeId, Launch)>,
+    launches: Vec<Dispatch>,
     cmd: CommandBuffer,
+}
+
+pub struct VulkanExecutor {
+    plans: Vec<Recorded>,
+    storages: Vec<Buffer>,
+    arena: Buffer,
     max_groups: [u32; 3],
+    recordings: usize,
 }
 
 impl VulkanExecutor {
-    /// Uploads the plan's weights (each from the tensor of its name in `files`, checked for
-    /// dtype and size), allocates the arena and the run-time buffers, and records the plan.
-    pub fn new(device: &Device, plan: Plan, files: &[Arc<GgufFile>]) -> Result<VulkanExecutor> {
-        for (i, p) in plan.placements.iter().enumerate() {
-            if let Placement::Run { device: Where::Cpu, kernel } = p {
-                let name = &plan.graph.nodes[i].name;
-                return Err(VkError::Invalid(format!("node {i} ({name}, {kernel}) is placed on the CPU; mixed plans are not executed yet")));
-            }
-        }
-        let storages = plan.graph.externals.iter().map(|ext| storage(device, ext, files)).collect::<Result<Vec<_>>>()?;
-        let arena = device.buffer(plan.arena_bytes as u64, Location::Device, "the arena")?;
-        let sizes = device.buffer(4 * plan.graph.symbols.len().max(1) as u64, Location::Host, "run-time sizes")?;
-        let n_runs = plan.placements.iter().filter(|p| matches!(p, Placement::Run { .. })).count();
-        let args = device.buffer(12 * n_runs.max(1) as u64, Location::Host, "dispatch sizes")?;
-        let ks = KernelSet::new(device);
-        let pool = DescriptorPool::new(device, n_runs.max(1) as u32, BINDINGS)?;
-        let mut cmd = CommandBuffer::new(device)?;
-        cmd.begin()?;
-        let mut launches = Vec::with_capacity(n_runs);
-        let graph = &plan.graph;
-        for (i, node) in graph.nodes.iter().enumerate() {
-            if !matches!(plan.placements[i], Placement::Run { .. }) {
-                continue;
-            }
-            let at = |id: NodeId| -> Result<(&Buffer, Operand)> {
-                let loc = plan.locs[id.0].ok_or_else(|| VkError::Invalid(format!("node {i}: value {} has no address", id.0)))?;
-                let (buf, offset) = match loc {
-                    Loc::Arena { offset } => (&arena, offset),
-                    Loc::External { storage, offset } => (&storages[storage.0], offset),
-                };
-                let v = graph.value(id);
-                // Kernels do not bounds-check their reads: every window must lie in its buffer.
-                if (offset + v.extent_bytes()) as u64 > buf.size() {
-                    return Err(VkError::Invalid(format!("node {i}: value {} runs past its buffer", id.0)));
+    /// Uploads the plans' weights (each from the tensor of its name in `files`, checked for
+    /// dtype and size), allocates the arena and the run-time buffers (one per name and size
+    /// across plans), and records every plan once.
+    pub fn new(device: &Device, plans: Vec<Plan>, files: &[Arc<GgufFile>]) -> Result<VulkanExecutor> {
+        for plan in &plans {
+            for (i, p) in plan.placements.iter().enumerate() {
+                if let Placement::Run { device: Where::Cpu, kernel } = p {
+                    let name = &plan.graph.nodes[i].name;
+                    return Err(VkError::Invalid(format!(
+                        "graph {} node {i} ({name}, {kernel}) is placed on the CPU; mixed plans are not executed",
+                        plan.graph.name
+                    )));
                 }
-                Ok((buf, Operand { dtype: v.dtype, ne: v.ne, nb: v.nb, offset }))
-            };
-            let ins = node.inputs.iter().map(|&id| at(id)).collect::<Result<Vec<_>>>()?;
-            let (out_buf, out) = at(NodeId(i))?;
-            let operands: Vec<Operand> = ins.iter().map(|(_, o)| *o).collect();
-            let launch = kernels::launch(&node.op, &operands, &out, node.value.dyn_axis.map(Into::into))
-                .map_err(|e| VkError::Invalid(format!("node {i} ({}): {e}", node.name)))?;
-            let pipeline = ks.pipeline(launch.kernel)?;
-            let mut bound = vec![&sizes];
-            bound.extend(ins.iter().map(|(b, _)| *b));
-            bound.push(out_buf);
-            let set = pool.bind(&pipeline, &bound)?;
-            cmd.dispatch_indirect(&pipeline, &set, &launch.push, &args, 12 * launches.len() as u64)?;
-            cmd.barrier()?;
-            launches.push((NodeId(i), launch));
+            }
         }
-        cmd.finish()?;
+        // One storage per (name, size) across plans.
+        let mut keys: Vec<(String, usize)> = Vec::new();
+        let mut exts: Vec<&External> = Vec::new();
+        let mut maps = Vec::with_capacity(plans.len());
+        for plan in &plans {
+            let mut map = Vec::with_capacity(plan.graph.externals.len());
+            for ext in &plan.graph.externals {
+                match keys.iter().position(|(n, b)| *n == ext.name && *b == ext.bytes) {
+                    Some(i) => map.push(i),
+                    None => {
+                        keys.push((ext.name.clone(), ext.bytes));
+                        exts.push(ext);
+                        map.push(keys.len() - 1);
+                    }
+                }
+            }
+            maps.push(map);
+        }
+        // Storages some node writes (KV caches, outputs written into a caller's buffer) live
+        // in device memory; the other run-time buffers are inputs the host fills before each
+        // run, kept in host-visible memory and written in place (no staging copy per token).
+        let mut gpu_written = vec![false; keys.len()];
+        for (plan, map) in plans.iter().zip(&maps) {
+            for (placement, loc) in plan.placements.iter().zip(&plan.locs) {
+                if let (Placement::Run { .. }, Some(Loc::External { storage, .. })) = (placement, loc) {
+                    gpu_written[map[storage.0]] = true;
+                }
+            }
+        }
+        let storages = exts.iter().zip(&gpu_written).map(|(ext, &written)| storage(device, ext, files, written)).collect::<Result<Vec<_>>>()?;
+        let arena_bytes = plans.iter().map(|p| p.arena_bytes).max().unwrap_or(0);
+        let arena = device.buffer(arena_bytes as u64, Location::Device, "the arena")?;
+        let ks = KernelSet::new(device);
+        let mut recorded = Vec::with_capacity(plans.len());
+        let mut recordings = 0;
+        for (plan, storage_of) in plans.into_iter().zip(maps) {
+            recorded.push(record(device, &ks, plan, storage_of, &storages, &arena)?);
+            recordings += 1;
+        }
         let max_groups = device.info().max_workgroup_count;
-        Ok(VulkanExecutor { plan, storages, arena, sizes, args, launches, cmd, max_groups })
+        Ok(VulkanExecutor { plans: recorded, storages, arena, max_groups, recordings })
     }
 
-    pub fn plan(&self) -> &Plan {
-        &self.plan
+    pub fn plan(&self, id: PlanId) -> &Plan {
+        &self.plans[id.0].plan
     }
 
-    fn named(&self, name: &str) -> Result<&Buffer> {
-        let i = self.plan.graph.externals.iter().position(|e| e.name == name).ok_or_else(|| VkError::Invalid(format!("no buffer {name:?}")))?;
-        Ok(&self.storages[i])
+    /// How many command buffers were recorded: one per plan, at `new`, never per run.
+    pub fn recordings(&self) -> usize {
+        self.recordings
     }
 
-    /// Fills the start of run-time buffer `name` with f32 values.
-    pub fn write_f32(&self, name: &str, values: &[f32]) -> Result<()> {
-        self.named(name)?.write_f32(0, values)
+    fn recorded(&self, id: PlanId) -> Result<&Recorded> {
+        self.plans.get(id.0).ok_or_else(|| VkError::Invalid(format!("no plan {}", id.0)))
     }
 
-    /// Fills the start of run-time buffer `name` with i32 values.
-    pub fn write_i32(&self, name: &str, values: &[i32]) -> Result<()> {
-        self.named(name)?.write(0, &values.iter().flat_map(|v| v.to_le_bytes()).collect::<Vec<u8>>())
+    /// The buffer of external `name` of `plan`, and its dtype.
+    fn named(&self, plan: PlanId, name: &str) -> Result<(&Buffer, DType)> {
+        let r = self.recorded(plan)?;
+        let ext = r.plan.graph.externals.iter().position(|e| e.name == name).ok_or_else(|| VkError::Invalid(format!("no buffer {name:?}")))?;
+        Ok((&self.storages[r.storage_of[ext]], r.plan.graph.externals[ext].dtype))
+    }
+
+    /// Writes f32 values into run-time buffer `name` of `plan`, starting `offset` values in.
+    pub fn write_f32(&self, plan: PlanId, name: &str, offset: usize, values: &[f32]) -> Result<()> {
+        match self.named(plan, name)? {
+            (b, DType::F32) => b.write_f32(4 * offset as u64, values),
+            (_, d) => Err(VkError::Invalid(format!("buffer {name:?} holds {d}, not f32"))),
+        }
+    }
+
+    /// Writes i32 values into run-time buffer `name` of `plan`, starting `offset` values in.
+    pub fn write_i32(&self, plan: PlanId, name: &str, offset: usize, values: &[i32]) -> Result<()> {
+        match self.named(plan, name)? {
+            (b, DType::I32) => b.write(4 * offset as u64, &values.iter().flat_map(|v| v.to_le_bytes()).collect::<Vec<u8>>()),
+            (_, d) => Err(VkError::Invalid(format!("buffer {name:?} holds {d}, not i32"))),
+        }
+    }
+
+    /// Reads `n` f32 values of run-time buffer `name` of `plan`.
+    pub fn read_f32(&self, plan: PlanId, name: &str, n: usize) -> Result<Vec<f32>> {
+        match self.named(plan, name)? {
+            (b, DType::F32) => b.read_f32(0, n),
+            (_, d) => Err(VkError::Invalid(format!("buffer {name:?} holds {d}, not f32"))),
+        }
     }
 
     /// Runs the recorded plan for these symbol values (each at most its planned maximum).
-    pub fn run(&mut self, symbols: &[usize]) -> Result<()> {
-        let graph = &self.plan.graph;
+    pub fn run(&mut self, plan: PlanId, symbols: &[usize]) -> Result<()> {
+        let max_groups = self.max_groups;
+        let r = self.plans.get_mut(plan.0).ok_or_else(|| VkError::Invalid(format!("no plan {}", plan.0)))?;
+        let graph = &r.plan.graph;
         let mut words = Vec::with_capacity(graph.symbols.len());
         for (i, (name, max)) in graph.symbols.iter().enumerate() {
             let v = symbols.get(i).copied().unwrap_or(0);
@@ -118,38 +172,159 @@ impl VulkanExecutor {
             }
             words.push(v as u32);
         }
-        let mut groups = Vec::with_capacity(3 * self.launches.len());
-        for (id, launch) in &self.launches {
-            groups.extend(launch.groups(runtime_ne(graph, *id, symbols), self.max_groups));
+        let mut groups = Vec::with_capacity(3 * r.launches.len());
+        for d in &r.launches {
+            let mut ne = runtime_ne(graph, d.grid_value, symbols);
+            if let Some(rows) = d.rows {
+                ne[0] = rows;
+            }
+            groups.extend(d.launch.groups(ne, max_groups));
         }
         if !words.is_empty() {
-            self.sizes.write_u32(0, &words)?;
+            r.sizes.write_u32(0, &words)?;
         }
-        self.args.write_u32(0, &groups)?;
-        self.cmd.submit_and_wait()
+        if !groups.is_empty() {
+            r.args.write_u32(0, &groups)?;
+        }
+        r.cmd.submit_and_wait()
     }
 
-    /// The contiguous f32 value of node `id` after a run, at its run-time shape.
-    pub fn output(&self, id: NodeId, symbols: &[usize]) -> Result<Vec<f32>> {
-        let graph = &self.plan.graph;
-        let v = graph.value(id);
-        if !v.is_contiguous() || v.dtype != crate::quant::DType::F32 {
+    /// The contiguous f32 value of node `id` of `plan` after a run, at its run-time shape.
+    pub fn output(&self, plan: PlanId, id: NodeId, symbols: &[usize]) -> Result<Vec<f32>> {
+        let r = self.recorded(plan)?;
+        let graph = &r.plan.graph;
+        let v = graph.nodes.get(id.0).map(|n| &n.value).ok_or_else(|| VkError::Invalid(format!("no node {}", id.0)))?;
+        if !v.is_contiguous() || v.dtype != DType::F32 {
             return Err(VkError::Invalid(format!("node {} is not a contiguous f32 value", id.0)));
         }
         let n: usize = runtime_ne(graph, id, symbols).iter().product();
-        match self.plan.locs[id.0] {
+        match r.plan.locs[id.0] {
             Some(Loc::Arena { offset }) => self.arena.read_f32(offset as u64, n),
-            Some(Loc::External { storage, offset }) => self.storages[storage.0].read_f32(offset as u64, n),
+            Some(Loc::External { storage, offset }) => self.storages[r.storage_of[storage.0]].read_f32(offset as u64, n),
             None => Err(VkError::Invalid(format!("node {} has no address", id.0))),
         }
     }
 }
 
+/// Records `plan` once: a descriptor set and an indirect dispatch per compute node.
+fn record(device: &Device, ks: &KernelSet, plan: Plan, storage_of: Vec<usize>, storages: &[Buffer], arena: &Buffer) -> Result<Recorded> {
+    let graph = &plan.graph;
+    let sizes = device.buffer(4 * graph.symbols.len().max(1) as u64, Location::Host, "run-time sizes")?;
+    let info = device.info();
+    let (max_range, align) = (u64::from(info.max_storage_buffer_range), info.min_storage_buffer_offset_alignment.max(1));
+    // Dispatches: one per compute node, more for matrices split over row ranges.
+    let n_runs: usize = graph
+        .nodes
+        .iter()
+        .zip(&plan.placements)
+        .filter(|(_, p)| matches!(p, Placement::Run { .. }))
+        .map(|(n, _)| match (&n.op, n.inputs.first()) {
+            (Op::MatMul, Some(&w)) => {
+                let w = graph.value(w);
+                let fit = (max_range.saturating_sub(align) / w.nb[1].max(1) as u64) as usize / 64 * 64;
+                if fit == 0 { 1 } else { w.ne[1].div_ceil(fit).max(1) }
+            }
+            _ => 1,
+        })
+        .sum();
+    let args = device.buffer(12 * n_runs.max(1) as u64, Location::Host, "dispatch sizes")?;
+    let pool = DescriptorPool::new(device, n_runs.max(1) as u32, BINDINGS)?;
+    let mut cmd = CommandBuffer::new(device)?;
+    cmd.begin()?;
+    let mut launches = Vec::with_capacity(n_runs);
+    for (i, node) in graph.nodes.iter().enumerate() {
+        if !matches!(plan.placements[i], Placement::Run { .. }) {
+            continue;
+        }
+        // The buffer of value `id`, its byte offset there, and the value.
+        let locate = |id: NodeId| -> Result<(&Buffer, usize, Value)> {
+            let loc = plan.locs[id.0].ok_or_else(|| VkError::Invalid(format!("node {i}: value {} has no address", id.0)))?;
+            let (buf, offset) = match loc {
+                Loc::Arena { offset } => (arena, offset),
+                Loc::External { storage, offset } => (&storages[storage_of[storage.0]], offset),
+            };
+            Ok((buf, offset, graph.value(id).clone()))
+        };
+        let failed = |e: String| VkError::Invalid(format!("node {i} ({}): {e}", node.name));
+        if node.inputs.len() > MAX_INPUTS {
+            return Err(VkError::Invalid(format!("node {i} ({}): {} inputs", node.name, node.inputs.len())));
+        }
+        let ins = node.inputs.iter().map(|&id| locate(id)).collect::<Result<Vec<_>>>()?;
+        let out = locate(NodeId(i))?;
+        // A matrix whose weights span more than the storage-buffer range runs as several
+        // dispatches, each over the output rows whose weight rows fit one window.
+        let pieces = match (&node.op, ins.first()) {
+            (Op::MatMul, Some(w)) if w.2.extent_bytes() as u64 + align > max_range => {
+                let fit = ((max_range - align) / w.2.nb[1].max(1) as u64) as usize / 64 * 64;
+                if fit == 0 {
+                    return Err(VkError::Invalid(format!("node {i} ({}): one weight row exceeds the storage-buffer range", node.name)));
+                }
+                (0..w.2.ne[1]).step_by(fit).map(|r0| Some((r0, fit.min(w.2.ne[1] - r0)))).collect()
+            }
+            _ => vec![None],
+        };
+        let kind = MatKind::choose(ins.first().map_or(0, |w| w.2.ne[0]), node.value.ne[1] * node.value.ne[2] * node.value.ne[3]);
+        for piece in pieces {
+            let mut ins = ins.clone();
+            let mut out = out.clone();
+            if let Some((r0, rows)) = piece {
+                // Weight rows r0..r0 + rows, output values r0..r0 + rows of every column.
+                ins[0].1 += r0 * ins[0].2.nb[1];
+                ins[0].2.ne[1] = rows;
+                out.1 += r0 * out.2.nb[0];
+                out.2.ne[0] = rows;
+            }
+            let bound_ins = ins.iter().map(|(b, o, v)| bind_window(b, *o, v, max_range, align).map_err(failed)).collect::<Result<Vec<_>>>()?;
+            let (out_window, out_op) = bind_window(out.0, out.1, &out.2, max_range, align).map_err(failed)?;
+            let operands: Vec<Operand> = bound_ins.iter().map(|(_, o)| *o).collect();
+            let launch = match piece {
+                Some(_) => kernels::launch_mat(kind, &operands[0], &operands[1], &out_op, node.value.dyn_axis.map(Into::into)),
+                None => kernels::launch(&node.op, &operands, &out_op, node.value.dyn_axis.map(Into::into)),
+            }
+            .map_err(|e| VkError::Invalid(format!("graph {} node {i} ({}): {e}", graph.name, node.name)))?;
+            let pipeline = ks.pipeline(launch.kernel)?;
+            let sizes_window = Window { buffer: &sizes, offset: 0, range: sizes.size() };
+            let mut bound = vec![sizes_window];
+            bound.extend(bound_ins.iter().map(|(w, _)| *w));
+            while bound.len() < BINDINGS as usize - 1 {
+                bound.push(sizes_window);
+            }
+            bound.push(out_window);
+            let set = pool.bind_windows(&pipeline, &bound)?;
+            cmd.dispatch_indirect(&pipeline, &set, &launch.push, &args, 12 * launches.len() as u64)?;
+            cmd.barrier()?;
+            let grid_value = launch.grid_input.and_then(|k| node.inputs.get(k).copied()).unwrap_or(NodeId(i));
+            launches.push(Dispatch { grid_value, rows: piece.map(|(_, rows)| rows), launch });
+        }
+    }
+    cmd.finish()?;
+    Ok(Recorded { plan, storage_of, sizes, args, launches, cmd })
+}
+
+/// The window of a value at byte `offset` of `buf`, and its operand relative to that window:
+/// the whole buffer when it fits the storage-buffer range, else a window starting at the
+/// value (aligned down to the offset alignment).
+fn bind_window<'a>(buf: &'a Buffer, offset: usize, v: &Value, max_range: u64, align: u64) -> std::result::Result<(Window<'a>, Operand), String> {
+    let end = (offset + v.extent_bytes()) as u64;
+    // Kernels do not bounds-check their reads: every window must lie in its buffer.
+    if end > buf.size() {
+        return Err("a value runs past its buffer".to_owned());
+    }
+    let start = if buf.size() <= max_range { 0 } else { offset as u64 / align * align };
+    let range = (buf.size() - start).min(max_range);
+    if end > start + range {
+        return Err(format!("a value spans {} bytes, more than the device's storage-buffer range of {max_range}", end - offset as u64));
+    }
+    let operand = Operand { dtype: v.dtype, ne: v.ne, nb: v.nb, offset: offset - start as usize, dynamic: v.dyn_axis.map(Into::into) };
+    Ok((Window { buffer: buf, offset: start, range }, operand))
+}
+
 /// The buffer of one external storage: a weight uploaded from `files`, or a zeroed run-time
-/// buffer.
-fn storage(device: &Device, ext: &crate::graph::External, files: &[Arc<GgufFile>]) -> Result<Buffer> {
+/// buffer (in device memory when `gpu_written`, else host-visible).
+fn storage(device: &Device, ext: &External, files: &[Arc<GgufFile>], gpu_written: bool) -> Result<Buffer> {
     if !ext.is_weight {
-        let b = device.buffer(ext.bytes as u64, Location::Device, &ext.name)?;
+        let location = if gpu_written { Location::Device } else { Location::Host };
+        let b = device.buffer(ext.bytes as u64, location, &ext.name)?;
         b.clear()?;
         return Ok(b);
     }

@@ -33,7 +33,7 @@ pub mod shaders;
 
 pub use buffer::Buffer;
 pub use command::CommandBuffer;
-pub use descriptor::{DescriptorPool, DescriptorSet};
+pub use descriptor::{DescriptorPool, DescriptorSet, Window};
 pub use device::{Device, DeviceOptions};
 pub use error::{Result, VkError};
 pub use executor::VulkanExecutor;

@@ -24,7 +24,7 @@ pub fn storage_offset(graph: &Graph, id: NodeId) -> usize {
 /// The operand of value `id` as a kernel would see it.
 pub fn operand(graph: &Graph, id: NodeId) -> Operand {
     let v = graph.value(id);
-    Operand { dtype: v.dtype, ne: v.ne, nb: v.nb, offset: storage_offset(graph, id) }
+    Operand { dtype: v.dtype, ne: v.ne, nb: v.nb, offset: storage_offset(graph, id), dynamic: v.dyn_axis.map(Into::into) }
 }
 
 impl Registry for VulkanRegistry {

@@ -20,14 +20,29 @@ pub fn spirv(name: &str) -> Option<&'static [u8]> {
         "mul_mat_q8_0" => spv!("mul_mat_q8_0"),
         "mul_mat_q4_k" => spv!("mul_mat_q4_k"),
         "mul_mat_q6_k" => spv!("mul_mat_q6_k"),
+        "mul_mat_rows_f32" => spv!("mul_mat_rows_f32"),
+        "mul_mat_rows_f16" => spv!("mul_mat_rows_f16"),
+        "mul_mat_rows_q8_0" => spv!("mul_mat_rows_q8_0"),
+        "mul_mat_rows_q4_k" => spv!("mul_mat_rows_q4_k"),
+        "mul_mat_rows_q6_k" => spv!("mul_mat_rows_q6_k"),
         "binary" => spv!("binary"),
         "rms_norm" => spv!("rms_norm"),
+        "get_rows_f32" => spv!("get_rows_f32"),
+        "get_rows_f16" => spv!("get_rows_f16"),
+        "get_rows_q8_0" => spv!("get_rows_q8_0"),
+        "get_rows_q4_k" => spv!("get_rows_q4_k"),
+        "get_rows_q6_k" => spv!("get_rows_q6_k"),
+        "layer_norm" => spv!("layer_norm"),
+        "unary" => spv!("unary"),
+        "set_rows" => spv!("set_rows"),
+        "rope" => spv!("rope"),
+        "flash_attn" => spv!("flash_attn"),
         _ => return None,
     })
 }
 
 /// Every embedded module's name.
-pub const ALL: [&str; 12] = [
+pub const ALL: [&str; 27] = [
     "mul_mat_vec_f32",
     "mul_mat_vec_f16",
     "mul_mat_vec_q8_0",
@@ -38,8 +53,23 @@ pub const ALL: [&str; 12] = [
     "mul_mat_q8_0",
     "mul_mat_q4_k",
     "mul_mat_q6_k",
+    "mul_mat_rows_f32",
+    "mul_mat_rows_f16",
+    "mul_mat_rows_q8_0",
+    "mul_mat_rows_q4_k",
+    "mul_mat_rows_q6_k",
     "binary",
     "rms_norm",
+    "get_rows_f32",
+    "get_rows_f16",
+    "get_rows_q8_0",
+    "get_rows_q4_k",
+    "get_rows_q6_k",
+    "layer_norm",
+    "unary",
+    "set_rows",
+    "rope",
+    "flash_attn",
 ];
 
 #[cfg(test)]

@@ -1,5 +1,6 @@
 //! d = w^T x (ggml's mul_mat) with quantized or float weights and f32 activations:
-//! `mul_mat_vec.comp` for a few columns, `mul_mat.comp` (64 x 64 tiles) for many.
+//! `mul_mat_vec.comp` for a few columns, `mul_mat.comp` (64 x 64 tiles) for many, and
+//! `mul_mat_rows.comp` (a thread per output value) for a few columns of short rows.
 
 use super::{dyn_words, expect_f32, floats, word, Dyn, Grid, KernelId, Launch, Operand, WType};
 use crate::backend::vulkan::error::{Result, VkError};
@@ -14,17 +15,24 @@ pub enum MatKind {
     Vec,
     /// 64 x 64 output tiles through shared memory.
     Tiled,
+    /// One thread per output value, no shared memory: for short rows, where splitting K
+    /// across a workgroup leaves most threads idle (and CPU drivers pay for every barrier).
+    Rows,
 }
 
 impl MatKind {
-    /// Up to this many output columns the vector kernel is used.
+    /// Up to this many output columns the vector (or rows) kernel is used.
     pub const VEC_MAX_COLS: usize = 8;
+    /// Rows up to this long take the rows kernel when the vector kernel would be used.
+    pub const ROWS_MAX_K: usize = 256;
 
-    pub fn for_columns(cols: usize) -> MatKind {
-        if cols <= Self::VEC_MAX_COLS {
-            MatKind::Vec
-        } else {
+    pub fn choose(k: usize, cols: usize) -> MatKind {
+        if cols > Self::VEC_MAX_COLS {
             MatKind::Tiled
+        } else if k <= Self::ROWS_MAX_K {
+            MatKind::Rows
+        } else {
+            MatKind::Vec
         }
     }
 }
@@ -65,6 +73,7 @@ pub fn launch(kind: MatKind, w: &Operand, x: &Operand, out: &Operand, dynamic: O
     let grid = match kind {
         MatKind::Vec => Grid::Mat { rows: 4, cols: 1 },
         MatKind::Tiled => Grid::Mat { rows: 64, cols: 64 },
+        MatKind::Rows => Grid::Mat { rows: 64, cols: 1 },
     };
-    Ok(Launch { kernel: KernelId::MatMul(kind, wt), push, grid })
+    Ok(Launch { kernel: KernelId::MatMul(kind, wt), push, grid, grid_input: None })
 }

@@ -3,12 +3,16 @@
 //! from the sizes buffer (binding 0), so one recording serves every token count up to the
 //! planned maximum. Kernels know nothing of the model.
 //!
-//! Every kernel has four bindings: 0 the run-time sizes (u32 symbols), 1 and 2 the inputs in
-//! the node's order, 3 the output.
+//! Every kernel has six bindings: 0 the run-time sizes (u32 symbols), 1 to 4 the inputs in
+//! the node's order (unused ones bound to any buffer), 5 the output.
 
+mod attn;
 mod binary;
 mod matmul;
 mod norm;
+mod rope;
+mod rows;
+mod unary;
 
 pub use matmul::MatKind;
 
@@ -16,13 +20,15 @@ use super::device::Device;
 use super::error::{Result, VkError};
 use super::pipeline::{Pipeline, PipelineSpec};
 use super::shaders;
-use crate::graph::{DynAxis, Op, MAX_DIMS};
+use crate::graph::{DynAxis, Gelu, Op, MAX_DIMS};
 use crate::quant::DType;
 use std::collections::HashMap;
 use std::sync::Mutex;
 
-/// Storage buffers of every kernel: sizes, two inputs, output.
-pub const BINDINGS: u32 = 4;
+/// Storage buffers of every kernel: sizes, four inputs, output.
+pub const BINDINGS: u32 = 6;
+/// Inputs a kernel can take (bindings 1..=MAX_INPUTS).
+pub const MAX_INPUTS: usize = 4;
 
 /// Weight types the matrix kernels decode.
 #[derive(Clone, Copy, Debug, PartialEq, Eq, Hash)]
@@ -65,12 +71,27 @@ pub enum BinaryOp {
     SwiGlu = 2,
 }
 
+/// The elementwise one-input ops of `unary.comp` (its specialization constant).
+#[derive(Clone, Copy, Debug, PartialEq, Eq, Hash)]
+pub enum UnaryOp {
+    Copy = 0,
+    GeluTanh = 1,
+    GeluErf = 2,
+}
+
 /// A kernel: one pipeline.
 #[derive(Clone, Copy, Debug, PartialEq, Eq, Hash)]
 pub enum KernelId {
     MatMul(MatKind, WType),
     Binary(BinaryOp),
     RmsNorm,
+    LayerNorm,
+    Unary(UnaryOp),
+    /// A table of this type; weighted (GET_ROWS_WEIGHTED) or not.
+    GetRows(WType, bool),
+    SetRows,
+    Rope,
+    FlashAttn,
 }
 
 impl KernelId {
@@ -86,11 +107,34 @@ impl KernelId {
                 Vec F32 => "mul_mat_vec_f32", Vec F16 => "mul_mat_vec_f16", Vec Q8_0 => "mul_mat_vec_q8_0",
                 Vec Q4K => "mul_mat_vec_q4_k", Vec Q6K => "mul_mat_vec_q6_k",
                 Tiled F32 => "mul_mat_f32", Tiled F16 => "mul_mat_f16", Tiled Q8_0 => "mul_mat_q8_0",
-                Tiled Q4K => "mul_mat_q4_k", Tiled Q6K => "mul_mat_q6_k"),
+                Tiled Q4K => "mul_mat_q4_k", Tiled Q6K => "mul_mat_q6_k",
+                Rows F32 => "mul_mat_rows_f32", Rows F16 => "mul_mat_rows_f16", Rows Q8_0 => "mul_mat_rows_q8_0",
+                Rows Q4K => "mul_mat_rows_q4_k", Rows Q6K => "mul_mat_rows_q6_k"),
             KernelId::Binary(BinaryOp::Add) => "add",
             KernelId::Binary(BinaryOp::Mul) => "mul",
             KernelId::Binary(BinaryOp::SwiGlu) => "swiglu",
             KernelId::RmsNorm => "rms_norm",
+            KernelId::LayerNorm => "layer_norm",
+            KernelId::Unary(UnaryOp::Copy) => "cont",
+            KernelId::Unary(UnaryOp::GeluTanh) => "gelu",
+            KernelId::Unary(UnaryOp::GeluErf) => "gelu_erf",
+            KernelId::GetRows(w, false) => match w {
+                WType::F32 => "get_rows_f32",
+                WType::F16 => "get_rows_f16",
+                WType::Q8_0 => "get_rows_q8_0",
+                WType::Q4K => "get_rows_q4_k",
+                WType::Q6K => "get_rows_q6_k",
+            },
+            KernelId::GetRows(w, true) => match w {
+                WType::F32 => "get_rows_weighted_f32",
+                WType::F16 => "get_rows_weighted_f16",
+                WType::Q8_0 => "get_rows_weighted_q8_0",
+                WType::Q4K => "get_rows_weighted_q4_k",
+                WType::Q6K => "get_rows_weighted_q6_k",
+            },
+            KernelId::SetRows => "set_rows",
+            KernelId::Rope => "rope",
+            KernelId::FlashAttn => "flash_attn",
         }
     }
 
@@ -98,8 +142,15 @@ impl KernelId {
         match self {
             KernelId::MatMul(MatKind::Vec, w) => format!("mul_mat_vec_{}", w.suffix()),
             KernelId::MatMul(MatKind::Tiled, w) => format!("mul_mat_{}", w.suffix()),
+            KernelId::MatMul(MatKind::Rows, w) => format!("mul_mat_rows_{}", w.suffix()),
             KernelId::Binary(_) => "binary".to_owned(),
             KernelId::RmsNorm => "rms_norm".to_owned(),
+            KernelId::LayerNorm => "layer_norm".to_owned(),
+            KernelId::Unary(_) => "unary".to_owned(),
+            KernelId::GetRows(w, _) => format!("get_rows_{}", w.suffix()),
+            KernelId::SetRows => "set_rows".to_owned(),
+            KernelId::Rope => "rope".to_owned(),
+            KernelId::FlashAttn => "flash_attn".to_owned(),
         }
     }
 
@@ -108,12 +159,20 @@ impl KernelId {
             KernelId::MatMul(..) => matmul::PUSH_WORDS,
             KernelId::Binary(_) => binary::PUSH_WORDS,
             KernelId::RmsNorm => norm::PUSH_WORDS,
+            KernelId::LayerNorm => norm::LAYER_PUSH_WORDS,
+            KernelId::Unary(_) => unary::PUSH_WORDS,
+            KernelId::GetRows(..) => rows::GET_PUSH_WORDS,
+            KernelId::SetRows => rows::SET_PUSH_WORDS,
+            KernelId::Rope => rope::PUSH_WORDS,
+            KernelId::FlashAttn => attn::PUSH_WORDS,
         }
     }
 
     fn constants(self) -> Vec<u32> {
         match self {
             KernelId::Binary(op) => vec![op as u32],
+            KernelId::Unary(op) => vec![op as u32],
+            KernelId::GetRows(_, weighted) => vec![u32::from(weighted)],
             _ => Vec::new(),
         }
     }
@@ -154,20 +213,22 @@ impl KernelSet {
     }
 }
 
-/// An operand as a kernel sees it: dtype, maximal shape, byte strides, and byte offset in the
-/// buffer bound for it.
+/// An operand as a kernel sees it: dtype, maximal shape, byte strides, byte offset in the
+/// buffer bound for it, and its dynamic axis (kernels that size their work by an input, such
+/// as SET_ROWS by its source rows, read it).
 #[derive(Clone, Copy, Debug, PartialEq)]
 pub struct Operand {
     pub dtype: DType,
     pub ne: [usize; MAX_DIMS],
     pub nb: [usize; MAX_DIMS],
     pub offset: usize,
+    pub dynamic: Option<Dyn>,
 }
 
 impl Operand {
-    /// A contiguous operand at byte `offset`.
+    /// A contiguous, static operand at byte `offset`.
     pub fn contiguous(dtype: DType, ne: [usize; MAX_DIMS], offset: usize) -> Operand {
-        Operand { dtype, ne, nb: crate::graph::contiguous_strides(dtype, ne), offset }
+        Operand { dtype, ne, nb: crate::graph::contiguous_strides(dtype, ne), offset, dynamic: None }
     }
 }
 
@@ -179,6 +240,9 @@ pub struct Launch {
     pub push: Vec<u32>,
     /// Output elements per workgroup along (rows of ne0, columns), for the grid.
     grid: Grid,
+    /// The grid follows the run-time shape of this input (SET_ROWS: its source), else the
+    /// output's.
+    pub grid_input: Option<usize>,
 }
 
 #[derive(Clone, Copy, Debug, PartialEq)]
@@ -250,19 +314,27 @@ fn expect_f32(o: &Operand, what: &str) -> Result<()> {
 }
 
 /// The kernel and push constants for compute op `op` with `ins` (in the node's order) and
-/// `out`, or why there is none. Matrix products pick the vector kernel for at most
-/// `MatKind::VEC_MAX_COLS` output columns.
+/// `out`, or why there is none. Matrix products pick their kernel by `MatKind::choose`.
 pub fn launch(op: &Op, ins: &[Operand], out: &Operand, dynamic: Option<Dyn>) -> Result<Launch> {
     let arg = |i: usize| ins.get(i).ok_or_else(|| VkError::Invalid(format!("{} needs input {i}", op.name())));
     match op {
         Op::MatMul => {
-            let kind = MatKind::for_columns(out.ne[1] * out.ne[2] * out.ne[3]);
+            let kind = MatKind::choose(arg(0)?.ne[0], out.ne[1] * out.ne[2] * out.ne[3]);
             matmul::launch(kind, arg(0)?, arg(1)?, out, dynamic)
         }
         Op::Add => binary::launch(BinaryOp::Add, arg(0)?, arg(1)?, out, dynamic),
         Op::Mul => binary::launch(BinaryOp::Mul, arg(0)?, arg(1)?, out, dynamic),
         Op::SwiGlu => binary::launch(BinaryOp::SwiGlu, arg(0)?, arg(1)?, out, dynamic),
         Op::RmsNorm { eps } => norm::launch(arg(0)?, arg(1)?, *eps, out, dynamic),
+        Op::LayerNorm { eps } => norm::layer_norm(arg(0)?, arg(1)?, arg(2)?, *eps, out, dynamic),
+        Op::Gelu(Gelu::Tanh) => unary::launch(UnaryOp::GeluTanh, arg(0)?, out, dynamic),
+        Op::Gelu(Gelu::Erf) => unary::launch(UnaryOp::GeluErf, arg(0)?, out, dynamic),
+        Op::Cont => unary::launch(UnaryOp::Copy, arg(0)?, out, dynamic),
+        Op::GetRows => rows::get_rows(arg(0)?, arg(1)?, None, out, dynamic),
+        Op::GetRowsWeighted => rows::get_rows(arg(0)?, arg(1)?, Some(arg(2)?), out, dynamic),
+        Op::SetRows => rows::set_rows(arg(0)?, arg(1)?, arg(2)?, out),
+        Op::Rope { kind, theta, n_dims } => rope::launch(kind, *theta, *n_dims, arg(0)?, arg(1)?, out, dynamic),
+        Op::Attention { scale } => attn::launch(arg(0)?, arg(1)?, arg(2)?, ins.get(3), *scale, out, dynamic),
         other => Err(VkError::Invalid(format!("no Vulkan kernel for {}", other.name()))),
     }
 }

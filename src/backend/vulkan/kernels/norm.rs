@@ -1,4 +1,4 @@
-//! RMS_NORM with weight along ne0 over strided f32 rows: `rms_norm.comp`.
+//! RMS_NORM (`rms_norm.comp`) and LAYER_NORM (`layer_norm.comp`) along ne0 over strided f32 rows.
 
 use super::{dyn_words, expect_f32, floats, word, Dyn, Grid, KernelId, Launch, Operand};
 use crate::backend::vulkan::error::{Result, VkError};
@@ -31,5 +31,40 @@ pub fn launch(x: &Operand, weight: &Operand, eps: f32, out: &Operand, dynamic: O
     push.push(floats(weight.offset, "weight offset")?);
     push.push(floats(out.offset, "output offset")?);
     push.push(eps.to_bits());
-    Ok(Launch { kernel: KernelId::RmsNorm, push, grid: Grid::Rows })
+    Ok(Launch { kernel: KernelId::RmsNorm, push, grid: Grid::Rows, grid_input: None })
+}
+
+/// Words of `layer_norm.comp`'s push constants.
+pub const LAYER_PUSH_WORDS: usize = 21;
+
+/// LayerNorm with weight and bias along ne0: `layer_norm.comp`.
+pub fn layer_norm(x: &Operand, weight: &Operand, bias: &Operand, eps: f32, out: &Operand, dynamic: Option<Dyn>) -> Result<Launch> {
+    expect_f32(x, "x")?;
+    expect_f32(weight, "the weight")?;
+    expect_f32(bias, "the bias")?;
+    expect_f32(out, "the output")?;
+    let param_ok = |p: &Operand| p.ne[0] == x.ne[0] && p.nb[0] == 4;
+    if x.ne != out.ne || !param_ok(weight) || !param_ok(bias) {
+        return Err(VkError::Invalid(format!("layer_norm: {:?} with weight {:?} bias {:?} -> {:?}", x.ne, weight.ne, bias.ne, out.ne)));
+    }
+    if dynamic.is_some_and(|d| d.axis == 0) {
+        return Err(VkError::Invalid("layer_norm: the normalized axis cannot be dynamic".into()));
+    }
+    let mut push = Vec::with_capacity(LAYER_PUSH_WORDS);
+    for v in out.ne {
+        push.push(word(v, "size")?);
+    }
+    push.extend(dyn_words(dynamic)?);
+    for v in x.nb {
+        push.push(floats(v, "x stride")?);
+    }
+    for v in out.nb {
+        push.push(floats(v, "output stride")?);
+    }
+    push.push(floats(x.offset, "x offset")?);
+    push.push(floats(weight.offset, "weight offset")?);
+    push.push(floats(bias.offset, "bias offset")?);
+    push.push(floats(out.offset, "output offset")?);
+    push.push(eps.to_bits());
+    Ok(Launch { kernel: KernelId::LayerNorm, push, grid: Grid::Rows, grid_input: None })
 }

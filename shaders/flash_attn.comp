@@ -1,0 +1,130 @@
+#version 450
+// Fused attention: out[:, h, t] = softmax(q[:, h, t] . k[:, kh, j] * scale over j) v[:, kh, j],
+// kh = h / (heads / kv_heads) (grouped K/V heads). Causal with slots: query t sees kv rows
+// 0..=slots[t]; otherwise every kv row (the run-time length). One workgroup per (head, query),
+// kv rows in chunks of WG with an online softmax (running max and sum), head_dim <= 4 * WG.
+
+#include "common.glsl"
+
+#define WG 64u
+#define PER (256u / WG)
+layout(local_size_x = 64) in;
+
+layout(set = 0, binding = 1) readonly buffer Q { float q[]; };
+layout(set = 0, binding = 2) readonly buffer K { float k[]; };
+layout(set = 0, binding = 3) readonly buffer V { float v[]; };
+layout(set = 0, binding = 4) readonly buffer Slots { int slots[]; };
+layout(set = 0, binding = 5) writeonly buffer D { float d[]; };
+
+layout(push_constant) uniform Params {
+    uvec4 ne;       // output (= q) shape: head_dim, heads, queries, 1 (maximal)
+    uvec4 dyn;      // dynamic axis of the output (common.glsl)
+    uint q_off;     // q: offset, head stride, query stride (floats); unit stride along head_dim
+    uint q_nb1;
+    uint q_nb2;
+    uint k_off;     // k: offset, head stride, row stride
+    uint k_nb1;
+    uint k_nb2;
+    uint v_off;
+    uint v_nb1;
+    uint v_nb2;
+    uint d_off;
+    uint d_nb1;
+    uint d_nb2;
+    uint kv_heads;
+    uint n_kv;      // kv rows (maximal)
+    uint kv_sym;    // the kv rows' run-time length: syms[kv_sym] * kv_num / kv_den;
+    uint kv_num;    // kv_sym 0xFFFFFFFF: static
+    uint kv_den;
+    uint s_off;     // slots offset (ints); 0xFFFFFFFF: no slots (not causal)
+    float scale;
+} p;
+
+shared float qs[256];
+shared float ps[WG];
+shared float red[WG];
+
+float reduce(float x, uint tid, bool is_max) {
+    red[tid] = x;
+    barrier();
+    for (uint s = WG / 2u; s > 0u; s >>= 1u) {
+        if (tid < s) {
+            red[tid] = is_max ? max(red[tid], red[tid + s]) : red[tid] + red[tid + s];
+        }
+        barrier();
+    }
+    float r = red[0];
+    barrier();
+    return r;
+}
+
+void main() {
+    uvec4 ne = runtime_ne(p.ne, p.dyn);
+    uint tid = gl_LocalInvocationID.x;
+    uint hd = ne.x;
+    uint group = ne.y / p.kv_heads;
+    uint n_kv_all = p.n_kv;
+    if (p.kv_sym != 0xFFFFFFFFu) {
+        n_kv_all = min(n_kv_all, syms[p.kv_sym] * p.kv_num / p.kv_den);
+    }
+    for (uint wi = gl_WorkGroupID.x; wi < ne.y * ne.z; wi += gl_NumWorkGroups.x) {
+        uint h = wi % ne.y;
+        uint t = wi / ne.y;
+        uint kh = h / group;
+        uint n_kv = n_kv_all;
+        if (p.s_off != 0xFFFFFFFFu) {
+            n_kv = uint(clamp(slots[p.s_off + t] + 1, 0, int(n_kv_all)));
+        }
+        uint qb = p.q_off + h * p.q_nb1 + t * p.q_nb2;
+        for (uint i = tid; i < hd; i += WG) {
+            qs[i] = q[qb + i];
+        }
+        barrier();
+        uint kb = p.k_off + kh * p.k_nb1;
+        uint vb = p.v_off + kh * p.v_nb1;
+        float m = -1.0e30;
+        float l = 0.0;
+        float acc[PER];
+        for (uint c = 0u; c < PER; c++) {
+            acc[c] = 0.0;
+        }
+        for (uint j0 = 0u; j0 < n_kv; j0 += WG) {
+            uint j = j0 + tid;
+            float s = -1.0e30;
+            if (j < n_kv) {
+                uint kr = kb + j * p.k_nb2;
+                float dot_qk = 0.0;
+                for (uint i = 0u; i < hd; i++) {
+                    dot_qk += qs[i] * k[kr + i];
+                }
+                s = dot_qk * p.scale;
+            }
+            float m_new = max(m, reduce(s, tid, true));
+            float pj = j < n_kv ? exp(s - m_new) : 0.0;
+            ps[tid] = pj;
+            float alpha = exp(m - m_new);
+            l = l * alpha + reduce(pj, tid, false);
+            uint rows = min(WG, n_kv - j0);
+            for (uint c = 0u; c < PER; c++) {
+                uint i = tid + c * WG;
+                if (i < hd) {
+                    float a = acc[c] * alpha;
+                    for (uint jj = 0u; jj < rows; jj++) {
+                        a += ps[jj] * v[vb + (j0 + jj) * p.v_nb2 + i];
+                    }
+                    acc[c] = a;
+                }
+            }
+            m = m_new;
+            barrier();
+        }
+        uint db = p.d_off + h * p.d_nb1 + t * p.d_nb2;
+        for (uint c = 0u; c < PER; c++) {
+            uint i = tid + c * WG;
+            if (i < hd) {
+                d[db + i] = l > 0.0 ? acc[c] / l : 0.0;
+            }
+        }
+        barrier();
+    }
+}

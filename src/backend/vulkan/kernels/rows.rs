@@ -1,0 +1,107 @@
+//! Row gathers and scatters: GET_ROWS and GET_ROWS_WEIGHTED (`get_rows.comp`, a table of any
+//! weight type read by bytes) and SET_ROWS (`set_rows.comp`, f32 rows into a storage such as a
+//! KV cache).
+
+use super::{dyn_words, expect_f32, floats, word, Dyn, Grid, KernelId, Launch, Operand, WType};
+use crate::backend::vulkan::error::{Result, VkError};
+use crate::quant::DType;
+
+/// Words of `get_rows.comp`'s push constants.
+pub const GET_PUSH_WORDS: usize = 20;
+/// Words of `set_rows.comp`'s push constants.
+pub const SET_PUSH_WORDS: usize = 17;
+
+fn ints(bytes: usize, what: &str) -> Result<u32> {
+    floats(bytes, what)
+}
+
+fn expect_i32(o: &Operand, what: &str) -> Result<()> {
+    if o.dtype != DType::I32 {
+        return Err(VkError::Invalid(format!("{what} is {}, the kernel reads i32", o.dtype)));
+    }
+    Ok(())
+}
+
+/// `weights`: None for GET_ROWS (one id per output row, ids [rows]), Some for
+/// GET_ROWS_WEIGHTED (ids and weights [taps, rows]).
+pub fn get_rows(table: &Operand, ids: &Operand, weights: Option<&Operand>, out: &Operand, dynamic: Option<Dyn>) -> Result<Launch> {
+    let wt = WType::from_dtype(table.dtype).ok_or_else(|| VkError::Invalid(format!("get_rows: no kernel for a {} table", table.dtype)))?;
+    expect_i32(ids, "ids")?;
+    expect_f32(out, "the output")?;
+    let flat = |o: &Operand| o.ne[2] == 1 && o.ne[3] == 1;
+    let taps = if weights.is_some() { ids.ne[0] } else { 1 };
+    let rows_ok = if weights.is_some() { ids.ne[1] == out.ne[1] } else { ids.ne[0] == out.ne[1] && ids.ne[1] == 1 };
+    if !flat(table) || !flat(ids) || !flat(out) || table.ne[0] != out.ne[0] || !rows_ok || table.ne[1] == 0 {
+        return Err(VkError::Invalid(format!("get_rows: table {:?} ids {:?} -> {:?}", table.ne, ids.ne, out.ne)));
+    }
+    if table.nb[0] != table.dtype.block_bytes() || out.nb[0] != 4 || table.ne[0] % table.dtype.block_len() != 0 {
+        return Err(VkError::Invalid("get_rows: table and output rows must be contiguous".into()));
+    }
+    if wt == WType::F32 && (table.offset % 4 != 0 || table.nb[1] % 4 != 0) {
+        return Err(VkError::Invalid("get_rows: an f32 table must be 4-byte aligned".into()));
+    }
+    if dynamic.is_some_and(|d| d.axis != 1) {
+        return Err(VkError::Invalid("get_rows: only the row axis can be dynamic".into()));
+    }
+    let mut push = Vec::with_capacity(GET_PUSH_WORDS);
+    for v in out.ne {
+        push.push(word(v, "size")?);
+    }
+    push.extend(dyn_words(dynamic)?);
+    push.push(word(table.offset, "table offset")?);
+    push.push(word(table.nb[1], "table row bytes")?);
+    push.push(word(table.ne[1], "table rows")?);
+    push.push(word(taps, "taps")?);
+    push.push(ints(ids.offset, "ids offset")?);
+    match weights {
+        Some(w) => {
+            expect_f32(w, "the weights")?;
+            if w.ne != ids.ne {
+                return Err(VkError::Invalid(format!("get_rows_weighted: ids {:?} with weights {:?}", ids.ne, w.ne)));
+            }
+            push.push(ints(ids.nb[0], "ids stride")?);
+            push.push(ints(ids.nb[1], "ids stride")?);
+            push.push(floats(w.offset, "weights offset")?);
+            push.push(floats(w.nb[0], "weights stride")?);
+            push.push(floats(w.nb[1], "weights stride")?);
+        }
+        None => {
+            let s = ints(ids.nb[0], "ids stride")?;
+            push.extend([s, s, 0, 0, 0]);
+        }
+    }
+    push.push(floats(out.offset, "output offset")?);
+    push.push(floats(out.nb[1], "output stride")?);
+    // The last byte of the table must be addressable by 32-bit byte offsets.
+    word(table.offset + table.nb[1] * table.ne[1], "table extent")?;
+    Ok(Launch { kernel: KernelId::GetRows(wt, weights.is_some()), push, grid: Grid::Rows, grid_input: None })
+}
+
+/// Rows of `src` [width, rows] into rows `ids` of `out` (the destination storage).
+pub fn set_rows(dst: &Operand, src: &Operand, ids: &Operand, out: &Operand) -> Result<Launch> {
+    expect_f32(src, "src")?;
+    expect_f32(out, "the destination")?;
+    expect_i32(ids, "ids")?;
+    let flat = |o: &Operand| o.ne[2] == 1 && o.ne[3] == 1;
+    if !flat(src) || !flat(out) || !flat(ids) || ids.ne[1] != 1 || out.ne[0] != src.ne[0] || ids.ne[0] != src.ne[1] || dst.ne != out.ne {
+        return Err(VkError::Invalid(format!("set_rows: {:?} by ids {:?} into {:?}", src.ne, ids.ne, out.ne)));
+    }
+    if src.dynamic.is_some_and(|d| d.axis != 1) {
+        return Err(VkError::Invalid("set_rows: only the source's row axis can be dynamic".into()));
+    }
+    let mut push = Vec::with_capacity(SET_PUSH_WORDS);
+    for v in src.ne {
+        push.push(word(v, "size")?);
+    }
+    push.extend(dyn_words(src.dynamic)?);
+    push.push(floats(src.offset, "src offset")?);
+    push.push(floats(src.nb[0], "src stride")?);
+    push.push(floats(src.nb[1], "src stride")?);
+    push.push(ints(ids.offset, "ids offset")?);
+    push.push(ints(ids.nb[0], "ids stride")?);
+    push.push(floats(out.offset, "destination offset")?);
+    push.push(floats(out.nb[0], "destination stride")?);
+    push.push(floats(out.nb[1], "destination stride")?);
+    push.push(word(out.ne[1], "destination rows")?);
+    Ok(Launch { kernel: KernelId::SetRows, push, grid: Grid::Rows, grid_input: Some(1) })
+}

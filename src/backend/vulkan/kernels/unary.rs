@@ -1,0 +1,31 @@
+//! Elementwise one-input ops over strided f32 operands: CONT (a copy), GELU (tanh form) and
+//! GELU_ERF (exact): `unary.comp`.
+
+use super::{dyn_words, expect_f32, floats, word, Dyn, Grid, KernelId, Launch, Operand, UnaryOp};
+use crate::backend::vulkan::error::{Result, VkError};
+
+/// Words of `unary.comp`'s push constants.
+pub const PUSH_WORDS: usize = 18;
+
+pub fn launch(op: UnaryOp, x: &Operand, out: &Operand, dynamic: Option<Dyn>) -> Result<Launch> {
+    expect_f32(x, "x")?;
+    expect_f32(out, "the output")?;
+    if x.ne != out.ne {
+        return Err(VkError::Invalid(format!("{op:?}: {:?} -> {:?}", x.ne, out.ne)));
+    }
+    let mut push = Vec::with_capacity(PUSH_WORDS);
+    for v in out.ne {
+        push.push(word(v, "size")?);
+    }
+    push.extend(dyn_words(dynamic)?);
+    for v in x.nb {
+        push.push(floats(v, "x stride")?);
+    }
+    for v in out.nb {
+        push.push(floats(v, "output stride")?);
+    }
+    push.push(floats(x.offset, "x offset")?);
+    push.push(floats(out.offset, "output offset")?);
+    word(out.ne.iter().product(), "element count")?;
+    Ok(Launch { kernel: KernelId::Unary(op), push, grid: Grid::Flat { per_group: 256 }, grid_input: None })
+}

@@ -1,0 +1,139 @@
+//! The oracle cases through the Vulkan backend (lavapipe in CI, any GPU elsewhere): every text
+//! case (T1-T3) and every image case (I1-I6, fed HF's pixel values) of the tiny F16, tiny Q8_0
+//! and small Q4_K_M models, with the CPU tests' tolerances: last-position logits within 1e-3
+//! (max abs) of HF's, greedy tokens equal wherever HF's top two are not within the tolerance.
+//! Both graphs run with zero CPU nodes, and the command buffers are recorded once, at load.
+//! `HRX_VK_ORACLE_MODELS=tiny,tiny-q8` (case folder names) restricts the models, for a device
+//! run that carries only some of them (scripts/device_vulkan_tests); the others are named as
+//! not run.
+
+mod common;
+mod vulkan_common;
+
+use common::cases::{greedy_agreement, ids_of, max_abs_diff, read_f32, Case};
+use hrx::backend::cpu::Kernels;
+use hrx::backend::{Backend, DeviceChoice};
+use hrx::image::{Patches, PreprocessConfig};
+use hrx::runtime::describe::{Describer, ImageOptions};
+use hrx::runtime::generate::{generate, GenerateConfig};
+use hrx::runtime::sampler::SamplerConfig;
+use hrx::runtime::session::{PromptPiece, Session};
+use hrx::runtime::text_model::{TextModel, TextOptions};
+use std::path::Path;
+use tinyjson::JsonValue;
+
+const TOL: f64 = 1e-3;
+
+/// (model, mmproj, cases folder)
+const MODELS: [(&str, &str, &str); 3] = [
+    ("tiny/qwen3vl-tiny-F16.gguf", "tiny/mmproj-qwen3vl-tiny-F16.gguf", "tiny"),
+    ("tiny/qwen3vl-tiny-Q8_0.gguf", "tiny/mmproj-qwen3vl-tiny-F16.gguf", "tiny-q8"),
+    ("small/qwen3vl-small-Q4_K_M.gguf", "small/mmproj-qwen3vl-small-F16.gguf", "small-q4km"),
+];
+
+fn options() -> TextOptions {
+    // The device is given as a backend; `device` only matters to `load`.
+    TextOptions { n_ctx: 512, chunk: 128, max_outputs: 1, kernels: Kernels::Fast, device: DeviceChoice::Auto }
+}
+
+fn config(max_new_tokens: usize) -> GenerateConfig {
+    GenerateConfig { max_new_tokens, sampler: SamplerConfig::default(), stop_strings: vec![], stop_at_eog: false }
+}
+
+fn check_text(backend: &Backend, oracle: &Path, model: &str, cases: &str) {
+    let mut m = TextModel::load_on(&oracle.join("models").join(model), options(), backend).expect("model loads");
+    let recorded = m.recordings();
+    assert_eq!(recorded, Some(2), "one recording per plan (prefill, decode)");
+    for name in ["T1", "T2", "T3"] {
+        let case = Case::load(&oracle.join("cases").join(cases), name);
+        let pieces: Vec<PromptPiece> = case.ids("input_ids").iter().map(|&id| PromptPiece::Token(id)).collect();
+        let out = generate(&mut m, &mut Session::new(), &pieces, &config(16), |_| {}).expect("generates");
+        let err = max_abs_diff(&out.prompt_logits, &case.f32_array("logits_last"));
+        let (greedy, margins) = case.greedy();
+        let (compared, equal) = greedy_agreement(&out.tokens, &greedy, &margins, TOL);
+        eprintln!("vulkan {cases} {name}: max abs logit error {err:.2e} (tol {TOL:.0e}), greedy {equal}/{compared} comparable steps");
+        assert!(err <= TOL, "vulkan {cases} {name}: logits off by {err:.3e}");
+        assert_eq!(equal, compared, "vulkan {cases} {name}: greedy {:?} vs {:?}", out.tokens, greedy);
+    }
+    // Generating tokens replays the recordings: none was made after load.
+    assert_eq!(m.recordings(), recorded, "command buffers were re-recorded while generating");
+}
+
+fn user_text(case: &Case) -> String {
+    let messages: &Vec<JsonValue> = case.json["messages"].get().unwrap();
+    let content: &Vec<JsonValue> = messages[0]["content"].get().unwrap();
+    content
+        .iter()
+        .find_map(|c| c.get::<std::collections::HashMap<String, JsonValue>>()?.get("text")?.get::<String>().cloned())
+        .expect("a text item")
+}
+
+fn hf_patches(oracle: &Path, case: &Case) -> Patches {
+    let image = &case.json["image"];
+    let grid = ids_of(&image["image_grid_thw"]);
+    let hw = ids_of(&image["resized_hw"]);
+    let file: &String = image["pixel_values"]["file"].get().unwrap();
+    Patches {
+        pixel_values: read_f32(&oracle.join("images").join(file)),
+        grid_thw: [grid[0] as usize, grid[1] as usize, grid[2] as usize],
+        resized_hw: (hw[0] as usize, hw[1] as usize),
+        patch_dim: 1536,
+        merge_size: 2,
+    }
+}
+
+fn check_images(backend: &Backend, oracle: &Path, model: &str, mmproj: &str, cases: &str) {
+    let images = ImageOptions { max_pixels: PreprocessConfig::HF_MAX_PIXELS / 16, ..ImageOptions::default() };
+    let m = oracle.join("models");
+    let mut d = Describer::load_on(&m.join(model), &m.join(mmproj), options(), images, backend).expect("models load");
+    for name in ["I1", "I2", "I3", "I4", "I5", "I6"] {
+        let case = Case::load(&oracle.join("cases").join(cases), name);
+        let image = d.encode_patches(&hf_patches(oracle, &case)).expect("pixels encode");
+        let text = user_text(&case);
+        let (ids, _) = d.prompt(std::slice::from_ref(&image), &text, None).unwrap();
+        assert_eq!(ids, case.ids("input_ids"), "{cases} {name}: prompt ids");
+        let (_, g) = d.run(std::slice::from_ref(&image), &text, None, &config(16), |_| {}).unwrap();
+        let err = max_abs_diff(&g.prompt_logits, &case.f32_array("logits_last"));
+        let (greedy, margins) = case.greedy();
+        let (compared, equal) = greedy_agreement(&g.tokens, &greedy, &margins, TOL);
+        eprintln!("vulkan {cases} {name} (HF pixels): max abs logit error {err:.2e} (tol {TOL:.0e}), greedy {equal}/{compared} comparable steps");
+        assert!(err <= TOL, "vulkan {cases} {name}: logits off by {err:.3e}");
+        assert_eq!(equal, compared, "vulkan {cases} {name}: greedy {:?} vs {:?}", g.tokens, greedy);
+    }
+}
+
+/// The models to run: all, or those `HRX_VK_ORACLE_MODELS` names (at least one).
+fn models() -> Vec<(&'static str, &'static str, &'static str)> {
+    let Ok(names) = std::env::var("HRX_VK_ORACLE_MODELS") else { return MODELS.to_vec() };
+    let wanted: Vec<&str> = names.split(',').map(str::trim).collect();
+    type Model = (&'static str, &'static str, &'static str);
+    let (run, skipped): (Vec<Model>, Vec<Model>) = MODELS.into_iter().partition(|m| wanted.contains(&m.2));
+    for m in &skipped {
+        eprintln!("!!!!! HRX_VK_ORACLE_MODELS={names}: NOT RUNNING {} !!!!!", m.2);
+    }
+    assert!(!run.is_empty(), "HRX_VK_ORACLE_MODELS={names} names none of the oracle models");
+    run
+}
+
+/// The test device and the oracle, or None after a loud message (a failure under CI=true).
+fn setup(tag: &str) -> Option<(Backend, std::path::PathBuf)> {
+    let dev = vulkan_common::device(tag)?;
+    let oracle = common::oracle()?;
+    Some((Backend::Vulkan(dev), oracle))
+}
+
+#[test]
+fn text_cases_match_hf_on_vulkan() {
+    let Some((backend, oracle)) = setup("oracle-text") else { return };
+    for (model, _, cases) in models() {
+        check_text(&backend, &oracle, model, cases);
+    }
+}
+
+#[test]
+fn image_cases_match_hf_on_vulkan() {
+    let Some((backend, oracle)) = setup("oracle-image") else { return };
+    for (model, mmproj, cases) in models() {
+        check_images(&backend, &oracle, model, mmproj, cases);
+    }
+}
