@@ -10,8 +10,8 @@
 //! kernel, and only the f32 additions after them are ordered differently.
 //!
 //! Each kernel dots one weight row with `R` activation rows at once, so a block is unpacked
-//! once and its quants are reused from registers `R` times; [`drive!`] tiles a matrix
-//! product over such calls.
+//! once and its quants are reused from registers `R` times; `drive!` (activation.rs) tiles
+//! a matrix product over such calls.
 //!
 //! Everything here is `#[target_feature(enable = "avx2,fma,f16c")]`: the two entry points
 //! are called only once [`Simd::Avx2`](super::Simd::Avx2) is detected. Memory is read only
@@ -21,17 +21,9 @@
 
 use std::arch::x86_64::*;
 
-use super::activation::{Q8Row, Rows, SUM_LEN};
+use super::activation::{drive, Q8Row, Rows, GROUP, SUM_LEN, TILE_BYTES};
 use super::block::{visit_blocks, BlockVisitor, Unpacked};
 use super::{float, DType};
-
-/// Weight bytes of one tile: the rows of a tile stay in L2 while every group of activation
-/// rows passes over them.
-const TILE_BYTES: usize = 64 * 1024;
-
-/// Activation rows per kernel call by default; the AVX-512 K-quant kernels, with 32
-/// registers, take 8 (a few percent faster).
-const GROUP: usize = 4;
 
 // ---------------------------------------------------------------- loads
 
@@ -119,39 +111,6 @@ fn scales_k4(s: &[u8; 12]) -> ([u8; 8], [u8; 8]) {
 }
 
 // ---------------------------------------------------------------- driver
-
-/// Runs `$kernel::<R>(row, &[act; R])` over every weight row and activation row: weight
-/// rows in tiles of about [`TILE_BYTES`], activation rows in groups of [`GROUP`] (the rest
-/// one at a time), writing `out[i * rows.len() + j]`.
-macro_rules! drive {
-    ($kernel:ident($($arg:expr),*), $rows:expr, $acts:expr, $out:expr) => {
-        drive!($kernel($($arg),*), $rows, $acts, $out, GROUP)
-    };
-    ($kernel:ident($($arg:expr),*), $rows:expr, $acts:expr, $out:expr, $group:expr) => {{
-        const G: usize = $group;
-        let (rows, acts, out): (Rows, _, &mut [f32]) = ($rows, $acts, $out);
-        let n = rows.len();
-        let tile = (TILE_BYTES / rows.row_bytes).max(1);
-        let (groups, rest) = acts.as_chunks::<G>();
-        for (t, tile_rows) in rows.tiles(tile).enumerate() {
-            let j0 = t * tile;
-            for (g, group) in groups.iter().enumerate() {
-                for (jj, row) in tile_rows.iter().enumerate() {
-                    let r = $kernel::<G>($($arg,)* row, group);
-                    for (i, v) in r.into_iter().enumerate() {
-                        out[(G * g + i) * n + j0 + jj] = v;
-                    }
-                }
-            }
-            for (i, a) in rest.iter().enumerate() {
-                let i = G * groups.len() + i;
-                for (jj, row) in tile_rows.iter().enumerate() {
-                    out[i * n + j0 + jj] = $kernel::<1>($($arg,)* row, std::array::from_ref(a))[0];
-                }
-            }
-        }
-    }};
-}
 
 /// `out[i * rows.len() + j] = row j · acts[i]` for quantized rows of `dtype`.
 ///
