@@ -385,18 +385,29 @@ impl<const R: usize> BlockVisitor for DotQ8<'_, R> {
             let has_min = u.min.iter().any(|&m| m != 0);
             for r in 0..R {
                 let qsum = dot_i16_block(&w, &q[r][b]);
-                let mut msum = 0i64;
-                if has_min {
-                    let sums = &self.acts[r].sums[b * (N / SUM_LEN)..(b + 1) * (N / SUM_LEN)];
-                    for (s, &min) in sums.chunks_exact(sub / SUM_LEN).zip(&u.min) {
-                        msum += i64::from(min) * s.iter().map(|&v| i64::from(v)).sum::<i64>();
-                    }
-                }
+                let sums = &self.acts[r].sums[b * (N / SUM_LEN)..(b + 1) * (N / SUM_LEN)];
+                let msum = if has_min { min_sum(&u.min, sums) } else { 0 };
                 acc[r] += self.acts[r].d[b] * (u.d * qsum as f32 - u.dmin * msum as f32);
             }
         }
         acc
     }
+}
+
+/// `Σ_j min[j] · (the activation's quants summed over sub-block j)`, exactly, from the
+/// block's 16-value sums (`S` sub-blocks of `sums.len() / S` sums each).
+#[inline]
+pub(crate) fn min_sum<const S: usize>(min: &[i32; S], sums: &[i32]) -> i64 {
+    let per = sums.len() / S;
+    let mut total = 0i64;
+    for j in 0..S {
+        let mut s = 0i64;
+        for t in 0..per {
+            s += i64::from(sums[j * per + t]);
+        }
+        total += i64::from(min[j]) * s;
+    }
+    total
 }
 
 /// `Σ w[i] · a[i]` for a block of scaled quants (|w| ≤ 4096) and activation quants

@@ -21,7 +21,7 @@
 
 use std::arch::x86_64::*;
 
-use super::activation::{drive, Q8Row, Rows, GROUP, SUM_LEN, TILE_BYTES};
+use super::activation::{drive, min_sum, Q8Row, Rows, GROUP, SUM_LEN, TILE_BYTES};
 use super::block::{visit_blocks, BlockVisitor, Unpacked};
 use super::{float, DType};
 
@@ -344,13 +344,7 @@ fn generic_blocks<const B: usize, const N: usize, const S: usize, const R: usize
         if u.min.iter().any(|&m| m != 0) {
             for r in 0..R {
                 let sums = &acts[r].sums[b * (N / SUM_LEN)..(b + 1) * (N / SUM_LEN)];
-                let per = sub_len / SUM_LEN;
-                let msum: i64 = u
-                    .min
-                    .iter()
-                    .zip(sums.chunks_exact(per))
-                    .map(|(&m, s)| i64::from(m) * s.iter().map(|&v| i64::from(v)).sum::<i64>())
-                    .sum();
+                let msum = min_sum(&u.min, sums);
                 mins[r] += acts[r].d[b] * (u.dmin * msum as f32);
             }
         }
