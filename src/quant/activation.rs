@@ -254,13 +254,19 @@ pub fn quantize_activations(row_dtype: DType, x: &[f32], k: usize) -> Result<Act
         dtype: row_dtype,
         op: "quantize_activation",
     })?;
-    if k % row_dtype.block_len() != 0 || (k == 0 && !x.is_empty()) || (k != 0 && x.len() % k != 0) {
+    if k % row_dtype.block_len() != 0 {
         return Err(QuantError::PartialBlock {
             dtype: row_dtype,
-            values: if k == 0 { x.len() } else { k },
+            values: k,
         });
     }
-    let m = if k == 0 { 0 } else { x.len() / k };
+    let m = x.len().checked_div(k).unwrap_or(0);
+    if m * k != x.len() {
+        return Err(QuantError::PartialRow {
+            values: x.len(),
+            row_len: k,
+        });
+    }
     if dtype == DType::F32 {
         return Ok(ActivationRows {
             dtype,
