@@ -596,7 +596,11 @@ fn matmul_lengths_are_checked() {
     assert!(matches!(acts.matmul(DType::Q8_0, &rows, 3, &mut out), Err(QuantError::ActivationKind { .. })));
     assert_eq!(acts.matmul(DType::Q4K, &[], 0, &mut []), Ok(()));
     assert!(matches!(quantize_activations(DType::Q4K, &x, 128), Err(QuantError::PartialBlock { .. })));
-    assert!(matches!(quantize_activations(DType::Q4K, &x[..256 + 32], 256), Err(QuantError::PartialBlock { .. })));
+    assert_eq!(
+        quantize_activations(DType::Q4K, &x[..256 + 32], 256).unwrap_err(),
+        QuantError::PartialRow { values: 288, row_len: 256 }
+    );
+    assert!(matches!(quantize_activations(DType::Q4K, &x, 0), Err(QuantError::PartialRow { .. })));
     let empty = quantize_activations(DType::Q4K, &[], 256).unwrap();
     assert_eq!(empty.rows(), 0);
     assert_eq!(empty.matmul(DType::Q4K, &rows, 3, &mut []), Ok(()));

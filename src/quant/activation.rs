@@ -9,7 +9,6 @@
 //! fastest [`Simd`] level, which dot each weight row with several activation rows at a time.
 //! [`ActivationQ`] and [`vec_dot_quantized`] are the one-row form of the same kernels.
 
-use super::bits::arrays;
 use super::block::{visit_blocks, BlockVisitor, Unpacked};
 use super::error::check_row;
 use super::simd::Simd;
@@ -76,6 +75,48 @@ impl<'a> Rows<'a> {
         self.data.chunks(rows * row_bytes).map(move |data| Rows { data, row_bytes })
     }
 }
+
+/// Weight bytes of one tile: the rows of a tile stay in L2 while every group of activation
+/// rows passes over them.
+pub(crate) const TILE_BYTES: usize = 64 * 1024;
+
+/// Activation rows per kernel call by default; the AVX-512 K-quant kernels, with 32
+/// registers, take 8 (a few percent faster).
+pub(crate) const GROUP: usize = 4;
+
+/// Runs `$kernel::<R>(row, &[act; R])` over every weight row and activation row: weight
+/// rows in tiles of about [`TILE_BYTES`], activation rows in groups of [`GROUP`] (the rest
+/// one at a time), writing `out[i * rows.len() + j]`.
+macro_rules! drive {
+    ($kernel:ident($($arg:expr),*), $rows:expr, $acts:expr, $out:expr) => {
+        drive!($kernel($($arg),*), $rows, $acts, $out, GROUP)
+    };
+    ($kernel:ident($($arg:expr),*), $rows:expr, $acts:expr, $out:expr, $group:expr) => {{
+        const G: usize = $group;
+        let (rows, acts, out): (Rows, _, &mut [f32]) = ($rows, $acts, $out);
+        let n = rows.len();
+        let tile = (TILE_BYTES / rows.row_bytes).max(1);
+        let (groups, rest) = acts.as_chunks::<G>();
+        for (t, tile_rows) in rows.tiles(tile).enumerate() {
+            let j0 = t * tile;
+            for (g, group) in groups.iter().enumerate() {
+                for (jj, row) in tile_rows.iter().enumerate() {
+                    let r = $kernel::<G>($($arg,)* row, group);
+                    for (i, v) in r.into_iter().enumerate() {
+                        out[(G * g + i) * n + j0 + jj] = v;
+                    }
+                }
+            }
+            for (i, a) in rest.iter().enumerate() {
+                let i = G * groups.len() + i;
+                for (jj, row) in tile_rows.iter().enumerate() {
+                    out[i * n + j0 + jj] = $kernel::<1>($($arg,)* row, std::array::from_ref(a))[0];
+                }
+            }
+        }
+    }};
+}
+pub(crate) use drive;
 
 /// One quantized activation row: `d` per block, `q` per value, `sums` per 16 values, `dsums32`
 /// per 32 values. The kernels take lengths as checked: a row of `nb` weight blocks of
@@ -213,13 +254,19 @@ pub fn quantize_activations(row_dtype: DType, x: &[f32], k: usize) -> Result<Act
         dtype: row_dtype,
         op: "quantize_activation",
     })?;
-    if k % row_dtype.block_len() != 0 || (k == 0 && !x.is_empty()) || (k != 0 && x.len() % k != 0) {
+    if k % row_dtype.block_len() != 0 {
         return Err(QuantError::PartialBlock {
             dtype: row_dtype,
-            values: if k == 0 { x.len() } else { k },
+            values: k,
         });
     }
-    let m = if k == 0 { 0 } else { x.len() / k };
+    let m = x.len().checked_div(k).unwrap_or(0);
+    if m * k != x.len() {
+        return Err(QuantError::PartialRow {
+            values: x.len(),
+            row_len: k,
+        });
+    }
     if dtype == DType::F32 {
         return Ok(ActivationRows {
             dtype,
@@ -305,69 +352,84 @@ fn q8_matmul(simd: Simd, dtype: DType, rows: Rows, acts: &[Q8Row], out: &mut [f3
         #[cfg(target_arch = "x86_64")]
         // SAFETY: as above, with AVX-512 F, BW and VNNI checked too (Simd::Avx512).
         Simd::Avx512 => unsafe { super::x86::q8_matmul_512(dtype, rows, acts, out) },
-        _ => {
-            let n = rows.len();
-            for (i, a) in acts.iter().enumerate() {
-                for (j, row) in rows.iter().enumerate() {
-                    out[i * n + j] = dot_q8_scalar(dtype, row, a);
-                }
-            }
-        }
+        _ => drive!(dot_q8_rows(dtype), rows, acts, out),
     }
 }
 
-/// The portable integer dot of one row with one activation row (lengths checked); the
-/// reference for the SIMD kernels.
-pub(crate) fn dot_q8_scalar(dtype: DType, row: &[u8], a: &Q8Row) -> f32 {
-    visit_blocks(
-        dtype,
-        DotQ8 {
-            row,
-            d: a.d,
-            q: a.q,
-            sums: a.sums,
-        },
-    )
-    .unwrap_or(0.0)
+/// The portable integer dot of one weight row with `R` activation rows (lengths checked),
+/// each block unpacked once for all of them; the reference for the SIMD kernels.
+fn dot_q8_rows<const R: usize>(dtype: DType, row: &[u8], acts: &[Q8Row; R]) -> [f32; R] {
+    visit_blocks(dtype, DotQ8 { row, acts }).unwrap_or([0.0; R])
 }
 
-struct DotQ8<'a> {
+struct DotQ8<'a, const R: usize> {
     row: &'a [u8],
-    d: &'a [f32],
-    q: &'a [i16],
-    sums: &'a [i32],
+    acts: &'a [Q8Row<'a>; R],
 }
 
-impl BlockVisitor for DotQ8<'_> {
-    type Output = f32;
+impl<const R: usize> BlockVisitor for DotQ8<'_, R> {
+    type Output = [f32; R];
 
     fn visit<const B: usize, const N: usize, const S: usize>(
         self,
         unpack: impl Fn(&[u8; B], &mut Unpacked<N, S>),
-    ) -> f32 {
+    ) -> [f32; R] {
         let sub = Unpacked::<N, S>::SUB;
+        let blocks = self.row.as_chunks::<B>().0;
+        let q: [&[[i16; N]]; R] = std::array::from_fn(|r| self.acts[r].q.as_chunks::<N>().0);
         let mut u = Unpacked::new();
-        let mut acc = 0.0;
-        let blocks = arrays::<u8, B>(self.row)
-            .zip(arrays::<i16, N>(self.q))
-            .zip(self.d)
-            .zip(self.sums.chunks_exact(N / SUM_LEN));
-        for (((block, q8), &d8), sums) in blocks {
+        let mut w = [0i16; N];
+        let mut acc = [0f32; R];
+        for (b, block) in blocks.iter().enumerate() {
             unpack(block, &mut u);
-            // A sub-block's dot fits i32 (16 values × |q| 32 × |q16| 32767 ≈ 1.7e7); scaled
-            // and summed over a block (Q6_K: × 128 × 16) it needs i64.
-            let mut qsum = 0i64;
-            let mut msum = 0i64;
-            let subs = u.q.chunks_exact(sub).zip(q8.chunks_exact(sub));
-            let subs = subs.zip(sums.chunks_exact(sub / SUM_LEN));
-            for (((q, q8), s), (&scale, &min)) in subs.zip(u.scale.iter().zip(&u.min)) {
-                qsum += i64::from(scale) * i64::from(dot_i16(q, q8));
-                msum += i64::from(min) * s.iter().map(|&v| i64::from(v)).sum::<i64>();
+            // Quants times their sub-block's scale: at most 32 · 128 = 4096 (Q6_K).
+            for (w, (q, &scale)) in w.chunks_exact_mut(sub).zip(u.q.chunks_exact(sub).zip(&u.scale)) {
+                for (w, &q) in w.iter_mut().zip(q) {
+                    *w = (i32::from(q) * scale) as i16;
+                }
             }
-            acc += d8 * (u.d * qsum as f32 - u.dmin * msum as f32);
+            let has_min = u.min.iter().any(|&m| m != 0);
+            for r in 0..R {
+                let qsum = dot_i16_block(&w, &q[r][b]);
+                let sums = &self.acts[r].sums[b * (N / SUM_LEN)..(b + 1) * (N / SUM_LEN)];
+                let msum = if has_min { min_sum(&u.min, sums) } else { 0 };
+                acc[r] += self.acts[r].d[b] * (u.d * qsum as f32 - u.dmin * msum as f32);
+            }
         }
         acc
     }
+}
+
+/// `Σ_j min[j] · (the activation's quants summed over sub-block j)`, exactly, from the
+/// block's 16-value sums (`S` sub-blocks of `sums.len() / S` sums each).
+#[inline]
+pub(crate) fn min_sum<const S: usize>(min: &[i32; S], sums: &[i32]) -> i64 {
+    let per = sums.len() / S;
+    let mut total = 0i64;
+    for j in 0..S {
+        let mut s = 0i64;
+        for t in 0..per {
+            s += i64::from(sums[j * per + t]);
+        }
+        total += i64::from(min[j]) * s;
+    }
+    total
+}
+
+/// `Σ w[i] · a[i]` for a block of scaled quants (|w| ≤ 4096) and activation quants
+/// (|a| ≤ 32767), exactly: in sixteen i32 lanes, which the compiler keeps in vector
+/// registers; a lane sums at most 16 products of 256 values, below 16 · 4096 · 32767 =
+/// 2147418112 < 2^31 in magnitude. (Not inlined: inside the multi-row loop the compiler
+/// stops vectorizing it.)
+#[inline(never)]
+fn dot_i16_block<const N: usize>(w: &[i16; N], a: &[i16; N]) -> i64 {
+    let mut lanes = [0i32; 16];
+    for (w, a) in w.as_chunks::<16>().0.iter().zip(a.as_chunks::<16>().0) {
+        for l in 0..16 {
+            lanes[l] += i32::from(w[l]) * i32::from(a[l]);
+        }
+    }
+    lanes.iter().map(|&v| i64::from(v)).sum()
 }
 
 /// Rounds a block to 16-bit integers scaled by its largest magnitude; returns the scale.
@@ -408,12 +470,4 @@ fn round_half_away(x: f32) -> f32 {
     let t = if r > a { r - 1.0 } else { r };
     let up = if a - t >= 0.5 { 1.0 } else { 0.0 };
     (t + up).copysign(x)
-}
-
-/// Integer dot product; i32 lanes are associative, so this vectorizes as written.
-fn dot_i16(a: &[i8], b: &[i16]) -> i32 {
-    a.iter()
-        .zip(b)
-        .map(|(&x, &y)| i32::from(x) * i32::from(y))
-        .sum()
 }

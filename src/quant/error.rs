@@ -20,6 +20,8 @@ pub enum QuantError {
     Unsupported { dtype: DType, op: &'static str },
     /// An activation quantized as `activation` cannot be dotted with a `row` row.
     ActivationKind { row: DType, activation: DType },
+    /// `values` activation values are not a whole number of rows of `row_len`.
+    PartialRow { values: usize, row_len: usize },
     /// A matrix product's output slice holds `given` values where it needs `expected`.
     OutputLen { expected: usize, given: usize },
     /// This CPU cannot run the kernels of a [`Simd`] level.
@@ -49,6 +51,9 @@ impl fmt::Display for QuantError {
                 "{row}: rows need a {} activation, got {activation}",
                 super::activation_dtype(row).map_or("(none)", DType::name)
             ),
+            QuantError::PartialRow { values, row_len } => {
+                write!(f, "{values} values are not a whole number of rows of {row_len}")
+            }
             QuantError::OutputLen { expected, given } => {
                 write!(f, "the output holds {given} values, the product has {expected}")
             }

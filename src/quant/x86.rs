@@ -10,8 +10,8 @@
 //! kernel, and only the f32 additions after them are ordered differently.
 //!
 //! Each kernel dots one weight row with `R` activation rows at once, so a block is unpacked
-//! once and its quants are reused from registers `R` times; [`drive!`] tiles a matrix
-//! product over such calls.
+//! once and its quants are reused from registers `R` times; `drive!` (activation.rs) tiles
+//! a matrix product over such calls.
 //!
 //! Everything here is `#[target_feature(enable = "avx2,fma,f16c")]`: the two entry points
 //! are called only once [`Simd::Avx2`](super::Simd::Avx2) is detected. Memory is read only
@@ -21,16 +21,9 @@
 
 use std::arch::x86_64::*;
 
-use super::activation::{Q8Row, Rows, SUM_LEN};
+use super::activation::{drive, min_sum, Q8Row, Rows, GROUP, SUM_LEN, TILE_BYTES};
 use super::block::{visit_blocks, BlockVisitor, Unpacked};
 use super::{float, DType};
-
-/// Weight bytes of one tile: the rows of a tile stay in L2 while every group of activation
-/// rows passes over them.
-const TILE_BYTES: usize = 64 * 1024;
-
-/// Activation rows per kernel call (8 measured no faster with AVX-512's 32 registers).
-const GROUP: usize = 4;
 
 // ---------------------------------------------------------------- loads
 
@@ -94,11 +87,13 @@ fn f16x2(b: &[u8; 4]) -> (f32, f32) {
     (_mm_cvtss_f32(v), _mm_cvtss_f32(_mm_movehdup_ps(v)))
 }
 
-/// The little-endian f16 at `b`, widened exactly.
+/// The little-endian f16 at `b`, widened exactly, in every lane. (A broadcast: converted
+/// as a scalar, LLVM inserts the f16 into whatever register is free, which ties the
+/// conversion to that register's last writer, often an accumulator, serializing blocks.)
 #[inline]
 #[target_feature(enable = "avx2,f16c")]
-fn f16x1(b: &[u8; 2]) -> f32 {
-    _mm_cvtss_f32(_mm_cvtph_ps(_mm_cvtsi32_si128(i32::from(u16::from_le_bytes(*b)))))
+fn f16_splat(b: &[u8; 2]) -> __m256 {
+    _mm256_cvtph_ps(_mm_set1_epi16(i16::from_le_bytes(*b)))
 }
 
 /// Q4_K/Q5_K's packed 6-bit scales and mins ([`super::kquants::unpack_scales_k4`]) as
@@ -116,35 +111,6 @@ fn scales_k4(s: &[u8; 12]) -> ([u8; 8], [u8; 8]) {
 }
 
 // ---------------------------------------------------------------- driver
-
-/// Runs `$kernel::<R>(row, &[act; R])` over every weight row and activation row: weight
-/// rows in tiles of about [`TILE_BYTES`], activation rows in groups of [`GROUP`] (the rest
-/// one at a time), writing `out[i * rows.len() + j]`.
-macro_rules! drive {
-    ($kernel:ident($($arg:expr),*), $rows:expr, $acts:expr, $out:expr) => {{
-        let (rows, acts, out): (Rows, _, &mut [f32]) = ($rows, $acts, $out);
-        let n = rows.len();
-        let tile = (TILE_BYTES / rows.row_bytes).max(1);
-        let (groups, rest) = acts.as_chunks::<GROUP>();
-        for (t, tile_rows) in rows.tiles(tile).enumerate() {
-            let j0 = t * tile;
-            for (g, group) in groups.iter().enumerate() {
-                for (jj, row) in tile_rows.iter().enumerate() {
-                    let r = $kernel::<GROUP>($($arg,)* row, group);
-                    for (i, v) in r.into_iter().enumerate() {
-                        out[(GROUP * g + i) * n + j0 + jj] = v;
-                    }
-                }
-            }
-            for (i, a) in rest.iter().enumerate() {
-                let i = GROUP * groups.len() + i;
-                for (jj, row) in tile_rows.iter().enumerate() {
-                    out[i * n + j0 + jj] = $kernel::<1>($($arg,)* row, std::array::from_ref(a))[0];
-                }
-            }
-        }
-    }};
-}
 
 /// `out[i * rows.len() + j] = row j · acts[i]` for quantized rows of `dtype`.
 ///
@@ -246,11 +212,11 @@ fn q6_k<const R: usize>(row: &[u8], acts: &[Q8Row; R]) -> [f32; R] {
     let m32 = _mm256_set1_epi8(32);
     let mut facc = [_mm256_setzero_ps(); R];
     for (b, blk) in blocks.iter().enumerate() {
-        let d = f16x1(sub(blk, 208));
+        let d = f16_splat(sub(blk, 208));
         let scales: &[u8; 16] = sub(blk, 192);
         let mut dd = [_mm256_setzero_ps(); R];
         for r in 0..R {
-            dd[r] = _mm256_set1_ps(d * acts[r].d[b]);
+            dd[r] = _mm256_mul_ps(d, _mm256_set1_ps(acts[r].d[b]));
         }
         for h in 0..2 {
             let ql0 = load_u8x32(sub(blk, 64 * h));
@@ -299,7 +265,7 @@ fn q8_0<const R: usize>(row: &[u8], acts: &[Q8Row; R]) -> [f32; R] {
     let q = act_blocks::<32, R>(acts);
     let mut facc = [_mm256_setzero_ps(); R];
     for (b, blk) in blocks.iter().enumerate() {
-        let d = f16x1(sub(blk, 0));
+        let d = f16_splat(sub(blk, 0));
         let w0 = _mm256_cvtepi8_epi16(load_u8x16(sub(blk, 2)));
         let w1 = _mm256_cvtepi8_epi16(load_u8x16(sub(blk, 18)));
         for r in 0..R {
@@ -307,7 +273,7 @@ fn q8_0<const R: usize>(row: &[u8], acts: &[Q8Row; R]) -> [f32; R] {
             let p0 = _mm256_madd_epi16(w0, load_i16x16(sub(a, 0)));
             let p1 = _mm256_madd_epi16(w1, load_i16x16(sub(a, 16)));
             let p = _mm256_cvtepi32_ps(_mm256_add_epi32(p0, p1));
-            facc[r] = _mm256_fmadd_ps(p, _mm256_set1_ps(d * acts[r].d[b]), facc[r]);
+            facc[r] = _mm256_fmadd_ps(p, _mm256_mul_ps(d, _mm256_set1_ps(acts[r].d[b])), facc[r]);
         }
     }
     let mut out = [0f32; R];
@@ -378,13 +344,7 @@ fn generic_blocks<const B: usize, const N: usize, const S: usize, const R: usize
         if u.min.iter().any(|&m| m != 0) {
             for r in 0..R {
                 let sums = &acts[r].sums[b * (N / SUM_LEN)..(b + 1) * (N / SUM_LEN)];
-                let per = sub_len / SUM_LEN;
-                let msum: i64 = u
-                    .min
-                    .iter()
-                    .zip(sums.chunks_exact(per))
-                    .map(|(&m, s)| i64::from(m) * s.iter().map(|&v| i64::from(v)).sum::<i64>())
-                    .sum();
+                let msum = min_sum(&u.min, sums);
                 mins[r] += acts[r].d[b] * (u.dmin * msum as f32);
             }
         }
@@ -485,8 +445,8 @@ fn dpwssd(acc: __m512i, w: __m512i, a: &[i16; 32]) -> __m512i {
 #[target_feature(enable = "avx512f,avx512bw,avx512vnni,avx2,fma,f16c")]
 pub(crate) fn q8_matmul_512(dtype: DType, rows: Rows, acts: &[Q8Row], out: &mut [f32]) {
     match dtype {
-        DType::Q4K => drive!(q4_k_512(), rows, acts, out),
-        DType::Q6K => drive!(q6_k_512(), rows, acts, out),
+        DType::Q4K => drive!(q4_k_512(), rows, acts, out, 8),
+        DType::Q6K => drive!(q6_k_512(), rows, acts, out, 8),
         DType::Q8_0 => drive!(q8_0_512(), rows, acts, out),
         _ => q8_matmul(dtype, rows, acts, out),
     }
@@ -562,7 +522,7 @@ fn q6_k_512<const R: usize>(row: &[u8], acts: &[Q8Row; R]) -> [f32; R] {
     let m32 = _mm256_set1_epi8(32);
     let mut facc = [_mm512_setzero_ps(); R];
     for (b, blk) in blocks.iter().enumerate() {
-        let d = f16x1(sub(blk, 208));
+        let d = _mm512_cvtph_ps(_mm256_set1_epi16(i16::from_le_bytes(*sub(blk, 208))));
         let scales = _mm512_castsi256_si512(_mm256_cvtepi8_epi16(load_u8x16(sub(blk, 192))));
         let mut iacc = [[_mm512_setzero_si512(); 2]; R];
         // With several rows their chains hide vpdpwssd's latency; one row takes two.
@@ -594,7 +554,7 @@ fn q6_k_512<const R: usize>(row: &[u8], acts: &[Q8Row; R]) -> [f32; R] {
         }
         for r in 0..R {
             let i = _mm512_cvtepi32_ps(_mm512_add_epi32(iacc[r][0], iacc[r][1]));
-            facc[r] = _mm512_fmadd_ps(i, _mm512_set1_ps(d * acts[r].d[b]), facc[r]);
+            facc[r] = _mm512_fmadd_ps(i, _mm512_mul_ps(d, _mm512_set1_ps(acts[r].d[b])), facc[r]);
         }
     }
     let mut out = [0f32; R];
@@ -611,11 +571,12 @@ fn q8_0_512<const R: usize>(row: &[u8], acts: &[Q8Row; R]) -> [f32; R] {
     let q = act_blocks::<32, R>(acts);
     let mut facc = [_mm512_setzero_ps(); R];
     for (b, blk) in blocks.iter().enumerate() {
-        let d = f16x1(sub(blk, 0));
+        let d = _mm512_cvtph_ps(_mm256_set1_epi16(i16::from_le_bytes(*sub(blk, 0))));
         let w = _mm512_cvtepi8_epi16(load_u8x32(sub(blk, 2)));
         for r in 0..R {
             let p = dpwssd(_mm512_setzero_si512(), w, &q[r][b]);
-            facc[r] = _mm512_fmadd_ps(_mm512_cvtepi32_ps(p), _mm512_set1_ps(d * acts[r].d[b]), facc[r]);
+            let dd = _mm512_mul_ps(d, _mm512_set1_ps(acts[r].d[b]));
+            facc[r] = _mm512_fmadd_ps(_mm512_cvtepi32_ps(p), dd, facc[r]);
         }
     }
     let mut out = [0f32; R];

@@ -42,6 +42,9 @@ fn par_items<T: Send>(threads: usize, items: impl Iterator<Item = T> + Send, f: 
         let Some(item) = items.lock().unwrap_or_else(PoisonError::into_inner).next() else { break };
         f(item);
     };
+    if threads <= 1 {
+        return work();
+    }
     super::pool::Pool::global().run(threads, &work);
 }
 
