@@ -1,6 +1,6 @@
 //! Micro-benchmark of the fast matmul kernels (not a test): one thread, random weights.
 //!
-//! cargo run --release --example kernels [-- K N M [REPS]]   (default 2048 2048 1)
+//! cargo run --release --example bench_kernels [-- K N M [REPS]]   (default 2048 2048 1)
 //! Prints, per format and SIMD level, the time of a [M, K] × [K, N] product (time on the CPU
 //! where Linux reports it, else wall time), as GMAC/s and as
 //! weight bytes streamed per second. DTYPE=Q4_K (say) runs one format only, HRX_SIMD=scalar
