@@ -5,7 +5,7 @@
 mod vulkan_common;
 
 use hrx::backend::cpu::{CpuExecutor, Kernels, PlanId};
-use hrx::backend::vulkan::{VulkanExecutor, VulkanRegistry, VkError};
+use hrx::backend::vulkan::{Device, DeviceOptions, VulkanExecutor, VulkanRegistry, VkError};
 use hrx::gguf::{GgufFile, GgufWriter};
 use hrx::graph::{DynAxis, Gelu, Graph, NodeId};
 use hrx::hrx::{CpuRegistry, Plan};
@@ -59,12 +59,25 @@ fn weights(rng: &mut Rng) -> Arc<GgufFile> {
 #[test]
 fn a_recorded_plan_matches_the_cpu_executor_at_every_token_count() {
     let Some(dev) = vulkan_common::device("executor") else { return };
+    check_block(&dev);
+}
+
+/// The same with device memory never mapped (as on a discrete GPU): weights go through
+/// staging copies and the output is read back from the copy the recording makes.
+#[test]
+fn a_recorded_plan_without_mapped_device_memory() {
+    let options = DeviceOptions { map_device_memory: false, ..vulkan_common::options("executor-unmapped") };
+    let Some(dev) = vulkan_common::device_with(options) else { return };
+    check_block(&dev);
+}
+
+fn check_block(dev: &Device) {
     let mut rng = Rng(11);
     let file = weights(&mut rng);
     let (graph, out) = block();
     let gpu_plan = Plan::new(graph.clone(), &VulkanRegistry).unwrap();
     assert_eq!(gpu_plan.census().cpu_nodes, 0);
-    let mut gpu = VulkanExecutor::new(&dev, vec![gpu_plan], std::slice::from_ref(&file)).unwrap();
+    let mut gpu = VulkanExecutor::new(dev, vec![gpu_plan], std::slice::from_ref(&file)).unwrap();
     let mut cpu = CpuExecutor::new(vec![Plan::new(graph, &CpuRegistry).unwrap()], &[file], Kernels::Reference).unwrap();
     for t in [MAX_T, 1, 7, MAX_T] {
         let x: Vec<f32> = rng.vec(N * t);
