@@ -180,7 +180,7 @@ fn weights_past_the_storage_range_are_split_by_rows() {
     cpu.run(PlanId(0), &[]).unwrap();
     let got = gpu.output(PlanId(0), y, &[]).unwrap();
     let e = nmse(&got, cpu.output(PlanId(0), y, &[]).unwrap());
-    eprintln!("split matmul {k}x{n} ({} MiB of weights, range {} MiB): nmse {e:.3e}", k * n * 4 >> 20, range >> 20);
+    eprintln!("split matmul {k}x{n} ({} MiB of weights, range {} MiB): nmse {e:.3e}", (k * n * 4) >> 20, range >> 20);
     assert_eq!(got.len(), 2 * n);
     assert!(e < 5e-4, "nmse {e}");
 }

@@ -396,7 +396,8 @@ fn rope_mrope_and_axial() {
 
 /// q [d, heads, n_q]; k and v are head views of a [d * kv_heads, n_ctx] cache (as the text
 /// graph's); causal with slots, else over every kv row.
-fn check_attention(ks: &KernelSet, rng: &mut Rng, d: usize, heads: usize, kv_heads: usize, n_q: usize, n_kv: usize, causal: bool) {
+/// Shape: (head_dim, heads, kv_heads, queries, kv rows).
+fn check_attention(ks: &KernelSet, rng: &mut Rng, (d, heads, kv_heads, n_q, n_kv): (usize, usize, usize, usize, usize), causal: bool) {
     let q = Strided::new(rng, [d, heads, n_q, 1], 1, 2);
     let row = d * kv_heads;
     let cache = |rng: &mut Rng| {
@@ -425,10 +426,10 @@ fn check_attention(ks: &KernelSet, rng: &mut Rng, d: usize, heads: usize, kv_hea
 fn flash_attention_causal_grouped_and_full() {
     let Some(ks) = kernel_set("attn") else { return };
     let mut rng = Rng(25);
-    check_attention(&ks, &mut rng, 64, 4, 2, 5, 150, true);
-    check_attention(&ks, &mut rng, 128, 2, 1, 1, 70, true);
-    check_attention(&ks, &mut rng, 40, 3, 3, 9, 9, false);
-    check_attention(&ks, &mut rng, 16, 2, 1, 3, 130, false);
+    check_attention(&ks, &mut rng, (64, 4, 2, 5, 150), true);
+    check_attention(&ks, &mut rng, (128, 2, 1, 1, 70), true);
+    check_attention(&ks, &mut rng, (40, 3, 3, 9, 9), false);
+    check_attention(&ks, &mut rng, (16, 2, 1, 3, 130), false);
 }
 
 #[test]
