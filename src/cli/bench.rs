@@ -72,6 +72,7 @@ fn run(mut args: Args, out: &mut dyn Write) -> Result<(), CliError> {
     let t0 = Instant::now();
     let mut model = TextModel::load(Path::new(&model_path), options).map_err(|e| CliError::Failed(e.to_string()))?;
     let cold_start = t0.elapsed().as_secs_f64();
+    let recorded_at_load = model.recordings();
     if let Some(n) = threads {
         model.set_threads(n);
     }
@@ -99,6 +100,8 @@ fn run(mut args: Args, out: &mut dyn Write) -> Result<(), CliError> {
         tg.push(n_gen as f64 / t.elapsed().as_secs_f64());
     }
     let ((pp_mean, pp_sd), (tg_mean, tg_sd)) = (mean_sd(&pp), mean_sd(&tg));
+    // Plan once: the Vulkan executor's command buffers, recorded at load and only replayed.
+    let recordings = recorded_at_load.zip(model.recordings());
     let peak = peak_rss_bytes();
     let weights: u64 = model.file.tensors().iter().map(|t| t.n_bytes).sum();
     if json {
@@ -112,6 +115,7 @@ fn run(mut args: Args, out: &mut dyn Write) -> Result<(), CliError> {
             ("pp", Json::obj([("tokens", Json::Int(n_prompt as i128)), ("tokens_per_second", Json::Num(pp_mean)), ("sd", Json::Num(pp_sd))])),
             ("tg", Json::obj([("tokens", Json::Int(n_gen as i128)), ("tokens_per_second", Json::Num(tg_mean)), ("sd", Json::Num(tg_sd))])),
             ("peak_rss_bytes", peak.map_or(Json::Null, |p| Json::Int(p.into()))),
+            ("command_buffer_recordings", recordings.map_or(Json::Null, |(_, after)| Json::Int(after as i128))),
         ]);
         writeln!(out, "{}", j.to_string_compact())?;
     } else {
@@ -121,6 +125,9 @@ fn run(mut args: Args, out: &mut dyn Write) -> Result<(), CliError> {
         writeln!(out, "tg{n_gen}: {tg_mean:.2} ± {tg_sd:.2} tokens/s")?;
         if let Some(p) = peak {
             writeln!(out, "peak memory: {:.1} MiB", p as f64 / 1048576.0)?;
+        }
+        if let Some((load, after)) = recordings {
+            writeln!(out, "command buffers recorded: {load} at load, {after} after every run")?;
         }
     }
     Ok(())
