@@ -2,13 +2,13 @@
 // Fused attention: out[:, h, t] = softmax(q[:, h, t] . k[:, kh, j] * scale over j) v[:, kh, j],
 // kh = h / (heads / kv_heads) (grouped K/V heads). Causal with slots: query t sees kv rows
 // 0..=slots[t]; otherwise every kv row (the run-time length). One workgroup per (head, query),
-// kv rows in chunks of WG with an online softmax (running max and sum), head_dim <= 4 * WG.
+// kv rows in chunks of WG with an online softmax (running max and sum), head_dim <= 256.
 
 #include "common.glsl"
 
-#define WG 64u
+#define WG 128u
 #define PER (256u / WG)
-layout(local_size_x = 64) in;
+layout(local_size_x = 128) in;
 
 layout(set = 0, binding = 1) readonly buffer Q { float q[]; };
 layout(set = 0, binding = 2) readonly buffer K { float k[]; };

@@ -69,8 +69,12 @@ void main() {
         }
         float inv_freq = exp2(-expo * p.log2_theta);
         float angle = float(pos[p.p_off + comp * p.p_nb1 + i.y * p.p_nb0]) * inv_freq;
-        float c = cos(angle);
-        float s = sin(angle);
+        // Reduce to [-pi, pi] (Cody-Waite, 2 pi = C1 + C2 with C1 exact in 8 bits), where
+        // every driver's sin and cos are accurate; large positions give large angles.
+        float k = round(angle * 0.15915494309189535);
+        float reduced = (angle - k * 6.28125) - k * 1.9353071795864769e-3;
+        float c = cos(reduced);
+        float s = sin(reduced);
         float a = x[xr + j * p.x_nb.x];
         float b = x[xr + (j + half_dims) * p.x_nb.x];
         d[dr + j * p.d_nb.x] = a * c - b * s;

@@ -149,3 +149,34 @@ fn generate_with_an_image_makes_hf_prompt_ids() {
     let json: JsonValue = String::from_utf8(out.stdout).unwrap().parse().unwrap();
     assert_eq!(common::cases::ids_of(&json["prompt_ids"]), want);
 }
+
+/// `hrx plan --device`: on the CPU every compute node is a CPU node; for the Vulkan kernels
+/// (where a Vulkan device exists: lavapipe in CI) both text graphs and the vision graph have
+/// none. A bad device is a usage error.
+#[test]
+fn plan_for_the_cpu_and_for_vulkan() {
+    let Some(oracle) = common::oracle() else { return };
+    let m = oracle.join("models/small/qwen3vl-small-Q4_K_M.gguf");
+    let mmproj = oracle.join("models/small/mmproj-qwen3vl-small-F16.gguf");
+    let census = |device: &str| -> Vec<(f64, f64)> {
+        let out = hrx(&["plan", "-m", m.to_str().unwrap(), "--mmproj", mmproj.to_str().unwrap(), "--device", device, "--json"]);
+        assert!(out.status.success(), "{}", stderr(&out));
+        let json: JsonValue = String::from_utf8(out.stdout).unwrap().parse().unwrap();
+        let graphs: &Vec<JsonValue> = json["graphs"].get().unwrap();
+        assert_eq!(graphs.len(), 3);
+        graphs.iter().map(|g| (*g["cpu_nodes"].get::<f64>().unwrap(), *g["gpu_nodes"].get::<f64>().unwrap())).collect()
+    };
+    for (cpu, gpu) in census("cpu") {
+        assert!(cpu > 0.0 && gpu == 0.0, "cpu {cpu} gpu {gpu}");
+    }
+    let has_vulkan = hrx(&["doctor"]).status.success();
+    if has_vulkan {
+        for (cpu, gpu) in census("0") {
+            assert!(cpu == 0.0 && gpu > 0.0, "cpu {cpu} gpu {gpu}");
+        }
+    } else {
+        eprintln!("\n!!!!! no Vulkan device: the Vulkan plan is not checked !!!!!\n");
+    }
+    let out = hrx(&["plan", "-m", m.to_str().unwrap(), "--device", "banana"]);
+    assert_eq!(out.status.code(), Some(2), "{}", stderr(&out));
+}

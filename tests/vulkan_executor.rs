@@ -5,7 +5,7 @@
 mod vulkan_common;
 
 use hrx::backend::cpu::{CpuExecutor, Kernels, PlanId};
-use hrx::backend::vulkan::{VulkanExecutor, VulkanRegistry, VkError};
+use hrx::backend::vulkan::{Device, DeviceOptions, VulkanExecutor, VulkanRegistry, VkError};
 use hrx::gguf::{GgufFile, GgufWriter};
 use hrx::graph::{DynAxis, Gelu, Graph, NodeId};
 use hrx::hrx::{CpuRegistry, Plan};
@@ -59,12 +59,25 @@ fn weights(rng: &mut Rng) -> Arc<GgufFile> {
 #[test]
 fn a_recorded_plan_matches_the_cpu_executor_at_every_token_count() {
     let Some(dev) = vulkan_common::device("executor") else { return };
+    check_block(&dev);
+}
+
+/// The same with device memory never mapped (as on a discrete GPU): weights go through
+/// staging copies and the output is read back from the copy the recording makes.
+#[test]
+fn a_recorded_plan_without_mapped_device_memory() {
+    let options = DeviceOptions { map_device_memory: false, ..vulkan_common::options("executor-unmapped") };
+    let Some(dev) = vulkan_common::device_with(options) else { return };
+    check_block(&dev);
+}
+
+fn check_block(dev: &Device) {
     let mut rng = Rng(11);
     let file = weights(&mut rng);
     let (graph, out) = block();
     let gpu_plan = Plan::new(graph.clone(), &VulkanRegistry).unwrap();
     assert_eq!(gpu_plan.census().cpu_nodes, 0);
-    let mut gpu = VulkanExecutor::new(&dev, vec![gpu_plan], std::slice::from_ref(&file)).unwrap();
+    let mut gpu = VulkanExecutor::new(dev, vec![gpu_plan], std::slice::from_ref(&file)).unwrap();
     let mut cpu = CpuExecutor::new(vec![Plan::new(graph, &CpuRegistry).unwrap()], &[file], Kernels::Reference).unwrap();
     for t in [MAX_T, 1, 7, MAX_T] {
         let x: Vec<f32> = rng.vec(N * t);
@@ -167,7 +180,26 @@ fn weights_past_the_storage_range_are_split_by_rows() {
     cpu.run(PlanId(0), &[]).unwrap();
     let got = gpu.output(PlanId(0), y, &[]).unwrap();
     let e = nmse(&got, cpu.output(PlanId(0), y, &[]).unwrap());
-    eprintln!("split matmul {k}x{n} ({} MiB of weights, range {} MiB): nmse {e:.3e}", k * n * 4 >> 20, range >> 20);
+    eprintln!("split matmul {k}x{n} ({} MiB of weights, range {} MiB): nmse {e:.3e}", (k * n * 4) >> 20, range >> 20);
     assert_eq!(got.len(), 2 * n);
     assert!(e < 5e-4, "nmse {e}");
+}
+
+/// A model with a node no Vulkan kernel takes (Q5_K weights here) runs on the CPU: the
+/// backend falls back (with a warning) rather than failing to load; an all-GPU plan stays.
+#[test]
+fn plans_with_cpu_nodes_fall_back_to_the_cpu_backend() {
+    use hrx::backend::Backend;
+    let Some(dev) = vulkan_common::device("executor-fallback") else { return };
+    let mut g = Graph::new("q5");
+    let x = g.input("x", DType::F32, [256, 2, 1, 1], None).unwrap();
+    let w = g.weight("w", DType::Q5K, [256, 8, 1, 1]).unwrap();
+    let y = g.matmul(w, x, "q5_proj").unwrap();
+    g.mark_output(y);
+    let backend = Backend::Vulkan(dev);
+    let mixed = Plan::new(g, &VulkanRegistry).unwrap();
+    assert!(matches!(backend.for_plans(&[mixed]), Backend::Cpu(_)));
+    let (graph, _) = block();
+    let gpu = Plan::new(graph, &VulkanRegistry).unwrap();
+    assert!(matches!(backend.for_plans(&[gpu]), Backend::Vulkan(_)));
 }

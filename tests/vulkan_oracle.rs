@@ -137,3 +137,15 @@ fn image_cases_match_hf_on_vulkan() {
         check_images(&backend, &oracle, model, mmproj, cases);
     }
 }
+
+/// The tiny model's text cases with device memory never mapped, as on a discrete GPU: weights
+/// uploaded through staging copies, inputs in host memory, KV caches and the arena in device
+/// memory, logits read back from the copy the recording makes.
+#[test]
+fn text_cases_match_hf_without_mapped_device_memory() {
+    let options = hrx::backend::vulkan::DeviceOptions { map_device_memory: false, ..vulkan_common::options("oracle-unmapped") };
+    let Some(dev) = vulkan_common::device_with(options) else { return };
+    let Some(oracle) = common::oracle() else { return };
+    let (model, _, cases) = models()[0];
+    check_text(&Backend::Vulkan(dev), &oracle, model, cases);
+}

@@ -15,7 +15,7 @@ pub mod vulkan;
 
 use crate::gguf::GgufFile;
 use crate::graph::NodeId;
-use crate::hrx::{CpuRegistry, Plan, Registry};
+use crate::hrx::{CpuRegistry, Placement, Plan, Registry};
 use cpu::{CpuExecutor, KernelError, Kernels, PlanId};
 use std::fmt;
 use std::sync::Arc;
@@ -96,6 +96,30 @@ impl Backend {
             Backend::Cpu(_) => &CpuRegistry,
             Backend::Vulkan(_) => &VulkanRegistry,
         }
+    }
+
+    /// The backend that runs `plans`: this one, unless it is Vulkan and a plan left nodes to
+    /// the CPU (no Vulkan kernel for an op or weight type; mixed plans are not executed):
+    /// then the CPU, with a warning naming the first such node.
+    pub fn for_plans(&self, plans: &[Plan]) -> Backend {
+        if let Backend::Vulkan(_) = self {
+            for plan in plans {
+                let cpu = plan.placements.iter().position(|p| matches!(p, Placement::Run { device: crate::hrx::Device::Cpu, .. }));
+                if let Some(i) = cpu {
+                    let node = &plan.graph.nodes[i];
+                    let ins: Vec<String> = node.inputs.iter().map(|&id| plan.graph.value(id).shape_str()).collect();
+                    log::warn!(
+                        "graph {} node {i} ({}, {} of {}) has no Vulkan kernel; running on the CPU",
+                        plan.graph.name,
+                        node.name,
+                        node.op.name(),
+                        ins.join(", ")
+                    );
+                    return Backend::Cpu(Kernels::from_env());
+                }
+            }
+        }
+        self.clone()
     }
 
     /// An executor of `plans` (planned with `registry()`), weights bound from `files`.

@@ -78,6 +78,7 @@ fn run(mut args: Args, out: &mut dyn Write) -> Result<(), CliError> {
     let t0 = Instant::now();
     let mut model = TextModel::load(Path::new(&model_path), options).map_err(|e| CliError::Failed(e.to_string()))?;
     let cold_start = t0.elapsed().as_secs_f64();
+    let recorded_at_load = model.recordings();
     if let Some(n) = threads {
         model.set_threads(n);
     }
@@ -109,6 +110,8 @@ fn run(mut args: Args, out: &mut dyn Write) -> Result<(), CliError> {
         Some(path) => Some(bench_encode(Path::new(path), image_size, reps, threads, &model.backend)?),
     };
     let ((pp_mean, pp_sd), (tg_mean, tg_sd)) = (mean_sd(&pp), mean_sd(&tg));
+    // Plan once: the Vulkan executor's command buffers, recorded at load and only replayed.
+    let recordings = recorded_at_load.zip(model.recordings());
     let peak = peak_rss_bytes();
     let weights: u64 = model.file.tensors().iter().map(|t| t.n_bytes).sum();
     if json {
@@ -128,6 +131,7 @@ fn run(mut args: Args, out: &mut dyn Write) -> Result<(), CliError> {
                     Json::obj([("size", Json::Int(side as i128)), ("seconds", Json::Num(mean)), ("sd", Json::Num(sd))])
                 }),
             ),
+            ("command_buffer_recordings", recordings.map_or(Json::Null, |(_, after)| Json::Int(after as i128))),
         ]);
         writeln!(out, "{}", j.to_string_compact())?;
     } else {
@@ -140,6 +144,9 @@ fn run(mut args: Args, out: &mut dyn Write) -> Result<(), CliError> {
         }
         if let Some(p) = peak {
             writeln!(out, "peak memory: {:.1} MiB", p as f64 / 1048576.0)?;
+        }
+        if let Some((load, after)) = recordings {
+            writeln!(out, "command buffers recorded: {load} at load, {after} after every run")?;
         }
     }
     Ok(())

@@ -2,7 +2,7 @@
 //! cares about, and which one hrx would use. Exit code 1 when there is no loader or no device.
 
 use super::{CliError, Command};
-use crate::backend::vulkan::{pick, DeviceInfo, Instance, Selection, VkError};
+use crate::backend::vulkan::{pick, DeviceInfo, DeviceKind, Instance, Selection, VkError};
 use crate::cli::args::Args;
 use crate::json::Json;
 use std::io::Write;
@@ -18,7 +18,10 @@ operations, shared memory, workgroup and push-constant limits; the optional feat
 hrx may use (fp16 / int8 arithmetic and storage, subgroup size control, integer dot
 products, cooperative matrices). Then the device hrx picks: discrete > integrated >
 virtual > CPU, then the most device-local memory; HRX_DEVICE=N (an index below) or
-HRX_DEVICE=cpu overrides.
+HRX_DEVICE=cpu (the first CPU implementation) overrides. When the pick is a CPU
+implementation (lavapipe) and HRX_DEVICE is unset, generate/describe/bench run on hrx's
+own CPU backend instead (faster there); `--device N` runs them on device N, and
+`--device cpu` (HRX_DEVICE=cpu for those commands) on the CPU backend.
 
 Exit code 1 (with the reason) when no Vulkan loader or no device is found, or when
 HRX_DEVICE names none; hrx then runs on the CPU backend only.
@@ -130,7 +133,14 @@ impl Report {
         }
         writeln!(out)?;
         match (self.selected, &self.error) {
-            (Some(i), _) => writeln!(out, "hrx would use device {i}: {} (HRX_DEVICE=N or cpu to choose another)", self.devices.iter().find(|d| d.index == i).map_or("", |d| &d.name)),
+            (Some(i), _) => {
+                let d = self.devices.iter().find(|d| d.index == i);
+                writeln!(out, "hrx would use device {i}: {} (HRX_DEVICE=N or cpu to choose another)", d.map_or("", |d| &d.name))?;
+                if d.is_some_and(|d| d.kind == DeviceKind::Cpu) && std::env::var_os("HRX_DEVICE").is_none() {
+                    writeln!(out, "(a CPU implementation: generate/describe/bench run on hrx's CPU backend unless --device {i})")?;
+                }
+                Ok(())
+            }
             (None, Some(e)) => writeln!(out, "no usable Vulkan device: {e}\nhrx would run on the CPU backend only"),
             (None, None) => Ok(()),
         }

@@ -83,7 +83,11 @@ impl TextModel {
         }
         let (prefill, decode) = build_graphs(&params, &options)?;
         let registry = backend.registry();
-        let plans = vec![Plan::new(prefill.graph.clone(), registry)?, Plan::new(decode.graph.clone(), registry)?];
+        let mut plans = vec![Plan::new(prefill.graph.clone(), registry)?, Plan::new(decode.graph.clone(), registry)?];
+        let backend = &backend.for_plans(&plans);
+        if matches!(backend, Backend::Cpu(_)) && plans.iter().any(|p| p.census().gpu_nodes > 0) {
+            plans = vec![Plan::new(prefill.graph.clone(), backend.registry())?, Plan::new(decode.graph.clone(), backend.registry())?];
+        }
         let exec = backend.executor(plans, &[Arc::clone(&file)])?;
         log::info!("text model on {}", backend.describe());
         let backend = backend.clone();

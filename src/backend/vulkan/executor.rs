@@ -46,6 +46,8 @@ struct Recorded {
     args: Buffer,
     launches: Vec<Dispatch>,
     cmd: CommandBuffer,
+    /// Host-visible copies of the graph's outputs, made by the recording.
+    readback: Vec<(NodeId, Buffer)>,
 }
 
 pub struct VulkanExecutor {
@@ -198,6 +200,9 @@ impl VulkanExecutor {
             return Err(VkError::Invalid(format!("node {} is not a contiguous f32 value", id.0)));
         }
         let n: usize = runtime_ne(graph, id, symbols).iter().product();
+        if let Some((_, host)) = r.readback.iter().find(|(o, _)| *o == id) {
+            return host.read_f32(0, n);
+        }
         match r.plan.locs[id.0] {
             Some(Loc::Arena { offset }) => self.arena.read_f32(offset as u64, n),
             Some(Loc::External { storage, offset }) => self.storages[r.storage_of[storage.0]].read_f32(offset as u64, n),
@@ -297,8 +302,25 @@ fn record(device: &Device, ks: &KernelSet, plan: Plan, storage_of: Vec<usize>, s
             launches.push(Dispatch { grid_value, rows: piece.map(|(_, rows)| rows), launch });
         }
     }
+    // The graph's outputs (logits) are copied at the end of the recording into host-visible
+    // buffers when their own memory is not mapped: reading them needs no further submission.
+    let mut readback = Vec::new();
+    for &id in &graph.outputs {
+        let (buf, offset) = match plan.locs[id.0] {
+            Some(Loc::Arena { offset }) => (arena, offset),
+            Some(Loc::External { storage, offset }) => (&storages[storage_of[storage.0]], offset),
+            None => continue,
+        };
+        if buf.is_mapped() {
+            continue;
+        }
+        let bytes = graph.value(id).extent_bytes() as u64;
+        let host = device.buffer(bytes, Location::Host, "an output read back")?;
+        cmd.copy(buf, offset as u64, &host, 0, bytes)?;
+        readback.push((id, host));
+    }
     cmd.finish()?;
-    Ok(Recorded { plan, storage_of, sizes, args, launches, cmd })
+    Ok(Recorded { plan, storage_of, sizes, args, launches, cmd, readback })
 }
 
 /// The window of a value at byte `offset` of `buf`, and its operand relative to that window:
