@@ -95,12 +95,28 @@ impl Writer {
     /// A [cols, rows] matrix (ggml order) with N(0, std) values, stored as `dtype`.
     fn matrix(&mut self, name: &str, dtype: DType, cols: usize, rows: usize, std: f64) -> Result<(), String> {
         let row_bytes = dtype.row_bytes(cols as u64).ok_or_else(|| format!("{name}: {cols} is not whole {dtype} blocks"))? as usize;
+        // Values come from one stream in order (the file depends on the seed only); the
+        // quantization, the slow part, runs on every core.
+        let values: Vec<f32> = (0..cols * rows).map(|_| self.rng.sample(std)).collect();
         let mut data = vec![0u8; row_bytes * rows];
-        let mut values = vec![0f32; cols];
-        for dst in data.chunks_mut(row_bytes) {
-            values.iter_mut().for_each(|v| *v = self.rng.sample(std));
-            quantize_row(dtype, &values, dst).map_err(|e| format!("{name}: {e}"))?;
-        }
+        let threads = std::thread::available_parallelism().map_or(1, |n| n.get());
+        let rows_per = rows.div_ceil(threads).max(1);
+        let results: Vec<Result<(), String>> = std::thread::scope(|s| {
+            let workers: Vec<_> = values
+                .chunks(rows_per * cols)
+                .zip(data.chunks_mut(rows_per * row_bytes))
+                .map(|(src, dst)| {
+                    s.spawn(move || {
+                        for (row, out) in src.chunks(cols).zip(dst.chunks_mut(row_bytes)) {
+                            quantize_row(dtype, row, out).map_err(|e| format!("{name}: {e}"))?;
+                        }
+                        Ok(())
+                    })
+                })
+                .collect();
+            workers.into_iter().map(|w| w.join().unwrap_or_else(|_| Err(format!("{name}: a quantizer thread failed")))).collect()
+        });
+        results.into_iter().collect::<Result<(), String>>()?;
         self.w.add_tensor(name, dtype, &[cols as u64, rows as u64], data).map_err(|e| e.to_string())
     }
 
