@@ -4,10 +4,11 @@
 // Matrix-vector product through subgroups, for devices with subgroup arithmetic in compute
 // shaders: each subgroup of a workgroup computes one row of w against one column of x. Its
 // lanes take consecutive pieces of the row (so a block is read once, by neighbouring lanes),
-// accumulate in f32 and reduce with subgroupAdd: no shared memory, no barriers. Q4_K and Q6_K
-// lanes decode 8 and 16 values per step, sharing a block's scales. A workgroup (128 threads,
-// whole subgroups of any power-of-two size up to 128) computes gl_NumSubgroups rows;
-// grid-stride loops over row groups (x) and columns (y), so any shape fits in any grid.
+// accumulate in f32 and reduce with subgroupAdd: no shared memory, no barriers. Q4_K, Q6_K
+// and Q8_0 lanes decode 8, 16 and 8 values per step under one read of a block's scales.
+// A workgroup (128 threads, whole subgroups of any power-of-two size up to 128) computes
+// gl_NumSubgroups rows; grid-stride loops over row groups (x) and columns (y), so any shape
+// fits in any grid.
 
 #include "common.glsl"
 #include "mul_mat_params.glsl"
@@ -72,6 +73,20 @@ float row_dot(uint row, uint xo, uint lane, uint step) {
             sum += sc * dot(bytes4(q) - 32.0, x4(xi + 32u * t));
         }
         acc += load_f16(blk + 208u) * sum;
+    }
+    return acc;
+}
+#elif defined(W_Q8_0)
+// 8 values per lane and step (a quarter of a block) under one read of the block's d.
+float row_dot(uint row, uint xo, uint lane, uint step) {
+    float acc = 0.0;
+    uint units = (p.K / 32u) * 4u;
+    for (uint u = lane; u < units; u += step) {
+        uint j = (u % 4u) * 8u;
+        uint blk = row + (u / 4u) * 34u;
+        uint xi = xo + (u / 4u) * 32u + j;
+        float sum = dot(i8x4(load_u32(blk + 2u + j)), x4(xi)) + dot(i8x4(load_u32(blk + 6u + j)), x4(xi + 4u));
+        acc += load_f16(blk) * sum;
     }
     return acc;
 }

@@ -174,11 +174,13 @@ fn subgroup_kernel_fits_any_grid() {
     }
     let mut rng = Rng(8);
     for dtype in [DType::Q4K, DType::Q6K, DType::Q8_0, DType::F16] {
-        let (k, n, cols) = (1024, 37, [2, 1, 1]);
-        let w_bytes = quantized(&mut rng, dtype, k, n);
+        // Weights at an offset that is not a multiple of 4: the decoders' word reads straddle.
+        let (k, n, cols, w_off) = (1024, 37, [2, 1, 1], 6);
+        let mut w_bytes = vec![0u8; w_off];
+        w_bytes.extend(quantized(&mut rng, dtype, k, n));
         let w_ne = [k, n, 1, 1];
-        let w_op = Operand { dtype, ne: w_ne, nb: contiguous_strides(dtype, w_ne), offset: 0, dynamic: None };
-        let w_in = In { data: Data::Bytes(&w_bytes), dtype, offset: 0, ne: w_ne, nb: w_op.nb };
+        let w_op = Operand { dtype, ne: w_ne, nb: contiguous_strides(dtype, w_ne), offset: w_off, dynamic: None };
+        let w_in = In { data: Data::Bytes(&w_bytes), dtype, offset: w_off, ne: w_ne, nb: w_op.nb };
         let x = Strided::new(&mut rng, [k, cols[0], cols[1], cols[2]], 0, 0);
         let out = Strided::new(&mut rng, [n, cols[0], cols[1], cols[2]], 0, 0);
         let x_bytes = f32_bytes(&x.data);
