@@ -87,7 +87,15 @@ fn quantized(rng: &mut Rng, dtype: DType, k: usize, n: usize) -> Vec<u8> {
     out
 }
 
-/// w [k, n] of `dtype` at byte offset `w_off`, x [k, cols...] strided; both kernels.
+/// The matrix kernels `ks`'s device runs: the portable ones, and the subgroup vector kernel
+/// where the device has subgroup arithmetic (lavapipe does: CI runs both vector kernels).
+fn mat_kinds(ks: &KernelSet) -> Vec<MatKind> {
+    let mut kinds = vec![MatKind::Vec, MatKind::Tiled, MatKind::Rows];
+    kinds.extend(ks.device().info().subgroup_matvec().map(|subgroup| MatKind::VecSg { subgroup }));
+    kinds
+}
+
+/// w [k, n] of `dtype` at byte offset `w_off`, x [k, cols...] strided; every kernel.
 fn check_matmul(ks: &KernelSet, rng: &mut Rng, dtype: DType, k: usize, n: usize, cols: [usize; 3], max: Option<[u32; 3]>) {
     let w_off = 64;
     let mut w_bytes = vec![0u8; w_off];
@@ -98,10 +106,10 @@ fn check_matmul(ks: &KernelSet, rng: &mut Rng, dtype: DType, k: usize, n: usize,
     let x = Strided::new(rng, [k, cols[0], cols[1], cols[2]], 3, 5);
     let out = Strided::new(rng, [n, cols[0], cols[1], cols[2]], 1, 7);
     let x_bytes = f32_bytes(&x.data);
-    for kind in [MatKind::Vec, MatKind::Tiled, MatKind::Rows] {
+    for kind in mat_kinds(ks) {
         let launch = kernels::launch_mat(kind, &w_op, &x.operand(), &out.operand(), None).unwrap();
         let e = compare(ks, &Op::MatMul, &launch, [(&w_bytes, w_in), (&x_bytes, x.input())], &out, max);
-        eprintln!("{:<18} K={k:<4} N={n:<3} cols={cols:?} max={max:?}: nmse {e:.3e}", launch.kernel.name());
+        eprintln!("{:<20} K={k:<4} N={n:<3} cols={cols:?} max={max:?}: nmse {e:.3e}", launch.kernel.name());
         assert!(e < MAT_NMSE, "{} K={k} N={n} cols={cols:?}: nmse {e}", launch.kernel.name());
     }
 }
@@ -139,6 +147,54 @@ fn matmul_k_quants() {
             check_matmul(&ks, &mut rng, dtype, k, n, cols, None);
         }
     }
+}
+
+#[test]
+fn subgroup_kernel_is_chosen_where_the_device_has_subgroup_arithmetic() {
+    let Some(ks) = kernel_set("sg-choice") else { return };
+    let info = ks.device().info();
+    let Some(subgroup) = info.subgroup_matvec() else {
+        eprintln!("{}: no subgroup kernels (size {}, ops {:?}, in compute {})", info.name, info.subgroup_size, info.subgroup_ops, info.subgroup_in_compute);
+        assert!(!info.name.contains("llvmpipe") || std::env::var_os("HRX_VK_NO_SUBGROUP").is_some(), "lavapipe has subgroup arithmetic");
+        return;
+    };
+    assert_eq!(MatKind::choose(512, 1).for_device(info), MatKind::VecSg { subgroup });
+    // Only the vector kernel has a subgroup variant.
+    assert_eq!(MatKind::choose(512, 64).for_device(info), MatKind::Tiled);
+    assert_eq!(MatKind::choose(64, 1).for_device(info), MatKind::Rows);
+}
+
+#[test]
+fn subgroup_kernel_fits_any_grid() {
+    // The grid follows the subgroup size given at launch; the kernel follows the one it runs
+    // with. A size other than the device's only changes how many workgroups loop.
+    let Some(ks) = kernel_set("sg-grid") else { return };
+    if ks.device().info().subgroup_matvec().is_none() {
+        return;
+    }
+    let mut rng = Rng(8);
+    for dtype in [DType::Q4K, DType::Q6K, DType::Q8_0, DType::F16] {
+        // Weights at an offset that is not a multiple of 4: the decoders' word reads straddle.
+        let (k, n, cols, w_off) = (1024, 37, [2, 1, 1], 6);
+        let mut w_bytes = vec![0u8; w_off];
+        w_bytes.extend(quantized(&mut rng, dtype, k, n));
+        let w_ne = [k, n, 1, 1];
+        let w_op = Operand { dtype, ne: w_ne, nb: contiguous_strides(dtype, w_ne), offset: w_off, dynamic: None };
+        let w_in = In { data: Data::Bytes(&w_bytes), dtype, offset: w_off, ne: w_ne, nb: w_op.nb };
+        let x = Strided::new(&mut rng, [k, cols[0], cols[1], cols[2]], 0, 0);
+        let out = Strided::new(&mut rng, [n, cols[0], cols[1], cols[2]], 0, 0);
+        let x_bytes = f32_bytes(&x.data);
+        for subgroup in [4, 8, 32, 128] {
+            let launch = kernels::launch_mat(MatKind::VecSg { subgroup }, &w_op, &x.operand(), &out.operand(), None).unwrap();
+            let e = compare(&ks, &Op::MatMul, &launch, [(&w_bytes, w_in), (&x_bytes, x.input())], &out, None);
+            eprintln!("{:<20} grid for subgroup {subgroup}: nmse {e:.3e}", launch.kernel.name());
+            assert!(e < MAT_NMSE, "{} grid for subgroup {subgroup}: nmse {e}", launch.kernel.name());
+        }
+    }
+    let w_op = Operand::contiguous(DType::F32, [64, 4, 1, 1], 0);
+    let x_op = Operand::contiguous(DType::F32, [64, 1, 1, 1], 0);
+    let d_op = Operand::contiguous(DType::F32, [4, 1, 1, 1], 0);
+    assert!(kernels::launch_mat(MatKind::VecSg { subgroup: 48 }, &w_op, &x_op, &d_op, None).is_err());
 }
 
 #[test]
@@ -218,12 +274,13 @@ fn one_recording_replays_for_any_token_count() {
     let x_buf = upload(dev, &f32_bytes(&x), 0);
     let d_buf = dev.buffer((n * max_m * 4) as u64, Location::Device, "d").unwrap();
     let sizes = dev.buffer(4, Location::Host, "sizes").unwrap();
-    let args = dev.buffer(24, Location::Host, "indirect args").unwrap();
-    let pool = DescriptorPool::new(dev, 2, kernels::BINDINGS).unwrap();
+    let kinds: Vec<MatKind> = mat_kinds(&ks).into_iter().filter(|k| *k != MatKind::Rows).collect();
+    let args = dev.buffer(12 * kinds.len() as u64, Location::Host, "indirect args").unwrap();
+    let pool = DescriptorPool::new(dev, kinds.len() as u32, kernels::BINDINGS).unwrap();
     let mut cmd = CommandBuffer::new(dev).unwrap();
     cmd.begin().unwrap();
     let mut launches = Vec::new();
-    for (i, kind) in [MatKind::Tiled, MatKind::Vec].into_iter().enumerate() {
+    for (i, &kind) in kinds.iter().enumerate() {
         let launch = kernels::launch_mat(kind, &w_op, &x_op, &d_op, dynamic).unwrap();
         let pipeline = ks.pipeline(launch.kernel).unwrap();
         let set = pool.bind(&pipeline, &[&sizes, &w_buf, &x_buf, &sizes, &sizes, &d_buf]).unwrap();
@@ -232,12 +289,12 @@ fn one_recording_replays_for_any_token_count() {
         launches.push(launch);
     }
     cmd.finish().unwrap();
-    for (round, m) in [24usize, 1, 5, 17].into_iter().enumerate() {
-        // Round r: the tiled kernel runs on even rounds, the vector kernel on odd ones.
+    for (round, m) in [24usize, 1, 5, 17, 3, 9].into_iter().enumerate() {
+        // Round r runs kernel r % kinds (tiled, vector, subgroup vector where there is one).
         let limits = dev.info().max_workgroup_count;
         let mut words = Vec::new();
         for (i, launch) in launches.iter().enumerate() {
-            let g = if i == round % 2 { launch.groups([n, m, 1, 1], limits) } else { [0, 0, 0] };
+            let g = if i == round % launches.len() { launch.groups([n, m, 1, 1], limits) } else { [0, 0, 0] };
             words.extend(g);
         }
         args.write_u32(0, &words).unwrap();
@@ -251,11 +308,11 @@ fn one_recording_replays_for_any_token_count() {
         let mut out = Out { data: &mut want, offset: 0, ne: [n, m, 1, 1], nb: d_op.nb };
         execute(&Op::MatMul, &[w_in, x_in], &mut out, Kernels::Reference, 1).unwrap();
         let e = nmse(&got[..n * m], &want);
-        eprintln!("replay {} m={m}: nmse {e:.3e}", launches[round % 2].kernel.name());
+        eprintln!("replay {} m={m}: nmse {e:.3e}", launches[round % launches.len()].kernel.name());
         assert!(e < MAT_NMSE, "m={m}: nmse {e}");
         assert!(got[n * m..].iter().all(|v| v.is_nan()), "m={m}: columns past the run-time count were written");
     }
-    assert_eq!(cmd.len(), 2);
+    assert_eq!(cmd.len(), kinds.len());
 }
 
 #[test]

@@ -14,7 +14,8 @@ usage: hrx doctor [--json]
 
 For each device: name, type, vendor and device ids, Vulkan API version, driver name,
 info and version; memory heaps (size, device-local, host-visible); subgroup size and
-operations, shared memory, workgroup and push-constant limits; the optional features
+operations, and whether the matrix-vector kernels use them (HRX_VK_NO_SUBGROUP=1 keeps
+the portable ones), shared memory, workgroup and push-constant limits; the optional features
 hrx may use (fp16 / int8 arithmetic and storage, subgroup size control, integer dot
 products, cooperative matrices). Then the device hrx picks: discrete > integrated >
 virtual > CPU, then the most device-local memory; HRX_DEVICE=N (an index below) or
@@ -107,7 +108,9 @@ impl Report {
             let unified = if d.unified_memory { "yes: buffers are written in place" } else { "no: uploads go through staging copies" };
             writeln!(out, "    unified memory  {unified}")?;
             let ops = if d.subgroup_ops.is_empty() { "unknown".to_owned() } else { d.subgroup_ops.join(" ") };
-            writeln!(out, "    subgroups       size {}, ops: {ops}", d.subgroup_size)?;
+            let matvec = if d.subgroup_matvec().is_some() { "subgroup (mul_mat_vec_sg)" } else { "portable (mul_mat_vec)" };
+            let stage = if d.subgroup_in_compute { "" } else { " (not in compute shaders)" };
+            writeln!(out, "    subgroups       size {}, ops: {ops}{stage}; matrix-vector kernels: {matvec}", d.subgroup_size)?;
             writeln!(
                 out,
                 "    limits          shared memory {}, workgroup {} invocations, push constants {} B, storage buffer range {}",
@@ -181,6 +184,8 @@ impl Report {
                     ("unified_memory", Json::Bool(d.unified_memory)),
                     ("subgroup_size", Json::Int(d.subgroup_size.into())),
                     ("subgroup_ops", Json::Arr(d.subgroup_ops.iter().map(|s| Json::str(*s)).collect())),
+                    ("subgroup_in_compute", Json::Bool(d.subgroup_in_compute)),
+                    ("subgroup_matvec", Json::Bool(d.subgroup_matvec().is_some())),
                     ("max_shared_memory", Json::Int(d.max_shared_memory.into())),
                     ("max_workgroup_invocations", Json::Int(d.max_workgroup_invocations.into())),
                     ("max_push_constants", Json::Int(d.max_push_constants.into())),

@@ -268,7 +268,9 @@ fn record(device: &Device, ks: &KernelSet, plan: Plan, storage_of: Vec<usize>, s
             }
             _ => vec![None],
         };
-        let kind = MatKind::choose(ins.first().map_or(0, |w| w.2.ne[0]), node.value.ne[1] * node.value.ne[2] * node.value.ne[3]);
+        // The device's variant of the matrix kernel (the subgroup one where it has them).
+        let kind = MatKind::choose(ins.first().map_or(0, |w| w.2.ne[0]), node.value.ne[1] * node.value.ne[2] * node.value.ne[3])
+            .for_device(info);
         for piece in pieces {
             let mut ins = ins.clone();
             let mut out = out.clone();
@@ -282,9 +284,9 @@ fn record(device: &Device, ks: &KernelSet, plan: Plan, storage_of: Vec<usize>, s
             let bound_ins = ins.iter().map(|(b, o, v)| bind_window(b, *o, v, max_range, align).map_err(failed)).collect::<Result<Vec<_>>>()?;
             let (out_window, out_op) = bind_window(out.0, out.1, &out.2, max_range, align).map_err(failed)?;
             let operands: Vec<Operand> = bound_ins.iter().map(|(_, o)| *o).collect();
-            let launch = match piece {
-                Some(_) => kernels::launch_mat(kind, &operands[0], &operands[1], &out_op, node.value.dyn_axis.map(Into::into)),
-                None => kernels::launch(&node.op, &operands, &out_op, node.value.dyn_axis.map(Into::into)),
+            let launch = match (piece, &node.op) {
+                (Some(_), _) | (None, Op::MatMul) => kernels::launch_mat(kind, &operands[0], &operands[1], &out_op, node.value.dyn_axis.map(Into::into)),
+                (None, _) => kernels::launch(&node.op, &operands, &out_op, node.value.dyn_axis.map(Into::into)),
             }
             .map_err(|e| VkError::Invalid(format!("graph {} node {i} ({}): {e}", graph.name, node.name)))?;
             let pipeline = ks.pipeline(launch.kernel)?;

@@ -87,6 +87,9 @@ pub struct DeviceInfo {
     /// Subgroup size and supported subgroup operations (0 and empty where unknown).
     pub subgroup_size: u32,
     pub subgroup_ops: Vec<&'static str>,
+    /// Compute shaders may use the subgroup operations (the compute stage is among those
+    /// the device supports them in).
+    pub subgroup_in_compute: bool,
     pub max_shared_memory: u32,
     pub max_workgroup_invocations: u32,
     pub max_workgroup_count: [u32; 3],
@@ -107,6 +110,16 @@ impl DeviceInfo {
 
     pub fn has_extension(&self, name: &str) -> bool {
         self.extensions.iter().any(|e| e == name)
+    }
+
+    /// The subgroup size of the subgroup matrix-vector kernels (`mul_mat_vec_sg_*`), where the
+    /// device runs them: subgroup arithmetic in compute shaders and a power-of-two subgroup
+    /// size from 4 to 128 (their 128-thread workgroups hold whole subgroups). None also when
+    /// HRX_VK_NO_SUBGROUP=1 asks for the portable kernels.
+    pub fn subgroup_matvec(&self) -> Option<u32> {
+        let off = std::env::var("HRX_VK_NO_SUBGROUP").is_ok_and(|v| v == "1");
+        let size_ok = self.subgroup_size.is_power_of_two() && (4..=128).contains(&self.subgroup_size);
+        (!off && self.subgroup_in_compute && self.subgroup_ops.contains(&"arithmetic") && size_ok).then_some(self.subgroup_size)
     }
 
     /// "1.3.230"
@@ -181,6 +194,7 @@ pub(crate) fn query(instance: &ash::Instance, instance_api: u32, index: usize, p
 
     let mut subgroup_size = 0;
     let mut subgroup_ops = Vec::new();
+    let mut subgroup_in_compute = false;
     let mut driver_name = None;
     let mut driver_info = None;
     if v11 {
@@ -214,6 +228,7 @@ pub(crate) fn query(instance: &ash::Instance, instance_api: u32, index: usize, p
         // SAFETY: as for the features.
         unsafe { instance.get_physical_device_properties2(pd, &mut p2) };
         subgroup_size = subgroup.subgroup_size;
+        subgroup_in_compute = subgroup.supported_stages.contains(vk::ShaderStageFlags::COMPUTE);
         subgroup_ops = SUBGROUP_OPS.iter().filter(|(f, _)| subgroup.supported_operations.contains(*f)).map(|&(_, n)| n).collect();
         if with_driver {
             driver_name = Some(c_string(driver.driver_name_as_c_str()));
@@ -252,6 +267,7 @@ pub(crate) fn query(instance: &ash::Instance, instance_api: u32, index: usize, p
         unified_memory,
         subgroup_size,
         subgroup_ops,
+        subgroup_in_compute,
         max_shared_memory: limits.max_compute_shared_memory_size,
         max_workgroup_invocations: limits.max_compute_work_group_invocations,
         max_workgroup_count: limits.max_compute_work_group_count,

@@ -85,6 +85,7 @@ mod tests {
             unified_memory: false,
             subgroup_size: 32,
             subgroup_ops: vec![],
+            subgroup_in_compute: false,
             max_shared_memory: 32768,
             max_workgroup_invocations: 1024,
             max_workgroup_count: [65535; 3],

@@ -15,6 +15,11 @@ pub fn spirv(name: &str) -> Option<&'static [u8]> {
         "mul_mat_vec_q8_0" => spv!("mul_mat_vec_q8_0"),
         "mul_mat_vec_q4_k" => spv!("mul_mat_vec_q4_k"),
         "mul_mat_vec_q6_k" => spv!("mul_mat_vec_q6_k"),
+        "mul_mat_vec_sg_f32" => spv!("mul_mat_vec_sg_f32"),
+        "mul_mat_vec_sg_f16" => spv!("mul_mat_vec_sg_f16"),
+        "mul_mat_vec_sg_q8_0" => spv!("mul_mat_vec_sg_q8_0"),
+        "mul_mat_vec_sg_q4_k" => spv!("mul_mat_vec_sg_q4_k"),
+        "mul_mat_vec_sg_q6_k" => spv!("mul_mat_vec_sg_q6_k"),
         "mul_mat_f32" => spv!("mul_mat_f32"),
         "mul_mat_f16" => spv!("mul_mat_f16"),
         "mul_mat_q8_0" => spv!("mul_mat_q8_0"),
@@ -42,12 +47,17 @@ pub fn spirv(name: &str) -> Option<&'static [u8]> {
 }
 
 /// Every embedded module's name.
-pub const ALL: [&str; 27] = [
+pub const ALL: [&str; 32] = [
     "mul_mat_vec_f32",
     "mul_mat_vec_f16",
     "mul_mat_vec_q8_0",
     "mul_mat_vec_q4_k",
     "mul_mat_vec_q6_k",
+    "mul_mat_vec_sg_f32",
+    "mul_mat_vec_sg_f16",
+    "mul_mat_vec_sg_q8_0",
+    "mul_mat_vec_sg_q4_k",
+    "mul_mat_vec_sg_q6_k",
     "mul_mat_f32",
     "mul_mat_f16",
     "mul_mat_q8_0",

@@ -1,9 +1,12 @@
 //! d = w^T x (ggml's mul_mat) with quantized or float weights and f32 activations:
 //! `mul_mat_vec.comp` for a few columns, `mul_mat.comp` (64 x 64 tiles) for many, and
-//! `mul_mat_rows.comp` (a thread per output value) for a few columns of short rows.
+//! `mul_mat_rows.comp` (a thread per output value) for a few columns of short rows. Devices
+//! with subgroup arithmetic in compute shaders take `mul_mat_vec_sg.comp` (a subgroup per
+//! output row, reduced by subgroupAdd) instead of `mul_mat_vec.comp`.
 
 use super::{dyn_words, expect_f32, floats, word, Dyn, Grid, KernelId, Launch, Operand, WType};
 use crate::backend::vulkan::error::{Result, VkError};
+use crate::backend::vulkan::info::DeviceInfo;
 
 /// Words of `mul_mat_params.glsl`'s push constants.
 pub const PUSH_WORDS: usize = 19;
@@ -13,6 +16,9 @@ pub const PUSH_WORDS: usize = 19;
 pub enum MatKind {
     /// One workgroup per 4 rows and column: weights read once per column.
     Vec,
+    /// As `Vec`, but one subgroup (of this many lanes) per row and column, reduced with
+    /// subgroupAdd: 128 / subgroup rows per workgroup.
+    VecSg { subgroup: u32 },
     /// 64 x 64 output tiles through shared memory.
     Tiled,
     /// One thread per output value, no shared memory: for short rows, where splitting K
@@ -33,6 +39,15 @@ impl MatKind {
             MatKind::Rows
         } else {
             MatKind::Vec
+        }
+    }
+
+    /// `choose`'s kernel as the device with info `info` runs it best: the subgroup vector
+    /// kernel in place of the portable one where `DeviceInfo::subgroup_matvec` allows it.
+    pub fn for_device(self, info: &DeviceInfo) -> MatKind {
+        match (self, info.subgroup_matvec()) {
+            (MatKind::Vec, Some(subgroup)) => MatKind::VecSg { subgroup },
+            (kind, _) => kind,
         }
     }
 }
@@ -72,6 +87,12 @@ pub fn launch(kind: MatKind, w: &Operand, x: &Operand, out: &Operand, dynamic: O
     word(w.offset + w.nb[1] * n, "w extent")?;
     let grid = match kind {
         MatKind::Vec => Grid::Mat { rows: 4, cols: 1 },
+        MatKind::VecSg { subgroup } => {
+            if !subgroup.is_power_of_two() || !(4..=128).contains(&subgroup) {
+                return Err(VkError::Invalid(format!("mul_mat_vec_sg: subgroup size {subgroup}")));
+            }
+            Grid::Mat { rows: 128 / subgroup as usize, cols: 1 }
+        }
         MatKind::Tiled => Grid::Mat { rows: 64, cols: 64 },
         MatKind::Rows => Grid::Mat { rows: 64, cols: 1 },
     };

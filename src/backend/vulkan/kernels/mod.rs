@@ -97,19 +97,17 @@ pub enum KernelId {
 impl KernelId {
     /// The name plans and logs show, e.g. `mul_mat_vec_q4_k`.
     pub fn name(self) -> &'static str {
-        macro_rules! mat {
-            ($kind:expr, $w:expr, $($k:ident $w2:ident => $s:literal),*) => {
-                match ($kind, $w) { $((MatKind::$k, WType::$w2) => $s),* }
-            };
-        }
         match self {
-            KernelId::MatMul(kind, w) => mat!(kind, w,
-                Vec F32 => "mul_mat_vec_f32", Vec F16 => "mul_mat_vec_f16", Vec Q8_0 => "mul_mat_vec_q8_0",
-                Vec Q4K => "mul_mat_vec_q4_k", Vec Q6K => "mul_mat_vec_q6_k",
-                Tiled F32 => "mul_mat_f32", Tiled F16 => "mul_mat_f16", Tiled Q8_0 => "mul_mat_q8_0",
-                Tiled Q4K => "mul_mat_q4_k", Tiled Q6K => "mul_mat_q6_k",
-                Rows F32 => "mul_mat_rows_f32", Rows F16 => "mul_mat_rows_f16", Rows Q8_0 => "mul_mat_rows_q8_0",
-                Rows Q4K => "mul_mat_rows_q4_k", Rows Q6K => "mul_mat_rows_q6_k"),
+            // By weight type, in WType's order.
+            KernelId::MatMul(kind, w) => {
+                let names = match kind {
+                    MatKind::Vec => ["mul_mat_vec_f32", "mul_mat_vec_f16", "mul_mat_vec_q8_0", "mul_mat_vec_q4_k", "mul_mat_vec_q6_k"],
+                    MatKind::VecSg { .. } => ["mul_mat_vec_sg_f32", "mul_mat_vec_sg_f16", "mul_mat_vec_sg_q8_0", "mul_mat_vec_sg_q4_k", "mul_mat_vec_sg_q6_k"],
+                    MatKind::Tiled => ["mul_mat_f32", "mul_mat_f16", "mul_mat_q8_0", "mul_mat_q4_k", "mul_mat_q6_k"],
+                    MatKind::Rows => ["mul_mat_rows_f32", "mul_mat_rows_f16", "mul_mat_rows_q8_0", "mul_mat_rows_q4_k", "mul_mat_rows_q6_k"],
+                };
+                names[w as usize]
+            }
             KernelId::Binary(BinaryOp::Add) => "add",
             KernelId::Binary(BinaryOp::Mul) => "mul",
             KernelId::Binary(BinaryOp::SwiGlu) => "swiglu",
@@ -141,6 +139,7 @@ impl KernelId {
     fn module(self) -> String {
         match self {
             KernelId::MatMul(MatKind::Vec, w) => format!("mul_mat_vec_{}", w.suffix()),
+            KernelId::MatMul(MatKind::VecSg { .. }, w) => format!("mul_mat_vec_sg_{}", w.suffix()),
             KernelId::MatMul(MatKind::Tiled, w) => format!("mul_mat_{}", w.suffix()),
             KernelId::MatMul(MatKind::Rows, w) => format!("mul_mat_rows_{}", w.suffix()),
             KernelId::Binary(_) => "binary".to_owned(),
@@ -314,7 +313,8 @@ fn expect_f32(o: &Operand, what: &str) -> Result<()> {
 }
 
 /// The kernel and push constants for compute op `op` with `ins` (in the node's order) and
-/// `out`, or why there is none. Matrix products pick their kernel by `MatKind::choose`.
+/// `out`, or why there is none. Matrix products pick their kernel by `MatKind::choose` (the
+/// portable one; the executor adapts it to its device with `MatKind::for_device`).
 pub fn launch(op: &Op, ins: &[Operand], out: &Operand, dynamic: Option<Dyn>) -> Result<Launch> {
     let arg = |i: usize| ins.get(i).ok_or_else(|| VkError::Invalid(format!("{} needs input {i}", op.name())));
     match op {
@@ -339,7 +339,8 @@ pub fn launch(op: &Op, ins: &[Operand], out: &Operand, dynamic: Option<Dyn>) -> 
     }
 }
 
-/// A matrix product with a chosen kernel (tests run both kernels on the same shapes).
+/// A matrix product with a chosen kernel (the executor's device-specific choice; tests run
+/// every kernel on the same shapes).
 pub fn launch_mat(kind: MatKind, w: &Operand, x: &Operand, out: &Operand, dynamic: Option<Dyn>) -> Result<Launch> {
     matmul::launch(kind, w, x, out, dynamic)
 }
