@@ -4,10 +4,10 @@
 
 mod common;
 
-use common::cases::{greedy_agreement, ids_of, max_abs_diff, read_f32, Case};
+use common::cases::{greedy_agreement, ids_of, max_abs_diff, Case};
 use hrx::backend::cpu::Kernels;
 use hrx::backend::DeviceChoice;
-use hrx::image::{Patches, PreprocessConfig};
+use hrx::image::PreprocessConfig;
 use hrx::runtime::describe::{Describer, ImageOptions};
 use hrx::runtime::generate::GenerateConfig;
 use hrx::runtime::sampler::SamplerConfig;
@@ -24,29 +24,6 @@ fn describer(oracle: &Path, model: &str, mmproj: &str, kernels: Kernels) -> Desc
     Describer::load(&oracle.join("models").join(model), &oracle.join("models").join(mmproj), text, images).expect("models load")
 }
 
-fn user_text(case: &Case) -> String {
-    let messages: &Vec<JsonValue> = case.json["messages"].get().unwrap();
-    let content: &Vec<JsonValue> = messages[0]["content"].get().unwrap();
-    content
-        .iter()
-        .find_map(|c| c.get::<std::collections::HashMap<String, JsonValue>>()?.get("text")?.get::<String>().cloned())
-        .expect("a text item")
-}
-
-fn hf_patches(oracle: &Path, case: &Case) -> Patches {
-    let image = &case.json["image"];
-    let grid = ids_of(&image["image_grid_thw"]);
-    let hw = ids_of(&image["resized_hw"]);
-    let file: &String = image["pixel_values"]["file"].get().unwrap();
-    Patches {
-        pixel_values: read_f32(&oracle.join("images").join(file)),
-        grid_thw: [grid[0] as usize, grid[1] as usize, grid[2] as usize],
-        resized_hw: (hw[0] as usize, hw[1] as usize),
-        patch_dim: 1536,
-        merge_size: 2,
-    }
-}
-
 /// Runs one case; `from_file` decodes the image file instead of using HF's pixel values.
 fn check_case(d: &mut Describer, oracle: &Path, cases: &str, name: &str, tol: f64, from_file: bool) {
     let case = Case::load(&oracle.join("cases").join(cases), name);
@@ -54,9 +31,9 @@ fn check_case(d: &mut Describer, oracle: &Path, cases: &str, name: &str, tol: f6
         let file: &String = case.json["image"]["file"].get().unwrap();
         d.encode_file(&oracle.join("images").join(file)).expect("image encodes")
     } else {
-        d.encode_patches(&hf_patches(oracle, &case)).expect("pixels encode")
+        d.encode_patches(&case.hf_patches(oracle)).expect("pixels encode")
     };
-    let text = user_text(&case);
+    let text = case.user_text();
     let (ids, pieces) = d.prompt(std::slice::from_ref(&image), &text, None).unwrap();
     assert_eq!(ids, case.ids("input_ids"), "{cases} {name}: prompt ids");
     // M-RoPE positions as the reference's get_rope_index makes them.

@@ -72,7 +72,7 @@ fn a_recorded_plan_without_mapped_device_memory() {
 }
 
 fn check_block(dev: &Device) {
-    let mut rng = Rng(11);
+    let mut rng = Rng::new(11);
     let file = weights(&mut rng);
     let (graph, out) = block();
     let gpu_plan = Plan::new(graph.clone(), &VulkanRegistry).unwrap();
@@ -130,7 +130,7 @@ fn values_far_into_a_buffer_past_the_storage_range_are_windowed() {
     g.mark_output(y);
     let plan = Plan::new(g, &VulkanRegistry).unwrap();
     let mut gpu = VulkanExecutor::new(&dev, vec![plan], &[]).unwrap();
-    let xs: Vec<f32> = Rng(12).vec(n * rows);
+    let xs: Vec<f32> = Rng::new(12).vec(n * rows);
     gpu.write_f32(PlanId(0), "big", offset / 4, &xs).unwrap();
     gpu.run(PlanId(0), &[]).unwrap();
     let got = gpu.output(PlanId(0), y, &[]).unwrap();
@@ -161,7 +161,7 @@ fn weights_past_the_storage_range_are_split_by_rows() {
     let range = dev.info().max_storage_buffer_range as usize;
     let k = 256;
     let n = if range <= 1 << 30 { range / (4 * k) + 3001 } else { 16_001 };
-    let mut rng = Rng(13);
+    let mut rng = Rng::new(13);
     let mut w = GgufWriter::new();
     let data: Vec<u8> = (0..k * n).flat_map(|_| (rng.uniform() / 16.0).to_le_bytes()).collect();
     w.add_tensor("big", DType::F32, &[k as u64, n as u64], data).unwrap();

@@ -121,7 +121,7 @@ fn kernel_set(tag: &str) -> Option<KernelSet> {
 #[test]
 fn matmul_float_weights_odd_shapes() {
     let Some(ks) = kernel_set("mm-float") else { return };
-    let mut rng = Rng(1);
+    let mut rng = Rng::new(1);
     for dtype in [DType::F32, DType::F16] {
         for (k, n, cols) in [(1, 1, [1, 1, 1]), (33, 7, [3, 1, 1]), (64, 67, [1, 1, 1]), (129, 5, [70, 1, 1]), (35, 65, [13, 3, 2])] {
             check_matmul(&ks, &mut rng, dtype, k, n, cols, None);
@@ -132,7 +132,7 @@ fn matmul_float_weights_odd_shapes() {
 #[test]
 fn matmul_q8_0() {
     let Some(ks) = kernel_set("mm-q8") else { return };
-    let mut rng = Rng(2);
+    let mut rng = Rng::new(2);
     for (k, n, cols) in [(32, 1, [1, 1, 1]), (96, 7, [2, 1, 1]), (320, 67, [5, 2, 1]), (64, 130, [67, 1, 1])] {
         check_matmul(&ks, &mut rng, DType::Q8_0, k, n, cols, None);
     }
@@ -141,7 +141,7 @@ fn matmul_q8_0() {
 #[test]
 fn matmul_k_quants() {
     let Some(ks) = kernel_set("mm-k") else { return };
-    let mut rng = Rng(3);
+    let mut rng = Rng::new(3);
     for dtype in [DType::Q4K, DType::Q6K] {
         for (k, n, cols) in [(256, 1, [1, 1, 1]), (512, 7, [3, 1, 1]), (768, 67, [1, 2, 1]), (256, 65, [70, 1, 1]), (512, 3, [9, 2, 2])] {
             check_matmul(&ks, &mut rng, dtype, k, n, cols, None);
@@ -172,7 +172,7 @@ fn subgroup_kernel_fits_any_grid() {
     if ks.device().info().subgroup_matvec().is_none() {
         return;
     }
-    let mut rng = Rng(8);
+    let mut rng = Rng::new(8);
     for dtype in [DType::Q4K, DType::Q6K, DType::Q8_0, DType::F16] {
         // Weights at an offset that is not a multiple of 4: the decoders' word reads straddle.
         let (k, n, cols, w_off) = (1024, 37, [2, 1, 1], 6);
@@ -200,7 +200,7 @@ fn subgroup_kernel_fits_any_grid() {
 #[test]
 fn kernels_loop_over_a_clamped_grid() {
     let Some(ks) = kernel_set("grid") else { return };
-    let mut rng = Rng(4);
+    let mut rng = Rng::new(4);
     let max = Some([2, 3, 1]);
     check_matmul(&ks, &mut rng, DType::Q4K, 256, 131, [67, 2, 1], max);
     check_matmul(&ks, &mut rng, DType::F16, 40, 9, [5, 1, 1], max);
@@ -222,7 +222,7 @@ fn check_binary(ks: &KernelSet, rng: &mut Rng, op: Op, ne: [usize; 4], b_ne: [us
 #[test]
 fn add_mul_broadcast_and_swiglu() {
     let Some(ks) = kernel_set("binary") else { return };
-    let mut rng = Rng(5);
+    let mut rng = Rng::new(5);
     let ne = [13, 7, 3, 2];
     for op in [Op::Add, Op::Mul] {
         for b_ne in [[13, 1, 1, 1], [1, 7, 1, 1], [13, 7, 3, 2], [1, 1, 3, 1], [13, 7, 1, 2], [1, 1, 1, 1]] {
@@ -249,7 +249,7 @@ fn check_rms_norm(ks: &KernelSet, rng: &mut Rng, ne: [usize; 4], max: Option<[u3
 #[test]
 fn rms_norm_odd_rows() {
     let Some(ks) = kernel_set("norm") else { return };
-    let mut rng = Rng(6);
+    let mut rng = Rng::new(6);
     for ne in [[1, 1, 1, 1], [7, 3, 1, 1], [256, 5, 2, 1], [1000, 3, 1, 2], [2048, 2, 1, 1]] {
         check_rms_norm(&ks, &mut rng, ne, None);
     }
@@ -261,7 +261,7 @@ fn rms_norm_odd_rows() {
 fn one_recording_replays_for_any_token_count() {
     let Some(ks) = kernel_set("replay") else { return };
     let dev = ks.device();
-    let mut rng = Rng(7);
+    let mut rng = Rng::new(7);
     let (k, n, max_m) = (512, 40, 24);
     let w_bytes = quantized(&mut rng, DType::Q4K, k, n);
     let w_ne = [k, n, 1, 1];
@@ -374,7 +374,7 @@ fn compare_args(ks: &KernelSet, op: &Op, launch: &Launch, args: &[Arg], out: &St
 #[test]
 fn get_rows_of_every_table_type() {
     let Some(ks) = kernel_set("get-rows") else { return };
-    let mut rng = Rng(21);
+    let mut rng = Rng::new(21);
     for dtype in [DType::F32, DType::F16, DType::Q8_0, DType::Q4K, DType::Q6K] {
         let (k, rows, n) = (if dtype.block_len() > 32 { 512 } else { 96 }, 37, 11);
         let table_bytes = quantized(&mut rng, dtype, k, rows);
@@ -393,7 +393,7 @@ fn get_rows_of_every_table_type() {
 #[test]
 fn get_rows_weighted_f32_and_f16_tables() {
     let Some(ks) = kernel_set("get-rows-w") else { return };
-    let mut rng = Rng(22);
+    let mut rng = Rng::new(22);
     let (k, rows, taps, n) = (40, 29, 4, 13);
     for dtype in [DType::F32, DType::F16] {
         let table_bytes = quantized(&mut rng, dtype, k, rows);
@@ -414,7 +414,7 @@ fn get_rows_weighted_f32_and_f16_tables() {
 #[test]
 fn set_rows_writes_only_the_given_rows() {
     let Some(ks) = kernel_set("set-rows") else { return };
-    let mut rng = Rng(23);
+    let mut rng = Rng::new(23);
     let (w, slots, n) = (48, 19, 5);
     let dst = Strided::new(&mut rng, [w, slots, 1, 1], 0, 0);
     let src = Strided::new(&mut rng, [w, n, 1, 1], 3, 1);
@@ -431,7 +431,7 @@ fn set_rows_writes_only_the_given_rows() {
 #[test]
 fn rope_mrope_and_axial() {
     let Some(ks) = kernel_set("rope") else { return };
-    let mut rng = Rng(24);
+    let mut rng = Rng::new(24);
     // The last value: positions are below it (4096: a long context's angles).
     let cases = [
         (RopeKind::MropeInterleaved { sections: [11, 11, 10] }, 64, 64, 3, 7, 300),
@@ -484,7 +484,7 @@ fn check_attention(ks: &KernelSet, rng: &mut Rng, (d, heads, kv_heads, n_q, n_kv
 #[test]
 fn flash_attention_causal_grouped_and_full() {
     let Some(ks) = kernel_set("attn") else { return };
-    let mut rng = Rng(25);
+    let mut rng = Rng::new(25);
     check_attention(&ks, &mut rng, (64, 4, 2, 5, 150), true);
     check_attention(&ks, &mut rng, (128, 2, 1, 1, 70), true);
     check_attention(&ks, &mut rng, (40, 3, 3, 9, 9), false);
@@ -494,7 +494,7 @@ fn flash_attention_causal_grouped_and_full() {
 #[test]
 fn layer_norm_odd_rows() {
     let Some(ks) = kernel_set("layer-norm") else { return };
-    let mut rng = Rng(26);
+    let mut rng = Rng::new(26);
     for ne in [[1, 1, 1, 1], [7, 3, 1, 1], [300, 5, 2, 1], [1000, 3, 1, 2]] {
         let x = Strided::new(&mut rng, ne, 3, 1);
         let w = Strided::new(&mut rng, [ne[0], 1, 1, 1], 0, 4);
@@ -511,7 +511,7 @@ fn layer_norm_odd_rows() {
 #[test]
 fn gelu_gelu_erf_and_cont_strided() {
     let Some(ks) = kernel_set("unary") else { return };
-    let mut rng = Rng(27);
+    let mut rng = Rng::new(27);
     for op in [Op::Gelu(Gelu::Tanh), Op::Gelu(Gelu::Erf), Op::Cont] {
         for ne in [[1, 1, 1, 1], [13, 7, 3, 2], [1000, 3, 1, 1]] {
             let mut x = Strided::new(&mut rng, ne, 2, 3);

@@ -10,17 +10,16 @@
 mod common;
 mod vulkan_common;
 
-use common::cases::{greedy_agreement, ids_of, max_abs_diff, read_f32, Case};
+use common::cases::{greedy_agreement, max_abs_diff, Case};
 use hrx::backend::cpu::Kernels;
 use hrx::backend::{Backend, DeviceChoice};
-use hrx::image::{Patches, PreprocessConfig};
+use hrx::image::PreprocessConfig;
 use hrx::runtime::describe::{Describer, ImageOptions};
 use hrx::runtime::generate::{generate, GenerateConfig};
 use hrx::runtime::sampler::SamplerConfig;
 use hrx::runtime::session::{PromptPiece, Session};
 use hrx::runtime::text_model::{TextModel, TextOptions};
 use std::path::Path;
-use tinyjson::JsonValue;
 
 const TOL: f64 = 1e-3;
 
@@ -59,37 +58,14 @@ fn check_text(backend: &Backend, oracle: &Path, model: &str, cases: &str) {
     assert_eq!(m.recordings(), recorded, "command buffers were re-recorded while generating");
 }
 
-fn user_text(case: &Case) -> String {
-    let messages: &Vec<JsonValue> = case.json["messages"].get().unwrap();
-    let content: &Vec<JsonValue> = messages[0]["content"].get().unwrap();
-    content
-        .iter()
-        .find_map(|c| c.get::<std::collections::HashMap<String, JsonValue>>()?.get("text")?.get::<String>().cloned())
-        .expect("a text item")
-}
-
-fn hf_patches(oracle: &Path, case: &Case) -> Patches {
-    let image = &case.json["image"];
-    let grid = ids_of(&image["image_grid_thw"]);
-    let hw = ids_of(&image["resized_hw"]);
-    let file: &String = image["pixel_values"]["file"].get().unwrap();
-    Patches {
-        pixel_values: read_f32(&oracle.join("images").join(file)),
-        grid_thw: [grid[0] as usize, grid[1] as usize, grid[2] as usize],
-        resized_hw: (hw[0] as usize, hw[1] as usize),
-        patch_dim: 1536,
-        merge_size: 2,
-    }
-}
-
 fn check_images(backend: &Backend, oracle: &Path, model: &str, mmproj: &str, cases: &str) {
     let images = ImageOptions { max_pixels: PreprocessConfig::HF_MAX_PIXELS / 16, ..ImageOptions::default() };
     let m = oracle.join("models");
     let mut d = Describer::load_on(&m.join(model), &m.join(mmproj), options(), images, backend).expect("models load");
     for name in ["I1", "I2", "I3", "I4", "I5", "I6"] {
         let case = Case::load(&oracle.join("cases").join(cases), name);
-        let image = d.encode_patches(&hf_patches(oracle, &case)).expect("pixels encode");
-        let text = user_text(&case);
+        let image = d.encode_patches(&case.hf_patches(oracle)).expect("pixels encode");
+        let text = case.user_text();
         let (ids, _) = d.prompt(std::slice::from_ref(&image), &text, None).unwrap();
         assert_eq!(ids, case.ids("input_ids"), "{cases} {name}: prompt ids");
         let (_, g) = d.run(std::slice::from_ref(&image), &text, None, &config(16), |_| {}).unwrap();

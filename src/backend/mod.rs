@@ -21,6 +21,28 @@ use std::fmt;
 use std::sync::Arc;
 use vulkan::{DeviceKind, VkError, VulkanExecutor, VulkanRegistry};
 
+/// The file and tensor index a graph's weight `ext` binds to, checked for dtype and size; the
+/// error says what is wrong (both executors bind weights through this).
+pub fn find_weight<'f>(ext: &crate::graph::External, files: &'f [Arc<GgufFile>]) -> Result<(&'f Arc<GgufFile>, usize), String> {
+    let found = files.iter().find_map(|f| f.tensors().iter().position(|t| t.name == ext.name).map(|i| (f, i)));
+    let Some((file, i)) = found else {
+        return Err(format!("weight {:?} is in none of the model files", ext.name));
+    };
+    let t = &file.tensors()[i];
+    if t.dtype != ext.dtype || t.n_bytes as usize != ext.bytes {
+        return Err(format!(
+            "{}: tensor {:?} is {} ({} bytes), the graph expects {} ({} bytes)",
+            file.path().display(),
+            ext.name,
+            t.dtype,
+            t.n_bytes,
+            ext.dtype,
+            ext.bytes
+        ));
+    }
+    Ok((file, i))
+}
+
 /// Which backend the user asked for.
 #[derive(Clone, Copy, Debug, PartialEq, Eq)]
 pub enum DeviceChoice {

@@ -25,6 +25,31 @@ impl Case {
         read_f32(&path)
     }
 
+    /// The text item of the first message's content.
+    pub fn user_text(&self) -> String {
+        let messages: &Vec<JsonValue> = self.json["messages"].get().expect("messages");
+        let content: &Vec<JsonValue> = messages[0]["content"].get().expect("content");
+        content
+            .iter()
+            .find_map(|c| c.get::<std::collections::HashMap<String, JsonValue>>()?.get("text")?.get::<String>().cloned())
+            .expect("a text item")
+    }
+
+    /// The image of an image case as HF's processor made it (`images/<stem>.pixel_values.f32`).
+    pub fn hf_patches(&self, oracle: &Path) -> hrx::image::Patches {
+        let image = &self.json["image"];
+        let grid = ids_of(&image["image_grid_thw"]);
+        let hw = ids_of(&image["resized_hw"]);
+        let file: &String = image["pixel_values"]["file"].get().expect("pixel_values file");
+        hrx::image::Patches {
+            pixel_values: read_f32(&oracle.join("images").join(file)),
+            grid_thw: [grid[0] as usize, grid[1] as usize, grid[2] as usize],
+            resized_hw: (hw[0] as usize, hw[1] as usize),
+            patch_dim: 1536,
+            merge_size: 2,
+        }
+    }
+
     /// Greedy reference: ids and the per-step top1-top2 margins.
     pub fn greedy(&self) -> (Vec<u32>, Vec<f64>) {
         let g = &self.json["greedy"];

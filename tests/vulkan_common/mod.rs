@@ -43,16 +43,16 @@ pub fn cache_dir(options: &DeviceOptions) -> PathBuf {
     options.cache_dir.clone().expect("test options have a cache dir")
 }
 
-/// splitmix64: deterministic test data without a dev-dependency.
-pub struct Rng(pub u64);
+/// Deterministic test data from hrx's own splitmix64.
+pub struct Rng(hrx::rng::SplitMix64);
 
 impl Rng {
+    pub fn new(seed: u64) -> Rng {
+        Rng(hrx::rng::SplitMix64(seed))
+    }
+
     pub fn next_u64(&mut self) -> u64 {
-        self.0 = self.0.wrapping_add(0x9E37_79B9_7F4A_7C15);
-        let mut z = self.0;
-        z = (z ^ (z >> 30)).wrapping_mul(0xBF58_476D_1CE4_E5B9);
-        z = (z ^ (z >> 27)).wrapping_mul(0x94D0_49BB_1331_11EB);
-        z ^ (z >> 31)
+        self.0.next_u64()
     }
 
     /// Uniform in [-1, 1).

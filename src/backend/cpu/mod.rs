@@ -204,22 +204,7 @@ fn storage_bytes(s: &Storage) -> usize {
 
 fn new_storage(ext: &crate::graph::External, files: &[Arc<GgufFile>]) -> Result<Storage, KernelError> {
     if ext.is_weight {
-        let found = files.iter().find_map(|f| f.tensors().iter().position(|t| t.name == ext.name).map(|i| (f, i)));
-        let Some((file, i)) = found else {
-            return Err(KernelError(format!("weight {:?} is in none of the model files", ext.name)));
-        };
-        let t = &file.tensors()[i];
-        if t.dtype != ext.dtype || t.n_bytes as usize != ext.bytes {
-            return Err(KernelError(format!(
-                "{}: tensor {:?} is {} ({} bytes), the graph expects {} ({} bytes)",
-                file.path().display(),
-                ext.name,
-                t.dtype,
-                t.n_bytes,
-                ext.dtype,
-                ext.bytes
-            )));
-        }
+        let (file, i) = super::find_weight(ext, files).map_err(KernelError)?;
         return Ok(Storage::Weight { file: Arc::clone(file), tensor: i });
     }
     match ext.dtype {

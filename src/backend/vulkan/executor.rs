@@ -352,21 +352,8 @@ fn storage(device: &Device, ext: &External, files: &[Arc<GgufFile>], gpu_written
         b.clear()?;
         return Ok(b);
     }
-    let found = files.iter().find_map(|f| f.tensor(&ext.name).map(|t| (f, t)));
-    let Some((file, t)) = found else {
-        return Err(VkError::Invalid(format!("weight {:?} is in none of the model files", ext.name)));
-    };
-    if t.dtype != ext.dtype || t.n_bytes as usize != ext.bytes {
-        return Err(VkError::Invalid(format!(
-            "{}: tensor {:?} is {} ({} bytes), the graph expects {} ({} bytes)",
-            file.path().display(),
-            ext.name,
-            t.dtype,
-            t.n_bytes,
-            ext.dtype,
-            ext.bytes
-        )));
-    }
+    let (file, i) = crate::backend::find_weight(ext, files).map_err(VkError::Invalid)?;
+    let t = &file.tensors()[i];
     let b = device.buffer(ext.bytes as u64, Location::Device, &ext.name)?;
     b.write(0, file.tensor_data(t))?;
     Ok(b)
