@@ -1,7 +1,7 @@
 //! Elementwise ADD, MUL (b broadcast over a by repetition) and SWIGLU (silu(gate) * up) over
 //! strided f32 operands: `binary.comp`.
 
-use super::{dyn_words, expect_f32, floats, word, BinaryOp, Dyn, Grid, KernelId, Launch, Operand};
+use super::{expect_f32, floats, shape_words, stride_words, word, BinaryOp, Dyn, Grid, KernelId, Launch, Operand};
 use crate::backend::vulkan::error::{Result, VkError};
 
 /// Words of `binary.comp`'s push constants.
@@ -16,23 +16,13 @@ pub fn launch(op: BinaryOp, a: &Operand, b: &Operand, out: &Operand, dynamic: Op
     if a.ne != out.ne || !broadcast_ok || !same {
         return Err(VkError::Invalid(format!("{op:?}: {:?} with {:?} -> {:?}", a.ne, b.ne, out.ne)));
     }
-    let mut push = Vec::with_capacity(PUSH_WORDS);
-    for v in out.ne {
-        push.push(word(v, "size")?);
-    }
-    push.extend(dyn_words(dynamic)?);
-    for v in a.nb {
-        push.push(floats(v, "a stride")?);
-    }
+    let mut push = shape_words(out, dynamic, PUSH_WORDS)?;
+    push.extend(stride_words(a, "a stride")?);
     for v in b.ne {
         push.push(word(v, "size")?);
     }
-    for v in b.nb {
-        push.push(floats(v, "b stride")?);
-    }
-    for v in out.nb {
-        push.push(floats(v, "output stride")?);
-    }
+    push.extend(stride_words(b, "b stride")?);
+    push.extend(stride_words(out, "output stride")?);
     push.push(floats(a.offset, "a offset")?);
     push.push(floats(b.offset, "b offset")?);
     push.push(floats(out.offset, "output offset")?);

@@ -292,6 +292,25 @@ fn dyn_words(d: Option<Dyn>) -> Result<[u32; 4]> {
     }
 }
 
+/// The words most kernels' push constants start with: the output's sizes and its dynamic axis.
+fn shape_words(out: &Operand, dynamic: Option<Dyn>, capacity: usize) -> Result<Vec<u32>> {
+    let mut push = Vec::with_capacity(capacity);
+    for v in out.ne {
+        push.push(word(v, "size")?);
+    }
+    push.extend(dyn_words(dynamic)?);
+    Ok(push)
+}
+
+/// The byte strides of an f32 operand as words of floats.
+fn stride_words(o: &Operand, what: &str) -> Result<[u32; MAX_DIMS]> {
+    let mut words = [0; MAX_DIMS];
+    for (w, &nb) in words.iter_mut().zip(&o.nb) {
+        *w = floats(nb, what)?;
+    }
+    Ok(words)
+}
+
 /// A size or offset as a push-constant word.
 fn word(v: usize, what: &str) -> Result<u32> {
     u32::try_from(v).map_err(|_| VkError::Invalid(format!("{what} {v} does not fit 32 bits")))

@@ -1,6 +1,6 @@
 //! RMS_NORM (`rms_norm.comp`) and LAYER_NORM (`layer_norm.comp`) along ne0 over strided f32 rows.
 
-use super::{dyn_words, expect_f32, floats, word, Dyn, Grid, KernelId, Launch, Operand};
+use super::{expect_f32, floats, shape_words, stride_words, Dyn, Grid, KernelId, Launch, Operand};
 use crate::backend::vulkan::error::{Result, VkError};
 
 /// Words of `rms_norm.comp`'s push constants.
@@ -16,17 +16,9 @@ pub fn launch(x: &Operand, weight: &Operand, eps: f32, out: &Operand, dynamic: O
     if dynamic.is_some_and(|d| d.axis == 0) {
         return Err(VkError::Invalid("rms_norm: the normalized axis cannot be dynamic".into()));
     }
-    let mut push = Vec::with_capacity(PUSH_WORDS);
-    for v in out.ne {
-        push.push(word(v, "size")?);
-    }
-    push.extend(dyn_words(dynamic)?);
-    for v in x.nb {
-        push.push(floats(v, "x stride")?);
-    }
-    for v in out.nb {
-        push.push(floats(v, "output stride")?);
-    }
+    let mut push = shape_words(out, dynamic, PUSH_WORDS)?;
+    push.extend(stride_words(x, "x stride")?);
+    push.extend(stride_words(out, "output stride")?);
     push.push(floats(x.offset, "x offset")?);
     push.push(floats(weight.offset, "weight offset")?);
     push.push(floats(out.offset, "output offset")?);
@@ -50,17 +42,9 @@ pub fn layer_norm(x: &Operand, weight: &Operand, bias: &Operand, eps: f32, out: 
     if dynamic.is_some_and(|d| d.axis == 0) {
         return Err(VkError::Invalid("layer_norm: the normalized axis cannot be dynamic".into()));
     }
-    let mut push = Vec::with_capacity(LAYER_PUSH_WORDS);
-    for v in out.ne {
-        push.push(word(v, "size")?);
-    }
-    push.extend(dyn_words(dynamic)?);
-    for v in x.nb {
-        push.push(floats(v, "x stride")?);
-    }
-    for v in out.nb {
-        push.push(floats(v, "output stride")?);
-    }
+    let mut push = shape_words(out, dynamic, LAYER_PUSH_WORDS)?;
+    push.extend(stride_words(x, "x stride")?);
+    push.extend(stride_words(out, "output stride")?);
     push.push(floats(x.offset, "x offset")?);
     push.push(floats(weight.offset, "weight offset")?);
     push.push(floats(bias.offset, "bias offset")?);

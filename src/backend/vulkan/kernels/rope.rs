@@ -1,7 +1,7 @@
 //! ROPE (NeoX pairing) over strided f32 rows with i32 positions: `rope.comp`. The frequency of
 //! each pair and the position component it turns with follow `cpu::reference::rope_frequency`.
 
-use super::{dyn_words, expect_f32, floats, word, Dyn, Grid, KernelId, Launch, Operand};
+use super::{expect_f32, floats, shape_words, stride_words, word, Dyn, Grid, KernelId, Launch, Operand};
 use crate::backend::vulkan::error::{Result, VkError};
 use crate::graph::RopeKind;
 use crate::quant::DType;
@@ -33,17 +33,9 @@ pub fn launch(kind: &RopeKind, theta: f32, n_dims: usize, x: &Operand, pos: &Ope
         RopeKind::MropeInterleaved { sections } => (0, sections[1], sections[2]),
         RopeKind::Axial2d => (1, 0, 0),
     };
-    let mut push = Vec::with_capacity(PUSH_WORDS);
-    for v in out.ne {
-        push.push(word(v, "size")?);
-    }
-    push.extend(dyn_words(dynamic)?);
-    for v in x.nb {
-        push.push(floats(v, "x stride")?);
-    }
-    for v in out.nb {
-        push.push(floats(v, "output stride")?);
-    }
+    let mut push = shape_words(out, dynamic, PUSH_WORDS)?;
+    push.extend(stride_words(x, "x stride")?);
+    push.extend(stride_words(out, "output stride")?);
     push.push(floats(x.offset, "x offset")?);
     push.push(floats(out.offset, "output offset")?);
     push.push(floats(pos.offset, "positions offset")?);

@@ -2,7 +2,7 @@
 //! weight type read by bytes) and SET_ROWS (`set_rows.comp`, f32 rows into a storage such as a
 //! KV cache).
 
-use super::{dyn_words, expect_f32, floats, word, Dyn, Grid, KernelId, Launch, Operand, WType};
+use super::{dyn_words, expect_f32, floats, shape_words, word, Dyn, Grid, KernelId, Launch, Operand, WType};
 use crate::backend::vulkan::error::{Result, VkError};
 use crate::quant::DType;
 
@@ -43,11 +43,7 @@ pub fn get_rows(table: &Operand, ids: &Operand, weights: Option<&Operand>, out: 
     if dynamic.is_some_and(|d| d.axis != 1) {
         return Err(VkError::Invalid("get_rows: only the row axis can be dynamic".into()));
     }
-    let mut push = Vec::with_capacity(GET_PUSH_WORDS);
-    for v in out.ne {
-        push.push(word(v, "size")?);
-    }
-    push.extend(dyn_words(dynamic)?);
+    let mut push = shape_words(out, dynamic, GET_PUSH_WORDS)?;
     push.push(word(table.offset, "table offset")?);
     push.push(word(table.nb[1], "table row bytes")?);
     push.push(word(table.ne[1], "table rows")?);

@@ -1,7 +1,7 @@
 //! Elementwise one-input ops over strided f32 operands: CONT (a copy), GELU (tanh form) and
 //! GELU_ERF (exact): `unary.comp`.
 
-use super::{dyn_words, expect_f32, floats, word, Dyn, Grid, KernelId, Launch, Operand, UnaryOp};
+use super::{expect_f32, floats, shape_words, stride_words, word, Dyn, Grid, KernelId, Launch, Operand, UnaryOp};
 use crate::backend::vulkan::error::{Result, VkError};
 
 /// Words of `unary.comp`'s push constants.
@@ -13,17 +13,9 @@ pub fn launch(op: UnaryOp, x: &Operand, out: &Operand, dynamic: Option<Dyn>) -> 
     if x.ne != out.ne {
         return Err(VkError::Invalid(format!("{op:?}: {:?} -> {:?}", x.ne, out.ne)));
     }
-    let mut push = Vec::with_capacity(PUSH_WORDS);
-    for v in out.ne {
-        push.push(word(v, "size")?);
-    }
-    push.extend(dyn_words(dynamic)?);
-    for v in x.nb {
-        push.push(floats(v, "x stride")?);
-    }
-    for v in out.nb {
-        push.push(floats(v, "output stride")?);
-    }
+    let mut push = shape_words(out, dynamic, PUSH_WORDS)?;
+    push.extend(stride_words(x, "x stride")?);
+    push.extend(stride_words(out, "output stride")?);
     push.push(floats(x.offset, "x offset")?);
     push.push(floats(out.offset, "output offset")?);
     word(out.ne.iter().product(), "element count")?;
