@@ -4,7 +4,7 @@
 use super::RuntimeError;
 use crate::backend::cpu::{Kernels, PlanId};
 use crate::backend::{Backend, DeviceChoice, Executor};
-use crate::gguf::GgufFile;
+use crate::gguf::{GgufFile, TensorInfo};
 use crate::hrx::{Plan, Registry};
 use crate::model::text::{self, TextGraph, TextShape};
 use crate::model::TextParams;
@@ -50,6 +50,8 @@ pub struct TextModel {
     pub file: Arc<GgufFile>,
     pub options: TextOptions,
     pub backend: Backend,
+    /// The embedding table, found once at load (every call reads rows of it).
+    token_embd: TensorInfo,
     exec: Executor,
     prefill: (PlanId, TextGraph),
     decode: (PlanId, TextGraph),
@@ -89,9 +91,10 @@ impl TextModel {
             plans = vec![Plan::new(prefill.graph.clone(), backend.registry())?, Plan::new(decode.graph.clone(), backend.registry())?];
         }
         let exec = backend.executor(plans, &[Arc::clone(&file)])?;
+        let token_embd = file.tensor("token_embd.weight").ok_or_else(|| RuntimeError::Model(format!("{}: token_embd.weight missing", path.display())))?.clone();
         log::info!("text model on {}", backend.describe());
         let backend = backend.clone();
-        Ok(TextModel { params, tokenizer, file, options, backend, exec, prefill: (PlanId(0), prefill), decode: (PlanId(1), decode) })
+        Ok(TextModel { params, tokenizer, file, options, backend, token_embd, exec, prefill: (PlanId(0), prefill), decode: (PlanId(1), decode) })
     }
 
     /// The executor's command-buffer recordings (Vulkan; None on the CPU): fixed at load.
@@ -123,8 +126,8 @@ impl TextModel {
         }
         let width = self.params.wide_width();
         let n_embd = self.params.n_embd;
-        let embd = self.file.tensor("token_embd.weight").ok_or_else(|| RuntimeError::Model("token_embd.weight missing".into()))?.clone();
-        let embd_bytes = self.file.tensor_data(&embd);
+        let embd = &self.token_embd;
+        let embd_bytes = self.file.tensor_data(embd);
         let row_bytes = embd.dtype.row_bytes(n_embd as u64).unwrap_or(0) as usize;
         let n_vocab = self.params.n_vocab;
         let mut wide = vec![0f32; n * width];
