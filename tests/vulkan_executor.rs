@@ -75,7 +75,7 @@ fn check_block(dev: &Device) {
     let mut rng = Rng::new(11);
     let file = weights(&mut rng);
     let (graph, out) = block();
-    let gpu_plan = Plan::new(graph.clone(), &VulkanRegistry).unwrap();
+    let gpu_plan = Plan::new(graph.clone(), &VulkanRegistry::PORTABLE).unwrap();
     assert_eq!(gpu_plan.census().cpu_nodes, 0);
     let mut gpu = VulkanExecutor::new(dev, vec![gpu_plan], std::slice::from_ref(&file)).unwrap();
     let mut cpu = CpuExecutor::new(vec![Plan::new(graph, &CpuRegistry).unwrap()], &[file], Kernels::Reference).unwrap();
@@ -128,7 +128,7 @@ fn values_far_into_a_buffer_past_the_storage_range_are_windowed() {
     let x = g.external_window("x", storage, offset, [n, rows, 1, 1], [4, 4 * n, 4 * n * rows, 4 * n * rows], None).unwrap();
     let y = g.add(x, x, "double").unwrap();
     g.mark_output(y);
-    let plan = Plan::new(g, &VulkanRegistry).unwrap();
+    let plan = Plan::new(g, &VulkanRegistry::PORTABLE).unwrap();
     let mut gpu = VulkanExecutor::new(&dev, vec![plan], &[]).unwrap();
     let xs: Vec<f32> = Rng::new(12).vec(n * rows);
     gpu.write_f32(PlanId(0), "big", offset / 4, &xs).unwrap();
@@ -144,7 +144,7 @@ fn values_far_into_a_buffer_past_the_storage_range_are_windowed() {
         let x = g.external_window("x", storage, 0, [1024, cols, 1, 1], [4, 4096, 4096 * cols, 4096 * cols], None).unwrap();
         let y = g.add(x, x, "wide_add").unwrap();
         g.mark_output(y);
-        match VulkanExecutor::new(&dev, vec![Plan::new(g, &VulkanRegistry).unwrap()], &[]) {
+        match VulkanExecutor::new(&dev, vec![Plan::new(g, &VulkanRegistry::PORTABLE).unwrap()], &[]) {
             Err(VkError::Invalid(m)) => assert!(m.contains("wide_add") && m.contains("storage-buffer range"), "{m}"),
             Err(e) => panic!("unexpected error {e}"),
             Ok(_) => panic!("a value wider than the storage-buffer range was accepted"),
@@ -171,7 +171,7 @@ fn weights_past_the_storage_range_are_split_by_rows() {
     let wt = g.weight("big", DType::F32, [k, n, 1, 1]).unwrap();
     let y = g.matmul(wt, x, "logits").unwrap();
     g.mark_output(y);
-    let mut gpu = VulkanExecutor::new(&dev, vec![Plan::new(g.clone(), &VulkanRegistry).unwrap()], std::slice::from_ref(&file)).unwrap();
+    let mut gpu = VulkanExecutor::new(&dev, vec![Plan::new(g.clone(), &VulkanRegistry::PORTABLE).unwrap()], std::slice::from_ref(&file)).unwrap();
     let mut cpu = CpuExecutor::new(vec![Plan::new(g, &CpuRegistry).unwrap()], &[file], Kernels::Reference).unwrap();
     let xs = rng.vec(2 * k);
     gpu.write_f32(PlanId(0), "x", 0, &xs).unwrap();
@@ -197,9 +197,9 @@ fn plans_with_cpu_nodes_fall_back_to_the_cpu_backend() {
     let y = g.matmul(w, x, "q5_proj").unwrap();
     g.mark_output(y);
     let backend = Backend::Vulkan(dev);
-    let mixed = Plan::new(g, &VulkanRegistry).unwrap();
+    let mixed = Plan::new(g, &VulkanRegistry::PORTABLE).unwrap();
     assert!(matches!(backend.for_plans(&[mixed]), Backend::Cpu(_)));
     let (graph, _) = block();
-    let gpu = Plan::new(graph, &VulkanRegistry).unwrap();
+    let gpu = Plan::new(graph, &VulkanRegistry::PORTABLE).unwrap();
     assert!(matches!(backend.for_plans(&[gpu]), Backend::Vulkan(_)));
 }

@@ -47,7 +47,7 @@ fn supported_nodes_go_to_the_gpu_the_rest_to_the_cpu() {
         g.mark_output(out);
     }
 
-    let plan = Plan::new(g, &VulkanRegistry).expect("a plan with CPU fallback never fails");
+    let plan = Plan::new(g, &VulkanRegistry::PORTABLE).expect("a plan with CPU fallback never fails");
     assert_eq!(kernel_of(&plan, h), (Device::Gpu, "rms_norm"));
     // 32 planned columns: the tiled kernel.
     assert_eq!(kernel_of(&plan, gate), (Device::Gpu, "mul_mat_q4_k"));
@@ -73,7 +73,7 @@ fn one_column_products_use_the_vector_kernel() {
     let w = g.weight("w", DType::Q4K, [512, 100, 1, 1]).unwrap();
     let y = g.matmul(w, x, "proj").unwrap();
     g.mark_output(y);
-    let plan = Plan::new(g, &VulkanRegistry).unwrap();
+    let plan = Plan::new(g, &VulkanRegistry::PORTABLE).unwrap();
     assert_eq!(kernel_of(&plan, y), (Device::Gpu, "mul_mat_vec_q4_k"));
 }
 
@@ -90,7 +90,7 @@ fn a_misaligned_view_stays_on_the_cpu() {
     let s2 = g.add(fine, b, "s2").unwrap();
     g.mark_output(s1);
     g.mark_output(s2);
-    let plan = Plan::new(g, &VulkanRegistry).unwrap();
+    let plan = Plan::new(g, &VulkanRegistry::PORTABLE).unwrap();
     assert_eq!(kernel_of(&plan, s1).0, Device::Cpu);
     assert_eq!(kernel_of(&plan, s2), (Device::Gpu, "add"));
 }

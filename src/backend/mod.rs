@@ -113,10 +113,10 @@ impl Backend {
     }
 
     /// The kernel table plans are made with.
-    pub fn registry(&self) -> &'static dyn Registry {
+    pub fn registry(&self) -> Box<dyn Registry> {
         match self {
-            Backend::Cpu(_) => &CpuRegistry,
-            Backend::Vulkan(_) => &VulkanRegistry,
+            Backend::Cpu(_) => Box::new(CpuRegistry),
+            Backend::Vulkan(d) => Box::new(VulkanRegistry::for_device(d.info())),
         }
     }
 

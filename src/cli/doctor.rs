@@ -15,7 +15,8 @@ usage: hrx doctor [--json]
 For each device: name, type, vendor and device ids, Vulkan API version, driver name,
 info and version; memory heaps (size, device-local, host-visible); subgroup size and
 operations, and whether the matrix-vector kernels use them (HRX_VK_NO_SUBGROUP=1 keeps
-the portable ones), shared memory, workgroup and push-constant limits; the optional features
+the portable ones); whether the matrix-matrix kernels use cooperative matrices (f16
+16x16x16, Vulkan 1.3; HRX_VK_NO_COOPMAT=1 keeps the portable tiled ones); shared memory, workgroup and push-constant limits; the optional features
 hrx may use (fp16 / int8 arithmetic and storage, subgroup size control, integer dot
 products, cooperative matrices). Then the device hrx picks: discrete > integrated >
 virtual > CPU, then the most device-local memory; HRX_DEVICE=N (an index below) or
@@ -111,6 +112,8 @@ impl Report {
             let matvec = if d.subgroup_matvec().is_some() { "subgroup (mul_mat_vec_sg)" } else { "portable (mul_mat_vec)" };
             let stage = if d.subgroup_in_compute { "" } else { " (not in compute shaders)" };
             writeln!(out, "    subgroups       size {}, ops: {ops}{stage}; matrix-vector kernels: {matvec}", d.subgroup_size)?;
+            let matmat = if d.coopmat_matmul().is_some() { "cooperative matrices (mul_mat_cm)" } else { "portable tiles (mul_mat)" };
+            writeln!(out, "    matrix-matrix   {matmat}")?;
             writeln!(
                 out,
                 "    limits          shared memory {}, workgroup {} invocations, push constants {} B, storage buffer range {}",
@@ -125,10 +128,13 @@ impl Report {
             writeln!(out, "    storage         16-bit {}, 8-bit {}", yn(f.storage_16bit), yn(f.storage_8bit))?;
             writeln!(
                 out,
-                "    extensions      cooperative matrix {}, integer dot product {}, subgroup size control {}",
+                "    extensions      cooperative matrix {} (f16 16x16x16 {}), integer dot product {}, subgroup size control {} (full subgroups {}), memory model {}",
                 yn(f.cooperative_matrix),
+                yn(f.cooperative_matrix_f16),
                 yn(f.integer_dot_product),
-                yn(f.subgroup_size_control)
+                yn(f.subgroup_size_control),
+                yn(f.full_subgroups),
+                yn(f.memory_model)
             )?;
             if d.compute_queue_family.is_none() {
                 writeln!(out, "    (no compute queue: hrx cannot use this device)")?;
@@ -186,6 +192,7 @@ impl Report {
                     ("subgroup_ops", Json::Arr(d.subgroup_ops.iter().map(|s| Json::str(*s)).collect())),
                     ("subgroup_in_compute", Json::Bool(d.subgroup_in_compute)),
                     ("subgroup_matvec", Json::Bool(d.subgroup_matvec().is_some())),
+                    ("coopmat_matmul", Json::Bool(d.coopmat_matmul().is_some())),
                     ("max_shared_memory", Json::Int(d.max_shared_memory.into())),
                     ("max_workgroup_invocations", Json::Int(d.max_workgroup_invocations.into())),
                     ("max_push_constants", Json::Int(d.max_push_constants.into())),
@@ -200,6 +207,9 @@ impl Report {
                             ("storage_16bit", Json::Bool(f.storage_16bit)),
                             ("storage_8bit", Json::Bool(f.storage_8bit)),
                             ("cooperative_matrix", Json::Bool(f.cooperative_matrix)),
+                            ("cooperative_matrix_f16", Json::Bool(f.cooperative_matrix_f16)),
+                            ("memory_model", Json::Bool(f.memory_model)),
+                            ("full_subgroups", Json::Bool(f.full_subgroups)),
                             ("integer_dot_product", Json::Bool(f.integer_dot_product)),
                             ("subgroup_size_control", Json::Bool(f.subgroup_size_control)),
                         ]),

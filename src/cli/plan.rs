@@ -59,12 +59,12 @@ fn run(mut args: Args, out: &mut dyn Write) -> Result<(), CliError> {
     }
     let file = GgufFile::open(&model)?;
     let params = TextParams::from_gguf(&file).map_err(|e| CliError::Failed(e.to_string()))?;
-    let mut plans = plan_text(&params, &options, registry).map_err(|e| CliError::Failed(e.to_string()))?;
+    let mut plans = plan_text(&params, &options, &*registry).map_err(|e| CliError::Failed(e.to_string()))?;
     if let Some(path) = mmproj {
         let file = GgufFile::open(&path)?;
         let vision = VisionParams::from_gguf(&file).map_err(|e| CliError::Failed(e.to_string()))?;
         let max_patches = max_pixels / (vision.patch_size * vision.patch_size);
-        plans.push(plan_vision_for(&vision, max_patches, registry).map_err(|e| CliError::Failed(e.to_string()))?);
+        plans.push(plan_vision_for(&vision, max_patches, &*registry).map_err(|e| CliError::Failed(e.to_string()))?);
     }
     let graphs: Vec<Json> = plans.iter().map(plan_json).collect();
     if json {
@@ -79,9 +79,9 @@ fn run(mut args: Args, out: &mut dyn Write) -> Result<(), CliError> {
 
 /// The kernel table to plan with: Vulkan's when a Vulkan device is present (planning needs no
 /// device, but a plan for kernels nothing can run would mislead), the CPU's otherwise.
-fn planning_target(choice: DeviceChoice) -> (&'static dyn Registry, String) {
+fn planning_target(choice: DeviceChoice) -> (Box<dyn Registry>, String) {
     if choice == DeviceChoice::Cpu {
-        return (&CpuRegistry, "cpu (--device cpu)".to_owned());
+        return (Box::new(CpuRegistry), "cpu (--device cpu)".to_owned());
     }
     let devices = Instance::new().and_then(|i| i.devices());
     match devices {
@@ -91,12 +91,12 @@ fn planning_target(choice: DeviceChoice) -> (&'static dyn Registry, String) {
                 _ => d.iter().max_by_key(|x| x.kind),
             };
             match pick {
-                Some(x) => (&VulkanRegistry, format!("vulkan kernels (device {}: {})", x.index, x.name)),
-                None => (&VulkanRegistry, "vulkan kernels (the chosen device does not exist here)".to_owned()),
+                Some(x) => (Box::new(VulkanRegistry::for_device(x)), format!("vulkan kernels (device {}: {})", x.index, x.name)),
+                None => (Box::new(VulkanRegistry::PORTABLE), "vulkan kernels (the chosen device does not exist here; portable kernels)".to_owned()),
             }
         }
-        Ok(_) => (&CpuRegistry, "cpu (the Vulkan loader found no device)".to_owned()),
-        Err(e) => (&CpuRegistry, format!("cpu ({e})")),
+        Ok(_) => (Box::new(CpuRegistry), "cpu (the Vulkan loader found no device)".to_owned()),
+        Err(e) => (Box::new(CpuRegistry), format!("cpu ({e})")),
     }
 }
 

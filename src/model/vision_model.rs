@@ -51,10 +51,10 @@ impl VisionModel {
         if max_patches == 0 {
             return Err(VisionError::Input(format!("a plan needs room for at least one {0}x{0} merge block", params.merge)));
         }
-        let mut plan = plan_vision_for(&params, max_patches, backend.registry())?;
+        let mut plan = plan_vision_for(&params, max_patches, &*backend.registry())?;
         let backend = backend.for_plans(std::slice::from_ref(&plan));
         if matches!(backend, Backend::Cpu(_)) && plan.census().gpu_nodes > 0 {
-            plan = plan_vision_for(&params, max_patches, backend.registry())?;
+            plan = plan_vision_for(&params, max_patches, &*backend.registry())?;
         }
         let exec = backend.executor(vec![plan], &[Arc::clone(&file)])?;
         Ok(VisionModel { params, file, max_patches, exec, plan: PlanId(0) })

@@ -85,10 +85,11 @@ impl TextModel {
         }
         let (prefill, decode) = build_graphs(&params, &options)?;
         let registry = backend.registry();
-        let mut plans = vec![Plan::new(prefill.graph.clone(), registry)?, Plan::new(decode.graph.clone(), registry)?];
+        let mut plans = vec![Plan::new(prefill.graph.clone(), &*registry)?, Plan::new(decode.graph.clone(), &*registry)?];
         let backend = &backend.for_plans(&plans);
         if matches!(backend, Backend::Cpu(_)) && plans.iter().any(|p| p.census().gpu_nodes > 0) {
-            plans = vec![Plan::new(prefill.graph.clone(), backend.registry())?, Plan::new(decode.graph.clone(), backend.registry())?];
+            let registry = backend.registry();
+            plans = vec![Plan::new(prefill.graph.clone(), &*registry)?, Plan::new(decode.graph.clone(), &*registry)?];
         }
         let exec = backend.executor(plans, &[Arc::clone(&file)])?;
         let token_embd = file.tensor("token_embd.weight").ok_or_else(|| RuntimeError::Model(format!("{}: token_embd.weight missing", path.display())))?.clone();

@@ -71,7 +71,7 @@ impl Device {
         Device::open(instance, info, options)
     }
 
-    fn open(instance: Instance, info: DeviceInfo, options: &DeviceOptions) -> Result<Device> {
+    fn open(instance: Instance, mut info: DeviceInfo, options: &DeviceOptions) -> Result<Device> {
         let queue_family = info
             .compute_queue_family
             .ok_or_else(|| VkError::Unsupported { device: info.name.clone(), what: "no compute queue".into() })?;
@@ -83,7 +83,23 @@ impl Device {
         if info.has_extension(&portability.to_string_lossy()) {
             extensions.push(portability.as_ptr());
         }
-        let create = vk::DeviceCreateInfo::default().queue_create_infos(&queues).enabled_extension_names(&extensions);
+        // The cooperative-matrix product needs its extension and four features enabled (all
+        // checked as offered by `coopmat_matmul`); nothing else hrx runs needs any.
+        let coopmat = info.coopmat_matmul().is_some();
+        if coopmat {
+            extensions.push(ash::khr::cooperative_matrix::NAME.as_ptr());
+        }
+        let mut coopmat_features = vk::PhysicalDeviceCooperativeMatrixFeaturesKHR::default().cooperative_matrix(true);
+        let mut v12 = vk::PhysicalDeviceVulkan12Features::default().shader_float16(true).vulkan_memory_model(true);
+        let mut v13 = vk::PhysicalDeviceVulkan13Features::default().subgroup_size_control(true).compute_full_subgroups(true);
+        let mut create = vk::DeviceCreateInfo::default().queue_create_infos(&queues).enabled_extension_names(&extensions);
+        if coopmat {
+            create = create.push_next(&mut coopmat_features).push_next(&mut v12).push_next(&mut v13);
+        } else {
+            // Kernel choice reads the device's info: without the features enabled, never the
+            // cooperative-matrix kernel (whatever HRX_VK_NO_COOPMAT says later).
+            info.features.cooperative_matrix_f16 = false;
+        }
         // SAFETY: the physical device belongs to `instance`; the create info outlives the call.
         let raw = unsafe { instance.raw.create_device(info.handle, &create, None) }.map_err(call("vkCreateDevice"))?;
         // SAFETY: family and index 0 were requested above.
@@ -118,7 +134,7 @@ impl Device {
             cache_path,
             _instance: instance,
         };
-        log::info!("vulkan device: {} ({})", shared.info.name, shared.info.kind.name());
+        log::info!("vulkan device: {} ({}){}", shared.info.name, shared.info.kind.name(), if coopmat { ", cooperative matrices" } else { "" });
         Ok(Device { shared: Arc::new(shared) })
     }
 

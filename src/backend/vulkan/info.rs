@@ -46,6 +46,9 @@ pub struct Heap {
     pub host_visible: bool,
 }
 
+/// Shared memory of `mul_mat_cm.comp`: four 64 x 40 f16 tiles and a 64 x 68 f32 one.
+pub const COOPMAT_SHARED_BYTES: u32 = 4 * 64 * 40 * 2 + 64 * 68 * 4;
+
 /// Optional capabilities hrx may use (false where unknown: a Vulkan 1.0 device).
 #[derive(Clone, Debug, Default, PartialEq)]
 pub struct Features {
@@ -61,6 +64,15 @@ pub struct Features {
     pub integer_dot_product: bool,
     /// VK_EXT_subgroup_size_control (or Vulkan 1.3) is offered.
     pub subgroup_size_control: bool,
+    /// VK_KHR_cooperative_matrix's feature is on and the device lists a 16 x 16 x 16 product
+    /// of f16 matrices into f32 accumulators at subgroup scope (what `mul_mat_cm` uses).
+    pub cooperative_matrix_f16: bool,
+    /// The Vulkan memory model (Vulkan 1.2's vulkanMemoryModel), which cooperative-matrix
+    /// shaders declare.
+    pub memory_model: bool,
+    /// A compute pipeline can require the device's default subgroup size with full
+    /// subgroups (subgroupSizeControl, computeFullSubgroups, compute among the stages).
+    pub full_subgroups: bool,
 }
 
 /// Everything hrx reads about one physical device.
@@ -122,6 +134,23 @@ impl DeviceInfo {
         (!off && self.subgroup_in_compute && self.subgroup_ops.contains(&"arithmetic") && size_ok).then_some(self.subgroup_size)
     }
 
+    /// The subgroup size of the cooperative-matrix product (`mul_mat_cm_*`, workgroups of
+    /// four subgroups), where the device runs it: f16 16 x 16 x 16 cooperative matrices, f16
+    /// arithmetic, the Vulkan memory model, full subgroups of a fixed size from 8 to 64 (on a
+    /// Vulkan 1.3 device), and
+    /// the kernel's shared memory. None also when HRX_VK_NO_COOPMAT=1 asks for the portable
+    /// tiled kernel.
+    pub fn coopmat_matmul(&self) -> Option<u32> {
+        let off = std::env::var("HRX_VK_NO_COOPMAT").is_ok_and(|v| v == "1");
+        let f = &self.features;
+        let size_ok = self.subgroup_size.is_power_of_two() && (8..=64).contains(&self.subgroup_size);
+        let fits = self.max_shared_memory >= COOPMAT_SHARED_BYTES && self.max_workgroup_invocations >= 4 * self.subgroup_size;
+        // Vulkan 1.3: the features it needs are core, enabled without further extensions.
+        let core = self.api_version >= (1, 3, 0);
+        let usable = core && f.cooperative_matrix_f16 && f.float16 && f.memory_model && f.full_subgroups && self.subgroup_in_compute;
+        (!off && usable && size_ok && fits).then_some(self.subgroup_size)
+    }
+
     /// "1.3.230"
     pub fn api_version_str(&self) -> String {
         let (a, b, c) = self.api_version;
@@ -161,7 +190,7 @@ const SUBGROUP_OPS: [(vk::SubgroupFeatureFlags, &str); 8] = [
 
 /// Reads one physical device. `instance_api` is the instance's Vulkan version: the `*2`
 /// queries are core from 1.1 on.
-pub(crate) fn query(instance: &ash::Instance, instance_api: u32, index: usize, pd: vk::PhysicalDevice) -> Result<DeviceInfo> {
+pub(crate) fn query(entry: &ash::Entry, instance: &ash::Instance, instance_api: u32, index: usize, pd: vk::PhysicalDevice) -> Result<DeviceInfo> {
     // SAFETY: `pd` was enumerated from this live instance; the queries only write the
     // structures passed in.
     let (props, mem, families, ext_props) = unsafe {
@@ -210,10 +239,27 @@ pub(crate) fn query(instance: &ash::Instance, instance_api: u32, index: usize, p
         if with_f16i8 {
             f2 = f2.push_next(&mut f16i8);
         }
+        let mut memory_model = vk::PhysicalDeviceVulkanMemoryModelFeatures::default();
+        if v12 || has(ash::khr::vulkan_memory_model::NAME) {
+            f2 = f2.push_next(&mut memory_model);
+        }
+        let with_size_control = v13 || has(ash::ext::subgroup_size_control::NAME);
+        let mut size_control = vk::PhysicalDeviceSubgroupSizeControlFeatures::default();
+        if with_size_control {
+            f2 = f2.push_next(&mut size_control);
+        }
+        let with_coopmat = has(ash::khr::cooperative_matrix::NAME);
+        let mut coopmat = vk::PhysicalDeviceCooperativeMatrixFeaturesKHR::default();
+        if with_coopmat {
+            f2 = f2.push_next(&mut coopmat);
+        }
         // SAFETY: every chained structure is core in the device's version or its extension is
         // offered, and all outlive the call.
         unsafe { instance.get_physical_device_features2(pd, &mut f2) };
         features.storage_16bit = f16bit.storage_buffer16_bit_access == vk::TRUE;
+        features.memory_model = memory_model.vulkan_memory_model == vk::TRUE;
+        let sizes_controlled = size_control.subgroup_size_control == vk::TRUE && size_control.compute_full_subgroups == vk::TRUE;
+        let coopmat_on = coopmat.cooperative_matrix == vk::TRUE;
         features.storage_8bit = f8bit.storage_buffer8_bit_access == vk::TRUE;
         features.float16 = f16i8.shader_float16 == vk::TRUE;
         features.int8 = f16i8.shader_int8 == vk::TRUE;
@@ -225,8 +271,18 @@ pub(crate) fn query(instance: &ash::Instance, instance_api: u32, index: usize, p
         if with_driver {
             p2 = p2.push_next(&mut driver);
         }
+        let mut size_props = vk::PhysicalDeviceSubgroupSizeControlProperties::default();
+        if with_size_control {
+            p2 = p2.push_next(&mut size_props);
+        }
         // SAFETY: as for the features.
         unsafe { instance.get_physical_device_properties2(pd, &mut p2) };
+        features.full_subgroups = sizes_controlled
+            && size_props.required_subgroup_size_stages.contains(vk::ShaderStageFlags::COMPUTE)
+            && (size_props.min_subgroup_size..=size_props.max_subgroup_size).contains(&subgroup.subgroup_size);
+        if coopmat_on {
+            features.cooperative_matrix_f16 = has_f16_coopmat(entry, instance, pd)?;
+        }
         subgroup_size = subgroup.subgroup_size;
         subgroup_in_compute = subgroup.supported_stages.contains(vk::ShaderStageFlags::COMPUTE);
         subgroup_ops = SUBGROUP_OPS.iter().filter(|(f, _)| subgroup.supported_operations.contains(*f)).map(|&(_, n)| n).collect();
@@ -278,6 +334,21 @@ pub(crate) fn query(instance: &ash::Instance, instance_api: u32, index: usize, p
         compute_queue_family,
         extensions,
     })
+}
+
+/// Whether the device lists the cooperative-matrix shape `mul_mat_cm` uses: A and B 16 x 16
+/// f16, C and the result 16 x 16 f32, subgroup scope.
+fn has_f16_coopmat(entry: &ash::Entry, instance: &ash::Instance, pd: vk::PhysicalDevice) -> Result<bool> {
+    let ext = ash::khr::cooperative_matrix::Instance::new(entry, instance);
+    // SAFETY: the extension is offered by `pd`, which belongs to this live instance.
+    let props = unsafe { ext.get_physical_device_cooperative_matrix_properties(pd) }.map_err(call("vkGetPhysicalDeviceCooperativeMatrixPropertiesKHR"))?;
+    Ok(props.iter().any(|p| {
+        (p.m_size, p.n_size, p.k_size) == (16, 16, 16)
+            && (p.a_type, p.b_type) == (vk::ComponentTypeKHR::FLOAT16, vk::ComponentTypeKHR::FLOAT16)
+            && (p.c_type, p.result_type) == (vk::ComponentTypeKHR::FLOAT32, vk::ComponentTypeKHR::FLOAT32)
+            && p.scope == vk::ScopeKHR::SUBGROUP
+            && p.saturating_accumulation == vk::FALSE
+    }))
 }
 
 /// A compute-capable family, preferring one without graphics (a dedicated compute queue).

@@ -8,7 +8,7 @@ use ash::vk;
 /// A loaded loader and a Vulkan instance; destroyed on drop.
 pub struct Instance {
     // The entry must outlive the instance: it holds the loader library.
-    _entry: ash::Entry,
+    entry: ash::Entry,
     pub(crate) raw: ash::Instance,
     /// The instance's Vulkan version (at most 1.3).
     pub(crate) api_version: u32,
@@ -52,14 +52,14 @@ impl Instance {
             vk::Result::ERROR_INCOMPATIBLE_DRIVER => VkError::NoDevice,
             e => VkError::from_call("vkCreateInstance", e),
         })?;
-        Ok(Instance { _entry: entry, raw, api_version, loader_version })
+        Ok(Instance { entry, raw, api_version, loader_version })
     }
 
     /// Every physical device, in the loader's order.
     pub fn devices(&self) -> Result<Vec<DeviceInfo>> {
         // SAFETY: the instance is alive.
         let handles = unsafe { self.raw.enumerate_physical_devices() }.map_err(call("vkEnumeratePhysicalDevices"))?;
-        handles.into_iter().enumerate().map(|(i, pd)| info::query(&self.raw, self.api_version, i, pd)).collect()
+        handles.into_iter().enumerate().map(|(i, pd)| info::query(&self.entry, &self.raw, self.api_version, i, pd)).collect()
     }
 
     /// The loader's version, "1.3.239".

@@ -16,6 +16,10 @@ pub struct PipelineSpec<'a> {
     pub push_bytes: u32,
     /// Values of specialization constants 0, 1, ... (u32 each).
     pub constants: &'a [u32],
+    /// Run with exactly this subgroup size and full subgroups (kernels that split their
+    /// workgroup into a fixed number of subgroups); the device must have enabled
+    /// subgroupSizeControl and computeFullSubgroups.
+    pub subgroup_size: Option<u32>,
 }
 
 pub(crate) struct PipelineInner {
@@ -83,6 +87,10 @@ impl Pipeline {
             let mut stage = vk::PipelineShaderStageCreateInfo::default().stage(vk::ShaderStageFlags::COMPUTE).module(module).name(c"main");
             if !spec.constants.is_empty() {
                 stage = stage.specialization_info(&specialization);
+            }
+            let mut required = vk::PipelineShaderStageRequiredSubgroupSizeCreateInfo::default().required_subgroup_size(spec.subgroup_size.unwrap_or(0));
+            if spec.subgroup_size.is_some() {
+                stage = stage.flags(vk::PipelineShaderStageCreateFlags::REQUIRE_FULL_SUBGROUPS).push_next(&mut required);
             }
             let info = [vk::ComputePipelineCreateInfo::default().stage(stage).layout(layout)];
             let created = d.create_compute_pipelines(shared.pipeline_cache, &info, None);

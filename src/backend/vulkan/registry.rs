@@ -1,13 +1,28 @@
 //! Which graph nodes run on the GPU: a node is registered when a kernel takes its op, dtypes
 //! and layout (`kernels::launch` accepts it); every other compute node is left to the CPU.
+//! Placements name the kernel the device runs (`for_device`'s variant of a matrix product).
 
-use super::kernels::{self, Operand};
+use super::info::DeviceInfo;
+use super::kernels::{self, KernelId, MatKind, Operand};
 use crate::graph::{Graph, NodeId, Op};
 use crate::hrx::{Device, Registry};
 
 /// The Vulkan backend's kernel table for `hrx::Plan::new`.
-#[derive(Clone, Copy, Debug, Default)]
-pub struct VulkanRegistry;
+#[derive(Clone, Debug, Default)]
+pub struct VulkanRegistry {
+    /// The device whose kernel variants placements name; None: the portable kernels.
+    device: Option<DeviceInfo>,
+}
+
+impl VulkanRegistry {
+    /// Names the portable kernels (what any Vulkan device runs).
+    pub const PORTABLE: VulkanRegistry = VulkanRegistry { device: None };
+
+    /// Names the kernels `info`'s device runs.
+    pub fn for_device(info: &DeviceInfo) -> VulkanRegistry {
+        VulkanRegistry { device: Some(info.clone()) }
+    }
+}
 
 /// Byte offset of a value in its storage, as far as the graph knows it: external values
 /// carry theirs, views add theirs to their input's, and transients start on an arena slot
@@ -40,7 +55,10 @@ impl Registry for VulkanRegistry {
         let ins: Vec<Operand> = node.inputs.iter().map(|&i| operand(graph, i)).collect();
         let out = operand(graph, id);
         match kernels::launch(&node.op, &ins, &out, node.value.dyn_axis.map(Into::into)) {
-            Ok(l) => Some(l.kernel.name()),
+            Ok(l) => Some(match (l.kernel, &self.device) {
+                (KernelId::MatMul(kind, w), Some(info)) => KernelId::MatMul(MatKind::for_device(kind, info), w).name(),
+                (kernel, _) => kernel.name(),
+            }),
             Err(why) => {
                 log::debug!("node {} ({}) stays on the CPU: {why}", id.0, node.name);
                 None

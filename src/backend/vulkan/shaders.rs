@@ -25,6 +25,11 @@ pub fn spirv(name: &str) -> Option<&'static [u8]> {
         "mul_mat_q8_0" => spv!("mul_mat_q8_0"),
         "mul_mat_q4_k" => spv!("mul_mat_q4_k"),
         "mul_mat_q6_k" => spv!("mul_mat_q6_k"),
+        "mul_mat_cm_f32" => spv!("mul_mat_cm_f32"),
+        "mul_mat_cm_f16" => spv!("mul_mat_cm_f16"),
+        "mul_mat_cm_q8_0" => spv!("mul_mat_cm_q8_0"),
+        "mul_mat_cm_q4_k" => spv!("mul_mat_cm_q4_k"),
+        "mul_mat_cm_q6_k" => spv!("mul_mat_cm_q6_k"),
         "mul_mat_rows_f32" => spv!("mul_mat_rows_f32"),
         "mul_mat_rows_f16" => spv!("mul_mat_rows_f16"),
         "mul_mat_rows_q8_0" => spv!("mul_mat_rows_q8_0"),
@@ -47,7 +52,7 @@ pub fn spirv(name: &str) -> Option<&'static [u8]> {
 }
 
 /// Every embedded module's name.
-pub const ALL: [&str; 32] = [
+pub const ALL: [&str; 37] = [
     "mul_mat_vec_f32",
     "mul_mat_vec_f16",
     "mul_mat_vec_q8_0",
@@ -63,6 +68,11 @@ pub const ALL: [&str; 32] = [
     "mul_mat_q8_0",
     "mul_mat_q4_k",
     "mul_mat_q6_k",
+    "mul_mat_cm_f32",
+    "mul_mat_cm_f16",
+    "mul_mat_cm_q8_0",
+    "mul_mat_cm_q4_k",
+    "mul_mat_cm_q6_k",
     "mul_mat_rows_f32",
     "mul_mat_rows_f16",
     "mul_mat_rows_q8_0",

@@ -2,7 +2,8 @@
 //! `mul_mat_vec.comp` for a few columns, `mul_mat.comp` (64 x 64 tiles) for many, and
 //! `mul_mat_rows.comp` (a thread per output value) for a few columns of short rows. Devices
 //! with subgroup arithmetic in compute shaders take `mul_mat_vec_sg.comp` (a subgroup per
-//! output row, reduced by subgroupAdd) instead of `mul_mat_vec.comp`.
+//! output row, reduced by subgroupAdd) instead of `mul_mat_vec.comp`, and devices with f16
+//! cooperative matrices `mul_mat_cm.comp` instead of `mul_mat.comp`.
 
 use super::{dyn_words, expect_f32, floats, word, Dyn, Grid, KernelId, Launch, Operand, WType};
 use crate::backend::vulkan::error::{Result, VkError};
@@ -21,6 +22,8 @@ pub enum MatKind {
     VecSg { subgroup: u32 },
     /// 64 x 64 output tiles through shared memory.
     Tiled,
+    /// As `Tiled`, multiplied on cooperative matrices by four subgroups of this many lanes.
+    Coop { subgroup: u32 },
     /// One thread per output value, no shared memory: for short rows, where splitting K
     /// across a workgroup leaves most threads idle (and CPU drivers pay for every barrier).
     Rows,
@@ -43,11 +46,13 @@ impl MatKind {
     }
 
     /// `choose`'s kernel as the device with info `info` runs it best: the subgroup vector
-    /// kernel in place of the portable one where `DeviceInfo::subgroup_matvec` allows it.
+    /// kernel in place of the portable one where `DeviceInfo::subgroup_matvec` allows it, the
+    /// cooperative-matrix one in place of the tiled one where `DeviceInfo::coopmat_matmul` does.
     pub fn for_device(self, info: &DeviceInfo) -> MatKind {
-        match (self, info.subgroup_matvec()) {
-            (MatKind::Vec, Some(subgroup)) => MatKind::VecSg { subgroup },
-            (kind, _) => kind,
+        match self {
+            MatKind::Vec => info.subgroup_matvec().map_or(self, |subgroup| MatKind::VecSg { subgroup }),
+            MatKind::Tiled => info.coopmat_matmul().map_or(self, |subgroup| MatKind::Coop { subgroup }),
+            kind => kind,
         }
     }
 }
@@ -94,6 +99,12 @@ pub fn launch(kind: MatKind, w: &Operand, x: &Operand, out: &Operand, dynamic: O
             Grid::Mat { rows: 128 / subgroup as usize, cols: 1 }
         }
         MatKind::Tiled => Grid::Mat { rows: 64, cols: 64 },
+        MatKind::Coop { subgroup } => {
+            if !subgroup.is_power_of_two() || !(8..=64).contains(&subgroup) {
+                return Err(VkError::Invalid(format!("mul_mat_cm: subgroup size {subgroup}")));
+            }
+            Grid::Mat { rows: 64, cols: 64 }
+        }
         MatKind::Rows => Grid::Mat { rows: 64, cols: 1 },
     };
     Ok(Launch { kernel: KernelId::MatMul(kind, wt), push, grid, grid_input: None })

@@ -104,6 +104,7 @@ impl KernelId {
                     MatKind::Vec => ["mul_mat_vec_f32", "mul_mat_vec_f16", "mul_mat_vec_q8_0", "mul_mat_vec_q4_k", "mul_mat_vec_q6_k"],
                     MatKind::VecSg { .. } => ["mul_mat_vec_sg_f32", "mul_mat_vec_sg_f16", "mul_mat_vec_sg_q8_0", "mul_mat_vec_sg_q4_k", "mul_mat_vec_sg_q6_k"],
                     MatKind::Tiled => ["mul_mat_f32", "mul_mat_f16", "mul_mat_q8_0", "mul_mat_q4_k", "mul_mat_q6_k"],
+                    MatKind::Coop { .. } => ["mul_mat_cm_f32", "mul_mat_cm_f16", "mul_mat_cm_q8_0", "mul_mat_cm_q4_k", "mul_mat_cm_q6_k"],
                     MatKind::Rows => ["mul_mat_rows_f32", "mul_mat_rows_f16", "mul_mat_rows_q8_0", "mul_mat_rows_q4_k", "mul_mat_rows_q6_k"],
                 };
                 names[w as usize]
@@ -141,6 +142,7 @@ impl KernelId {
             KernelId::MatMul(MatKind::Vec, w) => format!("mul_mat_vec_{}", w.suffix()),
             KernelId::MatMul(MatKind::VecSg { .. }, w) => format!("mul_mat_vec_sg_{}", w.suffix()),
             KernelId::MatMul(MatKind::Tiled, w) => format!("mul_mat_{}", w.suffix()),
+            KernelId::MatMul(MatKind::Coop { .. }, w) => format!("mul_mat_cm_{}", w.suffix()),
             KernelId::MatMul(MatKind::Rows, w) => format!("mul_mat_rows_{}", w.suffix()),
             KernelId::Binary(_) => "binary".to_owned(),
             KernelId::RmsNorm => "rms_norm".to_owned(),
@@ -172,7 +174,18 @@ impl KernelId {
             KernelId::Binary(op) => vec![op as u32],
             KernelId::Unary(op) => vec![op as u32],
             KernelId::GetRows(_, weighted) => vec![u32::from(weighted)],
+            // The workgroup: four subgroups.
+            KernelId::MatMul(MatKind::Coop { subgroup }, _) => vec![4 * subgroup],
             _ => Vec::new(),
+        }
+    }
+
+    /// The subgroup size the kernel must run with, for kernels built around a fixed number
+    /// of subgroups per workgroup.
+    fn subgroup_size(self) -> Option<u32> {
+        match self {
+            KernelId::MatMul(MatKind::Coop { subgroup }, _) => Some(subgroup),
+            _ => None,
         }
     }
 }
@@ -205,6 +218,7 @@ impl KernelSet {
             bindings: BINDINGS,
             push_bytes: (id.push_words() * 4) as u32,
             constants: &id.constants(),
+            subgroup_size: id.subgroup_size(),
         };
         let p = Pipeline::new(&self.device, &spec)?;
         map.insert(id, p.clone());
