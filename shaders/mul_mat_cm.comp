@@ -5,7 +5,7 @@
 // (columns of x) tile of d; each subgroup a 32 x 32 quarter, as 2 x 2 accumulators.
 //
 // Precision: an f16 holds 11 significant bits, an f32 24. Each operand is staged in shared
-// memory as the sum of two f16s, hi = f16(v) and lo = f16(v - hi), and the product is
+// memory as the sum of two f16s, hi (v's top 11 bits) and lo = f16(v - hi), and the product is
 // hi*hi + hi*lo + lo*hi (the lo*lo term is below f32's rounding): about 22 significant bits
 // per operand, so the result matches the f32 kernels to f32-like accuracy, not f16's. F16
 // weights are exact in one f16 (lo = 0) and skip their lo product. Values must stay within
@@ -43,8 +43,11 @@ shared float tile[BM * LDC];
 #endif
 
 void stage(uint at, vec4 v, bool weight) {
-    f16vec4 hi = f16vec4(v);
-    f16vec4 lo = f16vec4(v - vec4(hi));
+    // hi keeps the top 11 significant bits (exact in f16), lo the next 13 (rounded to 11).
+    // Masking bits, not rounding through f16: a compiler may fold v - f32(f16(v)) to 0.
+    vec4 top = uintBitsToFloat(floatBitsToUint(v) & 0xFFFFE000u);
+    f16vec4 hi = f16vec4(top);
+    f16vec4 lo = f16vec4(v - top);
     for (uint i = 0u; i < 4u; i++) {
         if (weight) {
             w_hi[at + i] = hi[i];
