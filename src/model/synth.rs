@@ -95,20 +95,25 @@ impl Writer {
     /// A [cols, rows] matrix (ggml order) with N(0, std) values, stored as `dtype`.
     fn matrix(&mut self, name: &str, dtype: DType, cols: usize, rows: usize, std: f64) -> Result<(), String> {
         let row_bytes = dtype.row_bytes(cols as u64).ok_or_else(|| format!("{name}: {cols} is not whole {dtype} blocks"))? as usize;
-        // Values come from one stream in order (the file depends on the seed only); the
-        // quantization, the slow part, runs on every core.
-        let values: Vec<f32> = (0..cols * rows).map(|_| self.rng.sample(std)).collect();
+        // Each row draws from its own stream, seeded from the model's stream and the row
+        // index, so the file depends on the seed only while sampling and quantizing (the slow
+        // parts) run on every core.
+        let base = self.rng.0.next_u64();
         let mut data = vec![0u8; row_bytes * rows];
         let threads = std::thread::available_parallelism().map_or(1, |n| n.get());
         let rows_per = rows.div_ceil(threads).max(1);
         let results: Vec<Result<(), String>> = std::thread::scope(|s| {
-            let workers: Vec<_> = values
-                .chunks(rows_per * cols)
-                .zip(data.chunks_mut(rows_per * row_bytes))
-                .map(|(src, dst)| {
+            let workers: Vec<_> = data
+                .chunks_mut(rows_per * row_bytes)
+                .enumerate()
+                .map(|(chunk, dst)| {
                     s.spawn(move || {
-                        for (row, out) in src.chunks(cols).zip(dst.chunks_mut(row_bytes)) {
-                            quantize_row(dtype, row, out).map_err(|e| format!("{name}: {e}"))?;
+                        let mut row = vec![0f32; cols];
+                        for (i, out) in dst.chunks_mut(row_bytes).enumerate() {
+                            let r = (chunk * rows_per + i) as u64;
+                            let mut rng = Normal(SplitMix64(base ^ r.wrapping_mul(0x9E37_79B9_7F4A_7C15)));
+                            row.iter_mut().for_each(|v| *v = rng.sample(std));
+                            quantize_row(dtype, &row, out).map_err(|e| format!("{name}: {e}"))?;
                         }
                         Ok(())
                     })
