@@ -203,3 +203,39 @@ fn plans_with_cpu_nodes_fall_back_to_the_cpu_backend() {
     let gpu = Plan::new(graph, &VulkanRegistry::PORTABLE).unwrap();
     assert!(matches!(backend.for_plans(&[gpu]), Backend::Vulkan(_)));
 }
+
+/// Independent nodes recorded back to back share one barrier: four ops that each read only
+/// `x`, then two sums of pairs, then their product. The recording has fewer barriers than
+/// dispatches and still matches the CPU executor.
+#[test]
+fn independent_nodes_share_barriers_and_match_the_cpu() {
+    let Some(dev) = vulkan_common::device("executor-barriers") else { return };
+    let mut g = Graph::new("fan-out");
+    let x = g.input("x", DType::F32, [N, 3, 1, 1], None).unwrap();
+    let a = g.gelu(x, Gelu::Tanh, "gelu_tanh").unwrap();
+    let b = g.gelu(x, Gelu::Erf, "gelu_erf").unwrap();
+    let c = g.mul(x, x, "square").unwrap();
+    let d = g.add(x, x, "double").unwrap();
+    let ab = g.add(a, b, "sum_ab").unwrap();
+    let cd = g.add(c, d, "sum_cd").unwrap();
+    let out = g.mul(ab, cd, "product").unwrap();
+    g.mark_output(out);
+    let mut gpu = VulkanExecutor::new(&dev, vec![Plan::new(g.clone(), &VulkanRegistry::PORTABLE).unwrap()], &[]).unwrap();
+    let mut cpu = CpuExecutor::new(vec![Plan::new(g, &CpuRegistry).unwrap()], &[], Kernels::Reference).unwrap();
+    let stats = &gpu.recording_stats()[0];
+    eprintln!("{stats:?}");
+    assert_eq!(stats.dispatches, 7);
+    // At least: before the sums (they read the first four), before the product, and the one
+    // after the last dispatch.
+    assert!((3..stats.dispatches).contains(&stats.barriers), "{stats:?}");
+    let xs = Rng::new(14).vec(3 * N);
+    gpu.write_f32(PlanId(0), "x", 0, &xs).unwrap();
+    cpu.f32_buffer(PlanId(0), "x").unwrap().copy_from_slice(&xs);
+    for _ in 0..2 {
+        gpu.run(PlanId(0), &[]).unwrap();
+        cpu.run(PlanId(0), &[]).unwrap();
+        let got = gpu.output(PlanId(0), out, &[]).unwrap();
+        let e = nmse(&got, cpu.output(PlanId(0), out, &[]).unwrap());
+        assert!(e < 1e-6, "nmse {e}");
+    }
+}

@@ -9,6 +9,10 @@
 //! else a window around the value (aligned down to minStorageBufferOffsetAlignment) with the
 //! rest of the offset passed to the kernel in its push constants.
 //!
+//! Dispatches are separated by a barrier only where one must wait for another (hazard.rs):
+//! independent nodes recorded back to back (the FFN's gate and up projections) may run at
+//! the same time.
+//!
 //! Mixed plans (nodes left to the CPU) are refused, naming a node: the registry puts every
 //! node of both Qwen3-VL graphs on the GPU.
 
@@ -17,6 +21,7 @@ use super::command::CommandBuffer;
 use super::descriptor::{DescriptorPool, Window};
 use super::device::Device;
 use super::error::{Result, VkError};
+use super::hazard::{Access, Hazards};
 use super::kernels::{self, KernelSet, Launch, MatKind, Operand, BINDINGS, MAX_INPUTS};
 use super::memory::Location;
 use crate::gguf::GgufFile;
@@ -45,9 +50,19 @@ struct Recorded {
     /// Three u32 workgroup counts per dispatch.
     args: Buffer,
     launches: Vec<Dispatch>,
+    /// Pipeline barriers in the recording.
+    barriers: usize,
     cmd: CommandBuffer,
     /// Host-visible copies of the graph's outputs, made by the recording.
     readback: Vec<(NodeId, Buffer)>,
+}
+
+/// What one plan's recording holds.
+#[derive(Clone, Debug, PartialEq, Eq)]
+pub struct RecordingStats {
+    pub graph: String,
+    pub dispatches: usize,
+    pub barriers: usize,
 }
 
 pub struct VulkanExecutor {
@@ -124,6 +139,14 @@ impl VulkanExecutor {
     /// How many command buffers were recorded: one per plan, at `new`, never per run.
     pub fn recordings(&self) -> usize {
         self.recordings
+    }
+
+    /// Dispatches and pipeline barriers in each plan's recording, by graph name, for reports.
+    pub fn recording_stats(&self) -> Vec<RecordingStats> {
+        self.plans
+            .iter()
+            .map(|r| RecordingStats { graph: r.plan.graph.name.clone(), dispatches: r.launches.len(), barriers: r.barriers })
+            .collect()
     }
 
     fn recorded(&self, id: PlanId) -> Result<&Recorded> {
@@ -237,6 +260,8 @@ fn record(device: &Device, ks: &KernelSet, plan: Plan, storage_of: Vec<usize>, s
     let mut cmd = CommandBuffer::new(device)?;
     cmd.begin()?;
     let mut launches = Vec::with_capacity(n_runs);
+    let mut hazards = Hazards::default();
+    let mut barriers = 0;
     for (i, node) in graph.nodes.iter().enumerate() {
         if !matches!(plan.placements[i], Placement::Run { .. }) {
             continue;
@@ -256,6 +281,15 @@ fn record(device: &Device, ks: &KernelSet, plan: Plan, storage_of: Vec<usize>, s
         }
         let ins = node.inputs.iter().map(|&id| locate(id)).collect::<Result<Vec<_>>>()?;
         let out = locate(NodeId(i))?;
+        // What the node reads and writes, whole: the pieces of a split matrix below read the
+        // same input and disjoint weight rows and write disjoint output rows, so they need no
+        // barrier between them (and the arena never gives a node's output the bytes of one of
+        // its inputs: their lifetimes overlap at the node).
+        let reads = ins.iter().map(|(b, o, v)| Access::of_value(b.inner.raw, *o, v)).collect();
+        if hazards.access(reads, vec![Access::of_value(out.0.inner.raw, out.1, &out.2)]) {
+            cmd.barrier()?;
+            barriers += 1;
+        }
         // A matrix whose weights span more than the storage-buffer range runs as several
         // dispatches, each over the output rows whose weight rows fit one window.
         let pieces = match (&node.op, ins.first()) {
@@ -299,10 +333,16 @@ fn record(device: &Device, ks: &KernelSet, plan: Plan, storage_of: Vec<usize>, s
             bound.push(out_window);
             let set = pool.bind_windows(&pipeline, &bound)?;
             cmd.dispatch_indirect(&pipeline, &set, &launch.push, &args, 12 * launches.len() as u64)?;
-            cmd.barrier()?;
             let grid_value = launch.grid_input.and_then(|k| node.inputs.get(k).copied()).unwrap_or(NodeId(i));
             launches.push(Dispatch { grid_value, rows: piece.map(|(_, rows)| rows), launch });
         }
+    }
+    // One barrier after the last dispatch, always: the readback copies below wait for it,
+    // and so does every command of the next replay (a barrier orders everything after it in
+    // submission order, later submissions included).
+    if !launches.is_empty() {
+        cmd.barrier()?;
+        barriers += 1;
     }
     // The graph's outputs (logits) are copied at the end of the recording into host-visible
     // buffers when their own memory is not mapped: reading them needs no further submission.
@@ -322,7 +362,7 @@ fn record(device: &Device, ks: &KernelSet, plan: Plan, storage_of: Vec<usize>, s
         readback.push((id, host));
     }
     cmd.finish()?;
-    Ok(Recorded { plan, storage_of, sizes, args, launches, cmd, readback })
+    Ok(Recorded { plan, storage_of, sizes, args, launches, barriers, cmd, readback })
 }
 
 /// The window of a value at byte `offset` of `buf`, and its operand relative to that window:
