@@ -272,4 +272,12 @@ impl Executor {
             Executor::Vulkan(e) => Some(e.recordings()),
         }
     }
+
+    /// Dispatches and barriers of each plan's recording (Vulkan); empty on the CPU.
+    pub fn recording_stats(&self) -> Vec<vulkan::RecordingStats> {
+        match self {
+            Executor::Cpu(_) => Vec::new(),
+            Executor::Vulkan(e) => e.recording_stats(),
+        }
+    }
 }

@@ -1,6 +1,7 @@
 //! `hrx bench`: prompt processing and generation speed, cold start and peak memory.
 
 use super::{CliError, Command};
+use crate::backend::vulkan::RecordingStats;
 use crate::backend::DeviceChoice;
 use crate::cli::args::Args;
 use crate::json::Json;
@@ -21,7 +22,8 @@ token generation (tg: N tokens one at a time after a short prompt, tokens/s), an
 the process's peak resident memory; with --mmproj also image encode (the vision
 tower on an N x N image, default 448: seconds per image). Each test runs -r times;
 the mean and standard deviation are printed. Token ids and pixels are fixed
-pseudo-random values, so any model works.
+pseudo-random values, so any model works. On Vulkan it also prints each graph's
+dispatches and pipeline barriers per run (--json: \"graphs\").
 
   -m, --model FILE   the text model GGUF
   --mmproj FILE      the vision projector GGUF: also time image encode
@@ -105,9 +107,11 @@ fn run(mut args: Args, out: &mut dyn Write) -> Result<(), CliError> {
         }
         tg.push(n_gen as f64 / t.elapsed().as_secs_f64());
     }
+    // Each Vulkan graph's dispatches and barriers per run (none on the CPU).
+    let mut graphs = model.recording_stats();
     let encode = match &mmproj {
         None => None,
-        Some(path) => Some(bench_encode(Path::new(path), image_size, reps, threads, &model.backend)?),
+        Some(path) => Some(bench_encode(Path::new(path), image_size, reps, threads, &model.backend, &mut graphs)?),
     };
     let ((pp_mean, pp_sd), (tg_mean, tg_sd)) = (mean_sd(&pp), mean_sd(&tg));
     // Plan once: the Vulkan executor's command buffers, recorded at load and only replayed.
@@ -132,6 +136,7 @@ fn run(mut args: Args, out: &mut dyn Write) -> Result<(), CliError> {
                 }),
             ),
             ("command_buffer_recordings", recordings.map_or(Json::Null, |(_, after)| Json::Int(after as i128))),
+            ("graphs", Json::Arr(graphs.iter().map(graph_json).collect())),
         ]);
         writeln!(out, "{}", j.to_string_compact())?;
     } else {
@@ -148,13 +153,28 @@ fn run(mut args: Args, out: &mut dyn Write) -> Result<(), CliError> {
         if let Some((load, after)) = recordings {
             writeln!(out, "command buffers recorded: {load} at load, {after} after every run")?;
         }
+        for g in &graphs {
+            writeln!(out, "graph {}: {} dispatches, {} barriers per run", g.graph, g.dispatches, g.barriers)?;
+        }
     }
     Ok(())
 }
 
+/// One Vulkan graph's recording, for --json.
+fn graph_json(g: &RecordingStats) -> Json {
+    Json::obj([("name", Json::str(&g.graph)), ("dispatches", Json::Int(g.dispatches as i128)), ("barriers", Json::Int(g.barriers as i128))])
+}
+
 /// Seconds to encode a pseudo-random `side` x `side` image on the text model's backend:
-/// (side, mean, sd).
-fn bench_encode(path: &Path, side: usize, reps: usize, threads: Option<usize>, backend: &crate::backend::Backend) -> Result<(usize, f64, f64), CliError> {
+/// (side, mean, sd); the encoder's recording goes to `graphs` (Vulkan).
+fn bench_encode(
+    path: &Path,
+    side: usize,
+    reps: usize,
+    threads: Option<usize>,
+    backend: &crate::backend::Backend,
+    graphs: &mut Vec<RecordingStats>,
+) -> Result<(usize, f64, f64), CliError> {
     use crate::image::{preprocess, PreprocessConfig, RgbImage};
     use crate::model::VisionModel;
     let failed = |e: String| CliError::Failed(e);
@@ -179,5 +199,6 @@ fn bench_encode(path: &Path, side: usize, reps: usize, threads: Option<usize>, b
         times.push(t.elapsed().as_secs_f64());
     }
     let (mean, sd) = mean_sd(&times);
+    graphs.extend(vision.recording_stats());
     Ok((patches.resized_hw.0, mean, sd))
 }

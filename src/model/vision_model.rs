@@ -72,6 +72,11 @@ impl VisionModel {
         self.exec.set_threads(n);
     }
 
+    /// Dispatches and barriers of the encoder's recording (Vulkan; empty on the CPU).
+    pub fn recording_stats(&self) -> Vec<crate::backend::vulkan::RecordingStats> {
+        self.exec.recording_stats()
+    }
+
     /// Encodes one image: `pixel_values` holds `grid_h * grid_w` rows of
     /// [`VisionParams::patch_row`] values in merge-block order. Returns one row of
     /// [`VisionParams::wide_width`] values per merged token (row-major over the merged grid):

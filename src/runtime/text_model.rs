@@ -103,6 +103,11 @@ impl TextModel {
         self.exec.recordings()
     }
 
+    /// Dispatches and barriers of the prefill and decode recordings (Vulkan; empty on the CPU).
+    pub fn recording_stats(&self) -> Vec<crate::backend::vulkan::RecordingStats> {
+        self.exec.recording_stats()
+    }
+
     pub fn set_threads(&mut self, n: usize) {
         self.exec.set_threads(n);
     }
