@@ -225,6 +225,7 @@ fn independent_nodes_share_barriers_and_match_the_cpu() {
     let stats = &gpu.recording_stats()[0];
     eprintln!("{stats:?}");
     assert_eq!(stats.dispatches, 7);
+    assert_eq!(stats.profile, None, "profiling is off unless asked for");
     // At least: before the sums (they read the first four), before the product, and the one
     // after the last dispatch.
     assert!((3..stats.dispatches).contains(&stats.barriers), "{stats:?}");
@@ -238,4 +239,44 @@ fn independent_nodes_share_barriers_and_match_the_cpu() {
         let e = nmse(&got, cpu.output(PlanId(0), out, &[]).unwrap());
         assert!(e < 1e-6, "nmse {e}");
     }
+}
+
+/// With profiling on, every dispatch is timed alone (a barrier between every two) and its
+/// time added to its kernel's, run after run; the results still match the CPU.
+#[test]
+fn profiled_runs_time_every_kernel() {
+    let options = DeviceOptions { profile: true, ..vulkan_common::options("executor-profile") };
+    let Some(dev) = vulkan_common::device_with(options) else { return };
+    if !dev.profiling() {
+        eprintln!("\n!!!!! {} cannot write timestamps: profiling is not checked !!!!!\n", dev.info().name);
+        return;
+    }
+    let mut rng = Rng::new(15);
+    let file = weights(&mut rng);
+    let (graph, out) = block();
+    let mut gpu = VulkanExecutor::new(&dev, vec![Plan::new(graph.clone(), &VulkanRegistry::PORTABLE).unwrap()], std::slice::from_ref(&file)).unwrap();
+    let mut cpu = CpuExecutor::new(vec![Plan::new(graph, &CpuRegistry).unwrap()], &[file], Kernels::Reference).unwrap();
+    let runs = 3;
+    for t in (1..=runs).map(|r| r * 5) {
+        let x: Vec<f32> = rng.vec(N * t);
+        gpu.write_f32(PlanId(0), "x", 0, &x).unwrap();
+        cpu.f32_buffer(PlanId(0), "x").unwrap()[..N * t].copy_from_slice(&x);
+        gpu.run(PlanId(0), &[t]).unwrap();
+        cpu.run(PlanId(0), &[t]).unwrap();
+        let e = nmse(&gpu.output(PlanId(0), out, &[t]).unwrap(), cpu.output(PlanId(0), out, &[t]).unwrap());
+        assert!(e < 5e-4, "tokens={t}: nmse {e}");
+    }
+    let stats = &gpu.recording_stats()[0];
+    let profile = stats.profile.as_ref().expect("a profile");
+    eprintln!("{stats:?}");
+    assert_eq!(stats.barriers, stats.dispatches, "one between every two dispatches and one after the last");
+    assert_eq!(profile.runs, runs);
+    assert_eq!(profile.kernels.iter().map(|k| k.dispatches).sum::<usize>(), stats.dispatches);
+    let names: Vec<&str> = profile.kernels.iter().map(|k| k.kernel).collect();
+    for kernel in ["rms_norm", "swiglu", "add", "mul"] {
+        assert!(names.contains(&kernel), "{names:?}");
+    }
+    assert!(names.iter().any(|n| n.starts_with("mul_mat") && n.ends_with("q4_k")), "{names:?}");
+    assert!(profile.kernels.iter().all(|k| k.nanos > 0.0), "{:?}", profile.kernels);
+    assert!(profile.kernels.windows(2).all(|w| w[0].nanos >= w[1].nanos), "largest first");
 }

@@ -18,7 +18,8 @@ operations, and whether the matrix-vector kernels use them (HRX_VK_NO_SUBGROUP=1
 the portable ones); whether the matrix-matrix kernels use cooperative matrices (f16
 16x16x16, Vulkan 1.3; HRX_VK_NO_COOPMAT=1 keeps the portable tiled ones); shared memory, workgroup and push-constant limits; the optional features
 hrx may use (fp16 / int8 arithmetic and storage, subgroup size control, integer dot
-products, cooperative matrices). Then the device hrx picks: discrete > integrated >
+products, cooperative matrices); whether dispatches can be timed (HRX_VK_PROFILE=1:
+timestamps on the compute queue). Then the device hrx picks: discrete > integrated >
 virtual > CPU, then the most device-local memory; HRX_DEVICE=N (an index below) or
 HRX_DEVICE=cpu (the first CPU implementation) overrides. When the pick is a CPU
 implementation (lavapipe) and HRX_DEVICE is unset, generate/describe/bench run on hrx's
@@ -136,6 +137,11 @@ impl Report {
                 yn(f.full_subgroups),
                 yn(f.memory_model)
             )?;
+            if d.can_time() {
+                writeln!(out, "    timestamps      {} valid bits, {} ns per tick (HRX_VK_PROFILE=1 times dispatches)", d.timestamp_bits, d.timestamp_period)?;
+            } else {
+                writeln!(out, "    timestamps      none on the compute queue (HRX_VK_PROFILE=1 cannot time dispatches)")?;
+            }
             if d.compute_queue_family.is_none() {
                 writeln!(out, "    (no compute queue: hrx cannot use this device)")?;
             }
@@ -215,6 +221,8 @@ impl Report {
                         ]),
                     ),
                     ("compute_queue", Json::Bool(d.compute_queue_family.is_some())),
+                    ("timestamp_bits", Json::Int(d.timestamp_bits.into())),
+                    ("timestamp_period_ns", Json::Num(f64::from(d.timestamp_period))),
                 ])
             })
             .collect();

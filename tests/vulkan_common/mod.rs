@@ -11,7 +11,7 @@ pub fn options(tag: &str) -> DeviceOptions {
     let selection = Selection::from_env().expect("HRX_DEVICE");
     let cache_dir = std::env::temp_dir().join(format!("hrx-vk-test-{tag}-{}", std::process::id()));
     let _ = std::fs::remove_dir_all(&cache_dir);
-    DeviceOptions { selection, cache_dir: Some(cache_dir), map_device_memory: true }
+    DeviceOptions { selection, cache_dir: Some(cache_dir), map_device_memory: true, profile: false }
 }
 
 /// The test device, or None (after a loud message) where there is none. Under CI=true a

@@ -129,6 +129,8 @@ mod tests {
             min_storage_buffer_offset_alignment: 16,
             features: Features::default(),
             compute_queue_family: Some(0),
+            timestamp_bits: 64,
+            timestamp_period: 1.0,
             extensions: vec![],
         }
     }

@@ -7,6 +7,7 @@ use super::descriptor::DescriptorSet;
 use super::device::{Device, Shared};
 use super::error::{call, Result, VkError};
 use super::pipeline::Pipeline;
+use super::timestamps::TimestampPool;
 use ash::vk;
 use std::any::Any;
 use std::sync::atomic::{AtomicBool, Ordering};
@@ -159,6 +160,30 @@ impl CommandBuffer {
         unsafe { self.shared.raw.cmd_fill_buffer(self.raw, dst.inner.raw, 0, vk::WHOLE_SIZE, value) };
         self.keep.push(Arc::clone(&dst.inner) as Arc<dyn Any + Send + Sync>);
         self.commands += 1;
+        Ok(())
+    }
+
+    /// Resets every query of `pool`: needed before a replay writes them again.
+    pub fn reset_timestamps(&mut self, pool: &TimestampPool) -> Result<()> {
+        self.expect(State::Recording, "a query reset")?;
+        // SAFETY: recording, outside any render pass; the pool is kept alive.
+        unsafe { self.shared.raw.cmd_reset_query_pool(self.raw, pool.inner.raw, 0, pool.inner.count) };
+        self.keep.push(Arc::clone(&pool.inner) as Arc<dyn Any + Send + Sync>);
+        Ok(())
+    }
+
+    /// Writes query `index` of `pool` once every command recorded before it has finished
+    /// (bottom of the pipe). Commands after it may already run: without a barrier between
+    /// dispatches, the difference of two timestamps is the time between their ends.
+    pub fn write_timestamp(&mut self, pool: &TimestampPool, index: u32) -> Result<()> {
+        self.expect(State::Recording, "a timestamp")?;
+        if index >= pool.inner.count {
+            return Err(VkError::Invalid(format!("timestamp {index} of a pool of {}", pool.inner.count)));
+        }
+        // SAFETY: recording; the query exists, was reset earlier in this recording (see
+        // `reset_timestamps`) and is kept alive with its pool.
+        unsafe { self.shared.raw.cmd_write_timestamp(self.raw, vk::PipelineStageFlags::BOTTOM_OF_PIPE, pool.inner.raw, index) };
+        self.keep.push(Arc::clone(&pool.inner) as Arc<dyn Any + Send + Sync>);
         Ok(())
     }
 

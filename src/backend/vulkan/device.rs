@@ -25,18 +25,23 @@ pub struct DeviceOptions {
     /// On unified-memory devices, map device buffers and write them in place (true, the
     /// default); false always goes through staging copies (tests use it to exercise them).
     pub map_device_memory: bool,
+    /// Time every dispatch with GPU timestamps (`HRX_VK_PROFILE=1`): recordings write them
+    /// and executors add them up per kernel. Off where the device cannot time (a warning).
+    pub profile: bool,
 }
 
 impl DeviceOptions {
     /// `HRX_DEVICE` for the device, `HRX_CACHE_DIR` (else `$XDG_CACHE_HOME/hrx`,
-    /// `~/.cache/hrx`) for the cache; `HRX_CACHE_DIR=` (empty) turns the disk cache off.
+    /// `~/.cache/hrx`) for the cache; `HRX_CACHE_DIR=` (empty) turns the disk cache off;
+    /// `HRX_VK_PROFILE=1` for GPU timestamps.
     pub fn from_env() -> Result<DeviceOptions> {
         let cache_dir = match std::env::var_os("HRX_CACHE_DIR") {
             Some(d) if d.is_empty() => None,
             Some(d) => Some(PathBuf::from(d)),
             None => cache::default_dir(),
         };
-        Ok(DeviceOptions { selection: Selection::from_env()?, cache_dir, map_device_memory: true })
+        let profile = std::env::var("HRX_VK_PROFILE").is_ok_and(|v| v == "1");
+        Ok(DeviceOptions { selection: Selection::from_env()?, cache_dir, map_device_memory: true, profile })
     }
 }
 
@@ -48,6 +53,8 @@ pub(crate) struct Shared {
     pub memory_props: vk::PhysicalDeviceMemoryProperties,
     /// Device buffers live in host-mapped memory (unified memory, and the options allow it).
     pub map_device_memory: bool,
+    /// Recordings time their dispatches (asked for, and the device can).
+    pub profile: bool,
     queue: Mutex<vk::Queue>,
     allocator: Mutex<Allocator>,
     pub pipeline_cache: vk::PipelineCache,
@@ -121,6 +128,15 @@ impl Device {
             }
         };
         let map_device_memory = options.map_device_memory && info.unified_memory;
+        let profile = options.profile && info.can_time();
+        if options.profile && !profile {
+            log::warn!(
+                "HRX_VK_PROFILE=1: {} cannot time dispatches (timestamps on its compute queue: {} valid bits, {} ns per tick); profiling is off",
+                info.name,
+                info.timestamp_bits,
+                info.timestamp_period
+            );
+        }
         let largest_heap = info.heaps.iter().map(|h| h.size).max().unwrap_or(0);
         let shared = Shared {
             raw,
@@ -128,6 +144,7 @@ impl Device {
             queue_family,
             memory_props,
             map_device_memory,
+            profile,
             queue: Mutex::new(queue),
             allocator: Mutex::new(Allocator::new(largest_heap)),
             pipeline_cache,
@@ -140,6 +157,12 @@ impl Device {
 
     pub fn info(&self) -> &DeviceInfo {
         &self.shared.info
+    }
+
+    /// Whether recordings time their dispatches (`DeviceOptions::profile` on a device that
+    /// can).
+    pub fn profiling(&self) -> bool {
+        self.shared.profile
     }
 
     /// Writes the pipeline cache to disk now (it is also written when the device closes).

@@ -11,7 +11,8 @@
 //!
 //! Dispatches are separated by a barrier only where one must wait for another (hazard.rs):
 //! independent nodes recorded back to back (the FFN's gate and up projections) may run at
-//! the same time.
+//! the same time. When the device profiles (`HRX_VK_PROFILE=1`), the recording also writes a
+//! timestamp after every dispatch and each run adds the times up per kernel (profile.rs).
 //!
 //! Mixed plans (nodes left to the CPU) are refused, naming a node: the registry puts every
 //! node of both Qwen3-VL graphs on the GPU.
@@ -24,6 +25,8 @@ use super::error::{Result, VkError};
 use super::hazard::{Access, Hazards};
 use super::kernels::{self, KernelSet, Launch, MatKind, Operand, BINDINGS, MAX_INPUTS};
 use super::memory::Location;
+use super::profile::{KernelTimes, Profile};
+use super::timestamps::TimestampPool;
 use crate::gguf::GgufFile;
 use crate::graph::{External, NodeId, Op, Value};
 use crate::hrx::{runtime_ne, Device as Where, Loc, Placement, Plan};
@@ -55,14 +58,18 @@ struct Recorded {
     cmd: CommandBuffer,
     /// Host-visible copies of the graph's outputs, made by the recording.
     readback: Vec<(NodeId, Buffer)>,
+    /// When profiling: the timestamps each run writes, and their totals per kernel.
+    timing: Option<(TimestampPool, KernelTimes)>,
 }
 
-/// What one plan's recording holds.
-#[derive(Clone, Debug, PartialEq, Eq)]
+/// What one plan's recording holds and, when profiling, where its GPU time went.
+#[derive(Clone, Debug, PartialEq)]
 pub struct RecordingStats {
     pub graph: String,
     pub dispatches: usize,
+    /// While profiling, one between every two dispatches (see profile.rs).
     pub barriers: usize,
+    pub profile: Option<Profile>,
 }
 
 pub struct VulkanExecutor {
@@ -145,7 +152,12 @@ impl VulkanExecutor {
     pub fn recording_stats(&self) -> Vec<RecordingStats> {
         self.plans
             .iter()
-            .map(|r| RecordingStats { graph: r.plan.graph.name.clone(), dispatches: r.launches.len(), barriers: r.barriers })
+            .map(|r| RecordingStats {
+                graph: r.plan.graph.name.clone(),
+                dispatches: r.launches.len(),
+                barriers: r.barriers,
+                profile: r.timing.as_ref().map(|(_, times)| times.profile()),
+            })
             .collect()
     }
 
@@ -211,7 +223,11 @@ impl VulkanExecutor {
         if !groups.is_empty() {
             r.args.write_u32(0, &groups)?;
         }
-        r.cmd.submit_and_wait()
+        r.cmd.submit_and_wait()?;
+        if let Some((pool, times)) = &mut r.timing {
+            times.add(&pool.ticks()?);
+        }
+        Ok(())
     }
 
     /// The contiguous f32 value of node `id` of `plan` after a run, at its run-time shape.
@@ -259,6 +275,12 @@ fn record(device: &Device, ks: &KernelSet, plan: Plan, storage_of: Vec<usize>, s
     let pool = DescriptorPool::new(device, n_runs.max(1) as u32, BINDINGS)?;
     let mut cmd = CommandBuffer::new(device)?;
     cmd.begin()?;
+    // Profiling: timestamp 0 before the first dispatch, k + 1 after dispatch k (profile.rs).
+    let timestamps = if device.profiling() { Some(TimestampPool::new(device, n_runs as u32 + 1)?) } else { None };
+    if let Some(pool) = &timestamps {
+        cmd.reset_timestamps(pool)?;
+        cmd.write_timestamp(pool, 0)?;
+    }
     let mut launches = Vec::with_capacity(n_runs);
     let mut hazards = Hazards::default();
     let mut barriers = 0;
@@ -286,10 +308,7 @@ fn record(device: &Device, ks: &KernelSet, plan: Plan, storage_of: Vec<usize>, s
         // barrier between them (and the arena never gives a node's output the bytes of one of
         // its inputs: their lifetimes overlap at the node).
         let reads = ins.iter().map(|(b, o, v)| Access::of_value(b.inner.raw, *o, v)).collect();
-        if hazards.access(reads, vec![Access::of_value(out.0.inner.raw, out.1, &out.2)]) {
-            cmd.barrier()?;
-            barriers += 1;
-        }
+        let mut wait = hazards.access(reads, vec![Access::of_value(out.0.inner.raw, out.1, &out.2)]);
         // A matrix whose weights span more than the storage-buffer range runs as several
         // dispatches, each over the output rows whose weight rows fit one window.
         let pieces = match (&node.op, ins.first()) {
@@ -332,7 +351,16 @@ fn record(device: &Device, ks: &KernelSet, plan: Plan, storage_of: Vec<usize>, s
             }
             bound.push(out_window);
             let set = pool.bind_windows(&pipeline, &bound)?;
+            // Profiling times each dispatch alone: a barrier before every one but the first.
+            if wait || (timestamps.is_some() && !launches.is_empty()) {
+                cmd.barrier()?;
+                barriers += 1;
+                wait = false;
+            }
             cmd.dispatch_indirect(&pipeline, &set, &launch.push, &args, 12 * launches.len() as u64)?;
+            if let Some(pool) = &timestamps {
+                cmd.write_timestamp(pool, launches.len() as u32 + 1)?;
+            }
             let grid_value = launch.grid_input.and_then(|k| node.inputs.get(k).copied()).unwrap_or(NodeId(i));
             launches.push(Dispatch { grid_value, rows: piece.map(|(_, rows)| rows), launch });
         }
@@ -362,7 +390,18 @@ fn record(device: &Device, ks: &KernelSet, plan: Plan, storage_of: Vec<usize>, s
         readback.push((id, host));
     }
     cmd.finish()?;
-    Ok(Recorded { plan, storage_of, sizes, args, launches, barriers, cmd, readback })
+    let timing = match timestamps {
+        Some(pool) => {
+            let times = KernelTimes::new(launches.iter().map(|d| d.launch.kernel.name()), info.timestamp_bits, info.timestamp_period);
+            // A query no dispatch wrote would never become available: every read would fail.
+            if times.timestamps() != pool.queries() {
+                return Err(VkError::Invalid(format!("graph {}: {} timestamps for {} dispatches", graph.name, pool.queries(), launches.len())));
+            }
+            Some((pool, times))
+        }
+        None => None,
+    };
+    Ok(Recorded { plan, storage_of, sizes, args, launches, barriers, cmd, readback, timing })
 }
 
 /// The window of a value at byte `offset` of `buf`, and its operand relative to that window:

@@ -111,6 +111,11 @@ pub struct DeviceInfo {
     pub features: Features,
     /// The queue family hrx would use (compute-capable, preferably without graphics).
     pub compute_queue_family: Option<u32>,
+    /// Valid bits of timestamps written on that queue family; 0: it cannot write them (a
+    /// device with timestampComputeAndGraphics has them on every compute family).
+    pub timestamp_bits: u32,
+    /// Nanoseconds per timestamp tick (timestampPeriod).
+    pub timestamp_period: f32,
     pub(crate) extensions: Vec<String>,
 }
 
@@ -149,6 +154,11 @@ impl DeviceInfo {
         let core = self.api_version >= (1, 3, 0);
         let usable = core && f.cooperative_matrix_f16 && f.float16 && f.memory_model && f.full_subgroups && self.subgroup_in_compute;
         (!off && usable && size_ok && fits).then_some(self.subgroup_size)
+    }
+
+    /// Whether dispatches can be timed on the compute queue (`HRX_VK_PROFILE`).
+    pub fn can_time(&self) -> bool {
+        self.timestamp_bits > 0 && self.timestamp_period > 0.0
     }
 
     /// "1.3.230"
@@ -306,6 +316,7 @@ pub(crate) fn query(entry: &ash::Entry, instance: &ash::Instance, instance_api: 
     let unified_memory = matches!(kind, DeviceKind::Integrated | DeviceKind::Cpu)
         && mem.memory_types[..mem.memory_type_count as usize].iter().any(|t| t.property_flags.contains(unified_flags));
     let compute_queue_family = pick_queue_family(&families);
+    let timestamp_bits = compute_queue_family.and_then(|q| families.get(q as usize)).map_or(0, |f| f.timestamp_valid_bits);
     let limits = &props.limits;
     Ok(DeviceInfo {
         index,
@@ -332,6 +343,8 @@ pub(crate) fn query(entry: &ash::Entry, instance: &ash::Instance, instance_api: 
         min_storage_buffer_offset_alignment: limits.min_storage_buffer_offset_alignment,
         features,
         compute_queue_family,
+        timestamp_bits,
+        timestamp_period: limits.timestamp_period,
         extensions,
     })
 }

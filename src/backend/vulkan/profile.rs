@@ -1,0 +1,111 @@
+//! GPU time per kernel (`HRX_VK_PROFILE=1`). A profiled recording writes timestamp 0 before
+//! its first dispatch and timestamp k + 1 after dispatch k, with a barrier between every two
+//! dispatches so that each difference is one dispatch's time alone (without those barriers,
+//! dispatches that may overlap would share time: a difference would be the time between two
+//! ends). `KernelTimes` adds the differences up by kernel, run after run.
+
+use super::timestamps::valid_mask;
+
+/// One kernel's part of a graph's GPU time.
+#[derive(Clone, Debug, PartialEq)]
+pub struct KernelTime {
+    /// The kernel's name, as plans show it: `mul_mat_vec_sg_q4_k`, `flash_attn`, `rms_norm`.
+    pub kernel: &'static str,
+    /// Its dispatches in one run of the graph.
+    pub dispatches: usize,
+    /// Nanoseconds over every run so far.
+    pub nanos: f64,
+}
+
+/// A graph's GPU time by kernel, the largest first.
+#[derive(Clone, Debug, PartialEq)]
+pub struct Profile {
+    pub runs: usize,
+    pub kernels: Vec<KernelTime>,
+}
+
+impl Profile {
+    pub fn total_nanos(&self) -> f64 {
+        self.kernels.iter().map(|k| k.nanos).sum()
+    }
+}
+
+/// Running totals for one recording.
+pub struct KernelTimes {
+    /// Index into `totals` of each dispatch, in recording order.
+    slot: Vec<usize>,
+    totals: Vec<KernelTime>,
+    runs: usize,
+    ns_per_tick: f64,
+    mask: u64,
+}
+
+impl KernelTimes {
+    /// Totals for dispatches of these kernels, in recording order, on a device whose
+    /// timestamps have `valid_bits` bits and tick every `ns_per_tick` nanoseconds.
+    pub fn new(kernels: impl IntoIterator<Item = &'static str>, valid_bits: u32, ns_per_tick: f32) -> KernelTimes {
+        let mut totals: Vec<KernelTime> = Vec::new();
+        let slot = kernels
+            .into_iter()
+            .map(|kernel| match totals.iter().position(|t| t.kernel == kernel) {
+                Some(i) => {
+                    totals[i].dispatches += 1;
+                    i
+                }
+                None => {
+                    totals.push(KernelTime { kernel, dispatches: 1, nanos: 0.0 });
+                    totals.len() - 1
+                }
+            })
+            .collect();
+        KernelTimes { slot, totals, runs: 0, ns_per_tick: f64::from(ns_per_tick), mask: valid_mask(valid_bits) }
+    }
+
+    /// Timestamps needed per run: one before the first dispatch and one after each.
+    pub fn timestamps(&self) -> usize {
+        self.slot.len() + 1
+    }
+
+    /// Adds one run's timestamps (`timestamps()` of them, in recording order).
+    pub fn add(&mut self, ticks: &[u64]) {
+        for (pair, &slot) in ticks.windows(2).zip(&self.slot) {
+            // The counter may wrap past its valid bits between two timestamps.
+            let ticks = pair[1].wrapping_sub(pair[0]) & self.mask;
+            self.totals[slot].nanos += ticks as f64 * self.ns_per_tick;
+        }
+        self.runs += 1;
+    }
+
+    pub fn profile(&self) -> Profile {
+        let mut kernels = self.totals.clone();
+        kernels.sort_by(|a, b| b.nanos.total_cmp(&a.nanos).then(a.kernel.cmp(b.kernel)));
+        Profile { runs: self.runs, kernels }
+    }
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    #[test]
+    fn time_between_timestamps_goes_to_the_dispatch_before_them() {
+        let mut t = KernelTimes::new(["rms_norm", "mul_mat_vec_q4_k", "rms_norm", "add"], 64, 2.0);
+        assert_eq!(t.timestamps(), 5);
+        t.add(&[100, 110, 160, 165, 166]);
+        t.add(&[0, 10, 60, 65, 66]);
+        let p = t.profile();
+        assert_eq!(p.runs, 2);
+        let got: Vec<(&str, usize, f64)> = p.kernels.iter().map(|k| (k.kernel, k.dispatches, k.nanos)).collect();
+        // Ticks of 2 ns: the mat-vec 2 * 50, the two norms 2 * (10 + 5), the add 2 * 1.
+        assert_eq!(got, [("mul_mat_vec_q4_k", 1, 200.0), ("rms_norm", 2, 60.0), ("add", 1, 4.0)]);
+        assert_eq!(p.total_nanos(), 264.0);
+    }
+
+    #[test]
+    fn a_counter_that_wraps_past_its_valid_bits_still_counts_forward() {
+        let mut t = KernelTimes::new(["flash_attn"], 36, 1.0);
+        let top = (1u64 << 36) - 5;
+        t.add(&[top, 7]);
+        assert_eq!(t.profile().kernels[0].nanos, 12.0);
+    }
+}
