@@ -180,3 +180,50 @@ fn plan_for_the_cpu_and_for_vulkan() {
     let out = hrx(&["plan", "-m", m.to_str().unwrap(), "--device", "banana"]);
     assert_eq!(out.status.code(), Some(2), "{}", stderr(&out));
 }
+
+/// `HRX_VK_PROFILE=1 hrx bench` on a Vulkan device (lavapipe in CI) prints each graph's GPU
+/// time by kernel, and puts it in --json, with nonzero totals.
+#[test]
+fn bench_with_vk_profile_prints_gpu_time_per_kernel() {
+    if !hrx(&["doctor"]).status.success() {
+        assert!(!std::env::var("CI").is_ok_and(|v| v == "true"), "no Vulkan device under CI=true");
+        eprintln!("\n!!!!! no Vulkan device: the GPU profile is not checked !!!!!\n");
+        return;
+    }
+    let model = temp_file("profile-synth.gguf", b"");
+    let out = hrx(&["synth", "-o", model.to_str().unwrap()]);
+    assert!(out.status.success(), "{}", stderr(&out));
+    let bench = |json: bool| {
+        let mut args = vec!["bench", "-m", model.to_str().unwrap(), "-p", "8", "-n", "3", "-r", "1", "--device", "0"];
+        if json {
+            args.push("--json");
+        }
+        let out = Command::new(env!("CARGO_BIN_EXE_hrx")).args(&args).env("HRX_VK_PROFILE", "1").output().unwrap();
+        assert!(out.status.success(), "{}", stderr(&out));
+        String::from_utf8(out.stdout).unwrap()
+    };
+    let text = bench(false);
+    assert!(text.contains("GPU time per kernel"), "{text}");
+    for graph in ["text-prefill", "text-decode"] {
+        // The graph's heading, then its table: "kernel  dispatches/run  total ms  share".
+        let heading = format!("graph {graph}: ");
+        let table: Vec<&str> = text.lines().skip_while(|l| !(l.starts_with(&heading) && l.contains("ms per run"))).skip(1).collect();
+        assert!(table.first().is_some_and(|h| h.contains("dispatches/run")), "{graph}: {text}");
+        let rows: Vec<Vec<&str>> = table.iter().skip(1).take_while(|l| l.starts_with("  ")).map(|l| l.split_whitespace().collect()).collect();
+        assert!(rows.iter().any(|r| r[0] == "rms_norm") && rows.iter().any(|r| r[0] == "flash_attn"), "{graph}: {text}");
+        let total: f64 = rows.iter().map(|r| r[2].parse::<f64>().unwrap()).sum();
+        assert!(total > 0.0, "{graph}: {text}");
+    }
+    let json: JsonValue = bench(true).parse().unwrap();
+    let graphs: &Vec<JsonValue> = json["graphs"].get().unwrap();
+    assert_eq!(graphs.len(), 2);
+    for g in graphs {
+        let profile = &g["profile"];
+        assert!(*profile["total_ms"].get::<f64>().unwrap() > 0.0);
+        let kernels: &Vec<JsonValue> = profile["kernels"].get().unwrap();
+        let dispatches: f64 = kernels.iter().map(|k| *k["dispatches"].get::<f64>().unwrap()).sum();
+        assert_eq!(dispatches, *g["dispatches"].get::<f64>().unwrap());
+        let share: f64 = kernels.iter().map(|k| *k["share"].get::<f64>().unwrap()).sum();
+        assert!((share - 100.0).abs() < 1e-6, "shares add up to {share}");
+    }
+}

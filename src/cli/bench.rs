@@ -1,7 +1,7 @@
 //! `hrx bench`: prompt processing and generation speed, cold start and peak memory.
 
 use super::{CliError, Command};
-use crate::backend::vulkan::RecordingStats;
+use crate::backend::vulkan::{Profile, RecordingStats};
 use crate::backend::DeviceChoice;
 use crate::cli::args::Args;
 use crate::json::Json;
@@ -36,7 +36,11 @@ dispatches and pipeline barriers per run (--json: \"graphs\").
                      device N, lavapipe included) or cpu; also HRX_DEVICE
   --json             one JSON object with every number
 
-environment: HRX_KERNELS=reference benchmarks the reference kernels.
+environment: HRX_KERNELS=reference benchmarks the reference kernels. HRX_VK_PROFILE=1
+(Vulkan) times every dispatch with GPU timestamps and prints, per graph, each kernel's
+dispatches per run, total GPU time over all runs and share (--json: \"profile\" of each
+graph); while profiling a barrier separates every two dispatches, so that each time is
+one kernel's alone, and the speeds measured are lower.
 
 example: hrx bench -m Qwen3-VL-2B-Instruct-Q4_K_M.gguf -p 512 -n 128 --json";
 
@@ -156,13 +160,63 @@ fn run(mut args: Args, out: &mut dyn Write) -> Result<(), CliError> {
         for g in &graphs {
             writeln!(out, "graph {}: {} dispatches, {} barriers per run", g.graph, g.dispatches, g.barriers)?;
         }
+        write_profiles(&graphs, out)?;
     }
     Ok(())
 }
 
 /// One Vulkan graph's recording, for --json.
 fn graph_json(g: &RecordingStats) -> Json {
-    Json::obj([("name", Json::str(&g.graph)), ("dispatches", Json::Int(g.dispatches as i128)), ("barriers", Json::Int(g.barriers as i128))])
+    let profile = g.profile.as_ref().map_or(Json::Null, |p| {
+        let total = p.total_nanos();
+        let kernels = p.kernels.iter().map(|k| {
+            Json::obj([
+                ("kernel", Json::str(k.kernel)),
+                ("dispatches", Json::Int(k.dispatches as i128)),
+                ("total_ms", Json::Num(k.nanos / 1e6)),
+                ("share", Json::Num(share(k.nanos, total))),
+            ])
+        });
+        Json::obj([("runs", Json::Int(p.runs as i128)), ("total_ms", Json::Num(total / 1e6)), ("kernels", Json::Arr(kernels.collect()))])
+    });
+    Json::obj([
+        ("name", Json::str(&g.graph)),
+        ("dispatches", Json::Int(g.dispatches as i128)),
+        ("barriers", Json::Int(g.barriers as i128)),
+        ("profile", profile),
+    ])
+}
+
+/// `part` of `total` in percent (0 when nothing was timed).
+fn share(part: f64, total: f64) -> f64 {
+    if total > 0.0 {
+        100.0 * part / total
+    } else {
+        0.0
+    }
+}
+
+/// The GPU time of each profiled graph by kernel, the largest first (HRX_VK_PROFILE=1).
+fn write_profiles(graphs: &[RecordingStats], out: &mut dyn Write) -> std::io::Result<()> {
+    let profiled: Vec<(&str, &Profile)> = graphs.iter().filter_map(|g| g.profile.as_ref().map(|p| (g.graph.as_str(), p))).collect();
+    if profiled.is_empty() {
+        if std::env::var("HRX_VK_PROFILE").is_ok_and(|v| v == "1") {
+            writeln!(out, "GPU profile: none (HRX_VK_PROFILE=1 times Vulkan devices that write timestamps; this run has none)")?;
+        }
+        return Ok(());
+    }
+    writeln!(out, "GPU time per kernel (HRX_VK_PROFILE=1: a barrier between every two dispatches, so each time is one kernel's alone):")?;
+    for (graph, p) in profiled {
+        let total = p.total_nanos();
+        let per_run = if p.runs > 0 { total / p.runs as f64 } else { 0.0 };
+        let plural = if p.runs == 1 { "" } else { "s" };
+        writeln!(out, "graph {graph}: {:.3} ms per run ({} run{plural}: {:.3} ms)", per_run / 1e6, p.runs, total / 1e6)?;
+        writeln!(out, "  {:<28} {:>14} {:>12} {:>7}", "kernel", "dispatches/run", "total ms", "share")?;
+        for k in &p.kernels {
+            writeln!(out, "  {:<28} {:>14} {:>12.3} {:>6.1}%", k.kernel, k.dispatches, k.nanos / 1e6, share(k.nanos, total))?;
+        }
+    }
+    Ok(())
 }
 
 /// Seconds to encode a pseudo-random `side` x `side` image on the text model's backend:
