@@ -61,15 +61,17 @@ impl Builder<'_> {
         Some(DynAxis { axis, ..self.tokens })
     }
 
-    /// Q, K or V: project, split into heads, and (Q, K) per-head RMSNorm then M-RoPE.
-    fn heads(&mut self, il: usize, x: NodeId, which: &str, n_heads: usize, normed: bool, n: usize) -> Result<NodeId> {
+    /// Q, K or V: project and split into heads.
+    fn project(&mut self, il: usize, x: NodeId, which: &str, n_heads: usize, n: usize) -> Result<NodeId> {
         let (p, hd) = (self.p, self.p.head_dim);
         let w = self.w(&format!("blk.{il}.attn_{which}.weight"), &[p.n_embd, n_heads * hd])?;
         let y = self.g.matmul(w, x, &format!("blk.{il}.{which}"))?;
-        let y = self.g.reshape(y, [hd, n_heads, n, 1], &format!("blk.{il}.{which}_heads"))?;
-        if !normed {
-            return Ok(y);
-        }
+        self.g.reshape(y, [hd, n_heads, n, 1], &format!("blk.{il}.{which}_heads"))
+    }
+
+    /// Q or K heads: per-head RMSNorm, then M-RoPE.
+    fn norm_rope(&mut self, il: usize, y: NodeId, which: &str) -> Result<NodeId> {
+        let (p, hd) = (self.p, self.p.head_dim);
         let norm = self.w(&format!("blk.{il}.attn_{which}_norm.weight"), &[hd])?;
         let y = self.g.rms_norm(y, norm, p.rms_eps, &format!("blk.{il}.{which}_norm"))?;
         let kind = RopeKind::MropeInterleaved { sections: p.rope_sections };
@@ -93,9 +95,13 @@ impl Builder<'_> {
         let p = self.p;
         let norm = self.w(&format!("blk.{il}.attn_norm.weight"), &[p.n_embd])?;
         let h = self.g.rms_norm(x, norm, p.rms_eps, &format!("blk.{il}.attn_norm"))?;
-        let q = self.heads(il, h, "q", p.n_head, true, n)?;
-        let k = self.heads(il, h, "k", p.n_head_kv, true, n)?;
-        let v = self.heads(il, h, "v", p.n_head_kv, false, n)?;
+        // The three projections first, then the norms and ropes: the GPU runs each group's
+        // independent dispatches behind one barrier.
+        let q = self.project(il, h, "q", p.n_head, n)?;
+        let k = self.project(il, h, "k", p.n_head_kv, n)?;
+        let v = self.project(il, h, "v", p.n_head_kv, n)?;
+        let q = self.norm_rope(il, q, "q")?;
+        let k = self.norm_rope(il, k, "k")?;
         let k_all = self.cache(&cache_k(il), k, n)?;
         let v_all = self.cache(&cache_v(il), v, n)?;
         let scale = 1.0 / (p.head_dim as f32).sqrt();
