@@ -48,10 +48,8 @@ struct Recorded {
     plan: Plan,
     /// The plan's external ids mapped to indices into `storages`.
     storage_of: Vec<usize>,
-    /// The symbols' run-time values (binding 0 of every kernel).
-    sizes: Buffer,
-    /// Three u32 workgroup counts per dispatch.
-    args: Buffer,
+    /// The per-run words the kernels and indirect dispatches read.
+    words: RunWords,
     launches: Vec<Dispatch>,
     /// Pipeline barriers in the recording.
     barriers: usize,
@@ -217,11 +215,12 @@ impl VulkanExecutor {
             }
             groups.extend(d.launch.groups(ne, max_groups));
         }
+        let target = r.words.written();
         if !words.is_empty() {
-            r.sizes.write_u32(0, &words)?;
+            target.write_u32(0, &words)?;
         }
         if !groups.is_empty() {
-            r.args.write_u32(0, &groups)?;
+            target.write_u32(r.words.args_at, &groups)?;
         }
         r.cmd.submit_and_wait()?;
         if let Some((pool, times)) = &mut r.timing {
@@ -250,10 +249,43 @@ impl VulkanExecutor {
     }
 }
 
+/// The words of one run: the symbols' values (binding 0 of every kernel, from byte 0) and
+/// three workgroup counts per dispatch (from `args_at`). Every workgroup of every kernel reads
+/// the symbols and every dispatch its counts, so they live in device memory: on a discrete
+/// GPU the host writes a staging copy and the recording starts by copying it over (one small
+/// transfer per run instead of reads of host memory across the bus per workgroup).
+struct RunWords {
+    local: Buffer,
+    staging: Option<Buffer>,
+    args_at: u64,
+}
+
+impl RunWords {
+    fn new(device: &Device, symbols: usize, dispatches: usize) -> Result<RunWords> {
+        let args_at = (4 * symbols.max(1) as u64).next_multiple_of(16);
+        let bytes = args_at + 12 * dispatches.max(1) as u64;
+        let local = device.buffer(bytes, Location::Device, "run-time sizes")?;
+        let staging = if local.is_mapped() { None } else { Some(device.buffer(bytes, Location::Host, "run-time sizes (staging)")?) };
+        Ok(RunWords { local, staging, args_at })
+    }
+
+    /// The buffer `run` writes.
+    fn written(&self) -> &Buffer {
+        self.staging.as_ref().unwrap_or(&self.local)
+    }
+
+    /// Records the copy into device memory (and the barrier after it), where there is one.
+    fn record_upload(&self, cmd: &mut CommandBuffer) -> Result<bool> {
+        let Some(staging) = &self.staging else { return Ok(false) };
+        cmd.copy(staging, 0, &self.local, 0, self.local.size())?;
+        cmd.barrier()?;
+        Ok(true)
+    }
+}
+
 /// Records `plan` once: a descriptor set and an indirect dispatch per compute node.
 fn record(device: &Device, ks: &KernelSet, plan: Plan, storage_of: Vec<usize>, storages: &[Buffer], arena: &Buffer) -> Result<Recorded> {
     let graph = &plan.graph;
-    let sizes = device.buffer(4 * graph.symbols.len().max(1) as u64, Location::Host, "run-time sizes")?;
     let info = device.info();
     let (max_range, align) = (u64::from(info.max_storage_buffer_range), info.min_storage_buffer_offset_alignment.max(1));
     // Dispatches: one per compute node, more for matrices split over row ranges.
@@ -271,10 +303,12 @@ fn record(device: &Device, ks: &KernelSet, plan: Plan, storage_of: Vec<usize>, s
             _ => 1,
         })
         .sum();
-    let args = device.buffer(12 * n_runs.max(1) as u64, Location::Host, "dispatch sizes")?;
+    let words = RunWords::new(device, graph.symbols.len(), n_runs)?;
+    let (sizes, args, args_at) = (&words.local, &words.local, words.args_at);
     let pool = DescriptorPool::new(device, n_runs.max(1) as u32, BINDINGS)?;
     let mut cmd = CommandBuffer::new(device)?;
     cmd.begin()?;
+    let mut barriers = usize::from(words.record_upload(&mut cmd)?);
     // Profiling: timestamp 0 before the first dispatch, k + 1 after dispatch k (profile.rs).
     let timestamps = if device.profiling() { Some(TimestampPool::new(device, n_runs as u32 + 1)?) } else { None };
     if let Some(pool) = &timestamps {
@@ -283,7 +317,6 @@ fn record(device: &Device, ks: &KernelSet, plan: Plan, storage_of: Vec<usize>, s
     }
     let mut launches = Vec::with_capacity(n_runs);
     let mut hazards = Hazards::default();
-    let mut barriers = 0;
     for (i, node) in graph.nodes.iter().enumerate() {
         if !matches!(plan.placements[i], Placement::Run { .. }) {
             continue;
@@ -343,7 +376,7 @@ fn record(device: &Device, ks: &KernelSet, plan: Plan, storage_of: Vec<usize>, s
             }
             .map_err(|e| VkError::Invalid(format!("graph {} node {i} ({}): {e}", graph.name, node.name)))?;
             let pipeline = ks.pipeline(launch.kernel)?;
-            let sizes_window = Window { buffer: &sizes, offset: 0, range: sizes.size() };
+            let sizes_window = Window { buffer: sizes, offset: 0, range: args_at };
             let mut bound = vec![sizes_window];
             bound.extend(bound_ins.iter().map(|(w, _)| *w));
             while bound.len() < BINDINGS as usize - 1 {
@@ -357,7 +390,7 @@ fn record(device: &Device, ks: &KernelSet, plan: Plan, storage_of: Vec<usize>, s
                 barriers += 1;
                 wait = false;
             }
-            cmd.dispatch_indirect(&pipeline, &set, &launch.push, &args, 12 * launches.len() as u64)?;
+            cmd.dispatch_indirect(&pipeline, &set, &launch.push, args, args_at + 12 * launches.len() as u64)?;
             if let Some(pool) = &timestamps {
                 cmd.write_timestamp(pool, launches.len() as u32 + 1)?;
             }
@@ -401,7 +434,7 @@ fn record(device: &Device, ks: &KernelSet, plan: Plan, storage_of: Vec<usize>, s
         }
         None => None,
     };
-    Ok(Recorded { plan, storage_of, sizes, args, launches, barriers, cmd, readback, timing })
+    Ok(Recorded { plan, storage_of, words, launches, barriers, cmd, readback, timing })
 }
 
 /// The window of a value at byte `offset` of `buf`, and its operand relative to that window:
