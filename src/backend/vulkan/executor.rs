@@ -51,9 +51,6 @@ struct Recorded {
     /// The per-run words the kernels and indirect dispatches read.
     words: RunWords,
     launches: Vec<Dispatch>,
-    /// Workgroup counts recorded in the commands (for the planned maximal shapes), not
-    /// written per run (`dispatch_mode`).
-    direct: bool,
     /// Pipeline barriers in the recording.
     barriers: usize,
     cmd: CommandBuffer,
@@ -211,7 +208,7 @@ impl VulkanExecutor {
             words.push(v as u32);
         }
         let mut groups = Vec::with_capacity(3 * r.launches.len());
-        for d in r.launches.iter().filter(|_| !r.direct) {
+        for d in &r.launches {
             let mut ne = runtime_ne(graph, d.grid_value, symbols);
             if let Some(rows) = d.rows {
                 ne[0] = rows;
@@ -286,17 +283,7 @@ impl RunWords {
     }
 }
 
-/// Whether recordings dispatch their planned maximal grids directly (the default) rather
-/// than indirectly with per-run counts (HRX_VK_DISPATCH=indirect). Every kernel loops over
-/// its run-time shape from its workgroup id (grid-stride), so a grid sized for the maximal
-/// shape is always enough; the extra workgroups of a shorter run find no work. Indirect
-/// dispatches size the grid exactly but make the command processor fetch each count after
-/// the barrier before it.
-fn dispatch_direct() -> bool {
-    !std::env::var("HRX_VK_DISPATCH").is_ok_and(|v| v == "indirect")
-}
-
-/// Records `plan` once: a descriptor set and a dispatch per compute node.
+/// Records `plan` once: a descriptor set and an indirect dispatch per compute node.
 fn record(device: &Device, ks: &KernelSet, plan: Plan, storage_of: Vec<usize>, storages: &[Buffer], arena: &Buffer) -> Result<Recorded> {
     let graph = &plan.graph;
     let info = device.info();
@@ -316,8 +303,7 @@ fn record(device: &Device, ks: &KernelSet, plan: Plan, storage_of: Vec<usize>, s
             _ => 1,
         })
         .sum();
-    let direct = dispatch_direct();
-    let words = RunWords::new(device, graph.symbols.len(), if direct { 0 } else { n_runs })?;
+    let words = RunWords::new(device, graph.symbols.len(), n_runs)?;
     let (sizes, args, args_at) = (&words.local, &words.local, words.args_at);
     let pool = DescriptorPool::new(device, n_runs.max(1) as u32, BINDINGS)?;
     let mut cmd = CommandBuffer::new(device)?;
@@ -404,19 +390,11 @@ fn record(device: &Device, ks: &KernelSet, plan: Plan, storage_of: Vec<usize>, s
                 barriers += 1;
                 wait = false;
             }
-            let grid_value = launch.grid_input.and_then(|k| node.inputs.get(k).copied()).unwrap_or(NodeId(i));
-            if direct {
-                let mut ne = graph.value(grid_value).ne;
-                if let Some((_, rows)) = piece {
-                    ne[0] = rows;
-                }
-                cmd.dispatch(&pipeline, &set, &launch.push, launch.groups(ne, info.max_workgroup_count))?;
-            } else {
-                cmd.dispatch_indirect(&pipeline, &set, &launch.push, args, args_at + 12 * launches.len() as u64)?;
-            }
+            cmd.dispatch_indirect(&pipeline, &set, &launch.push, args, args_at + 12 * launches.len() as u64)?;
             if let Some(pool) = &timestamps {
                 cmd.write_timestamp(pool, launches.len() as u32 + 1)?;
             }
+            let grid_value = launch.grid_input.and_then(|k| node.inputs.get(k).copied()).unwrap_or(NodeId(i));
             launches.push(Dispatch { grid_value, rows: piece.map(|(_, rows)| rows), launch });
         }
     }
@@ -456,7 +434,7 @@ fn record(device: &Device, ks: &KernelSet, plan: Plan, storage_of: Vec<usize>, s
         }
         None => None,
     };
-    Ok(Recorded { plan, storage_of, words, launches, direct, barriers, cmd, readback, timing })
+    Ok(Recorded { plan, storage_of, words, launches, barriers, cmd, readback, timing })
 }
 
 /// The window of a value at byte `offset` of `buf`, and its operand relative to that window:
