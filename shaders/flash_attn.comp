@@ -40,6 +40,11 @@ layout(push_constant) uniform Params {
     float scale;
 } p;
 
+// K rows are staged through shared memory KS dimensions at a time, read by neighbouring
+// threads from neighbouring addresses (a thread per key reading its own row directly would
+// touch a different cache line per thread); rows padded by one float against bank conflicts.
+#define KS 32u
+shared float ks[WG * (KS + 1u)];
 shared float qs[256];
 shared float ps[WG];
 shared float red[WG];
@@ -90,21 +95,27 @@ void main() {
         }
         for (uint j0 = 0u; j0 < n_kv; j0 += WG) {
             uint j = j0 + tid;
-            float s = -1.0e30;
-            if (j < n_kv) {
-                uint kr = kb + j * p.k_nb2;
-                float dot_qk = 0.0;
-                for (uint i = 0u; i < hd; i++) {
-                    dot_qk += qs[i] * k[kr + i];
+            uint rows = min(WG, n_kv - j0);
+            float dot_qk = 0.0;
+            for (uint i0 = 0u; i0 < hd; i0 += KS) {
+                for (uint e = tid; e < WG * KS; e += WG) {
+                    uint r = e / KS;
+                    uint i = i0 + e % KS;
+                    ks[r * (KS + 1u) + e % KS] = r < rows && i < hd ? k[kb + (j0 + r) * p.k_nb2 + i] : 0.0;
                 }
-                s = dot_qk * p.scale;
+                barrier();
+                uint width = min(KS, hd - i0);
+                for (uint i = 0u; i < width; i++) {
+                    dot_qk += qs[i0 + i] * ks[tid * (KS + 1u) + i];
+                }
+                barrier();
             }
+            float s = j < n_kv ? dot_qk * p.scale : -1.0e30;
             float m_new = max(m, reduce(s, tid, true));
             float pj = j < n_kv ? exp(s - m_new) : 0.0;
             ps[tid] = pj;
             float alpha = exp(m - m_new);
             l = l * alpha + reduce(pj, tid, false);
-            uint rows = min(WG, n_kv - j0);
             for (uint c = 0u; c < PER; c++) {
                 uint i = tid + c * WG;
                 if (i < hd) {
