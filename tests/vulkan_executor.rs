@@ -269,7 +269,9 @@ fn profiled_runs_time_every_kernel() {
     let stats = &gpu.recording_stats()[0];
     let profile = stats.profile.as_ref().expect("a profile");
     eprintln!("{stats:?}");
-    assert_eq!(stats.barriers, stats.dispatches, "one between every two dispatches and one after the last");
+    // One between every two dispatches and one after the last, and on a discrete GPU one
+    // after the upload of the run's sizes that starts the recording.
+    assert!((stats.dispatches..=stats.dispatches + 1).contains(&stats.barriers), "{} barriers", stats.barriers);
     assert_eq!(profile.runs, runs);
     assert_eq!(profile.kernels.iter().map(|k| k.dispatches).sum::<usize>(), stats.dispatches);
     let names: Vec<&str> = profile.kernels.iter().map(|k| k.kernel).collect();

@@ -177,12 +177,13 @@ fn coopmat_kernel_is_chosen_where_the_device_has_cooperative_matrices() {
     let info = ks.device().info();
     let tiled = MatKind::choose(512, 64).for_device(info);
     match info.coopmat_matmul() {
-        Some(subgroup) => assert_eq!(tiled, MatKind::Coop { subgroup }),
+        Some(subgroup) if kernels::coopmat_requested() => assert_eq!(tiled, MatKind::Coop { subgroup }),
+        Some(_) => assert_eq!(tiled, MatKind::Tiled, "opt-in only"),
         None => {
             eprintln!("{}: no cooperative-matrix kernel ({:?})", info.name, info.features);
             assert_eq!(tiled, MatKind::Tiled);
-            // The H200 of the device runs (scripts/device_vulkan_tests) has them: it must use them.
-            assert!(!info.name.contains("NVIDIA H200") || std::env::var_os("HRX_VK_NO_COOPMAT").is_some(), "{:?}", info.features);
+            // The H200 of the device runs (scripts/device_vulkan_tests) has them.
+            assert!(!info.name.contains("NVIDIA H200"), "{:?}", info.features);
         }
     }
     // Vector products never take it.
@@ -207,7 +208,7 @@ fn plans_for_a_device_name_its_kernel_variants() {
         other => panic!("{other:?}"),
     };
     let want_vec = if info.subgroup_matvec().is_some() { "mul_mat_vec_sg_q4_k" } else { "mul_mat_vec_q4_k" };
-    let want_mat = if info.coopmat_matmul().is_some() { "mul_mat_cm_q4_k" } else { "mul_mat_q4_k" };
+    let want_mat = if info.coopmat_matmul().is_some() && kernels::coopmat_requested() { "mul_mat_cm_q4_k" } else { "mul_mat_q4_k" };
     assert_eq!((kernel(vec), kernel(mat)), (want_vec, want_mat));
 }
 

@@ -15,8 +15,8 @@ usage: hrx doctor [--json]
 For each device: name, type, vendor and device ids, Vulkan API version, driver name,
 info and version; memory heaps (size, device-local, host-visible); subgroup size and
 operations, and whether the matrix-vector kernels use them (HRX_VK_NO_SUBGROUP=1 keeps
-the portable ones); whether the matrix-matrix kernels use cooperative matrices (f16
-16x16x16, Vulkan 1.3; HRX_VK_NO_COOPMAT=1 keeps the portable tiled ones); shared memory, workgroup and push-constant limits; the optional features
+the portable ones); whether the device can run the cooperative-matrix matrix-matrix kernels
+(f16 16x16x16, Vulkan 1.3; used with HRX_VK_COOPMAT=1, else the portable tiled ones); shared memory, workgroup and push-constant limits; the optional features
 hrx may use (fp16 / int8 arithmetic and storage, subgroup size control, integer dot
 products, cooperative matrices); whether dispatches can be timed (HRX_VK_PROFILE=1:
 timestamps on the compute queue). Then the device hrx picks: discrete > integrated >
@@ -113,7 +113,11 @@ impl Report {
             let matvec = if d.subgroup_matvec().is_some() { "subgroup (mul_mat_vec_sg)" } else { "portable (mul_mat_vec)" };
             let stage = if d.subgroup_in_compute { "" } else { " (not in compute shaders)" };
             writeln!(out, "    subgroups       size {}, ops: {ops}{stage}; matrix-vector kernels: {matvec}", d.subgroup_size)?;
-            let matmat = if d.coopmat_matmul().is_some() { "cooperative matrices (mul_mat_cm)" } else { "portable tiles (mul_mat)" };
+            let matmat = match (d.coopmat_matmul().is_some(), crate::backend::vulkan::kernels::coopmat_requested()) {
+                (true, true) => "cooperative matrices (mul_mat_cm, HRX_VK_COOPMAT=1)",
+                (true, false) => "portable tiles (mul_mat); cooperative matrices available with HRX_VK_COOPMAT=1",
+                (false, _) => "portable tiles (mul_mat)",
+            };
             writeln!(out, "    matrix-matrix   {matmat}")?;
             writeln!(
                 out,

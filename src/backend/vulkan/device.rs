@@ -104,7 +104,7 @@ impl Device {
             create = create.push_next(&mut coopmat_features).push_next(&mut v12).push_next(&mut v13);
         } else {
             // Kernel choice reads the device's info: without the features enabled, never the
-            // cooperative-matrix kernel (whatever HRX_VK_NO_COOPMAT says later).
+            // cooperative-matrix kernel.
             info.features.cooperative_matrix_f16 = false;
         }
         // SAFETY: the physical device belongs to `instance`; the create info outlives the call.

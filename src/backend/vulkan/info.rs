@@ -142,18 +142,16 @@ impl DeviceInfo {
     /// The subgroup size of the cooperative-matrix product (`mul_mat_cm_*`, workgroups of
     /// four subgroups), where the device runs it: f16 16 x 16 x 16 cooperative matrices, f16
     /// arithmetic, the Vulkan memory model, full subgroups of a fixed size from 8 to 64 (on a
-    /// Vulkan 1.3 device), and
-    /// the kernel's shared memory. None also when HRX_VK_NO_COOPMAT=1 asks for the portable
-    /// tiled kernel.
+    /// Vulkan 1.3 device), and the kernel's shared memory. Whether hrx uses it is
+    /// `MatKind::for_device`'s choice.
     pub fn coopmat_matmul(&self) -> Option<u32> {
-        let off = std::env::var("HRX_VK_NO_COOPMAT").is_ok_and(|v| v == "1");
         let f = &self.features;
         let size_ok = self.subgroup_size.is_power_of_two() && (8..=64).contains(&self.subgroup_size);
         let fits = self.max_shared_memory >= COOPMAT_SHARED_BYTES && self.max_workgroup_invocations >= 4 * self.subgroup_size;
         // Vulkan 1.3: the features it needs are core, enabled without further extensions.
         let core = self.api_version >= (1, 3, 0);
         let usable = core && f.cooperative_matrix_f16 && f.float16 && f.memory_model && f.full_subgroups && self.subgroup_in_compute;
-        (!off && usable && size_ok && fits).then_some(self.subgroup_size)
+        (usable && size_ok && fits).then_some(self.subgroup_size)
     }
 
     /// Whether dispatches can be timed on the compute queue (`HRX_VK_PROFILE`).

@@ -46,15 +46,23 @@ impl MatKind {
     }
 
     /// `choose`'s kernel as the device with info `info` runs it best: the subgroup vector
-    /// kernel in place of the portable one where `DeviceInfo::subgroup_matvec` allows it, the
-    /// cooperative-matrix one in place of the tiled one where `DeviceInfo::coopmat_matmul` does.
+    /// kernel in place of the portable one where `DeviceInfo::subgroup_matvec` allows it, and,
+    /// when HRX_VK_COOPMAT=1 asks for it, the cooperative-matrix one in place of the tiled one
+    /// where `DeviceInfo::coopmat_matmul` allows it. Opt-in because on the H200 it is still
+    /// slower than the tiled f32 kernel (2B shape, pp512: 4,115 against 4,629 tokens/s): its
+    /// three products per tile (for f32 accuracy) and 64 x 64 tiles leave it bound by staging.
     pub fn for_device(self, info: &DeviceInfo) -> MatKind {
         match self {
             MatKind::Vec => info.subgroup_matvec().map_or(self, |subgroup| MatKind::VecSg { subgroup }),
-            MatKind::Tiled => info.coopmat_matmul().map_or(self, |subgroup| MatKind::Coop { subgroup }),
+            MatKind::Tiled if coopmat_requested() => info.coopmat_matmul().map_or(self, |subgroup| MatKind::Coop { subgroup }),
             kind => kind,
         }
     }
+}
+
+/// HRX_VK_COOPMAT=1: use the cooperative-matrix product where the device has it.
+pub fn coopmat_requested() -> bool {
+    std::env::var("HRX_VK_COOPMAT").is_ok_and(|v| v == "1")
 }
 
 pub fn launch(kind: MatKind, w: &Operand, x: &Operand, out: &Operand, dynamic: Option<Dyn>) -> Result<Launch> {

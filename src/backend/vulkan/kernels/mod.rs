@@ -14,7 +14,7 @@ mod rope;
 mod rows;
 mod unary;
 
-pub use matmul::MatKind;
+pub use matmul::{coopmat_requested, MatKind};
 
 use super::device::Device;
 use super::error::{Result, VkError};
