@@ -1,5 +1,5 @@
 //! d = w^T x (ggml's mul_mat) with quantized or float weights and f32 activations:
-//! `mul_mat_vec.comp` for a few columns, `mul_mat.comp` (128 x 128 tiles) for many, and
+//! `mul_mat_vec.comp` for a few columns, `mul_mat.comp` (64 x 64 tiles) for many, and
 //! `mul_mat_rows.comp` (a thread per output value) for a few columns of short rows. Devices
 //! with subgroup arithmetic in compute shaders take `mul_mat_vec_sg.comp` (a subgroup per
 //! output row, reduced by subgroupAdd) instead of `mul_mat_vec.comp`, and devices with f16
@@ -20,7 +20,7 @@ pub enum MatKind {
     /// As `Vec`, but one subgroup (of this many lanes) per row and column, reduced with
     /// subgroupAdd: 128 / subgroup rows per workgroup.
     VecSg { subgroup: u32 },
-    /// 128 x 128 output tiles through shared memory.
+    /// 64 x 64 output tiles through shared memory.
     Tiled,
     /// As `Tiled`, multiplied on cooperative matrices by four subgroups of this many lanes.
     Coop { subgroup: u32 },
@@ -125,7 +125,7 @@ pub fn launch(kind: MatKind, w: &Operand, x: &Operand, out: &Operand, dynamic: O
             }
             Grid::Mat { rows: rows_wg as usize, cols: 1 }
         }
-        MatKind::Tiled => Grid::Mat { rows: 128, cols: 128 },
+        MatKind::Tiled => Grid::Mat { rows: 64, cols: 64 },
         MatKind::Coop { subgroup } => {
             if !subgroup.is_power_of_two() || !(8..=64).contains(&subgroup) {
                 return Err(VkError::Invalid(format!("mul_mat_cm: subgroup size {subgroup}")));
