@@ -13,7 +13,6 @@ layout(push_constant) uniform Params {
     uint K;        // inner dimension
     uint w_off;    // byte offset of w's first row
     uint w_nb1;    // bytes per row of w
-    uint rows_wg;  // mul_mat_vec_sg: rows per workgroup asked for (others: 0)
 } p;
 
 // Float offsets of column c of x and of d.

@@ -2,24 +2,19 @@
 #extension GL_KHR_shader_subgroup_basic : require
 #extension GL_KHR_shader_subgroup_arithmetic : require
 // Matrix-vector product through subgroups, for devices with subgroup arithmetic in compute
-// shaders: whole subgroups of a workgroup compute one row of w against one column of x. The
-// lanes of a row take consecutive pieces of it (so a block is read once, by neighbouring
-// lanes), accumulate in f32 and reduce with subgroupAdd, then, for rows of several subgroups,
-// through shared memory. Q4_K, Q6_K and Q8_0 lanes decode 8, 16 and 8 values per step under
-// one read of a block's scales. A workgroup (128 threads, whole subgroups of any power-of-two
-// size up to 128) computes p.rows_wg rows, or fewer when its subgroups are wider than
-// 128 / p.rows_wg lanes: long rows get many lanes, so each lane walks few steps (their loads
-// in flight together) rather than one subgroup walking the row step after dependent step.
-// Grid-stride loops over row groups (x) and columns (y), so any shape fits in any grid.
+// shaders: each subgroup of a workgroup computes one row of w against one column of x. Its
+// lanes take consecutive pieces of the row (so a block is read once, by neighbouring lanes),
+// accumulate in f32 and reduce with subgroupAdd: no shared memory, no barriers. Q4_K, Q6_K
+// and Q8_0 lanes decode 8, 16 and 8 values per step under one read of a block's scales.
+// A workgroup (128 threads, whole subgroups of any power-of-two size up to 128) computes
+// gl_NumSubgroups rows; grid-stride loops over row groups (x) and columns (y), so any shape
+// fits in any grid.
 
 #include "common.glsl"
 #include "mul_mat_params.glsl"
 #include "wtype.glsl"
 
 layout(local_size_x = 128) in;
-
-// One subgroup's partial sum, for rows of several subgroups.
-shared float partial[128];
 
 vec4 x4(uint i) {
     return vec4(x[i], x[i + 1u], x[i + 2u], x[i + 3u]);
@@ -113,38 +108,21 @@ float row_dot(uint row, uint xo, uint lane, uint step) {
 void main() {
     uvec4 ne = runtime_ne(p.ne, p.dyn);
     uint cols = ne.y * ne.z * ne.w;
-    // Lanes per row: whole subgroups, 128 / rows_wg of them where the subgroup is narrower.
-    uint step = max(128u / max(p.rows_wg, 1u), gl_SubgroupSize);
-    uint per_row = step / gl_SubgroupSize;
-    uint rows = max(gl_NumSubgroups / per_row, 1u);
-    uint row_in_group = gl_SubgroupID / per_row;
-    uint lane = (gl_SubgroupID % per_row) * gl_SubgroupSize + gl_SubgroupInvocationID;
+    uint lane = gl_SubgroupInvocationID;
+    uint step = gl_SubgroupSize;
+    uint rows = gl_NumSubgroups;
     uint n_groups = (ne.x + rows - 1u) / rows;
     for (uint c = gl_WorkGroupID.y; c < cols; c += gl_NumWorkGroups.y) {
         uvec2 off = column_offsets(c, ne);
         for (uint g = gl_WorkGroupID.x; g < n_groups; g += gl_NumWorkGroups.x) {
-            uint n = g * rows + row_in_group;
-            // Every lane reaches subgroupAdd (and the barriers below): rows past the end
-            // add zeros and write nothing.
-            float acc = n < ne.x && row_in_group < rows ? row_dot(p.w_off + n * p.w_nb1, off.x, lane, step) : 0.0;
-            acc = subgroupAdd(acc);
-            if (per_row == 1u) {
-                if (gl_SubgroupInvocationID == 0u && n < ne.x && row_in_group < rows) {
+            uint n = g * rows + gl_SubgroupID;
+            // Uniform in the subgroup: all its lanes reach subgroupAdd or none does.
+            if (n < ne.x) {
+                float acc = row_dot(p.w_off + n * p.w_nb1, off.x, lane, step);
+                acc = subgroupAdd(acc);
+                if (lane == 0u) {
                     d[off.y + n] = acc;
                 }
-            } else {
-                if (gl_SubgroupInvocationID == 0u) {
-                    partial[gl_SubgroupID] = acc;
-                }
-                barrier();
-                if (lane == 0u && n < ne.x && row_in_group < rows) {
-                    float sum = 0.0;
-                    for (uint s = 0u; s < per_row; s++) {
-                        sum += partial[row_in_group * per_row + s];
-                    }
-                    d[off.y + n] = sum;
-                }
-                barrier();
             }
         }
     }

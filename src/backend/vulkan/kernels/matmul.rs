@@ -10,7 +10,7 @@ use crate::backend::vulkan::error::{Result, VkError};
 use crate::backend::vulkan::info::DeviceInfo;
 
 /// Words of `mul_mat_params.glsl`'s push constants.
-pub const PUSH_WORDS: usize = 20;
+pub const PUSH_WORDS: usize = 19;
 
 /// Which matrix kernel.
 #[derive(Clone, Copy, Debug, PartialEq, Eq, Hash)]
@@ -60,20 +60,6 @@ impl MatKind {
     }
 }
 
-/// Rows per 128-thread workgroup of `mul_mat_vec_sg` for rows of `k` values: enough lanes per
-/// row (whole subgroups, at most 128) that each lane takes about two steps along the row.
-fn vec_sg_rows(wt: WType, k: usize, subgroup: u32) -> u32 {
-    // Values a lane decodes per step (mul_mat_vec_sg.comp's row_dot).
-    let per_step = match wt {
-        WType::Q4K | WType::Q8_0 => 8,
-        WType::Q6K => 16,
-        WType::F32 | WType::F16 => 4,
-    };
-    let steps = (k / per_step).max(1);
-    let lanes = (1u32 << (steps / 2).max(1).ilog2()).max(subgroup).min(128);
-    128 / lanes
-}
-
 /// HRX_VK_COOPMAT=1: use the cooperative-matrix product where the device has it.
 pub fn coopmat_requested() -> bool {
     std::env::var("HRX_VK_COOPMAT").is_ok_and(|v| v == "1")
@@ -112,18 +98,13 @@ pub fn launch(kind: MatKind, w: &Operand, x: &Operand, out: &Operand, dynamic: O
     push.push(word(w.nb[1], "w row bytes")?);
     // The last byte of w must be addressable by 32-bit byte offsets.
     word(w.offset + w.nb[1] * n, "w extent")?;
-    let rows_wg = match kind {
-        MatKind::VecSg { subgroup } => vec_sg_rows(wt, k, subgroup),
-        _ => 0,
-    };
-    push.push(rows_wg);
     let grid = match kind {
         MatKind::Vec => Grid::Mat { rows: 4, cols: 1 },
         MatKind::VecSg { subgroup } => {
             if !subgroup.is_power_of_two() || !(4..=128).contains(&subgroup) {
                 return Err(VkError::Invalid(format!("mul_mat_vec_sg: subgroup size {subgroup}")));
             }
-            Grid::Mat { rows: rows_wg as usize, cols: 1 }
+            Grid::Mat { rows: 128 / subgroup as usize, cols: 1 }
         }
         MatKind::Tiled => Grid::Mat { rows: 64, cols: 64 },
         MatKind::Coop { subgroup } => {
@@ -135,24 +116,4 @@ pub fn launch(kind: MatKind, w: &Operand, x: &Operand, out: &Operand, dynamic: O
         MatKind::Rows => Grid::Mat { rows: 64, cols: 1 },
     };
     Ok(Launch { kernel: KernelId::MatMul(kind, wt), push, grid, grid_input: None })
-}
-
-#[cfg(test)]
-mod tests {
-    use super::*;
-
-    #[test]
-    fn long_rows_get_whole_workgroups_short_rows_share_them() {
-        // 2B shape: K = 2048 (Q4_K) and 6144 (Q6_K): one row per workgroup, 2-3 steps a lane.
-        assert_eq!(vec_sg_rows(WType::Q4K, 2048, 32), 1);
-        assert_eq!(vec_sg_rows(WType::Q6K, 6144, 32), 1);
-        // Short rows: one subgroup each, as many rows as subgroups.
-        assert_eq!(vec_sg_rows(WType::Q4K, 256, 32), 4);
-        assert_eq!(vec_sg_rows(WType::Q8_0, 32, 8), 16);
-        assert_eq!(vec_sg_rows(WType::F16, 1024, 64), 1);
-        assert_eq!(vec_sg_rows(WType::F32, 64, 16), 8);
-        // Never more lanes than the workgroup, never a panic on odd sizes.
-        assert_eq!(vec_sg_rows(WType::F32, 1, 256), 1);
-        assert_eq!(vec_sg_rows(WType::Q4K, 1 << 20, 4), 1);
-    }
 }
