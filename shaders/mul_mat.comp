@@ -14,6 +14,9 @@
 
 layout(local_size_x = 256) in;
 
+// x again, as vec4s (see mul_mat_vec_sg.comp): one load instead of four where aligned.
+layout(set = 0, binding = 2) readonly buffer X4 { vec4 x_vec4[]; };
+
 shared float ws[BK][BN + 4u];
 shared float xs[BK][BM + 4u];
 
@@ -49,7 +52,8 @@ void main() {
                         wv = load_w4(w_row, k);
                     }
                     if (c_load < cols) {
-                        xv = vec4(x[x_col + k], x[x_col + k + 1u], x[x_col + k + 2u], x[x_col + k + 3u]);
+                        uint at = x_col + k;
+                        xv = (at & 3u) == 0u ? x_vec4[at >> 2u] : vec4(x[at], x[at + 1u], x[at + 2u], x[at + 3u]);
                     }
                 } else {
                     for (uint i = 0u; i < 4u; i++) {

@@ -16,7 +16,15 @@
 
 layout(local_size_x = 128) in;
 
+// x again, as vec4s: one load instead of four where a column's offset allows (it does for
+// every arena value, whose slots are 256-byte aligned). Load instructions, not bytes, bound
+// these kernels: a lane decodes a few bytes of weights per step.
+layout(set = 0, binding = 2) readonly buffer X4 { vec4 x_vec4[]; };
+
 vec4 x4(uint i) {
+    if ((i & 3u) == 0u) {
+        return x_vec4[i >> 2u];
+    }
     return vec4(x[i], x[i + 1u], x[i + 2u], x[i + 3u]);
 }
 
@@ -29,18 +37,47 @@ vec4 bytes4(uint v) {
 #if defined(W_Q4_K)
 // 8 values per lane and step: the low and high nibbles of one word of qs (values l..l+3 of
 // sub-blocks 2c and 2c+1), with the block's d, dmin and the two scales and mins.
+// Byte i of the 12 scale bytes held as three words.
+uint scale_byte(uvec3 s, uint i) {
+    return (s[i / 4u] >> (8u * (i % 4u))) & 0xFFu;
+}
+
+// Scale and min of sub-block j from the scale words (q4_k_scale_min's layout).
+vec2 q4_k_scale_min_words(uvec3 s, uint j) {
+    if (j < 4u) {
+        return vec2(float(scale_byte(s, j) & 63u), float(scale_byte(s, j + 4u) & 63u));
+    }
+    uint lo = scale_byte(s, j + 4u);
+    return vec2(float((lo & 15u) | ((scale_byte(s, j - 4u) >> 6u) << 4u)), float((lo >> 4u) | ((scale_byte(s, j) >> 6u) << 4u)));
+}
+
 float row_dot(uint row, uint xo, uint lane, uint step) {
     float acc = 0.0;
     uint units = (p.K / 256u) * 32u;
+    // Blocks are 144 bytes: with a 4-byte aligned row every word below is aligned.
+    bool aligned = (row & 3u) == 0u;
     for (uint u = lane; u < units; u += step) {
         uint b = u / 32u;
         uint c = (u % 32u) / 8u;
         uint l = (u % 8u) * 4u;
         uint blk = row + b * 144u;
-        vec2 dm = unpackHalf2x16(load_u32(blk));
-        vec2 s0 = q4_k_scale_min(blk, 2u * c);
-        vec2 s1 = q4_k_scale_min(blk, 2u * c + 1u);
-        uint q = load_u32(blk + 16u + 32u * c + l);
+        vec2 dm;
+        vec2 s0;
+        vec2 s1;
+        uint q;
+        if (aligned) {
+            uint at = blk >> 2u;
+            dm = unpackHalf2x16(w[at]);
+            uvec3 s = uvec3(w[at + 1u], w[at + 2u], w[at + 3u]);
+            s0 = q4_k_scale_min_words(s, 2u * c);
+            s1 = q4_k_scale_min_words(s, 2u * c + 1u);
+            q = w[at + 4u + 8u * c + l / 4u];
+        } else {
+            dm = unpackHalf2x16(load_u32(blk));
+            s0 = q4_k_scale_min(blk, 2u * c);
+            s1 = q4_k_scale_min(blk, 2u * c + 1u);
+            q = load_u32(blk + 16u + 32u * c + l);
+        }
         uint xi = xo + b * 256u + 64u * c + l;
         vec4 x0 = x4(xi);
         vec4 x1 = x4(xi + 32u);

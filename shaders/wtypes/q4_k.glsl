@@ -18,9 +18,20 @@ vec2 q4_k_scale_min(uint blk, uint s) {
 vec4 load_w4(uint row, uint k) {
     uint blk = row + (k / 256u) * 144u;
     uint v = k % 256u;
-    vec2 dm = unpackHalf2x16(load_u32(blk));
-    vec2 sm = q4_k_scale_min(blk, v / 32u);
-    uint q = load_u32(blk + 16u + 32u * (v / 64u) + (v % 32u));
+    vec2 dm;
+    vec2 sm;
+    uint q;
+    uint qat = blk + 16u + 32u * (v / 64u) + (v % 32u);
+    if ((blk & 3u) == 0u) {
+        // Aligned blocks (any 4-byte aligned row): whole-word reads, no shifts across words.
+        dm = unpackHalf2x16(w[blk >> 2u]);
+        sm = q4_k_scale_min(blk, v / 32u);
+        q = w[qat >> 2u];
+    } else {
+        dm = unpackHalf2x16(load_u32(blk));
+        sm = q4_k_scale_min(blk, v / 32u);
+        q = load_u32(qat);
+    }
     if ((v & 32u) != 0u) {
         q >>= 4u;
     }
