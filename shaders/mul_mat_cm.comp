@@ -151,7 +151,8 @@ void main() {
                 uint c = ct * BM + cl;
                 uint n = nt * BN + nl;
                 if (c < cols && n < ne.x) {
-                    d[column_offsets(c, ne).y + n] = tile[cl * LDC + nl];
+                    uint at = column_offsets(c, ne).y + n;
+                    d[at] = with_residual(tile[cl * LDC + nl], at);
                 }
             }
             barrier();

@@ -1,8 +1,11 @@
-// Bindings and push constants shared by mul_mat and mul_mat_vec: d[n, c] = sum_k w[k, n] x[k, c]
-// (ggml's mul_mat). Output columns c = (m, i2, i3) over ne.yzw; w has one matrix for all.
+// Bindings and push constants shared by the matrix kernels: d[n, c] = sum_k w[k, n] x[k, c]
+// (ggml's mul_mat), plus r[n, c] when a residual is fused in (a matrix product whose only
+// consumer adds it to r: one dispatch instead of two, the same rounding). Output columns
+// c = (m, i2, i3) over ne.yzw; w has one matrix for all.
 
 layout(set = 0, binding = 1) readonly buffer W { uint w[]; };
 layout(set = 0, binding = 2) readonly buffer X { float x[]; };
+layout(set = 0, binding = 3) readonly buffer R { float r[]; };
 layout(set = 0, binding = 5) writeonly buffer D { float d[]; };
 
 layout(push_constant) uniform Params {
@@ -13,7 +16,15 @@ layout(push_constant) uniform Params {
     uint K;        // inner dimension
     uint w_off;    // byte offset of w's first row
     uint w_nb1;    // bytes per row of w
+    uint r_off;    // a residual r added to d (laid out as d, from float r_off); NO_RESIDUAL: none
 } p;
+
+#define NO_RESIDUAL 0xFFFFFFFFu
+
+// What d holds at float index `at` for the product `v`: v, plus the residual's value there.
+float with_residual(float v, uint at) {
+    return p.r_off == NO_RESIDUAL ? v : v + r[p.r_off + at - p.d_nb.x];
+}
 
 // Float offsets of column c of x and of d.
 uvec2 column_offsets(uint c, uvec4 ne) {

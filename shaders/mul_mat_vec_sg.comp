@@ -158,7 +158,7 @@ void main() {
                 float acc = row_dot(p.w_off + n * p.w_nb1, off.x, lane, step);
                 acc = subgroupAdd(acc);
                 if (lane == 0u) {
-                    d[off.y + n] = acc;
+                    d[off.y + n] = with_residual(acc, off.y + n);
                 }
             }
         }

@@ -113,7 +113,7 @@ fn check_matmul(ks: &KernelSet, rng: &mut Rng, dtype: DType, k: usize, n: usize,
     let out = Strided::new(rng, [n, cols[0], cols[1], cols[2]], 1, 7);
     let x_bytes = f32_bytes(&x.data);
     for kind in mat_kinds(ks) {
-        let launch = kernels::launch_mat(kind, &w_op, &x.operand(), &out.operand(), None).unwrap();
+        let launch = kernels::launch_mat(kind, &w_op, &x.operand(), &out.operand(), None, None).unwrap();
         let e = compare(ks, &Op::MatMul, &launch, [(&w_bytes, w_in), (&x_bytes, x.input())], &out, max);
         eprintln!("{:<20} K={k:<4} N={n:<3} cols={cols:?} max={max:?}: nmse {e:.3e}", launch.kernel.name());
         let tol = if matches!(kind, MatKind::Coop { .. }) { COOP_NMSE } else { MAT_NMSE };
@@ -169,6 +169,45 @@ fn subgroup_kernel_is_chosen_where_the_device_has_subgroup_arithmetic() {
     // Only the vector kernel has a subgroup variant (the tiled one may have a cooperative one).
     assert!(matches!(MatKind::choose(512, 64).for_device(info), MatKind::Tiled | MatKind::Coop { .. }));
     assert_eq!(MatKind::choose(64, 1).for_device(info), MatKind::Rows);
+}
+
+#[test]
+fn matmul_with_a_fused_residual_every_kernel() {
+    // d = w^T x + r in one dispatch (the executor fuses a product with the ADD consuming it).
+    let Some(ks) = kernel_set("mm-residual") else { return };
+    let mut rng = Rng::new(16);
+    let (k, n) = (512, 70);
+    let w_bytes = quantized(&mut rng, DType::Q4K, k, n);
+    let w_ne = [k, n, 1, 1];
+    let w_op = Operand { dtype: DType::Q4K, ne: w_ne, nb: contiguous_strides(DType::Q4K, w_ne), offset: 0, dynamic: None };
+    let w_in = In { data: Data::Bytes(&w_bytes), dtype: DType::Q4K, offset: 0, ne: w_ne, nb: w_op.nb };
+    for cols in [3, 20] {
+        let x = Strided::new(&mut rng, [k, cols, 1, 1], 0, 0);
+        let out = Strided::new(&mut rng, [n, cols, 1, 1], 0, 0);
+        let residual = Strided::new(&mut rng, [n, cols, 1, 1], 0, 0);
+        let mut want = vec![0.0; out.data.len()];
+        let mut o = Out { data: &mut want, offset: 0, ne: out.ne, nb: out.nb };
+        execute(&Op::MatMul, &[w_in, x.input()], &mut o, Kernels::Reference, 1).unwrap();
+        want.iter_mut().zip(&residual.data).for_each(|(v, r)| *v += r);
+        let dev = ks.device();
+        let bufs = [upload(dev, &w_bytes, 0), upload(dev, &f32_bytes(&x.data), 0), upload(dev, &f32_bytes(&residual.data), 0)];
+        for kind in mat_kinds(&ks) {
+            let launch = kernels::launch_mat(kind, &w_op, &x.operand(), &out.operand(), Some(&residual.operand()), None).unwrap();
+            let out_buf = dev.buffer((out.data.len() * 4) as u64, Location::Device, "test output").unwrap();
+            out_buf.write_f32(0, &vec![f32::NAN; out.data.len()]).unwrap();
+            run(&ks, &launch, &[], &[&bufs[0], &bufs[1], &bufs[2]], &out_buf, out.ne, None);
+            let got = out_buf.read_f32(0, out.data.len()).unwrap();
+            let e = nmse(&got, &want);
+            eprintln!("{:<20} + residual, cols={cols}: nmse {e:.3e}", launch.kernel.name());
+            let tol = if matches!(kind, MatKind::Coop { .. }) { COOP_NMSE } else { MAT_NMSE };
+            assert!(e < tol, "{} + residual cols={cols}: nmse {e}", launch.kernel.name());
+        }
+    }
+    // A residual laid out otherwise than the output is refused.
+    let x_op = Operand::contiguous(DType::F32, [k, 3, 1, 1], 0);
+    let d_op = Operand::contiguous(DType::F32, [n, 3, 1, 1], 0);
+    let r_op = Operand::contiguous(DType::F32, [n, 4, 1, 1], 0);
+    assert!(kernels::launch_mat(MatKind::Tiled, &w_op, &x_op, &d_op, Some(&r_op), None).is_err());
 }
 
 #[test]
@@ -248,7 +287,7 @@ fn subgroup_kernel_fits_any_grid() {
         let out = Strided::new(&mut rng, [n, cols[0], cols[1], cols[2]], 0, 0);
         let x_bytes = f32_bytes(&x.data);
         for subgroup in [4, 8, 32, 128] {
-            let launch = kernels::launch_mat(MatKind::VecSg { subgroup }, &w_op, &x.operand(), &out.operand(), None).unwrap();
+            let launch = kernels::launch_mat(MatKind::VecSg { subgroup }, &w_op, &x.operand(), &out.operand(), None, None).unwrap();
             let e = compare(&ks, &Op::MatMul, &launch, [(&w_bytes, w_in), (&x_bytes, x.input())], &out, None);
             eprintln!("{:<20} grid for subgroup {subgroup}: nmse {e:.3e}", launch.kernel.name());
             assert!(e < MAT_NMSE, "{} grid for subgroup {subgroup}: nmse {e}", launch.kernel.name());
@@ -257,7 +296,7 @@ fn subgroup_kernel_fits_any_grid() {
     let w_op = Operand::contiguous(DType::F32, [64, 4, 1, 1], 0);
     let x_op = Operand::contiguous(DType::F32, [64, 1, 1, 1], 0);
     let d_op = Operand::contiguous(DType::F32, [4, 1, 1, 1], 0);
-    assert!(kernels::launch_mat(MatKind::VecSg { subgroup: 48 }, &w_op, &x_op, &d_op, None).is_err());
+    assert!(kernels::launch_mat(MatKind::VecSg { subgroup: 48 }, &w_op, &x_op, &d_op, None, None).is_err());
 }
 
 #[test]
@@ -344,7 +383,7 @@ fn one_recording_replays_for_any_token_count() {
     cmd.begin().unwrap();
     let mut launches = Vec::new();
     for (i, &kind) in kinds.iter().enumerate() {
-        let launch = kernels::launch_mat(kind, &w_op, &x_op, &d_op, dynamic).unwrap();
+        let launch = kernels::launch_mat(kind, &w_op, &x_op, &d_op, None, dynamic).unwrap();
         let pipeline = ks.pipeline(launch.kernel).unwrap();
         let set = pool.bind(&pipeline, &[&sizes, &w_buf, &x_buf, &sizes, &sizes, &d_buf]).unwrap();
         cmd.dispatch_indirect(&pipeline, &set, &launch.push, &args, 12 * i as u64).unwrap();

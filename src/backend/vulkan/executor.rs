@@ -288,7 +288,9 @@ fn record(device: &Device, ks: &KernelSet, plan: Plan, storage_of: Vec<usize>, s
     let graph = &plan.graph;
     let info = device.info();
     let (max_range, align) = (u64::from(info.max_storage_buffer_range), info.min_storage_buffer_offset_alignment.max(1));
-    // Dispatches: one per compute node, more for matrices split over row ranges.
+    let fusions = residual_fusions(&plan, max_range, align);
+    // Dispatches: one per compute node, more for matrices split over row ranges, none for
+    // the ADDs fused into their products.
     let n_runs: usize = graph
         .nodes
         .iter()
@@ -302,7 +304,8 @@ fn record(device: &Device, ks: &KernelSet, plan: Plan, storage_of: Vec<usize>, s
             }
             _ => 1,
         })
-        .sum();
+        .sum::<usize>()
+        - fusions.len();
     let words = RunWords::new(device, graph.symbols.len(), n_runs)?;
     let (sizes, args, args_at) = (&words.local, &words.local, words.args_at);
     let pool = DescriptorPool::new(device, n_runs.max(1) as u32, BINDINGS)?;
@@ -318,9 +321,10 @@ fn record(device: &Device, ks: &KernelSet, plan: Plan, storage_of: Vec<usize>, s
     let mut launches = Vec::with_capacity(n_runs);
     let mut hazards = Hazards::default();
     for (i, node) in graph.nodes.iter().enumerate() {
-        if !matches!(plan.placements[i], Placement::Run { .. }) {
+        if !matches!(plan.placements[i], Placement::Run { .. }) || fusions.iter().any(|f| f.add == i) {
             continue;
         }
+        let fused = fusions.iter().find(|f| f.product == i);
         // The buffer of value `id`, its byte offset there, and the value.
         let locate = |id: NodeId| -> Result<(&Buffer, usize, Value)> {
             let loc = plan.locs[id.0].ok_or_else(|| VkError::Invalid(format!("node {i}: value {} has no address", id.0)))?;
@@ -334,8 +338,12 @@ fn record(device: &Device, ks: &KernelSet, plan: Plan, storage_of: Vec<usize>, s
         if node.inputs.len() > MAX_INPUTS {
             return Err(VkError::Invalid(format!("node {i} ({}): {} inputs", node.name, node.inputs.len())));
         }
-        let ins = node.inputs.iter().map(|&id| locate(id)).collect::<Result<Vec<_>>>()?;
-        let out = locate(NodeId(i))?;
+        let mut ins = node.inputs.iter().map(|&id| locate(id)).collect::<Result<Vec<_>>>()?;
+        // A fused residual is the product's input 3 (binding 3); the add's output is written.
+        if let Some(f) = fused {
+            ins.push(locate(f.residual)?);
+        }
+        let out = locate(NodeId(fused.map_or(i, |f| f.add)))?;
         // What the node reads and writes, whole: the pieces of a split matrix below read the
         // same input and disjoint weight rows and write disjoint output rows, so they need no
         // barrier between them (and the arena never gives a node's output the bytes of one of
@@ -371,7 +379,7 @@ fn record(device: &Device, ks: &KernelSet, plan: Plan, storage_of: Vec<usize>, s
             let (out_window, out_op) = bind_window(out.0, out.1, &out.2, max_range, align).map_err(failed)?;
             let operands: Vec<Operand> = bound_ins.iter().map(|(_, o)| *o).collect();
             let launch = match (piece, &node.op) {
-                (Some(_), _) | (None, Op::MatMul) => kernels::launch_mat(kind, &operands[0], &operands[1], &out_op, node.value.dyn_axis.map(Into::into)),
+                (Some(_), _) | (None, Op::MatMul) => kernels::launch_mat(kind, &operands[0], &operands[1], &out_op, operands.get(2), out.2.dyn_axis.map(Into::into)),
                 (None, _) => kernels::launch(&node.op, &operands, &out_op, node.value.dyn_axis.map(Into::into)),
             }
             .map_err(|e| VkError::Invalid(format!("graph {} node {i} ({}): {e}", graph.name, node.name)))?;
@@ -435,6 +443,52 @@ fn record(device: &Device, ks: &KernelSet, plan: Plan, storage_of: Vec<usize>, s
         None => None,
     };
     Ok(Recorded { plan, storage_of, words, launches, barriers, cmd, readback, timing })
+}
+
+/// A matrix product recorded with the ADD that consumes it: one dispatch computing
+/// `add = product + residual`.
+struct ResidualFusion {
+    product: usize,
+    add: usize,
+    residual: NodeId,
+}
+
+/// The products that fuse with their ADD: the ADD is the next dispatched node (so nothing
+/// runs between, and the arena's lifetimes still hold when the product writes the ADD's
+/// output early), the product's only use, not split over row ranges (weights within one
+/// storage-buffer window: `max_range`, `align`), and its other input is an f32 value laid out
+/// as its output. HRX_VK_NO_FUSE=1 records every node alone.
+fn residual_fusions(plan: &Plan, max_range: u64, align: u64) -> Vec<ResidualFusion> {
+    if std::env::var("HRX_VK_NO_FUSE").is_ok_and(|v| v == "1") {
+        return Vec::new();
+    }
+    let graph = &plan.graph;
+    let mut uses = vec![0usize; graph.nodes.len()];
+    for id in graph.nodes.iter().flat_map(|n| n.inputs.iter()).chain(&graph.outputs) {
+        uses[id.0] += 1;
+    }
+    let runs: Vec<usize> = (0..graph.nodes.len()).filter(|&i| matches!(plan.placements[i], Placement::Run { .. })).collect();
+    runs.windows(2)
+        .filter_map(|pair| {
+            let (product, add) = (pair[0], pair[1]);
+            let (p, a) = (&graph.nodes[product], &graph.nodes[add]);
+            if p.op != Op::MatMul || a.op != Op::Add || uses[product] != 1 || a.inputs.len() != 2 {
+                return None;
+            }
+            let split = p.inputs.first().is_some_and(|&w| graph.value(w).extent_bytes() as u64 + align > max_range);
+            if split {
+                return None;
+            }
+            let residual = match (a.inputs[0].0 == product, a.inputs[1].0 == product) {
+                (true, false) => a.inputs[1],
+                (false, true) => a.inputs[0],
+                _ => return None,
+            };
+            let r = graph.value(residual);
+            let same_layout = r.dtype == DType::F32 && r.ne == a.value.ne && r.nb == a.value.nb && a.value.ne == p.value.ne;
+            same_layout.then_some(ResidualFusion { product, add, residual })
+        })
+        .collect()
 }
 
 /// The window of a value at byte `offset` of `buf`, and its operand relative to that window:

@@ -10,7 +10,7 @@ use crate::backend::vulkan::error::{Result, VkError};
 use crate::backend::vulkan::info::DeviceInfo;
 
 /// Words of `mul_mat_params.glsl`'s push constants.
-pub const PUSH_WORDS: usize = 19;
+pub const PUSH_WORDS: usize = 20;
 
 /// Which matrix kernel.
 #[derive(Clone, Copy, Debug, PartialEq, Eq, Hash)]
@@ -65,7 +65,9 @@ pub fn coopmat_requested() -> bool {
     std::env::var("HRX_VK_COOPMAT").is_ok_and(|v| v == "1")
 }
 
-pub fn launch(kind: MatKind, w: &Operand, x: &Operand, out: &Operand, dynamic: Option<Dyn>) -> Result<Launch> {
+/// `residual`: an f32 value laid out as `out` (same sizes and strides) added to the product
+/// (bound as input 3).
+pub fn launch(kind: MatKind, w: &Operand, x: &Operand, out: &Operand, residual: Option<&Operand>, dynamic: Option<Dyn>) -> Result<Launch> {
     let wt = WType::from_dtype(w.dtype).ok_or_else(|| VkError::Invalid(format!("no matrix kernel for {} weights", w.dtype)))?;
     expect_f32(x, "x")?;
     expect_f32(out, "the output")?;
@@ -98,6 +100,20 @@ pub fn launch(kind: MatKind, w: &Operand, x: &Operand, out: &Operand, dynamic: O
     push.push(word(w.nb[1], "w row bytes")?);
     // The last byte of w must be addressable by 32-bit byte offsets.
     word(w.offset + w.nb[1] * n, "w extent")?;
+    match residual {
+        None => push.push(u32::MAX),
+        Some(r) => {
+            expect_f32(r, "the residual")?;
+            if r.ne != out.ne || r.nb != out.nb {
+                return Err(VkError::Invalid(format!("mul_mat: residual {:?}/{:?} is not laid out as the output {:?}/{:?}", r.ne, r.nb, out.ne, out.nb)));
+            }
+            let at = floats(r.offset, "residual offset")?;
+            if at == u32::MAX {
+                return Err(VkError::Invalid("mul_mat: residual offset out of range".into()));
+            }
+            push.push(at);
+        }
+    }
     let grid = match kind {
         MatKind::Vec => Grid::Mat { rows: 4, cols: 1 },
         MatKind::VecSg { subgroup } => {

@@ -353,7 +353,7 @@ pub fn launch(op: &Op, ins: &[Operand], out: &Operand, dynamic: Option<Dyn>) -> 
     match op {
         Op::MatMul => {
             let kind = MatKind::choose(arg(0)?.ne[0], out.ne[1] * out.ne[2] * out.ne[3]);
-            matmul::launch(kind, arg(0)?, arg(1)?, out, dynamic)
+            matmul::launch(kind, arg(0)?, arg(1)?, out, None, dynamic)
         }
         Op::Add => binary::launch(BinaryOp::Add, arg(0)?, arg(1)?, out, dynamic),
         Op::Mul => binary::launch(BinaryOp::Mul, arg(0)?, arg(1)?, out, dynamic),
@@ -374,6 +374,7 @@ pub fn launch(op: &Op, ins: &[Operand], out: &Operand, dynamic: Option<Dyn>) -> 
 
 /// A matrix product with a chosen kernel (the executor's device-specific choice; tests run
 /// every kernel on the same shapes).
-pub fn launch_mat(kind: MatKind, w: &Operand, x: &Operand, out: &Operand, dynamic: Option<Dyn>) -> Result<Launch> {
-    matmul::launch(kind, w, x, out, dynamic)
+/// `residual` (input 3) is added to the product, when given.
+pub fn launch_mat(kind: MatKind, w: &Operand, x: &Operand, out: &Operand, residual: Option<&Operand>, dynamic: Option<Dyn>) -> Result<Launch> {
+    matmul::launch(kind, w, x, out, residual, dynamic)
 }
