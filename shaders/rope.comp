@@ -1,9 +1,6 @@
 #version 450
 // Rotary embedding, NeoX pairing (i, i + n_dims/2), of the first n_dims values of every row of
-// x [head_dim, heads, tokens, n3]; the rest is copied. Frequency j turns with position
-// component comp(j) at inverse frequency theta^(-exponent(j)) (the CPU reference's
-// rope_frequency): KIND 0 interleaved M-RoPE with sections (s_h, s_w), KIND 1 axial 2-D.
-// Positions: component c of token t at p_off + c * p_nb1 + t * p_nb0 (ints).
+// x [head_dim, heads, tokens, n3]; the rest is copied. The angles: rope_angle.glsl.
 
 #include "common.glsl"
 
@@ -14,21 +11,10 @@ layout(set = 0, binding = 2) readonly buffer Pos { int pos[]; };
 layout(set = 0, binding = 5) writeonly buffer D { float d[]; };
 
 layout(push_constant) uniform Params {
-    uvec4 ne;      // shape (maximal)
-    uvec4 dyn;     // dynamic axis (common.glsl)
-    uvec4 x_nb;    // strides in floats
-    uvec4 d_nb;
-    uint x_off;    // offsets in floats
-    uint d_off;
-    uint p_off;    // positions (ints)
-    uint p_nb0;
-    uint p_nb1;
-    uint n_dims;
-    uint kind;
-    uint s_h;      // M-RoPE sections of the h and w components
-    uint s_w;
-    float log2_theta;
+#include "rope_fields.glsl"
 } p;
+
+#include "rope_angle.glsl"
 
 void main() {
     uvec4 ne = runtime_ne(p.ne, p.dyn);
@@ -49,32 +35,9 @@ void main() {
             continue;
         }
         uint j = e;
-        uint comp = 0u;
-        float expo;
-        if (p.kind == 0u) {
-            if (j % 3u == 1u && j < 3u * p.s_h) {
-                comp = 1u;
-            } else if (j % 3u == 2u && j < 3u * p.s_w) {
-                comp = 2u;
-            }
-            expo = 2.0 * float(j) / float(p.n_dims);
-        } else {
-            uint quarter = p.n_dims / 4u;
-            uint jj = j;
-            if (j >= quarter) {
-                comp = 1u;
-                jj = j - quarter;
-            }
-            expo = 2.0 * float(jj) / float(half_dims);
-        }
-        float inv_freq = exp2(-expo * p.log2_theta);
-        float angle = float(pos[p.p_off + comp * p.p_nb1 + i.y * p.p_nb0]) * inv_freq;
-        // Reduce to [-pi, pi] (Cody-Waite, 2 pi = C1 + C2 with C1 exact in 8 bits), where
-        // every driver's sin and cos are accurate; large positions give large angles.
-        float k = round(angle * 0.15915494309189535);
-        float reduced = (angle - k * 6.28125) - k * 1.9353071795864769e-3;
-        float c = cos(reduced);
-        float s = sin(reduced);
+        vec2 cs = rope_cos_sin(j, i.y);
+        float c = cs.x;
+        float s = cs.y;
         float a = x[xr + j * p.x_nb.x];
         float b = x[xr + (j + half_dims) * p.x_nb.x];
         d[dr + j * p.d_nb.x] = a * c - b * s;

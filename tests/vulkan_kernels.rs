@@ -555,6 +555,50 @@ fn rope_mrope_and_axial() {
     }
 }
 
+#[test]
+fn rms_norm_then_rope_in_one_kernel() {
+    // The executor records a per-head RMS_NORM and the ROPE consuming it as one dispatch.
+    let Some(ks) = kernel_set("norm-rope") else { return };
+    let mut rng = Rng::new(25);
+    let cases = [
+        (RopeKind::MropeInterleaved { sections: [24, 20, 20] }, 128, 128, 4, 9),
+        (RopeKind::MropeInterleaved { sections: [3, 2, 2] }, 24, 16, 2, 5),
+        (RopeKind::Axial2d, 40, 16, 3, 3),
+        (RopeKind::MropeInterleaved { sections: [11, 11, 10] }, 300, 64, 1, 2),
+    ];
+    for (kind, hd, n_dims, heads, n) in cases {
+        let comps = if matches!(kind, RopeKind::Axial2d) { 2 } else { 3 };
+        let x = Strided::new(&mut rng, [hd, heads, n, 1], 2, 3);
+        let w = Strided::new(&mut rng, [hd, 1, 1, 1], 0, 1);
+        let out = Strided::new(&mut rng, [hd, heads, n, 1], 1, 0);
+        let pos: Vec<i32> = (0..n * comps).map(|_| (rng.next_u64() % 5000) as i32).collect();
+        let norm = Op::RmsNorm { eps: 1e-6 };
+        let rope = Op::Rope { kind: kind.clone(), theta: 1_000_000.0, n_dims };
+        let launch = kernels::launch_norm_rope(&norm, &rope, &x.operand(), &w.operand(), &i32_operand([n, comps, 1, 1]), &out.operand(), None).unwrap();
+        let dev = ks.device();
+        let pos_arg = i32_arg(&pos, [n, comps, 1, 1]);
+        let bufs = [upload(dev, &f32_bytes(&x.data), 0), upload(dev, &f32_bytes(&w.data), 0), upload(dev, &pos_arg.bytes, 0)];
+        let out_buf = dev.buffer((out.data.len() * 4) as u64, Location::Device, "test output").unwrap();
+        out_buf.write_f32(0, &vec![f32::NAN; out.data.len()]).unwrap();
+        run(&ks, &launch, &[], &[&bufs[0], &bufs[1], &bufs[2]], &out_buf, out.ne, Some([2, 1, 1]));
+        let got = out.gather(&out_buf.read_f32(0, out.data.len()).unwrap());
+        // The CPU reference: the norm into a contiguous value, then the rope.
+        let ne = [hd, heads, n, 1];
+        let mut normed = vec![0.0; hd * heads * n];
+        let mut o = Out { data: &mut normed, offset: 0, ne, nb: contiguous_strides(DType::F32, ne) };
+        execute(&norm, &[x.input(), w.input()], &mut o, Kernels::Reference, 1).unwrap();
+        let normed_in = In { data: Data::F32(&normed), dtype: DType::F32, offset: 0, ne, nb: contiguous_strides(DType::F32, ne) };
+        let mut want_store = vec![0.0; out.data.len()];
+        let mut o = Out { data: &mut want_store, offset: out.offset, ne: out.ne, nb: out.nb };
+        execute(&rope, &[normed_in, pos_arg.view], &mut o, Kernels::Reference, 1).unwrap();
+        let want = out.gather(&want_store);
+        assert!(got.iter().all(|v| v.is_finite()), "an element was not written");
+        let e = nmse(&got, &want);
+        eprintln!("rms_norm_rope {kind:?} hd={hd} n_dims={n_dims} heads={heads} n={n}: nmse {e:.3e}");
+        assert!(e < ELEM_NMSE, "rms_norm_rope {kind:?}: nmse {e}");
+    }
+}
+
 /// q [d, heads, n_q]; k and v are head views of a [d * kv_heads, n_ctx] cache (as the text
 /// graph's); causal with slots, else over every kv row.
 /// Shape: (head_dim, heads, kv_heads, queries, kv rows).

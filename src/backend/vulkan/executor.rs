@@ -288,9 +288,9 @@ fn record(device: &Device, ks: &KernelSet, plan: Plan, storage_of: Vec<usize>, s
     let graph = &plan.graph;
     let info = device.info();
     let (max_range, align) = (u64::from(info.max_storage_buffer_range), info.min_storage_buffer_offset_alignment.max(1));
-    let fusions = residual_fusions(&plan, max_range, align);
+    let fusions = fusions(&plan, max_range, align);
     // Dispatches: one per compute node, more for matrices split over row ranges, none for
-    // the ADDs fused into their products.
+    // the second node of a fused pair.
     let n_runs: usize = graph
         .nodes
         .iter()
@@ -321,10 +321,10 @@ fn record(device: &Device, ks: &KernelSet, plan: Plan, storage_of: Vec<usize>, s
     let mut launches = Vec::with_capacity(n_runs);
     let mut hazards = Hazards::default();
     for (i, node) in graph.nodes.iter().enumerate() {
-        if !matches!(plan.placements[i], Placement::Run { .. }) || fusions.iter().any(|f| f.add == i) {
+        if !matches!(plan.placements[i], Placement::Run { .. }) || fusions.iter().any(|f| f.second == i) {
             continue;
         }
-        let fused = fusions.iter().find(|f| f.product == i);
+        let fused = fusions.iter().find(|f| f.first == i);
         // The buffer of value `id`, its byte offset there, and the value.
         let locate = |id: NodeId| -> Result<(&Buffer, usize, Value)> {
             let loc = plan.locs[id.0].ok_or_else(|| VkError::Invalid(format!("node {i}: value {} has no address", id.0)))?;
@@ -339,11 +339,12 @@ fn record(device: &Device, ks: &KernelSet, plan: Plan, storage_of: Vec<usize>, s
             return Err(VkError::Invalid(format!("node {i} ({}): {} inputs", node.name, node.inputs.len())));
         }
         let mut ins = node.inputs.iter().map(|&id| locate(id)).collect::<Result<Vec<_>>>()?;
-        // A fused residual is the product's input 3 (binding 3); the add's output is written.
+        // A fused pair's extra input comes after the first node's (a product's residual is
+        // binding 3, a norm's positions binding 3); the second node's output is written.
         if let Some(f) = fused {
-            ins.push(locate(f.residual)?);
+            ins.push(locate(f.extra)?);
         }
-        let out = locate(NodeId(fused.map_or(i, |f| f.add)))?;
+        let out = locate(NodeId(fused.map_or(i, |f| f.second)))?;
         // What the node reads and writes, whole: the pieces of a split matrix below read the
         // same input and disjoint weight rows and write disjoint output rows, so they need no
         // barrier between them (and the arena never gives a node's output the bytes of one of
@@ -378,9 +379,14 @@ fn record(device: &Device, ks: &KernelSet, plan: Plan, storage_of: Vec<usize>, s
             let bound_ins = ins.iter().map(|(b, o, v)| bind_window(b, *o, v, max_range, align).map_err(failed)).collect::<Result<Vec<_>>>()?;
             let (out_window, out_op) = bind_window(out.0, out.1, &out.2, max_range, align).map_err(failed)?;
             let operands: Vec<Operand> = bound_ins.iter().map(|(_, o)| *o).collect();
-            let launch = match (piece, &node.op) {
-                (Some(_), _) | (None, Op::MatMul) => kernels::launch_mat(kind, &operands[0], &operands[1], &out_op, operands.get(2), out.2.dyn_axis.map(Into::into)),
-                (None, _) => kernels::launch(&node.op, &operands, &out_op, node.value.dyn_axis.map(Into::into)),
+            let dynamic = out.2.dyn_axis.map(Into::into);
+            let launch = match (piece, &node.op, fused) {
+                (Some(_), _, _) | (None, Op::MatMul, _) => kernels::launch_mat(kind, &operands[0], &operands[1], &out_op, operands.get(2), dynamic),
+                (None, _, Some(f)) => match operands.as_slice() {
+                    [x, weight, pos] => kernels::launch_norm_rope(&node.op, &graph.nodes[f.second].op, x, weight, pos, &out_op, dynamic),
+                    _ => Err(VkError::Invalid(format!("{} inputs for a fused norm and rope", operands.len()))),
+                },
+                (None, _, None) => kernels::launch(&node.op, &operands, &out_op, dynamic),
             }
             .map_err(|e| VkError::Invalid(format!("graph {} node {i} ({}): {e}", graph.name, node.name)))?;
             let pipeline = ks.pipeline(launch.kernel)?;
@@ -445,20 +451,23 @@ fn record(device: &Device, ks: &KernelSet, plan: Plan, storage_of: Vec<usize>, s
     Ok(Recorded { plan, storage_of, words, launches, barriers, cmd, readback, timing })
 }
 
-/// A matrix product recorded with the ADD that consumes it: one dispatch computing
-/// `add = product + residual`.
-struct ResidualFusion {
-    product: usize,
-    add: usize,
-    residual: NodeId,
+/// Two nodes recorded as one dispatch that writes the second's output: a matrix product and
+/// the ADD consuming it (`extra`: the ADD's other input, the residual), or an RMS_NORM and
+/// the ROPE consuming it (`extra`: the positions).
+struct Fusion {
+    first: usize,
+    second: usize,
+    extra: NodeId,
 }
 
-/// The products that fuse with their ADD: the ADD is the next dispatched node (so nothing
-/// runs between, and the arena's lifetimes still hold when the product writes the ADD's
-/// output early), the product's only use, not split over row ranges (weights within one
-/// storage-buffer window: `max_range`, `align`), and its other input is an f32 value laid out
-/// as its output. HRX_VK_NO_FUSE=1 records every node alone.
-fn residual_fusions(plan: &Plan, max_range: u64, align: u64) -> Vec<ResidualFusion> {
+/// The pairs that fuse: the second node is the next dispatched one (so nothing runs between,
+/// and the arena's lifetimes still hold when the first writes the second's output early), the
+/// first's only use, and its output shares no bytes with the first's inputs (the arena may
+/// give it the bytes of an input whose life ends at the first node: the fused kernel would
+/// overwrite what other workgroups still read). A product must not be split over row ranges (weights within one
+/// storage-buffer window: `max_range`, `align`), and its residual must be an f32 value laid
+/// out as its output. HRX_VK_NO_FUSE=1 records every node alone.
+fn fusions(plan: &Plan, max_range: u64, align: u64) -> Vec<Fusion> {
     if std::env::var("HRX_VK_NO_FUSE").is_ok_and(|v| v == "1") {
         return Vec::new();
     }
@@ -472,7 +481,13 @@ fn residual_fusions(plan: &Plan, max_range: u64, align: u64) -> Vec<ResidualFusi
         .filter_map(|pair| {
             let (product, add) = (pair[0], pair[1]);
             let (p, a) = (&graph.nodes[product], &graph.nodes[add]);
-            if p.op != Op::MatMul || a.op != Op::Add || uses[product] != 1 || a.inputs.len() != 2 {
+            if uses[product] != 1 || p.inputs.iter().any(|&input| may_overlap(plan, input, NodeId(add))) {
+                return None;
+            }
+            if let (Op::RmsNorm { .. }, Op::Rope { .. }, [x, pos]) = (&p.op, &a.op, a.inputs.as_slice()) {
+                return (x.0 == product && p.inputs.len() == 2).then_some(Fusion { first: product, second: add, extra: *pos });
+            }
+            if p.op != Op::MatMul || a.op != Op::Add || a.inputs.len() != 2 {
                 return None;
             }
             let split = p.inputs.first().is_some_and(|&w| graph.value(w).extent_bytes() as u64 + align > max_range);
@@ -486,9 +501,21 @@ fn residual_fusions(plan: &Plan, max_range: u64, align: u64) -> Vec<ResidualFusi
             };
             let r = graph.value(residual);
             let same_layout = r.dtype == DType::F32 && r.ne == a.value.ne && r.nb == a.value.nb && a.value.ne == p.value.ne;
-            same_layout.then_some(ResidualFusion { product, add, residual })
+            same_layout.then_some(Fusion { first: product, second: add, extra: residual })
         })
         .collect()
+}
+
+/// Whether the bytes of values `a` and `b` may overlap in the plan's memory (true when unsure).
+fn may_overlap(plan: &Plan, a: NodeId, b: NodeId) -> bool {
+    let span = |id: NodeId| -> Option<(Loc, usize)> { Some((plan.locs.get(id.0).copied().flatten()?, plan.graph.value(id).extent_bytes())) };
+    let (Some((la, na)), Some((lb, nb))) = (span(a), span(b)) else { return true };
+    let ranges = |x: usize, y: usize| x < y + nb && y < x + na;
+    match (la, lb) {
+        (Loc::Arena { offset: x }, Loc::Arena { offset: y }) => ranges(x, y),
+        (Loc::External { storage: s, offset: x }, Loc::External { storage: t, offset: y }) => s == t && ranges(x, y),
+        _ => false,
+    }
 }
 
 /// The window of a value at byte `offset` of `buf`, and its operand relative to that window:

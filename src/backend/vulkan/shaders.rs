@@ -46,13 +46,14 @@ pub fn spirv(name: &str) -> Option<&'static [u8]> {
         "unary" => spv!("unary"),
         "set_rows" => spv!("set_rows"),
         "rope" => spv!("rope"),
+        "rms_norm_rope" => spv!("rms_norm_rope"),
         "flash_attn" => spv!("flash_attn"),
         _ => return None,
     })
 }
 
 /// Every embedded module's name.
-pub const ALL: [&str; 37] = [
+pub const ALL: [&str; 38] = [
     "mul_mat_vec_f32",
     "mul_mat_vec_f16",
     "mul_mat_vec_q8_0",
@@ -89,6 +90,7 @@ pub const ALL: [&str; 37] = [
     "unary",
     "set_rows",
     "rope",
+    "rms_norm_rope",
     "flash_attn",
 ];
 

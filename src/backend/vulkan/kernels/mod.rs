@@ -91,6 +91,8 @@ pub enum KernelId {
     GetRows(WType, bool),
     SetRows,
     Rope,
+    /// RMS_NORM then ROPE of its output, in one dispatch.
+    RmsNormRope,
     FlashAttn,
 }
 
@@ -133,6 +135,7 @@ impl KernelId {
             },
             KernelId::SetRows => "set_rows",
             KernelId::Rope => "rope",
+            KernelId::RmsNormRope => "rms_norm_rope",
             KernelId::FlashAttn => "flash_attn",
         }
     }
@@ -151,6 +154,7 @@ impl KernelId {
             KernelId::GetRows(w, _) => format!("get_rows_{}", w.suffix()),
             KernelId::SetRows => "set_rows".to_owned(),
             KernelId::Rope => "rope".to_owned(),
+            KernelId::RmsNormRope => "rms_norm_rope".to_owned(),
             KernelId::FlashAttn => "flash_attn".to_owned(),
         }
     }
@@ -165,6 +169,7 @@ impl KernelId {
             KernelId::GetRows(..) => rows::GET_PUSH_WORDS,
             KernelId::SetRows => rows::SET_PUSH_WORDS,
             KernelId::Rope => rope::PUSH_WORDS,
+            KernelId::RmsNormRope => rope::PUSH_WORDS + 2,
             KernelId::FlashAttn => attn::PUSH_WORDS,
         }
     }
@@ -370,6 +375,22 @@ pub fn launch(op: &Op, ins: &[Operand], out: &Operand, dynamic: Option<Dyn>) -> 
         Op::Attention { scale } => attn::launch(arg(0)?, arg(1)?, arg(2)?, ins.get(3), *scale, out, dynamic),
         other => Err(VkError::Invalid(format!("no Vulkan kernel for {}", other.name()))),
     }
+}
+
+/// RMS_NORM (`norm`: eps, inputs x and weight) followed by ROPE (`rope`: its positions
+/// `pos`) of the norm's output into `out`, as one kernel.
+pub fn launch_norm_rope(norm: &Op, rope: &Op, x: &Operand, weight: &Operand, pos: &Operand, out: &Operand, dynamic: Option<Dyn>) -> Result<Launch> {
+    let (Op::RmsNorm { eps }, Op::Rope { kind, theta, n_dims }) = (norm, rope) else {
+        return Err(VkError::Invalid(format!("no fused kernel for {} then {}", norm.name(), rope.name())));
+    };
+    // Each half of the fused kernel accepts what its own kernel accepts.
+    norm::launch(x, weight, *eps, out, dynamic)?;
+    let mut launch = rope::launch(kind, *theta, *n_dims, x, pos, out, dynamic)?;
+    launch.push.push(floats(weight.offset, "weight offset")?);
+    launch.push.push(eps.to_bits());
+    launch.kernel = KernelId::RmsNormRope;
+    launch.grid = Grid::Rows;
+    Ok(launch)
 }
 
 /// A matrix product with a chosen kernel (the executor's device-specific choice; tests run

@@ -1,0 +1,63 @@
+#version 450
+// RMSNorm with weight along ne0, then the rotary embedding of rope.comp, of every row of
+// x [head_dim, heads, tokens, n3]: one dispatch for a per-head norm whose only consumer is a
+// RoPE (Qwen3's q/k norms). One workgroup per row (grid-stride over rows): the sum of squares
+// reduced in shared memory as in rms_norm.comp, then each thread turns pairs of the
+// normalized row and copies its unrotated tail.
+
+#include "common.glsl"
+
+#define WG 128u
+layout(local_size_x = 128) in;
+
+layout(set = 0, binding = 1) readonly buffer X { float x[]; };
+layout(set = 0, binding = 2) readonly buffer Wt { float wt[]; };
+layout(set = 0, binding = 3) readonly buffer Pos { int pos[]; };
+layout(set = 0, binding = 5) writeonly buffer D { float d[]; };
+
+layout(push_constant) uniform Params {
+#include "rope_fields.glsl"
+    uint w_off;    // norm weight offset (floats)
+    float eps;
+} p;
+
+#include "rope_angle.glsl"
+
+shared float partial[WG];
+
+void main() {
+    uvec4 ne = runtime_ne(p.ne, p.dyn);
+    uint rows = ne.y * ne.z * ne.w;
+    uint tid = gl_LocalInvocationID.x;
+    uint half_dims = p.n_dims / 2u;
+    for (uint r = gl_WorkGroupID.x; r < rows; r += gl_NumWorkGroups.x) {
+        uvec3 i = uvec3(r % ne.y, (r / ne.y) % ne.z, r / (ne.y * ne.z));
+        uint xr = p.x_off + i.x * p.x_nb.y + i.y * p.x_nb.z + i.z * p.x_nb.w;
+        uint dr = p.d_off + i.x * p.d_nb.y + i.y * p.d_nb.z + i.z * p.d_nb.w;
+        float ss = 0.0;
+        for (uint k = tid; k < ne.x; k += WG) {
+            float v = x[xr + k * p.x_nb.x];
+            ss += v * v;
+        }
+        partial[tid] = ss;
+        barrier();
+        for (uint s = WG / 2u; s > 0u; s >>= 1u) {
+            if (tid < s) {
+                partial[tid] += partial[tid + s];
+            }
+            barrier();
+        }
+        float scale = 1.0 / sqrt(partial[0] / float(ne.x) + p.eps);
+        for (uint j = tid; j < half_dims; j += WG) {
+            vec2 cs = rope_cos_sin(j, i.y);
+            float a = x[xr + j * p.x_nb.x] * scale * wt[p.w_off + j];
+            float b = x[xr + (j + half_dims) * p.x_nb.x] * scale * wt[p.w_off + j + half_dims];
+            d[dr + j * p.d_nb.x] = a * cs.x - b * cs.y;
+            d[dr + (j + half_dims) * p.d_nb.x] = b * cs.x + a * cs.y;
+        }
+        for (uint k = p.n_dims + tid; k < ne.x; k += WG) {
+            d[dr + k * p.d_nb.x] = x[xr + k * p.x_nb.x] * scale * wt[p.w_off + k];
+        }
+        barrier();
+    }
+}
