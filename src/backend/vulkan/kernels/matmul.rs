@@ -49,7 +49,7 @@ impl MatKind {
     /// kernel in place of the portable one where `DeviceInfo::subgroup_matvec` allows it, and,
     /// when HRX_VK_COOPMAT=1 asks for it, the cooperative-matrix one in place of the tiled one
     /// where `DeviceInfo::coopmat_matmul` allows it. Opt-in because on the H200 it is still
-    /// slower than the tiled f32 kernel (2B shape, pp512: 4,115 against 4,629 tokens/s): its
+    /// slower than the tiled f32 kernel (2B shape, pp512: 4,198 against 4,885 tokens/s): its
     /// three products per tile (for f32 accuracy) and 64 x 64 tiles leave it bound by staging.
     pub fn for_device(self, info: &DeviceInfo) -> MatKind {
         match self {
