@@ -47,7 +47,7 @@ fn check_case(d: &mut Describer, oracle: &Path, cases: &str, name: &str, tol: f6
     }
     assert_eq!(next as f64, *case.json["next_position"].get::<f64>().unwrap(), "{cases} {name}: next position");
     let config = GenerateConfig { max_new_tokens: 16, sampler: SamplerConfig::default(), stop_strings: vec![], stop_at_eog: false };
-    let (_, g) = d.run(std::slice::from_ref(&image), &text, None, &config, |_| {}).unwrap();
+    let (_, g) = d.run(std::slice::from_ref(&image), &text, None, &config, |_| std::ops::ControlFlow::Continue(())).unwrap();
     let err = max_abs_diff(&g.prompt_logits, &case.f32_array("logits_last"));
     let (greedy, margins) = case.greedy();
     let (compared, equal) = greedy_agreement(&g.tokens, &greedy, &margins, tol);

@@ -39,7 +39,7 @@ fn check(variant: &Variant, kernels: Kernels) {
         let ids = case.ids("input_ids");
         let pieces: Vec<PromptPiece> = ids.iter().map(|&id| PromptPiece::Token(id)).collect();
         let config = GenerateConfig { max_new_tokens: 16, sampler: SamplerConfig::default(), stop_strings: vec![], stop_at_eog: false };
-        let out = generate(&mut model, &mut Session::new(), &pieces, &config, |_| {}).expect("generates");
+        let out = generate(&mut model, &mut Session::new(), &pieces, &config, |_| std::ops::ControlFlow::Continue(())).expect("generates");
         let reference = case.f32_array("logits_last");
         let err = max_abs_diff(&out.prompt_logits, &reference);
         let gap = top_logprob_gap(&out.prompt_logits, &reference, 10);

@@ -68,3 +68,31 @@ fn inconsistent_files_are_refused_with_the_tensor_named() {
     let err = hrx::model::TextParams::from_gguf(&bad).expect_err("refused").to_string();
     assert!(err.contains("bad.gguf") && err.contains("blk.0.ffn_gate.weight") && err.contains("expected [64, 128]"), "{err}");
 }
+
+#[test]
+fn a_caller_can_stop_the_generation_between_tokens() {
+    // What serve does when a streaming client goes away and generate when stdout closes.
+    use hrx::runtime::generate::{generate, GenerateConfig, StopReason};
+    use hrx::runtime::sampler::SamplerConfig;
+    use std::ops::ControlFlow;
+    let spec = TextSpec { n_layer: 1, n_embd: 64, n_ff: 64, n_head: 2, n_head_kv: 1, head_dim: 32, n_vocab: 300, n_deepstack: 0, rope_sections: [4, 4, 4], weights: WeightFormat::F16, tied_output: true, seed: 8 };
+    let path = write(&spec, "cancel");
+    let mut model = TextModel::load(&path, TextOptions { n_ctx: 64, chunk: 8, max_outputs: 1, kernels: Kernels::Fast, device: DeviceChoice::Cpu }).expect("loads");
+    let pieces: Vec<PromptPiece> = [5u32, 17, 40].iter().map(|&t| PromptPiece::Token(t)).collect();
+    let config = GenerateConfig { max_new_tokens: 20, sampler: SamplerConfig::default(), stop_strings: vec![], stop_at_eog: false };
+    let whole = generate(&mut model, &mut Session::new(), &pieces, &config, |_| ControlFlow::Continue(())).expect("generates");
+    assert_eq!((whole.tokens.len(), whole.stop), (20, StopReason::Length));
+    let mut calls = 0;
+    let stopped = generate(&mut model, &mut Session::new(), &pieces, &config, |_| {
+        calls += 1;
+        if calls == 3 {
+            ControlFlow::Break(())
+        } else {
+            ControlFlow::Continue(())
+        }
+    })
+    .expect("generates");
+    assert_eq!((stopped.tokens.len(), stopped.stop, calls), (3, StopReason::Cancelled, 3));
+    assert_eq!(stopped.tokens, whole.tokens[..3], "the same tokens up to the stop");
+    std::fs::remove_file(&path).ok();
+}

@@ -46,7 +46,7 @@ fn check_text(backend: &Backend, oracle: &Path, model: &str, cases: &str) {
     for name in ["T1", "T2", "T3"] {
         let case = Case::load(&oracle.join("cases").join(cases), name);
         let pieces: Vec<PromptPiece> = case.ids("input_ids").iter().map(|&id| PromptPiece::Token(id)).collect();
-        let out = generate(&mut m, &mut Session::new(), &pieces, &config(16), |_| {}).expect("generates");
+        let out = generate(&mut m, &mut Session::new(), &pieces, &config(16), |_| std::ops::ControlFlow::Continue(())).expect("generates");
         let err = max_abs_diff(&out.prompt_logits, &case.f32_array("logits_last"));
         let (greedy, margins) = case.greedy();
         let (compared, equal) = greedy_agreement(&out.tokens, &greedy, &margins, TOL);
@@ -68,7 +68,7 @@ fn check_images(backend: &Backend, oracle: &Path, model: &str, mmproj: &str, cas
         let text = case.user_text();
         let (ids, _) = d.prompt(std::slice::from_ref(&image), &text, None).unwrap();
         assert_eq!(ids, case.ids("input_ids"), "{cases} {name}: prompt ids");
-        let (_, g) = d.run(std::slice::from_ref(&image), &text, None, &config(16), |_| {}).unwrap();
+        let (_, g) = d.run(std::slice::from_ref(&image), &text, None, &config(16), |_| std::ops::ControlFlow::Continue(())).unwrap();
         let err = max_abs_diff(&g.prompt_logits, &case.f32_array("logits_last"));
         let (greedy, margins) = case.greedy();
         let (compared, equal) = greedy_agreement(&g.tokens, &greedy, &margins, TOL);

@@ -114,7 +114,7 @@ impl Job<'_> {
     fn caption(&self, d: &mut Describer, path: &Path) -> Result<Json, crate::runtime::RuntimeError> {
         let t = Instant::now();
         let images = [d.encode_file(path)?];
-        let (_, g) = d.run(&images, self.prompt, self.system, self.config, |_| {})?;
+        let (_, g) = d.run(&images, self.prompt, self.system, self.config, |_| std::ops::ControlFlow::Continue(()))?;
         Ok(Json::obj([
             ("image", Json::str(path.display().to_string())),
             ("caption", Json::str(g.text.trim())),

@@ -177,12 +177,18 @@ fn run(mut args: Args, out: &mut dyn Write) -> Result<(), CliError> {
     finish(out, write_error, &ids, &result, json, dump_logits)
 }
 
-/// Streams generated text unless the output is JSON; keeps the first write error.
-pub(super) fn stream(json: bool, write_error: &mut Option<std::io::Error>, out: &mut dyn Write, text: &str) {
+/// Streams generated text unless the output is JSON; keeps the first write error, and stops
+/// the generation there (a closed pipe: nobody reads the rest).
+pub(super) fn stream(json: bool, write_error: &mut Option<std::io::Error>, out: &mut dyn Write, text: &str) -> std::ops::ControlFlow<()> {
     if !json && write_error.is_none() {
         if let Err(e) = out.write_all(text.as_bytes()).and_then(|()| out.flush()) {
             *write_error = Some(e);
         }
+    }
+    if write_error.is_some() {
+        std::ops::ControlFlow::Break(())
+    } else {
+        std::ops::ControlFlow::Continue(())
     }
 }
 

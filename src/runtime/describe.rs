@@ -163,7 +163,7 @@ impl Describer {
         text: &str,
         system: Option<&str>,
         config: &GenerateConfig,
-        on_text: impl FnMut(&str),
+        on_text: impl FnMut(&str) -> std::ops::ControlFlow<()>,
     ) -> Result<(Vec<u32>, Generation), RuntimeError> {
         let (ids, pieces) = self.prompt(images, text, system)?;
         let generation = generate(&mut self.text, &mut Session::new(), &pieces, config, on_text)?;
@@ -176,7 +176,7 @@ impl Describer {
         messages: &[Message],
         images: &[EncodedImage],
         config: &GenerateConfig,
-        on_text: impl FnMut(&str),
+        on_text: impl FnMut(&str) -> std::ops::ControlFlow<()>,
     ) -> Result<(Vec<u32>, Generation), RuntimeError> {
         let (ids, pieces) = self.prompt_messages(messages, images)?;
         let generation = generate(&mut self.text, &mut Session::new(), &pieces, config, on_text)?;

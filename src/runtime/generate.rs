@@ -6,6 +6,7 @@ use super::session::{PromptPiece, Session};
 use super::text_model::{TextModel, TokenInput};
 use super::RuntimeError;
 use crate::tokenizer::StreamDecoder;
+use std::ops::ControlFlow;
 use std::time::Instant;
 
 #[derive(Clone, Debug)]
@@ -24,6 +25,8 @@ pub enum StopReason {
     EndOfGeneration,
     StopString,
     ContextFull,
+    /// The caller's `on_text` asked to stop (a streaming client that went away).
+    Cancelled,
 }
 
 impl StopReason {
@@ -33,6 +36,7 @@ impl StopReason {
             StopReason::EndOfGeneration => "eog",
             StopReason::StopString => "stop_string",
             StopReason::ContextFull => "context_full",
+            StopReason::Cancelled => "cancelled",
         }
     }
 }
@@ -86,7 +90,7 @@ pub fn generate(
     session: &mut Session,
     pieces: &[PromptPiece],
     config: &GenerateConfig,
-    mut on_text: impl FnMut(&str),
+    mut on_text: impl FnMut(&str) -> ControlFlow<()>,
 ) -> Result<Generation, RuntimeError> {
     let t0 = Instant::now();
     let prompt_logits = session.feed(model, pieces)?;
@@ -115,7 +119,10 @@ pub fn generate(
         let piece = decoder.push(id).map_err(|e| RuntimeError::Model(e.to_string()))?;
         let (shown, hit) = filter.push(&piece);
         text.push_str(&shown);
-        on_text(&shown);
+        if on_text(&shown).is_break() {
+            stop = StopReason::Cancelled;
+            break;
+        }
         if hit {
             stop = StopReason::StopString;
             break;
@@ -132,11 +139,12 @@ pub fn generate(
         session.n_past += 1;
         session.next_position += 1;
     }
-    if stop != StopReason::StopString {
+    if !matches!(stop, StopReason::StopString | StopReason::Cancelled) {
         let (rest, _) = filter.push(&decoder.finish());
         let tail = rest + &filter.pending;
         text.push_str(&tail);
-        on_text(&tail);
+        // The last text: nothing is left to stop.
+        let _ = on_text(&tail);
     }
     Ok(Generation { tokens, text, stop, prompt_logits, n_prompt, prompt_seconds, generate_seconds: t1.elapsed().as_secs_f64() })
 }

@@ -8,6 +8,7 @@ use crate::runtime::describe::{Describer, EncodedImage};
 use crate::runtime::generate::GenerateConfig;
 use crate::runtime::RuntimeError;
 use std::net::TcpStream;
+use std::ops::ControlFlow;
 use std::sync::atomic::{AtomicU64, Ordering};
 use std::sync::Mutex;
 use std::time::{SystemTime, UNIX_EPOCH};
@@ -81,7 +82,7 @@ impl App {
         let mut d = self.describer.lock().unwrap_or_else(|poisoned| poisoned.into_inner());
         let images = encode(&mut d, &chat.images)?;
         if !chat.stream {
-            let (ids, g) = d.run_messages(&chat.messages, &images, &chat.config, |_| {}).map_err(runtime)?;
+            let (ids, g) = d.run_messages(&chat.messages, &images, &chat.config, |_| ControlFlow::Continue(())).map_err(runtime)?;
             let answer = reply.completion(&g.text, g.stop, ids.len(), g.tokens.len());
             return send_json(stream, 200, &answer);
         }
@@ -93,6 +94,12 @@ impl App {
             }
             if !text.is_empty() {
                 events.send(&reply.chunk(Json::obj([("content", Json::str(text))]), None).to_string_compact());
+            }
+            // A client that went away stops the generation: nobody reads the rest.
+            if events.failed() {
+                ControlFlow::Break(())
+            } else {
+                ControlFlow::Continue(())
             }
         });
         match result {

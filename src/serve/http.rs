@@ -199,6 +199,11 @@ impl<'a> EventStream<'a> {
         self.started
     }
 
+    /// A write failed: the client is gone.
+    pub fn failed(&self) -> bool {
+        self.failed
+    }
+
     /// Sends `data: DATA` and a blank line.
     pub fn send(&mut self, data: &str) {
         if self.failed {

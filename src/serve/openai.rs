@@ -151,7 +151,7 @@ pub struct Reply<'a> {
 
 pub fn finish_reason(stop: StopReason) -> &'static str {
     match stop {
-        StopReason::EndOfGeneration | StopReason::StopString => "stop",
+        StopReason::EndOfGeneration | StopReason::StopString | StopReason::Cancelled => "stop",
         StopReason::Length | StopReason::ContextFull => "length",
     }
 }
