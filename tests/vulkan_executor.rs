@@ -285,3 +285,52 @@ fn profiled_runs_time_every_kernel() {
     assert!(profile.kernels.iter().all(|k| k.nanos > 0.0), "{:?}", profile.kernels);
     assert!(profile.kernels.windows(2).all(|w| w[0].nanos >= w[1].nanos), "largest first");
 }
+
+/// A product whose input dies at the product and whose ADD's output the arena places on that
+/// input's bytes: fusing them would make the product overwrite what other workgroups still
+/// read, so the pair runs as two dispatches; where the bytes differ it fuses. Both match the
+/// CPU.
+#[test]
+fn products_fuse_with_their_add_only_where_the_output_is_clear_of_their_inputs() {
+    use hrx::hrx::Loc;
+    let Some(dev) = vulkan_common::device("executor-fusion") else { return };
+    let mut rng = Rng::new(17);
+    let file = weights(&mut rng);
+    let build = |through_gelu: bool| {
+        let mut g = Graph::new("fusion");
+        let x = g.input("x", DType::F32, [N, 12, 1, 1], None).unwrap();
+        let r = g.input("r", DType::F32, [N, 12, 1, 1], None).unwrap();
+        let proj = g.weight("proj", DType::F16, [N, N, 1, 1]).unwrap();
+        // Through a GELU the product's input is an arena value that dies at the product.
+        let h = if through_gelu { g.gelu(x, Gelu::Erf, "act").unwrap() } else { x };
+        let m = g.matmul(proj, h, "proj").unwrap();
+        let y = g.add(r, m, "residual").unwrap();
+        g.mark_output(y);
+        (g, h, y)
+    };
+    for through_gelu in [true, false] {
+        let (g, h, y) = build(through_gelu);
+        let plan = Plan::new(g.clone(), &VulkanRegistry::PORTABLE).unwrap();
+        let overlap = match (plan.locs[h.0], plan.locs[y.0]) {
+            (Some(Loc::Arena { offset: a }), Some(Loc::Arena { offset: b })) => a < b + 4 * N * 12 && b < a + 4 * N * 12,
+            _ => false,
+        };
+        assert_eq!(overlap, through_gelu, "the arena reuses the dying input's bytes (the case under test)");
+        let mut gpu = VulkanExecutor::new(&dev, vec![plan], std::slice::from_ref(&file)).unwrap();
+        let mut cpu = CpuExecutor::new(vec![Plan::new(g, &CpuRegistry).unwrap()], std::slice::from_ref(&file), Kernels::Reference).unwrap();
+        let computes = if through_gelu { 3 } else { 2 };
+        let fused = if overlap { 0 } else { 1 };
+        assert_eq!(gpu.recording_stats()[0].dispatches, computes - fused, "through_gelu {through_gelu}");
+        for name in ["x", "r"] {
+            let v = rng.vec(N * 12);
+            gpu.write_f32(PlanId(0), name, 0, &v).unwrap();
+            cpu.f32_buffer(PlanId(0), name).unwrap().copy_from_slice(&v);
+        }
+        for _ in 0..3 {
+            gpu.run(PlanId(0), &[]).unwrap();
+            cpu.run(PlanId(0), &[]).unwrap();
+            let e = nmse(&gpu.output(PlanId(0), y, &[]).unwrap(), cpu.output(PlanId(0), y, &[]).unwrap());
+            assert!(e < 1e-9, "through_gelu {through_gelu}: nmse {e}");
+        }
+    }
+}
