@@ -1,5 +1,8 @@
 //! Arena planning by lifetimes: each transient storage lives from its producer to the last
 //! reader of it or of any alias of it; storages whose lifetimes do not overlap share bytes.
+//! A node whose value has one reader that the backend fuses with it (`Registry::fuses`) keeps
+//! its inputs alive through that reader too: the fused kernel writes the reader's output
+//! while the node's inputs are still being read, so that output must not take their bytes.
 
 use super::{Class, Import, Loc};
 use crate::graph::{Graph, NodeId, Op};
@@ -8,14 +11,27 @@ use crate::graph::{Graph, NodeId, Op};
 pub const ALIGN: usize = 256;
 
 /// Addresses of every value and the arena size.
-pub fn assign(graph: &Graph, import: &Import) -> (Vec<Option<Loc>>, usize) {
+pub fn assign(graph: &Graph, import: &Import, fuses: &dyn Fn(NodeId, NodeId) -> bool) -> (Vec<Option<Loc>>, usize) {
     let n = graph.nodes.len();
     // Lifetime of each owner's storage: [first, last] node index.
     let mut last_use: Vec<usize> = (0..n).collect();
+    // The one reader of each value that has exactly one (graph outputs have another).
+    let mut readers = vec![0usize; n];
+    let mut sole_reader: Vec<usize> = (0..n).collect();
     for (i, node) in graph.nodes.iter().enumerate() {
         for input in &node.inputs {
+            readers[input.0] += 1;
+            sole_reader[input.0] = i;
+        }
+    }
+    for out in &graph.outputs {
+        readers[out.0] += 1;
+    }
+    for (i, node) in graph.nodes.iter().enumerate() {
+        let until = if readers[i] == 1 && sole_reader[i] > i && fuses(NodeId(i), NodeId(sole_reader[i])) { sole_reader[i] } else { i };
+        for input in &node.inputs {
             if let Some(owner) = import.storage_owner[input.0] {
-                last_use[owner.0] = last_use[owner.0].max(i);
+                last_use[owner.0] = last_use[owner.0].max(until);
             }
         }
     }

@@ -94,6 +94,12 @@ pub trait Registry {
     fn device(&self) -> Device;
     /// The kernel for node `id`, or None to leave the node to the CPU.
     fn register(&self, graph: &Graph, id: NodeId) -> Option<&'static str>;
+    /// Whether the backend may run node `id` and `reader`, the one node reading its value, as
+    /// one kernel: the arena then keeps `id`'s inputs alive through `reader` (the fused
+    /// kernel writes `reader`'s output while still reading them).
+    fn fuses(&self, _graph: &Graph, _id: NodeId, _reader: NodeId) -> bool {
+        false
+    }
 }
 
 /// The CPU runs every compute op: the fallback that keeps every graph runnable.
@@ -238,7 +244,7 @@ impl Plan {
             }
             placements.push(placement);
         }
-        let (locs, arena_bytes) = arena::assign(&graph, &import);
+        let (locs, arena_bytes) = arena::assign(&graph, &import, &|id, reader| registry.fuses(&graph, id, reader));
         Ok(Plan { graph, import, placements, locs, arena_bytes })
     }
 

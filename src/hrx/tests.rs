@@ -169,6 +169,43 @@ fn arena_reuses_bytes_of_dead_values() {
 }
 
 #[test]
+fn a_fused_pair_keeps_the_first_nodes_inputs_alive_through_the_second() {
+    /// The CPU's kernels, but every node fuses with its one reader.
+    struct FusesAll;
+    impl Registry for FusesAll {
+        fn device(&self) -> Device {
+            Device::Cpu
+        }
+        fn register(&self, graph: &Graph, id: NodeId) -> Option<&'static str> {
+            CpuRegistry.register(graph, id)
+        }
+        fn fuses(&self, _: &Graph, _: NodeId, _: NodeId) -> bool {
+            true
+        }
+    }
+    let mut g = Graph::new("chain");
+    let x = g.input("x", DType::F32, [256, 1, 1, 1], None).unwrap();
+    let mut v = x;
+    for i in 0..10 {
+        v = g.add(v, x, &format!("a{i}")).unwrap();
+    }
+    g.mark_output(v);
+    let plan = Plan::new(g, &FusesAll).unwrap();
+    // A value's reader's output is written while the value's own inputs are still read:
+    // three 1 KiB values live at a time, and no output shares bytes with its node's inputs
+    // nor with those of the node before it.
+    assert_eq!(plan.arena_bytes, 3 * 1024);
+    let at = |i: usize| match plan.locs[i] {
+        Some(Loc::Arena { offset }) => offset,
+        other => panic!("node {i}: {other:?}"),
+    };
+    let adds: Vec<usize> = (0..plan.graph.nodes.len()).filter(|&i| plan.graph.nodes[i].op == Op::Add).collect();
+    for w in adds.windows(3) {
+        assert!(at(w[2]) != at(w[1]) && at(w[2]) != at(w[0]), "{w:?}");
+    }
+}
+
+#[test]
 fn transpose_and_permute_of_a_transient_alias_and_read_through_strides() {
     let mut g = Graph::new("transpose");
     let x = g.input("x", DType::F32, [3, 2, 1, 1], None).unwrap();

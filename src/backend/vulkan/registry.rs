@@ -65,4 +65,12 @@ impl Registry for VulkanRegistry {
             }
         }
     }
+
+    /// RMS_NORM with the ROPE of its output (`rms_norm_rope.comp`). A product and its ADD
+    /// also run as one dispatch, but only where the arena happens to keep the ADD's output
+    /// clear of the product's input: keeping every product's input alive through its ADD
+    /// would grow the vision arena about twofold.
+    fn fuses(&self, graph: &Graph, id: NodeId, reader: NodeId) -> bool {
+        matches!((&graph.node(id).op, &graph.node(reader).op), (Op::RmsNorm { .. }, Op::Rope { .. }))
+    }
 }
