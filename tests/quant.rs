@@ -452,7 +452,7 @@ fn representable(rng: &mut Rng, n: usize, extreme: bool) -> Vec<f32> {
         .map(|i| {
             let scale = (((i / 256) % 5) as f32 - 2.0).exp2();
             let q = if extreme || i % 32 == 7 {
-                if rng.next_u64() % 2 == 0 { 32767 } else { -32767 }
+                if rng.next_u64().is_multiple_of(2) { 32767 } else { -32767 }
             } else {
                 (rng.next_u64() % 65535) as i32 - 32767
             };

@@ -189,7 +189,7 @@ fn model_case_prompts_and_greedy_texts() {
             let expanded: Vec<u32> = tok
                 .encode(prompt, true)
                 .into_iter()
-                .flat_map(|id| std::iter::repeat(id).take(if id == image_pad { n_image } else { 1 }))
+                .flat_map(|id| std::iter::repeat_n(id, if id == image_pad { n_image } else { 1 }))
                 .collect();
             assert_eq!(expanded, json_ids(&v["input_ids"]), "{}", path.display());
             let greedy = json_ids(&v["greedy"]["ids"]);

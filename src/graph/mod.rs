@@ -251,7 +251,7 @@ impl Graph {
                     .unwrap_or_else(|| (0..MAX_DIMS).rev().find(|&i| ne[i] != 1).unwrap_or(0));
                 let inner_dst: usize = ne[..axis].iter().product();
                 let outer_ok = src.ne[d.axis + 1..].iter().all(|&x| x == 1);
-                let ratio_ok = inner_src > 0 && inner_dst > 0 && (inner_src % inner_dst == 0 || inner_dst % inner_src == 0);
+                let ratio_ok = inner_src > 0 && inner_dst > 0 && (inner_src.is_multiple_of(inner_dst) || inner_dst.is_multiple_of(inner_src));
                 if !outer_ok || !ratio_ok {
                     return err(format!("{name}: reshape {} to {ne:?} moves its dynamic axis", src.shape_str()));
                 }
@@ -413,7 +413,7 @@ impl Graph {
     pub fn rope(&mut self, x: NodeId, positions: NodeId, kind: RopeKind, theta: f32, n_dims: usize, name: &str) -> Result<NodeId> {
         self.expect_f32(x, "x", name)?;
         let v = self.value(x).clone();
-        if n_dims == 0 || n_dims > v.ne[0] || n_dims % 4 != 0 {
+        if n_dims == 0 || n_dims > v.ne[0] || !n_dims.is_multiple_of(4) {
             return err(format!("{name}: rope over {n_dims} of {} dims", v.ne[0]));
         }
         if let RopeKind::MropeInterleaved { sections } = &kind {

@@ -176,7 +176,7 @@ fn tokenizer_metadata(w: &mut GgufWriter, vocab: Option<&GgufFile>, n_vocab: usi
 /// The GGUF image of a random text model of `spec`'s shape.
 pub fn text_model(spec: &TextSpec, vocab: Option<&GgufFile>) -> Result<Vec<u8>, String> {
     let s = spec;
-    if s.n_head % s.n_head_kv != 0 || s.head_dim % 4 != 0 || s.rope_sections.iter().sum::<usize>() > s.head_dim / 2 {
+    if !s.n_head.is_multiple_of(s.n_head_kv) || !s.head_dim.is_multiple_of(4) || s.rope_sections.iter().sum::<usize>() > s.head_dim / 2 {
         return Err(format!("inconsistent attention shape: {} heads, {} kv heads, head_dim {}, sections {:?}", s.n_head, s.n_head_kv, s.head_dim, s.rope_sections));
     }
     let mut w = Writer { w: GgufWriter::new(), rng: Normal(SplitMix64(spec.seed)) };

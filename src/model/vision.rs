@@ -163,7 +163,7 @@ impl Builder<'_> {
 pub fn build(p: &VisionParams, max_patches: usize) -> Result<VisionGraph> {
     let n = max_patches;
     let merge = p.merge_patches();
-    if n == 0 || n % merge != 0 {
+    if n == 0 || !n.is_multiple_of(merge) {
         return Err(GraphError(format!("vision graph: {n} patches is not a positive multiple of {merge}")));
     }
     let mut g = Graph::new("vision");

@@ -85,7 +85,7 @@ impl VisionModel {
         let p = &self.params;
         let (merge, row) = (p.merge, p.patch_row());
         let n = grid_h * grid_w;
-        if grid_h == 0 || grid_w == 0 || grid_h % merge != 0 || grid_w % merge != 0 {
+        if grid_h == 0 || grid_w == 0 || !grid_h.is_multiple_of(merge) || !grid_w.is_multiple_of(merge) {
             return Err(VisionError::Input(format!("a {grid_h}x{grid_w} patch grid is not whole {merge}x{merge} merge blocks")));
         }
         if n > self.max_patches {

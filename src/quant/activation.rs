@@ -254,7 +254,7 @@ pub fn quantize_activations(row_dtype: DType, x: &[f32], k: usize) -> Result<Act
         dtype: row_dtype,
         op: "quantize_activation",
     })?;
-    if k % row_dtype.block_len() != 0 {
+    if !k.is_multiple_of(row_dtype.block_len()) {
         return Err(QuantError::PartialBlock {
             dtype: row_dtype,
             values: k,

@@ -66,7 +66,7 @@ impl std::error::Error for QuantError {}
 
 /// Checks that `bytes` is exactly one `dtype` row of `values` values.
 pub(crate) fn check_row(dtype: DType, values: usize, bytes: usize) -> Result<(), QuantError> {
-    if values % dtype.block_len() != 0 {
+    if !values.is_multiple_of(dtype.block_len()) {
         return Err(QuantError::PartialBlock { dtype, values });
     }
     // Cannot overflow for real slices (no format takes more than 4 bytes a value), but

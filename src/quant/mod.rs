@@ -160,7 +160,7 @@ impl DType {
     /// or the size overflows.
     pub fn row_bytes(self, n: u64) -> Option<u64> {
         let bl = self.block_len() as u64;
-        if n % bl != 0 {
+        if !n.is_multiple_of(bl) {
             return None;
         }
         (n / bl).checked_mul(self.block_bytes() as u64)

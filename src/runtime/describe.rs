@@ -147,7 +147,7 @@ impl Describer {
                 continue;
             }
             let img = next_image.next().ok_or_else(|| RuntimeError::Usage("the prompt text contains <|image_pad|> itself".into()))?;
-            expanded.extend(std::iter::repeat(pad).take(img.rows * img.cols));
+            expanded.extend(std::iter::repeat_n(pad, img.rows * img.cols));
             pieces.push(PromptPiece::Image { embeddings: &img.embeddings, rows: img.rows, cols: img.cols });
         }
         if next_image.next().is_some() {

@@ -125,7 +125,7 @@ impl CommandBuffer {
     /// byte `offset`): the size can change between replays of the same recording.
     pub fn dispatch_indirect(&mut self, pipeline: &Pipeline, set: &DescriptorSet, push: &[u32], args: &Buffer, offset: u64) -> Result<()> {
         self.bind(pipeline, set, push)?;
-        if offset % 4 != 0 || offset + 12 > args.size() {
+        if !offset.is_multiple_of(4) || offset + 12 > args.size() {
             return Err(VkError::Invalid(format!("indirect arguments at {offset} do not fit a buffer of {} bytes", args.size())));
         }
         // SAFETY: recording; the argument buffer has INDIRECT usage and is kept alive.

@@ -42,7 +42,7 @@ impl Pipeline {
     pub fn new(device: &Device, spec: &PipelineSpec) -> Result<Pipeline> {
         let shared = &device.shared;
         let fail = |reason: String| VkError::Pipeline { kernel: spec.name.to_owned(), reason };
-        if spec.push_bytes > shared.info.max_push_constants || spec.push_bytes % 4 != 0 {
+        if spec.push_bytes > shared.info.max_push_constants || !spec.push_bytes.is_multiple_of(4) {
             return Err(fail(format!("{} bytes of push constants, the device allows {}", spec.push_bytes, shared.info.max_push_constants)));
         }
         let code = ash::util::read_spv(&mut std::io::Cursor::new(spec.spirv)).map_err(|e| fail(format!("bad SPIR-V: {e}")))?;

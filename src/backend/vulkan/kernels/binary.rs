@@ -11,7 +11,7 @@ pub fn launch(op: BinaryOp, a: &Operand, b: &Operand, out: &Operand, dynamic: Op
     expect_f32(a, "a")?;
     expect_f32(b, "b")?;
     expect_f32(out, "the output")?;
-    let broadcast_ok = (0..4).all(|i| b.ne[i] > 0 && out.ne[i] % b.ne[i] == 0);
+    let broadcast_ok = (0..4).all(|i| b.ne[i] > 0 && out.ne[i].is_multiple_of(b.ne[i]));
     let same = op != BinaryOp::SwiGlu || b.ne == a.ne;
     if a.ne != out.ne || !broadcast_ok || !same {
         return Err(VkError::Invalid(format!("{op:?}: {:?} with {:?} -> {:?}", a.ne, b.ne, out.ne)));

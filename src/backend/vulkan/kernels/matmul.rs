@@ -79,7 +79,7 @@ pub fn launch(kind: MatKind, w: &Operand, x: &Operand, out: &Operand, residual: 
     if w.nb[0] != w.dtype.block_bytes() || x.nb[0] != 4 || out.nb[0] != 4 {
         return Err(VkError::Invalid("mul_mat: rows of w, x and the output must be contiguous".into()));
     }
-    if wt == WType::F32 && (w.offset % 4 != 0 || w.nb[1] % 4 != 0) {
+    if wt == WType::F32 && (!w.offset.is_multiple_of(4) || !w.nb[1].is_multiple_of(4)) {
         return Err(VkError::Invalid("mul_mat: f32 weights must be 4-byte aligned".into()));
     }
     let mut push = Vec::with_capacity(PUSH_WORDS);

@@ -337,7 +337,7 @@ fn word(v: usize, what: &str) -> Result<u32> {
 
 /// A byte offset or stride of an f32 operand in floats.
 fn floats(bytes: usize, what: &str) -> Result<u32> {
-    if bytes % 4 != 0 {
+    if !bytes.is_multiple_of(4) {
         return Err(VkError::Invalid(format!("{what}: {bytes} bytes is not a whole number of floats")));
     }
     word(bytes / 4, what)

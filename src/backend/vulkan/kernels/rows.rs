@@ -34,10 +34,10 @@ pub fn get_rows(table: &Operand, ids: &Operand, weights: Option<&Operand>, out: 
     if !flat(table) || !flat(ids) || !flat(out) || table.ne[0] != out.ne[0] || !rows_ok || table.ne[1] == 0 {
         return Err(VkError::Invalid(format!("get_rows: table {:?} ids {:?} -> {:?}", table.ne, ids.ne, out.ne)));
     }
-    if table.nb[0] != table.dtype.block_bytes() || out.nb[0] != 4 || table.ne[0] % table.dtype.block_len() != 0 {
+    if table.nb[0] != table.dtype.block_bytes() || out.nb[0] != 4 || !table.ne[0].is_multiple_of(table.dtype.block_len()) {
         return Err(VkError::Invalid("get_rows: table and output rows must be contiguous".into()));
     }
-    if wt == WType::F32 && (table.offset % 4 != 0 || table.nb[1] % 4 != 0) {
+    if wt == WType::F32 && (!table.offset.is_multiple_of(4) || !table.nb[1].is_multiple_of(4)) {
         return Err(VkError::Invalid("get_rows: an f32 table must be 4-byte aligned".into()));
     }
     if dynamic.is_some_and(|d| d.axis != 1) {
