@@ -40,7 +40,9 @@ environment: HRX_KERNELS=reference benchmarks the reference kernels. HRX_VK_PROF
 (Vulkan) times every dispatch with GPU timestamps and prints, per graph, each kernel's
 dispatches per run, total GPU time over all runs and share (--json: \"profile\" of each
 graph); while profiling a barrier separates every two dispatches, so that each time is
-one kernel's alone, and the speeds measured are lower.
+one kernel's alone, and the speeds measured are lower. Kernel choices to compare:
+HRX_VK_COOPMAT=1 (cooperative-matrix products), HRX_VK_NO_SUBGROUP=1 (portable
+matrix-vector kernels), HRX_VK_NO_FUSE=1 (no fused dispatches).
 
 example: hrx bench -m Qwen3-VL-2B-Instruct-Q4_K_M.gguf -p 512 -n 128 --json";
 
