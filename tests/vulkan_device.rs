@@ -11,7 +11,7 @@ use hrx::backend::vulkan::{
 
 #[test]
 fn reports_devices_and_picks_the_one_it_opens() {
-    let Some(dev) = vulkan_common::device("info") else { return };
+    let Some(dev) = vulkan_common::device() else { return };
     let info = dev.info();
     assert!(!info.name.is_empty());
     assert!(info.compute_queue_family.is_some());
@@ -39,7 +39,7 @@ fn round_trip(dev: &Device, size: usize) {
 
 #[test]
 fn buffers_round_trip_mapped_and_staged() {
-    let Some(dev) = vulkan_common::device("mapped") else { return };
+    let Some(dev) = vulkan_common::device() else { return };
     round_trip(&dev, 1000);
     let staged = DeviceOptions { map_device_memory: false, ..vulkan_common::options("staged") };
     let Some(dev2) = vulkan_common::device_with(staged) else { return };
@@ -53,7 +53,7 @@ fn buffers_round_trip_mapped_and_staged() {
 
 #[test]
 fn out_of_bounds_copies_are_errors() {
-    let Some(dev) = vulkan_common::device("bounds") else { return };
+    let Some(dev) = vulkan_common::device() else { return };
     let buf = dev.buffer(64, Location::Device, "small").unwrap();
     assert!(matches!(buf.write(60, &[0; 8]), Err(VkError::Invalid(_))));
     assert!(matches!(buf.read(u64::MAX, &mut [0; 1]), Err(VkError::Invalid(_))));
@@ -70,7 +70,7 @@ fn out_of_bounds_copies_are_errors() {
 
 #[test]
 fn huge_allocations_fail_with_a_typed_error() {
-    let Some(dev) = vulkan_common::device("oom") else { return };
+    let Some(dev) = vulkan_common::device() else { return };
     let too_much = dev.info().heaps.iter().map(|h| h.size).sum::<u64>() * 4 + (1 << 40);
     match dev.buffer(too_much, Location::Device, "a buffer larger than the device") {
         Err(VkError::OutOfMemory { bytes, .. }) => assert!(bytes >= too_much),
@@ -83,7 +83,7 @@ fn huge_allocations_fail_with_a_typed_error() {
 
 #[test]
 fn bad_spirv_and_push_constants_are_typed_errors() {
-    let Some(dev) = vulkan_common::device("pipeline") else { return };
+    let Some(dev) = vulkan_common::device() else { return };
     let spec = PipelineSpec { name: "junk", spirv: &[1, 2, 3, 4, 5, 6, 7, 8], bindings: 4, push_bytes: 0, constants: &[], subgroup_size: None };
     assert!(matches!(Pipeline::new(&dev, &spec), Err(VkError::Pipeline { .. })));
     let too_big = PipelineSpec { push_bytes: 1 << 20, ..spec };
@@ -128,7 +128,7 @@ fn pipeline_cache_is_saved_and_a_corrupt_one_ignored() {
 
 #[test]
 fn a_bad_device_choice_is_an_error() {
-    if vulkan_common::device("choice").is_none() {
+    if vulkan_common::device().is_none() {
         return;
     }
     let options = DeviceOptions { selection: Selection::Index(1000), ..vulkan_common::options("choice") };

@@ -58,7 +58,7 @@ fn weights(rng: &mut Rng) -> Arc<GgufFile> {
 
 #[test]
 fn a_recorded_plan_matches_the_cpu_executor_at_every_token_count() {
-    let Some(dev) = vulkan_common::device("executor") else { return };
+    let Some(dev) = vulkan_common::device() else { return };
     check_block(&dev);
 }
 
@@ -97,7 +97,7 @@ fn check_block(dev: &Device) {
 
 #[test]
 fn a_plan_with_cpu_nodes_is_refused_by_name() {
-    let Some(dev) = vulkan_common::device("executor-mixed") else { return };
+    let Some(dev) = vulkan_common::device() else { return };
     let mut g = Graph::new("mixed");
     let x = g.input("x", DType::F32, [8, 2, 1, 1], None).unwrap();
     let y = g.gelu(x, Gelu::Tanh, "act").unwrap();
@@ -117,7 +117,7 @@ fn a_plan_with_cpu_nodes_is_refused_by_name() {
 /// exceeds 1 GiB (NVIDIA: 4 GiB) the same graph binds the whole buffer.
 #[test]
 fn values_far_into_a_buffer_past_the_storage_range_are_windowed() {
-    let Some(dev) = vulkan_common::device("executor-window") else { return };
+    let Some(dev) = vulkan_common::device() else { return };
     let range = dev.info().max_storage_buffer_range as usize;
     let big = if range <= 1 << 30 { range + (8 << 20) } else { 64 << 20 };
     let (n, rows) = (300, 5);
@@ -157,7 +157,7 @@ fn values_far_into_a_buffer_past_the_storage_range_are_windowed() {
 /// devices whose range exceeds 1 GiB the weights are smaller and bound whole).
 #[test]
 fn weights_past_the_storage_range_are_split_by_rows() {
-    let Some(dev) = vulkan_common::device("executor-split") else { return };
+    let Some(dev) = vulkan_common::device() else { return };
     let range = dev.info().max_storage_buffer_range as usize;
     let k = 256;
     let n = if range <= 1 << 30 { range / (4 * k) + 3001 } else { 16_001 };
@@ -190,7 +190,7 @@ fn weights_past_the_storage_range_are_split_by_rows() {
 #[test]
 fn plans_with_cpu_nodes_fall_back_to_the_cpu_backend() {
     use hrx::backend::Backend;
-    let Some(dev) = vulkan_common::device("executor-fallback") else { return };
+    let Some(dev) = vulkan_common::device() else { return };
     let mut g = Graph::new("q5");
     let x = g.input("x", DType::F32, [256, 2, 1, 1], None).unwrap();
     let w = g.weight("w", DType::Q5K, [256, 8, 1, 1]).unwrap();
@@ -209,7 +209,7 @@ fn plans_with_cpu_nodes_fall_back_to_the_cpu_backend() {
 /// dispatches and still matches the CPU executor.
 #[test]
 fn independent_nodes_share_barriers_and_match_the_cpu() {
-    let Some(dev) = vulkan_common::device("executor-barriers") else { return };
+    let Some(dev) = vulkan_common::device() else { return };
     let mut g = Graph::new("fan-out");
     let x = g.input("x", DType::F32, [N, 3, 1, 1], None).unwrap();
     let a = g.gelu(x, Gelu::Tanh, "gelu_tanh").unwrap();
@@ -293,7 +293,7 @@ fn profiled_runs_time_every_kernel() {
 #[test]
 fn products_fuse_with_their_add_only_where_the_output_is_clear_of_their_inputs() {
     use hrx::hrx::Loc;
-    let Some(dev) = vulkan_common::device("executor-fusion") else { return };
+    let Some(dev) = vulkan_common::device() else { return };
     let mut rng = Rng::new(17);
     let file = weights(&mut rng);
     let build = |through_gelu: bool| {

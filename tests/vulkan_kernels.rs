@@ -121,13 +121,15 @@ fn check_matmul(ks: &KernelSet, rng: &mut Rng, dtype: DType, k: usize, n: usize,
     }
 }
 
-fn kernel_set(tag: &str) -> Option<KernelSet> {
-    vulkan_common::device(tag).map(|d| KernelSet::new(&d))
+/// The shared device's kernels: each pipeline compiled once per run of this binary.
+fn kernel_set() -> Option<&'static KernelSet> {
+    static SHARED: std::sync::OnceLock<Option<KernelSet>> = std::sync::OnceLock::new();
+    SHARED.get_or_init(|| vulkan_common::device().map(|d| KernelSet::new(&d))).as_ref()
 }
 
 #[test]
 fn matmul_float_weights_odd_shapes() {
-    let Some(ks) = kernel_set("mm-float") else { return };
+    let Some(ks) = kernel_set() else { return };
     let mut rng = Rng::new(1);
     for dtype in [DType::F32, DType::F16] {
         for (k, n, cols) in [(1, 1, [1, 1, 1]), (33, 7, [3, 1, 1]), (64, 67, [1, 1, 1]), (129, 5, [70, 1, 1]), (35, 65, [13, 3, 2])] {
@@ -138,7 +140,7 @@ fn matmul_float_weights_odd_shapes() {
 
 #[test]
 fn matmul_q8_0() {
-    let Some(ks) = kernel_set("mm-q8") else { return };
+    let Some(ks) = kernel_set() else { return };
     let mut rng = Rng::new(2);
     for (k, n, cols) in [(32, 1, [1, 1, 1]), (96, 7, [2, 1, 1]), (320, 67, [5, 2, 1]), (64, 130, [67, 1, 1])] {
         check_matmul(&ks, &mut rng, DType::Q8_0, k, n, cols, None);
@@ -147,7 +149,7 @@ fn matmul_q8_0() {
 
 #[test]
 fn matmul_k_quants() {
-    let Some(ks) = kernel_set("mm-k") else { return };
+    let Some(ks) = kernel_set() else { return };
     let mut rng = Rng::new(3);
     for dtype in [DType::Q4K, DType::Q6K] {
         for (k, n, cols) in [(256, 1, [1, 1, 1]), (512, 7, [3, 1, 1]), (768, 67, [1, 2, 1]), (256, 65, [70, 1, 1]), (512, 3, [9, 2, 2])] {
@@ -158,7 +160,7 @@ fn matmul_k_quants() {
 
 #[test]
 fn subgroup_kernel_is_chosen_where_the_device_has_subgroup_arithmetic() {
-    let Some(ks) = kernel_set("sg-choice") else { return };
+    let Some(ks) = kernel_set() else { return };
     let info = ks.device().info();
     let Some(subgroup) = info.subgroup_matvec() else {
         eprintln!("{}: no subgroup kernels (size {}, ops {:?}, in compute {})", info.name, info.subgroup_size, info.subgroup_ops, info.subgroup_in_compute);
@@ -174,7 +176,7 @@ fn subgroup_kernel_is_chosen_where_the_device_has_subgroup_arithmetic() {
 #[test]
 fn matmul_with_a_fused_residual_every_kernel() {
     // d = w^T x + r in one dispatch (the executor fuses a product with the ADD consuming it).
-    let Some(ks) = kernel_set("mm-residual") else { return };
+    let Some(ks) = kernel_set() else { return };
     let mut rng = Rng::new(16);
     let (k, n) = (512, 70);
     let w_bytes = quantized(&mut rng, DType::Q4K, k, n);
@@ -212,7 +214,7 @@ fn matmul_with_a_fused_residual_every_kernel() {
 
 #[test]
 fn coopmat_kernel_is_chosen_where_the_device_has_cooperative_matrices() {
-    let Some(ks) = kernel_set("cm-choice") else { return };
+    let Some(ks) = kernel_set() else { return };
     let info = ks.device().info();
     let tiled = MatKind::choose(512, 64).for_device(info);
     match info.coopmat_matmul() {
@@ -231,7 +233,7 @@ fn coopmat_kernel_is_chosen_where_the_device_has_cooperative_matrices() {
 
 #[test]
 fn plans_for_a_device_name_its_kernel_variants() {
-    let Some(ks) = kernel_set("registry") else { return };
+    let Some(ks) = kernel_set() else { return };
     let info = ks.device().info();
     let mut g = hrx::graph::Graph::new("variants");
     let one = g.input("one", DType::F32, [512, 1, 1, 1], None).unwrap();
@@ -256,7 +258,7 @@ fn coopmat_kernel_large_and_ragged_tiles() {
     // Several 64 x 64 tiles with ragged edges in both directions, K not a multiple of the
     // kernel's 32-deep slices, a clamped grid: the cooperative-matrix kernel where the device
     // has it, the portable tiled one everywhere.
-    let Some(ks) = kernel_set("cm-large") else { return };
+    let Some(ks) = kernel_set() else { return };
     let mut rng = Rng::new(12);
     for dtype in [DType::F16, DType::Q4K, DType::Q6K, DType::Q8_0, DType::F32] {
         // K = 200: a ragged last 32-deep slice of the cooperative kernel; 224, 768: whole slices.
@@ -270,7 +272,7 @@ fn coopmat_kernel_large_and_ragged_tiles() {
 fn subgroup_kernel_fits_any_grid() {
     // The grid follows the subgroup size given at launch; the kernel follows the one it runs
     // with. A size other than the device's only changes how many workgroups loop.
-    let Some(ks) = kernel_set("sg-grid") else { return };
+    let Some(ks) = kernel_set() else { return };
     if ks.device().info().subgroup_matvec().is_none() {
         return;
     }
@@ -301,7 +303,7 @@ fn subgroup_kernel_fits_any_grid() {
 
 #[test]
 fn kernels_loop_over_a_clamped_grid() {
-    let Some(ks) = kernel_set("grid") else { return };
+    let Some(ks) = kernel_set() else { return };
     let mut rng = Rng::new(4);
     let max = Some([2, 3, 1]);
     check_matmul(&ks, &mut rng, DType::Q4K, 256, 131, [67, 2, 1], max);
@@ -323,7 +325,7 @@ fn check_binary(ks: &KernelSet, rng: &mut Rng, op: Op, ne: [usize; 4], b_ne: [us
 
 #[test]
 fn add_mul_broadcast_and_swiglu() {
-    let Some(ks) = kernel_set("binary") else { return };
+    let Some(ks) = kernel_set() else { return };
     let mut rng = Rng::new(5);
     let ne = [13, 7, 3, 2];
     for op in [Op::Add, Op::Mul] {
@@ -350,7 +352,7 @@ fn check_rms_norm(ks: &KernelSet, rng: &mut Rng, ne: [usize; 4], max: Option<[u3
 
 #[test]
 fn rms_norm_odd_rows() {
-    let Some(ks) = kernel_set("norm") else { return };
+    let Some(ks) = kernel_set() else { return };
     let mut rng = Rng::new(6);
     for ne in [[1, 1, 1, 1], [7, 3, 1, 1], [256, 5, 2, 1], [1000, 3, 1, 2], [2048, 2, 1, 1]] {
         check_rms_norm(&ks, &mut rng, ne, None);
@@ -361,7 +363,7 @@ fn rms_norm_odd_rows() {
 /// the sizes buffer and the dispatch arguments change between submissions.
 #[test]
 fn one_recording_replays_for_any_token_count() {
-    let Some(ks) = kernel_set("replay") else { return };
+    let Some(ks) = kernel_set() else { return };
     let dev = ks.device();
     let mut rng = Rng::new(7);
     let (k, n, max_m) = (512, 40, 24);
@@ -475,7 +477,7 @@ fn compare_args(ks: &KernelSet, op: &Op, launch: &Launch, args: &[Arg], out: &St
 
 #[test]
 fn get_rows_of_every_table_type() {
-    let Some(ks) = kernel_set("get-rows") else { return };
+    let Some(ks) = kernel_set() else { return };
     let mut rng = Rng::new(21);
     for dtype in [DType::F32, DType::F16, DType::Q8_0, DType::Q4K, DType::Q6K] {
         let (k, rows, n) = (if dtype.block_len() > 32 { 512 } else { 96 }, 37, 11);
@@ -494,7 +496,7 @@ fn get_rows_of_every_table_type() {
 
 #[test]
 fn get_rows_weighted_f32_and_f16_tables() {
-    let Some(ks) = kernel_set("get-rows-w") else { return };
+    let Some(ks) = kernel_set() else { return };
     let mut rng = Rng::new(22);
     let (k, rows, taps, n) = (40, 29, 4, 13);
     for dtype in [DType::F32, DType::F16] {
@@ -515,7 +517,7 @@ fn get_rows_weighted_f32_and_f16_tables() {
 
 #[test]
 fn set_rows_writes_only_the_given_rows() {
-    let Some(ks) = kernel_set("set-rows") else { return };
+    let Some(ks) = kernel_set() else { return };
     let mut rng = Rng::new(23);
     let (w, slots, n) = (48, 19, 5);
     let dst = Strided::new(&mut rng, [w, slots, 1, 1], 0, 0);
@@ -532,7 +534,7 @@ fn set_rows_writes_only_the_given_rows() {
 
 #[test]
 fn rope_mrope_and_axial() {
-    let Some(ks) = kernel_set("rope") else { return };
+    let Some(ks) = kernel_set() else { return };
     let mut rng = Rng::new(24);
     // The last value: positions are below it (4096: a long context's angles).
     let cases = [
@@ -558,7 +560,7 @@ fn rope_mrope_and_axial() {
 #[test]
 fn rms_norm_then_rope_in_one_kernel() {
     // The executor records a per-head RMS_NORM and the ROPE consuming it as one dispatch.
-    let Some(ks) = kernel_set("norm-rope") else { return };
+    let Some(ks) = kernel_set() else { return };
     let mut rng = Rng::new(25);
     let cases = [
         (RopeKind::MropeInterleaved { sections: [24, 20, 20] }, 128, 128, 4, 9),
@@ -629,7 +631,7 @@ fn check_attention(ks: &KernelSet, rng: &mut Rng, (d, heads, kv_heads, n_q, n_kv
 
 #[test]
 fn flash_attention_causal_grouped_and_full() {
-    let Some(ks) = kernel_set("attn") else { return };
+    let Some(ks) = kernel_set() else { return };
     let mut rng = Rng::new(25);
     check_attention(&ks, &mut rng, (64, 4, 2, 5, 150), true);
     check_attention(&ks, &mut rng, (128, 2, 1, 1, 70), true);
@@ -639,7 +641,7 @@ fn flash_attention_causal_grouped_and_full() {
 
 #[test]
 fn layer_norm_odd_rows() {
-    let Some(ks) = kernel_set("layer-norm") else { return };
+    let Some(ks) = kernel_set() else { return };
     let mut rng = Rng::new(26);
     for ne in [[1, 1, 1, 1], [7, 3, 1, 1], [300, 5, 2, 1], [1000, 3, 1, 2]] {
         let x = Strided::new(&mut rng, ne, 3, 1);
@@ -656,7 +658,7 @@ fn layer_norm_odd_rows() {
 
 #[test]
 fn gelu_gelu_erf_and_cont_strided() {
-    let Some(ks) = kernel_set("unary") else { return };
+    let Some(ks) = kernel_set() else { return };
     let mut rng = Rng::new(27);
     for op in [Op::Gelu(Gelu::Tanh), Op::Gelu(Gelu::Erf), Op::Cont] {
         for ne in [[1, 1, 1, 1], [13, 7, 3, 2], [1000, 3, 1, 1]] {

@@ -92,15 +92,15 @@ fn models() -> Vec<(&'static str, &'static str, &'static str)> {
 }
 
 /// The test device and the oracle, or None after a loud message (a failure under CI=true).
-fn setup(tag: &str) -> Option<(Backend, std::path::PathBuf)> {
-    let dev = vulkan_common::device(tag)?;
+fn setup() -> Option<(Backend, std::path::PathBuf)> {
+    let dev = vulkan_common::device()?;
     let oracle = common::oracle()?;
     Some((Backend::Vulkan(dev), oracle))
 }
 
 #[test]
 fn text_cases_match_hf_on_vulkan() {
-    let Some((backend, oracle)) = setup("oracle-text") else { return };
+    let Some((backend, oracle)) = setup() else { return };
     for (model, _, cases) in models() {
         check_text(&backend, &oracle, model, cases);
     }
@@ -108,7 +108,7 @@ fn text_cases_match_hf_on_vulkan() {
 
 #[test]
 fn image_cases_match_hf_on_vulkan() {
-    let Some((backend, oracle)) = setup("oracle-image") else { return };
+    let Some((backend, oracle)) = setup() else { return };
     for (model, mmproj, cases) in models() {
         check_images(&backend, &oracle, model, mmproj, cases);
     }

@@ -5,6 +5,7 @@
 use hrx::backend::vulkan::kernels::{KernelSet, Launch, BINDINGS};
 use hrx::backend::vulkan::{Buffer, CommandBuffer, DescriptorPool, Device, DeviceOptions, Location, Selection};
 use std::path::PathBuf;
+use std::sync::OnceLock;
 
 /// Options for tests: `HRX_DEVICE` honoured, the pipeline cache in a fresh temporary folder.
 pub fn options(tag: &str) -> DeviceOptions {
@@ -16,8 +17,12 @@ pub fn options(tag: &str) -> DeviceOptions {
 
 /// The test device, or None (after a loud message) where there is none. Under CI=true a
 /// missing device fails the test: CI has lavapipe, so no device there is a broken set-up.
-pub fn device(tag: &str) -> Option<Device> {
-    device_with(options(tag))
+/// One device per test binary, shared by its tests (it is thread-safe): opening a GPU's
+/// device and compiling pipelines afresh for every test took most of a GPU run's time.
+/// Tests that need other options open their own with `device_with`.
+pub fn device() -> Option<Device> {
+    static SHARED: OnceLock<Option<Device>> = OnceLock::new();
+    SHARED.get_or_init(|| device_with(options("shared"))).clone()
 }
 
 pub fn device_with(options: DeviceOptions) -> Option<Device> {
