@@ -181,6 +181,42 @@ fn plan_for_the_cpu_and_for_vulkan() {
     assert_eq!(out.status.code(), Some(2), "{}", stderr(&out));
 }
 
+/// Models of every weight type `hrx synth` writes (F16, BF16, Q8_0, the Q4_K/Q6_K mix) plan
+/// with no CPU node on Vulkan (lavapipe in CI) and give the CPU's prompt logits there.
+#[test]
+fn every_weight_type_runs_wholly_on_vulkan_with_the_cpus_logits() {
+    if !hrx(&["doctor"]).status.success() {
+        assert!(!std::env::var("CI").is_ok_and(|v| v == "true"), "no Vulkan device under CI=true");
+        eprintln!("\n!!!!! no Vulkan device: the weight types on Vulkan are not checked !!!!!\n");
+        return;
+    }
+    for kind in ["f16", "bf16", "q8_0", "q4_k_m"] {
+        let model = temp_file(&format!("types-{kind}.gguf"), b"");
+        let m = model.to_str().unwrap();
+        let out = hrx(&["synth", "-o", m, "--type", kind]);
+        assert!(out.status.success(), "{kind}: {}", stderr(&out));
+        let out = hrx(&["plan", "-m", m, "--device", "0", "--json"]);
+        assert!(out.status.success(), "{kind}: {}", stderr(&out));
+        let json: JsonValue = String::from_utf8(out.stdout).unwrap().parse().unwrap();
+        let graphs: &Vec<JsonValue> = json["graphs"].get().unwrap();
+        for g in graphs {
+            assert_eq!(*g["cpu_nodes"].get::<f64>().unwrap(), 0.0, "{kind}: a node left to the CPU");
+        }
+        let logits = |device: &str| -> Vec<f32> {
+            let dump = temp_file(&format!("types-{kind}-{device}.f32"), b"");
+            let out = hrx(&["generate", "-m", m, "--device", device, "-n", "2", "--prompt", "a picture of", "--dump-logits", dump.to_str().unwrap()]);
+            assert!(out.status.success(), "{kind} on {device}: {}", stderr(&out));
+            std::fs::read(&dump).unwrap().chunks_exact(4).map(|b| f32::from_le_bytes([b[0], b[1], b[2], b[3]])).collect()
+        };
+        let (gpu, cpu) = (logits("0"), logits("cpu"));
+        assert_eq!(gpu.len(), cpu.len(), "{kind}");
+        let err: f64 = gpu.iter().zip(&cpu).map(|(a, b)| f64::from(a - b).powi(2)).sum::<f64>() / cpu.iter().map(|b| f64::from(*b).powi(2)).sum::<f64>();
+        eprintln!("{kind}: Vulkan vs CPU prompt logits nmse {err:.2e}");
+        // The CPU's fast path rounds activations to 16 bits: ~1e-8 on quantized weights.
+        assert!(err < 1e-6, "{kind}: nmse {err:.2e}");
+    }
+}
+
 /// `HRX_VK_PROFILE=1 hrx bench` on a Vulkan device (lavapipe in CI) prints each graph's GPU
 /// time by kernel, and puts it in --json, with nonzero totals.
 #[test]

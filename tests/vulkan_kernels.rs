@@ -131,7 +131,7 @@ fn kernel_set() -> Option<&'static KernelSet> {
 fn matmul_float_weights_odd_shapes() {
     let Some(ks) = kernel_set() else { return };
     let mut rng = Rng::new(1);
-    for dtype in [DType::F32, DType::F16] {
+    for dtype in [DType::F32, DType::F16, DType::BF16] {
         for (k, n, cols) in [(1, 1, [1, 1, 1]), (33, 7, [3, 1, 1]), (64, 67, [1, 1, 1]), (129, 5, [70, 1, 1]), (35, 65, [13, 3, 2])] {
             check_matmul(&ks, &mut rng, dtype, k, n, cols, None);
         }
@@ -479,7 +479,7 @@ fn compare_args(ks: &KernelSet, op: &Op, launch: &Launch, args: &[Arg], out: &St
 fn get_rows_of_every_table_type() {
     let Some(ks) = kernel_set() else { return };
     let mut rng = Rng::new(21);
-    for dtype in [DType::F32, DType::F16, DType::Q8_0, DType::Q4K, DType::Q6K] {
+    for dtype in [DType::F32, DType::F16, DType::BF16, DType::Q8_0, DType::Q4K, DType::Q6K] {
         let (k, rows, n) = (if dtype.block_len() > 32 { 512 } else { 96 }, 37, 11);
         let table_bytes = quantized(&mut rng, dtype, k, rows);
         let t_ne = [k, rows, 1, 1];

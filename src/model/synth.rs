@@ -30,6 +30,7 @@ pub struct TextSpec {
 #[derive(Clone, Copy, Debug, PartialEq, Eq)]
 pub enum WeightFormat {
     F16,
+    BF16,
     Q8_0,
     /// llama.cpp's Q4_K_M mix: Q4_K, with Q6_K for the embedding/output and for attn_v and
     /// ffn_down in the layers llama-quantize gives more bits.
@@ -58,6 +59,7 @@ impl TextSpec {
     fn dtype_of(&self, name: &str, layer: Option<usize>) -> DType {
         match self.weights {
             WeightFormat::F16 => DType::F16,
+            WeightFormat::BF16 => DType::BF16,
             WeightFormat::Q8_0 => DType::Q8_0,
             WeightFormat::Q4KM => {
                 let more_bits = |i: usize| {

@@ -35,6 +35,7 @@ pub const MAX_INPUTS: usize = 4;
 pub enum WType {
     F32,
     F16,
+    BF16,
     Q8_0,
     Q4K,
     Q6K,
@@ -45,6 +46,7 @@ impl WType {
         Some(match d {
             DType::F32 => WType::F32,
             DType::F16 => WType::F16,
+            DType::BF16 => WType::BF16,
             DType::Q8_0 => WType::Q8_0,
             DType::Q4K => WType::Q4K,
             DType::Q6K => WType::Q6K,
@@ -56,6 +58,7 @@ impl WType {
         match self {
             WType::F32 => "f32",
             WType::F16 => "f16",
+            WType::BF16 => "bf16",
             WType::Q8_0 => "q8_0",
             WType::Q4K => "q4_k",
             WType::Q6K => "q6_k",
@@ -103,11 +106,11 @@ impl KernelId {
             // By weight type, in WType's order.
             KernelId::MatMul(kind, w) => {
                 let names = match kind {
-                    MatKind::Vec => ["mul_mat_vec_f32", "mul_mat_vec_f16", "mul_mat_vec_q8_0", "mul_mat_vec_q4_k", "mul_mat_vec_q6_k"],
-                    MatKind::VecSg { .. } => ["mul_mat_vec_sg_f32", "mul_mat_vec_sg_f16", "mul_mat_vec_sg_q8_0", "mul_mat_vec_sg_q4_k", "mul_mat_vec_sg_q6_k"],
-                    MatKind::Tiled => ["mul_mat_f32", "mul_mat_f16", "mul_mat_q8_0", "mul_mat_q4_k", "mul_mat_q6_k"],
-                    MatKind::Coop { .. } => ["mul_mat_cm_f32", "mul_mat_cm_f16", "mul_mat_cm_q8_0", "mul_mat_cm_q4_k", "mul_mat_cm_q6_k"],
-                    MatKind::Rows => ["mul_mat_rows_f32", "mul_mat_rows_f16", "mul_mat_rows_q8_0", "mul_mat_rows_q4_k", "mul_mat_rows_q6_k"],
+                    MatKind::Vec => ["mul_mat_vec_f32", "mul_mat_vec_f16", "mul_mat_vec_bf16", "mul_mat_vec_q8_0", "mul_mat_vec_q4_k", "mul_mat_vec_q6_k"],
+                    MatKind::VecSg { .. } => ["mul_mat_vec_sg_f32", "mul_mat_vec_sg_f16", "mul_mat_vec_sg_bf16", "mul_mat_vec_sg_q8_0", "mul_mat_vec_sg_q4_k", "mul_mat_vec_sg_q6_k"],
+                    MatKind::Tiled => ["mul_mat_f32", "mul_mat_f16", "mul_mat_bf16", "mul_mat_q8_0", "mul_mat_q4_k", "mul_mat_q6_k"],
+                    MatKind::Coop { .. } => ["mul_mat_cm_f32", "mul_mat_cm_f16", "mul_mat_cm_bf16", "mul_mat_cm_q8_0", "mul_mat_cm_q4_k", "mul_mat_cm_q6_k"],
+                    MatKind::Rows => ["mul_mat_rows_f32", "mul_mat_rows_f16", "mul_mat_rows_bf16", "mul_mat_rows_q8_0", "mul_mat_rows_q4_k", "mul_mat_rows_q6_k"],
                 };
                 names[w as usize]
             }
@@ -122,6 +125,7 @@ impl KernelId {
             KernelId::GetRows(w, false) => match w {
                 WType::F32 => "get_rows_f32",
                 WType::F16 => "get_rows_f16",
+                WType::BF16 => "get_rows_bf16",
                 WType::Q8_0 => "get_rows_q8_0",
                 WType::Q4K => "get_rows_q4_k",
                 WType::Q6K => "get_rows_q6_k",
@@ -129,6 +133,7 @@ impl KernelId {
             KernelId::GetRows(w, true) => match w {
                 WType::F32 => "get_rows_weighted_f32",
                 WType::F16 => "get_rows_weighted_f16",
+                WType::BF16 => "get_rows_weighted_bf16",
                 WType::Q8_0 => "get_rows_weighted_q8_0",
                 WType::Q4K => "get_rows_weighted_q4_k",
                 WType::Q6K => "get_rows_weighted_q6_k",
