@@ -181,7 +181,7 @@ fn plan_for_the_cpu_and_for_vulkan() {
     assert_eq!(out.status.code(), Some(2), "{}", stderr(&out));
 }
 
-/// Models of every weight type `hrx synth` writes (F16, BF16, Q8_0, the Q4_K/Q6_K mix) plan
+/// Models of every weight type `hrx synth` writes (F16, BF16, Q8_0, the Q4_K_M and Q5_K_M mixes) plan
 /// with no CPU node on Vulkan (lavapipe in CI) and give the CPU's prompt logits there.
 #[test]
 fn every_weight_type_runs_wholly_on_vulkan_with_the_cpus_logits() {
@@ -190,7 +190,7 @@ fn every_weight_type_runs_wholly_on_vulkan_with_the_cpus_logits() {
         eprintln!("\n!!!!! no Vulkan device: the weight types on Vulkan are not checked !!!!!\n");
         return;
     }
-    for kind in ["f16", "bf16", "q8_0", "q4_k_m"] {
+    for kind in ["f16", "bf16", "q8_0", "q4_k_m", "q5_k_m"] {
         let model = temp_file(&format!("types-{kind}.gguf"), b"");
         let m = model.to_str().unwrap();
         let out = hrx(&["synth", "-o", m, "--type", kind]);

@@ -185,16 +185,16 @@ fn weights_past_the_storage_range_are_split_by_rows() {
     assert!(e < 5e-4, "nmse {e}");
 }
 
-/// A model with a node no Vulkan kernel takes (Q5_K weights here) runs on the CPU: the
+/// A model with a node no Vulkan kernel takes (Q3_K weights here) runs on the CPU: the
 /// backend falls back (with a warning) rather than failing to load; an all-GPU plan stays.
 #[test]
 fn plans_with_cpu_nodes_fall_back_to_the_cpu_backend() {
     use hrx::backend::Backend;
     let Some(dev) = vulkan_common::device() else { return };
-    let mut g = Graph::new("q5");
+    let mut g = Graph::new("q3");
     let x = g.input("x", DType::F32, [256, 2, 1, 1], None).unwrap();
-    let w = g.weight("w", DType::Q5K, [256, 8, 1, 1]).unwrap();
-    let y = g.matmul(w, x, "q5_proj").unwrap();
+    let w = g.weight("w", DType::Q3K, [256, 8, 1, 1]).unwrap();
+    let y = g.matmul(w, x, "q3_proj").unwrap();
     g.mark_output(y);
     let backend = Backend::Vulkan(dev);
     let mixed = Plan::new(g, &VulkanRegistry::PORTABLE).unwrap();

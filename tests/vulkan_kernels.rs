@@ -151,7 +151,7 @@ fn matmul_q8_0() {
 fn matmul_k_quants() {
     let Some(ks) = kernel_set() else { return };
     let mut rng = Rng::new(3);
-    for dtype in [DType::Q4K, DType::Q6K] {
+    for dtype in [DType::Q4K, DType::Q5K, DType::Q6K] {
         for (k, n, cols) in [(256, 1, [1, 1, 1]), (512, 7, [3, 1, 1]), (768, 67, [1, 2, 1]), (256, 65, [70, 1, 1]), (512, 3, [9, 2, 2])] {
             check_matmul(&ks, &mut rng, dtype, k, n, cols, None);
         }
@@ -260,7 +260,7 @@ fn coopmat_kernel_large_and_ragged_tiles() {
     // has it, the portable tiled one everywhere.
     let Some(ks) = kernel_set() else { return };
     let mut rng = Rng::new(12);
-    for dtype in [DType::F16, DType::Q4K, DType::Q6K, DType::Q8_0, DType::F32] {
+    for dtype in [DType::F16, DType::Q4K, DType::Q5K, DType::Q6K, DType::Q8_0, DType::F32] {
         // K = 200: a ragged last 32-deep slice of the cooperative kernel; 224, 768: whole slices.
         let k = if dtype.block_len() == 256 { 768 } else if dtype == DType::Q8_0 { 224 } else { 200 };
         check_matmul(&ks, &mut rng, dtype, k, 150, [131, 1, 1], None);
@@ -423,9 +423,9 @@ fn one_recording_replays_for_any_token_count() {
 fn operands_no_kernel_takes_are_refused() {
     let f32_op = |ne| Operand::contiguous(DType::F32, ne, 0);
     let x = f32_op([64, 2, 1, 1]);
-    // Q5_K weights, a K mismatch, a misaligned f32 offset, a GELU changing shape: all
+    // Q3_K weights, a K mismatch, a misaligned f32 offset, a GELU changing shape: all
     // refused, none panic.
-    let q5 = Operand::contiguous(DType::Q5K, [256, 4, 1, 1], 0);
+    let q5 = Operand::contiguous(DType::Q3K, [256, 4, 1, 1], 0);
     assert!(kernels::launch(&Op::MatMul, &[q5, f32_op([256, 2, 1, 1])], &f32_op([4, 2, 1, 1]), None).is_err());
     assert!(kernels::launch(&Op::MatMul, &[f32_op([63, 4, 1, 1]), x], &f32_op([4, 2, 1, 1]), None).is_err());
     let shifted = Operand { offset: 2, ..x };
@@ -479,7 +479,7 @@ fn compare_args(ks: &KernelSet, op: &Op, launch: &Launch, args: &[Arg], out: &St
 fn get_rows_of_every_table_type() {
     let Some(ks) = kernel_set() else { return };
     let mut rng = Rng::new(21);
-    for dtype in [DType::F32, DType::F16, DType::BF16, DType::Q8_0, DType::Q4K, DType::Q6K] {
+    for dtype in [DType::F32, DType::F16, DType::BF16, DType::Q8_0, DType::Q4K, DType::Q5K, DType::Q6K] {
         let (k, rows, n) = (if dtype.block_len() > 32 { 512 } else { 96 }, 37, 11);
         let table_bytes = quantized(&mut rng, dtype, k, rows);
         let t_ne = [k, rows, 1, 1];

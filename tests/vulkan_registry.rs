@@ -25,7 +25,7 @@ fn supported_nodes_go_to_the_gpu_the_rest_to_the_cpu() {
     let w_gate = g.weight("gate", DType::Q4K, [n, 512, 1, 1]).unwrap();
     let w_up = g.weight("up", DType::Q6K, [n, 512, 1, 1]).unwrap();
     let w_down = g.weight("down", DType::Q8_0, [512, n, 1, 1]).unwrap();
-    let w_q5 = g.weight("q5", DType::Q5K, [n, 64, 1, 1]).unwrap();
+    let w_q3 = g.weight("q3", DType::Q3K, [n, 64, 1, 1]).unwrap();
     let w_f16 = g.weight("f16", DType::F16, [n, 8, 1, 1]).unwrap();
     let ln_b = g.weight("ln_b", DType::F32, [n, 1, 1, 1]).unwrap();
     let pos = g.input("pos", DType::I32, [3 * 32, 1, 1, 1], None).unwrap();
@@ -37,9 +37,9 @@ fn supported_nodes_go_to_the_gpu_the_rest_to_the_cpu() {
     let down = g.matmul(w_down, act, "ffn_down").unwrap();
     let y = g.add(x, down, "residual").unwrap();
     let scaled = g.mul(y, norm_w, "scale").unwrap();
-    let q5 = g.matmul(w_q5, scaled, "q5_proj").unwrap();
+    let q3 = g.matmul(w_q3, scaled, "q3_proj").unwrap();
     let f16 = g.matmul(w_f16, scaled, "f16_proj").unwrap();
-    let gelu = g.gelu(q5, Gelu::Erf, "gelu").unwrap();
+    let gelu = g.gelu(q3, Gelu::Erf, "gelu").unwrap();
     let ln = g.layer_norm(scaled, norm_w, ln_b, 1e-5, "ln").unwrap();
     let heads = g.reshape(scaled, [64, 4, 32, 1], "heads").unwrap();
     let roped = g.rope(heads, pos, RopeKind::MropeInterleaved { sections: [8, 8, 8] }, 1e6, 64, "rope").unwrap();
@@ -60,8 +60,8 @@ fn supported_nodes_go_to_the_gpu_the_rest_to_the_cpu() {
     assert_eq!(kernel_of(&plan, gelu), (Device::Gpu, "gelu_erf"));
     assert_eq!(kernel_of(&plan, ln), (Device::Gpu, "layer_norm"));
     assert_eq!(kernel_of(&plan, roped), (Device::Gpu, "rope"));
-    // No kernel decodes Q5_K weights.
-    assert_eq!(kernel_of(&plan, q5).0, Device::Cpu);
+    // No kernel decodes Q3_K weights.
+    assert_eq!(kernel_of(&plan, q3).0, Device::Cpu);
     let census = plan.census();
     assert_eq!((census.gpu_nodes, census.cpu_nodes), (11, 1));
 }

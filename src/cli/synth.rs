@@ -18,7 +18,8 @@ so the text it generates is noise; shapes, file layout and speed are those of a 
   --preset 2b           Qwen3-VL-2B-Instruct's text shape (the default shape is tiny)
   --layers N --embd N --ff N --heads N --kv-heads N --head-dim N --vocab N --deepstack N
                         override the shape
-  --type F              f16, bf16, q8_0 or q4_k_m (default q4_k_m; K-quants need multiples of 256)
+  --type F              f16, bf16, q8_0, q4_k_m or q5_k_m (default q4_k_m; K-quants need
+                        multiples of 256)
   --vocab-from FILE     copy the tokenizer (and so the vocabulary size) from a GGUF file;
                         without it the vocabulary is the 256 byte tokens, Qwen's chat tokens
                         and unused padding up to --vocab
@@ -71,7 +72,8 @@ fn run(mut args: Args, out: &mut dyn Write) -> Result<(), CliError> {
         Some("q8_0") => WeightFormat::Q8_0,
         Some("f16") => WeightFormat::F16,
         Some("bf16") => WeightFormat::BF16,
-        Some(other) => return Err(CliError::usage(format!("--type {other:?}: expected f16, bf16, q8_0 or q4_k_m"))),
+        Some("q5_k_m") => WeightFormat::Q5KM,
+        Some(other) => return Err(CliError::usage(format!("--type {other:?}: expected f16, bf16, q8_0, q4_k_m or q5_k_m"))),
     };
     spec.seed = args.parsed(&["--seed"])?.unwrap_or(spec.seed);
     let vocab = args.value(&["--vocab-from"])?.map(GgufFile::open).transpose()?;

@@ -35,6 +35,8 @@ pub enum WeightFormat {
     /// llama.cpp's Q4_K_M mix: Q4_K, with Q6_K for the embedding/output and for attn_v and
     /// ffn_down in the layers llama-quantize gives more bits.
     Q4KM,
+    /// The same mix with Q5_K in place of Q4_K (llama.cpp's Q5_K_M).
+    Q5KM,
 }
 
 impl TextSpec {
@@ -61,17 +63,17 @@ impl TextSpec {
             WeightFormat::F16 => DType::F16,
             WeightFormat::BF16 => DType::BF16,
             WeightFormat::Q8_0 => DType::Q8_0,
-            WeightFormat::Q4KM => {
+            WeightFormat::Q4KM | WeightFormat::Q5KM => {
                 let more_bits = |i: usize| {
                     let n = self.n_layer;
                     i < n / 8 || i >= 7 * n / 8 || (i - n / 8) % 3 == 2
                 };
                 let big = name == "token_embd" || name == "output";
                 let mixed = matches!(name, "attn_v" | "ffn_down") && layer.is_some_and(more_bits);
-                if big || mixed {
-                    DType::Q6K
-                } else {
-                    DType::Q4K
+                match (big || mixed, self.weights) {
+                    (true, _) => DType::Q6K,
+                    (false, WeightFormat::Q5KM) => DType::Q5K,
+                    (false, _) => DType::Q4K,
                 }
             }
         }

@@ -38,6 +38,7 @@ pub enum WType {
     BF16,
     Q8_0,
     Q4K,
+    Q5K,
     Q6K,
 }
 
@@ -49,6 +50,7 @@ impl WType {
             DType::BF16 => WType::BF16,
             DType::Q8_0 => WType::Q8_0,
             DType::Q4K => WType::Q4K,
+            DType::Q5K => WType::Q5K,
             DType::Q6K => WType::Q6K,
             _ => return None,
         })
@@ -61,6 +63,7 @@ impl WType {
             WType::BF16 => "bf16",
             WType::Q8_0 => "q8_0",
             WType::Q4K => "q4_k",
+            WType::Q5K => "q5_k",
             WType::Q6K => "q6_k",
         }
     }
@@ -106,11 +109,11 @@ impl KernelId {
             // By weight type, in WType's order.
             KernelId::MatMul(kind, w) => {
                 let names = match kind {
-                    MatKind::Vec => ["mul_mat_vec_f32", "mul_mat_vec_f16", "mul_mat_vec_bf16", "mul_mat_vec_q8_0", "mul_mat_vec_q4_k", "mul_mat_vec_q6_k"],
-                    MatKind::VecSg { .. } => ["mul_mat_vec_sg_f32", "mul_mat_vec_sg_f16", "mul_mat_vec_sg_bf16", "mul_mat_vec_sg_q8_0", "mul_mat_vec_sg_q4_k", "mul_mat_vec_sg_q6_k"],
-                    MatKind::Tiled => ["mul_mat_f32", "mul_mat_f16", "mul_mat_bf16", "mul_mat_q8_0", "mul_mat_q4_k", "mul_mat_q6_k"],
-                    MatKind::Coop { .. } => ["mul_mat_cm_f32", "mul_mat_cm_f16", "mul_mat_cm_bf16", "mul_mat_cm_q8_0", "mul_mat_cm_q4_k", "mul_mat_cm_q6_k"],
-                    MatKind::Rows => ["mul_mat_rows_f32", "mul_mat_rows_f16", "mul_mat_rows_bf16", "mul_mat_rows_q8_0", "mul_mat_rows_q4_k", "mul_mat_rows_q6_k"],
+                    MatKind::Vec => ["mul_mat_vec_f32", "mul_mat_vec_f16", "mul_mat_vec_bf16", "mul_mat_vec_q8_0", "mul_mat_vec_q4_k", "mul_mat_vec_q5_k", "mul_mat_vec_q6_k"],
+                    MatKind::VecSg { .. } => ["mul_mat_vec_sg_f32", "mul_mat_vec_sg_f16", "mul_mat_vec_sg_bf16", "mul_mat_vec_sg_q8_0", "mul_mat_vec_sg_q4_k", "mul_mat_vec_sg_q5_k", "mul_mat_vec_sg_q6_k"],
+                    MatKind::Tiled => ["mul_mat_f32", "mul_mat_f16", "mul_mat_bf16", "mul_mat_q8_0", "mul_mat_q4_k", "mul_mat_q5_k", "mul_mat_q6_k"],
+                    MatKind::Coop { .. } => ["mul_mat_cm_f32", "mul_mat_cm_f16", "mul_mat_cm_bf16", "mul_mat_cm_q8_0", "mul_mat_cm_q4_k", "mul_mat_cm_q5_k", "mul_mat_cm_q6_k"],
+                    MatKind::Rows => ["mul_mat_rows_f32", "mul_mat_rows_f16", "mul_mat_rows_bf16", "mul_mat_rows_q8_0", "mul_mat_rows_q4_k", "mul_mat_rows_q5_k", "mul_mat_rows_q6_k"],
                 };
                 names[w as usize]
             }
@@ -128,6 +131,7 @@ impl KernelId {
                 WType::BF16 => "get_rows_bf16",
                 WType::Q8_0 => "get_rows_q8_0",
                 WType::Q4K => "get_rows_q4_k",
+                WType::Q5K => "get_rows_q5_k",
                 WType::Q6K => "get_rows_q6_k",
             },
             KernelId::GetRows(w, true) => match w {
@@ -136,6 +140,7 @@ impl KernelId {
                 WType::BF16 => "get_rows_weighted_bf16",
                 WType::Q8_0 => "get_rows_weighted_q8_0",
                 WType::Q4K => "get_rows_weighted_q4_k",
+                WType::Q5K => "get_rows_weighted_q5_k",
                 WType::Q6K => "get_rows_weighted_q6_k",
             },
             KernelId::SetRows => "set_rows",
