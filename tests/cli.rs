@@ -181,13 +181,22 @@ fn plan_for_the_cpu_and_for_vulkan() {
     assert_eq!(out.status.code(), Some(2), "{}", stderr(&out));
 }
 
+/// Whether `hrx doctor` finds a Vulkan device; without one (a failure under CI=true, which has
+/// lavapipe) says loudly that `what` is not checked.
+fn vulkan_present(what: &str) -> bool {
+    if hrx(&["doctor"]).status.success() {
+        return true;
+    }
+    assert!(!std::env::var("CI").is_ok_and(|v| v == "true"), "no Vulkan device under CI=true");
+    eprintln!("\n!!!!! no Vulkan device: {what} is not checked !!!!!\n");
+    false
+}
+
 /// Models of every weight type `hrx synth` writes (F16, BF16, Q8_0, the Q4_K_M and Q5_K_M mixes) plan
 /// with no CPU node on Vulkan (lavapipe in CI) and give the CPU's prompt logits there.
 #[test]
 fn every_weight_type_runs_wholly_on_vulkan_with_the_cpus_logits() {
-    if !hrx(&["doctor"]).status.success() {
-        assert!(!std::env::var("CI").is_ok_and(|v| v == "true"), "no Vulkan device under CI=true");
-        eprintln!("\n!!!!! no Vulkan device: the weight types on Vulkan are not checked !!!!!\n");
+    if !vulkan_present("the weight types on Vulkan") {
         return;
     }
     for kind in ["f16", "bf16", "q8_0", "q4_k_m", "q5_k_m"] {
@@ -221,9 +230,7 @@ fn every_weight_type_runs_wholly_on_vulkan_with_the_cpus_logits() {
 /// time by kernel, and puts it in --json, with nonzero totals.
 #[test]
 fn bench_with_vk_profile_prints_gpu_time_per_kernel() {
-    if !hrx(&["doctor"]).status.success() {
-        assert!(!std::env::var("CI").is_ok_and(|v| v == "true"), "no Vulkan device under CI=true");
-        eprintln!("\n!!!!! no Vulkan device: the GPU profile is not checked !!!!!\n");
+    if !vulkan_present("the GPU profile") {
         return;
     }
     let model = temp_file("profile-synth.gguf", b"");

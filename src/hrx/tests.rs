@@ -154,8 +154,8 @@ fn a_window_past_its_transient_source_is_refused() {
     assert!(err.0.contains("alias=not_aliasing_input(out_of_range)"), "{}", err.0);
 }
 
-#[test]
-fn arena_reuses_bytes_of_dead_values() {
+/// Ten 1 KiB ADDs in a chain, each of the previous one and the input.
+fn add_chain() -> Graph {
     let mut g = Graph::new("chain");
     let x = g.input("x", DType::F32, [256, 1, 1, 1], None).unwrap();
     let mut v = x;
@@ -163,6 +163,12 @@ fn arena_reuses_bytes_of_dead_values() {
         v = g.add(v, x, &format!("a{i}")).unwrap();
     }
     g.mark_output(v);
+    g
+}
+
+#[test]
+fn arena_reuses_bytes_of_dead_values() {
+    let g = add_chain();
     let plan = Plan::new(g, &CpuRegistry).unwrap();
     // Ten 1 KiB values in a chain need only two live at a time.
     assert_eq!(plan.arena_bytes, 2 * 1024);
@@ -183,13 +189,7 @@ fn a_fused_pair_keeps_the_first_nodes_inputs_alive_through_the_second() {
             true
         }
     }
-    let mut g = Graph::new("chain");
-    let x = g.input("x", DType::F32, [256, 1, 1, 1], None).unwrap();
-    let mut v = x;
-    for i in 0..10 {
-        v = g.add(v, x, &format!("a{i}")).unwrap();
-    }
-    g.mark_output(v);
+    let g = add_chain();
     let plan = Plan::new(g, &FusesAll).unwrap();
     // A value's reader's output is written while the value's own inputs are still read:
     // three 1 KiB values live at a time, and no output shares bytes with its node's inputs
