@@ -100,39 +100,10 @@ pub fn save(path: &Path, data: &[u8]) {
 #[cfg(test)]
 mod tests {
     use super::*;
-    use crate::backend::vulkan::info::{DeviceKind, Features};
-    use ash::vk;
+    use crate::backend::vulkan::info::DeviceKind;
 
     fn info() -> DeviceInfo {
-        DeviceInfo {
-            index: 0,
-            handle: vk::PhysicalDevice::null(),
-            name: "test".into(),
-            kind: DeviceKind::Cpu,
-            vendor_id: 0x10005,
-            device_id: 7,
-            api_version: (1, 3, 0),
-            driver_name: None,
-            driver_info: None,
-            driver_version: String::new(),
-            pipeline_cache_uuid: [9; 16],
-            heaps: vec![],
-            unified_memory: true,
-            subgroup_size: 8,
-            subgroup_ops: vec![],
-            subgroup_in_compute: false,
-            max_shared_memory: 32768,
-            max_workgroup_invocations: 1024,
-            max_workgroup_count: [65535; 3],
-            max_push_constants: 128,
-            max_storage_buffer_range: 1 << 27,
-            min_storage_buffer_offset_alignment: 16,
-            features: Features::default(),
-            compute_queue_family: Some(0),
-            timestamp_bits: 64,
-            timestamp_period: 1.0,
-            extensions: vec![],
-        }
+        DeviceInfo { name: "test".into(), vendor_id: 0x10005, device_id: 7, pipeline_cache_uuid: [9; 16], ..DeviceInfo::fake(0, DeviceKind::Cpu) }
     }
 
     fn driver_blob(info: &DeviceInfo) -> Vec<u8> {

@@ -369,9 +369,63 @@ fn pick_queue_family(families: &[vk::QueueFamilyProperties]) -> Option<u32> {
     dedicated.or_else(|| families.iter().position(compute)).map(|i| i as u32)
 }
 
+/// A device that exists only in tests: every limit ordinary, no optional feature.
+#[cfg(test)]
+impl DeviceInfo {
+    pub(crate) fn fake(index: usize, kind: DeviceKind) -> DeviceInfo {
+        DeviceInfo {
+            index,
+            handle: vk::PhysicalDevice::null(),
+            name: format!("dev{index}"),
+            kind,
+            vendor_id: 0,
+            device_id: 0,
+            api_version: (1, 3, 0),
+            driver_name: None,
+            driver_info: None,
+            driver_version: String::new(),
+            pipeline_cache_uuid: [0; 16],
+            heaps: vec![],
+            unified_memory: false,
+            subgroup_size: 32,
+            subgroup_ops: vec![],
+            subgroup_in_compute: false,
+            max_shared_memory: 32768,
+            max_workgroup_invocations: 1024,
+            max_workgroup_count: [65535; 3],
+            max_push_constants: 128,
+            max_storage_buffer_range: u32::MAX,
+            min_storage_buffer_offset_alignment: 16,
+            features: Features::default(),
+            compute_queue_family: Some(0),
+            timestamp_bits: 64,
+            timestamp_period: 1.0,
+            extensions: vec![],
+        }
+    }
+}
+
 #[cfg(test)]
 mod tests {
     use super::*;
+
+    #[test]
+    fn coopmat_needs_every_feature_it_uses() {
+        let features = Features { cooperative_matrix_f16: true, float16: true, memory_model: true, full_subgroups: true, ..Features::default() };
+        let ok = DeviceInfo { subgroup_in_compute: true, max_shared_memory: 49152, features, ..DeviceInfo::fake(0, DeviceKind::Discrete) };
+        assert_eq!(ok.coopmat_matmul(), Some(32));
+        let without = |f: fn(&mut DeviceInfo)| {
+            let mut d = ok.clone();
+            f(&mut d);
+            d.coopmat_matmul()
+        };
+        assert_eq!(without(|d| d.features.memory_model = false), None);
+        assert_eq!(without(|d| d.features.full_subgroups = false), None);
+        assert_eq!(without(|d| d.features.float16 = false), None);
+        assert_eq!(without(|d| d.api_version = (1, 2, 0)), None);
+        assert_eq!(without(|d| d.max_shared_memory = 32768), None, "the kernel's 37 KiB of shared memory");
+        assert_eq!(without(|d| d.subgroup_size = 128), None);
+    }
 
     #[test]
     fn nvidia_driver_versions_decode_their_own_way() {

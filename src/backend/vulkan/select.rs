@@ -65,39 +65,10 @@ pub fn pick(devices: &[DeviceInfo], selection: &Selection) -> Result<usize> {
 #[cfg(test)]
 mod tests {
     use super::*;
-    use crate::backend::vulkan::info::{Features, Heap};
-    use ash::vk;
+    use crate::backend::vulkan::info::Heap;
 
     fn dev(index: usize, kind: DeviceKind, local: u64) -> DeviceInfo {
-        DeviceInfo {
-            index,
-            handle: vk::PhysicalDevice::null(),
-            name: format!("dev{index}"),
-            kind,
-            vendor_id: 0,
-            device_id: 0,
-            api_version: (1, 3, 0),
-            driver_name: None,
-            driver_info: None,
-            driver_version: String::new(),
-            pipeline_cache_uuid: [0; 16],
-            heaps: vec![Heap { size: local, device_local: true, host_visible: false }],
-            unified_memory: false,
-            subgroup_size: 32,
-            subgroup_ops: vec![],
-            subgroup_in_compute: false,
-            max_shared_memory: 32768,
-            max_workgroup_invocations: 1024,
-            max_workgroup_count: [65535; 3],
-            max_push_constants: 128,
-            max_storage_buffer_range: u32::MAX,
-            min_storage_buffer_offset_alignment: 16,
-            features: Features::default(),
-            compute_queue_family: Some(0),
-            timestamp_bits: 64,
-            timestamp_period: 1.0,
-            extensions: vec![],
-        }
+        DeviceInfo { heaps: vec![Heap { size: local, device_local: true, host_visible: false }], ..DeviceInfo::fake(index, kind) }
     }
 
     #[test]
