@@ -133,7 +133,7 @@ fn matmul_float_weights_odd_shapes() {
     let mut rng = Rng::new(1);
     for dtype in [DType::F32, DType::F16, DType::BF16] {
         for (k, n, cols) in [(1, 1, [1, 1, 1]), (33, 7, [3, 1, 1]), (64, 67, [1, 1, 1]), (129, 5, [70, 1, 1]), (35, 65, [13, 3, 2])] {
-            check_matmul(&ks, &mut rng, dtype, k, n, cols, None);
+            check_matmul(ks, &mut rng, dtype, k, n, cols, None);
         }
     }
 }
@@ -143,7 +143,7 @@ fn matmul_q8_0() {
     let Some(ks) = kernel_set() else { return };
     let mut rng = Rng::new(2);
     for (k, n, cols) in [(32, 1, [1, 1, 1]), (96, 7, [2, 1, 1]), (320, 67, [5, 2, 1]), (64, 130, [67, 1, 1])] {
-        check_matmul(&ks, &mut rng, DType::Q8_0, k, n, cols, None);
+        check_matmul(ks, &mut rng, DType::Q8_0, k, n, cols, None);
     }
 }
 
@@ -153,7 +153,7 @@ fn matmul_k_quants() {
     let mut rng = Rng::new(3);
     for dtype in [DType::Q4K, DType::Q5K, DType::Q6K] {
         for (k, n, cols) in [(256, 1, [1, 1, 1]), (512, 7, [3, 1, 1]), (768, 67, [1, 2, 1]), (256, 65, [70, 1, 1]), (512, 3, [9, 2, 2])] {
-            check_matmul(&ks, &mut rng, dtype, k, n, cols, None);
+            check_matmul(ks, &mut rng, dtype, k, n, cols, None);
         }
     }
 }
@@ -193,11 +193,11 @@ fn matmul_with_a_fused_residual_every_kernel() {
         want.iter_mut().zip(&residual.data).for_each(|(v, r)| *v += r);
         let dev = ks.device();
         let bufs = [upload(dev, &w_bytes, 0), upload(dev, &f32_bytes(&x.data), 0), upload(dev, &f32_bytes(&residual.data), 0)];
-        for kind in mat_kinds(&ks) {
+        for kind in mat_kinds(ks) {
             let launch = kernels::launch_mat(kind, &w_op, &x.operand(), &out.operand(), Some(&residual.operand()), None).unwrap();
             let out_buf = dev.buffer((out.data.len() * 4) as u64, Location::Device, "test output").unwrap();
             out_buf.write_f32(0, &vec![f32::NAN; out.data.len()]).unwrap();
-            run(&ks, &launch, &[], &[&bufs[0], &bufs[1], &bufs[2]], &out_buf, out.ne, None);
+            run(ks, &launch, &[], &[&bufs[0], &bufs[1], &bufs[2]], &out_buf, out.ne, None);
             let got = out_buf.read_f32(0, out.data.len()).unwrap();
             let e = nmse(&got, &want);
             eprintln!("{:<20} + residual, cols={cols}: nmse {e:.3e}", launch.kernel.name());
@@ -263,8 +263,8 @@ fn coopmat_kernel_large_and_ragged_tiles() {
     for dtype in [DType::F16, DType::Q4K, DType::Q5K, DType::Q6K, DType::Q8_0, DType::F32] {
         // K = 200: a ragged last 32-deep slice of the cooperative kernel; 224, 768: whole slices.
         let k = if dtype.block_len() == 256 { 768 } else if dtype == DType::Q8_0 { 224 } else { 200 };
-        check_matmul(&ks, &mut rng, dtype, k, 150, [131, 1, 1], None);
-        check_matmul(&ks, &mut rng, dtype, k, 70, [65, 2, 1], Some([1, 1, 1]));
+        check_matmul(ks, &mut rng, dtype, k, 150, [131, 1, 1], None);
+        check_matmul(ks, &mut rng, dtype, k, 70, [65, 2, 1], Some([1, 1, 1]));
     }
 }
 
@@ -290,7 +290,7 @@ fn subgroup_kernel_fits_any_grid() {
         let x_bytes = f32_bytes(&x.data);
         for subgroup in [4, 8, 32, 128] {
             let launch = kernels::launch_mat(MatKind::VecSg { subgroup }, &w_op, &x.operand(), &out.operand(), None, None).unwrap();
-            let e = compare(&ks, &Op::MatMul, &launch, [(&w_bytes, w_in), (&x_bytes, x.input())], &out, None);
+            let e = compare(ks, &Op::MatMul, &launch, [(&w_bytes, w_in), (&x_bytes, x.input())], &out, None);
             eprintln!("{:<20} grid for subgroup {subgroup}: nmse {e:.3e}", launch.kernel.name());
             assert!(e < MAT_NMSE, "{} grid for subgroup {subgroup}: nmse {e}", launch.kernel.name());
         }
@@ -306,10 +306,10 @@ fn kernels_loop_over_a_clamped_grid() {
     let Some(ks) = kernel_set() else { return };
     let mut rng = Rng::new(4);
     let max = Some([2, 3, 1]);
-    check_matmul(&ks, &mut rng, DType::Q4K, 256, 131, [67, 2, 1], max);
-    check_matmul(&ks, &mut rng, DType::F16, 40, 9, [5, 1, 1], max);
-    check_binary(&ks, &mut rng, Op::Add, [300, 7, 3, 1], [300, 1, 3, 1], max);
-    check_rms_norm(&ks, &mut rng, [77, 9, 2, 1], max);
+    check_matmul(ks, &mut rng, DType::Q4K, 256, 131, [67, 2, 1], max);
+    check_matmul(ks, &mut rng, DType::F16, 40, 9, [5, 1, 1], max);
+    check_binary(ks, &mut rng, Op::Add, [300, 7, 3, 1], [300, 1, 3, 1], max);
+    check_rms_norm(ks, &mut rng, [77, 9, 2, 1], max);
 }
 
 fn check_binary(ks: &KernelSet, rng: &mut Rng, op: Op, ne: [usize; 4], b_ne: [usize; 4], max: Option<[u32; 3]>) {
@@ -330,11 +330,11 @@ fn add_mul_broadcast_and_swiglu() {
     let ne = [13, 7, 3, 2];
     for op in [Op::Add, Op::Mul] {
         for b_ne in [[13, 1, 1, 1], [1, 7, 1, 1], [13, 7, 3, 2], [1, 1, 3, 1], [13, 7, 1, 2], [1, 1, 1, 1]] {
-            check_binary(&ks, &mut rng, op.clone(), ne, b_ne, None);
+            check_binary(ks, &mut rng, op.clone(), ne, b_ne, None);
         }
     }
     for ne in [[1, 1, 1, 1], [13, 7, 3, 2], [1000, 3, 1, 1]] {
-        check_binary(&ks, &mut rng, Op::SwiGlu, ne, ne, None);
+        check_binary(ks, &mut rng, Op::SwiGlu, ne, ne, None);
     }
 }
 
@@ -355,7 +355,7 @@ fn rms_norm_odd_rows() {
     let Some(ks) = kernel_set() else { return };
     let mut rng = Rng::new(6);
     for ne in [[1, 1, 1, 1], [7, 3, 1, 1], [256, 5, 2, 1], [1000, 3, 1, 2], [2048, 2, 1, 1]] {
-        check_rms_norm(&ks, &mut rng, ne, None);
+        check_rms_norm(ks, &mut rng, ne, None);
     }
 }
 
@@ -378,7 +378,7 @@ fn one_recording_replays_for_any_token_count() {
     let x_buf = upload(dev, &f32_bytes(&x), 0);
     let d_buf = dev.buffer((n * max_m * 4) as u64, Location::Device, "d").unwrap();
     let sizes = dev.buffer(4, Location::Host, "sizes").unwrap();
-    let kinds: Vec<MatKind> = mat_kinds(&ks).into_iter().filter(|k| *k != MatKind::Rows).collect();
+    let kinds: Vec<MatKind> = mat_kinds(ks).into_iter().filter(|k| *k != MatKind::Rows).collect();
     let args = dev.buffer(12 * kinds.len() as u64, Location::Host, "indirect args").unwrap();
     let pool = DescriptorPool::new(dev, kinds.len() as u32, kernels::BINDINGS).unwrap();
     let mut cmd = CommandBuffer::new(dev).unwrap();
@@ -488,7 +488,7 @@ fn get_rows_of_every_table_type() {
         let out = Strided::new(&mut rng, [k, n, 1, 1], 3, 2);
         let launch = kernels::launch(&Op::GetRows, &[t_op, i32_operand([n, 1, 1, 1])], &out.operand(), None).unwrap();
         let table = Arg { view: In { data: Data::Bytes(&table_bytes), dtype, offset: 0, ne: t_ne, nb: t_op.nb }, bytes: table_bytes.clone() };
-        let e = compare_args(&ks, &Op::GetRows, &launch, &[table, i32_arg(&ids, [n, 1, 1, 1])], &out, None, out.ne);
+        let e = compare_args(ks, &Op::GetRows, &launch, &[table, i32_arg(&ids, [n, 1, 1, 1])], &out, None, out.ne);
         eprintln!("{:<22} {t_ne:?} x {n}: nmse {e:.3e}", launch.kernel.name());
         assert!(e < ELEM_NMSE, "get_rows {dtype}: nmse {e}");
     }
@@ -509,7 +509,7 @@ fn get_rows_weighted_f32_and_f16_tables() {
         let op = Op::GetRowsWeighted;
         let launch = kernels::launch(&op, &[t_op, i32_operand([taps, n, 1, 1]), weights.operand()], &out.operand(), None).unwrap();
         let table = Arg { view: In { data: Data::Bytes(&table_bytes), dtype, offset: 0, ne: t_ne, nb: t_op.nb }, bytes: table_bytes.clone() };
-        let e = compare_args(&ks, &op, &launch, &[table, i32_arg(&ids, [taps, n, 1, 1]), f32_arg(&weights)], &out, None, out.ne);
+        let e = compare_args(ks, &op, &launch, &[table, i32_arg(&ids, [taps, n, 1, 1]), f32_arg(&weights)], &out, None, out.ne);
         eprintln!("{:<22} {t_ne:?} x {taps}x{n}: nmse {e:.3e}", launch.kernel.name());
         assert!(e < ELEM_NMSE, "get_rows_weighted {dtype}: nmse {e}");
     }
@@ -527,7 +527,7 @@ fn set_rows_writes_only_the_given_rows() {
     let launch = kernels::launch(&op, &[dst.operand(), src.operand(), i32_operand([n, 1, 1, 1])], &dst.operand(), None).unwrap();
     // The reference never reads the destination as an input (it is the output).
     let dst_arg = Arg { bytes: vec![0; 4], view: In { data: Data::F32(&[]), dtype: DType::F32, offset: 0, ne: [0; 4], nb: [0; 4] } };
-    let e = compare_args(&ks, &op, &launch, &[dst_arg, f32_arg(&src), i32_arg(&ids, [n, 1, 1, 1])], &dst, Some(&dst.data), src.ne);
+    let e = compare_args(ks, &op, &launch, &[dst_arg, f32_arg(&src), i32_arg(&ids, [n, 1, 1, 1])], &dst, Some(&dst.data), src.ne);
     eprintln!("set_rows {w}x{n} into {slots}: nmse {e:.3e}");
     assert!(e < ELEM_NMSE, "set_rows: nmse {e}");
 }
@@ -551,7 +551,7 @@ fn rope_mrope_and_axial() {
         let pos: Vec<i32> = (0..n * comps).map(|_| (rng.next_u64() % max_pos) as i32).collect();
         let op = Op::Rope { kind: kind.clone(), theta: 10000.0, n_dims };
         let launch = kernels::launch(&op, &[x.operand(), i32_operand([n, comps, 1, 1])], &out.operand(), None).unwrap();
-        let e = compare_args(&ks, &op, &launch, &[f32_arg(&x), i32_arg(&pos, [n, comps, 1, 1])], &out, None, out.ne);
+        let e = compare_args(ks, &op, &launch, &[f32_arg(&x), i32_arg(&pos, [n, comps, 1, 1])], &out, None, out.ne);
         eprintln!("rope {kind:?} hd={hd} n_dims={n_dims} heads={heads} n={n} positions<{max_pos}: nmse {e:.3e}");
         assert!(e < ELEM_NMSE, "rope {kind:?}: nmse {e}");
     }
@@ -582,7 +582,7 @@ fn rms_norm_then_rope_in_one_kernel() {
         let bufs = [upload(dev, &f32_bytes(&x.data), 0), upload(dev, &f32_bytes(&w.data), 0), upload(dev, &pos_arg.bytes, 0)];
         let out_buf = dev.buffer((out.data.len() * 4) as u64, Location::Device, "test output").unwrap();
         out_buf.write_f32(0, &vec![f32::NAN; out.data.len()]).unwrap();
-        run(&ks, &launch, &[], &[&bufs[0], &bufs[1], &bufs[2]], &out_buf, out.ne, Some([2, 1, 1]));
+        run(ks, &launch, &[], &[&bufs[0], &bufs[1], &bufs[2]], &out_buf, out.ne, Some([2, 1, 1]));
         let got = out.gather(&out_buf.read_f32(0, out.data.len()).unwrap());
         // The CPU reference: the norm into a contiguous value, then the rope.
         let ne = [hd, heads, n, 1];
@@ -633,10 +633,10 @@ fn check_attention(ks: &KernelSet, rng: &mut Rng, (d, heads, kv_heads, n_q, n_kv
 fn flash_attention_causal_grouped_and_full() {
     let Some(ks) = kernel_set() else { return };
     let mut rng = Rng::new(25);
-    check_attention(&ks, &mut rng, (64, 4, 2, 5, 150), true);
-    check_attention(&ks, &mut rng, (128, 2, 1, 1, 70), true);
-    check_attention(&ks, &mut rng, (40, 3, 3, 9, 9), false);
-    check_attention(&ks, &mut rng, (16, 2, 1, 3, 130), false);
+    check_attention(ks, &mut rng, (64, 4, 2, 5, 150), true);
+    check_attention(ks, &mut rng, (128, 2, 1, 1, 70), true);
+    check_attention(ks, &mut rng, (40, 3, 3, 9, 9), false);
+    check_attention(ks, &mut rng, (16, 2, 1, 3, 130), false);
 }
 
 #[test]
@@ -650,7 +650,7 @@ fn layer_norm_odd_rows() {
         let out = Strided::new(&mut rng, ne, 1, 0);
         let op = Op::LayerNorm { eps: 1e-6 };
         let launch = kernels::launch(&op, &[x.operand(), w.operand(), b.operand()], &out.operand(), None).unwrap();
-        let e = compare_args(&ks, &op, &launch, &[f32_arg(&x), f32_arg(&w), f32_arg(&b)], &out, None, out.ne);
+        let e = compare_args(ks, &op, &launch, &[f32_arg(&x), f32_arg(&w), f32_arg(&b)], &out, None, out.ne);
         eprintln!("layer_norm {ne:?}: nmse {e:.3e}");
         assert!(e < ELEM_NMSE, "layer_norm {ne:?}: nmse {e}");
     }
@@ -673,7 +673,7 @@ fn gelu_gelu_erf_and_cont_strided() {
             }
             let out = Strided::new(&mut rng, x.ne, 0, 0);
             let launch = kernels::launch(&op, &[x.operand()], &out.operand(), None).unwrap();
-            let e = compare_args(&ks, &op, &launch, &[f32_arg(&x)], &out, None, out.ne);
+            let e = compare_args(ks, &op, &launch, &[f32_arg(&x)], &out, None, out.ne);
             eprintln!("{:<10} {:?}: nmse {e:.3e}", launch.kernel.name(), x.ne);
             assert!(e < ELEM_NMSE, "{} {ne:?}: nmse {e}", launch.kernel.name());
         }
