@@ -37,7 +37,7 @@ fn check_case(d: &mut Describer, oracle: &Path, cases: &str, name: &str, tol: f6
     let (ids, pieces) = d.prompt(std::slice::from_ref(&image), &text, None).unwrap();
     assert_eq!(ids, case.ids("input_ids"), "{cases} {name}: prompt ids");
     // M-RoPE positions as the reference's get_rope_index makes them.
-    let layout = Session::new().layout(&pieces, d.text.params.wide_width()).unwrap();
+    let layout = Session::new().layout(&pieces, d.text().params().wide_width()).unwrap();
     let (positions, next) = (layout.positions, layout.next_position);
     let rows: &Vec<JsonValue> = case.json["position_ids"].get().unwrap();
     for (c, row) in rows.iter().enumerate() {

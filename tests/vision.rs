@@ -8,7 +8,8 @@ use hrx::backend::cpu::Kernels;
 use hrx::image::patch_positions as merge_block_order;
 use hrx::model::vision_grid::{pos_taps, TAPS};
 use hrx::gguf::GgufFile;
-use hrx::model::{TextParams, VisionModel, VisionParams};
+use hrx::model::{TextParams, VisionParams};
+use hrx::runtime::vision_model::VisionModel;
 use std::path::Path;
 use tinyjson::JsonValue;
 
@@ -75,13 +76,13 @@ fn check_oracle(model: &str, kernels: Kernels) {
     let path = oracle.join("models").join(model).join(format!("mmproj-qwen3vl-{model}-F16.gguf"));
     let mut vm = VisionModel::load(&path, max, kernels).unwrap_or_else(|e| panic!("{e}"));
     assert_eq!(vm.plan().census().refused, 0);
-    let (width, n_out) = (vm.params.wide_width(), vm.params.n_out);
+    let (width, n_out) = (vm.params().wide_width(), vm.params().n_out);
     let mut worst = 0f64;
     let mut last = Vec::new();
     for case in &cases {
-        assert_eq!(case.slices.len(), 1 + vm.params.n_deepstack(), "{model} {}: slices", case.name);
+        assert_eq!(case.slices.len(), 1 + vm.params().n_deepstack(), "{model} {}: slices", case.name);
         let wide = vm.encode(&case.pixels, case.grid.0, case.grid.1).unwrap_or_else(|e| panic!("{model} {}: {e}", case.name));
-        assert_eq!(wide.len() / width * vm.params.merge_patches(), case.grid.0 * case.grid.1);
+        assert_eq!(wide.len() / width * vm.params().merge_patches(), case.grid.0 * case.grid.1);
         let mut line = format!("{model} {} {kernels:?}:", case.name);
         for (s, (name, want)) in case.slices.iter().enumerate() {
             let got: Vec<f32> = wide.chunks_exact(width).flat_map(|row| row[s * n_out..(s + 1) * n_out].iter().copied()).collect();

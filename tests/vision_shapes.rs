@@ -10,7 +10,11 @@ mod vision_shapes {
 
 use hrx::backend::cpu::Kernels;
 use hrx::gguf::{Value, ValueType};
-use hrx::model::{plan_vision, VisionError, VisionModel, VisionParams};
+use hrx::backend::Backend;
+use hrx::hrx::CpuRegistry;
+use hrx::model::VisionParams;
+use hrx::runtime::vision_model::{plan_vision, VisionModel};
+use hrx::runtime::RuntimeError;
 use hrx::quant::DType;
 use vision_shapes::mmproj::{Mmproj, Random, Shape};
 use vision_shapes::naive;
@@ -40,9 +44,9 @@ fn check_shape(s: &Shape, grids: &[(usize, usize)]) {
     let max = grids.iter().map(|(h, w)| h * w).max().unwrap_or(0);
     let mut models: Vec<VisionModel> = [Kernels::Reference, Kernels::Fast]
         .into_iter()
-        .map(|k| VisionModel::from_file(file.clone(), max, k).expect("load the random mmproj"))
+        .map(|k| VisionModel::load_on(file.clone(), max, &Backend::Cpu(k)).expect("load the random mmproj"))
         .collect();
-    let p = &models[0].params;
+    let p = &models[0].params();
     assert_eq!((p.n_temporal, p.n_channels, p.pos_side, p.deepstack_blocks.len()), (s.temporal, s.channels, s.side, s.deepstack.iter().filter(|&&b| b).count()));
     let mut r = Random::new(99);
     for &(gh, gw) in grids {
@@ -72,7 +76,7 @@ fn the_plan_is_made_once_with_no_refusal_and_binds_the_pixels_from_their_buffer(
     let s = shape_a();
     let file = Mmproj::random(&s, 1).file("random.gguf");
     let params = VisionParams::from_gguf(&file).expect("params");
-    let plan = plan_vision(&params, 48).expect("plan");
+    let plan = plan_vision(&params, 48, &CpuRegistry).expect("plan");
     let census = plan.census();
     assert_eq!(census.refused, 0);
     // Rule 3: the per-frame views of the external pixel buffer are bound, not computed.
@@ -82,16 +86,16 @@ fn the_plan_is_made_once_with_no_refusal_and_binds_the_pixels_from_their_buffer(
     assert_eq!(census.cpu_nodes + census.gpu_nodes + census.elided + census.skipped + census.bound, census.nodes);
     assert_eq!(plan.graph.symbols, vec![("n_patches".to_owned(), 48)]);
     // A plan for a size that is not whole merge blocks is refused up front.
-    assert!(plan_vision(&params, 47).is_err());
+    assert!(plan_vision(&params, 47, &CpuRegistry).is_err());
 }
 
 fn load_error(edit: impl FnOnce(&mut Mmproj)) -> String {
     let mut m = Mmproj::random(&shape_a(), 3);
     edit(&mut m);
-    match VisionModel::from_file(m.file("broken-mmproj.gguf"), 48, Kernels::Reference) {
+    match VisionModel::load_on(m.file("broken-mmproj.gguf"), 48, &Backend::Cpu(Kernels::Reference)) {
         Ok(_) => panic!("a broken file loaded"),
         Err(e) => {
-            assert!(matches!(e, VisionError::Model(_)), "{e}");
+            assert!(matches!(e, RuntimeError::Model(_)), "{e}");
             e.to_string()
         }
     }
@@ -124,7 +128,7 @@ fn broken_files_are_errors_naming_the_file_and_the_key_or_tensor() {
 #[test]
 fn inputs_that_do_not_fit_are_errors() {
     let s = shape_a();
-    let mut model = VisionModel::from_file(Mmproj::random(&s, 5).file("random.gguf"), 16, Kernels::Fast).expect("load");
+    let mut model = VisionModel::load_on(Mmproj::random(&s, 5).file("random.gguf"), 16, &Backend::Cpu(Kernels::Fast)).expect("load");
     let row = s.patch_row();
     let cases = [
         ((3, 4), 12 * row, "merge blocks"),
@@ -134,12 +138,12 @@ fn inputs_that_do_not_fit_are_errors() {
     ];
     for ((gh, gw), len, what) in cases {
         match model.encode(&vec![0.25; len], gh, gw) {
-            Err(VisionError::Input(m)) => assert!(m.contains(what), "{gh}x{gw}: {m}"),
+            Err(RuntimeError::Usage(m)) => assert!(m.contains(what), "{gh}x{gw}: {m}"),
             other => panic!("{gh}x{gw} with {len} values: {other:?}"),
         }
     }
     // The model still runs after refusing them.
     let out = model.encode(&vec![0.25; 16 * row], 4, 4).expect("a fitting image");
-    assert_eq!(out.len(), 4 * model.params.wide_width());
+    assert_eq!(out.len(), 4 * model.params().wide_width());
     assert!(out.iter().all(|v| v.is_finite()));
 }

@@ -20,7 +20,7 @@ fn reports_devices_and_picks_the_one_it_opens() {
     assert!(info.max_push_constants >= 128);
     let instance = Instance::new().unwrap();
     let devices = instance.devices().unwrap();
-    let chosen = pick(&devices, &Selection::from_env().unwrap()).unwrap();
+    let chosen = pick(&devices, &vulkan_common::selection()).unwrap();
     assert_eq!(devices[chosen].name, info.name);
     assert_eq!(devices[chosen].index, info.index);
 }
@@ -120,7 +120,7 @@ fn pipeline_cache_is_saved_and_a_corrupt_one_ignored() {
     // Reopen with the saved cache, then with garbage and with a truncated file.
     for contents in [saved.clone(), b"definitely not a pipeline cache".to_vec(), saved[..saved.len() / 2].to_vec()] {
         std::fs::write(&path, &contents).unwrap();
-        let dev = Device::new(&options).unwrap();
+        let dev = Device::new(&vulkan_common::selection(), &options).unwrap();
         KernelSet::new(&dev).pipeline(KernelId::RmsNorm).unwrap();
     }
     std::fs::remove_dir_all(vulkan_common::cache_dir(&options)).unwrap();
@@ -131,6 +131,6 @@ fn a_bad_device_choice_is_an_error() {
     if vulkan_common::device().is_none() {
         return;
     }
-    let options = DeviceOptions { selection: Selection::Index(1000), ..vulkan_common::options("choice") };
-    assert!(matches!(Device::new(&options), Err(VkError::BadSelection { .. })));
+    let options = vulkan_common::options("choice");
+    assert!(matches!(Device::new(&Selection::Index(1000), &options), Err(VkError::BadSelection { .. })));
 }

@@ -3,6 +3,7 @@
 
 mod vulkan_common;
 
+use hrx::backend::DeviceChoice;
 use std::process::Command;
 
 fn doctor(args: &[&str], env: &[(&str, &str)]) -> (i32, String, String) {
@@ -21,19 +22,37 @@ fn doctor(args: &[&str], env: &[(&str, &str)]) -> (i32, String, String) {
 fn lists_devices_and_the_choice() {
     let Some(dev) = vulkan_common::device() else { return };
     let name = dev.info().name.clone();
+    let index = dev.info().index;
+    // What every command resolves `auto` to on this machine: doctor must say the same.
+    let devices = hrx::backend::vulkan::Instance::new().unwrap().devices().unwrap();
+    let auto = DeviceChoice::Auto.pick(&devices).unwrap().map(|i| devices[i].index);
     let (code, text, err) = doctor(&[], &[]);
     assert_eq!(code, 0, "{err}");
-    assert!(text.contains(&name) && text.contains("hrx uses this one") && text.contains("memory heap 0"), "{text}");
+    assert!(text.contains(&name) && text.contains("memory heap 0"), "{text}");
     assert!(text.contains("subgroups") && text.contains("cooperative matrix"), "{text}");
+    match auto {
+        Some(i) => assert!(text.contains("hrx uses this one") && text.contains(&format!("hrx would use device {i}")), "{text}"),
+        // lavapipe alone: the commands run on hrx's CPU backend.
+        None => assert!(!text.contains("hrx uses this one") && text.contains("hrx would use its CPU backend"), "{text}"),
+    }
     let (code, json, _) = doctor(&["--json"], &[]);
     assert_eq!(code, 0);
     let parsed: tinyjson::JsonValue = json.trim().parse().expect("doctor --json prints JSON");
     let devices: &Vec<tinyjson::JsonValue> = parsed["devices"].get().unwrap();
     assert!(!devices.is_empty());
+    assert_eq!(parsed["selected"].get::<f64>().map(|&i| i as usize), auto);
+    assert_eq!(parsed["backend"].get::<String>().map(String::as_str), Some(if auto.is_some() { "vulkan" } else { "cpu" }));
+    // Named by index, the test device is the one used, whatever its kind.
+    let (code, json, _) = doctor(&["--json"], &[("HRX_DEVICE", &index.to_string())]);
+    assert_eq!(code, 0);
+    let parsed: tinyjson::JsonValue = json.trim().parse().unwrap();
     let selected: &f64 = parsed["selected"].get().expect("a selected device");
     let chosen = devices.iter().find(|d| d["index"].get::<f64>() == Some(selected)).unwrap();
     assert_eq!(chosen["name"].get::<String>(), Some(&name));
     assert!(chosen["heaps"].get::<Vec<tinyjson::JsonValue>>().is_some_and(|h| !h.is_empty()));
+    let (code, text, _) = doctor(&[], &[("HRX_DEVICE", "cpu")]);
+    assert_eq!(code, 0);
+    assert!(text.contains("hrx would use its CPU backend (HRX_DEVICE=cpu)"), "{text}");
     let (code, _, err) = doctor(&[], &[("HRX_DEVICE", "banana")]);
     assert_eq!(code, 1);
     assert!(err.contains("HRX_DEVICE"), "{err}");

@@ -7,7 +7,7 @@ mod vulkan_common;
 
 use hrx::backend::cpu::tensor::{Data, In, Out};
 use hrx::backend::cpu::{execute, Kernels};
-use hrx::backend::vulkan::kernels::{self, Dyn, KernelSet, Launch, MatKind, Operand};
+use hrx::backend::vulkan::kernels::{self, Dyn, KernelId, KernelSet, Launch, MatKind, Operand, Variants};
 use hrx::backend::vulkan::{CommandBuffer, DescriptorPool, Location};
 use hrx::graph::{contiguous_strides, Gelu, Op, RopeKind};
 use hrx::quant::{quantize_row, DType};
@@ -113,7 +113,7 @@ fn check_matmul(ks: &KernelSet, rng: &mut Rng, dtype: DType, k: usize, n: usize,
     let out = Strided::new(rng, [n, cols[0], cols[1], cols[2]], 1, 7);
     let x_bytes = f32_bytes(&x.data);
     for kind in mat_kinds(ks) {
-        let launch = kernels::launch_mat(kind, &w_op, &x.operand(), &out.operand(), None, None).unwrap();
+        let launch = vulkan_common::launch_mat(kind, &w_op, &x.operand(), &out.operand(), None, None).unwrap();
         let e = compare(ks, &Op::MatMul, &launch, [(&w_bytes, w_in), (&x_bytes, x.input())], &out, max);
         eprintln!("{:<20} K={k:<4} N={n:<3} cols={cols:?} max={max:?}: nmse {e:.3e}", launch.kernel.name());
         let tol = if matches!(kind, MatKind::Coop { .. }) { COOP_NMSE } else { MAT_NMSE };
@@ -167,10 +167,15 @@ fn subgroup_kernel_is_chosen_where_the_device_has_subgroup_arithmetic() {
         assert!(!info.name.contains("llvmpipe") || std::env::var_os("HRX_VK_NO_SUBGROUP").is_some(), "lavapipe has subgroup arithmetic");
         return;
     };
-    assert_eq!(MatKind::choose(512, 1).for_device(info), MatKind::VecSg { subgroup });
+    let variants = Variants::for_device(info);
+    if std::env::var("HRX_VK_NO_SUBGROUP").is_ok_and(|v| v == "1") {
+        assert_eq!(variants.mat_kind(512, 1), MatKind::Vec);
+        return;
+    }
+    assert_eq!(variants.mat_kind(512, 1), MatKind::VecSg { subgroup });
     // Only the vector kernel has a subgroup variant (the tiled one may have a cooperative one).
-    assert!(matches!(MatKind::choose(512, 64).for_device(info), MatKind::Tiled | MatKind::Coop { .. }));
-    assert_eq!(MatKind::choose(64, 1).for_device(info), MatKind::Rows);
+    assert!(matches!(variants.mat_kind(512, 64), MatKind::Tiled | MatKind::Coop { .. }));
+    assert_eq!(variants.mat_kind(64, 1), MatKind::Rows);
 }
 
 #[test]
@@ -194,7 +199,7 @@ fn matmul_with_a_fused_residual_every_kernel() {
         let dev = ks.device();
         let bufs = [upload(dev, &w_bytes, 0), upload(dev, &f32_bytes(&x.data), 0), upload(dev, &f32_bytes(&residual.data), 0)];
         for kind in mat_kinds(ks) {
-            let launch = kernels::launch_mat(kind, &w_op, &x.operand(), &out.operand(), Some(&residual.operand()), None).unwrap();
+            let launch = vulkan_common::launch_mat(kind, &w_op, &x.operand(), &out.operand(), Some(&residual.operand()), None).unwrap();
             let out_buf = dev.buffer((out.data.len() * 4) as u64, Location::Device, "test output").unwrap();
             out_buf.write_f32(0, &vec![f32::NAN; out.data.len()]).unwrap();
             run(ks, &launch, &[], &[&bufs[0], &bufs[1], &bufs[2]], &out_buf, out.ne, None);
@@ -209,16 +214,18 @@ fn matmul_with_a_fused_residual_every_kernel() {
     let x_op = Operand::contiguous(DType::F32, [k, 3, 1, 1], 0);
     let d_op = Operand::contiguous(DType::F32, [n, 3, 1, 1], 0);
     let r_op = Operand::contiguous(DType::F32, [n, 4, 1, 1], 0);
-    assert!(kernels::launch_mat(MatKind::Tiled, &w_op, &x_op, &d_op, Some(&r_op), None).is_err());
+    assert!(vulkan_common::launch_mat(MatKind::Tiled, &w_op, &x_op, &d_op, Some(&r_op), None).is_err());
 }
 
 #[test]
 fn coopmat_kernel_is_chosen_where_the_device_has_cooperative_matrices() {
     let Some(ks) = kernel_set() else { return };
     let info = ks.device().info();
-    let tiled = MatKind::choose(512, 64).for_device(info);
+    let variants = Variants::for_device(info);
+    let tiled = variants.mat_kind(512, 64);
+    let requested = std::env::var("HRX_VK_COOPMAT").is_ok_and(|v| v == "1");
     match info.coopmat_matmul() {
-        Some(subgroup) if kernels::coopmat_requested() => assert_eq!(tiled, MatKind::Coop { subgroup }),
+        Some(subgroup) if requested => assert_eq!(tiled, MatKind::Coop { subgroup }),
         Some(_) => assert_eq!(tiled, MatKind::Tiled, "opt-in only"),
         None => {
             eprintln!("{}: no cooperative-matrix kernel ({:?})", info.name, info.features);
@@ -228,7 +235,7 @@ fn coopmat_kernel_is_chosen_where_the_device_has_cooperative_matrices() {
         }
     }
     // Vector products never take it.
-    assert!(!matches!(MatKind::choose(512, 1).for_device(info), MatKind::Coop { .. }));
+    assert!(!matches!(variants.mat_kind(512, 1), MatKind::Coop { .. }));
 }
 
 #[test]
@@ -245,12 +252,14 @@ fn plans_for_a_device_name_its_kernel_variants() {
     g.mark_output(mat);
     let plan = hrx::hrx::Plan::new(g, &hrx::backend::vulkan::VulkanRegistry::for_device(info)).unwrap();
     let kernel = |id: hrx::graph::NodeId| match &plan.placements[id.0] {
-        hrx::hrx::Placement::Run { kernel, .. } => *kernel,
+        hrx::hrx::Placement::Run { kernel, .. } => kernel.clone(),
         other => panic!("{other:?}"),
     };
-    let want_vec = if info.subgroup_matvec().is_some() { "mul_mat_vec_sg_q4_k" } else { "mul_mat_vec_q4_k" };
-    let want_mat = if info.coopmat_matmul().is_some() && kernels::coopmat_requested() { "mul_mat_cm_q4_k" } else { "mul_mat_q4_k" };
-    assert_eq!((kernel(vec), kernel(mat)), (want_vec, want_mat));
+    let variants = Variants::for_device(info);
+    let want_vec = if variants.subgroup_matvec.is_some() { "mul_mat_vec_sg_q4_k" } else { "mul_mat_vec_q4_k" };
+    let want_mat = if variants.coopmat.is_some() { "mul_mat_cm_q4_k" } else { "mul_mat_q4_k" };
+    assert_eq!((kernel(vec).name.as_str(), kernel(mat).name.as_str()), (want_vec, want_mat));
+    assert_eq!(kernel(vec).subgroup, variants.subgroup_matvec);
 }
 
 #[test]
@@ -289,7 +298,7 @@ fn subgroup_kernel_fits_any_grid() {
         let out = Strided::new(&mut rng, [n, cols[0], cols[1], cols[2]], 0, 0);
         let x_bytes = f32_bytes(&x.data);
         for subgroup in [4, 8, 32, 128] {
-            let launch = kernels::launch_mat(MatKind::VecSg { subgroup }, &w_op, &x.operand(), &out.operand(), None, None).unwrap();
+            let launch = vulkan_common::launch_mat(MatKind::VecSg { subgroup }, &w_op, &x.operand(), &out.operand(), None, None).unwrap();
             let e = compare(ks, &Op::MatMul, &launch, [(&w_bytes, w_in), (&x_bytes, x.input())], &out, None);
             eprintln!("{:<20} grid for subgroup {subgroup}: nmse {e:.3e}", launch.kernel.name());
             assert!(e < MAT_NMSE, "{} grid for subgroup {subgroup}: nmse {e}", launch.kernel.name());
@@ -298,7 +307,7 @@ fn subgroup_kernel_fits_any_grid() {
     let w_op = Operand::contiguous(DType::F32, [64, 4, 1, 1], 0);
     let x_op = Operand::contiguous(DType::F32, [64, 1, 1, 1], 0);
     let d_op = Operand::contiguous(DType::F32, [4, 1, 1, 1], 0);
-    assert!(kernels::launch_mat(MatKind::VecSg { subgroup: 48 }, &w_op, &x_op, &d_op, None, None).is_err());
+    assert!(vulkan_common::launch_mat(MatKind::VecSg { subgroup: 48 }, &w_op, &x_op, &d_op, None, None).is_err());
 }
 
 #[test]
@@ -316,7 +325,7 @@ fn check_binary(ks: &KernelSet, rng: &mut Rng, op: Op, ne: [usize; 4], b_ne: [us
     let a = Strided::new(rng, ne, 2, 3);
     let b = Strided::new(rng, b_ne, 1, 0);
     let out = Strided::new(rng, ne, 5, 1);
-    let launch = kernels::launch(&op, &[a.operand(), b.operand()], &out.operand(), None).unwrap();
+    let launch = vulkan_common::launch(&op, &[a.operand(), b.operand()], &out.operand(), None).unwrap();
     let (ab, bb) = (f32_bytes(&a.data), f32_bytes(&b.data));
     let e = compare(ks, &op, &launch, [(&ab, a.input()), (&bb, b.input())], &out, max);
     eprintln!("{:<18} {ne:?} by {b_ne:?}: nmse {e:.3e}", launch.kernel.name());
@@ -343,7 +352,7 @@ fn check_rms_norm(ks: &KernelSet, rng: &mut Rng, ne: [usize; 4], max: Option<[u3
     let w = Strided::new(rng, [ne[0], 1, 1, 1], 0, 4);
     let out = Strided::new(rng, ne, 0, 0);
     let op = Op::RmsNorm { eps: 1e-6 };
-    let launch = kernels::launch(&op, &[x.operand(), w.operand()], &out.operand(), None).unwrap();
+    let launch = vulkan_common::launch(&op, &[x.operand(), w.operand()], &out.operand(), None).unwrap();
     let (xb, wb) = (f32_bytes(&x.data), f32_bytes(&w.data));
     let e = compare(ks, &op, &launch, [(&xb, x.input()), (&wb, w.input())], &out, max);
     eprintln!("{:<18} {ne:?}: nmse {e:.3e}", launch.kernel.name());
@@ -385,7 +394,7 @@ fn one_recording_replays_for_any_token_count() {
     cmd.begin().unwrap();
     let mut launches = Vec::new();
     for (i, &kind) in kinds.iter().enumerate() {
-        let launch = kernels::launch_mat(kind, &w_op, &x_op, &d_op, None, dynamic).unwrap();
+        let launch = vulkan_common::launch_mat(kind, &w_op, &x_op, &d_op, None, dynamic).unwrap();
         let pipeline = ks.pipeline(launch.kernel).unwrap();
         let set = pool.bind(&pipeline, &[&sizes, &w_buf, &x_buf, &sizes, &sizes, &d_buf]).unwrap();
         cmd.dispatch_indirect(&pipeline, &set, &launch.push, &args, 12 * i as u64).unwrap();
@@ -426,14 +435,14 @@ fn operands_no_kernel_takes_are_refused() {
     // Q3_K weights, a K mismatch, a misaligned f32 offset, a GELU changing shape: all
     // refused, none panic.
     let q5 = Operand::contiguous(DType::Q3K, [256, 4, 1, 1], 0);
-    assert!(kernels::launch(&Op::MatMul, &[q5, f32_op([256, 2, 1, 1])], &f32_op([4, 2, 1, 1]), None).is_err());
-    assert!(kernels::launch(&Op::MatMul, &[f32_op([63, 4, 1, 1]), x], &f32_op([4, 2, 1, 1]), None).is_err());
+    assert!(vulkan_common::launch(&Op::MatMul, &[q5, f32_op([256, 2, 1, 1])], &f32_op([4, 2, 1, 1]), None).is_err());
+    assert!(vulkan_common::launch(&Op::MatMul, &[f32_op([63, 4, 1, 1]), x], &f32_op([4, 2, 1, 1]), None).is_err());
     let shifted = Operand { offset: 2, ..x };
-    assert!(kernels::launch(&Op::Add, &[shifted, x], &x, None).is_err());
-    assert!(kernels::launch(&Op::Add, &[x, f32_op([3, 1, 1, 1])], &x, None).is_err());
-    assert!(kernels::launch(&Op::Gelu(hrx::graph::Gelu::Erf), &[x], &f32_op([3, 1, 1, 1]), None).is_err());
-    assert!(kernels::launch(&Op::Add, &[x], &x, None).is_err());
-    assert!(kernels::launch(&Op::Add, &[x, x], &x, None).is_ok());
+    assert!(vulkan_common::launch(&Op::Add, &[shifted, x], &x, None).is_err());
+    assert!(vulkan_common::launch(&Op::Add, &[x, f32_op([3, 1, 1, 1])], &x, None).is_err());
+    assert!(vulkan_common::launch(&Op::Gelu(hrx::graph::Gelu::Erf), &[x], &f32_op([3, 1, 1, 1]), None).is_err());
+    assert!(vulkan_common::launch(&Op::Add, &[x], &x, None).is_err());
+    assert!(vulkan_common::launch(&Op::Add, &[x, x], &x, None).is_ok());
 }
 
 /// An input of a general comparison: its bytes (uploaded as a buffer) and its CPU view.
@@ -486,7 +495,7 @@ fn get_rows_of_every_table_type() {
         let t_op = Operand { dtype, ne: t_ne, nb: contiguous_strides(dtype, t_ne), offset: 0, dynamic: None };
         let ids: Vec<i32> = (0..n).map(|_| (rng.next_u64() % rows as u64) as i32).collect();
         let out = Strided::new(&mut rng, [k, n, 1, 1], 3, 2);
-        let launch = kernels::launch(&Op::GetRows, &[t_op, i32_operand([n, 1, 1, 1])], &out.operand(), None).unwrap();
+        let launch = vulkan_common::launch(&Op::GetRows, &[t_op, i32_operand([n, 1, 1, 1])], &out.operand(), None).unwrap();
         let table = Arg { view: In { data: Data::Bytes(&table_bytes), dtype, offset: 0, ne: t_ne, nb: t_op.nb }, bytes: table_bytes.clone() };
         let e = compare_args(ks, &Op::GetRows, &launch, &[table, i32_arg(&ids, [n, 1, 1, 1])], &out, None, out.ne);
         eprintln!("{:<22} {t_ne:?} x {n}: nmse {e:.3e}", launch.kernel.name());
@@ -507,7 +516,7 @@ fn get_rows_weighted_f32_and_f16_tables() {
         let weights = Strided::new(&mut rng, [taps, n, 1, 1], 0, 0);
         let out = Strided::new(&mut rng, [k, n, 1, 1], 1, 0);
         let op = Op::GetRowsWeighted;
-        let launch = kernels::launch(&op, &[t_op, i32_operand([taps, n, 1, 1]), weights.operand()], &out.operand(), None).unwrap();
+        let launch = vulkan_common::launch(&op, &[t_op, i32_operand([taps, n, 1, 1]), weights.operand()], &out.operand(), None).unwrap();
         let table = Arg { view: In { data: Data::Bytes(&table_bytes), dtype, offset: 0, ne: t_ne, nb: t_op.nb }, bytes: table_bytes.clone() };
         let e = compare_args(ks, &op, &launch, &[table, i32_arg(&ids, [taps, n, 1, 1]), f32_arg(&weights)], &out, None, out.ne);
         eprintln!("{:<22} {t_ne:?} x {taps}x{n}: nmse {e:.3e}", launch.kernel.name());
@@ -524,7 +533,7 @@ fn set_rows_writes_only_the_given_rows() {
     let src = Strided::new(&mut rng, [w, n, 1, 1], 3, 1);
     let ids: Vec<i32> = vec![7, 0, 18, 3, 11];
     let op = Op::SetRows;
-    let launch = kernels::launch(&op, &[dst.operand(), src.operand(), i32_operand([n, 1, 1, 1])], &dst.operand(), None).unwrap();
+    let launch = vulkan_common::launch(&op, &[dst.operand(), src.operand(), i32_operand([n, 1, 1, 1])], &dst.operand(), None).unwrap();
     // The reference never reads the destination as an input (it is the output).
     let dst_arg = Arg { bytes: vec![0; 4], view: In { data: Data::F32(&[]), dtype: DType::F32, offset: 0, ne: [0; 4], nb: [0; 4] } };
     let e = compare_args(ks, &op, &launch, &[dst_arg, f32_arg(&src), i32_arg(&ids, [n, 1, 1, 1])], &dst, Some(&dst.data), src.ne);
@@ -550,7 +559,7 @@ fn rope_mrope_and_axial() {
         let out = Strided::new(&mut rng, [hd, heads, n, 1], 0, 0);
         let pos: Vec<i32> = (0..n * comps).map(|_| (rng.next_u64() % max_pos) as i32).collect();
         let op = Op::Rope { kind: kind.clone(), theta: 10000.0, n_dims };
-        let launch = kernels::launch(&op, &[x.operand(), i32_operand([n, comps, 1, 1])], &out.operand(), None).unwrap();
+        let launch = vulkan_common::launch(&op, &[x.operand(), i32_operand([n, comps, 1, 1])], &out.operand(), None).unwrap();
         let e = compare_args(ks, &op, &launch, &[f32_arg(&x), i32_arg(&pos, [n, comps, 1, 1])], &out, None, out.ne);
         eprintln!("rope {kind:?} hd={hd} n_dims={n_dims} heads={heads} n={n} positions<{max_pos}: nmse {e:.3e}");
         assert!(e < ELEM_NMSE, "rope {kind:?}: nmse {e}");
@@ -576,7 +585,7 @@ fn rms_norm_then_rope_in_one_kernel() {
         let pos: Vec<i32> = (0..n * comps).map(|_| (rng.next_u64() % 5000) as i32).collect();
         let norm = Op::RmsNorm { eps: 1e-6 };
         let rope = Op::Rope { kind: kind.clone(), theta: 1_000_000.0, n_dims };
-        let launch = kernels::launch_norm_rope(&norm, &rope, &x.operand(), &w.operand(), &i32_operand([n, comps, 1, 1]), &out.operand(), None).unwrap();
+        let launch = kernels::launch(KernelId::RmsNormRope, &[&norm, &rope], &[x.operand(), w.operand(), i32_operand([n, comps, 1, 1])], &out.operand(), None).unwrap();
         let dev = ks.device();
         let pos_arg = i32_arg(&pos, [n, comps, 1, 1]);
         let bufs = [upload(dev, &f32_bytes(&x.data), 0), upload(dev, &f32_bytes(&w.data), 0), upload(dev, &pos_arg.bytes, 0)];
@@ -623,7 +632,7 @@ fn check_attention(ks: &KernelSet, rng: &mut Rng, (d, heads, kv_heads, n_q, n_kv
         ops.push(i32_operand([n_q, 1, 1, 1]));
         args.push(i32_arg(&slots, [n_q, 1, 1, 1]));
     }
-    let launch = kernels::launch(&op, &ops, &out.operand(), None).unwrap();
+    let launch = vulkan_common::launch(&op, &ops, &out.operand(), None).unwrap();
     let e = compare_args(ks, &op, &launch, &args, &out, None, out.ne);
     eprintln!("flash_attn d={d} heads={heads}/{kv_heads} n_q={n_q} n_kv={n_kv} causal={causal}: nmse {e:.3e}");
     assert!(e < MAT_NMSE, "flash_attn d={d} n_kv={n_kv} causal={causal}: nmse {e}");
@@ -649,7 +658,7 @@ fn layer_norm_odd_rows() {
         let b = Strided::new(&mut rng, [ne[0], 1, 1, 1], 0, 2);
         let out = Strided::new(&mut rng, ne, 1, 0);
         let op = Op::LayerNorm { eps: 1e-6 };
-        let launch = kernels::launch(&op, &[x.operand(), w.operand(), b.operand()], &out.operand(), None).unwrap();
+        let launch = vulkan_common::launch(&op, &[x.operand(), w.operand(), b.operand()], &out.operand(), None).unwrap();
         let e = compare_args(ks, &op, &launch, &[f32_arg(&x), f32_arg(&w), f32_arg(&b)], &out, None, out.ne);
         eprintln!("layer_norm {ne:?}: nmse {e:.3e}");
         assert!(e < ELEM_NMSE, "layer_norm {ne:?}: nmse {e}");
@@ -672,7 +681,7 @@ fn gelu_gelu_erf_and_cont_strided() {
                 x.nb.swap(0, 1);
             }
             let out = Strided::new(&mut rng, x.ne, 0, 0);
-            let launch = kernels::launch(&op, &[x.operand()], &out.operand(), None).unwrap();
+            let launch = vulkan_common::launch(&op, &[x.operand()], &out.operand(), None).unwrap();
             let e = compare_args(ks, &op, &launch, &[f32_arg(&x)], &out, None, out.ne);
             eprintln!("{:<10} {:?}: nmse {e:.3e}", launch.kernel.name(), x.ne);
             assert!(e < ELEM_NMSE, "{} {ne:?}: nmse {e}", launch.kernel.name());

@@ -1,9 +1,10 @@
 //! Executors of a plan. Kernels know nothing of the model.
 //!
 //! [`Backend`] is where a model runs: the CPU (reference or fast kernels) or a Vulkan device.
-//! [`DeviceChoice`] is how a user picks it (`--device N|cpu|auto`, `HRX_DEVICE`), and
-//! [`Executor`] is the one interface the runtime drives either executor through: fill named
-//! run-time buffers, run a plan with its symbols, read values back.
+//! [`DeviceChoice`] is how a user picks it (`--device N|cpu|auto`, `HRX_DEVICE`), resolved in
+//! one place for every command, and [`Executor`] is the one interface the runtime drives
+//! either executor through: fill named run-time buffers, run a plan with its symbols, read
+//! values back. The two backends know nothing of each other or of the model.
 //!
 //! Choice `auto` (the default) takes the best Vulkan device when it is a GPU; on a machine
 //! whose only Vulkan device is a CPU implementation (Mesa's lavapipe) it keeps the CPU
@@ -16,7 +17,7 @@ pub mod vulkan;
 use crate::gguf::GgufFile;
 use crate::graph::NodeId;
 use crate::hrx::{CpuRegistry, Placement, Plan, Registry};
-use cpu::{CpuExecutor, KernelError, Kernels, PlanId};
+use cpu::{CpuExecutor, KernelError, Kernels};
 use std::fmt;
 use std::sync::Arc;
 use vulkan::{DeviceKind, VkError, VulkanExecutor, VulkanRegistry};
@@ -43,6 +44,10 @@ pub fn find_weight<'f>(ext: &crate::graph::External, files: &'f [Arc<GgufFile>])
     Ok((file, i))
 }
 
+/// Which plan of an executor (both executors hold several plans sharing buffers by name).
+#[derive(Clone, Copy, Debug, PartialEq, Eq)]
+pub struct PlanId(pub usize);
+
 /// Which backend the user asked for.
 #[derive(Clone, Copy, Debug, PartialEq, Eq)]
 pub enum DeviceChoice {
@@ -64,14 +69,29 @@ impl DeviceChoice {
         }
     }
 
-    /// From `HRX_DEVICE`; `Auto` when it is unset or unreadable (with a warning).
-    pub fn from_env() -> DeviceChoice {
-        match std::env::var("HRX_DEVICE") {
-            Ok(v) => DeviceChoice::parse(&v).unwrap_or_else(|e| {
-                log::warn!("HRX_DEVICE: {e}; choosing automatically");
-                DeviceChoice::Auto
-            }),
-            Err(_) => DeviceChoice::Auto,
+    /// The choice in force: `flag` (a command's `--device`) when given, else `HRX_DEVICE`,
+    /// else `auto`. The one place `HRX_DEVICE` is read: every command, `hrx doctor`'s
+    /// "hrx uses" line and the tests resolve the device through it.
+    pub fn resolve(flag: Option<&str>) -> Result<DeviceChoice, String> {
+        match (flag, std::env::var("HRX_DEVICE")) {
+            (Some(v), _) => DeviceChoice::parse(v).map_err(|e| format!("--device: {e}")),
+            (None, Ok(v)) => DeviceChoice::parse(&v).map_err(|e| format!("HRX_DEVICE: {e}")),
+            (None, Err(_)) => Ok(DeviceChoice::Auto),
+        }
+    }
+
+    /// Which of `devices` (as the loader lists them) a run under this choice uses: its
+    /// position there, or None for the CPU backend. `auto` takes the best device
+    /// (`vulkan::pick`) unless it is a CPU implementation such as lavapipe, where hrx's own CPU
+    /// backend is faster (lavapipe runs when named by index).
+    pub fn pick(self, devices: &[vulkan::DeviceInfo]) -> Result<Option<usize>, VkError> {
+        match self {
+            DeviceChoice::Cpu => Ok(None),
+            DeviceChoice::Auto => {
+                let best = vulkan::pick(devices, &vulkan::Selection::Best)?;
+                Ok((devices[best].kind != DeviceKind::Cpu).then_some(best))
+            }
+            DeviceChoice::Vulkan(i) => vulkan::pick(devices, &vulkan::Selection::Index(i)).map(Some),
         }
     }
 }
@@ -87,24 +107,22 @@ impl Backend {
     /// Opens the backend `choice` names; never fails: without a usable Vulkan device it
     /// warns and returns the CPU backend with `kernels`.
     pub fn open(choice: DeviceChoice, kernels: Kernels) -> Backend {
-        let selection = match choice {
-            DeviceChoice::Cpu => return Backend::Cpu(kernels),
-            DeviceChoice::Auto => vulkan::Selection::Best,
-            DeviceChoice::Vulkan(i) => vulkan::Selection::Index(i),
-        };
-        let options = match vulkan::DeviceOptions::from_env() {
-            Ok(o) => vulkan::DeviceOptions { selection, ..o },
-            Err(e) => {
-                log::warn!("{e}; running on the CPU");
-                return Backend::Cpu(kernels);
+        if choice == DeviceChoice::Cpu {
+            return Backend::Cpu(kernels);
+        }
+        let opened = vulkan::Instance::new().and_then(|instance| {
+            let devices = instance.devices()?;
+            match choice.pick(&devices)? {
+                Some(i) => vulkan::Device::open(instance, devices[i].clone(), &vulkan::DeviceOptions::from_env()).map(Some),
+                None => {
+                    log::info!("the only Vulkan device is a CPU implementation; hrx's CPU backend is faster (--device N runs on it)");
+                    Ok(None)
+                }
             }
-        };
-        match vulkan::Device::new(&options) {
-            Ok(d) if choice == DeviceChoice::Auto && d.info().kind == DeviceKind::Cpu => {
-                log::info!("the only Vulkan device is {} (a CPU implementation); the CPU backend is faster (--device {} uses it)", d.info().name, d.info().index);
-                Backend::Cpu(kernels)
-            }
-            Ok(d) => Backend::Vulkan(d),
+        });
+        match opened {
+            Ok(Some(d)) => Backend::Vulkan(d),
+            Ok(None) => Backend::Cpu(kernels),
             Err(e) => {
                 log::warn!("no Vulkan device ({e}); running on the CPU");
                 Backend::Cpu(kernels)
@@ -120,28 +138,18 @@ impl Backend {
         }
     }
 
-    /// The backend that runs `plans`: this one, unless it is Vulkan and a plan left nodes to
-    /// the CPU (no Vulkan kernel for an op or weight type; mixed plans are not executed):
-    /// then the CPU, with a warning naming the first such node.
-    pub fn for_plans(&self, plans: &[Plan]) -> Backend {
-        if let Backend::Vulkan(_) = self {
-            for plan in plans {
-                let cpu = plan.placements.iter().position(|p| matches!(p, Placement::Run { device: crate::hrx::Device::Cpu, .. }));
-                if let Some(i) = cpu {
-                    let node = &plan.graph.nodes[i];
-                    let ins: Vec<String> = node.inputs.iter().map(|&id| plan.graph.value(id).shape_str()).collect();
-                    log::warn!(
-                        "graph {} node {i} ({}, {} of {}) has no Vulkan kernel; running on the CPU",
-                        plan.graph.name,
-                        node.name,
-                        node.op.name(),
-                        ins.join(", ")
-                    );
-                    return Backend::Cpu(Kernels::from_env());
-                }
-            }
+    /// The first node of `plans` this backend would leave to the CPU, described for a warning
+    /// (a Vulkan plan with such a node is not executed: the runtime re-plans for the CPU).
+    pub fn cpu_node(&self, plans: &[Plan]) -> Option<String> {
+        if let Backend::Cpu(_) = self {
+            return None;
         }
-        self.clone()
+        plans.iter().find_map(|plan| {
+            let i = plan.placements.iter().position(|p| matches!(p, Placement::Run { device: crate::hrx::Device::Cpu, .. }))?;
+            let node = &plan.graph.nodes[i];
+            let ins: Vec<String> = node.inputs.iter().map(|&id| plan.graph.value(id).shape_str()).collect();
+            Some(format!("graph {} node {i} ({}, {} of {})", plan.graph.name, node.name, node.op.name(), ins.join(", ")))
+        })
     }
 
     /// An executor of `plans` (planned with `registry()`), weights bound from `files`.
@@ -179,7 +187,15 @@ impl fmt::Display for ExecError {
     }
 }
 
-impl std::error::Error for ExecError {}
+impl std::error::Error for ExecError {
+    fn source(&self) -> Option<&(dyn std::error::Error + 'static)> {
+        match self {
+            ExecError::Cpu(e) => Some(e),
+            ExecError::Vulkan(e) => Some(e),
+            ExecError::NoBuffer(_) => None,
+        }
+    }
+}
 
 impl From<KernelError> for ExecError {
     fn from(e: KernelError) -> Self {

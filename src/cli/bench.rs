@@ -1,52 +1,59 @@
 //! `hrx bench`: prompt processing and generation speed, cold start and peak memory.
 
+use super::flags::{Flag, Help, Placement, JSON, MMPROJ, MODEL};
 use super::{CliError, Command};
 use crate::backend::vulkan::{Profile, RecordingStats};
-use crate::backend::DeviceChoice;
 use crate::cli::args::Args;
 use crate::json::Json;
 use crate::runtime::session::{PromptPiece, Session};
-use crate::runtime::text_model::{TextModel, TextOptions, TokenInput};
+use crate::runtime::text_model::{TextModel, TextOptions};
+use crate::runtime::RuntimeError;
 use std::io::Write;
 use std::path::Path;
 use std::time::Instant;
 
-pub const HELP: &str = "\
-hrx bench: measure speed and memory
+fn help() -> String {
+    let mut options = vec![
+        MODEL.help("the text model GGUF"),
+        MMPROJ.help("the vision projector GGUF: also time image encode"),
+        IMAGE_SIZE.help("side of the square test image in pixels (default 448)"),
+        PROMPT_LEN.help("prompt length for pp (default 512)"),
+        GEN_LEN.help("tokens for tg (default 128)"),
+        REPS.help("repetitions (default 3)"),
+    ];
+    options.extend(Placement::help());
+    options.push(JSON.help("one JSON object with every number"));
+    Help {
+        title: "hrx bench: measure speed and memory",
+        usage: "hrx bench -m MODEL.gguf [--mmproj MMPROJ.gguf [--image-size N]] [-p N] [-n N] [-r N] [--threads N] [--device D] [--json]",
+        about: "Measures, like llama-bench: cold start (open the file, build and plan the graphs,\n\
+                bind the weights), prompt processing (pp: a prompt of N tokens in one go, tokens/s),\n\
+                token generation (tg: N tokens one at a time after a short prompt, tokens/s), and\n\
+                the process's peak resident memory; with --mmproj also image encode (the vision\n\
+                tower on an N x N image, default 448: seconds per image). Each test runs -r times;\n\
+                the mean and standard deviation are printed. Token ids and pixels are fixed\n\
+                pseudo-random values, so any model works. On Vulkan it also prints each graph's\n\
+                dispatches and pipeline barriers per run (--json: \"graphs\").",
+        options,
+        footer: "environment: HRX_KERNELS=reference benchmarks the reference kernels. HRX_VK_PROFILE=1\n\
+                 (Vulkan) times every dispatch with GPU timestamps and prints, per graph, each kernel's\n\
+                 dispatches per run, total GPU time over all runs and share (--json: \"profile\" of each\n\
+                 graph); while profiling a barrier separates every two dispatches, so that each time is\n\
+                 one kernel's alone, and the speeds measured are lower. Kernel choices to compare:\n\
+                 HRX_VK_COOPMAT=1 (cooperative-matrix products), HRX_VK_NO_SUBGROUP=1 (portable\n\
+                 matrix-vector kernels), HRX_VK_NO_FUSE=1 (no fused dispatches).\n\
+                 \n\
+                 example: hrx bench -m Qwen3-VL-2B-Instruct-Q4_K_M.gguf -p 512 -n 128 --json",
+    }
+    .render()
+}
 
-usage: hrx bench -m MODEL.gguf [--mmproj MMPROJ.gguf [--image-size N]] [-p N] [-n N] [-r N] [--threads N] [--device D] [--json]
+pub const COMMAND: Command = Command { name: "bench", summary: "measure prompt/generation speed, start-up and memory", help, run };
 
-Measures, like llama-bench: cold start (open the file, build and plan the graphs,
-bind the weights), prompt processing (pp: a prompt of N tokens in one go, tokens/s),
-token generation (tg: N tokens one at a time after a short prompt, tokens/s), and
-the process's peak resident memory; with --mmproj also image encode (the vision
-tower on an N x N image, default 448: seconds per image). Each test runs -r times;
-the mean and standard deviation are printed. Token ids and pixels are fixed
-pseudo-random values, so any model works. On Vulkan it also prints each graph's
-dispatches and pipeline barriers per run (--json: \"graphs\").
-
-  -m, --model FILE   the text model GGUF
-  --mmproj FILE      the vision projector GGUF: also time image encode
-  --image-size N     side of the square test image in pixels (default 448)
-  -p N               prompt length for pp (default 512)
-  -n N               tokens for tg (default 128)
-  -r N               repetitions (default 3)
-  --threads N        CPU threads (default: all cores)
-  --device D         auto (default: the best Vulkan GPU, else the CPU), N (Vulkan
-                     device N, lavapipe included) or cpu; also HRX_DEVICE
-  --json             one JSON object with every number
-
-environment: HRX_KERNELS=reference benchmarks the reference kernels. HRX_VK_PROFILE=1
-(Vulkan) times every dispatch with GPU timestamps and prints, per graph, each kernel's
-dispatches per run, total GPU time over all runs and share (--json: \"profile\" of each
-graph); while profiling a barrier separates every two dispatches, so that each time is
-one kernel's alone, and the speeds measured are lower. Kernel choices to compare:
-HRX_VK_COOPMAT=1 (cooperative-matrix products), HRX_VK_NO_SUBGROUP=1 (portable
-matrix-vector kernels), HRX_VK_NO_FUSE=1 (no fused dispatches).
-
-example: hrx bench -m Qwen3-VL-2B-Instruct-Q4_K_M.gguf -p 512 -n 128 --json";
-
-pub const COMMAND: Command = Command { name: "bench", summary: "measure prompt/generation speed, start-up and memory", help: HELP, run };
+const IMAGE_SIZE: Flag = Flag { names: &["--image-size"], value: "N" };
+const PROMPT_LEN: Flag = Flag { names: &["-p"], value: "N" };
+const GEN_LEN: Flag = Flag { names: &["-n"], value: "N" };
+const REPS: Flag = Flag { names: &["-r"], value: "N" };
 
 fn mean_sd(xs: &[f64]) -> (f64, f64) {
     let n = xs.len().max(1) as f64;
@@ -64,52 +71,44 @@ fn peak_rss_bytes() -> Option<u64> {
 }
 
 fn run(mut args: Args, out: &mut dyn Write) -> Result<(), CliError> {
-    let model_path = args.value(&["-m", "--model"])?.ok_or_else(|| CliError::usage("bench needs -m MODEL.gguf"))?;
-    let n_prompt: usize = args.parsed(&["-p"])?.unwrap_or(512);
-    let n_gen: usize = args.parsed(&["-n"])?.unwrap_or(128);
-    let reps: usize = args.parsed(&["-r"])?.unwrap_or(3);
-    let threads: Option<usize> = args.parsed(&["--threads"])?;
-    let mmproj = args.value(&["--mmproj"])?;
-    let image_size: usize = args.parsed(&["--image-size"])?.unwrap_or(448);
-    let device = match args.value(&["--device"])? {
-        Some(d) => DeviceChoice::parse(&d).map_err(CliError::usage)?,
-        None => DeviceChoice::from_env(),
-    };
-    let json = args.flag(&["--json"]);
+    let model_path = MODEL.string(&mut args)?.ok_or_else(|| CliError::usage("bench needs -m MODEL.gguf"))?;
+    let n_prompt: usize = PROMPT_LEN.parse(&mut args)?.unwrap_or(512);
+    let n_gen: usize = GEN_LEN.parse(&mut args)?.unwrap_or(128);
+    let reps: usize = REPS.parse(&mut args)?.unwrap_or(3);
+    let Placement { device, threads } = Placement::parse(&mut args)?;
+    let mmproj = MMPROJ.string(&mut args)?;
+    let image_size: usize = IMAGE_SIZE.parse(&mut args)?.unwrap_or(448);
+    let json = JSON.present(&mut args);
     if !args.finish()?.is_empty() {
         return Err(CliError::usage("bench takes no positional arguments"));
     }
     if n_prompt == 0 || n_gen == 0 || reps == 0 {
         return Err(CliError::usage("-p, -n and -r must be at least 1"));
     }
-    let options = TextOptions { n_ctx: n_prompt.max(n_gen + 8) + 8, chunk: n_prompt.min(512), device, ..TextOptions::default() };
+    let options = TextOptions { n_ctx: n_prompt.max(n_gen + 8) + 8, chunk: n_prompt.min(512), ..TextOptions::on(device) };
     let t0 = Instant::now();
-    let mut model = TextModel::load(Path::new(&model_path), options).map_err(|e| CliError::Failed(e.to_string()))?;
+    let mut model = TextModel::load(Path::new(&model_path), options)?;
     let cold_start = t0.elapsed().as_secs_f64();
     let recorded_at_load = model.recordings();
     if let Some(n) = threads {
         model.set_threads(n);
     }
-    let n_vocab = model.params.n_vocab as u64;
+    let n_vocab = model.params().n_vocab as u64;
     let ids: Vec<u32> = (0..n_prompt as u64).map(|i| ((i * 2_654_435_761 + 11) % n_vocab) as u32).collect();
-    let failed = |e: crate::runtime::RuntimeError| CliError::Failed(e.to_string());
 
     let mut pp = Vec::new();
     let mut tg = Vec::new();
     for _ in 0..reps {
         let pieces: Vec<PromptPiece> = ids.iter().map(|&t| PromptPiece::Token(t)).collect();
         let t = Instant::now();
-        Session::new().feed(&mut model, &pieces).map_err(failed)?;
+        Session::new().feed(&mut model, &pieces)?;
         pp.push(n_prompt as f64 / t.elapsed().as_secs_f64());
 
         let mut session = Session::new();
-        session.feed(&mut model, &[PromptPiece::Token(ids[0])]).map_err(failed)?;
+        session.feed(&mut model, &[PromptPiece::Token(ids[0])])?;
         let t = Instant::now();
         for i in 0..n_gen {
-            let pos = session.next_position;
-            model.forward(&[TokenInput::Text(ids[i % ids.len()])], &[[pos; 3]], session.n_past, &[0]).map_err(failed)?;
-            session.n_past += 1;
-            session.next_position += 1;
+            session.step(&mut model, ids[i % ids.len()])?;
         }
         tg.push(n_gen as f64 / t.elapsed().as_secs_f64());
     }
@@ -117,18 +116,18 @@ fn run(mut args: Args, out: &mut dyn Write) -> Result<(), CliError> {
     let mut graphs = model.recording_stats();
     let encode = match &mmproj {
         None => None,
-        Some(path) => Some(bench_encode(Path::new(path), image_size, reps, threads, &model.backend, &mut graphs)?),
+        Some(path) => Some(bench_encode(Path::new(path), image_size, reps, threads, model.backend(), &mut graphs)?),
     };
     let ((pp_mean, pp_sd), (tg_mean, tg_sd)) = (mean_sd(&pp), mean_sd(&tg));
     // Plan once: the Vulkan executor's command buffers, recorded at load and only replayed.
     let recordings = recorded_at_load.zip(model.recordings());
     let peak = peak_rss_bytes();
-    let weights: u64 = model.file.tensors().iter().map(|t| t.n_bytes).sum();
+    let weights: u64 = model.file().tensors().iter().map(|t| t.n_bytes).sum();
     if json {
         let j = Json::obj([
             ("model", Json::str(&model_path)),
-            ("backend", Json::str(model.backend.describe())),
-            ("kernels", Json::str(format!("{:?}", model.options.kernels).to_lowercase())),
+            ("backend", Json::str(model.backend().describe())),
+            ("kernels", Json::str(format!("{:?}", model.options().kernels).to_lowercase())),
             ("threads", threads.map_or(Json::Null, |t| Json::Int(t as i128))),
             ("weight_bytes", Json::Int(weights.into())),
             ("cold_start_seconds", Json::Num(cold_start)),
@@ -146,7 +145,7 @@ fn run(mut args: Args, out: &mut dyn Write) -> Result<(), CliError> {
         ]);
         writeln!(out, "{}", j.to_string_compact())?;
     } else {
-        writeln!(out, "model: {model_path} ({:.1} MiB of weights), backend {}", weights as f64 / 1048576.0, model.backend.describe())?;
+        writeln!(out, "model: {model_path} ({:.1} MiB of weights), backend {}", weights as f64 / 1048576.0, model.backend().describe())?;
         writeln!(out, "cold start: {:.3} s", cold_start)?;
         writeln!(out, "pp{n_prompt}: {pp_mean:.1} ± {pp_sd:.1} tokens/s")?;
         writeln!(out, "tg{n_gen}: {tg_mean:.2} ± {tg_sd:.2} tokens/s")?;
@@ -173,7 +172,7 @@ fn graph_json(g: &RecordingStats) -> Json {
         let total = p.total_nanos();
         let kernels = p.kernels.iter().map(|k| {
             Json::obj([
-                ("kernel", Json::str(k.kernel)),
+                ("kernel", Json::str(&k.kernel)),
                 ("dispatches", Json::Int(k.dispatches as i128)),
                 ("total_ms", Json::Num(k.nanos / 1e6)),
                 ("share", Json::Num(share(k.nanos, total))),
@@ -232,18 +231,17 @@ fn bench_encode(
     graphs: &mut Vec<RecordingStats>,
 ) -> Result<(usize, f64, f64), CliError> {
     use crate::image::{preprocess, PreprocessConfig, RgbImage};
-    use crate::model::VisionModel;
-    let failed = |e: String| CliError::Failed(e);
+    use crate::runtime::vision_model::VisionModel;
     if side == 0 || side > 8192 {
         return Err(CliError::usage("--image-size must be in 1..=8192"));
     }
     let pixels: Vec<u8> = (0..side * side * 3).map(|i| (i.wrapping_mul(2_654_435_761) >> 13) as u8).collect();
-    let img = RgbImage::from_raw(side, side, pixels).ok_or_else(|| failed("test image".into()))?;
+    let img = RgbImage::from_raw(side, side, pixels).ok_or_else(|| CliError::Failed(format!("a {side}x{side} test image")))?;
     let file = std::sync::Arc::new(crate::gguf::GgufFile::open(path)?);
-    let params = crate::model::VisionParams::from_gguf(&file).map_err(|e| failed(e.to_string()))?;
+    let params = crate::model::VisionParams::from_gguf(&file).map_err(RuntimeError::from)?;
     let cfg = PreprocessConfig { patch_size: params.patch_size, merge_size: params.merge, max_pixels: (side * side).max(PreprocessConfig::HF_MIN_PIXELS), ..PreprocessConfig::hf() };
-    let patches = preprocess(&img, &cfg).map_err(|e| failed(e.to_string()))?;
-    let mut vision = VisionModel::from_file_on(file, patches.n_patches(), backend).map_err(|e| failed(e.to_string()))?;
+    let patches = preprocess(&img, &cfg).map_err(RuntimeError::from)?;
+    let mut vision = VisionModel::load_on(file, patches.n_patches(), backend)?;
     if let Some(n) = threads {
         vision.set_threads(n);
     }
@@ -251,7 +249,7 @@ fn bench_encode(
     let mut times = Vec::with_capacity(reps);
     for _ in 0..reps {
         let t = Instant::now();
-        vision.encode(&patches.pixel_values, gh, gw).map_err(|e| failed(e.to_string()))?;
+        vision.encode(&patches.pixel_values, gh, gw)?;
         times.push(t.elapsed().as_secs_f64());
     }
     let (mean, sd) = mean_sd(&times);

@@ -2,6 +2,7 @@
 //! per image, resumable.
 
 use super::describe::DescriberFlags;
+use super::flags::{Flag, Help, PROMPT, SYSTEM};
 use super::{CliError, Command};
 use crate::caption::discover::find_images;
 use crate::caption::journal::{self, Journal};
@@ -13,52 +14,48 @@ use std::io::Write;
 use std::path::{Path, PathBuf};
 use std::time::Instant;
 
-pub const HELP: &str = "\
-hrx caption: caption a batch of images into a JSON Lines file (for cron jobs)
+fn help() -> String {
+    let mut options = vec![
+        OUTPUT.help("the JSON Lines file (started anew unless --resume)"),
+        RESUME.help("keep FILE and skip the images it already has a caption for"),
+        PROMPT.help("what to ask (default: \"Describe this image.\")"),
+        SYSTEM.help("a system turn"),
+    ];
+    options.extend(DescriberFlags::help());
+    Help {
+        title: "hrx caption: caption a batch of images into a JSON Lines file (for cron jobs)",
+        usage: "hrx caption DIR|FILE|@LIST [...] -o CAPTIONS.jsonl [-p PROMPT] [--resume]\n\
+                \x20                  [-m MODEL.gguf --mmproj MMPROJ.gguf] [options]",
+        about: "Folders are searched recursively for PNG, JPEG and WebP files (by extension or by\n\
+                their first bytes; links to folders are not followed); @LIST reads paths from a file,\n\
+                one a line. Images are captioned in sorted order with the model loaded once. Each\n\
+                result is appended to the output and flushed at once:\n\
+                \x20 {\"image\":PATH,\"caption\":TEXT,\"tokens\":N,\"seconds\":S}  or  {\"image\":PATH,\"error\":MESSAGE}\n\
+                A bad image never stops the batch. Progress and a summary go to standard error. Exit\n\
+                code 0 when every image was captioned, 1 when any failed.",
+        options,
+        footer: "examples:\n  hrx caption photos/ -o captions.jsonl\n  hrx caption @new-files.txt -o captions.jsonl --resume -p 'One sentence alt text.'",
+    }
+    .render()
+}
 
-usage: hrx caption DIR|FILE|@LIST [...] -o CAPTIONS.jsonl [-p PROMPT] [--resume]
-                   [-m MODEL.gguf --mmproj MMPROJ.gguf] [options]
+const OUTPUT: Flag = Flag { names: &["-o", "--output"], value: "FILE" };
+const RESUME: Flag = Flag { names: &["--resume"], value: "" };
 
-Folders are searched recursively for PNG, JPEG and WebP files (by extension or by
-their first bytes; links to folders are not followed); @LIST reads paths from a file,
-one a line. Images are captioned in sorted order with the model loaded once. Each
-result is appended to the output and flushed at once:
-  {\"image\":PATH,\"caption\":TEXT,\"tokens\":N,\"seconds\":S}  or  {\"image\":PATH,\"error\":MESSAGE}
-A bad image never stops the batch. Progress and a summary go to standard error. Exit
-code 0 when every image was captioned, 1 when any failed.
-
-  -o, --output FILE        the JSON Lines file (started anew unless --resume)
-  --resume                 keep FILE and skip the images it already has a caption for
-  -p, --prompt TEXT        what to ask (default: \"Describe this image.\")
-  --system TEXT            a system turn
-  -m, --model FILE         the text model GGUF (default: models.toml's, as hrx describe)
-  --mmproj FILE            the vision projector GGUF
-  --image-max-pixels N --image-min-pixels N --max-image-mp N
-                           image budget and limits, as in `hrx describe`
-  -n, --max-tokens N       tokens per caption (default from models.toml, else 256)
-  --temp T --top-k K --top-p P --min-p P --repeat-penalty R --seed S --stop STR --ignore-eos
-                           sampling, as in `hrx generate` (default: greedy)
-  --ctx N                  context length (default 4096)
-  --threads N              CPU threads
-
-examples:
-  hrx caption photos/ -o captions.jsonl
-  hrx caption @new-files.txt -o captions.jsonl --resume -p 'One sentence alt text.'";
-
-pub const COMMAND: Command = Command { name: "caption", summary: "caption a batch of images into JSON Lines", help: HELP, run };
+pub const COMMAND: Command = Command { name: "caption", summary: "caption a batch of images into JSON Lines", help, run };
 
 fn run(mut args: Args, _out: &mut dyn Write) -> Result<(), CliError> {
-    let output = args.value(&["-o", "--output"])?.ok_or_else(|| CliError::usage("caption needs -o CAPTIONS.jsonl"))?;
-    let resume = args.flag(&["--resume"]);
-    let prompt = args.value(&["-p", "--prompt"])?.unwrap_or_else(|| "Describe this image.".to_owned());
-    let system = args.value(&["--system"])?;
+    let output = OUTPUT.string(&mut args)?.ok_or_else(|| CliError::usage("caption needs -o CAPTIONS.jsonl"))?;
+    let resume = RESUME.present(&mut args);
+    let prompt = PROMPT.string(&mut args)?.unwrap_or_else(|| "Describe this image.".to_owned());
+    let system = SYSTEM.string(&mut args)?;
     let flags = DescriberFlags::parse(&mut args)?;
     let inputs = args.finish()?;
     if inputs.is_empty() {
         return Err(CliError::usage("caption needs at least one DIR, FILE or @LIST"));
     }
     let output = PathBuf::from(output);
-    let in_output = |e: std::io::Error| CliError::Failed(format!("{}: {e}", output.display()));
+    let in_output = |e: std::io::Error| CliError::os(output.display())(e);
     let found = find_images(&inputs);
     let done = if resume { journal::captioned(&output).map_err(in_output)? } else { Default::default() };
     let (skipped, todo): (Vec<PathBuf>, Vec<PathBuf>) = found.images.into_iter().partition(|p| done.contains(&p.display().to_string()));

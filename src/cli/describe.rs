@@ -1,56 +1,42 @@
 //! `hrx describe IMG [IMG...]`: one description per image, the model loaded once.
 
-use super::generate::{generation_flags, GenerationDefaults};
+use super::flags::{ctx_help, text_options, GenerationDefaults, Help, ImageFlags, Placement, JSON, MMPROJ, MODEL, PROMPT, SYSTEM};
 use super::{CliError, Command};
 use crate::catalog::{locate, search_dirs, Catalog};
 use crate::cli::args::Args;
+use crate::image::PreprocessConfig;
 use crate::json::Json;
 use crate::runtime::describe::{Describer, ImageOptions};
 use crate::runtime::generate::GenerateConfig;
 use crate::runtime::sampler::SamplerConfig;
-use crate::backend::DeviceChoice;
 use crate::runtime::text_model::TextOptions;
 use std::io::Write;
 use std::path::{Path, PathBuf};
 
-pub const HELP: &str = "\
-hrx describe: describe images with Qwen3-VL
+fn help() -> String {
+    let mut options = vec![
+        PROMPT.help("what to ask (default: \"Describe this image.\")"),
+        SYSTEM.help("a system turn"),
+        JSON.help("one JSON object per image per line: {\"image\",\"prompt_ids\",\"tokens\",\"text\",\"stop\",\"timings\"} or {\"image\",\"error\"}"),
+    ];
+    options.extend(DescriberFlags::help());
+    Help {
+        title: "hrx describe: describe images with Qwen3-VL",
+        usage: "hrx describe IMAGE [IMAGE...] [-p PROMPT] [-m MODEL.gguf --mmproj MMPROJ.gguf] [options]",
+        about: "Streams one description per image; the model is loaded once. Images: PNG, JPEG\n\
+                (EXIF orientation applied), WebP. Transparent pixels are composited on white, as\n\
+                the model's own processor does. A bad image is reported (exit code 1 at the end)\n\
+                and the next one is still described.\n\
+                \n\
+                Without -m, the default model of models.toml is looked for in ./models,\n\
+                $HRX_MODELS and ~/.local/share/hrx/models (`hrx models` lists them).",
+        options,
+        footer: "examples:\n  hrx describe photo.jpg\n  hrx describe a.png b.jpg -p 'What is written on the sign?' --json",
+    }
+    .render()
+}
 
-usage: hrx describe IMAGE [IMAGE...] [-p PROMPT] [-m MODEL.gguf --mmproj MMPROJ.gguf] [options]
-
-Streams one description per image; the model is loaded once. Images: PNG, JPEG
-(EXIF orientation applied), WebP. Transparent pixels are composited on white, as
-the model's own processor does. A bad image is reported (exit code 1 at the end)
-and the next one is still described.
-
-Without -m, the default model of models.toml is looked for in ./models,
-$HRX_MODELS and ~/.local/share/hrx/models (`hrx models` lists them).
-
-  -p, --prompt TEXT        what to ask (default: \"Describe this image.\")
-  --system TEXT            a system turn
-  -m, --model FILE         the text model GGUF
-  --mmproj FILE            the vision projector GGUF
-  --image-max-pixels N     resize larger images down to about N pixels (default 1048576:
-                           ~1 MP keeps a kiosk answer near a second; HF's own is 16777216)
-  --image-min-pixels N     resize smaller images up to N pixels (default 65536)
-  --max-image-mp N         refuse images whose header declares more than N megapixels,
-                           before decoding (default 50)
-  -n, --max-tokens N       tokens per description (default from models.toml, else 256)
-  --temp T --top-k K --top-p P --min-p P --repeat-penalty R --seed S --stop STR --ignore-eos
-                           sampling, as in `hrx generate` (default: greedy)
-  --ctx N                  context length (default 4096)
-  --threads N              CPU threads
-  --device D               where to run: auto (default: the best Vulkan GPU, else the
-                           CPU; a CPU Vulkan driver such as lavapipe only when named),
-                           N (Vulkan device N, see `hrx doctor`) or cpu; also HRX_DEVICE
-  --json                   one JSON object per image per line:
-                           {\"image\",\"prompt_ids\",\"tokens\",\"text\",\"stop\",\"timings\"} or {\"image\",\"error\"}
-
-examples:
-  hrx describe photo.jpg
-  hrx describe a.png b.jpg -p 'What is written on the sign?' --json";
-
-pub const COMMAND: Command = Command { name: "describe", summary: "describe images", help: HELP, run };
+pub const COMMAND: Command = Command { name: "describe", summary: "describe images", help, run };
 
 /// What the default model's catalog entry sets: sampling defaults, image budget, name.
 type CatalogDefaults = (GenerationDefaults, usize, String);
@@ -89,7 +75,7 @@ fn model_files(model: Option<String>, mmproj: Option<String>) -> Result<(PathBuf
 }
 
 /// The flags that load a describer, shared by `describe`, `caption` and `serve`: model files
-/// (or the models.toml default), sampling, image budget, context, threads.
+/// (or the models.toml default), sampling, image budget, context, device, threads.
 pub(super) struct DescriberFlags {
     pub model: PathBuf,
     pub mmproj: PathBuf,
@@ -102,50 +88,43 @@ pub(super) struct DescriberFlags {
 }
 
 impl DescriberFlags {
+    pub fn help() -> Vec<(String, String)> {
+        let mut lines = vec![MODEL.help("the text model GGUF (default: models.toml's default model)"), MMPROJ.help("the vision projector GGUF")];
+        lines.extend(ImageFlags::help(PreprocessConfig::KIOSK_MAX_PIXELS));
+        lines.extend(GenerationDefaults::default().help(Some("(default from models.toml for its model, else 256)")));
+        lines.push(ctx_help());
+        lines.extend(Placement::help());
+        lines
+    }
+
     /// Takes the flags out of `args` (before `args.finish()`, so typos fail before loading).
     pub fn parse(args: &mut Args) -> Result<DescriberFlags, CliError> {
-        let (model, mmproj, catalog) = model_files(args.value(&["-m", "--model"])?, args.value(&["--mmproj"])?)?;
+        let (model, mmproj, catalog) = model_files(MODEL.string(args)?, MMPROJ.string(args)?)?;
         let (defaults, max_pixels, name) = match catalog {
-            Some((defaults, max_pixels, name)) => (defaults, Some(max_pixels), name),
-            None => (GenerationDefaults::default(), None, model.file_stem().map(|s| s.to_string_lossy().into_owned()).unwrap_or_default()),
+            Some((defaults, max_pixels, name)) => (defaults, max_pixels, name),
+            None => (GenerationDefaults::default(), PreprocessConfig::KIOSK_MAX_PIXELS, model.file_stem().map(|s| s.to_string_lossy().into_owned()).unwrap_or_default()),
         };
-        let config = generation_flags(args, &defaults)?;
-        let mut images = ImageOptions::default();
-        images.max_pixels = args.parsed(&["--image-max-pixels"])?.or(max_pixels).unwrap_or(images.max_pixels);
-        images.min_pixels = args.parsed(&["--image-min-pixels"])?.unwrap_or(images.min_pixels);
-        if let Some(mp) = args.parsed::<f64>(&["--max-image-mp"])? {
-            if !(mp > 0.0 && mp <= 1e4) {
-                return Err(CliError::usage("--max-image-mp must be in (0, 10000]"));
-            }
-            images.limits.max_pixels = (mp * 1e6) as u64;
-        }
-        let mut text = TextOptions::default();
-        text.n_ctx = args.parsed(&["--ctx"])?.unwrap_or(text.n_ctx);
-        if let Some(d) = args.value(&["--device"])? {
-            text.device = DeviceChoice::parse(&d).map_err(CliError::usage)?;
-        }
-        if text.n_ctx == 0 || text.n_ctx > 1 << 20 || images.max_pixels > 1 << 28 {
-            return Err(CliError::usage("--ctx or --image-max-pixels is out of range"));
-        }
-        let threads = args.parsed(&["--threads"])?;
-        Ok(DescriberFlags { model, mmproj, name, config, text, images, threads })
+        let config = defaults.parse(args)?;
+        let images = ImageFlags::parse(args, max_pixels)?;
+        let placement = Placement::parse(args)?;
+        let text = text_options(args, placement.device)?;
+        Ok(DescriberFlags { model, mmproj, name, config, text, images, threads: placement.threads })
     }
 
     pub fn load(&self) -> Result<Describer, CliError> {
-        let mut d = Describer::load(&self.model, &self.mmproj, self.text, self.images.clone()).map_err(|e| CliError::Failed(e.to_string()))?;
+        let mut d = Describer::load(&self.model, &self.mmproj, self.text, self.images.clone())?;
         if let Some(n) = self.threads {
-            d.text.set_threads(n);
-            d.vision.set_threads(n);
+            d.set_threads(n);
         }
         Ok(d)
     }
 }
 
 fn run(mut args: Args, out: &mut dyn Write) -> Result<(), CliError> {
-    let prompt = args.value(&["-p", "--prompt"])?.unwrap_or_else(|| "Describe this image.".to_owned());
-    let system = args.value(&["--system"])?;
+    let prompt = PROMPT.string(&mut args)?.unwrap_or_else(|| "Describe this image.".to_owned());
+    let system = SYSTEM.string(&mut args)?;
     let flags = DescriberFlags::parse(&mut args)?;
-    let json = args.flag(&["--json"]);
+    let json = JSON.present(&mut args);
     let files = args.finish()?;
     if files.is_empty() {
         return Err(CliError::usage("describe needs at least one IMAGE"));
@@ -182,9 +161,8 @@ fn describe_one(
     json: bool,
     out: &mut dyn Write,
 ) -> Result<(), CliError> {
-    let failed = |e: crate::runtime::RuntimeError| CliError::Failed(e.to_string());
     let t = std::time::Instant::now();
-    let image = d.encode_file(file).map_err(failed)?;
+    let image = d.encode_file(file)?;
     let encode_seconds = t.elapsed().as_secs_f64();
     if !json {
         writeln!(out, "{}:", file.display())?;
@@ -192,8 +170,7 @@ fn describe_one(
     let mut write_error = None;
     let images = [image];
     let (ids, g) = d
-        .run(&images, prompt, system, config, |text| super::generate::stream(json, &mut write_error, out, text))
-        .map_err(failed)?;
+        .run(&images, prompt, system, config, |text| super::generate::stream(json, &mut write_error, out, text))?;
     if let Some(e) = write_error {
         return Err(e.into());
     }

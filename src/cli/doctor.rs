@@ -2,7 +2,9 @@
 //! cares about, and which one hrx would use. Exit code 1 when there is no loader or no device.
 
 use super::{CliError, Command};
-use crate::backend::vulkan::{pick, DeviceInfo, DeviceKind, Instance, Selection, VkError};
+use crate::backend::vulkan::kernels::Variants;
+use crate::backend::vulkan::{DeviceInfo, Instance, VkError};
+use crate::backend::DeviceChoice;
 use crate::cli::args::Args;
 use crate::json::Json;
 use std::io::Write;
@@ -16,24 +18,25 @@ For each device: name, type, vendor and device ids, Vulkan API version, driver n
 info and version; memory heaps (size, device-local, host-visible); subgroup size and
 operations, and whether the matrix-vector kernels use them (HRX_VK_NO_SUBGROUP=1 keeps
 the portable ones); whether the device can run the cooperative-matrix matrix-matrix kernels
-(f16 16x16x16, Vulkan 1.3; used with HRX_VK_COOPMAT=1, else the portable tiled ones); shared memory, workgroup and push-constant limits; the optional features
-hrx may use (fp16 / int8 arithmetic and storage, subgroup size control, integer dot
-products, cooperative matrices); whether dispatches can be timed (HRX_VK_PROFILE=1:
-timestamps on the compute queue). Then the device hrx picks: discrete > integrated >
-virtual > CPU, then the most device-local memory; HRX_DEVICE=N (an index below) or
-HRX_DEVICE=cpu (the first CPU implementation) overrides. When the pick is a CPU
-implementation (lavapipe) and HRX_DEVICE is unset, generate/describe/bench run on hrx's
-own CPU backend instead (faster there); `--device N` runs them on device N, and
-`--device cpu` (HRX_DEVICE=cpu for those commands) on the CPU backend.
+(f16 16x16x16, Vulkan 1.3; used with HRX_VK_COOPMAT=1, else the portable tiled ones);
+shared memory, workgroup and push-constant limits; the optional features hrx may use
+(fp16 / int8 arithmetic and storage, subgroup size control, integer dot products,
+cooperative matrices); whether dispatches can be timed (HRX_VK_PROFILE=1: timestamps on
+the compute queue). Then what every command would run on, resolved as they resolve it
+(HRX_DEVICE, else auto): auto picks discrete > integrated > virtual > CPU, then the most
+device-local memory, and when the pick is a CPU implementation (lavapipe) hrx's own CPU
+backend instead (faster there); HRX_DEVICE=N (an index below) names a device, lavapipe
+included, and HRX_DEVICE=cpu the CPU backend.
 
 Exit code 1 (with the reason) when no Vulkan loader or no device is found, or when
 HRX_DEVICE names none; hrx then runs on the CPU backend only.
 
-  --json   one JSON object: {\"loader_version\",\"devices\":[...],\"selected\":INDEX|null,\"error\":MSG|null}
+  --json   one JSON object: {\"loader_version\",\"devices\":[...],\"selected\":INDEX|null,
+           \"backend\":\"vulkan\"|\"cpu\",\"error\":MSG|null}
 
 example: HRX_DEVICE=1 hrx doctor";
 
-pub const COMMAND: Command = Command { name: "doctor", summary: "show Vulkan devices and the one hrx would use", help: HELP, run };
+pub const COMMAND: Command = Command { name: "doctor", summary: "show Vulkan devices and the one hrx would use", help: || HELP.to_owned(), run };
 
 fn run(mut args: Args, out: &mut dyn Write) -> Result<(), CliError> {
     let json = args.flag(&["--json"]);
@@ -53,20 +56,41 @@ fn run(mut args: Args, out: &mut dyn Write) -> Result<(), CliError> {
     }
 }
 
+/// Why doctor found nothing to use.
+#[derive(Debug)]
+enum Problem {
+    /// No loader, no device, or the chosen one is not usable.
+    Vulkan(VkError),
+    /// `HRX_DEVICE` is not a device choice.
+    Choice(String),
+}
+
+impl std::fmt::Display for Problem {
+    fn fmt(&self, f: &mut std::fmt::Formatter<'_>) -> std::fmt::Result {
+        match self {
+            Problem::Vulkan(e) => write!(f, "{e}"),
+            Problem::Choice(m) => f.write_str(m),
+        }
+    }
+}
+
 struct Report {
     loader_version: Option<String>,
     devices: Vec<DeviceInfo>,
+    /// The choice in force (`HRX_DEVICE`, else auto) and what it resolves to, exactly as the
+    /// other commands resolve it: the device's index, or None for hrx's CPU backend.
+    choice: Option<DeviceChoice>,
     selected: Option<usize>,
-    error: Option<VkError>,
+    error: Option<Problem>,
 }
 
 impl Report {
     fn gather() -> Report {
-        let mut r = Report { loader_version: None, devices: Vec::new(), selected: None, error: None };
+        let mut r = Report { loader_version: None, devices: Vec::new(), choice: None, selected: None, error: None };
         let instance = match Instance::new() {
             Ok(i) => i,
             Err(e) => {
-                r.error = Some(e);
+                r.error = Some(Problem::Vulkan(e));
                 return r;
             }
         };
@@ -74,13 +98,21 @@ impl Report {
         match instance.devices() {
             Ok(d) => r.devices = d,
             Err(e) => {
-                r.error = Some(e);
+                r.error = Some(Problem::Vulkan(e));
                 return r;
             }
         }
-        match Selection::from_env().and_then(|s| pick(&r.devices, &s)) {
-            Ok(i) => r.selected = Some(r.devices[i].index),
-            Err(e) => r.error = Some(e),
+        let choice = match DeviceChoice::resolve(None) {
+            Ok(c) => c,
+            Err(e) => {
+                r.error = Some(Problem::Choice(e));
+                return r;
+            }
+        };
+        r.choice = Some(choice);
+        match choice.pick(&r.devices) {
+            Ok(i) => r.selected = i.map(|i| r.devices[i].index),
+            Err(e) => r.error = Some(Problem::Vulkan(e)),
         }
         r
     }
@@ -88,7 +120,7 @@ impl Report {
     fn write_text(&self, out: &mut dyn Write) -> std::io::Result<()> {
         match (&self.loader_version, &self.error) {
             (Some(v), _) => writeln!(out, "Vulkan loader: version {v}, {} device(s)", self.devices.len())?,
-            (None, Some(VkError::NoLoader(_))) => writeln!(out, "Vulkan loader: not found")?,
+            (None, Some(Problem::Vulkan(VkError::NoLoader(_)))) => writeln!(out, "Vulkan loader: not found")?,
             (None, _) => writeln!(out, "Vulkan loader: found, but no instance could be made")?,
         }
         for d in &self.devices {
@@ -110,13 +142,18 @@ impl Report {
             let unified = if d.unified_memory { "yes: buffers are written in place" } else { "no: uploads go through staging copies" };
             writeln!(out, "    unified memory  {unified}")?;
             let ops = if d.subgroup_ops.is_empty() { "unknown".to_owned() } else { d.subgroup_ops.join(" ") };
-            let matvec = if d.subgroup_matvec().is_some() { "subgroup (mul_mat_vec_sg)" } else { "portable (mul_mat_vec)" };
+            let variants = Variants::for_device(d);
+            let matvec = match (d.subgroup_matvec(), variants.subgroup_matvec) {
+                (_, Some(_)) => "subgroup (mul_mat_vec_sg)",
+                (Some(_), None) => "portable (mul_mat_vec; subgroup ones off: HRX_VK_NO_SUBGROUP=1)",
+                (None, None) => "portable (mul_mat_vec)",
+            };
             let stage = if d.subgroup_in_compute { "" } else { " (not in compute shaders)" };
             writeln!(out, "    subgroups       size {}, ops: {ops}{stage}; matrix-vector kernels: {matvec}", d.subgroup_size)?;
-            let matmat = match (d.coopmat_matmul().is_some(), crate::backend::vulkan::kernels::coopmat_requested()) {
-                (true, true) => "cooperative matrices (mul_mat_cm, HRX_VK_COOPMAT=1)",
+            let matmat = match (d.coopmat_matmul().is_some(), variants.coopmat.is_some()) {
+                (_, true) => "cooperative matrices (mul_mat_cm, HRX_VK_COOPMAT=1)",
                 (true, false) => "portable tiles (mul_mat); cooperative matrices available with HRX_VK_COOPMAT=1",
-                (false, _) => "portable tiles (mul_mat)",
+                (false, false) => "portable tiles (mul_mat)",
             };
             writeln!(out, "    matrix-matrix   {matmat}")?;
             writeln!(
@@ -151,17 +188,18 @@ impl Report {
             }
         }
         writeln!(out)?;
-        match (self.selected, &self.error) {
-            (Some(i), _) => {
-                let d = self.devices.iter().find(|d| d.index == i);
-                writeln!(out, "hrx would use device {i}: {} (HRX_DEVICE=N or cpu to choose another)", d.map_or("", |d| &d.name))?;
-                if d.is_some_and(|d| d.kind == DeviceKind::Cpu) && std::env::var_os("HRX_DEVICE").is_none() {
-                    writeln!(out, "(a CPU implementation: generate/describe/bench run on hrx's CPU backend unless --device {i})")?;
-                }
-                Ok(())
+        match (self.selected, &self.error, self.choice) {
+            (Some(i), _, _) => {
+                let name = self.devices.iter().find(|d| d.index == i).map_or("", |d| d.name.as_str());
+                writeln!(out, "hrx would use device {i}: {name} (--device N, --device cpu or HRX_DEVICE to choose another)")
             }
-            (None, Some(e)) => writeln!(out, "no usable Vulkan device: {e}\nhrx would run on the CPU backend only"),
-            (None, None) => Ok(()),
+            (None, None, Some(DeviceChoice::Cpu)) => writeln!(out, "hrx would use its CPU backend (HRX_DEVICE=cpu)"),
+            (None, None, _) => writeln!(
+                out,
+                "hrx would use its CPU backend: the only Vulkan device is a CPU implementation, slower than hrx's own \
+                 (--device N runs on device N)"
+            ),
+            (None, Some(e), _) => writeln!(out, "no usable Vulkan device: {e}\nhrx would run on the CPU backend only"),
         }
     }
 
@@ -234,6 +272,7 @@ impl Report {
             ("loader_version", opt(&self.loader_version)),
             ("devices", Json::Arr(devices)),
             ("selected", self.selected.map_or(Json::Null, |i| Json::Int(i as i128))),
+            ("backend", Json::str(if self.selected.is_some() { "vulkan" } else { "cpu" })),
             ("error", self.error.as_ref().map_or(Json::Null, |e| Json::str(e.to_string()))),
         ])
     }

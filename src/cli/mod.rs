@@ -2,6 +2,7 @@
 
 pub mod args;
 mod bench;
+pub mod flags;
 mod caption;
 mod describe;
 mod doctor;
@@ -14,15 +15,17 @@ mod serve;
 mod tokenize;
 
 use crate::gguf::GgufError;
+use crate::runtime::RuntimeError;
 use args::{Args, UsageError};
 use std::fmt;
 use std::io::{self, Write};
 
-/// A subcommand: its name, a one-line summary for `hrx --help`, its full help, its body.
+/// A subcommand: its name, a one-line summary for `hrx --help`, its full help (built from the
+/// flag table, `flags.rs`), its body.
 pub struct Command {
     pub name: &'static str,
     pub summary: &'static str,
-    pub help: &'static str,
+    pub help: fn() -> String,
     pub run: fn(Args, &mut dyn Write) -> Result<(), CliError>,
 }
 
@@ -38,7 +41,13 @@ usage: hrx COMMAND [ARGS...]      hrx help COMMAND      hrx COMMAND --help";
 pub enum CliError {
     Usage { message: String, command: Option<&'static str> },
     Gguf(GgufError),
+    /// Writing the command's output.
     Io(io::Error),
+    /// Something the command opens itself: a file it writes, the address it listens on.
+    Os { what: String, source: io::Error },
+    /// Loading or running the model.
+    Runtime(RuntimeError),
+    /// A failure hrx itself describes (no model, nothing to do).
     Failed(String),
     /// A failure already reported (e.g. per image): only the summary is printed.
     Quiet(String),
@@ -72,12 +81,37 @@ impl fmt::Display for CliError {
             CliError::Usage { message, command: None } => write!(f, "{message}\n(see `hrx --help`)"),
             CliError::Gguf(e) => write!(f, "{e}"),
             CliError::Io(e) => write!(f, "{e}"),
+            CliError::Os { what, source } => write!(f, "{what}: {source}"),
+            CliError::Runtime(e) => write!(f, "{e}"),
             CliError::Failed(m) | CliError::Quiet(m) => f.write_str(m),
         }
     }
 }
 
-impl std::error::Error for CliError {}
+impl std::error::Error for CliError {
+    fn source(&self) -> Option<&(dyn std::error::Error + 'static)> {
+        match self {
+            CliError::Gguf(e) => Some(e),
+            CliError::Io(e) | CliError::Os { source: e, .. } => Some(e),
+            CliError::Runtime(e) => Some(e),
+            CliError::Usage { .. } | CliError::Failed(_) | CliError::Quiet(_) => None,
+        }
+    }
+}
+
+impl From<RuntimeError> for CliError {
+    fn from(e: RuntimeError) -> Self {
+        CliError::Runtime(e)
+    }
+}
+
+impl CliError {
+    /// An operating-system error on `what` (a path, an address).
+    pub fn os(what: impl fmt::Display) -> impl FnOnce(io::Error) -> CliError {
+        let what = what.to_string();
+        move |source| CliError::Os { what, source }
+    }
+}
 
 impl From<UsageError> for CliError {
     fn from(e: UsageError) -> Self {
@@ -127,7 +161,7 @@ pub fn run(argv: Vec<String>, out: &mut dyn Write) -> Result<(), CliError> {
         "help" => {
             let text = match rest.first() {
                 None => main_help(),
-                Some(c) => find(c)?.help.to_owned(),
+                Some(c) => (find(c)?.help)(),
             };
             writeln!(out, "{text}")?;
             return Ok(());
@@ -137,7 +171,7 @@ pub fn run(argv: Vec<String>, out: &mut dyn Write) -> Result<(), CliError> {
     let command = find(&name)?;
     let mut args = Args::new(rest);
     if args.flag(&["-h", "--help"]) {
-        writeln!(out, "{}", command.help)?;
+        writeln!(out, "{}", (command.help)())?;
         return Ok(());
     }
     (command.run)(args, out).map_err(|e| match e {

@@ -23,7 +23,7 @@ each model's source into one of those folders.
 
 example: hrx models --verify";
 
-pub const COMMAND: Command = Command { name: "models", summary: "list known models and which are present", help: HELP, run };
+pub const COMMAND: Command = Command { name: "models", summary: "list known models and which are present", help: || HELP.to_owned(), run };
 
 pub fn sha256_file(path: &Path) -> std::io::Result<String> {
     let mut file = std::fs::File::open(path)?;
@@ -46,7 +46,7 @@ fn verdict(path: Option<&Path>, recorded: &str, verify: bool) -> Result<&'static
         Some(_) if !verify => Ok("present"),
         Some(_) if recorded.is_empty() => Ok("present (no sha256 recorded)"),
         Some(p) => {
-            let got = sha256_file(p).map_err(|e| CliError::Failed(format!("{}: {e}", p.display())))?;
+            let got = sha256_file(p).map_err(CliError::os(p.display()))?;
             Ok(if got.eq_ignore_ascii_case(recorded) { "verified" } else { "SHA256 MISMATCH" })
         }
     }

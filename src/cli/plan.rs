@@ -1,134 +1,175 @@
 //! `hrx plan`: how the dispatcher plans each graph of a model, with its census.
 
+use super::flags::{ctx_help, text_options, Help, Placement, IMAGE_MAX_PIXELS, JSON, MMPROJ, MODEL};
 use super::{CliError, Command};
+use crate::backend::Backend;
 use crate::cli::args::Args;
 use crate::gguf::GgufFile;
-use crate::hrx::Plan;
+use crate::hrx::{Census, Plan, PlanError};
+use crate::image::PreprocessConfig;
 use crate::json::Json;
-use crate::backend::vulkan::{Instance, VulkanRegistry};
-use crate::backend::DeviceChoice;
-use crate::hrx::{CpuRegistry, Registry};
-use crate::model::{plan_vision_for, TextParams, VisionParams};
-use crate::runtime::text_model::{plan_text, TextOptions};
+use crate::model::{TextParams, VisionParams};
+use crate::runtime::text_model::plan_text;
+use crate::runtime::vision_model::plan_vision;
+use crate::runtime::RuntimeError;
 use std::io::Write;
 
-pub const HELP: &str = "\
-hrx plan: show how each graph of a model is planned
+fn help() -> String {
+    let mut options = vec![
+        MODEL.help("the text model GGUF"),
+        MMPROJ.help(format!(
+            "the vision projector GGUF (its graph is planned for the largest image of the pixel budget, --image-max-pixels, default {})",
+            PreprocessConfig::KIOSK_MAX_PIXELS
+        )),
+        IMAGE_MAX_PIXELS.help("the image pixel budget the vision graph is planned for"),
+        ctx_help(),
+    ];
+    options.extend(Placement::help());
+    options.push(JSON.help(
+        "{\"graphs\":[{\"name\",\"nodes\",\"cpu_nodes\",\"gpu_nodes\",\"fused\",\"elided\",\"skipped\",\"refused\",\"bound\",\
+         \"dispatches\",\"arena_bytes\",\"census\":{\"gpu:MUL_MAT\":N,...},\"kernels\":{\"gpu:mul_mat_vec_sg_q4_k\":N,...}}]}",
+    ));
+    Help {
+        title: "hrx plan: show how each graph of a model is planned",
+        usage: "hrx plan -m MODEL.gguf [--mmproj MMPROJ.gguf [--image-max-pixels N]] [--ctx N] [--device D] [--json]",
+        about: "Builds the model's graphs (text prefill chunk, text decode step, and the vision\n\
+                encoder with --mmproj), imports and plans them exactly as a run on the same device\n\
+                would, and prints per graph: nodes, where compute nodes run (cpu/gpu), nodes fused\n\
+                into another's dispatch, layout nodes elided as aliases, external windows skipped\n\
+                (bound from their tensor), refusals, the arena size, the census of (device, op)\n\
+                counts, and every kernel the executor records with its dispatches per run: the\n\
+                device's variants, fused pairs as `kernel (OP+OP)`, products split over row ranges.\n\
+                Nothing is executed. Exit code 1 when a graph is refused (its refusals are listed).",
+        options,
+        footer: "HRX_LOG_DISPATCH=1 also logs every node's placement to standard error.\n\
+                 \n\
+                 example: hrx plan -m Qwen3-VL-2B-Instruct-Q4_K_M.gguf --json",
+    }
+    .render()
+}
 
-usage: hrx plan -m MODEL.gguf [--mmproj MMPROJ.gguf [--image-max-pixels N]] [--ctx N]
-                [--device N|cpu|auto] [--json]
-
-Builds the model's graphs (text prefill chunk, text decode step, and the vision
-encoder with --mmproj), imports and plans them exactly as a run would, and prints
-per graph: nodes, where compute nodes run (cpu/gpu), layout nodes elided as
-aliases, external windows skipped (bound from their tensor), refusals, the arena
-size, and the census of (device, op) counts. Nothing is executed.
-
-  -m, --model FILE     the text model GGUF
-  --mmproj FILE        the vision projector GGUF (its graph is planned for the largest
-                       image of the pixel budget, --image-max-pixels, default 1048576)
-  --ctx N              context length the KV cache is planned for (default 4096)
-  --device D           plan for the Vulkan kernels (auto, the default, when a Vulkan
-                       device is present, lavapipe included; N: that device) or for
-                       the CPU (cpu); also HRX_DEVICE
-  --json               {\"graphs\":[{\"name\",\"nodes\",\"cpu_nodes\",\"gpu_nodes\",\"elided\",
-                        \"skipped\",\"refused\",\"arena_bytes\",\"census\":{\"cpu:MUL_MAT\":N,...}}]}
-
-HRX_LOG_DISPATCH=1 also logs every node's placement to standard error.
-
-example: hrx plan -m Qwen3-VL-2B-Instruct-Q4_K_M.gguf --json";
-
-pub const COMMAND: Command = Command { name: "plan", summary: "show the dispatcher's plan and census", help: HELP, run };
+pub const COMMAND: Command = Command { name: "plan", summary: "show the dispatcher's plan and census", help, run };
 
 fn run(mut args: Args, out: &mut dyn Write) -> Result<(), CliError> {
-    let model = args.value(&["-m", "--model"])?.ok_or_else(|| CliError::usage("plan needs -m MODEL.gguf"))?;
-    let mmproj = args.value(&["--mmproj"])?;
-    let json = args.flag(&["--json"]);
-    let max_pixels: usize = args.parsed(&["--image-max-pixels"])?.unwrap_or(crate::image::PreprocessConfig::KIOSK_MAX_PIXELS);
-    let mut options = TextOptions::default();
-    options.n_ctx = args.parsed(&["--ctx"])?.unwrap_or(options.n_ctx);
-    if let Some(d) = args.value(&["--device"])? {
-        options.device = DeviceChoice::parse(&d).map_err(CliError::usage)?;
-    }
+    let model = MODEL.string(&mut args)?.ok_or_else(|| CliError::usage("plan needs -m MODEL.gguf"))?;
+    let mmproj = MMPROJ.string(&mut args)?;
+    let json = JSON.present(&mut args);
+    let max_pixels: usize = IMAGE_MAX_PIXELS.parse(&mut args)?.unwrap_or(PreprocessConfig::KIOSK_MAX_PIXELS);
+    let placement = Placement::parse(&mut args)?;
+    let options = text_options(&mut args, placement.device)?;
     if !args.finish()?.is_empty() {
         return Err(CliError::usage("plan takes no positional arguments"));
     }
-    let (registry, target) = planning_target(options.device);
+    // The backend a run would use, opened the same way: its registry names what would run.
+    let backend = Backend::open(options.device, options.kernels);
+    let registry = backend.registry();
     if !json {
-        writeln!(out, "planned for: {target}")?;
+        writeln!(out, "planned for: {}", backend.describe())?;
     }
     let file = GgufFile::open(&model)?;
-    let params = TextParams::from_gguf(&file).map_err(|e| CliError::Failed(e.to_string()))?;
-    let mut plans = plan_text(&params, &options, &*registry).map_err(|e| CliError::Failed(e.to_string()))?;
+    let params = TextParams::from_gguf(&file).map_err(RuntimeError::from)?;
+    let mut plans = vec![plan_text(&params, &options, &*registry)];
     if let Some(path) = mmproj {
         let file = GgufFile::open(&path)?;
-        let vision = VisionParams::from_gguf(&file).map_err(|e| CliError::Failed(e.to_string()))?;
+        let vision = VisionParams::from_gguf(&file).map_err(RuntimeError::from)?;
         let max_patches = max_pixels / (vision.patch_size * vision.patch_size);
-        plans.push(plan_vision_for(&vision, max_patches, &*registry).map_err(|e| CliError::Failed(e.to_string()))?);
+        plans.push(plan_vision(&vision, max_patches, &*registry).map(|p| vec![p]));
     }
-    let graphs: Vec<Json> = plans.iter().map(plan_json).collect();
-    if json {
-        writeln!(out, "{}", Json::obj([("graphs", Json::Arr(graphs))]).to_string_compact())?;
-    } else {
-        for plan in &plans {
-            write_text(plan, out)?;
+    let mut refused = None;
+    let mut graphs = Vec::new();
+    for result in plans {
+        match result {
+            Ok(ps) => graphs.extend(ps.iter().map(|p| Graph::Planned(p.clone()))),
+            Err(RuntimeError::Plan(e)) => {
+                graphs.push(Graph::Refused(e.clone()));
+                refused.get_or_insert(e);
+            }
+            Err(e) => return Err(e.into()),
         }
     }
-    Ok(())
+    if json {
+        writeln!(out, "{}", Json::obj([("graphs", Json::Arr(graphs.iter().map(Graph::json).collect()))]).to_string_compact())?;
+    } else {
+        for g in &graphs {
+            g.write_text(out)?;
+        }
+    }
+    match refused {
+        Some(e) => Err(RuntimeError::Plan(e).into()),
+        None => Ok(()),
+    }
 }
 
-/// The kernel table to plan with: Vulkan's when a Vulkan device is present (planning needs no
-/// device, but a plan for kernels nothing can run would mislead), the CPU's otherwise.
-fn planning_target(choice: DeviceChoice) -> (Box<dyn Registry>, String) {
-    if choice == DeviceChoice::Cpu {
-        return (Box::new(CpuRegistry), "cpu (--device cpu)".to_owned());
+/// A graph planned, or refused with the census of how far it got.
+enum Graph {
+    Planned(Plan),
+    Refused(PlanError),
+}
+
+impl Graph {
+    fn name(&self) -> &str {
+        match self {
+            Graph::Planned(p) => &p.graph.name,
+            Graph::Refused(e) => &e.graph,
+        }
     }
-    let devices = Instance::new().and_then(|i| i.devices());
-    match devices {
-        Ok(d) if !d.is_empty() => {
-            let pick = match choice {
-                DeviceChoice::Vulkan(i) => d.iter().find(|x| x.index == i),
-                _ => d.iter().max_by_key(|x| x.kind),
-            };
-            match pick {
-                Some(x) => (Box::new(VulkanRegistry::for_device(x)), format!("vulkan kernels (device {}: {})", x.index, x.name)),
-                None => (Box::new(VulkanRegistry::PORTABLE), "vulkan kernels (the chosen device does not exist here; portable kernels)".to_owned()),
+
+    fn census(&self) -> Census {
+        match self {
+            Graph::Planned(p) => p.census(),
+            Graph::Refused(e) => e.census.clone(),
+        }
+    }
+
+    fn json(&self) -> Json {
+        let c = self.census();
+        let count = |n: usize| Json::Int(n as i128);
+        let table = |m: &std::collections::BTreeMap<(String, String), usize>| Json::Obj(m.iter().map(|((dev, name), n)| (format!("{dev}:{name}"), count(*n))).collect());
+        let arena = match self {
+            Graph::Planned(p) => count(p.arena_bytes),
+            Graph::Refused(_) => Json::Null,
+        };
+        Json::obj([
+            ("name", Json::str(self.name())),
+            ("nodes", count(c.nodes)),
+            ("cpu_nodes", count(c.cpu_nodes)),
+            ("gpu_nodes", count(c.gpu_nodes)),
+            ("fused", count(c.fused)),
+            ("elided", count(c.elided)),
+            ("skipped", count(c.skipped)),
+            ("refused", count(c.refused)),
+            ("bound", count(c.bound)),
+            ("dispatches", count(c.dispatches)),
+            ("arena_bytes", arena),
+            ("census", table(&c.by_op)),
+            ("kernels", table(&c.by_kernel)),
+        ])
+    }
+
+    fn write_text(&self, out: &mut dyn Write) -> std::io::Result<()> {
+        let c = self.census();
+        writeln!(out, "graph {}: {} nodes", self.name(), c.nodes)?;
+        writeln!(
+            out,
+            "  compute: {} on gpu, {} on cpu ({} fused into another node's dispatch); layout: {} elided, {} skipped, {} refused; {} external inputs",
+            c.gpu_nodes, c.cpu_nodes, c.fused, c.elided, c.skipped, c.refused, c.bound
+        )?;
+        match self {
+            Graph::Planned(p) => writeln!(out, "  arena: {} bytes ({:.1} MiB)", p.arena_bytes, p.arena_bytes as f64 / (1 << 20) as f64)?,
+            Graph::Refused(e) => {
+                for (_, message) in &e.refusals {
+                    writeln!(out, "  refused: {message}")?;
+                }
             }
         }
-        Ok(_) => (Box::new(CpuRegistry), "cpu (the Vulkan loader found no device)".to_owned()),
-        Err(e) => (Box::new(CpuRegistry), format!("cpu ({e})")),
+        writeln!(out, "  census:")?;
+        for ((dev, op), n) in &c.by_op {
+            writeln!(out, "    {dev:<4} {op:<18} {n}")?;
+        }
+        writeln!(out, "  dispatches per run: {}", c.dispatches)?;
+        for ((dev, kernel), n) in &c.by_kernel {
+            writeln!(out, "    {dev:<4} {kernel:<40} {n}")?;
+        }
+        Ok(())
     }
-}
-
-fn plan_json(plan: &Plan) -> Json {
-    let c = plan.census();
-    let census = c.by_op.iter().map(|((dev, op), n)| (format!("{dev}:{op}"), Json::Int(*n as i128))).collect();
-    Json::obj([
-        ("name", Json::str(&plan.graph.name)),
-        ("nodes", Json::Int(c.nodes as i128)),
-        ("cpu_nodes", Json::Int(c.cpu_nodes as i128)),
-        ("gpu_nodes", Json::Int(c.gpu_nodes as i128)),
-        ("elided", Json::Int(c.elided as i128)),
-        ("skipped", Json::Int(c.skipped as i128)),
-        ("refused", Json::Int(c.refused as i128)),
-        ("bound", Json::Int(c.bound as i128)),
-        ("arena_bytes", Json::Int(plan.arena_bytes as i128)),
-        ("census", Json::Obj(census)),
-    ])
-}
-
-fn write_text(plan: &Plan, out: &mut dyn Write) -> std::io::Result<()> {
-    let c = plan.census();
-    writeln!(out, "graph {}: {} nodes", plan.graph.name, c.nodes)?;
-    writeln!(
-        out,
-        "  compute: {} on gpu, {} on cpu; layout: {} elided, {} skipped, {} refused; {} external inputs",
-        c.gpu_nodes, c.cpu_nodes, c.elided, c.skipped, c.refused, c.bound
-    )?;
-    writeln!(out, "  arena: {} bytes ({:.1} MiB)", plan.arena_bytes, plan.arena_bytes as f64 / (1 << 20) as f64)?;
-    writeln!(out, "  census:")?;
-    for ((dev, op), n) in &c.by_op {
-        writeln!(out, "    {dev:<4} {op:<18} {n}")?;
-    }
-    Ok(())
 }

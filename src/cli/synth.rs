@@ -27,7 +27,7 @@ so the text it generates is noise; shapes, file layout and speed are those of a 
 
 example: hrx synth -o /tmp/qwen3vl-2b-synth.gguf --preset 2b --vocab-from qwen3vl-tiny-F16.gguf";
 
-pub const COMMAND: Command = Command { name: "synth", summary: "write a random-weight model of any shape", help: HELP, run };
+pub const COMMAND: Command = Command { name: "synth", summary: "write a random-weight model of any shape", help: || HELP.to_owned(), run };
 
 fn run(mut args: Args, out: &mut dyn Write) -> Result<(), CliError> {
     let path = args.value(&["-o", "--out"])?.ok_or_else(|| CliError::usage("synth needs -o OUT.gguf"))?;
@@ -86,7 +86,7 @@ fn run(mut args: Args, out: &mut dyn Write) -> Result<(), CliError> {
         spec.rope_sections = [half - 2 * (half * 5 / 16), half * 5 / 16, half * 5 / 16];
     }
     let bytes = text_model(&spec, vocab.as_ref()).map_err(CliError::Failed)?;
-    std::fs::write(&path, &bytes).map_err(|e| CliError::Failed(format!("{path}: {e}")))?;
+    std::fs::write(&path, &bytes).map_err(CliError::os(&path))?;
     writeln!(out, "wrote {path}: {} bytes, {} layers, n_embd {}", bytes.len(), spec.n_layer, spec.n_embd)?;
     Ok(())
 }

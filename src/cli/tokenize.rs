@@ -4,6 +4,7 @@ use super::{CliError, Command};
 use crate::cli::args::Args;
 use crate::gguf::GgufFile;
 use crate::json::Json;
+use crate::runtime::RuntimeError;
 use crate::tokenizer::Tokenizer;
 use std::io::{Read, Write};
 
@@ -23,7 +24,7 @@ The vocabulary comes from the GGUF file's tokenizer.ggml.* metadata.
 
 example: echo -n 'Hello world' | hrx tokenize -m qwen3vl-tiny-F16.gguf";
 
-pub const COMMAND: Command = Command { name: "tokenize", summary: "print the token ids of text on stdin", help: HELP, run };
+pub const COMMAND: Command = Command { name: "tokenize", summary: "print the token ids of text on stdin", help: || HELP.to_owned(), run };
 
 fn run(mut args: Args, out: &mut dyn Write) -> Result<(), CliError> {
     let model = args.value(&["-m", "--model"])?.ok_or_else(|| CliError::usage("tokenize needs -m MODEL.gguf"))?;
@@ -34,7 +35,7 @@ fn run(mut args: Args, out: &mut dyn Write) -> Result<(), CliError> {
         return Err(CliError::usage("tokenize reads its text from standard input, not from arguments"));
     }
     let file = GgufFile::open(&model)?;
-    let tokenizer = Tokenizer::from_gguf(&file).map_err(|e| CliError::Failed(format!("{model}: {e}")))?.with_nfc(!no_nfc);
+    let tokenizer = Tokenizer::from_gguf(&file).map_err(|source| RuntimeError::Tokenizer { file: model.clone().into(), source })?.with_nfc(!no_nfc);
     let mut bytes = Vec::new();
     std::io::stdin().read_to_end(&mut bytes)?;
     let text = String::from_utf8(bytes).map_err(|e| CliError::Failed(format!("standard input is not UTF-8 (byte {})", e.utf8_error().valid_up_to())))?;

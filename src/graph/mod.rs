@@ -105,14 +105,24 @@ pub struct Node {
     pub name: String,
 }
 
-/// A shape or type mismatch found while building: a bug in the builder's caller or a model file
-/// whose tensors disagree with its metadata.
+/// A shape or type mismatch found while building node `node`: a bug in the builder's caller or
+/// a model file whose tensors disagree with its metadata.
 #[derive(Debug, Clone, PartialEq)]
-pub struct GraphError(pub String);
+pub struct GraphError {
+    /// The name of the node (or weight) being added, e.g. `blk.3.attn_out`.
+    pub node: String,
+    pub message: String,
+}
+
+impl GraphError {
+    pub fn new(node: impl Into<String>, message: impl Into<String>) -> GraphError {
+        GraphError { node: node.into(), message: message.into() }
+    }
+}
 
 impl fmt::Display for GraphError {
     fn fmt(&self, f: &mut fmt::Formatter<'_>) -> fmt::Result {
-        f.write_str(&self.0)
+        write!(f, "{}: {}", self.node, self.message)
     }
 }
 
@@ -131,8 +141,8 @@ pub struct Graph {
     pub outputs: Vec<NodeId>,
 }
 
-fn err<T>(msg: String) -> Result<T> {
-    Err(GraphError(msg))
+fn err<T>(node: &str, message: String) -> Result<T> {
+    Err(GraphError::new(node, message))
 }
 
 impl Graph {
@@ -188,7 +198,7 @@ impl Graph {
         let ext = &self.externals[storage.0];
         let value = Value { dtype: ext.dtype, ne, nb, dyn_axis, external: Some((storage, offset)), view_offset: 0 };
         if offset + value.extent_bytes() > ext.bytes {
-            return err(format!("{name}: window {ne:?} at {offset} runs past storage {:?} ({} bytes)", ext.name, ext.bytes));
+            return err(name, format!("window {ne:?} at {offset} runs past storage {:?} ({} bytes)", ext.name, ext.bytes));
         }
         Ok(self.push(Op::External, vec![], value, name))
     }
@@ -203,7 +213,7 @@ impl Graph {
     /// A contiguous weight bound from the model file.
     pub fn weight(&mut self, name: &str, dtype: DType, ne: [usize; MAX_DIMS]) -> Result<NodeId> {
         if dtype.row_bytes(ne[0] as u64).is_none() {
-            return err(format!("{name}: row of {} is not whole {dtype} blocks", ne[0]));
+            return err(name, format!("row of {} is not whole {dtype} blocks", ne[0]));
         }
         let probe = Value::contiguous(dtype, ne);
         let storage = self.external_storage(name, dtype, probe.extent_bytes(), true);
@@ -232,10 +242,10 @@ impl Graph {
     pub fn reshape(&mut self, input: NodeId, ne: [usize; MAX_DIMS], name: &str) -> Result<NodeId> {
         let src = self.value(input).clone();
         if !src.is_contiguous() {
-            return err(format!("{name}: reshape of a non-contiguous value {}", src.shape_str()));
+            return err(name, format!("reshape of a non-contiguous value {}", src.shape_str()));
         }
         if src.n_elements() != ne.iter().product::<usize>() {
-            return err(format!("{name}: reshape {} to {ne:?} changes the element count", src.shape_str()));
+            return err(name, format!("reshape {} to {ne:?} changes the element count", src.shape_str()));
         }
         let dyn_axis = match src.dyn_axis {
             None => None,
@@ -253,7 +263,7 @@ impl Graph {
                 let outer_ok = src.ne[d.axis + 1..].iter().all(|&x| x == 1);
                 let ratio_ok = inner_src > 0 && inner_dst > 0 && (inner_src.is_multiple_of(inner_dst) || inner_dst.is_multiple_of(inner_src));
                 if !outer_ok || !ratio_ok {
-                    return err(format!("{name}: reshape {} to {ne:?} moves its dynamic axis", src.shape_str()));
+                    return err(name, format!("reshape {} to {ne:?} moves its dynamic axis", src.shape_str()));
                 }
                 let (num, den) = (d.num * inner_src, d.den * inner_dst);
                 let g = gcd(num, den);
@@ -269,7 +279,7 @@ impl Graph {
         let mut seen = [false; 4];
         for &a in &axes {
             if a >= MAX_DIMS || seen[a] {
-                return err(format!("{name}: {axes:?} is not a permutation"));
+                return err(name, format!("{axes:?} is not a permutation"));
             }
             seen[a] = true;
         }
@@ -306,14 +316,14 @@ impl Graph {
     fn expect_f32(&self, id: NodeId, what: &str, name: &str) -> Result<()> {
         match self.value(id).dtype {
             DType::F32 => Ok(()),
-            d => err(format!("{name}: {what} is {d}, expected f32")),
+            d => err(name, format!("{what} is {d}, expected f32")),
         }
     }
 
     fn expect_i32_ids(&self, id: NodeId, name: &str) -> Result<()> {
         match self.value(id).dtype {
             DType::I32 => Ok(()),
-            d => err(format!("{name}: ids are {d}, expected i32")),
+            d => err(name, format!("ids are {d}, expected i32")),
         }
     }
 
@@ -321,7 +331,7 @@ impl Graph {
         self.expect_i32_ids(ids, name)?;
         let (t, i) = (self.value(table).clone(), self.value(ids).clone());
         if t.ne[2] != 1 || t.ne[3] != 1 || i.ne[1] != 1 || i.ne[2] != 1 || i.ne[3] != 1 {
-            return err(format!("{name}: get_rows of {} by {}", t.shape_str(), i.shape_str()));
+            return err(name, format!("get_rows of {} by {}", t.shape_str(), i.shape_str()));
         }
         let dyn_axis = i.dyn_axis.map(|d| DynAxis { axis: 1, ..d });
         Ok(self.f32_out(Op::GetRows, vec![table, ids], [t.ne[0], i.ne[0], 1, 1], dyn_axis, name))
@@ -332,7 +342,7 @@ impl Graph {
         self.expect_f32(weights, "weights", name)?;
         let (t, i, w) = (self.value(table).clone(), self.value(ids).clone(), self.value(weights).clone());
         if i.ne != w.ne || t.ne[2] != 1 || i.ne[2] != 1 {
-            return err(format!("{name}: weighted rows of {} by {} / {}", t.shape_str(), i.shape_str(), w.shape_str()));
+            return err(name, format!("weighted rows of {} by {} / {}", t.shape_str(), i.shape_str(), w.shape_str()));
         }
         let dyn_axis = i.dyn_axis.map(|d| DynAxis { axis: 1, ..d });
         Ok(self.f32_out(Op::GetRowsWeighted, vec![table, ids, weights], [t.ne[0], i.ne[1], 1, 1], dyn_axis, name))
@@ -343,11 +353,11 @@ impl Graph {
         self.expect_f32(src, "src", name)?;
         let (d, s) = (self.value(dst).clone(), self.value(src).clone());
         if d.external.is_none() {
-            return err(format!("{name}: set_rows needs an external destination"));
+            return err(name, format!("set_rows needs an external destination"));
         }
         self.expect_i32_ids(ids, name)?;
         if d.ne[0] != s.ne[0] || self.value(ids).ne[0] != s.ne[1] {
-            return err(format!("{name}: set_rows of {} into {}", s.shape_str(), d.shape_str()));
+            return err(name, format!("set_rows of {} into {}", s.shape_str(), d.shape_str()));
         }
         let value = Value { view_offset: 0, ..d };
         Ok(self.push(Op::SetRows, vec![dst, src, ids], value, name))
@@ -357,7 +367,7 @@ impl Graph {
         self.expect_f32(x, "x", name)?;
         let (wv, xv) = (self.value(w).clone(), self.value(x).clone());
         if wv.ne[0] != xv.ne[0] || wv.ne[2] != 1 || wv.ne[3] != 1 {
-            return err(format!("{name}: matmul {} x {}", wv.shape_str(), xv.shape_str()));
+            return err(name, format!("matmul {} x {}", wv.shape_str(), xv.shape_str()));
         }
         Ok(self.f32_out(Op::MatMul, vec![w, x], [wv.ne[1], xv.ne[1], xv.ne[2], xv.ne[3]], xv.dyn_axis, name))
     }
@@ -373,7 +383,7 @@ impl Graph {
             (Some(_), None) => false,
         };
         if !fits || !b_dyn_ok {
-            return err(format!("{name}: {} cannot broadcast {}", av.shape_str(), bv.shape_str()));
+            return err(name, format!("{} cannot broadcast {}", av.shape_str(), bv.shape_str()));
         }
         Ok(self.f32_out(op, vec![a, b], av.ne, av.dyn_axis, name))
     }
@@ -389,7 +399,7 @@ impl Graph {
     fn row_param(&self, x: NodeId, p: NodeId, name: &str) -> Result<()> {
         let (xv, pv) = (self.value(x), self.value(p));
         if pv.ne != [xv.ne[0], 1, 1, 1] {
-            return err(format!("{name}: parameter {} for rows of {}", pv.shape_str(), xv.shape_str()));
+            return err(name, format!("parameter {} for rows of {}", pv.shape_str(), xv.shape_str()));
         }
         Ok(())
     }
@@ -414,11 +424,11 @@ impl Graph {
         self.expect_f32(x, "x", name)?;
         let v = self.value(x).clone();
         if n_dims == 0 || n_dims > v.ne[0] || !n_dims.is_multiple_of(4) {
-            return err(format!("{name}: rope over {n_dims} of {} dims", v.ne[0]));
+            return err(name, format!("rope over {n_dims} of {} dims", v.ne[0]));
         }
         if let RopeKind::MropeInterleaved { sections } = &kind {
             if sections.iter().sum::<usize>() > n_dims / 2 {
-                return err(format!("{name}: rope sections {sections:?} exceed {} frequencies", n_dims / 2));
+                return err(name, format!("rope sections {sections:?} exceed {} frequencies", n_dims / 2));
             }
         }
         self.expect_i32_ids(positions, name)?;
@@ -427,7 +437,7 @@ impl Graph {
             RopeKind::Axial2d => 2,
         };
         if self.value(positions).n_elements() != v.ne[2] * components {
-            return err(format!("{name}: {} positions for {} rows", self.value(positions).shape_str(), v.ne[2]));
+            return err(name, format!("{} positions for {} rows", self.value(positions).shape_str(), v.ne[2]));
         }
         Ok(self.f32_out(Op::Rope { kind, theta, n_dims }, vec![x, positions], v.ne, v.dyn_axis, name))
     }
@@ -435,7 +445,7 @@ impl Graph {
     pub fn swiglu(&mut self, gate: NodeId, up: NodeId, name: &str) -> Result<NodeId> {
         let (g, u) = (self.value(gate).clone(), self.value(up).clone());
         if g.ne != u.ne {
-            return err(format!("{name}: swiglu of {} and {}", g.shape_str(), u.shape_str()));
+            return err(name, format!("swiglu of {} and {}", g.shape_str(), u.shape_str()));
         }
         Ok(self.f32_out(Op::SwiGlu, vec![gate, up], g.ne, g.dyn_axis, name))
     }
@@ -463,13 +473,13 @@ impl Graph {
             && kv.ne[3] == 1
             && qv.dtype == DType::F32;
         if !ok {
-            return err(format!("{name}: attention q {} k {} v {}", qv.shape_str(), kv.shape_str(), vv.shape_str()));
+            return err(name, format!("attention q {} k {} v {}", qv.shape_str(), kv.shape_str(), vv.shape_str()));
         }
         let mut inputs = vec![q, k, v];
         if let Some(s) = slots {
             self.expect_i32_ids(s, name)?;
             if self.value(s).ne[0] != qv.ne[2] {
-                return err(format!("{name}: {} slots for {} queries", self.value(s).ne[0], qv.ne[2]));
+                return err(name, format!("{} slots for {} queries", self.value(s).ne[0], qv.ne[2]));
             }
             inputs.push(s);
         }
@@ -481,14 +491,14 @@ impl Graph {
     pub fn write_into(&mut self, id: NodeId, storage: ExternalId, offset: usize, nb: [usize; MAX_DIMS]) -> Result<()> {
         let node = &self.nodes[id.0];
         if node.op.is_layout() || node.op == Op::External {
-            return err(format!("{}: only a compute node can write into a storage", node.name));
+            return err(&node.name, "only a compute node can write into a storage".into());
         }
         let mut value = node.value.clone();
         value.nb = nb;
         value.external = Some((storage, offset));
         let ext = &self.externals[storage.0];
         if offset + value.extent_bytes() > ext.bytes || value.dtype != ext.dtype {
-            return err(format!("{}: window {} at {offset} does not fit storage {:?}", node.name, value.shape_str(), ext.name));
+            return err(&node.name, format!("window {} at {offset} does not fit storage {:?}", value.shape_str(), ext.name));
         }
         self.nodes[id.0].value = value;
         Ok(())

@@ -1,8 +1,9 @@
 //! Arena planning by lifetimes: each transient storage lives from its producer to the last
 //! reader of it or of any alias of it; storages whose lifetimes do not overlap share bytes.
-//! A node whose value has one reader that the backend fuses with it (`Registry::fuses`) keeps
-//! its inputs alive through that reader too: the fused kernel writes the reader's output
-//! while the node's inputs are still being read, so that output must not take their bytes.
+//! A node whose value has one reader that the backend fuses with it, reserving the bytes
+//! (`Fusion::reserve`), keeps its inputs alive through that reader too: the fused kernel writes
+//! the reader's output while the node's inputs are still being read, so that output must not
+//! take their bytes.
 
 use super::{Class, Import, Loc};
 use crate::graph::{Graph, NodeId, Op};
@@ -11,7 +12,7 @@ use crate::graph::{Graph, NodeId, Op};
 pub const ALIGN: usize = 256;
 
 /// Addresses of every value and the arena size.
-pub fn assign(graph: &Graph, import: &Import, fuses: &dyn Fn(NodeId, NodeId) -> bool) -> (Vec<Option<Loc>>, usize) {
+pub fn assign(graph: &Graph, import: &Import, reserved: &dyn Fn(NodeId, NodeId) -> bool) -> (Vec<Option<Loc>>, usize) {
     let n = graph.nodes.len();
     // Lifetime of each owner's storage: [first, last] node index.
     let mut last_use: Vec<usize> = (0..n).collect();
@@ -28,7 +29,7 @@ pub fn assign(graph: &Graph, import: &Import, fuses: &dyn Fn(NodeId, NodeId) -> 
         readers[out.0] += 1;
     }
     for (i, node) in graph.nodes.iter().enumerate() {
-        let until = if readers[i] == 1 && sole_reader[i] > i && fuses(NodeId(i), NodeId(sole_reader[i])) { sole_reader[i] } else { i };
+        let until = if readers[i] == 1 && sole_reader[i] > i && reserved(NodeId(i), NodeId(sole_reader[i])) { sole_reader[i] } else { i };
         for input in &node.inputs {
             if let Some(owner) = import.storage_owner[input.0] {
                 last_use[owner.0] = last_use[owner.0].max(until);

@@ -60,6 +60,44 @@ impl Device {
     }
 }
 
+/// What runs a compute node, decided once at plan time by the backend's registry: executors
+/// bind and record exactly this.
+#[derive(Clone, Debug, PartialEq, Eq)]
+pub struct Kernel {
+    /// The backend's name for it, the device's variant included: `mul_mat_vec_sg_q4_k`.
+    pub name: String,
+    /// The subgroup size the variant is built around, where it is one.
+    pub subgroup: Option<u32>,
+    /// Output row ranges `(first, count)` that each run as a dispatch of their own (a product
+    /// whose weights are more than one dispatch can address); empty: one dispatch.
+    pub splits: Vec<(usize, usize)>,
+}
+
+impl Kernel {
+    /// A kernel of one dispatch without a subgroup variant.
+    pub fn named(name: impl Into<String>) -> Kernel {
+        Kernel { name: name.into(), subgroup: None, splits: Vec::new() }
+    }
+
+    /// How many dispatches it records.
+    pub fn dispatches(&self) -> usize {
+        self.splits.len().max(1)
+    }
+}
+
+impl fmt::Display for Kernel {
+    fn fmt(&self, f: &mut fmt::Formatter<'_>) -> fmt::Result {
+        f.write_str(&self.name)?;
+        if let Some(s) = self.subgroup {
+            write!(f, " (subgroup {s})")?;
+        }
+        if !self.splits.is_empty() {
+            write!(f, " x{} row ranges", self.splits.len())?;
+        }
+        Ok(())
+    }
+}
+
 /// What the plan does with a node.
 #[derive(Clone, Debug, PartialEq)]
 pub enum Placement {
@@ -69,8 +107,23 @@ pub enum Placement {
     Elided,
     /// A layout window on external storage without an alias source (rule 3).
     Skipped,
-    /// A compute node and the kernel that runs it.
-    Run { device: Device, kernel: &'static str },
+    /// A compute node and the kernel that runs it. With `fused`, the same dispatch also
+    /// computes that node (the one reader of this node's value) and writes its output.
+    Run { device: Device, kernel: Kernel, fused: Option<NodeId> },
+    /// A compute node computed by the dispatch of node `into`.
+    Fused { into: NodeId },
+    /// A transient window nobody fills (rule 4): the plan fails, naming it.
+    Refused,
+}
+
+/// How a backend runs a node and the one node reading its value as one dispatch.
+#[derive(Clone, Debug, PartialEq)]
+pub struct Fusion {
+    pub kernel: Kernel,
+    /// The arena keeps the node's inputs alive through the reader, so the pair always fuses.
+    /// Otherwise it fuses only where the arena happens to place the reader's output clear of
+    /// the node's inputs (keeping every input alive may cost too much memory).
+    pub reserve: bool,
 }
 
 /// A byte address: a storage and an offset in it.
@@ -89,16 +142,17 @@ impl Loc {
     }
 }
 
-/// A backend's table of kernels: which compute nodes it can run.
+/// A backend's table of kernels: which compute nodes it can run, with what.
 pub trait Registry {
     fn device(&self) -> Device;
     /// The kernel for node `id`, or None to leave the node to the CPU.
-    fn register(&self, graph: &Graph, id: NodeId) -> Option<&'static str>;
-    /// Whether the backend may run node `id` and `reader`, the one node reading its value, as
-    /// one kernel: the arena then keeps `id`'s inputs alive through `reader` (the fused
-    /// kernel writes `reader`'s output while still reading them).
-    fn fuses(&self, _graph: &Graph, _id: NodeId, _reader: NodeId) -> bool {
-        false
+    fn kernel(&self, graph: &Graph, id: NodeId) -> Option<Kernel>;
+    /// The dispatch running node `id` and `reader` (the one node reading its value, dispatched
+    /// right after it) together, writing `reader`'s output while still reading `id`'s inputs;
+    /// None where the backend has none. The fused dispatch binds `id`'s inputs, then
+    /// `reader`'s inputs other than `id`'s value.
+    fn fuse(&self, _graph: &Graph, _id: NodeId, _reader: NodeId) -> Option<Fusion> {
+        None
     }
 }
 
@@ -110,19 +164,29 @@ impl Registry for CpuRegistry {
         Device::Cpu
     }
 
-    fn register(&self, graph: &Graph, id: NodeId) -> Option<&'static str> {
+    fn kernel(&self, graph: &Graph, id: NodeId) -> Option<Kernel> {
         let op = &graph.node(id).op;
-        (!op.is_layout() && *op != Op::External).then(|| op.name())
+        (!op.is_layout() && *op != Op::External).then(|| Kernel::named(op.name()))
     }
 }
 
-/// A plan refused under rule 4: a transient window nobody fills.
+/// A plan refused under rule 4: transient windows nobody fills.
 #[derive(Debug, Clone, PartialEq)]
-pub struct PlanError(pub String);
+pub struct PlanError {
+    pub graph: String,
+    /// Each refused node, with the engine's message for it.
+    pub refusals: Vec<(NodeId, String)>,
+    /// The census of the plan as far as it went (`refused` counts the refusals).
+    pub census: Census,
+}
 
 impl fmt::Display for PlanError {
     fn fmt(&self, f: &mut fmt::Formatter<'_>) -> fmt::Result {
-        f.write_str(&self.0)
+        match self.refusals.as_slice() {
+            [] => write!(f, "graph {}: refused", self.graph),
+            [(_, first), rest @ ..] if rest.is_empty() => f.write_str(first),
+            [(_, first), rest @ ..] => write!(f, "{first} (and {} more refused nodes in graph {})", rest.len(), self.graph),
+        }
     }
 }
 
@@ -205,8 +269,14 @@ pub struct Census {
     pub skipped: usize,
     pub refused: usize,
     pub bound: usize,
+    /// Compute nodes run inside another node's dispatch.
+    pub fused: usize,
+    /// Dispatches a run records (a split product counts each of its row ranges).
+    pub dispatches: usize,
     /// (device, op) -> count, for compute nodes.
     pub by_op: BTreeMap<(String, String), usize>,
+    /// (device, kernel) -> dispatches; a fused pair shows as `kernel (OP+OP)`.
+    pub by_kernel: BTreeMap<(String, String), usize>,
 }
 
 impl Plan {
@@ -215,14 +285,10 @@ impl Plan {
         Self::with_registered_transients(graph, registry, &HashSet::new())
     }
 
-    pub fn with_registered_transients(
-        graph: Graph,
-        registry: &dyn Registry,
-        registered_transient: &HashSet<NodeId>,
-    ) -> Result<Plan, PlanError> {
+    pub fn with_registered_transients(graph: Graph, registry: &dyn Registry, registered_transient: &HashSet<NodeId>) -> Result<Plan, PlanError> {
         let import = import(&graph, registered_transient);
-        let log = std::env::var("HRX_LOG_DISPATCH").is_ok_and(|v| v == "1");
         let mut placements = Vec::with_capacity(graph.nodes.len());
+        let mut refusals = Vec::new();
         for (i, node) in graph.nodes.iter().enumerate() {
             let id = NodeId(i);
             let placement = if node.op == Op::External {
@@ -231,21 +297,44 @@ impl Plan {
                 match (import.class[i], import.miss[i]) {
                     (Class::Alias, _) => Placement::Elided,
                     (Class::External, Some(AliasMiss::NoAliasSource)) => Placement::Skipped,
-                    _ => return Err(PlanError(refusal(&graph, &import, id))),
+                    _ => {
+                        refusals.push((id, refusal(&graph, &import, id)));
+                        Placement::Refused
+                    }
                 }
             } else {
-                match registry.register(&graph, id) {
-                    Some(kernel) => Placement::Run { device: registry.device(), kernel },
-                    None => Placement::Run { device: Device::Cpu, kernel: node.op.name() },
+                match registry.kernel(&graph, id) {
+                    Some(kernel) => Placement::Run { device: registry.device(), kernel, fused: None },
+                    None => Placement::Run { device: Device::Cpu, kernel: Kernel::named(node.op.name()), fused: None },
                 }
             };
-            if log {
-                eprintln!("hrx dispatch: graph {} node {i} {} {:?} -> {}", graph.name, node.op.name(), node.name, placement_str(&placement));
-            }
             placements.push(placement);
         }
-        let (locs, arena_bytes) = arena::assign(&graph, &import, &|id, reader| registry.fuses(&graph, id, reader));
-        Ok(Plan { graph, import, placements, locs, arena_bytes })
+        let fusions = candidate_fusions(&graph, &placements, registry);
+        let reserved: HashSet<(NodeId, NodeId)> = fusions.iter().filter(|(_, _, f)| f.reserve).map(|&(a, b, _)| (a, b)).collect();
+        let (locs, arena_bytes) = arena::assign(&graph, &import, &|id, reader| reserved.contains(&(id, reader)));
+        let mut plan = Plan { graph, import, placements, locs, arena_bytes };
+        for (first, reader, fusion) in fusions {
+            // The fused dispatch writes the reader's output while the first node's inputs are
+            // still read: never onto their bytes.
+            let clear = plan.graph.node(first).inputs.iter().all(|&input| !plan.may_overlap(input, reader));
+            if clear {
+                if let Placement::Run { kernel, fused, .. } = &mut plan.placements[first.0] {
+                    *kernel = fusion.kernel;
+                    *fused = Some(reader);
+                }
+                plan.placements[reader.0] = Placement::Fused { into: first };
+            }
+        }
+        if std::env::var("HRX_LOG_DISPATCH").is_ok_and(|v| v == "1") {
+            for (i, (node, p)) in plan.graph.nodes.iter().zip(&plan.placements).enumerate() {
+                eprintln!("hrx dispatch: graph {} node {i} {} {:?} -> {}", plan.graph.name, node.op.name(), node.name, placement_str(p));
+            }
+        }
+        if !refusals.is_empty() {
+            return Err(PlanError { graph: plan.graph.name.clone(), refusals, census: plan.census() });
+        }
+        Ok(plan)
     }
 
     pub fn census(&self) -> Census {
@@ -255,17 +344,84 @@ impl Plan {
                 Placement::Bound => c.bound += 1,
                 Placement::Elided => c.elided += 1,
                 Placement::Skipped => c.skipped += 1,
-                Placement::Run { device, .. } => {
-                    match device {
-                        Device::Cpu => c.cpu_nodes += 1,
-                        Device::Gpu => c.gpu_nodes += 1,
-                    }
-                    *c.by_op.entry((device.name().to_owned(), node.op.name().to_owned())).or_default() += 1;
+                Placement::Refused => c.refused += 1,
+                Placement::Fused { .. } => c.fused += 1,
+                Placement::Run { device, kernel, fused } => {
+                    c.dispatches += kernel.dispatches();
+                    let name = match fused {
+                        Some(reader) => format!("{} ({}+{})", kernel.name, node.op.name(), self.graph.node(*reader).op.name()),
+                        None => kernel.name.clone(),
+                    };
+                    *c.by_kernel.entry((device.name().to_owned(), name)).or_default() += kernel.dispatches();
                 }
+            }
+            // A fused node runs on its dispatch's device.
+            let device = match p {
+                Placement::Fused { into } => match &self.placements[into.0] {
+                    Placement::Run { device, .. } => Some(device),
+                    _ => None,
+                },
+                Placement::Run { device, .. } => Some(device),
+                _ => None,
+            };
+            if let Some(device) = device {
+                match device {
+                    Device::Cpu => c.cpu_nodes += 1,
+                    Device::Gpu => c.gpu_nodes += 1,
+                }
+                *c.by_op.entry((device.name().to_owned(), node.op.name().to_owned())).or_default() += 1;
             }
         }
         c
     }
+
+    /// Each dispatch a run records, in order: the kernel's name (a split product once per row
+    /// range). What an executor records must be exactly this.
+    pub fn dispatches(&self) -> Vec<&str> {
+        let mut out = Vec::new();
+        for p in &self.placements {
+            if let Placement::Run { kernel, .. } = p {
+                out.extend(std::iter::repeat_n(kernel.name.as_str(), kernel.dispatches()));
+            }
+        }
+        out
+    }
+
+    /// Whether the bytes of values `a` and `b` may overlap in the plan's memory (true when
+    /// unsure: a value without an address).
+    pub fn may_overlap(&self, a: NodeId, b: NodeId) -> bool {
+        let span = |id: NodeId| -> Option<(Loc, usize)> { Some((self.locs.get(id.0).copied().flatten()?, self.graph.value(id).extent_bytes())) };
+        let (Some((la, na)), Some((lb, nb))) = (span(a), span(b)) else { return true };
+        let ranges = |x: usize, y: usize| x < y + nb && y < x + na;
+        match (la, lb) {
+            (Loc::Arena { offset: x }, Loc::Arena { offset: y }) => ranges(x, y),
+            (Loc::External { storage: s, offset: x }, Loc::External { storage: t, offset: y }) => s == t && ranges(x, y),
+            _ => false,
+        }
+    }
+}
+
+/// The pairs the registry fuses: a compute node whose value has one use, read by the next
+/// compute node placed on the same device.
+fn candidate_fusions(graph: &Graph, placements: &[Placement], registry: &dyn Registry) -> Vec<(NodeId, NodeId, Fusion)> {
+    let mut uses = vec![0usize; graph.nodes.len()];
+    for id in graph.nodes.iter().flat_map(|n| n.inputs.iter()).chain(&graph.outputs) {
+        uses[id.0] += 1;
+    }
+    let runs: Vec<usize> = (0..placements.len()).filter(|&i| matches!(placements[i], Placement::Run { .. })).collect();
+    let mut out: Vec<(NodeId, NodeId, Fusion)> = Vec::new();
+    for pair in runs.windows(2) {
+        let (first, reader) = (NodeId(pair[0]), NodeId(pair[1]));
+        let same_device = matches!((&placements[pair[0]], &placements[pair[1]]), (Placement::Run { device: a, .. }, Placement::Run { device: b, .. }) if a == b && *a == registry.device());
+        let taken = out.iter().any(|(a, b, _)| *a == first || *b == first);
+        if !same_device || taken || uses[first.0] != 1 || !graph.node(reader).inputs.contains(&first) {
+            continue;
+        }
+        if let Some(fusion) = registry.fuse(graph, first, reader) {
+            out.push((first, reader, fusion));
+        }
+    }
+    out
 }
 
 fn placement_str(p: &Placement) -> String {
@@ -273,7 +429,10 @@ fn placement_str(p: &Placement) -> String {
         Placement::Bound => "bound (external)".to_owned(),
         Placement::Elided => "elided (alias)".to_owned(),
         Placement::Skipped => "skipped (external window, bound from its tensor)".to_owned(),
-        Placement::Run { device, kernel } => format!("{}:{kernel}", device.name()),
+        Placement::Run { device, kernel, fused: None } => format!("{}:{kernel}", device.name()),
+        Placement::Run { device, kernel, fused: Some(reader) } => format!("{}:{kernel} (with node {})", device.name(), reader.0),
+        Placement::Fused { into } => format!("fused into node {}", into.0),
+        Placement::Refused => "refused (a transient window nobody fills)".to_owned(),
     }
 }
 

@@ -3,7 +3,8 @@
 //! its slice; the same window registered as a transient is refused; a real alias is elided.
 
 use super::*;
-use crate::backend::cpu::{CpuExecutor, Kernels, PlanId};
+use crate::backend::cpu::{CpuExecutor, Kernels};
+use crate::backend::PlanId;
 use crate::graph::{DynAxis, Graph, NodeId};
 use crate::quant::DType;
 
@@ -96,7 +97,8 @@ fn the_same_window_registered_as_a_transient_is_refused_with_the_message() {
             row * N_TOK,
             row * N_TOK
         );
-        assert_eq!(err.0, expected);
+        assert_eq!(err.refusals, vec![(d.window, expected)]);
+        assert_eq!((err.census.refused, err.to_string().starts_with("unsupported HRX node")), (1, true));
     }
 }
 
@@ -151,7 +153,8 @@ fn a_window_past_its_transient_source_is_refused() {
     let out = g.add(past, past, "out").unwrap();
     g.mark_output(out);
     let err = Plan::new(g, &CpuRegistry).expect_err("refused");
-    assert!(err.0.contains("alias=not_aliasing_input(out_of_range)"), "{}", err.0);
+    assert!(err.to_string().contains("alias=not_aliasing_input(out_of_range)"), "{err}");
+    assert_eq!(err.census.refused, 1);
 }
 
 /// Ten 1 KiB ADDs in a chain, each of the previous one and the input.
@@ -174,35 +177,70 @@ fn arena_reuses_bytes_of_dead_values() {
     assert_eq!(plan.arena_bytes, 2 * 1024);
 }
 
+/// The CPU's kernels, but every node fuses with its one reader (`reserve`: keeping the first
+/// node's inputs alive, or only where the arena happens to leave them clear).
+struct FusesAll {
+    reserve: bool,
+}
+
+impl Registry for FusesAll {
+    fn device(&self) -> Device {
+        Device::Cpu
+    }
+    fn kernel(&self, graph: &Graph, id: NodeId) -> Option<Kernel> {
+        CpuRegistry.kernel(graph, id)
+    }
+    fn fuse(&self, _: &Graph, _: NodeId, _: NodeId) -> Option<Fusion> {
+        Some(Fusion { kernel: Kernel::named("add_add"), reserve: self.reserve })
+    }
+}
+
+/// (first, reader) of every fused pair.
+fn fused_pairs(plan: &Plan) -> Vec<(NodeId, NodeId)> {
+    (0..plan.placements.len())
+        .filter_map(|i| match plan.placements[i] {
+            Placement::Run { fused: Some(reader), .. } => {
+                assert_eq!(plan.placements[reader.0], Placement::Fused { into: NodeId(i) });
+                Some((NodeId(i), reader))
+            }
+            _ => None,
+        })
+        .collect()
+}
+
 #[test]
 fn a_fused_pair_keeps_the_first_nodes_inputs_alive_through_the_second() {
-    /// The CPU's kernels, but every node fuses with its one reader.
-    struct FusesAll;
-    impl Registry for FusesAll {
-        fn device(&self) -> Device {
-            Device::Cpu
-        }
-        fn register(&self, graph: &Graph, id: NodeId) -> Option<&'static str> {
-            CpuRegistry.register(graph, id)
-        }
-        fn fuses(&self, _: &Graph, _: NodeId, _: NodeId) -> bool {
-            true
+    let plan = Plan::new(add_chain(), &FusesAll { reserve: true }).unwrap();
+    // Pairs fuse greedily along the chain: (a0, a1), (a2, a3), ... one dispatch each.
+    let pairs = fused_pairs(&plan);
+    assert_eq!(pairs.len(), 5, "{:?}", plan.placements);
+    let census = plan.census();
+    assert_eq!((census.dispatches, census.fused, census.by_kernel.get(&("cpu".to_owned(), "add_add (ADD+ADD)".to_owned()))), (5, 5, Some(&5)));
+    assert_eq!(plan.dispatches(), vec!["add_add"; 5]);
+    // The reader's output is written while the first node's inputs are still read.
+    for (first, reader) in pairs {
+        for &input in &plan.graph.node(first).inputs {
+            assert!(!plan.may_overlap(input, reader), "{first:?} {reader:?}");
         }
     }
-    let g = add_chain();
-    let plan = Plan::new(g, &FusesAll).unwrap();
-    // A value's reader's output is written while the value's own inputs are still read:
-    // three 1 KiB values live at a time, and no output shares bytes with its node's inputs
-    // nor with those of the node before it.
     assert_eq!(plan.arena_bytes, 3 * 1024);
-    let at = |i: usize| match plan.locs[i] {
-        Some(Loc::Arena { offset }) => offset,
-        other => panic!("node {i}: {other:?}"),
-    };
-    let adds: Vec<usize> = (0..plan.graph.nodes.len()).filter(|&i| plan.graph.nodes[i].op == Op::Add).collect();
-    for w in adds.windows(3) {
-        assert!(at(w[2]) != at(w[1]) && at(w[2]) != at(w[0]), "{w:?}");
+}
+
+#[test]
+fn a_fusion_without_reserved_bytes_happens_only_where_the_output_is_clear() {
+    // Without reserving, the arena gives a3 the bytes of a1, which dies at a2: that pair
+    // cannot fuse, and the arena stays at two values.
+    let plan = Plan::new(add_chain(), &FusesAll { reserve: false }).unwrap();
+    assert_eq!(plan.arena_bytes, 2 * 1024);
+    let pairs = fused_pairs(&plan);
+    assert!(pairs.len() < 5, "{pairs:?}");
+    for (first, reader) in &pairs {
+        for &input in &plan.graph.node(*first).inputs {
+            assert!(!plan.may_overlap(input, *reader));
+        }
     }
+    // A node whose fusion was dropped runs alone.
+    assert_eq!(plan.census().dispatches, 10 - pairs.len());
 }
 
 #[test]

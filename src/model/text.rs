@@ -10,6 +10,9 @@ use crate::graph::{DynAxis, Graph, NodeId, Result, RopeKind, SymId};
 use crate::quant::DType;
 
 /// Names of the run-time buffers the text graph binds.
+/// The embedding table, read by the runtime (rows of input tokens) and by the graph when the
+/// output projection is tied to it.
+pub const TOKEN_EMBD: &str = "token_embd.weight";
 pub const INP_WIDE: &str = "inp_wide";
 pub const POSITIONS: &str = "positions";
 pub const KV_SLOTS: &str = "kv_slots";

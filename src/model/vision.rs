@@ -164,7 +164,7 @@ pub fn build(p: &VisionParams, max_patches: usize) -> Result<VisionGraph> {
     let n = max_patches;
     let merge = p.merge_patches();
     if n == 0 || !n.is_multiple_of(merge) {
-        return Err(GraphError(format!("vision graph: {n} patches is not a positive multiple of {merge}")));
+        return Err(GraphError::new("vision graph", format!("{n} patches is not a positive multiple of {merge}")));
     }
     let mut g = Graph::new("vision");
     let n_patches = g.symbol("n_patches", n);

@@ -5,11 +5,12 @@ use super::chat::{self, Content, Message};
 use super::generate::{generate, GenerateConfig, Generation};
 use super::session::{PromptPiece, Session};
 use super::text_model::{TextModel, TextOptions};
+use super::vision_model::VisionModel;
 use super::RuntimeError;
 use crate::backend::Backend;
-use crate::image::{self, Limits, Patches, PreprocessConfig, RgbImage};
 use crate::gguf::GgufFile;
-use crate::model::{VisionModel, VisionParams};
+use crate::image::{self, Limits, Patches, PreprocessConfig, RgbImage};
+use crate::model::{ModelError, VisionParams};
 use std::path::Path;
 use std::sync::Arc;
 
@@ -37,9 +38,9 @@ pub struct EncodedImage {
 
 /// The text model and the vision tower, loaded once for many images.
 pub struct Describer {
-    pub text: TextModel,
-    pub vision: VisionModel,
-    pub images: ImageOptions,
+    text: TextModel,
+    vision: VisionModel,
+    images: ImageOptions,
 }
 
 impl Describer {
@@ -61,27 +62,43 @@ impl Describer {
         let file = Arc::new(GgufFile::open(mmproj)?);
         let patch = VisionParams::from_gguf(&file)?.patch_size;
         let max_patches = images.max_pixels / (patch * patch);
-        let vision = VisionModel::from_file_on(file, max_patches, backend).map_err(|e| RuntimeError::Model(e.to_string()))?;
-        if vision.params.wide_width() != text_model.params.wide_width() {
-            return Err(RuntimeError::Model(format!(
-                "{} makes {} values per image token, {} takes {}: the projector does not belong to this model",
-                mmproj.display(),
-                vision.params.wide_width(),
-                model.display(),
-                text_model.params.wide_width()
-            )));
+        let vision = VisionModel::load_on(file, max_patches, backend)?;
+        if vision.params().wide_width() != text_model.params().wide_width() {
+            return Err(RuntimeError::Model(ModelError {
+                file: mmproj.to_owned(),
+                what: "projection width".into(),
+                message: format!(
+                    "{} values per image token, {} takes {}: the projector does not belong to this model",
+                    vision.params().wide_width(),
+                    model.display(),
+                    text_model.params().wide_width()
+                ),
+            }));
         }
         Ok(Describer { text: text_model, vision, images })
     }
 
+    pub fn text(&self) -> &TextModel {
+        &self.text
+    }
+
+    pub fn vision(&self) -> &VisionModel {
+        &self.vision
+    }
+
+    /// CPU threads of both models' kernels (the Vulkan executor takes none).
+    pub fn set_threads(&mut self, n: usize) {
+        self.text.set_threads(n);
+        self.vision.set_threads(n);
+    }
+
     /// The processor settings of this projector (images are RGB: three channels).
     fn preprocess_config(&self) -> Result<PreprocessConfig, RuntimeError> {
-        let p = &self.vision.params;
-        let rgb = |v: &[f32], what: &str| -> Result<[f32; 3], RuntimeError> {
-            <[f32; 3]>::try_from(v).map_err(|_| RuntimeError::Model(format!("the projector's {what} has {} channels; images have 3", v.len())))
-        };
+        let p = self.vision.params();
+        let channels = |what: &str, n: usize| RuntimeError::Usage(format!("the projector's {what} has {n} colour channels; images have 3"));
+        let rgb = |v: &[f32], what: &str| -> Result<[f32; 3], RuntimeError> { <[f32; 3]>::try_from(v).map_err(|_| channels(what, v.len())) };
         if p.n_channels != 3 {
-            return Err(RuntimeError::Model(format!("the projector takes {} colour channels; images have 3", p.n_channels)));
+            return Err(channels("patch embedding", p.n_channels));
         }
         Ok(PreprocessConfig {
             patch_size: p.patch_size,
@@ -96,24 +113,24 @@ impl Describer {
 
     /// Decodes, preprocesses and encodes one image file.
     pub fn encode_file(&mut self, path: &Path) -> Result<EncodedImage, RuntimeError> {
-        let rgb = image::decode_file(path, &self.images.limits).map_err(|e| RuntimeError::Usage(e.to_string()))?;
+        let rgb = image::decode_file(path, &self.images.limits)?;
         self.encode_rgb(&path.display().to_string(), &rgb)
     }
 
     /// Decodes, preprocesses and encodes an image held in memory; errors call it `name`.
     pub fn encode_bytes(&mut self, name: &str, bytes: &[u8]) -> Result<EncodedImage, RuntimeError> {
-        let rgb = image::decode_bytes(name, bytes, &self.images.limits).map_err(|e| RuntimeError::Usage(e.to_string()))?;
+        let rgb = image::decode_bytes(name, bytes, &self.images.limits)?;
         self.encode_rgb(name, &rgb)
     }
 
     fn encode_rgb(&mut self, name: &str, rgb: &RgbImage) -> Result<EncodedImage, RuntimeError> {
-        let patches = image::preprocess(rgb, &self.preprocess_config()?).map_err(|e| RuntimeError::Usage(e.named(name).to_string()))?;
+        let patches = image::preprocess(rgb, &self.preprocess_config()?).map_err(|e| e.named(name))?;
         self.encode_patches(&patches)
     }
 
     pub fn encode_patches(&mut self, patches: &Patches) -> Result<EncodedImage, RuntimeError> {
         let [_, gh, gw] = patches.grid_thw;
-        let embeddings = self.vision.encode(&patches.pixel_values, gh, gw).map_err(|e| RuntimeError::Model(e.to_string()))?;
+        let embeddings = self.vision.encode(&patches.pixel_values, gh, gw)?;
         let merge = patches.merge_size;
         Ok(EncodedImage { embeddings, rows: gh / merge, cols: gw / merge, resized_hw: patches.resized_hw })
     }
@@ -134,9 +151,11 @@ impl Describer {
     /// Token ids of a conversation with the generation prompt, and its prompt pieces: the
     /// `Content::Image`s of `messages` take `images` in order, one each.
     pub fn prompt_messages<'a>(&self, messages: &[Message], images: &'a [EncodedImage]) -> Result<(Vec<u32>, Vec<PromptPiece<'a>>), RuntimeError> {
-        let tok = &self.text.tokenizer;
+        let tok = self.text.tokenizer();
         let ids = tok.encode(&chat::render(messages, true), true);
-        let pad = tok.token_id(chat::IMAGE_PAD).ok_or_else(|| RuntimeError::Model("the vocabulary has no <|image_pad|>".into()))?;
+        let pad = tok.token_id(chat::IMAGE_PAD).ok_or_else(|| {
+            RuntimeError::Model(ModelError { file: self.text.file().path().to_owned(), what: "vocabulary".into(), message: format!("no {}", chat::IMAGE_PAD) })
+        })?;
         let mut expanded = Vec::with_capacity(ids.len());
         let mut pieces = Vec::with_capacity(ids.len());
         let mut next_image = images.iter();

@@ -3,7 +3,7 @@
 
 use super::sampler::{Sampler, SamplerConfig};
 use super::session::{PromptPiece, Session};
-use super::text_model::{TextModel, TokenInput};
+use super::text_model::TextModel;
 use super::RuntimeError;
 use crate::tokenizer::StreamDecoder;
 use std::ops::ControlFlow;
@@ -106,7 +106,7 @@ pub fn generate(
     let mut logits = prompt_logits.clone();
     let mut filter = StopFilter { stops: &config.stop_strings, pending: String::new() };
     // Borrow the tokenizer apart from the model: decoding and running interleave.
-    let tokenizer = std::sync::Arc::clone(&model.tokenizer);
+    let tokenizer = std::sync::Arc::clone(model.tokenizer());
     let mut decoder = StreamDecoder::new(&tokenizer);
     while tokens.len() < config.max_new_tokens {
         let id = sampler.sample(&logits, &history);
@@ -116,7 +116,7 @@ pub fn generate(
             stop = StopReason::EndOfGeneration;
             break;
         }
-        let piece = decoder.push(id).map_err(|e| RuntimeError::Model(e.to_string()))?;
+        let piece = decoder.push(id).map_err(|source| RuntimeError::Tokenizer { file: model.file().path().to_owned(), source })?;
         let (shown, hit) = filter.push(&piece);
         text.push_str(&shown);
         if on_text(&shown).is_break() {
@@ -130,14 +130,11 @@ pub fn generate(
         if tokens.len() == config.max_new_tokens {
             break;
         }
-        if session.n_past >= model.options.n_ctx {
+        if session.is_full(model) {
             stop = StopReason::ContextFull;
             break;
         }
-        let pos = session.next_position;
-        logits = model.forward(&[TokenInput::Text(id)], &[[pos; 3]], session.n_past, &[0])?;
-        session.n_past += 1;
-        session.next_position += 1;
+        logits = session.step(model, id)?;
     }
     if !matches!(stop, StopReason::StopString | StopReason::Cancelled) {
         let (rest, _) = filter.push(&decoder.finish());

@@ -75,11 +75,11 @@ impl Session {
 
     /// Feeds the pieces in chunks and returns the logits of the last one.
     pub fn feed(&mut self, model: &mut TextModel, pieces: &[PromptPiece]) -> Result<Vec<f32>, RuntimeError> {
-        let Layout { inputs, positions, next_position: next } = self.layout(pieces, model.params.wide_width())?;
+        let Layout { inputs, positions, next_position: next } = self.layout(pieces, model.params().wide_width())?;
         if inputs.is_empty() {
             return Err(RuntimeError::Usage("the prompt is empty".into()));
         }
-        let chunk = model.options.chunk;
+        let chunk = model.options().chunk;
         let mut logits = Vec::new();
         let mut start = 0;
         while start < inputs.len() {
@@ -92,5 +92,19 @@ impl Session {
         }
         self.next_position = next;
         Ok(logits)
+    }
+
+    /// Decodes one text token at the next slot and position; returns its logits.
+    pub fn step(&mut self, model: &mut TextModel, token: u32) -> Result<Vec<f32>, RuntimeError> {
+        let pos = self.next_position;
+        let logits = model.forward(&[TokenInput::Text(token)], &[[pos; 3]], self.n_past, &[0])?;
+        self.n_past += 1;
+        self.next_position += 1;
+        Ok(logits)
+    }
+
+    /// Whether the KV cache of `model` has no slot left.
+    pub fn is_full(&self, model: &TextModel) -> bool {
+        self.n_past >= model.options().n_ctx
     }
 }

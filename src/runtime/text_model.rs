@@ -1,13 +1,13 @@
 //! The text decoder ready to run: parameters, tokenizer, the prefill and decode plans made once,
 //! and the executor that replays them.
 
-use super::RuntimeError;
-use crate::backend::cpu::{Kernels, PlanId};
-use crate::backend::{Backend, DeviceChoice, Executor};
+use super::{loader, RuntimeError};
+use crate::backend::cpu::Kernels;
+use crate::backend::{Backend, DeviceChoice, Executor, PlanId};
 use crate::gguf::{GgufFile, TensorInfo};
 use crate::hrx::{Plan, Registry};
 use crate::model::text::{self, TextGraph, TextShape};
-use crate::model::TextParams;
+use crate::model::{ModelError, TextParams};
 use crate::quant;
 use crate::tokenizer::Tokenizer;
 use std::path::Path;
@@ -29,9 +29,10 @@ pub struct TextOptions {
     pub device: DeviceChoice,
 }
 
-impl Default for TextOptions {
-    fn default() -> Self {
-        TextOptions { n_ctx: 4096, chunk: 256, max_outputs: 1, kernels: Kernels::from_env(), device: DeviceChoice::from_env() }
+impl TextOptions {
+    /// The defaults (context 4096, chunks of 256 tokens), on `device`.
+    pub fn on(device: DeviceChoice) -> TextOptions {
+        TextOptions { n_ctx: 4096, chunk: 256, max_outputs: 1, kernels: Kernels::from_env(), device }
     }
 }
 
@@ -45,11 +46,11 @@ pub enum TokenInput<'a> {
 }
 
 pub struct TextModel {
-    pub params: TextParams,
-    pub tokenizer: Arc<Tokenizer>,
-    pub file: Arc<GgufFile>,
-    pub options: TextOptions,
-    pub backend: Backend,
+    params: TextParams,
+    tokenizer: Arc<Tokenizer>,
+    file: Arc<GgufFile>,
+    options: TextOptions,
+    backend: Backend,
     /// The embedding table, found once at load (every call reads rows of it).
     token_embd: TensorInfo,
     exec: Executor,
@@ -60,7 +61,7 @@ pub struct TextModel {
 /// The plans of a text model for `registry`, for `hrx plan` (built without binding weights).
 pub fn plan_text(params: &TextParams, options: &TextOptions, registry: &dyn Registry) -> Result<Vec<Plan>, RuntimeError> {
     let (prefill, decode) = build_graphs(params, options)?;
-    Ok(vec![Plan::new(prefill.graph, registry)?, Plan::new(decode.graph, registry)?])
+    loader::plan_all(&[prefill.graph, decode.graph], registry)
 }
 
 fn build_graphs(params: &TextParams, options: &TextOptions) -> Result<(TextGraph, TextGraph), RuntimeError> {
@@ -79,23 +80,39 @@ impl TextModel {
     pub fn load_on(path: &Path, options: TextOptions, backend: &Backend) -> Result<TextModel, RuntimeError> {
         let file = Arc::new(GgufFile::open(path)?);
         let params = TextParams::from_gguf(&file)?;
-        let tokenizer = Arc::new(Tokenizer::from_gguf(&file).map_err(|e| RuntimeError::Model(format!("{}: {e}", path.display())))?);
+        let tokenizer = Arc::new(Tokenizer::from_gguf(&file).map_err(|source| RuntimeError::Tokenizer { file: path.to_owned(), source })?);
         if options.chunk == 0 || options.n_ctx == 0 {
             return Err(RuntimeError::Usage("context and chunk sizes must be at least 1".into()));
         }
         let (prefill, decode) = build_graphs(&params, &options)?;
-        let registry = backend.registry();
-        let mut plans = vec![Plan::new(prefill.graph.clone(), &*registry)?, Plan::new(decode.graph.clone(), &*registry)?];
-        let backend = &backend.for_plans(&plans);
-        if matches!(backend, Backend::Cpu(_)) && plans.iter().any(|p| p.census().gpu_nodes > 0) {
-            let registry = backend.registry();
-            plans = vec![Plan::new(prefill.graph.clone(), &*registry)?, Plan::new(decode.graph.clone(), &*registry)?];
-        }
-        let exec = backend.executor(plans, &[Arc::clone(&file)])?;
-        let token_embd = file.tensor("token_embd.weight").ok_or_else(|| RuntimeError::Model(format!("{}: token_embd.weight missing", path.display())))?.clone();
+        let (backend, exec) = loader::load(&[prefill.graph.clone(), decode.graph.clone()], backend, &[Arc::clone(&file)])?;
+        // TextParams checked every tensor the graphs read, the embedding table among them.
+        let token_embd = file.tensor(text::TOKEN_EMBD).cloned().ok_or_else(|| {
+            RuntimeError::Model(ModelError { file: path.to_owned(), what: format!("tensor {:?}", text::TOKEN_EMBD), message: "missing".into() })
+        })?;
         log::info!("text model on {}", backend.describe());
-        let backend = backend.clone();
         Ok(TextModel { params, tokenizer, file, options, backend, token_embd, exec, prefill: (PlanId(0), prefill), decode: (PlanId(1), decode) })
+    }
+
+    pub fn params(&self) -> &TextParams {
+        &self.params
+    }
+
+    pub fn tokenizer(&self) -> &Arc<Tokenizer> {
+        &self.tokenizer
+    }
+
+    pub fn file(&self) -> &GgufFile {
+        &self.file
+    }
+
+    pub fn options(&self) -> &TextOptions {
+        &self.options
+    }
+
+    /// Where the plans run (the CPU when a Vulkan plan could not take every node).
+    pub fn backend(&self) -> &Backend {
+        &self.backend
     }
 
     /// The executor's command-buffer recordings (Vulkan; None on the CPU): fixed at load.
@@ -146,7 +163,7 @@ impl TextModel {
                         return Err(RuntimeError::Usage(format!("token id {id} is outside the vocabulary (0..{n_vocab})")));
                     }
                     let src = &embd_bytes[id * row_bytes..(id + 1) * row_bytes];
-                    quant::dequantize_row(embd.dtype, src, &mut row[..n_embd]).map_err(|e| RuntimeError::Model(e.to_string()))?;
+                    quant::dequantize_row(embd.dtype, src, &mut row[..n_embd]).map_err(|source| RuntimeError::Quant { tensor: text::TOKEN_EMBD.into(), source })?;
                 }
                 TokenInput::Embedding(values) => {
                     if values.len() != width {

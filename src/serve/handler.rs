@@ -133,7 +133,8 @@ fn encode(d: &mut Describer, images: &[ImageSource]) -> Result<Vec<EncodedImage>
 /// A bad image or prompt is the client's (400); anything else is the server's (500).
 fn runtime(e: RuntimeError) -> HttpError {
     let status = match e {
-        RuntimeError::Usage(_) | RuntimeError::ContextFull { .. } => 400,
+        // The client's own input: its images and the length of its conversation.
+        RuntimeError::Usage(_) | RuntimeError::Image(_) | RuntimeError::ContextFull { .. } => 400,
         _ => 500,
     };
     HttpError::new(status, e.to_string())

@@ -2,17 +2,30 @@
 //! elsewhere), test data, running one kernel, and the normalized error.
 #![allow(dead_code)] // each test binary uses its own subset
 
-use hrx::backend::vulkan::kernels::{KernelSet, Launch, BINDINGS};
+use hrx::backend::vulkan::kernels::{self, Dyn, KernelId, KernelSet, Launch, MatKind, Operand, Variants, WType, BINDINGS};
+use hrx::backend::vulkan::VkError;
+use hrx::graph::Op;
 use hrx::backend::vulkan::{Buffer, CommandBuffer, DescriptorPool, Device, DeviceOptions, Location, Selection};
+use hrx::backend::DeviceChoice;
 use std::path::PathBuf;
 use std::sync::OnceLock;
 
-/// Options for tests: `HRX_DEVICE` honoured, the pipeline cache in a fresh temporary folder.
+/// The Vulkan device the tests run on, resolved as every command resolves `HRX_DEVICE`
+/// (`DeviceChoice::resolve`): device N when it names one, else the best device, lavapipe
+/// included (the tests are of the Vulkan backend; `cpu` names no Vulkan device).
+pub fn selection() -> Selection {
+    match DeviceChoice::resolve(None).expect("HRX_DEVICE") {
+        DeviceChoice::Vulkan(i) => Selection::Index(i),
+        DeviceChoice::Auto => Selection::Best,
+        DeviceChoice::Cpu => panic!("HRX_DEVICE=cpu names hrx's CPU backend: the Vulkan tests need a Vulkan device"),
+    }
+}
+
+/// Options for tests: the pipeline cache in a fresh temporary folder.
 pub fn options(tag: &str) -> DeviceOptions {
-    let selection = Selection::from_env().expect("HRX_DEVICE");
     let cache_dir = std::env::temp_dir().join(format!("hrx-vk-test-{tag}-{}", std::process::id()));
     let _ = std::fs::remove_dir_all(&cache_dir);
-    DeviceOptions { selection, cache_dir: Some(cache_dir), map_device_memory: true, profile: false }
+    DeviceOptions { cache_dir: Some(cache_dir), map_device_memory: true, profile: false }
 }
 
 /// The test device, or None (after a loud message) where there is none. Under CI=true a
@@ -26,7 +39,7 @@ pub fn device() -> Option<Device> {
 }
 
 pub fn device_with(options: DeviceOptions) -> Option<Device> {
-    match Device::new(&options) {
+    match Device::new(&selection(), &options) {
         Ok(d) => {
             eprintln!("vulkan device: {} ({}), driver {}", d.info().name, d.info().kind.name(), d.info().driver_info.clone().unwrap_or_default());
             Some(d)
@@ -114,4 +127,20 @@ pub fn run(kernels: &KernelSet, launch: &Launch, syms: &[u32], ins: &[&Buffer], 
     cmd.dispatch(&pipeline, &set, &launch.push, launch.groups(out_ne, max.unwrap_or(dev.info().max_workgroup_count))).unwrap();
     cmd.finish().unwrap();
     cmd.submit_and_wait().unwrap();
+}
+
+/// The portable kernel for `op` on these operands, as the registry selects it, and its launch.
+pub fn launch(op: &Op, ins: &[Operand], out: &Operand, dynamic: Option<Dyn>) -> Result<Launch, VkError> {
+    let kernel = kernels::select(op, ins, out, dynamic, &Variants::PORTABLE)?;
+    kernels::launch(kernel, &[op], ins, out, dynamic)
+}
+
+/// Matrix kernel `kind` on `w` and `x`, with `residual` added (a product fused with its ADD).
+pub fn launch_mat(kind: MatKind, w: &Operand, x: &Operand, out: &Operand, residual: Option<&Operand>, dynamic: Option<Dyn>) -> Result<Launch, VkError> {
+    let wt = WType::from_dtype(w.dtype).ok_or_else(|| VkError::Invalid(format!("no matrix kernel for {}", w.dtype)))?;
+    let kernel = KernelId::MatMul(kind, wt);
+    match residual {
+        None => kernels::launch(kernel, &[&Op::MatMul], &[*w, *x], out, dynamic),
+        Some(r) => kernels::launch(kernel, &[&Op::MatMul, &Op::Add], &[*w, *x, *r], out, dynamic),
+    }
 }

@@ -97,9 +97,9 @@ fn matmul(w: &In, x: &In, out: &mut Out, threads: usize) -> Option<Result<(), Ke
     // product; float weights dot the f32 rows directly.
     let acts = match quant::quantize_activations(dtype, &xs, k) {
         Ok(a) => a,
-        Err(e) => return Some(Err(KernelError(e.to_string()))),
+        Err(e) => return Some(Err(KernelError::Quant(e))),
     };
-    Some(par_matmul(&acts, dtype, weights, n_out, data, threads).map_err(|e| KernelError(e.to_string())))
+    Some(par_matmul(&acts, dtype, weights, n_out, data, threads).map_err(KernelError::Quant))
 }
 
 /// `data[i * rows.len() + j] = rows[j] · act i`, the weight rows split into ranges handed

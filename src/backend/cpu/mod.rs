@@ -7,25 +7,54 @@ mod pool;
 pub mod reference;
 pub mod tensor;
 
+use super::PlanId;
 use crate::gguf::GgufFile;
 use crate::graph::{ExternalId, NodeId, Op, MAX_DIMS};
-use crate::hrx::{runtime_ne, Loc, Placement, Plan};
-use crate::quant::DType;
+use crate::hrx::{runtime_ne, Device, Loc, Placement, Plan};
+use crate::quant::{DType, QuantError};
 use std::fmt;
 use std::sync::Arc;
 use tensor::{Data, In, Out};
 
-/// A kernel refusing its inputs (an id out of range, say): the run stops with this message.
+/// Why the CPU executor stopped.
 #[derive(Debug, Clone, PartialEq)]
-pub struct KernelError(pub String);
+pub enum KernelError {
+    /// A kernel refusing its operands (an id out of range, say), or the executor's memory not
+    /// holding what the plan says.
+    Fault(String),
+    /// A block-format dot product refusing its operands.
+    Quant(QuantError),
+    /// A weight or run-time buffer the plan names could not be bound.
+    Bind(String),
+    /// A symbol's run-time value past the maximum the plan was made for.
+    PastPlan { symbol: String, value: usize, max: usize },
+    /// A plan this executor does not run (nodes placed on another device or fused).
+    NotCpu { graph: String, node: usize, placement: String },
+    /// `source` stopped node `node` (`name`) of graph `graph`.
+    Node { graph: String, node: usize, name: String, source: Box<KernelError> },
+}
 
 impl fmt::Display for KernelError {
     fn fmt(&self, f: &mut fmt::Formatter<'_>) -> fmt::Result {
-        f.write_str(&self.0)
+        match self {
+            KernelError::Fault(m) | KernelError::Bind(m) => f.write_str(m),
+            KernelError::Quant(e) => write!(f, "{e}"),
+            KernelError::PastPlan { symbol, value, max } => write!(f, "{symbol} = {value} exceeds the planned maximum {max}"),
+            KernelError::NotCpu { graph, node, placement } => write!(f, "graph {graph} node {node} is placed {placement}; the CPU executor runs CPU plans"),
+            KernelError::Node { graph, node, name, source } => write!(f, "graph {graph} node {node} ({name}): {source}"),
+        }
     }
 }
 
-impl std::error::Error for KernelError {}
+impl std::error::Error for KernelError {
+    fn source(&self) -> Option<&(dyn std::error::Error + 'static)> {
+        match self {
+            KernelError::Quant(e) => Some(e),
+            KernelError::Node { source, .. } => Some(source.as_ref()),
+            _ => None,
+        }
+    }
+}
 
 /// Which kernels run.
 #[derive(Clone, Copy, Debug, PartialEq, Eq)]
@@ -63,15 +92,22 @@ pub struct CpuExecutor {
     threads: usize,
 }
 
-/// Which plan of an executor.
-#[derive(Clone, Copy, Debug, PartialEq, Eq)]
-pub struct PlanId(pub usize);
 
 impl CpuExecutor {
     /// Binds every weight of the plans to the tensor of that name in `files` (checked for
     /// dtype and size), and allocates the arena and every run-time buffer; externals with the
     /// same name in several plans share one buffer.
     pub fn new(plans: Vec<Plan>, files: &[Arc<GgufFile>], kernels: Kernels) -> Result<CpuExecutor, KernelError> {
+        // It runs compute nodes one by one: a plan whose registry placed them elsewhere or fused
+        // them names kernels this executor does not have.
+        for plan in &plans {
+            for (i, p) in plan.placements.iter().enumerate() {
+                let cpu = matches!(p, Placement::Run { device: Device::Cpu, fused: None, .. } | Placement::Bound | Placement::Elided | Placement::Skipped);
+                if !cpu {
+                    return Err(KernelError::NotCpu { graph: plan.graph.name.clone(), node: i, placement: format!("{p:?}") });
+                }
+            }
+        }
         let mut storages: Vec<Storage> = Vec::new();
         let mut storage_names: Vec<String> = Vec::new();
         let mut storage_of = Vec::with_capacity(plans.len());
@@ -132,13 +168,14 @@ impl CpuExecutor {
         for (i, (sym_name, max)) in graph.symbols.iter().enumerate() {
             let v = symbols.get(i).copied().unwrap_or(0);
             if v > *max {
-                return Err(KernelError(format!("{sym_name} = {v} exceeds the planned maximum {max}")));
+                return Err(KernelError::PastPlan { symbol: sym_name.clone(), value: v, max: *max });
             }
         }
         for i in 0..graph.nodes.len() {
             if let Placement::Run { .. } = self.plans[plan.0].placements[i] {
                 self.run_node(plan, NodeId(i), symbols).map_err(|e| {
-                    KernelError(format!("graph {} node {i} ({}): {e}", self.plans[plan.0].graph.name, self.plans[plan.0].graph.nodes[i].name))
+                    let graph = &self.plans[plan.0].graph;
+                    KernelError::Node { graph: graph.name.clone(), node: i, name: graph.nodes[i].name.clone(), source: Box::new(e) }
                 })?;
             }
         }
@@ -169,12 +206,12 @@ impl CpuExecutor {
             Loc::External { storage, offset } => map
                 .get(storage.0)
                 .map(|&g| Loc::External { storage: ExternalId(g), offset })
-                .ok_or_else(|| KernelError(format!("no storage {}", storage.0))),
+                .ok_or_else(|| KernelError::Fault(format!("no storage {}", storage.0))),
             arena => Ok(arena),
         };
         let graph = &p.graph;
         let node = graph.node(id);
-        let out_loc = global(p.locs[id.0].ok_or_else(|| KernelError("output has no address".into()))?)?;
+        let out_loc = global(p.locs[id.0].ok_or_else(|| KernelError::Fault("output has no address".into()))?)?;
         let out_ne = runtime_ne(graph, id, symbols);
         let out_extent = extent_f32(&out_ne, &node.value.nb);
         let (sources, out_data, out_offset) = split_for_output(&mut self.arena, &mut self.storages, out_loc, out_extent)?;
@@ -185,7 +222,7 @@ impl CpuExecutor {
                 ins.push(In { data: Data::F32(&[]), dtype: DType::F32, offset: 0, ne: [0; MAX_DIMS], nb: [0; MAX_DIMS] });
                 continue;
             }
-            let loc = global(p.locs[input.0].ok_or_else(|| KernelError(format!("input {} has no address", input.0)))?)?;
+            let loc = global(p.locs[input.0].ok_or_else(|| KernelError::Fault(format!("input {} has no address", input.0)))?)?;
             let v = graph.value(input);
             ins.push(sources.input(loc, v.dtype, runtime_ne(graph, input, symbols), v.nb)?);
         }
@@ -204,13 +241,13 @@ fn storage_bytes(s: &Storage) -> usize {
 
 fn new_storage(ext: &crate::graph::External, files: &[Arc<GgufFile>]) -> Result<Storage, KernelError> {
     if ext.is_weight {
-        let (file, i) = super::find_weight(ext, files).map_err(KernelError)?;
+        let (file, i) = super::find_weight(ext, files).map_err(KernelError::Bind)?;
         return Ok(Storage::Weight { file: Arc::clone(file), tensor: i });
     }
     match ext.dtype {
         DType::I32 => Ok(Storage::I32(vec![0; ext.bytes.div_ceil(4)])),
         DType::F32 => Ok(Storage::F32(vec![0.0; ext.bytes.div_ceil(4)])),
-        d => Err(KernelError(format!("run-time buffer {:?} of {d} is not supported", ext.name))),
+        d => Err(KernelError::Bind(format!("run-time buffer {:?} of {d} is not supported", ext.name))),
     }
 }
 
@@ -221,7 +258,7 @@ pub fn execute(op: &Op, ins: &[In], out: &mut Out, kernels: Kernels, threads: us
             return result;
         }
     }
-    let arg = |i: usize| ins.get(i).ok_or_else(|| KernelError(format!("{} needs input {i}", op.name())));
+    let arg = |i: usize| ins.get(i).ok_or_else(|| KernelError::Fault(format!("{} needs input {i}", op.name())));
     match op {
         Op::GetRows => reference::get_rows(arg(0)?, arg(1)?, out),
         Op::GetRowsWeighted => reference::get_rows_weighted(arg(0)?, arg(1)?, arg(2)?, out),
@@ -264,7 +301,7 @@ pub fn execute(op: &Op, ins: &[In], out: &mut Out, kernels: Kernels, threads: us
         }
         Op::Attention { scale } => reference::attention(arg(0)?, arg(1)?, arg(2)?, ins.get(3), *scale, out),
         Op::External | Op::View | Op::Reshape | Op::Permute { .. } | Op::Transpose => {
-            Err(KernelError(format!("{} is not a compute op", op.name())))
+            Err(KernelError::Fault(format!("{} is not a compute op", op.name())))
         }
     }
 }
@@ -300,17 +337,17 @@ impl<'a> Sources<'a> {
                 } else if start >= self.hi_start {
                     Ok(view(Data::F32(self.arena_hi), offset - self.hi_start * 4))
                 } else {
-                    Err(KernelError("an input overlaps the output in the arena".into()))
+                    Err(KernelError::Fault("an input overlaps the output in the arena".into()))
                 }
             }
             Loc::External { storage, offset } => {
                 let s = storage.0;
                 let st = match self.hole {
-                    Some(h) if s == h => return Err(KernelError("an input is in the storage being written".into())),
+                    Some(h) if s == h => return Err(KernelError::Fault("an input is in the storage being written".into())),
                     Some(h) if s > h => self.storages_hi.get(s - h - 1),
                     _ => self.storages_lo.get(s),
                 }
-                .ok_or_else(|| KernelError(format!("no storage {s}")))?;
+                .ok_or_else(|| KernelError::Fault(format!("no storage {s}")))?;
                 Ok(match st {
                     Storage::Weight { file, tensor } => view(Data::Bytes(file.tensor_data(&file.tensors()[*tensor])), offset),
                     Storage::F32(v) => view(Data::F32(v), offset),
@@ -332,7 +369,7 @@ fn split_for_output<'a>(
         Loc::Arena { offset } => {
             let start = offset / 4;
             if start + extent > arena.len() {
-                return Err(KernelError("output runs past the arena".into()));
+                return Err(KernelError::Fault("output runs past the arena".into()));
             }
             let (lo, rest) = arena.split_at_mut(start);
             let (mid, hi) = rest.split_at_mut(extent);
@@ -348,12 +385,12 @@ fn split_for_output<'a>(
         }
         Loc::External { storage, offset } => {
             if storage.0 >= storages.len() {
-                return Err(KernelError(format!("no storage {}", storage.0)));
+                return Err(KernelError::Fault(format!("no storage {}", storage.0)));
             }
             let (lo, rest) = storages.split_at_mut(storage.0);
             let (mid, hi) = rest.split_at_mut(1);
             let Storage::F32(buf) = &mut mid[0] else {
-                return Err(KernelError("output storage is not an f32 buffer".into()));
+                return Err(KernelError::Fault("output storage is not an f32 buffer".into()));
             };
             let sources = Sources {
                 arena_lo: arena,

@@ -33,7 +33,7 @@ pub fn row_id(id: i32, n_rows: usize, what: &str) -> Result<usize, KernelError> 
     usize::try_from(id)
         .ok()
         .filter(|&r| r < n_rows)
-        .ok_or_else(|| KernelError(format!("{what} {id} out of range 0..{n_rows}")))
+        .ok_or_else(|| KernelError::Fault(format!("{what} {id} out of range 0..{n_rows}")))
 }
 
 pub fn get_rows(table: &In, ids: &In, out: &mut Out) -> Result<(), KernelError> {

@@ -16,10 +16,9 @@ use std::time::Duration;
 /// How long a submission may run before hrx reports the GPU as hung.
 pub const SUBMIT_TIMEOUT: Duration = Duration::from_secs(120);
 
-/// What device to open and where to keep the pipeline cache.
+/// How to open a device: where to keep the pipeline cache, memory and profiling.
 #[derive(Clone, Debug)]
 pub struct DeviceOptions {
-    pub selection: Selection,
     /// None: no pipeline cache on disk.
     pub cache_dir: Option<PathBuf>,
     /// On unified-memory devices, map device buffers and write them in place (true, the
@@ -31,17 +30,17 @@ pub struct DeviceOptions {
 }
 
 impl DeviceOptions {
-    /// `HRX_DEVICE` for the device, `HRX_CACHE_DIR` (else `$XDG_CACHE_HOME/hrx`,
-    /// `~/.cache/hrx`) for the cache; `HRX_CACHE_DIR=` (empty) turns the disk cache off;
-    /// `HRX_VK_PROFILE=1` for GPU timestamps.
-    pub fn from_env() -> Result<DeviceOptions> {
+    /// `HRX_CACHE_DIR` (else `$XDG_CACHE_HOME/hrx`, `~/.cache/hrx`) for the cache;
+    /// `HRX_CACHE_DIR=` (empty) turns the disk cache off; `HRX_VK_PROFILE=1` for GPU
+    /// timestamps. (Which device is `backend::DeviceChoice`'s business.)
+    pub fn from_env() -> DeviceOptions {
         let cache_dir = match std::env::var_os("HRX_CACHE_DIR") {
             Some(d) if d.is_empty() => None,
             Some(d) => Some(PathBuf::from(d)),
             None => cache::default_dir(),
         };
         let profile = std::env::var("HRX_VK_PROFILE").is_ok_and(|v| v == "1");
-        Ok(DeviceOptions { selection: Selection::from_env()?, cache_dir, map_device_memory: true, profile })
+        DeviceOptions { cache_dir, map_device_memory: true, profile }
     }
 }
 
@@ -70,15 +69,16 @@ pub struct Device {
 }
 
 impl Device {
-    /// Opens the device `options` select (see `select.rs`).
-    pub fn new(options: &DeviceOptions) -> Result<Device> {
+    /// Opens the device `selection` names (see `select.rs`).
+    pub fn new(selection: &Selection, options: &DeviceOptions) -> Result<Device> {
         let instance = Instance::new()?;
         let devices = instance.devices()?;
-        let info = devices[pick(&devices, &options.selection)?].clone();
+        let info = devices[pick(&devices, selection)?].clone();
         Device::open(instance, info, options)
     }
 
-    fn open(instance: Instance, mut info: DeviceInfo, options: &DeviceOptions) -> Result<Device> {
+    /// Opens device `info`, one of `instance`'s.
+    pub fn open(instance: Instance, mut info: DeviceInfo, options: &DeviceOptions) -> Result<Device> {
         let queue_family = info
             .compute_queue_family
             .ok_or_else(|| VkError::Unsupported { device: info.name.clone(), what: "no compute queue".into() })?;

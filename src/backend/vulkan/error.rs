@@ -9,7 +9,7 @@ pub enum VkError {
     NoLoader(String),
     /// The loader works but reports no device (no driver installed, or none usable).
     NoDevice,
-    /// `HRX_DEVICE` (or a chosen index) names no usable device.
+    /// A chosen device index names no usable device.
     BadSelection { value: String, reason: String },
     /// The device lacks something hrx needs (a compute queue, Vulkan 1.1, ...).
     Unsupported { device: String, what: String },
@@ -57,7 +57,7 @@ impl fmt::Display for VkError {
                 "no Vulkan loader: {e} (install libvulkan1 and a driver, e.g. mesa-vulkan-drivers or the GPU vendor's)"
             ),
             VkError::NoDevice => f.write_str("the Vulkan loader found no device (is a Vulkan driver installed? see `hrx doctor`)"),
-            VkError::BadSelection { value, reason } => write!(f, "HRX_DEVICE={value:?}: {reason}"),
+            VkError::BadSelection { value, reason } => write!(f, "Vulkan device {value}: {reason}"),
             VkError::Unsupported { device, what } => write!(f, "{device}: {what}"),
             VkError::OutOfMemory { what, bytes } if *bytes > 0 => write!(f, "out of memory allocating {bytes} bytes for {what}"),
             VkError::OutOfMemory { what, .. } => write!(f, "out of memory: {what}"),

@@ -1,7 +1,8 @@
 //! Executes plans whose compute nodes all run on the GPU: weights uploaded once, every buffer
 //! and descriptor set made once, one command buffer per plan recorded once with indirect
-//! dispatches. A run writes the symbols (token count...) and each dispatch's workgroup counts
-//! into two small host-visible buffers and replays the recording: nothing is re-recorded.
+//! dispatches, exactly the dispatches the plan names (its kernels, fused pairs and row ranges:
+//! the registry decided them at plan time). A run writes the symbols (token count...) and each
+//! dispatch's workgroup counts and replays the recording: nothing is re-recorded.
 //!
 //! Several plans (prefill, decode) share run-time buffers by name (the KV cache), weights by
 //! name, and one arena (plans run one at a time), as `CpuExecutor` does. Every value is bound
@@ -23,17 +24,18 @@ use super::descriptor::{DescriptorPool, Window};
 use super::device::Device;
 use super::error::{Result, VkError};
 use super::hazard::{Access, Hazards};
-use super::kernels::{self, KernelSet, Launch, MatKind, Operand, BINDINGS, MAX_INPUTS};
+use super::info::DeviceInfo;
+use super::kernels::{self, KernelId, KernelSet, Launch, MatKind, Operand, BINDINGS, MAX_INPUTS};
 use super::memory::Location;
 use super::profile::{KernelTimes, Profile};
 use super::timestamps::TimestampPool;
 use crate::gguf::GgufFile;
-use crate::graph::{External, NodeId, Op, Value};
+use crate::graph::{External, NodeId, Value};
 use crate::hrx::{runtime_ne, Device as Where, Loc, Placement, Plan};
 use crate::quant::DType;
 use std::sync::Arc;
 
-use crate::backend::cpu::PlanId;
+use crate::backend::PlanId;
 
 /// One recorded dispatch.
 struct Dispatch {
@@ -85,7 +87,7 @@ impl VulkanExecutor {
     pub fn new(device: &Device, plans: Vec<Plan>, files: &[Arc<GgufFile>]) -> Result<VulkanExecutor> {
         for plan in &plans {
             for (i, p) in plan.placements.iter().enumerate() {
-                if let Placement::Run { device: Where::Cpu, kernel } = p {
+                if let Placement::Run { device: Where::Cpu, kernel, .. } = p {
                     let name = &plan.graph.nodes[i].name;
                     return Err(VkError::Invalid(format!(
                         "graph {} node {i} ({name}, {kernel}) is placed on the CPU; mixed plans are not executed",
@@ -283,29 +285,13 @@ impl RunWords {
     }
 }
 
-/// Records `plan` once: a descriptor set and an indirect dispatch per compute node.
+/// Records `plan` once: a descriptor set and an indirect dispatch per dispatch the plan names,
+/// with the plan's kernels, fusions and row ranges.
 fn record(device: &Device, ks: &KernelSet, plan: Plan, storage_of: Vec<usize>, storages: &[Buffer], arena: &Buffer) -> Result<Recorded> {
     let graph = &plan.graph;
     let info = device.info();
     let (max_range, align) = (u64::from(info.max_storage_buffer_range), info.min_storage_buffer_offset_alignment.max(1));
-    let fusions = fusions(&plan, max_range, align);
-    // Dispatches: one per compute node, more for matrices split over row ranges, none for
-    // the second node of a fused pair.
-    let n_runs: usize = graph
-        .nodes
-        .iter()
-        .zip(&plan.placements)
-        .filter(|(_, p)| matches!(p, Placement::Run { .. }))
-        .map(|(n, _)| match (&n.op, n.inputs.first()) {
-            (Op::MatMul, Some(&w)) => {
-                let w = graph.value(w);
-                let fit = (max_range.saturating_sub(align) / w.nb[1].max(1) as u64) as usize / 64 * 64;
-                if fit == 0 { 1 } else { w.ne[1].div_ceil(fit).max(1) }
-            }
-            _ => 1,
-        })
-        .sum::<usize>()
-        - fusions.len();
+    let n_runs = plan.dispatches().len();
     let words = RunWords::new(device, graph.symbols.len(), n_runs)?;
     let (sizes, args, args_at) = (&words.local, &words.local, words.args_at);
     let pool = DescriptorPool::new(device, n_runs.max(1) as u32, BINDINGS)?;
@@ -321,51 +307,40 @@ fn record(device: &Device, ks: &KernelSet, plan: Plan, storage_of: Vec<usize>, s
     let mut launches = Vec::with_capacity(n_runs);
     let mut hazards = Hazards::default();
     for (i, node) in graph.nodes.iter().enumerate() {
-        if !matches!(plan.placements[i], Placement::Run { .. }) || fusions.iter().any(|f| f.second == i) {
-            continue;
-        }
-        let fused = fusions.iter().find(|f| f.first == i);
+        let Placement::Run { kernel, fused, .. } = &plan.placements[i] else { continue };
+        let failed = |e: String| VkError::Invalid(format!("graph {} node {i} ({}): {e}", graph.name, node.name));
+        let kernel_id = KernelId::from_plan(kernel).ok_or_else(|| failed(format!("the plan names {kernel}, which this backend does not have")))?;
+        check_variant(kernel_id, info).map_err(failed)?;
         // The buffer of value `id`, its byte offset there, and the value.
         let locate = |id: NodeId| -> Result<(&Buffer, usize, Value)> {
-            let loc = plan.locs[id.0].ok_or_else(|| VkError::Invalid(format!("node {i}: value {} has no address", id.0)))?;
+            let loc = plan.locs[id.0].ok_or_else(|| failed(format!("value {} has no address", id.0)))?;
             let (buf, offset) = match loc {
                 Loc::Arena { offset } => (arena, offset),
                 Loc::External { storage, offset } => (&storages[storage_of[storage.0]], offset),
             };
             Ok((buf, offset, graph.value(id).clone()))
         };
-        let failed = |e: String| VkError::Invalid(format!("node {i} ({}): {e}", node.name));
-        if node.inputs.len() > MAX_INPUTS {
-            return Err(VkError::Invalid(format!("node {i} ({}): {} inputs", node.name, node.inputs.len())));
+        // A fused dispatch binds the first node's inputs, then the reader's other inputs, and
+        // writes the reader's output.
+        let mut input_ids = node.inputs.clone();
+        let mut ops = vec![&node.op];
+        if let Some(reader) = fused {
+            let r = graph.node(*reader);
+            input_ids.extend(r.inputs.iter().filter(|&&id| id.0 != i));
+            ops.push(&r.op);
         }
-        let mut ins = node.inputs.iter().map(|&id| locate(id)).collect::<Result<Vec<_>>>()?;
-        // A fused pair's extra input comes after the first node's (a product's residual is
-        // binding 3, a norm's positions binding 3); the second node's output is written.
-        if let Some(f) = fused {
-            ins.push(locate(f.extra)?);
+        if input_ids.len() > MAX_INPUTS {
+            return Err(failed(format!("{} inputs", input_ids.len())));
         }
-        let out = locate(NodeId(fused.map_or(i, |f| f.second)))?;
-        // What the node reads and writes, whole: the pieces of a split matrix below read the
+        let ins = input_ids.iter().map(|&id| locate(id)).collect::<Result<Vec<_>>>()?;
+        let out = locate(fused.unwrap_or(NodeId(i)))?;
+        // What the node reads and writes, whole: the row ranges of a split product read the
         // same input and disjoint weight rows and write disjoint output rows, so they need no
         // barrier between them (and the arena never gives a node's output the bytes of one of
         // its inputs: their lifetimes overlap at the node).
         let reads = ins.iter().map(|(b, o, v)| Access::of_value(b.inner.raw, *o, v)).collect();
         let mut wait = hazards.access(reads, vec![Access::of_value(out.0.inner.raw, out.1, &out.2)]);
-        // A matrix whose weights span more than the storage-buffer range runs as several
-        // dispatches, each over the output rows whose weight rows fit one window.
-        let pieces = match (&node.op, ins.first()) {
-            (Op::MatMul, Some(w)) if w.2.extent_bytes() as u64 + align > max_range => {
-                let fit = ((max_range - align) / w.2.nb[1].max(1) as u64) as usize / 64 * 64;
-                if fit == 0 {
-                    return Err(VkError::Invalid(format!("node {i} ({}): one weight row exceeds the storage-buffer range", node.name)));
-                }
-                (0..w.2.ne[1]).step_by(fit).map(|r0| Some((r0, fit.min(w.2.ne[1] - r0)))).collect()
-            }
-            _ => vec![None],
-        };
-        // The device's variant of the matrix kernel (the subgroup one where it has them).
-        let kind = MatKind::choose(ins.first().map_or(0, |w| w.2.ne[0]), node.value.ne[1] * node.value.ne[2] * node.value.ne[3])
-            .for_device(info);
+        let pieces: Vec<Option<(usize, usize)>> = if kernel.splits.is_empty() { vec![None] } else { kernel.splits.iter().copied().map(Some).collect() };
         for piece in pieces {
             let mut ins = ins.clone();
             let mut out = out.clone();
@@ -379,16 +354,7 @@ fn record(device: &Device, ks: &KernelSet, plan: Plan, storage_of: Vec<usize>, s
             let bound_ins = ins.iter().map(|(b, o, v)| bind_window(b, *o, v, max_range, align).map_err(failed)).collect::<Result<Vec<_>>>()?;
             let (out_window, out_op) = bind_window(out.0, out.1, &out.2, max_range, align).map_err(failed)?;
             let operands: Vec<Operand> = bound_ins.iter().map(|(_, o)| *o).collect();
-            let dynamic = out.2.dyn_axis.map(Into::into);
-            let launch = match (piece, &node.op, fused) {
-                (Some(_), _, _) | (None, Op::MatMul, _) => kernels::launch_mat(kind, &operands[0], &operands[1], &out_op, operands.get(2), dynamic),
-                (None, _, Some(f)) => match operands.as_slice() {
-                    [x, weight, pos] => kernels::launch_norm_rope(&node.op, &graph.nodes[f.second].op, x, weight, pos, &out_op, dynamic),
-                    _ => Err(VkError::Invalid(format!("{} inputs for a fused norm and rope", operands.len()))),
-                },
-                (None, _, None) => kernels::launch(&node.op, &operands, &out_op, dynamic),
-            }
-            .map_err(|e| VkError::Invalid(format!("graph {} node {i} ({}): {e}", graph.name, node.name)))?;
+            let launch = kernels::launch(kernel_id, &ops, &operands, &out_op, out.2.dyn_axis.map(Into::into)).map_err(|e| failed(e.to_string()))?;
             let pipeline = ks.pipeline(launch.kernel)?;
             let sizes_window = Window { buffer: sizes, offset: 0, range: args_at };
             let mut bound = vec![sizes_window];
@@ -451,70 +417,17 @@ fn record(device: &Device, ks: &KernelSet, plan: Plan, storage_of: Vec<usize>, s
     Ok(Recorded { plan, storage_of, words, launches, barriers, cmd, readback, timing })
 }
 
-/// Two nodes recorded as one dispatch that writes the second's output: a matrix product and
-/// the ADD consuming it (`extra`: the ADD's other input, the residual), or an RMS_NORM and
-/// the ROPE consuming it (`extra`: the positions).
-struct Fusion {
-    first: usize,
-    second: usize,
-    extra: NodeId,
-}
-
-/// The pairs that fuse: the second node is the next dispatched one (so nothing runs between,
-/// and the arena's lifetimes still hold when the first writes the second's output early), the
-/// first's only use, and its output shares no bytes with the first's inputs (the arena may
-/// give it the bytes of an input whose life ends at the first node: the fused kernel would
-/// overwrite what other workgroups still read). A product must not be split over row ranges (weights within one
-/// storage-buffer window: `max_range`, `align`), and its residual must be an f32 value laid
-/// out as its output. HRX_VK_NO_FUSE=1 records every node alone.
-fn fusions(plan: &Plan, max_range: u64, align: u64) -> Vec<Fusion> {
-    if std::env::var("HRX_VK_NO_FUSE").is_ok_and(|v| v == "1") {
-        return Vec::new();
-    }
-    let graph = &plan.graph;
-    let mut uses = vec![0usize; graph.nodes.len()];
-    for id in graph.nodes.iter().flat_map(|n| n.inputs.iter()).chain(&graph.outputs) {
-        uses[id.0] += 1;
-    }
-    let runs: Vec<usize> = (0..graph.nodes.len()).filter(|&i| matches!(plan.placements[i], Placement::Run { .. })).collect();
-    runs.windows(2)
-        .filter_map(|pair| {
-            let (product, add) = (pair[0], pair[1]);
-            let (p, a) = (&graph.nodes[product], &graph.nodes[add]);
-            if uses[product] != 1 || p.inputs.iter().any(|&input| may_overlap(plan, input, NodeId(add))) {
-                return None;
-            }
-            if let (Op::RmsNorm { .. }, Op::Rope { .. }, [x, pos]) = (&p.op, &a.op, a.inputs.as_slice()) {
-                return (x.0 == product && p.inputs.len() == 2).then_some(Fusion { first: product, second: add, extra: *pos });
-            }
-            if p.op != Op::MatMul || a.op != Op::Add || a.inputs.len() != 2 {
-                return None;
-            }
-            let split = p.inputs.first().is_some_and(|&w| graph.value(w).extent_bytes() as u64 + align > max_range);
-            if split {
-                return None;
-            }
-            let residual = match (a.inputs[0].0 == product, a.inputs[1].0 == product) {
-                (true, false) => a.inputs[1],
-                (false, true) => a.inputs[0],
-                _ => return None,
-            };
-            let r = graph.value(residual);
-            let same_layout = r.dtype == DType::F32 && r.ne == a.value.ne && r.nb == a.value.nb && a.value.ne == p.value.ne;
-            same_layout.then_some(Fusion { first: product, second: add, extra: residual })
-        })
-        .collect()
-}
-
-/// Whether the bytes of values `a` and `b` may overlap in the plan's memory (true when unsure).
-fn may_overlap(plan: &Plan, a: NodeId, b: NodeId) -> bool {
-    let span = |id: NodeId| -> Option<(Loc, usize)> { Some((plan.locs.get(id.0).copied().flatten()?, plan.graph.value(id).extent_bytes())) };
-    let (Some((la, na)), Some((lb, nb))) = (span(a), span(b)) else { return true };
-    let ranges = |x: usize, y: usize| x < y + nb && y < x + na;
-    match (la, lb) {
-        (Loc::Arena { offset: x }, Loc::Arena { offset: y }) => ranges(x, y),
-        (Loc::External { storage: s, offset: x }, Loc::External { storage: t, offset: y }) => s == t && ranges(x, y),
-        _ => false,
+/// Refuses a kernel variant the device cannot run (a plan made for another device).
+fn check_variant(kernel: KernelId, info: &DeviceInfo) -> std::result::Result<(), String> {
+    let runs = match kernel {
+        KernelId::MatMul(MatKind::VecSg { subgroup }, _) => info.subgroup_matvec() == Some(subgroup),
+        KernelId::MatMul(MatKind::Coop { subgroup }, _) => info.coopmat_matmul() == Some(subgroup),
+        _ => true,
+    };
+    if runs {
+        Ok(())
+    } else {
+        Err(format!("the plan names {} (subgroup {:?}), which {} cannot run: a plan for another device", kernel.name(), kernel.subgroup(), info.name))
     }
 }
 

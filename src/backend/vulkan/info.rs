@@ -131,19 +131,18 @@ impl DeviceInfo {
 
     /// The subgroup size of the subgroup matrix-vector kernels (`mul_mat_vec_sg_*`), where the
     /// device runs them: subgroup arithmetic in compute shaders and a power-of-two subgroup
-    /// size from 4 to 128 (their 128-thread workgroups hold whole subgroups). None also when
-    /// HRX_VK_NO_SUBGROUP=1 asks for the portable kernels.
+    /// size from 4 to 128 (their 128-thread workgroups hold whole subgroups). Whether hrx
+    /// uses them is `Variants::for_device`'s choice.
     pub fn subgroup_matvec(&self) -> Option<u32> {
-        let off = std::env::var("HRX_VK_NO_SUBGROUP").is_ok_and(|v| v == "1");
         let size_ok = self.subgroup_size.is_power_of_two() && (4..=128).contains(&self.subgroup_size);
-        (!off && self.subgroup_in_compute && self.subgroup_ops.contains(&"arithmetic") && size_ok).then_some(self.subgroup_size)
+        (self.subgroup_in_compute && self.subgroup_ops.contains(&"arithmetic") && size_ok).then_some(self.subgroup_size)
     }
 
     /// The subgroup size of the cooperative-matrix product (`mul_mat_cm_*`, workgroups of
     /// four subgroups), where the device runs it: f16 16 x 16 x 16 cooperative matrices, f16
     /// arithmetic, the Vulkan memory model, full subgroups of a fixed size from 8 to 64 (on a
     /// Vulkan 1.3 device), and the kernel's shared memory. Whether hrx uses it is
-    /// `MatKind::for_device`'s choice.
+    /// `Variants::for_device`'s choice.
     pub fn coopmat_matmul(&self) -> Option<u32> {
         let f = &self.features;
         let size_ok = self.subgroup_size.is_power_of_two() && (8..=64).contains(&self.subgroup_size);

@@ -10,7 +10,7 @@ use super::timestamps::valid_mask;
 #[derive(Clone, Debug, PartialEq)]
 pub struct KernelTime {
     /// The kernel's name, as plans show it: `mul_mat_vec_sg_q4_k`, `flash_attn`, `rms_norm`.
-    pub kernel: &'static str,
+    pub kernel: String,
     /// Its dispatches in one run of the graph.
     pub dispatches: usize,
     /// Nanoseconds over every run so far.
@@ -43,7 +43,7 @@ pub struct KernelTimes {
 impl KernelTimes {
     /// Totals for dispatches of these kernels, in recording order, on a device whose
     /// timestamps have `valid_bits` bits and tick every `ns_per_tick` nanoseconds.
-    pub fn new(kernels: impl IntoIterator<Item = &'static str>, valid_bits: u32, ns_per_tick: f32) -> KernelTimes {
+    pub fn new(kernels: impl IntoIterator<Item = String>, valid_bits: u32, ns_per_tick: f32) -> KernelTimes {
         let mut totals: Vec<KernelTime> = Vec::new();
         let slot = kernels
             .into_iter()
@@ -78,7 +78,7 @@ impl KernelTimes {
 
     pub fn profile(&self) -> Profile {
         let mut kernels = self.totals.clone();
-        kernels.sort_by(|a, b| b.nanos.total_cmp(&a.nanos).then(a.kernel.cmp(b.kernel)));
+        kernels.sort_by(|a, b| b.nanos.total_cmp(&a.nanos).then(a.kernel.cmp(&b.kernel)));
         Profile { runs: self.runs, kernels }
     }
 }
@@ -89,13 +89,13 @@ mod tests {
 
     #[test]
     fn time_between_timestamps_goes_to_the_dispatch_before_them() {
-        let mut t = KernelTimes::new(["rms_norm", "mul_mat_vec_q4_k", "rms_norm", "add"], 64, 2.0);
+        let mut t = KernelTimes::new(["rms_norm", "mul_mat_vec_q4_k", "rms_norm", "add"].map(String::from), 64, 2.0);
         assert_eq!(t.timestamps(), 5);
         t.add(&[100, 110, 160, 165, 166]);
         t.add(&[0, 10, 60, 65, 66]);
         let p = t.profile();
         assert_eq!(p.runs, 2);
-        let got: Vec<(&str, usize, f64)> = p.kernels.iter().map(|k| (k.kernel, k.dispatches, k.nanos)).collect();
+        let got: Vec<(&str, usize, f64)> = p.kernels.iter().map(|k| (k.kernel.as_str(), k.dispatches, k.nanos)).collect();
         // Ticks of 2 ns: the mat-vec 2 * 50, the two norms 2 * (10 + 5), the add 2 * 1.
         assert_eq!(got, [("mul_mat_vec_q4_k", 1, 200.0), ("rms_norm", 2, 60.0), ("add", 1, 4.0)]);
         assert_eq!(p.total_nanos(), 264.0);
@@ -103,7 +103,7 @@ mod tests {
 
     #[test]
     fn a_counter_that_wraps_past_its_valid_bits_still_counts_forward() {
-        let mut t = KernelTimes::new(["flash_attn"], 36, 1.0);
+        let mut t = KernelTimes::new(["flash_attn".to_owned()], 36, 1.0);
         let top = (1u64 << 36) - 5;
         t.add(&[top, 7]);
         assert_eq!(t.profile().kernels[0].nanos, 12.0);

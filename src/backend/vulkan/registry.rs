@@ -1,26 +1,55 @@
-//! Which graph nodes run on the GPU: a node is registered when a kernel takes its op, dtypes
-//! and layout (`kernels::launch` accepts it); every other compute node is left to the CPU.
-//! Placements name the kernel the device runs (`for_device`'s variant of a matrix product).
+//! Which graph nodes run on the GPU and with what, decided at plan time: a node is registered
+//! when a kernel takes its op, dtypes and layout (`kernels::select`), with the device's variant
+//! (`Variants`), the row ranges of a product whose weights exceed one storage-buffer window,
+//! and the pairs of nodes that run as one dispatch. Every other compute node is left to the
+//! CPU. The executor records exactly what the plan says.
 
 use super::info::DeviceInfo;
-use super::kernels::{self, KernelId, MatKind, Operand};
+use super::kernels::{self, KernelId, Operand, Variants};
 use crate::graph::{Graph, NodeId, Op};
-use crate::hrx::{Device, Registry};
+use crate::hrx::{Device, Fusion, Kernel, Registry};
+
+/// What every Vulkan device guarantees: a storage-buffer window of 2^27 bytes, offsets aligned
+/// to at most 256 bytes (the portable registry plans splits with these).
+const MIN_STORAGE_RANGE: u64 = 1 << 27;
+const MAX_OFFSET_ALIGN: u64 = 256;
 
 /// The Vulkan backend's kernel table for `hrx::Plan::new`.
-#[derive(Clone, Debug, Default)]
+#[derive(Clone, Debug)]
 pub struct VulkanRegistry {
-    /// The device whose kernel variants placements name; None: the portable kernels.
-    device: Option<DeviceInfo>,
+    variants: Variants,
+    /// The device's storage-buffer range and offset alignment: products whose weights exceed
+    /// one window run as several dispatches over row ranges.
+    max_range: u64,
+    align: u64,
 }
 
 impl VulkanRegistry {
-    /// Names the portable kernels (what any Vulkan device runs).
-    pub const PORTABLE: VulkanRegistry = VulkanRegistry { device: None };
+    /// The portable kernels, within the limits every Vulkan device has.
+    pub const PORTABLE: VulkanRegistry = VulkanRegistry { variants: Variants::PORTABLE, max_range: MIN_STORAGE_RANGE, align: MAX_OFFSET_ALIGN };
 
-    /// Names the kernels `info`'s device runs.
+    /// The kernels `info`'s device runs (`Variants::for_device`), within its limits.
     pub fn for_device(info: &DeviceInfo) -> VulkanRegistry {
-        VulkanRegistry { device: Some(info.clone()) }
+        VulkanRegistry {
+            variants: Variants::for_device(info),
+            max_range: u64::from(info.max_storage_buffer_range),
+            align: info.min_storage_buffer_offset_alignment.max(1),
+        }
+    }
+
+    /// The output row ranges of product `id`, when its weights need more than one window.
+    fn splits(&self, graph: &Graph, id: NodeId) -> Option<Vec<(usize, usize)>> {
+        let node = graph.node(id);
+        let w = graph.value(*node.inputs.first()?);
+        if node.op != Op::MatMul || w.extent_bytes() as u64 + self.align <= self.max_range {
+            return Some(Vec::new());
+        }
+        let fit = ((self.max_range.saturating_sub(self.align)) / w.nb[1].max(1) as u64) as usize / 64 * 64;
+        if fit == 0 {
+            log::debug!("node {} ({}): one weight row exceeds the storage-buffer range", id.0, node.name);
+            return None;
+        }
+        Some((0..w.ne[1]).step_by(fit).map(|r0| (r0, fit.min(w.ne[1] - r0))).collect())
     }
 }
 
@@ -42,23 +71,23 @@ pub fn operand(graph: &Graph, id: NodeId) -> Operand {
     Operand { dtype: v.dtype, ne: v.ne, nb: v.nb, offset: storage_offset(graph, id), dynamic: v.dyn_axis.map(Into::into) }
 }
 
+fn kernel(id: KernelId, splits: Vec<(usize, usize)>) -> Kernel {
+    Kernel { name: id.name(), subgroup: id.subgroup(), splits }
+}
+
 impl Registry for VulkanRegistry {
     fn device(&self) -> Device {
         Device::Gpu
     }
 
-    fn register(&self, graph: &Graph, id: NodeId) -> Option<&'static str> {
+    fn kernel(&self, graph: &Graph, id: NodeId) -> Option<Kernel> {
         let node = graph.node(id);
         if node.op.is_layout() || node.op == Op::External {
             return None;
         }
         let ins: Vec<Operand> = node.inputs.iter().map(|&i| operand(graph, i)).collect();
-        let out = operand(graph, id);
-        match kernels::launch(&node.op, &ins, &out, node.value.dyn_axis.map(Into::into)) {
-            Ok(l) => Some(match (l.kernel, &self.device) {
-                (KernelId::MatMul(kind, w), Some(info)) => KernelId::MatMul(MatKind::for_device(kind, info), w).name(),
-                (kernel, _) => kernel.name(),
-            }),
+        match kernels::select(&node.op, &ins, &operand(graph, id), node.value.dyn_axis.map(Into::into), &self.variants) {
+            Ok(k) => Some(kernel(k, self.splits(graph, id)?)),
             Err(why) => {
                 log::debug!("node {} ({}) stays on the CPU: {why}", id.0, node.name);
                 None
@@ -66,11 +95,19 @@ impl Registry for VulkanRegistry {
         }
     }
 
-    /// RMS_NORM with the ROPE of its output (`rms_norm_rope.comp`). A product and its ADD
-    /// also run as one dispatch, but only where the arena happens to keep the ADD's output
-    /// clear of the product's input: keeping every product's input alive through its ADD
-    /// would grow the vision arena about twofold.
-    fn fuses(&self, graph: &Graph, id: NodeId, reader: NodeId) -> bool {
-        matches!((&graph.node(id).op, &graph.node(reader).op), (Op::RmsNorm { .. }, Op::Rope { .. }))
+    /// A product with the ADD of its output (the residual added in the product's store) and an
+    /// RMS_NORM with the ROPE of its output (`rms_norm_rope.comp`). The norm reserves its
+    /// inputs' bytes; a product fuses only where the arena happens to keep the ADD's output
+    /// clear of its input: keeping every product's input alive through its ADD would grow the
+    /// vision arena about twofold. A product split over row ranges does not fuse.
+    fn fuse(&self, graph: &Graph, id: NodeId, reader: NodeId) -> Option<Fusion> {
+        if !self.variants.fuse || !self.splits(graph, id)?.is_empty() {
+            return None;
+        }
+        let (first, second) = (graph.node(id), graph.node(reader));
+        let mut ins: Vec<Operand> = first.inputs.iter().map(|&i| operand(graph, i)).collect();
+        ins.extend(second.inputs.iter().filter(|&&i| i != id).map(|&i| operand(graph, i)));
+        let k = kernels::select_fused(&first.op, &second.op, &ins, &operand(graph, reader), second.value.dyn_axis.map(Into::into), &self.variants)?;
+        Some(Fusion { kernel: kernel(k, Vec::new()), reserve: k == KernelId::RmsNormRope })
     }
 }

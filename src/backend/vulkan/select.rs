@@ -1,38 +1,14 @@
-//! Which device hrx runs on: the best by kind (discrete > integrated > virtual > CPU), then by
-//! device-local memory; `HRX_DEVICE=N` (enumeration index) or `HRX_DEVICE=cpu` overrides.
+//! Which Vulkan device: the best by kind (discrete > integrated > virtual > CPU), then by
+//! device-local memory, or one by its enumeration index (`backend::DeviceChoice` says which).
 
 use super::error::{Result, VkError};
-use super::info::{DeviceInfo, DeviceKind};
+use super::info::DeviceInfo;
 
-/// A choice of device.
+/// A choice among the Vulkan devices.
 #[derive(Clone, Debug, PartialEq, Eq)]
 pub enum Selection {
     Best,
     Index(usize),
-    /// The first CPU implementation (lavapipe, SwiftShader).
-    Cpu,
-}
-
-impl Selection {
-    /// `N` or `cpu`; empty or `auto` for the best.
-    pub fn parse(value: &str) -> Result<Selection> {
-        match value.trim() {
-            "" | "auto" => Ok(Selection::Best),
-            "cpu" => Ok(Selection::Cpu),
-            v => v.parse().map(Selection::Index).map_err(|_| VkError::BadSelection {
-                value: value.to_owned(),
-                reason: "expected a device index (see `hrx doctor`), `cpu` or `auto`".to_owned(),
-            }),
-        }
-    }
-
-    /// From `HRX_DEVICE`, the best when unset.
-    pub fn from_env() -> Result<Selection> {
-        match std::env::var("HRX_DEVICE") {
-            Ok(v) => Selection::parse(&v),
-            Err(_) => Ok(Selection::Best),
-        }
-    }
 }
 
 /// The position in `devices` of the device to use.
@@ -55,17 +31,13 @@ pub fn pick(devices: &[DeviceInfo], selection: &Selection) -> Result<usize> {
             Some(i) if !usable(&devices[i]) => Err(bad(n.to_string(), format!("{} has no compute queue", devices[i].name))),
             Some(i) => Ok(i),
         },
-        Selection::Cpu => devices
-            .iter()
-            .position(|d| d.kind == DeviceKind::Cpu && usable(d))
-            .ok_or_else(|| bad("cpu".into(), "no CPU Vulkan implementation (install mesa-vulkan-drivers for lavapipe)".into())),
     }
 }
 
 #[cfg(test)]
 mod tests {
     use super::*;
-    use crate::backend::vulkan::info::Heap;
+    use crate::backend::vulkan::info::{DeviceKind, Heap};
 
     fn dev(index: usize, kind: DeviceKind, local: u64) -> DeviceInfo {
         DeviceInfo { heaps: vec![Heap { size: local, device_local: true, host_visible: false }], ..DeviceInfo::fake(index, kind) }
@@ -78,7 +50,6 @@ mod tests {
         assert_eq!(pick(&devs[..2], &Selection::Best).unwrap(), 1);
         let two = vec![dev(0, DeviceKind::Discrete, 1 << 30), dev(1, DeviceKind::Discrete, 1 << 34)];
         assert_eq!(pick(&two, &Selection::Best).unwrap(), 1);
-        assert_eq!(pick(&devs, &Selection::Cpu).unwrap(), 0);
         assert_eq!(pick(&devs, &Selection::Index(1)).unwrap(), 1);
     }
 
@@ -87,13 +58,8 @@ mod tests {
         let mut devs = vec![dev(0, DeviceKind::Discrete, 1)];
         assert_eq!(pick(&[], &Selection::Best), Err(VkError::NoDevice));
         assert!(matches!(pick(&devs, &Selection::Index(3)), Err(VkError::BadSelection { .. })));
-        assert!(matches!(pick(&devs, &Selection::Cpu), Err(VkError::BadSelection { .. })));
         devs[0].compute_queue_family = None;
         assert!(matches!(pick(&devs, &Selection::Best), Err(VkError::Unsupported { .. })));
         assert!(matches!(pick(&devs, &Selection::Index(0)), Err(VkError::BadSelection { .. })));
-        assert!(Selection::parse("gpu").is_err());
-        assert_eq!(Selection::parse("1").unwrap(), Selection::Index(1));
-        assert_eq!(Selection::parse("cpu").unwrap(), Selection::Cpu);
-        assert_eq!(Selection::parse("").unwrap(), Selection::Best);
     }
 }

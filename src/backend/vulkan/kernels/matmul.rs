@@ -3,7 +3,7 @@
 //! `mul_mat_rows.comp` (a thread per output value) for a few columns of short rows. Devices
 //! with subgroup arithmetic in compute shaders take `mul_mat_vec_sg.comp` (a subgroup per
 //! output row, reduced by subgroupAdd) instead of `mul_mat_vec.comp`, and devices with f16
-//! cooperative matrices `mul_mat_cm.comp` instead of `mul_mat.comp`.
+//! cooperative matrices `mul_mat_cm.comp` instead of `mul_mat.comp` when asked ([`Variants`]).
 
 use super::{dyn_words, expect_f32, floats, word, Dyn, Grid, KernelId, Launch, Operand, WType};
 use crate::backend::vulkan::error::{Result, VkError};
@@ -44,25 +44,47 @@ impl MatKind {
             MatKind::Vec
         }
     }
+}
 
-    /// `choose`'s kernel as the device with info `info` runs it best: the subgroup vector
-    /// kernel in place of the portable one where `DeviceInfo::subgroup_matvec` allows it, and,
-    /// when HRX_VK_COOPMAT=1 asks for it, the cooperative-matrix one in place of the tiled one
-    /// where `DeviceInfo::coopmat_matmul` allows it. Opt-in because on the H200 it is still
-    /// slower than the tiled f32 kernel (2B shape, pp512: 4,198 against 4,885 tokens/s): its
-    /// three products per tile (for f32 accuracy) and 64 x 64 tiles leave it bound by staging.
-    pub fn for_device(self, info: &DeviceInfo) -> MatKind {
-        match self {
-            MatKind::Vec => info.subgroup_matvec().map_or(self, |subgroup| MatKind::VecSg { subgroup }),
-            MatKind::Tiled if coopmat_requested() => info.coopmat_matmul().map_or(self, |subgroup| MatKind::Coop { subgroup }),
+/// The kernel variants a device runs, decided once from what it reports and the switches in
+/// the environment: `Variants::for_device` is the registry's policy, so plans, `hrx plan` and
+/// `hrx doctor` agree.
+#[derive(Clone, Debug, PartialEq, Eq)]
+pub struct Variants {
+    /// Subgroup size of the subgroup matrix-vector kernel (`mul_mat_vec_sg`), where it runs in
+    /// place of `mul_mat_vec` (HRX_VK_NO_SUBGROUP=1 keeps the portable one).
+    pub subgroup_matvec: Option<u32>,
+    /// Subgroup size of the cooperative-matrix product (`mul_mat_cm`), where it runs in place of
+    /// the tiled one: opt-in (HRX_VK_COOPMAT=1) because on the H200 it is still slower than the
+    /// tiled f32 kernel (2B shape, pp512: 4,198 against 4,885 tokens/s); its three products per
+    /// tile (for f32 accuracy) and 64 x 64 tiles leave it bound by staging.
+    pub coopmat: Option<u32>,
+    /// Whether pairs of nodes may run as one dispatch (HRX_VK_NO_FUSE=1: every node alone).
+    pub fuse: bool,
+}
+
+impl Variants {
+    /// The kernels any Vulkan device runs.
+    pub const PORTABLE: Variants = Variants { subgroup_matvec: None, coopmat: None, fuse: true };
+
+    /// What the device of `info` runs best, as the HRX_VK_* switches allow.
+    pub fn for_device(info: &DeviceInfo) -> Variants {
+        let switch = |name: &str| std::env::var(name).is_ok_and(|v| v == "1");
+        Variants {
+            subgroup_matvec: info.subgroup_matvec().filter(|_| !switch("HRX_VK_NO_SUBGROUP")),
+            coopmat: info.coopmat_matmul().filter(|_| switch("HRX_VK_COOPMAT")),
+            fuse: !switch("HRX_VK_NO_FUSE"),
+        }
+    }
+
+    /// The matrix kernel for rows of `k` values and `cols` output columns.
+    pub fn mat_kind(&self, k: usize, cols: usize) -> MatKind {
+        match MatKind::choose(k, cols) {
+            MatKind::Vec => self.subgroup_matvec.map_or(MatKind::Vec, |subgroup| MatKind::VecSg { subgroup }),
+            MatKind::Tiled => self.coopmat.map_or(MatKind::Tiled, |subgroup| MatKind::Coop { subgroup }),
             kind => kind,
         }
     }
-}
-
-/// HRX_VK_COOPMAT=1: use the cooperative-matrix product where the device has it.
-pub fn coopmat_requested() -> bool {
-    std::env::var("HRX_VK_COOPMAT").is_ok_and(|v| v == "1")
 }
 
 /// `residual`: an f32 value laid out as `out` (same sizes and strides) added to the product

@@ -14,7 +14,7 @@ mod rope;
 mod rows;
 mod unary;
 
-pub use matmul::{coopmat_requested, MatKind};
+pub use matmul::{MatKind, Variants};
 
 use super::device::Device;
 use super::error::{Result, VkError};
@@ -30,44 +30,7 @@ pub const BINDINGS: u32 = 6;
 /// Inputs a kernel can take (bindings 1..=MAX_INPUTS).
 pub const MAX_INPUTS: usize = 4;
 
-/// Weight types the matrix kernels decode.
-#[derive(Clone, Copy, Debug, PartialEq, Eq, Hash)]
-pub enum WType {
-    F32,
-    F16,
-    BF16,
-    Q8_0,
-    Q4K,
-    Q5K,
-    Q6K,
-}
-
-impl WType {
-    pub fn from_dtype(d: DType) -> Option<WType> {
-        Some(match d {
-            DType::F32 => WType::F32,
-            DType::F16 => WType::F16,
-            DType::BF16 => WType::BF16,
-            DType::Q8_0 => WType::Q8_0,
-            DType::Q4K => WType::Q4K,
-            DType::Q5K => WType::Q5K,
-            DType::Q6K => WType::Q6K,
-            _ => return None,
-        })
-    }
-
-    fn suffix(self) -> &'static str {
-        match self {
-            WType::F32 => "f32",
-            WType::F16 => "f16",
-            WType::BF16 => "bf16",
-            WType::Q8_0 => "q8_0",
-            WType::Q4K => "q4_k",
-            WType::Q5K => "q5_k",
-            WType::Q6K => "q6_k",
-        }
-    }
-}
+pub use super::shaders::WType;
 
 /// The elementwise ops of `binary.comp` (its specialization constant).
 #[derive(Clone, Copy, Debug, PartialEq, Eq, Hash)]
@@ -103,46 +66,54 @@ pub enum KernelId {
 }
 
 impl KernelId {
-    /// The name plans and logs show, e.g. `mul_mat_vec_q4_k`.
-    pub fn name(self) -> &'static str {
+    /// Every kernel, each once (subgroup sizes 0: they are filled in from a plan's kernel).
+    pub fn all() -> Vec<KernelId> {
+        let mut all = Vec::new();
+        for w in WType::ALL {
+            let kinds = [MatKind::Vec, MatKind::VecSg { subgroup: 0 }, MatKind::Tiled, MatKind::Coop { subgroup: 0 }, MatKind::Rows];
+            all.extend(kinds.map(|kind| KernelId::MatMul(kind, w)));
+            all.extend([KernelId::GetRows(w, false), KernelId::GetRows(w, true)]);
+        }
+        all.extend([BinaryOp::Add, BinaryOp::Mul, BinaryOp::SwiGlu].map(KernelId::Binary));
+        all.extend([UnaryOp::Copy, UnaryOp::GeluTanh, UnaryOp::GeluErf].map(KernelId::Unary));
+        all.extend([KernelId::RmsNorm, KernelId::LayerNorm, KernelId::SetRows, KernelId::Rope, KernelId::RmsNormRope, KernelId::FlashAttn]);
+        all
+    }
+
+    /// The kernel a plan names: `name` as [`KernelId::name`] gives it, with the subgroup size
+    /// of a variant built around one.
+    pub fn from_plan(kernel: &crate::hrx::Kernel) -> Option<KernelId> {
+        let id = KernelId::all().into_iter().find(|k| k.name() == kernel.name)?;
+        Some(match (id, kernel.subgroup) {
+            (KernelId::MatMul(MatKind::VecSg { .. }, w), Some(subgroup)) => KernelId::MatMul(MatKind::VecSg { subgroup }, w),
+            (KernelId::MatMul(MatKind::Coop { .. }, w), Some(subgroup)) => KernelId::MatMul(MatKind::Coop { subgroup }, w),
+            (KernelId::MatMul(MatKind::VecSg { .. } | MatKind::Coop { .. }, _), None) => return None,
+            (id, None) => id,
+            (_, Some(_)) => return None,
+        })
+    }
+
+    /// The subgroup size the kernel is built around, where it is one.
+    pub fn subgroup(self) -> Option<u32> {
         match self {
-            // By weight type, in WType's order.
-            KernelId::MatMul(kind, w) => {
-                let names = match kind {
-                    MatKind::Vec => ["mul_mat_vec_f32", "mul_mat_vec_f16", "mul_mat_vec_bf16", "mul_mat_vec_q8_0", "mul_mat_vec_q4_k", "mul_mat_vec_q5_k", "mul_mat_vec_q6_k"],
-                    MatKind::VecSg { .. } => ["mul_mat_vec_sg_f32", "mul_mat_vec_sg_f16", "mul_mat_vec_sg_bf16", "mul_mat_vec_sg_q8_0", "mul_mat_vec_sg_q4_k", "mul_mat_vec_sg_q5_k", "mul_mat_vec_sg_q6_k"],
-                    MatKind::Tiled => ["mul_mat_f32", "mul_mat_f16", "mul_mat_bf16", "mul_mat_q8_0", "mul_mat_q4_k", "mul_mat_q5_k", "mul_mat_q6_k"],
-                    MatKind::Coop { .. } => ["mul_mat_cm_f32", "mul_mat_cm_f16", "mul_mat_cm_bf16", "mul_mat_cm_q8_0", "mul_mat_cm_q4_k", "mul_mat_cm_q5_k", "mul_mat_cm_q6_k"],
-                    MatKind::Rows => ["mul_mat_rows_f32", "mul_mat_rows_f16", "mul_mat_rows_bf16", "mul_mat_rows_q8_0", "mul_mat_rows_q4_k", "mul_mat_rows_q5_k", "mul_mat_rows_q6_k"],
-                };
-                names[w as usize]
-            }
-            KernelId::Binary(BinaryOp::Add) => "add",
-            KernelId::Binary(BinaryOp::Mul) => "mul",
-            KernelId::Binary(BinaryOp::SwiGlu) => "swiglu",
+            KernelId::MatMul(MatKind::VecSg { subgroup } | MatKind::Coop { subgroup }, _) => Some(subgroup),
+            _ => None,
+        }
+    }
+
+    /// Its family in the kernel table (shaders/modules.txt).
+    fn family(self) -> &'static str {
+        match self {
+            KernelId::MatMul(MatKind::Vec, _) => "mul_mat_vec",
+            KernelId::MatMul(MatKind::VecSg { .. }, _) => "mul_mat_vec_sg",
+            KernelId::MatMul(MatKind::Tiled, _) => "mul_mat",
+            KernelId::MatMul(MatKind::Coop { .. }, _) => "mul_mat_cm",
+            KernelId::MatMul(MatKind::Rows, _) => "mul_mat_rows",
+            KernelId::Binary(_) => "binary",
             KernelId::RmsNorm => "rms_norm",
             KernelId::LayerNorm => "layer_norm",
-            KernelId::Unary(UnaryOp::Copy) => "cont",
-            KernelId::Unary(UnaryOp::GeluTanh) => "gelu",
-            KernelId::Unary(UnaryOp::GeluErf) => "gelu_erf",
-            KernelId::GetRows(w, false) => match w {
-                WType::F32 => "get_rows_f32",
-                WType::F16 => "get_rows_f16",
-                WType::BF16 => "get_rows_bf16",
-                WType::Q8_0 => "get_rows_q8_0",
-                WType::Q4K => "get_rows_q4_k",
-                WType::Q5K => "get_rows_q5_k",
-                WType::Q6K => "get_rows_q6_k",
-            },
-            KernelId::GetRows(w, true) => match w {
-                WType::F32 => "get_rows_weighted_f32",
-                WType::F16 => "get_rows_weighted_f16",
-                WType::BF16 => "get_rows_weighted_bf16",
-                WType::Q8_0 => "get_rows_weighted_q8_0",
-                WType::Q4K => "get_rows_weighted_q4_k",
-                WType::Q5K => "get_rows_weighted_q5_k",
-                WType::Q6K => "get_rows_weighted_q6_k",
-            },
+            KernelId::Unary(_) => "unary",
+            KernelId::GetRows(..) => "get_rows",
             KernelId::SetRows => "set_rows",
             KernelId::Rope => "rope",
             KernelId::RmsNormRope => "rms_norm_rope",
@@ -150,22 +121,34 @@ impl KernelId {
         }
     }
 
-    fn module(self) -> String {
+    fn wtype(self) -> Option<WType> {
         match self {
-            KernelId::MatMul(MatKind::Vec, w) => format!("mul_mat_vec_{}", w.suffix()),
-            KernelId::MatMul(MatKind::VecSg { .. }, w) => format!("mul_mat_vec_sg_{}", w.suffix()),
-            KernelId::MatMul(MatKind::Tiled, w) => format!("mul_mat_{}", w.suffix()),
-            KernelId::MatMul(MatKind::Coop { .. }, w) => format!("mul_mat_cm_{}", w.suffix()),
-            KernelId::MatMul(MatKind::Rows, w) => format!("mul_mat_rows_{}", w.suffix()),
-            KernelId::Binary(_) => "binary".to_owned(),
-            KernelId::RmsNorm => "rms_norm".to_owned(),
-            KernelId::LayerNorm => "layer_norm".to_owned(),
-            KernelId::Unary(_) => "unary".to_owned(),
-            KernelId::GetRows(w, _) => format!("get_rows_{}", w.suffix()),
-            KernelId::SetRows => "set_rows".to_owned(),
-            KernelId::Rope => "rope".to_owned(),
-            KernelId::RmsNormRope => "rms_norm_rope".to_owned(),
-            KernelId::FlashAttn => "flash_attn".to_owned(),
+            KernelId::MatMul(_, w) | KernelId::GetRows(w, _) => Some(w),
+            _ => None,
+        }
+    }
+
+    /// Its SPIR-V module: the family, and the weight type for families compiled per type.
+    pub fn module(self) -> String {
+        match self.wtype() {
+            Some(w) => format!("{}_{}", self.family(), w.suffix()),
+            None => self.family().to_owned(),
+        }
+    }
+
+    /// The name plans, logs and profiles show: the module's, or for modules that run several
+    /// ops through a specialization constant, the op's (`add`, `gelu_erf`,
+    /// `get_rows_weighted_q4_k`).
+    pub fn name(self) -> String {
+        match self {
+            KernelId::Binary(BinaryOp::Add) => "add".into(),
+            KernelId::Binary(BinaryOp::Mul) => "mul".into(),
+            KernelId::Binary(BinaryOp::SwiGlu) => "swiglu".into(),
+            KernelId::Unary(UnaryOp::Copy) => "cont".into(),
+            KernelId::Unary(UnaryOp::GeluTanh) => "gelu".into(),
+            KernelId::Unary(UnaryOp::GeluErf) => "gelu_erf".into(),
+            KernelId::GetRows(w, true) => format!("get_rows_weighted_{}", w.suffix()),
+            other => other.module(),
         }
     }
 
@@ -227,8 +210,9 @@ impl KernelSet {
         }
         let module = id.module();
         let spirv = shaders::spirv(&module).ok_or_else(|| VkError::Pipeline { kernel: module.clone(), reason: "no such SPIR-V module".into() })?;
+        let name = id.name();
         let spec = PipelineSpec {
-            name: id.name(),
+            name: &name,
             spirv,
             bindings: BINDINGS,
             push_bytes: (id.push_words() * 4) as u32,
@@ -360,16 +344,56 @@ fn expect_f32(o: &Operand, what: &str) -> Result<()> {
     Ok(())
 }
 
-/// The kernel and push constants for compute op `op` with `ins` (in the node's order) and
-/// `out`, or why there is none. Matrix products pick their kernel by `MatKind::choose` (the
-/// portable one; the executor adapts it to its device with `MatKind::for_device`).
-pub fn launch(op: &Op, ins: &[Operand], out: &Operand, dynamic: Option<Dyn>) -> Result<Launch> {
+/// The kernel the device runs for compute op `op` with `ins` (in the node's order) and `out`
+/// under `variants`, or why there is none: the registry's choice at plan time. Matrix products
+/// pick by shape (`Variants::mat_kind`); every other op has one kernel per op and dtype.
+pub fn select(op: &Op, ins: &[Operand], out: &Operand, dynamic: Option<Dyn>, variants: &Variants) -> Result<KernelId> {
+    let kernel = match (op, ins.first()) {
+        (Op::MatMul, Some(w)) => {
+            let wt = WType::from_dtype(w.dtype).ok_or_else(|| VkError::Invalid(format!("no matrix kernel for {} weights", w.dtype)))?;
+            KernelId::MatMul(variants.mat_kind(w.ne[0], out.ne[1] * out.ne[2] * out.ne[3]), wt)
+        }
+        _ => op_launch(op, ins, out, dynamic)?.kernel,
+    };
+    // Accepted as the executor will launch it.
+    launch(kernel, &[op], ins, out, dynamic)?;
+    Ok(kernel)
+}
+
+/// The kernel running `first` and `reader` (the one node reading `first`'s value) as one
+/// dispatch under `variants`, where there is one: a matrix product with the ADD of its output
+/// (the residual added in the product's store) or an RMS_NORM with the ROPE of its output.
+/// `ins` are `first`'s inputs then `reader`'s other ones; `out` is `reader`'s output.
+pub fn select_fused(first: &Op, reader: &Op, ins: &[Operand], out: &Operand, dynamic: Option<Dyn>, variants: &Variants) -> Option<KernelId> {
+    let kernel = match (first, reader, ins.first()) {
+        (Op::MatMul, Op::Add, Some(w)) => KernelId::MatMul(variants.mat_kind(w.ne[0], out.ne[1] * out.ne[2] * out.ne[3]), WType::from_dtype(w.dtype)?),
+        (Op::RmsNorm { .. }, Op::Rope { .. }, _) => KernelId::RmsNormRope,
+        _ => return None,
+    };
+    launch(kernel, &[first, reader], ins, out, dynamic).ok().map(|_| kernel)
+}
+
+/// The push constants and grid of `kernel` (the plan's choice) running `ops` (one node, or a
+/// fused pair) on `ins` into `out`; an error when the kernel does not take them.
+pub fn launch(kernel: KernelId, ops: &[&Op], ins: &[Operand], out: &Operand, dynamic: Option<Dyn>) -> Result<Launch> {
+    let arg = |i: usize| ins.get(i).ok_or_else(|| VkError::Invalid(format!("{} needs input {i}", kernel.name())));
+    let launch = match (kernel, ops) {
+        (KernelId::MatMul(kind, _), [Op::MatMul]) => matmul::launch(kind, arg(0)?, arg(1)?, out, None, dynamic)?,
+        (KernelId::MatMul(kind, _), [Op::MatMul, Op::Add]) => matmul::launch(kind, arg(0)?, arg(1)?, out, Some(arg(2)?), dynamic)?,
+        (KernelId::RmsNormRope, [norm, rope]) => launch_norm_rope(norm, rope, arg(0)?, arg(1)?, arg(2)?, out, dynamic)?,
+        (_, [op]) => op_launch(op, ins, out, dynamic)?,
+        _ => return Err(VkError::Invalid(format!("{} does not run {}", kernel.name(), ops.iter().map(|o| o.name()).collect::<Vec<_>>().join(" + ")))),
+    };
+    if launch.kernel != kernel {
+        return Err(VkError::Invalid(format!("the plan names {}, the node needs {}", kernel.name(), launch.kernel.name())));
+    }
+    Ok(launch)
+}
+
+/// The one kernel of a compute op other than a matrix product, with its push constants.
+fn op_launch(op: &Op, ins: &[Operand], out: &Operand, dynamic: Option<Dyn>) -> Result<Launch> {
     let arg = |i: usize| ins.get(i).ok_or_else(|| VkError::Invalid(format!("{} needs input {i}", op.name())));
     match op {
-        Op::MatMul => {
-            let kind = MatKind::choose(arg(0)?.ne[0], out.ne[1] * out.ne[2] * out.ne[3]);
-            matmul::launch(kind, arg(0)?, arg(1)?, out, None, dynamic)
-        }
         Op::Add => binary::launch(BinaryOp::Add, arg(0)?, arg(1)?, out, dynamic),
         Op::Mul => binary::launch(BinaryOp::Mul, arg(0)?, arg(1)?, out, dynamic),
         Op::SwiGlu => binary::launch(BinaryOp::SwiGlu, arg(0)?, arg(1)?, out, dynamic),
@@ -389,7 +413,7 @@ pub fn launch(op: &Op, ins: &[Operand], out: &Operand, dynamic: Option<Dyn>) -> 
 
 /// RMS_NORM (`norm`: eps, inputs x and weight) followed by ROPE (`rope`: its positions
 /// `pos`) of the norm's output into `out`, as one kernel.
-pub fn launch_norm_rope(norm: &Op, rope: &Op, x: &Operand, weight: &Operand, pos: &Operand, out: &Operand, dynamic: Option<Dyn>) -> Result<Launch> {
+fn launch_norm_rope(norm: &Op, rope: &Op, x: &Operand, weight: &Operand, pos: &Operand, out: &Operand, dynamic: Option<Dyn>) -> Result<Launch> {
     let (Op::RmsNorm { eps }, Op::Rope { kind, theta, n_dims }) = (norm, rope) else {
         return Err(VkError::Invalid(format!("no fused kernel for {} then {}", norm.name(), rope.name())));
     };
@@ -401,11 +425,4 @@ pub fn launch_norm_rope(norm: &Op, rope: &Op, x: &Operand, weight: &Operand, pos
     launch.kernel = KernelId::RmsNormRope;
     launch.grid = Grid::Rows;
     Ok(launch)
-}
-
-/// A matrix product with a chosen kernel (the executor's device-specific choice; tests run
-/// every kernel on the same shapes).
-/// `residual` (input 3) is added to the product, when given.
-pub fn launch_mat(kind: MatKind, w: &Operand, x: &Operand, out: &Operand, residual: Option<&Operand>, dynamic: Option<Dyn>) -> Result<Launch> {
-    matmul::launch(kind, w, x, out, residual, dynamic)
 }

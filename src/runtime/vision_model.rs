@@ -1,63 +1,53 @@
 //! The vision encoder ready to run: parameters, the graph planned once for the largest image,
 //! and the executor that replays it for every image.
 
-use super::vision::{self, VisionGraph};
-use super::vision_error::VisionError;
-use super::vision_grid::pos_taps;
-use crate::image::patch_positions;
-use super::VisionParams;
-use crate::backend::cpu::{Kernels, PlanId};
-use crate::backend::{Backend, Executor};
+use super::{loader, RuntimeError};
+use crate::backend::cpu::Kernels;
+use crate::backend::{Backend, Executor, PlanId};
 use crate::gguf::GgufFile;
-use crate::hrx::{CpuRegistry, Plan, Registry};
+use crate::hrx::{Plan, Registry};
+use crate::image::patch_positions;
+use crate::model::vision::{self, VisionGraph};
+use crate::model::vision_grid::pos_taps;
+use crate::model::VisionParams;
 use std::path::Path;
 use std::sync::Arc;
 
 pub struct VisionModel {
-    pub params: VisionParams,
-    pub file: Arc<GgufFile>,
+    params: VisionParams,
     max_patches: usize,
+    backend: Backend,
     exec: Executor,
     plan: PlanId,
 }
 
-/// The vision plan for the CPU, for `hrx plan` and tests (built without binding weights).
-pub fn plan_vision(params: &VisionParams, max_patches: usize) -> Result<Plan, VisionError> {
-    plan_vision_for(params, max_patches, &CpuRegistry)
-}
-
-/// The vision plan for `registry`.
-pub fn plan_vision_for(params: &VisionParams, max_patches: usize, registry: &dyn Registry) -> Result<Plan, VisionError> {
+/// The vision plan for `registry`, for `hrx plan` and tests (built without binding weights).
+pub fn plan_vision(params: &VisionParams, max_patches: usize, registry: &dyn Registry) -> Result<Plan, RuntimeError> {
     let VisionGraph { graph, .. } = vision::build(params, max_patches)?;
     Ok(Plan::new(graph, registry)?)
 }
 
 impl VisionModel {
-    /// Opens an mmproj file and plans its encoder for images of up to `max_patches` patches
-    /// (rounded down to whole merge blocks).
-    pub fn load(path: &Path, max_patches: usize, kernels: Kernels) -> Result<VisionModel, VisionError> {
-        Self::from_file(Arc::new(GgufFile::open(path)?), max_patches, kernels)
-    }
-
-    /// On the CPU with `kernels`.
-    pub fn from_file(file: Arc<GgufFile>, max_patches: usize, kernels: Kernels) -> Result<VisionModel, VisionError> {
-        Self::from_file_on(file, max_patches, &Backend::Cpu(kernels))
+    /// Opens an mmproj file and plans its encoder on the CPU with `kernels` for images of up to
+    /// `max_patches` patches (rounded down to whole merge blocks).
+    pub fn load(path: &Path, max_patches: usize, kernels: Kernels) -> Result<VisionModel, RuntimeError> {
+        Self::load_on(Arc::new(GgufFile::open(path)?), max_patches, &Backend::Cpu(kernels))
     }
 
     /// On `backend`: planned for its registry, weights bound (uploaded) once.
-    pub fn from_file_on(file: Arc<GgufFile>, max_patches: usize, backend: &Backend) -> Result<VisionModel, VisionError> {
+    pub fn load_on(file: Arc<GgufFile>, max_patches: usize, backend: &Backend) -> Result<VisionModel, RuntimeError> {
         let params = VisionParams::from_gguf(&file)?;
         let max_patches = max_patches / params.merge_patches() * params.merge_patches();
         if max_patches == 0 {
-            return Err(VisionError::Input(format!("a plan needs room for at least one {0}x{0} merge block", params.merge)));
+            return Err(RuntimeError::Usage(format!("a vision plan needs room for at least one {0}x{0} merge block", params.merge)));
         }
-        let mut plan = plan_vision_for(&params, max_patches, &*backend.registry())?;
-        let backend = backend.for_plans(std::slice::from_ref(&plan));
-        if matches!(backend, Backend::Cpu(_)) && plan.census().gpu_nodes > 0 {
-            plan = plan_vision_for(&params, max_patches, &*backend.registry())?;
-        }
-        let exec = backend.executor(vec![plan], &[Arc::clone(&file)])?;
-        Ok(VisionModel { params, file, max_patches, exec, plan: PlanId(0) })
+        let VisionGraph { graph, .. } = vision::build(&params, max_patches)?;
+        let (backend, exec) = loader::load(&[graph], backend, &[file])?;
+        Ok(VisionModel { params, max_patches, backend, exec, plan: PlanId(0) })
+    }
+
+    pub fn params(&self) -> &VisionParams {
+        &self.params
     }
 
     pub fn max_patches(&self) -> usize {
@@ -66,6 +56,11 @@ impl VisionModel {
 
     pub fn plan(&self) -> &Plan {
         self.exec.plan(self.plan)
+    }
+
+    /// Where the plan runs (the CPU when a Vulkan plan could not take every node).
+    pub fn backend(&self) -> &Backend {
+        &self.backend
     }
 
     pub fn set_threads(&mut self, n: usize) {
@@ -81,18 +76,19 @@ impl VisionModel {
     /// [`VisionParams::patch_row`] values in merge-block order. Returns one row of
     /// [`VisionParams::wide_width`] values per merged token (row-major over the merged grid):
     /// the merger's output, then each deepstack feature.
-    pub fn encode(&mut self, pixel_values: &[f32], grid_h: usize, grid_w: usize) -> Result<Vec<f32>, VisionError> {
+    pub fn encode(&mut self, pixel_values: &[f32], grid_h: usize, grid_w: usize) -> Result<Vec<f32>, RuntimeError> {
         let p = &self.params;
         let (merge, row) = (p.merge, p.patch_row());
         let n = grid_h * grid_w;
+        let input = |m: String| RuntimeError::Usage(format!("vision input: {m}"));
         if grid_h == 0 || grid_w == 0 || !grid_h.is_multiple_of(merge) || !grid_w.is_multiple_of(merge) {
-            return Err(VisionError::Input(format!("a {grid_h}x{grid_w} patch grid is not whole {merge}x{merge} merge blocks")));
+            return Err(input(format!("a {grid_h}x{grid_w} patch grid is not whole {merge}x{merge} merge blocks")));
         }
         if n > self.max_patches {
-            return Err(VisionError::Input(format!("{n} patches exceed the planned maximum of {}", self.max_patches)));
+            return Err(input(format!("{n} patches exceed the planned maximum of {}", self.max_patches)));
         }
         if pixel_values.len() != n * row {
-            return Err(VisionError::Input(format!("{} pixel values for {n} patches of {row}", pixel_values.len())));
+            return Err(input(format!("{} pixel values for {n} patches of {row}", pixel_values.len())));
         }
         let patches = patch_positions(grid_h, grid_w, merge);
         let taps = pos_taps(p.pos_side, grid_h, grid_w, &patches);

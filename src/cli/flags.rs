@@ -1,0 +1,282 @@
+//! The flags several commands share, each defined once: its spellings, its help line with the
+//! default it really has, and how it is parsed. A command's `--help` is built from the groups
+//! it takes ([`Help`]), so what a command accepts and what its help says cannot drift apart.
+
+use super::args::Args;
+use super::CliError;
+use crate::backend::DeviceChoice;
+use crate::image::{Limits, PreprocessConfig};
+use crate::runtime::describe::ImageOptions;
+use crate::runtime::generate::GenerateConfig;
+use crate::runtime::sampler::SamplerConfig;
+use crate::runtime::text_model::TextOptions;
+
+/// A flag: its spellings and the value it takes ("" for a switch).
+pub struct Flag {
+    pub names: &'static [&'static str],
+    pub value: &'static str,
+}
+
+impl Flag {
+    /// Its help line: spellings, value, text.
+    pub fn help(&self, text: impl Into<String>) -> (String, String) {
+        let mut spelled = self.names.join(", ");
+        if !self.value.is_empty() {
+            spelled = format!("{spelled} {}", self.value);
+        }
+        (spelled, text.into())
+    }
+
+    /// Its value, parsed, when given (the last one wins).
+    pub fn parse<T: std::str::FromStr>(&self, args: &mut Args) -> Result<Option<T>, CliError> {
+        Ok(args.parsed(self.names)?)
+    }
+
+    /// Its value as given.
+    pub fn string(&self, args: &mut Args) -> Result<Option<String>, CliError> {
+        Ok(args.value(self.names)?)
+    }
+
+    /// Every value of a repeatable flag, in order.
+    pub fn strings(&self, args: &mut Args) -> Result<Vec<String>, CliError> {
+        Ok(args.values(self.names)?)
+    }
+
+    /// Whether a switch is present.
+    pub fn present(&self, args: &mut Args) -> bool {
+        args.flag(self.names)
+    }
+}
+
+pub const MODEL: Flag = Flag { names: &["-m", "--model"], value: "FILE" };
+pub const MMPROJ: Flag = Flag { names: &["--mmproj"], value: "FILE" };
+pub const DEVICE: Flag = Flag { names: &["--device"], value: "D" };
+pub const THREADS: Flag = Flag { names: &["--threads"], value: "N" };
+pub const CTX: Flag = Flag { names: &["--ctx"], value: "N" };
+pub const JSON: Flag = Flag { names: &["--json"], value: "" };
+pub const PROMPT: Flag = Flag { names: &["-p", "--prompt"], value: "TEXT" };
+pub const SYSTEM: Flag = Flag { names: &["--system"], value: "TEXT" };
+pub const MAX_TOKENS: Flag = Flag { names: &["-n", "--max-tokens"], value: "N" };
+pub const TEMP: Flag = Flag { names: &["--temp"], value: "T" };
+pub const TOP_K: Flag = Flag { names: &["--top-k"], value: "K" };
+pub const TOP_P: Flag = Flag { names: &["--top-p"], value: "P" };
+pub const MIN_P: Flag = Flag { names: &["--min-p"], value: "P" };
+pub const REPEAT_PENALTY: Flag = Flag { names: &["--repeat-penalty"], value: "R" };
+pub const SEED: Flag = Flag { names: &["--seed"], value: "S" };
+pub const STOP: Flag = Flag { names: &["--stop"], value: "STR" };
+pub const IGNORE_EOS: Flag = Flag { names: &["--ignore-eos"], value: "" };
+pub const IMAGE_MAX_PIXELS: Flag = Flag { names: &["--image-max-pixels"], value: "N" };
+pub const IMAGE_MIN_PIXELS: Flag = Flag { names: &["--image-min-pixels"], value: "N" };
+pub const MAX_IMAGE_MP: Flag = Flag { names: &["--max-image-mp"], value: "N" };
+
+/// `--device` and `--threads`: where the model runs.
+pub struct Placement {
+    pub device: DeviceChoice,
+    pub threads: Option<usize>,
+}
+
+impl Placement {
+    pub fn help() -> Vec<(String, String)> {
+        vec![
+            DEVICE.help(
+                "where to run: auto (the default: the best Vulkan GPU, else the CPU; a CPU Vulkan \
+                 driver such as lavapipe only when named), N (Vulkan device N, see `hrx doctor`) \
+                 or cpu; also HRX_DEVICE",
+            ),
+            THREADS.help("CPU threads (default: all cores)"),
+        ]
+    }
+
+    pub fn parse(args: &mut Args) -> Result<Placement, CliError> {
+        let device = DeviceChoice::resolve(DEVICE.string(args)?.as_deref()).map_err(CliError::usage)?;
+        let threads = THREADS.parse(args)?;
+        if threads == Some(0) {
+            return Err(CliError::usage("--threads must be at least 1"));
+        }
+        Ok(Placement { device, threads })
+    }
+}
+
+/// `--ctx`: the context the KV cache is planned for.
+pub fn ctx_help() -> (String, String) {
+    CTX.help(format!("context length in tokens (default {})", TextOptions::on(DeviceChoice::Auto).n_ctx))
+}
+
+/// Text-model options from `--ctx` on `device`.
+pub fn text_options(args: &mut Args, device: DeviceChoice) -> Result<TextOptions, CliError> {
+    let mut text = TextOptions::on(device);
+    text.n_ctx = CTX.parse(args)?.unwrap_or(text.n_ctx);
+    if text.n_ctx == 0 || text.n_ctx > 1 << 20 {
+        return Err(CliError::usage("--ctx must be in 1..=1048576"));
+    }
+    Ok(text)
+}
+
+/// Defaults of the generation flags: hrx's own, or a model's catalog entry.
+#[derive(Clone, Debug)]
+pub struct GenerationDefaults {
+    pub sampler: SamplerConfig,
+    pub max_tokens: usize,
+}
+
+impl Default for GenerationDefaults {
+    fn default() -> Self {
+        GenerationDefaults { sampler: SamplerConfig::default(), max_tokens: 256 }
+    }
+}
+
+impl GenerationDefaults {
+    /// Help lines of the generation flags; `max_tokens_default` says where `-n`'s default
+    /// comes from when it is not hrx's own.
+    pub fn help(&self, max_tokens_default: Option<&str>) -> Vec<(String, String)> {
+        let s = &self.sampler;
+        let n = max_tokens_default.map_or_else(|| format!("(default {})", self.max_tokens), str::to_owned);
+        vec![
+            MAX_TOKENS.help(format!("tokens to generate at most {n}")),
+            TEMP.help(format!("sampling temperature; 0 = greedy (default {})", s.temperature)),
+            TOP_K.help(format!("keep the K most likely tokens; 0 = all (default {})", s.top_k)),
+            TOP_P.help(format!("keep the smallest set with probability >= P (default {})", s.top_p)),
+            MIN_P.help(format!("drop tokens below P x the best one's probability (default {})", s.min_p)),
+            REPEAT_PENALTY.help(format!("penalise recently seen tokens; 1 = off (default {})", s.repeat_penalty)),
+            SEED.help(format!("random seed for sampling (default {})", s.seed)),
+            STOP.help("stop before this text (repeatable)"),
+            IGNORE_EOS.help("keep going past end-of-generation tokens"),
+        ]
+    }
+
+    /// Length, sampling and stops from the flags, these defaults where a flag is absent.
+    pub fn parse(&self, args: &mut Args) -> Result<GenerateConfig, CliError> {
+        let s = &self.sampler;
+        let sampler = SamplerConfig {
+            temperature: TEMP.parse(args)?.unwrap_or(s.temperature),
+            top_k: TOP_K.parse(args)?.unwrap_or(s.top_k),
+            top_p: TOP_P.parse(args)?.unwrap_or(s.top_p),
+            min_p: MIN_P.parse(args)?.unwrap_or(s.min_p),
+            repeat_penalty: REPEAT_PENALTY.parse(args)?.unwrap_or(s.repeat_penalty),
+            seed: SEED.parse(args)?.unwrap_or(s.seed),
+            ..s.clone()
+        };
+        sampler.validate().map_err(CliError::usage)?;
+        Ok(GenerateConfig {
+            max_new_tokens: MAX_TOKENS.parse(args)?.unwrap_or(self.max_tokens),
+            sampler,
+            stop_strings: STOP.strings(args)?,
+            stop_at_eog: !IGNORE_EOS.present(args),
+        })
+    }
+}
+
+/// The image budget and limits: `--image-max-pixels`, `--image-min-pixels`, `--max-image-mp`.
+pub struct ImageFlags;
+
+impl ImageFlags {
+    /// Help lines; `max_pixels` is the default budget the command has.
+    pub fn help(max_pixels: usize) -> Vec<(String, String)> {
+        let why = if max_pixels == PreprocessConfig::KIOSK_MAX_PIXELS {
+            format!(" (~1 MP keeps a kiosk answer near a second; HF's own is {})", PreprocessConfig::HF_MAX_PIXELS)
+        } else {
+            String::new()
+        };
+        vec![
+            IMAGE_MAX_PIXELS.help(format!("resize larger images down to about N pixels (default {max_pixels}{why})")),
+            IMAGE_MIN_PIXELS.help(format!("resize smaller images up to N pixels (default {})", PreprocessConfig::HF_MIN_PIXELS)),
+            MAX_IMAGE_MP.help(format!(
+                "refuse images whose header declares more than N megapixels, before decoding (default {})",
+                Limits::DEFAULT_MAX_PIXELS / 1_000_000
+            )),
+        ]
+    }
+
+    /// The options from the flags, with `max_pixels` as the default budget.
+    pub fn parse(args: &mut Args, max_pixels: usize) -> Result<ImageOptions, CliError> {
+        let mut images = ImageOptions { max_pixels, ..ImageOptions::default() };
+        images.max_pixels = IMAGE_MAX_PIXELS.parse(args)?.unwrap_or(images.max_pixels);
+        images.min_pixels = IMAGE_MIN_PIXELS.parse(args)?.unwrap_or(images.min_pixels);
+        if let Some(mp) = MAX_IMAGE_MP.parse::<f64>(args)? {
+            if !(mp > 0.0 && mp <= 1e4) {
+                return Err(CliError::usage("--max-image-mp must be in (0, 10000]"));
+            }
+            images.limits.max_pixels = (mp * 1e6) as u64;
+        }
+        if images.max_pixels == 0 || images.max_pixels > 1 << 28 || images.min_pixels > images.max_pixels {
+            return Err(CliError::usage("--image-max-pixels must be in 1..=268435456 and at least --image-min-pixels"));
+        }
+        Ok(images)
+    }
+}
+
+/// A command's `--help`: what it does, its options (its own, then the shared groups it takes),
+/// and a footer (environment, examples).
+pub struct Help {
+    pub title: &'static str,
+    pub usage: &'static str,
+    pub about: &'static str,
+    pub options: Vec<(String, String)>,
+    pub footer: &'static str,
+}
+
+impl Help {
+    pub fn render(&self) -> String {
+        let mut s = format!("{}\n\nusage: {}\n", self.title, self.usage);
+        if !self.about.is_empty() {
+            s.push_str(&format!("\n{}\n", self.about));
+        }
+        if !self.options.is_empty() {
+            s.push('\n');
+            let width = self.options.iter().map(|(f, _)| f.len()).max().unwrap_or(0).min(26);
+            for (flag, text) in &self.options {
+                s.push_str(&format!("  {}\n", wrap(flag, text, width)));
+            }
+        }
+        if !self.footer.is_empty() {
+            s.push_str(&format!("\n{}", self.footer));
+        }
+        s.trim_end().to_owned()
+    }
+}
+
+/// `flag` then `text` wrapped at 88 columns, continuation lines aligned under the text.
+fn wrap(flag: &str, text: &str, width: usize) -> String {
+    let indent = 2 + width + 2;
+    let mut out = if flag.len() > width { format!("{flag}\n{}", " ".repeat(indent)) } else { format!("{flag:<width$}  ") };
+    let mut col = indent;
+    for (i, word) in text.split_whitespace().enumerate() {
+        if i > 0 && col + 1 + word.len() > 88 {
+            out.push('\n');
+            out.push_str(&" ".repeat(indent));
+            col = indent;
+        } else if i > 0 {
+            out.push(' ');
+            col += 1;
+        }
+        out.push_str(word);
+        col += word.len();
+    }
+    out
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    #[test]
+    fn help_lines_wrap_under_their_text() {
+        let h = Help {
+            title: "hrx x: test",
+            usage: "hrx x",
+            about: "",
+            options: vec![MODEL.help("the model"), DEVICE.help("word ".repeat(30))],
+            footer: "",
+        };
+        let text = h.render();
+        assert!(text.contains("  -m, --model FILE  the model"), "{text}");
+        assert!(text.lines().all(|l| l.len() <= 88), "{text}");
+    }
+
+    #[test]
+    fn placement_refuses_a_bad_device_by_name() {
+        let mut args = Args::new(vec!["--device".into(), "gpu".into()]);
+        let e = Placement::parse(&mut args).err().expect("refused");
+        assert!(e.to_string().contains("--device"), "{e}");
+    }
+}
