@@ -19,7 +19,9 @@ fn main() {
             [] => {}
             [first, ..] if first.starts_with('#') => {}
             ["wtype", suffix, _define, dtype] => wtypes.push((suffix.to_string(), dtype.to_string())),
-            ["module", family, _source, _target, types] if *types == "each" || *types == "-" => families.push((family.to_string(), *types == "each")),
+            ["module", family, _source, _target, types] if *types == "each" || *types == "-" => {
+                families.push((family.to_string(), *types == "each"))
+            }
             _ => panic!("shaders/modules.txt:{}: cannot read {line:?}", n + 1),
         }
     }
@@ -30,12 +32,20 @@ fn main() {
         writeln!(out, "    {dtype},").unwrap();
     }
     out.push_str("}\n\nimpl WType {\n");
-    writeln!(out, "    pub const ALL: [WType; {}] = [{}];", wtypes.len(), wtypes.iter().map(|(_, d)| format!("WType::{d}")).collect::<Vec<_>>().join(", ")).unwrap();
+    writeln!(
+        out,
+        "    pub const ALL: [WType; {}] = [{}];",
+        wtypes.len(),
+        wtypes.iter().map(|(_, d)| format!("WType::{d}")).collect::<Vec<_>>().join(", ")
+    )
+    .unwrap();
     out.push_str("\n    /// The suffix of its modules' names: `q4_k` in `mul_mat_vec_q4_k`.\n    pub fn suffix(self) -> &'static str {\n        match self {\n");
     for (suffix, dtype) in &wtypes {
         writeln!(out, "            WType::{dtype} => \"{suffix}\",").unwrap();
     }
-    out.push_str("        }\n    }\n\n    pub fn from_dtype(d: crate::quant::DType) -> Option<WType> {\n        match d {\n");
+    out.push_str(
+        "        }\n    }\n\n    pub fn from_dtype(d: crate::quant::DType) -> Option<WType> {\n        match d {\n",
+    );
     for (_, dtype) in &wtypes {
         writeln!(out, "            crate::quant::DType::{dtype} => Some(WType::{dtype}),").unwrap();
     }

@@ -104,9 +104,12 @@ impl Catalog {
                 entries.push((line_no, Vec::new()));
                 continue;
             }
-            let (key, value) = line.split_once('=').ok_or_else(|| err(format!("expected `key = value` or [[model]], found {line:?}")))?;
+            let (key, value) = line
+                .split_once('=')
+                .ok_or_else(|| err(format!("expected `key = value` or [[model]], found {line:?}")))?;
             let key = key.trim().to_owned();
-            let value = parse_value(value).ok_or_else(|| err(format!("{key}: cannot read the value {:?}", value.trim())))?;
+            let value =
+                parse_value(value).ok_or_else(|| err(format!("{key}: cannot read the value {:?}", value.trim())))?;
             match entries.last_mut() {
                 None if key == "default" => match value {
                     Scalar::Str(s) => default = Some(s),

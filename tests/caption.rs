@@ -9,7 +9,8 @@ use tinyjson::JsonValue;
 fn caption(args: &[&str], model: &Path) -> Output {
     let m = model.join("qwen3vl-tiny-F16.gguf");
     let mm = model.join("mmproj-qwen3vl-tiny-F16.gguf");
-    let mut all: Vec<&str> = vec!["caption", "-m", m.to_str().unwrap(), "--mmproj", mm.to_str().unwrap(), "-n", "3", "--ignore-eos"];
+    let mut all: Vec<&str> =
+        vec!["caption", "-m", m.to_str().unwrap(), "--mmproj", mm.to_str().unwrap(), "-n", "3", "--ignore-eos"];
     all.extend(args);
     Command::new(env!("CARGO_BIN_EXE_hrx")).args(&all).output().expect("run hrx")
 }
@@ -48,7 +49,8 @@ fn captions_good_images_records_bad_ones_and_resumes() {
     corrupt[40..60].fill(0xAB);
     std::fs::write(dir.join("sub/corrupt.png"), corrupt).unwrap();
     let list = dir.join("list.txt");
-    std::fs::write(&list, format!("{}\n{}\n", images.join("rgba-300x200.png").display(), dir.join("b.png").display())).unwrap();
+    std::fs::write(&list, format!("{}\n{}\n", images.join("rgba-300x200.png").display(), dir.join("b.png").display()))
+        .unwrap();
     let out = dir.join("captions.jsonl");
     let (d, o, at_list) = (dir.display().to_string(), out.display().to_string(), format!("@{}", list.display()));
 

@@ -16,7 +16,9 @@ fn stderr(o: &Output) -> String {
 #[test]
 fn plan_of_the_oracle_models_has_no_refusals_and_skips_the_deepstack_windows() {
     let Some(oracle) = common::oracle() else { return };
-    for (model, deepstack_used, layers) in [("tiny/qwen3vl-tiny-F16.gguf", 2.0, 2.0), ("small/qwen3vl-small-Q4_K_M.gguf", 3.0, 4.0)] {
+    for (model, deepstack_used, layers) in
+        [("tiny/qwen3vl-tiny-F16.gguf", 2.0, 2.0), ("small/qwen3vl-small-Q4_K_M.gguf", 3.0, 4.0)]
+    {
         let path = oracle.join("models").join(model);
         let out = hrx(&["plan", "-m", path.to_str().unwrap(), "--json"]);
         assert!(out.status.success(), "{}", stderr(&out));
@@ -29,7 +31,10 @@ fn plan_of_the_oracle_models_has_no_refusals_and_skips_the_deepstack_windows() {
             // Each deepstack slice and each layer's K and V cache views: windows on storage the
             // graph does not hold.
             assert_eq!(num("skipped"), deepstack_used + 2.0 * layers, "{model}");
-            assert_eq!(num("cpu_nodes") + num("gpu_nodes"), num("nodes") - num("elided") - num("skipped") - num("bound"));
+            assert_eq!(
+                num("cpu_nodes") + num("gpu_nodes"),
+                num("nodes") - num("elided") - num("skipped") - num("bound")
+            );
         }
     }
 }
@@ -68,7 +73,9 @@ fn generate_rejects_bad_prompt_ids_and_settings() {
 
 #[test]
 fn every_command_has_help() {
-    for cmd in ["describe", "caption", "serve", "generate", "plan", "inspect", "tokenize", "synth", "bench", "models", "doctor"] {
+    for cmd in [
+        "describe", "caption", "serve", "generate", "plan", "inspect", "tokenize", "synth", "bench", "models", "doctor",
+    ] {
         let out = hrx(&[cmd, "--help"]);
         assert!(out.status.success());
         let text = String::from_utf8(out.stdout).unwrap();
@@ -81,7 +88,11 @@ fn models_finds_files_in_hrx_models() {
     let dir = std::env::temp_dir().join(format!("hrx-models-{}", std::process::id()));
     std::fs::create_dir_all(&dir).unwrap();
     std::fs::write(dir.join("Qwen3VL-2B-Instruct-Q4_K_M.gguf"), b"x").unwrap();
-    let out = Command::new(env!("CARGO_BIN_EXE_hrx")).args(["models", "--json", "--verify"]).env("HRX_MODELS", &dir).output().unwrap();
+    let out = Command::new(env!("CARGO_BIN_EXE_hrx"))
+        .args(["models", "--json", "--verify"])
+        .env("HRX_MODELS", &dir)
+        .output()
+        .unwrap();
     assert!(out.status.success(), "{}", stderr(&out));
     let json: JsonValue = String::from_utf8(out.stdout).unwrap().parse().unwrap();
     let models: &Vec<JsonValue> = json["models"].get().unwrap();
@@ -120,7 +131,15 @@ fn describe_reports_each_bad_image_on_one_line_and_still_describes_the_good_one(
     args.push(good.display().to_string());
     let m = oracle.join("models/tiny/qwen3vl-tiny-F16.gguf");
     let mm = oracle.join("models/tiny/mmproj-qwen3vl-tiny-F16.gguf");
-    args.extend(["-m".into(), m.display().to_string(), "--mmproj".into(), mm.display().to_string(), "-n".into(), "4".into(), "--json".into()]);
+    args.extend([
+        "-m".into(),
+        m.display().to_string(),
+        "--mmproj".into(),
+        mm.display().to_string(),
+        "-n".into(),
+        "4".into(),
+        "--json".into(),
+    ]);
     let out = Command::new(env!("CARGO_BIN_EXE_hrx")).args(&args).output().unwrap();
     assert_eq!(out.status.code(), Some(1), "a failed image makes the exit code 1");
     let err = stderr(&out);
@@ -144,7 +163,20 @@ fn generate_with_an_image_makes_hf_prompt_ids() {
     let m = oracle.join("models/tiny/qwen3vl-tiny-F16.gguf");
     let mm = oracle.join("models/tiny/mmproj-qwen3vl-tiny-F16.gguf");
     let img = oracle.join("images/tie-400x272.png");
-    let out = hrx(&["generate", "-m", m.to_str().unwrap(), "--mmproj", mm.to_str().unwrap(), "--image", img.to_str().unwrap(), "--prompt", "Describe this image.", "-n", "2", "--json"]);
+    let out = hrx(&[
+        "generate",
+        "-m",
+        m.to_str().unwrap(),
+        "--mmproj",
+        mm.to_str().unwrap(),
+        "--image",
+        img.to_str().unwrap(),
+        "--prompt",
+        "Describe this image.",
+        "-n",
+        "2",
+        "--json",
+    ]);
     assert!(out.status.success(), "{}", stderr(&out));
     let json: JsonValue = String::from_utf8(out.stdout).unwrap().parse().unwrap();
     assert_eq!(common::cases::ids_of(&json["prompt_ids"]), want);
@@ -159,7 +191,16 @@ fn plan_for_the_cpu_and_for_vulkan() {
     let m = oracle.join("models/small/qwen3vl-small-Q4_K_M.gguf");
     let mmproj = oracle.join("models/small/mmproj-qwen3vl-small-F16.gguf");
     let census = |device: &str| -> Vec<(f64, f64)> {
-        let out = hrx(&["plan", "-m", m.to_str().unwrap(), "--mmproj", mmproj.to_str().unwrap(), "--device", device, "--json"]);
+        let out = hrx(&[
+            "plan",
+            "-m",
+            m.to_str().unwrap(),
+            "--mmproj",
+            mmproj.to_str().unwrap(),
+            "--device",
+            device,
+            "--json",
+        ]);
         assert!(out.status.success(), "{}", stderr(&out));
         let json: JsonValue = String::from_utf8(out.stdout).unwrap().parse().unwrap();
         let graphs: &Vec<JsonValue> = json["graphs"].get().unwrap();
@@ -173,6 +214,19 @@ fn plan_for_the_cpu_and_for_vulkan() {
     if has_vulkan {
         for (cpu, gpu) in census("0") {
             assert!(cpu == 0.0 && gpu > 0.0, "cpu {cpu} gpu {gpu}");
+        }
+        // The text plan names what the recording dispatches: the fused kernels and the
+        // device's variants (lavapipe has subgroup arithmetic: the subgroup mat-vec kernels).
+        let out = hrx(&["plan", "-m", m.to_str().unwrap(), "--mmproj", mmproj.to_str().unwrap(), "--device", "0"]);
+        let text = String::from_utf8(out.stdout).unwrap();
+        for kernel in [
+            "rms_norm_rope (RMS_NORM+ROPE)",
+            "(MUL_MAT+ADD)",
+            "mul_mat_vec_sg_q4_k",
+            "flash_attn",
+            "dispatches per run",
+        ] {
+            assert!(text.contains(kernel), "{kernel} missing from:\n{text}");
         }
     } else {
         eprintln!("\n!!!!! no Vulkan device: the Vulkan plan is not checked !!!!!\n");
@@ -213,13 +267,30 @@ fn every_weight_type_runs_wholly_on_vulkan_with_the_cpus_logits() {
         }
         let logits = |device: &str| -> Vec<f32> {
             let dump = temp_file(&format!("types-{kind}-{device}.f32"), b"");
-            let out = hrx(&["generate", "-m", m, "--device", device, "-n", "2", "--prompt", "a picture of", "--dump-logits", dump.to_str().unwrap()]);
+            let out = hrx(&[
+                "generate",
+                "-m",
+                m,
+                "--device",
+                device,
+                "-n",
+                "2",
+                "--prompt",
+                "a picture of",
+                "--dump-logits",
+                dump.to_str().unwrap(),
+            ]);
             assert!(out.status.success(), "{kind} on {device}: {}", stderr(&out));
-            std::fs::read(&dump).unwrap().chunks_exact(4).map(|b| f32::from_le_bytes([b[0], b[1], b[2], b[3]])).collect()
+            std::fs::read(&dump)
+                .unwrap()
+                .chunks_exact(4)
+                .map(|b| f32::from_le_bytes([b[0], b[1], b[2], b[3]]))
+                .collect()
         };
         let (gpu, cpu) = (logits("0"), logits("cpu"));
         assert_eq!(gpu.len(), cpu.len(), "{kind}");
-        let err: f64 = gpu.iter().zip(&cpu).map(|(a, b)| f64::from(a - b).powi(2)).sum::<f64>() / cpu.iter().map(|b| f64::from(*b).powi(2)).sum::<f64>();
+        let err: f64 = gpu.iter().zip(&cpu).map(|(a, b)| f64::from(a - b).powi(2)).sum::<f64>()
+            / cpu.iter().map(|b| f64::from(*b).powi(2)).sum::<f64>();
         eprintln!("{kind}: Vulkan vs CPU prompt logits nmse {err:.2e}");
         // The CPU's fast path rounds activations to 16 bits: ~1e-8 on quantized weights.
         assert!(err < 1e-6, "{kind}: nmse {err:.2e}");
@@ -250,10 +321,15 @@ fn bench_with_vk_profile_prints_gpu_time_per_kernel() {
     for graph in ["text-prefill", "text-decode"] {
         // The graph's heading, then its table: "kernel  dispatches/run  total ms  share".
         let heading = format!("graph {graph}: ");
-        let table: Vec<&str> = text.lines().skip_while(|l| !(l.starts_with(&heading) && l.contains("ms per run"))).skip(1).collect();
+        let table: Vec<&str> =
+            text.lines().skip_while(|l| !(l.starts_with(&heading) && l.contains("ms per run"))).skip(1).collect();
         assert!(table.first().is_some_and(|h| h.contains("dispatches/run")), "{graph}: {text}");
-        let rows: Vec<Vec<&str>> = table.iter().skip(1).take_while(|l| l.starts_with("  ")).map(|l| l.split_whitespace().collect()).collect();
-        assert!(rows.iter().any(|r| r[0] == "rms_norm") && rows.iter().any(|r| r[0] == "flash_attn"), "{graph}: {text}");
+        let rows: Vec<Vec<&str>> =
+            table.iter().skip(1).take_while(|l| l.starts_with("  ")).map(|l| l.split_whitespace().collect()).collect();
+        assert!(
+            rows.iter().any(|r| r[0] == "rms_norm") && rows.iter().any(|r| r[0] == "flash_attn"),
+            "{graph}: {text}"
+        );
         let total: f64 = rows.iter().map(|r| r[2].parse::<f64>().unwrap()).sum();
         assert!(total > 0.0, "{graph}: {text}");
     }

@@ -24,7 +24,8 @@ fn inspect_lists_exactly_the_tensors_gguf_py_reads() {
     let Some(oracle) = common::oracle() else { return };
     for path in common::oracle_ggufs(&oracle) {
         let name = path.file_name().unwrap().to_string_lossy().into_owned();
-        let reference = Path::new(env!("CARGO_MANIFEST_DIR")).join("tests/data/gguf").join(format!("{name}.tensors.json"));
+        let reference =
+            Path::new(env!("CARGO_MANIFEST_DIR")).join("tests/data/gguf").join(format!("{name}.tensors.json"));
         let reference: JsonValue = std::fs::read_to_string(&reference)
             .unwrap_or_else(|e| panic!("{}: {e} (run scripts/gen_gguf_tensor_lists.py)", reference.display()))
             .parse()
@@ -45,8 +46,14 @@ fn inspect_lists_exactly_the_tensors_gguf_py_reads() {
             let shape = |v: &JsonValue| v.get::<Vec<JsonValue>>().unwrap().iter().map(num).collect::<Vec<_>>();
             assert_eq!(shape(&o["shape"]), shape(&r["shape"]), "{label}: shape");
         }
-        let our_keys: Vec<&String> = ours["metadata"].get::<std::collections::HashMap<String, JsonValue>>().unwrap().keys().collect();
-        let ref_keys: Vec<&String> = reference["metadata_keys"].get::<Vec<JsonValue>>().unwrap().iter().map(|k| k.get::<String>().unwrap()).collect();
+        let our_keys: Vec<&String> =
+            ours["metadata"].get::<std::collections::HashMap<String, JsonValue>>().unwrap().keys().collect();
+        let ref_keys: Vec<&String> = reference["metadata_keys"]
+            .get::<Vec<JsonValue>>()
+            .unwrap()
+            .iter()
+            .map(|k| k.get::<String>().unwrap())
+            .collect();
         assert_eq!(our_keys.len(), ref_keys.len(), "{name}: metadata key count");
         for k in ref_keys {
             assert!(our_keys.contains(&k), "{name}: key {k} missing");
@@ -153,13 +160,20 @@ fn header_fields_corrupted_give_the_matching_error() {
     assert!(matches!(kind_of(with(&good, KEY_LEN_AT, &u64::MAX.to_le_bytes())), GgufErrorKind::CountTooLarge { .. }));
     assert!(matches!(kind_of(with(&good, VALUE_TYPE_AT, &13u32.to_le_bytes())), GgufErrorKind::UnknownValueType(13)));
     assert!(matches!(kind_of(with(&good, N_DIMS_AT, &5u32.to_le_bytes())), GgufErrorKind::BadDimCount(5)));
-    assert!(matches!(kind_of(with(&good, DTYPE_AT, &16u32.to_le_bytes())), GgufErrorKind::UnsupportedDType { id: 16, .. }));
+    assert!(matches!(
+        kind_of(with(&good, DTYPE_AT, &16u32.to_le_bytes())),
+        GgufErrorKind::UnsupportedDType { id: 16, .. }
+    ));
     assert!(matches!(kind_of(with(&good, OFFSET_AT, &32u64.to_le_bytes())), GgufErrorKind::DataOutOfRange { .. }));
     assert!(matches!(kind_of(with(&good, OFFSET_AT, &4u64.to_le_bytes())), GgufErrorKind::MisalignedTensor { .. }));
     assert!(matches!(kind_of(with(&good, KEY_LEN_AT + 8, &[0xff])), GgufErrorKind::BadUtf8));
 
-    let msg = GgufFile::from_bytes("probe.gguf", with(&good, DTYPE_AT, &16u32.to_le_bytes())).err().unwrap().to_string();
-    assert_eq!(msg, format!("probe.gguf: byte {DTYPE_AT}: tensor \"t\": unsupported tensor type IQ2_XXS (ggml type 16)"));
+    let msg =
+        GgufFile::from_bytes("probe.gguf", with(&good, DTYPE_AT, &16u32.to_le_bytes())).err().unwrap().to_string();
+    assert_eq!(
+        msg,
+        format!("probe.gguf: byte {DTYPE_AT}: tensor \"t\": unsupported tensor type IQ2_XXS (ggml type 16)")
+    );
 }
 
 #[test]
@@ -173,7 +187,10 @@ fn shape_and_name_errors() {
     w.add_tensor("q", DType::Q8_0, &[32], vec![0; 34]).unwrap();
     let bytes = w.to_bytes();
     let ne0_at = 24 + 8 + 1 + 4;
-    assert!(matches!(kind_of(with(&bytes, ne0_at, &33u64.to_le_bytes())), GgufErrorKind::RowNotWholeBlocks { ne0: 33, .. }));
+    assert!(matches!(
+        kind_of(with(&bytes, ne0_at, &33u64.to_le_bytes())),
+        GgufErrorKind::RowNotWholeBlocks { ne0: 33, .. }
+    ));
     assert!(matches!(kind_of(with(&bytes, ne0_at, &(1u64 << 63).to_le_bytes())), GgufErrorKind::ShapeOverflow));
     // Two tensors with one name.
     let mut w = GgufWriter::new();

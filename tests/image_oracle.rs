@@ -21,7 +21,8 @@ const CASES: [&str; 6] = ["I1", "I2", "I3", "I4", "I5", "I6"];
 fn describer(oracle: &Path, model: &str, mmproj: &str, kernels: Kernels) -> Describer {
     let text = TextOptions { n_ctx: 512, chunk: 128, max_outputs: 1, kernels, device: DeviceChoice::Cpu };
     let images = ImageOptions { max_pixels: PreprocessConfig::HF_MAX_PIXELS / 16, ..ImageOptions::default() };
-    Describer::load(&oracle.join("models").join(model), &oracle.join("models").join(mmproj), text, images).expect("models load")
+    Describer::load(&oracle.join("models").join(model), &oracle.join("models").join(mmproj), text, images)
+        .expect("models load")
 }
 
 /// Runs one case; `from_file` decodes the image file instead of using HF's pixel values.
@@ -46,8 +47,14 @@ fn check_case(d: &mut Describer, oracle: &Path, cases: &str, name: &str, tol: f6
         assert_eq!(got, want, "{cases} {name}: position row {c}");
     }
     assert_eq!(next as f64, *case.json["next_position"].get::<f64>().unwrap(), "{cases} {name}: next position");
-    let config = GenerateConfig { max_new_tokens: 16, sampler: SamplerConfig::default(), stop_strings: vec![], stop_at_eog: false };
-    let (_, g) = d.run(std::slice::from_ref(&image), &text, None, &config, |_| std::ops::ControlFlow::Continue(())).unwrap();
+    let config = GenerateConfig {
+        max_new_tokens: 16,
+        sampler: SamplerConfig::default(),
+        stop_strings: vec![],
+        stop_at_eog: false,
+    };
+    let (_, g) =
+        d.run(std::slice::from_ref(&image), &text, None, &config, |_| std::ops::ControlFlow::Continue(())).unwrap();
     let err = max_abs_diff(&g.prompt_logits, &case.f32_array("logits_last"));
     let (greedy, margins) = case.greedy();
     let (compared, equal) = greedy_agreement(&g.tokens, &greedy, &margins, tol);
@@ -87,6 +94,7 @@ fn small_q4km_image_cases_match_the_exact_math_reference() {
 #[test]
 fn reference_kernels_agree_on_the_smallest_image() {
     let Some(oracle) = common::oracle() else { return };
-    let mut d = describer(&oracle, "tiny/qwen3vl-tiny-F16.gguf", "tiny/mmproj-qwen3vl-tiny-F16.gguf", Kernels::Reference);
+    let mut d =
+        describer(&oracle, "tiny/qwen3vl-tiny-F16.gguf", "tiny/mmproj-qwen3vl-tiny-F16.gguf", Kernels::Reference);
     check_case(&mut d, &oracle, "tiny", "I4", 1e-3, false);
 }

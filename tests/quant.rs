@@ -48,10 +48,7 @@ impl Rng {
 }
 
 fn f32s(bytes: &[u8]) -> Vec<f32> {
-    bytes
-        .chunks_exact(4)
-        .map(|c| f32::from_le_bytes([c[0], c[1], c[2], c[3]]))
-        .collect()
+    bytes.chunks_exact(4).map(|c| f32::from_le_bytes([c[0], c[1], c[2], c[3]])).collect()
 }
 
 fn dequantized(dtype: DType, row: &[u8]) -> Vec<f32> {
@@ -76,11 +73,7 @@ fn exact_dot(a: &[f32], b: &[f32]) -> (f64, f64) {
 }
 
 fn rel_rms(x: &[f32], y: &[f32]) -> f64 {
-    let err: f64 = x
-        .iter()
-        .zip(y)
-        .map(|(&a, &b)| (f64::from(a) - f64::from(b)).powi(2))
-        .sum();
+    let err: f64 = x.iter().zip(y).map(|(&a, &b)| (f64::from(a) - f64::from(b)).powi(2)).sum();
     let norm: f64 = x.iter().map(|&a| f64::from(a).powi(2)).sum();
     (err / norm).sqrt()
 }
@@ -150,17 +143,10 @@ fn dequantize_blockwise_equals_whole_row() {
     // A row is a concatenation of independent blocks: decoding them one by one must agree.
     for dtype in FILE_DTYPES {
         let (blocks, want) = vectors(dtype);
-        for (i, block) in blocks
-            .chunks_exact(dtype.block_bytes())
-            .enumerate()
-            .step_by(7)
-        {
+        for (i, block) in blocks.chunks_exact(dtype.block_bytes()).enumerate().step_by(7) {
             let got = dequantized(dtype, block);
             let want = &want[i * dtype.block_len()..(i + 1) * dtype.block_len()];
-            let same = got
-                .iter()
-                .zip(want)
-                .all(|(g, w)| g.to_bits() == w.to_bits() || w.is_nan());
+            let same = got.iter().zip(want).all(|(g, w)| g.to_bits() == w.to_bits() || w.is_nan());
             assert!(same, "{dtype} block {i}");
         }
     }
@@ -169,21 +155,9 @@ fn dequantize_blockwise_equals_whole_row() {
 #[test]
 fn quantize_is_bit_exact_with_gguf_py() {
     let cases: [(DType, &[u8], &[u8]); 3] = [
-        (
-            DType::F16,
-            include_bytes!("data/quant/q_f16.in.f32"),
-            include_bytes!("data/quant/q_f16.bin"),
-        ),
-        (
-            DType::BF16,
-            include_bytes!("data/quant/q_bf16.in.f32"),
-            include_bytes!("data/quant/q_bf16.bin"),
-        ),
-        (
-            DType::Q8_0,
-            include_bytes!("data/quant/q_q8_0.in.f32"),
-            include_bytes!("data/quant/q_q8_0.bin"),
-        ),
+        (DType::F16, include_bytes!("data/quant/q_f16.in.f32"), include_bytes!("data/quant/q_f16.bin")),
+        (DType::BF16, include_bytes!("data/quant/q_bf16.in.f32"), include_bytes!("data/quant/q_bf16.bin")),
+        (DType::Q8_0, include_bytes!("data/quant/q_q8_0.in.f32"), include_bytes!("data/quant/q_q8_0.bin")),
     ];
     for (dtype, input, want) in cases {
         let x = f32s(input);
@@ -191,12 +165,7 @@ fn quantize_is_bit_exact_with_gguf_py() {
         assert_eq!(got.len(), want.len(), "{dtype}");
         let step = dtype.block_bytes();
         for (i, (g, w)) in got.chunks(step).zip(want.chunks(step)).enumerate() {
-            assert_eq!(
-                g,
-                w,
-                "{dtype} block {i} (input {:?})",
-                &x[i * dtype.block_len()..][..dtype.block_len()]
-            );
+            assert_eq!(g, w, "{dtype} block {i} (input {:?})", &x[i * dtype.block_len()..][..dtype.block_len()]);
         }
     }
 }
@@ -225,10 +194,7 @@ fn f16_nan_stays_nan() {
     let x = [f32::NAN, -f32::NAN, f32::from_bits(0x7F80_0001)];
     let back = dequantized(DType::F16, &quantized(DType::F16, &x));
     for (b, x) in back.iter().zip(x) {
-        assert!(
-            b.is_nan() && b.is_sign_negative() == x.is_sign_negative(),
-            "{x:?} -> {b:?}"
-        );
+        assert!(b.is_nan() && b.is_sign_negative() == x.is_sign_negative(), "{x:?} -> {b:?}");
     }
 }
 
@@ -253,10 +219,7 @@ fn quantize_round_trip_error_is_bounded() {
     for (dtype, bound) in ROUND_TRIP_BOUNDS {
         let err = rel_rms(&x, &dequantized(dtype, &quantized(dtype, &x)));
         eprintln!("{dtype}: relative RMS round-trip error {err:.3e} (bound {bound:.1e})");
-        assert!(
-            err <= bound,
-            "{dtype}: relative RMS error {err:e} > {bound:e}"
-        );
+        assert!(err <= bound, "{dtype}: relative RMS error {err:e} > {bound:e}");
     }
 }
 
@@ -323,10 +286,7 @@ fn quantize_handles_extreme_inputs() {
     let tiny: Vec<f32> = (0..256).map(|i| i as f32 * 1e-12).collect();
     for dtype in [DType::Q4K, DType::Q5K, DType::Q6K] {
         let back = dequantized(dtype, &quantized(dtype, &tiny));
-        assert!(
-            back.iter().all(|v| v.is_finite() && v.abs() < 1e-9),
-            "{dtype}: {back:?}"
-        );
+        assert!(back.iter().all(|v| v.is_finite() && v.abs() < 1e-9), "{dtype}: {back:?}");
     }
 }
 
@@ -365,10 +325,7 @@ fn vec_dot_f32_matches_dequantize_then_dot() {
             let (exact, mag) = exact_dot(&w, &x);
             let got = vec_dot_f32(dtype, &row, &x).unwrap();
             let err = (f64::from(got) - exact).abs();
-            assert!(
-                err <= 1e-6 * mag + 1e-30,
-                "{dtype} × {blocks} blocks: {got} vs {exact} (Σ|wx| {mag})"
-            );
+            assert!(err <= 1e-6 * mag + 1e-30, "{dtype} × {blocks} blocks: {got} vs {exact} (Σ|wx| {mag})");
         }
     }
 }
@@ -385,11 +342,7 @@ fn vec_dot_quantized_is_exact_when_the_activation_is_representable() {
             let x: Vec<f32> = (0..w.len())
                 .map(|i| {
                     let scale = (((i / 256) % 5) as f32 - 2.0).exp2();
-                    let q = if i % 32 == 7 {
-                        32767
-                    } else {
-                        (rng.next_u64() % 65535) as i32 - 32767
-                    };
+                    let q = if i % 32 == 7 { 32767 } else { (rng.next_u64() % 65535) as i32 - 32767 };
                     q as f32 * scale
                 })
                 .collect();
@@ -428,11 +381,7 @@ fn vec_dot_quantized_error_is_within_activation_rounding() {
                 .sum();
             let act = quantize_activation(dtype, &x).unwrap();
             let (exact, mag) = exact_dot(&w, &x);
-            let tol = if dtype.block_len() == 1 {
-                1e-6 * mag
-            } else {
-                bound * 1.001 + 1e-6 * mag
-            };
+            let tol = if dtype.block_len() == 1 { 1e-6 * mag } else { bound * 1.001 + 1e-6 * mag };
             for simd in Simd::supported() {
                 let got = vec_dot_quantized_with(simd, dtype, &row, &act).unwrap();
                 let err = (f64::from(got) - exact).abs();
@@ -452,7 +401,11 @@ fn representable(rng: &mut Rng, n: usize, extreme: bool) -> Vec<f32> {
         .map(|i| {
             let scale = (((i / 256) % 5) as f32 - 2.0).exp2();
             let q = if extreme || i % 32 == 7 {
-                if rng.next_u64().is_multiple_of(2) { 32767 } else { -32767 }
+                if rng.next_u64().is_multiple_of(2) {
+                    32767
+                } else {
+                    -32767
+                }
             } else {
                 (rng.next_u64() % 65535) as i32 - 32767
             };
@@ -560,7 +513,8 @@ fn extreme_quants_and_scales_do_not_overflow_the_integer_sums() {
             for extreme in [true, false] {
                 let x = representable(&mut rng, w.len(), extreme);
                 // Same sign as the weight everywhere: the largest possible sum.
-                let aligned: Vec<f32> = x.iter().zip(&w).map(|(x, w)| x.abs() * if *w < 0.0 { -1.0 } else { 1.0 }).collect();
+                let aligned: Vec<f32> =
+                    x.iter().zip(&w).map(|(x, w)| x.abs() * if *w < 0.0 { -1.0 } else { 1.0 }).collect();
                 for x in [x, aligned] {
                     let act = quantize_activation(dtype, &x).unwrap();
                     let (exact, mut mag) = exact_dot(&w, &x);
@@ -587,10 +541,7 @@ fn matmul_lengths_are_checked() {
     let rows = vec![0u8; 3 * 144];
     let mut out = vec![0f32; 6];
     assert_eq!(acts.matmul(DType::Q4K, &rows, 3, &mut out), Ok(()));
-    assert_eq!(
-        acts.matmul(DType::Q4K, &rows, 3, &mut out[..5]),
-        Err(QuantError::OutputLen { expected: 6, given: 5 })
-    );
+    assert_eq!(acts.matmul(DType::Q4K, &rows, 3, &mut out[..5]), Err(QuantError::OutputLen { expected: 6, given: 5 }));
     assert!(matches!(acts.matmul(DType::Q4K, &rows[..431], 3, &mut out), Err(QuantError::ByteLen { .. })));
     assert!(matches!(acts.matmul(DType::Q4K, &rows, 2, &mut out[..4]), Err(QuantError::ByteLen { .. })));
     assert!(matches!(acts.matmul(DType::Q8_0, &rows, 3, &mut out), Err(QuantError::ActivationKind { .. })));
@@ -625,76 +576,35 @@ fn length_mismatches_are_reported() {
     let mut out = vec![0f32; 64];
     assert_eq!(
         dequantize_row(DType::Q4_0, &[0; 35], &mut out),
-        Err(QuantError::ByteLen {
-            dtype: DType::Q4_0,
-            values: 64,
-            expected: 36,
-            given: 35
-        })
+        Err(QuantError::ByteLen { dtype: DType::Q4_0, values: 64, expected: 36, given: 35 })
     );
     let err = dequantize_row(DType::Q4K, &[0; 144], &mut out[..63]).unwrap_err();
+    assert_eq!(err, QuantError::PartialBlock { dtype: DType::Q4K, values: 63 });
+    assert_eq!(err.to_string(), "Q4_K: 63 values is not a whole number of 256-value blocks");
     assert_eq!(
-        err,
-        QuantError::PartialBlock {
-            dtype: DType::Q4K,
-            values: 63
-        }
-    );
-    assert_eq!(
-        err.to_string(),
-        "Q4_K: 63 values is not a whole number of 256-value blocks"
-    );
-    assert_eq!(
-        vec_dot_f32(DType::F16, &[0; 6], &[1.0; 4])
-            .unwrap_err()
-            .to_string(),
+        vec_dot_f32(DType::F16, &[0; 6], &[1.0; 4]).unwrap_err().to_string(),
         "F16: a row of 4 values takes 8 bytes, got 6"
     );
     assert!(matches!(
         quantize_activation(DType::Q6K, &[0.0; 32]),
-        Err(QuantError::PartialBlock {
-            dtype: DType::Q6K,
-            values: 32
-        })
+        Err(QuantError::PartialBlock { dtype: DType::Q6K, values: 32 })
     ));
     assert!(matches!(
         quantize_row(DType::Q8_0, &[0.0; 32], &mut [0; 33]),
-        Err(QuantError::ByteLen {
-            expected: 34,
-            given: 33,
-            ..
-        })
+        Err(QuantError::ByteLen { expected: 34, given: 33, .. })
     ));
     let act = quantize_activation(DType::Q8_0, &[1.0; 64]).unwrap();
-    assert!(matches!(
-        vec_dot_quantized(DType::Q4_1, &[0; 20], &act),
-        Err(QuantError::ByteLen { .. })
-    ));
+    assert!(matches!(vec_dot_quantized(DType::Q4_1, &[0; 20], &act), Err(QuantError::ByteLen { .. })));
 }
 
 #[test]
 fn unsupported_operations_are_reported() {
     let err = quantize_row(DType::Q4_0, &[0.0; 32], &mut [0; 18]).unwrap_err();
-    assert_eq!(
-        err,
-        QuantError::Unsupported {
-            dtype: DType::Q4_0,
-            op: "quantize"
-        }
-    );
+    assert_eq!(err, QuantError::Unsupported { dtype: DType::Q4_0, op: "quantize" });
     assert_eq!(err.to_string(), "Q4_0: quantize is not supported");
-    assert!(matches!(
-        dequantize_row(DType::Q8K, &[0; 292], &mut [0.0; 256]),
-        Err(QuantError::Unsupported { .. })
-    ));
-    assert!(matches!(
-        vec_dot_f32(DType::Q8K, &[0; 292], &[0.0; 256]),
-        Err(QuantError::Unsupported { .. })
-    ));
-    assert!(matches!(
-        quantize_activation(DType::Q8K, &[0.0; 256]),
-        Err(QuantError::Unsupported { .. })
-    ));
+    assert!(matches!(dequantize_row(DType::Q8K, &[0; 292], &mut [0.0; 256]), Err(QuantError::Unsupported { .. })));
+    assert!(matches!(vec_dot_f32(DType::Q8K, &[0; 292], &[0.0; 256]), Err(QuantError::Unsupported { .. })));
+    assert!(matches!(quantize_activation(DType::Q8K, &[0.0; 256]), Err(QuantError::Unsupported { .. })));
 }
 
 #[test]
@@ -703,22 +613,10 @@ fn activation_of_the_wrong_kind_is_rejected() {
     let legacy = quantize_activation(DType::Q4_0, &x).unwrap();
     let k = quantize_activation(DType::Q4K, &x).unwrap();
     let float = quantize_activation(DType::BF16, &x).unwrap();
-    assert_eq!(
-        (legacy.dtype(), k.dtype(), float.dtype()),
-        (DType::Q8_0, DType::Q8K, DType::F32)
-    );
+    assert_eq!((legacy.dtype(), k.dtype(), float.dtype()), (DType::Q8_0, DType::Q8K, DType::F32));
     let err = vec_dot_quantized(DType::Q4K, &[0; 144], &legacy).unwrap_err();
-    assert_eq!(
-        err,
-        QuantError::ActivationKind {
-            row: DType::Q4K,
-            activation: DType::Q8_0
-        }
-    );
-    assert_eq!(
-        err.to_string(),
-        "Q4_K: rows need a Q8_K activation, got Q8_0"
-    );
+    assert_eq!(err, QuantError::ActivationKind { row: DType::Q4K, activation: DType::Q8_0 });
+    assert_eq!(err.to_string(), "Q4_K: rows need a Q8_K activation, got Q8_0");
     assert!(vec_dot_quantized(DType::Q8_0, &[0; 272], &k).is_err());
     assert!(vec_dot_quantized(DType::F16, &[0; 512], &k).is_err());
     assert!(vec_dot_quantized(DType::Q6K, &[0; 210], &float).is_err());
@@ -730,9 +628,7 @@ fn no_slice_lengths_panic() {
     // Every entry point, every dtype, lengths around the block sizes: an error or a result,
     // never a panic, and Ok exactly when the lengths agree.
     let values = [0usize, 1, 31, 32, 33, 64, 255, 256, 257, 512];
-    let bytes = [
-        0usize, 1, 2, 17, 18, 34, 35, 84, 110, 144, 176, 210, 292, 420, 512, 1024,
-    ];
+    let bytes = [0usize, 1, 2, 17, 18, 34, 35, 84, 110, 144, 176, 210, 292, 420, 512, 1024];
     let mut dtypes = FILE_DTYPES.to_vec();
     dtypes.push(DType::Q8K);
     for dtype in dtypes {
@@ -742,32 +638,14 @@ fn no_slice_lengths_panic() {
             for &b in &bytes {
                 let fits = dtype.row_bytes(n as u64) == Some(b as u64) && dtype != DType::Q8K;
                 let row = vec![0x5Au8; b];
-                assert_eq!(
-                    dequantize_row(dtype, &row, &mut vec![0.0; n]).is_ok(),
-                    fits,
-                    "{dtype} {n} {b}"
-                );
-                assert_eq!(
-                    vec_dot_f32(dtype, &row, &x).is_ok(),
-                    fits,
-                    "{dtype} {n} {b}"
-                );
+                assert_eq!(dequantize_row(dtype, &row, &mut vec![0.0; n]).is_ok(), fits, "{dtype} {n} {b}");
+                assert_eq!(vec_dot_f32(dtype, &row, &x).is_ok(), fits, "{dtype} {n} {b}");
                 if let Ok(act) = &act {
-                    assert_eq!(
-                        vec_dot_quantized(dtype, &row, act).is_ok(),
-                        fits,
-                        "{dtype} {n} {b}"
-                    );
+                    assert_eq!(vec_dot_quantized(dtype, &row, act).is_ok(), fits, "{dtype} {n} {b}");
                 }
                 let quantizable = matches!(
                     dtype,
-                    DType::F32
-                        | DType::F16
-                        | DType::BF16
-                        | DType::Q8_0
-                        | DType::Q4K
-                        | DType::Q5K
-                        | DType::Q6K
+                    DType::F32 | DType::F16 | DType::BF16 | DType::Q8_0 | DType::Q4K | DType::Q5K | DType::Q6K
                 );
                 let quantized = quantize_row(dtype, &x, &mut vec![0; b]).is_ok();
                 assert_eq!(quantized, fits && quantizable, "{dtype} {n} {b}");

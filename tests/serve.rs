@@ -83,7 +83,14 @@ fn raw(addr: &str, request: &[u8]) -> (u16, String) {
 }
 
 fn post(addr: &str, path: &str, body: &str) -> (u16, String) {
-    raw(addr, format!("POST {path} HTTP/1.1\r\nHost: x\r\nContent-Type: application/json\r\nContent-Length: {}\r\n\r\n{body}", body.len()).as_bytes())
+    raw(
+        addr,
+        format!(
+            "POST {path} HTTP/1.1\r\nHost: x\r\nContent-Type: application/json\r\nContent-Length: {}\r\n\r\n{body}",
+            body.len()
+        )
+        .as_bytes(),
+    )
 }
 
 impl Drop for Server {
@@ -101,7 +108,10 @@ fn json(text: &str) -> JsonValue {
 fn at<'a>(v: &'a JsonValue, path: &[&str]) -> &'a JsonValue {
     path.iter().fold(v, |v, key| match v {
         JsonValue::Array(items) => &items[key.parse::<usize>().unwrap()],
-        _ => v.get::<HashMap<String, JsonValue>>().and_then(|o| o.get(*key)).unwrap_or_else(|| panic!("no {key} in {v:?}")),
+        _ => v
+            .get::<HashMap<String, JsonValue>>()
+            .and_then(|o| o.get(*key))
+            .unwrap_or_else(|| panic!("no {key} in {v:?}")),
     })
 }
 
@@ -154,25 +164,37 @@ fn answers_equal_describe_and_stream_the_same_text() {
     assert_eq!(number(&answer, &["usage", "total_tokens"]), want_tokens + want_prompt);
 
     // Two at once: the second waits for the model; both get the greedy answer.
-    let requests: Vec<_> = (0..2).map(|_| {
-        let (addr, request) = (server.addr.clone(), request.clone());
-        std::thread::spawn(move || post(&addr, "/v1/chat/completions", &request))
-    }).collect();
+    let requests: Vec<_> = (0..2)
+        .map(|_| {
+            let (addr, request) = (server.addr.clone(), request.clone());
+            std::thread::spawn(move || post(&addr, "/v1/chat/completions", &request))
+        })
+        .collect();
     for r in requests {
         let (status, body) = r.join().unwrap();
         assert_eq!(status, 200);
         assert_eq!(string(&json(&body), &["choices", "0", "message", "content"]), text);
     }
 
-    let (status, body) = server.post("/v1/chat/completions", &image_request(&data_url(&image), r#","stream":true,"stream_options":{"include_usage":true}"#));
+    let (status, body) = server.post(
+        "/v1/chat/completions",
+        &image_request(&data_url(&image), r#","stream":true,"stream_options":{"include_usage":true}"#),
+    );
     assert_eq!(status, 200);
     let events: Vec<&str> = body.split("\n\n").filter(|e| !e.is_empty()).collect();
     assert_eq!(events.last(), Some(&"data: [DONE]"));
-    let chunks: Vec<JsonValue> = events[..events.len() - 1].iter().map(|e| json(e.strip_prefix("data: ").expect("data: line"))).collect();
+    let chunks: Vec<JsonValue> =
+        events[..events.len() - 1].iter().map(|e| json(e.strip_prefix("data: ").expect("data: line"))).collect();
     let mut streamed = String::new();
     for c in &chunks {
         assert_eq!(string(c, &["object"]), "chat.completion.chunk");
-        if let Some(JsonValue::String(piece)) = at(c, &["choices"]).get::<Vec<JsonValue>>().unwrap().first().map(|ch| at(ch, &["delta"])).and_then(|d| d.get::<HashMap<String, JsonValue>>().unwrap().get("content")) {
+        if let Some(JsonValue::String(piece)) = at(c, &["choices"])
+            .get::<Vec<JsonValue>>()
+            .unwrap()
+            .first()
+            .map(|ch| at(ch, &["delta"]))
+            .and_then(|d| d.get::<HashMap<String, JsonValue>>().unwrap().get("content"))
+        {
             streamed.push_str(piece);
         }
     }
@@ -203,7 +225,11 @@ fn multi_turn_chats_with_several_images_fit_the_template() {
     // Template tokens plus 1 (tiny: 2x2 merged) and 64 (gray: 8x8) image tokens.
     assert!(number(&answer, &["usage", "prompt_tokens"]) > 64.0 + 20.0, "{text}");
     let (_, again) = server.post("/v1/chat/completions", &body);
-    assert_eq!(string(&json(&again), &["choices", "0", "message", "content"]), string(&answer, &["choices", "0", "message", "content"]), "a seed makes sampling repeatable");
+    assert_eq!(
+        string(&json(&again), &["choices", "0", "message", "content"]),
+        string(&answer, &["choices", "0", "message", "content"]),
+        "a seed makes sampling repeatable"
+    );
 }
 
 #[test]
@@ -217,7 +243,8 @@ fn every_bad_request_gets_a_json_error_with_its_status() {
 
     let user = |content: &str| format!(r#"{{"messages":[{{"role":"user","content":{content}}}]}}"#);
     let image = |url: &str| user(&format!(r#"[{{"type":"image_url","image_url":{{"url":"{url}"}}}}]"#));
-    let text_as_png = format!("data:image/png;base64,{}", base64::engine::general_purpose::STANDARD.encode("not a picture"));
+    let text_as_png =
+        format!("data:image/png;base64,{}", base64::engine::general_purpose::STANDARD.encode("not a picture"));
     let cases: Vec<(u16, (u16, String), &str)> = vec![
         (400, server.post("/v1/chat/completions", "{\"messages\": [}"), "not valid JSON"),
         (400, server.post("/v1/chat/completions", &image("http://example.com/cat.png")), "offline"),
@@ -229,7 +256,11 @@ fn every_bad_request_gets_a_json_error_with_its_status() {
         (404, server.get("/v1/completions"), "no such endpoint"),
         (405, server.get("/v1/chat/completions"), "takes POST"),
         (411, server.raw(b"POST /v1/chat/completions HTTP/1.1\r\nHost: x\r\n\r\n"), "Content-Length"),
-        (413, server.raw(b"POST /v1/chat/completions HTTP/1.1\r\nContent-Length: 67108865\r\n\r\n{\"messages\":"), "limit"),
+        (
+            413,
+            server.raw(b"POST /v1/chat/completions HTTP/1.1\r\nContent-Length: 67108865\r\n\r\n{\"messages\":"),
+            "limit",
+        ),
         (400, server.raw(b"\x16\x03\x01 not http\r\n\r\n"), "malformed"),
     ];
     for (want, (status, body), says) in cases {
@@ -238,7 +269,8 @@ fn every_bad_request_gets_a_json_error_with_its_status() {
         assert!(message.contains(says), "{want}: {message}");
     }
     // An oversized body that is really sent: refused without reading it all.
-    let big = format!("POST /v1/chat/completions HTTP/1.1\r\nContent-Length: {}\r\n\r\n{}", 65 << 20, "x".repeat(65 << 20));
+    let big =
+        format!("POST /v1/chat/completions HTTP/1.1\r\nContent-Length: {}\r\n\r\n{}", 65 << 20, "x".repeat(65 << 20));
     assert_eq!(server.raw(big.as_bytes()).0, 413);
     // And the server still answers after all of that.
     assert_eq!(server.get("/health").0, 200);

@@ -24,9 +24,27 @@ struct Variant {
 }
 
 const VARIANTS: &[Variant] = &[
-    Variant { model: "tiny/qwen3vl-tiny-F16.gguf", cases: "tiny", llamacpp: "tiny/F16", tol_reference: 1e-3, tol_fast: 1e-3 },
-    Variant { model: "tiny/qwen3vl-tiny-Q8_0.gguf", cases: "tiny-q8", llamacpp: "tiny/Q8_0", tol_reference: 1e-3, tol_fast: 1e-3 },
-    Variant { model: "small/qwen3vl-small-Q4_K_M.gguf", cases: "small-q4km", llamacpp: "small/Q4_K_M", tol_reference: 1e-3, tol_fast: 1e-3 },
+    Variant {
+        model: "tiny/qwen3vl-tiny-F16.gguf",
+        cases: "tiny",
+        llamacpp: "tiny/F16",
+        tol_reference: 1e-3,
+        tol_fast: 1e-3,
+    },
+    Variant {
+        model: "tiny/qwen3vl-tiny-Q8_0.gguf",
+        cases: "tiny-q8",
+        llamacpp: "tiny/Q8_0",
+        tol_reference: 1e-3,
+        tol_fast: 1e-3,
+    },
+    Variant {
+        model: "small/qwen3vl-small-Q4_K_M.gguf",
+        cases: "small-q4km",
+        llamacpp: "small/Q4_K_M",
+        tol_reference: 1e-3,
+        tol_fast: 1e-3,
+    },
 ];
 
 fn check(variant: &Variant, kernels: Kernels) {
@@ -38,8 +56,14 @@ fn check(variant: &Variant, kernels: Kernels) {
         let case = Case::load(&oracle.join("cases").join(variant.cases), name);
         let ids = case.ids("input_ids");
         let pieces: Vec<PromptPiece> = ids.iter().map(|&id| PromptPiece::Token(id)).collect();
-        let config = GenerateConfig { max_new_tokens: 16, sampler: SamplerConfig::default(), stop_strings: vec![], stop_at_eog: false };
-        let out = generate(&mut model, &mut Session::new(), &pieces, &config, |_| std::ops::ControlFlow::Continue(())).expect("generates");
+        let config = GenerateConfig {
+            max_new_tokens: 16,
+            sampler: SamplerConfig::default(),
+            stop_strings: vec![],
+            stop_at_eog: false,
+        };
+        let out = generate(&mut model, &mut Session::new(), &pieces, &config, |_| std::ops::ControlFlow::Continue(()))
+            .expect("generates");
         let reference = case.f32_array("logits_last");
         let err = max_abs_diff(&out.prompt_logits, &reference);
         let gap = top_logprob_gap(&out.prompt_logits, &reference, 10);
@@ -50,10 +74,18 @@ fn check(variant: &Variant, kernels: Kernels) {
             variant.cases
         );
         assert!(err <= tol, "{} {name}: logits off by {err:.3e} > {tol:.0e}", variant.cases);
-        let (ours, llama) = llamacpp_gaps(&oracle.join("llamacpp").join(variant.llamacpp).join(format!("{name}.json")), &out.prompt_logits, &reference);
+        let (ours, llama) = llamacpp_gaps(
+            &oracle.join("llamacpp").join(variant.llamacpp).join(format!("{name}.json")),
+            &out.prompt_logits,
+            &reference,
+        );
         eprintln!("{} {name} {kernels:?}: first-step top-10 log-prob gap to the reference over llama.cpp's top 10: hrx {ours:.2e}, llama.cpp {llama:.2e}", variant.cases);
         assert!(ours <= llama, "{} {name}: hrx is farther from the reference than llama.cpp", variant.cases);
-        assert_eq!(equal, compared, "{} {name}: greedy tokens differ at step {equal}: {:?} vs {:?}", variant.cases, out.tokens, greedy);
+        assert_eq!(
+            equal, compared,
+            "{} {name}: greedy tokens differ at step {equal}: {:?} vs {:?}",
+            variant.cases, out.tokens, greedy
+        );
     }
 }
 

@@ -16,7 +16,9 @@ fn write(spec: &TextSpec, name: &str) -> PathBuf {
 }
 
 fn last_logits(path: &std::path::Path, kernels: Kernels, chunk: usize, prompt: &[u32]) -> Vec<f32> {
-    let mut model = TextModel::load(path, TextOptions { n_ctx: 64, chunk, max_outputs: 1, kernels, device: DeviceChoice::Cpu }).expect("loads");
+    let mut model =
+        TextModel::load(path, TextOptions { n_ctx: 64, chunk, max_outputs: 1, kernels, device: DeviceChoice::Cpu })
+            .expect("loads");
     let pieces: Vec<PromptPiece> = prompt.iter().map(|&t| PromptPiece::Token(t)).collect();
     Session::new().feed(&mut model, &pieces).expect("runs")
 }
@@ -29,9 +31,48 @@ fn nmse(a: &[f32], b: &[f32]) -> f64 {
 #[test]
 fn other_shapes_run_and_fast_agrees_with_reference() {
     let specs = [
-        TextSpec { n_layer: 3, n_embd: 96, n_ff: 160, n_head: 6, n_head_kv: 3, head_dim: 32, n_vocab: 300, n_deepstack: 2, rope_sections: [6, 5, 5], weights: WeightFormat::F16, tied_output: true, seed: 3 },
-        TextSpec { n_layer: 1, n_embd: 64, n_ff: 96, n_head: 2, n_head_kv: 1, head_dim: 48, n_vocab: 270, n_deepstack: 3, rope_sections: [8, 4, 4], weights: WeightFormat::Q8_0, tied_output: false, seed: 4 },
-        TextSpec { n_layer: 2, n_embd: 256, n_ff: 256, n_head: 8, n_head_kv: 4, head_dim: 32, n_vocab: 280, n_deepstack: 0, rope_sections: [6, 5, 5], weights: WeightFormat::Q4KM, tied_output: true, seed: 5 },
+        TextSpec {
+            n_layer: 3,
+            n_embd: 96,
+            n_ff: 160,
+            n_head: 6,
+            n_head_kv: 3,
+            head_dim: 32,
+            n_vocab: 300,
+            n_deepstack: 2,
+            rope_sections: [6, 5, 5],
+            weights: WeightFormat::F16,
+            tied_output: true,
+            seed: 3,
+        },
+        TextSpec {
+            n_layer: 1,
+            n_embd: 64,
+            n_ff: 96,
+            n_head: 2,
+            n_head_kv: 1,
+            head_dim: 48,
+            n_vocab: 270,
+            n_deepstack: 3,
+            rope_sections: [8, 4, 4],
+            weights: WeightFormat::Q8_0,
+            tied_output: false,
+            seed: 4,
+        },
+        TextSpec {
+            n_layer: 2,
+            n_embd: 256,
+            n_ff: 256,
+            n_head: 8,
+            n_head_kv: 4,
+            head_dim: 32,
+            n_vocab: 280,
+            n_deepstack: 0,
+            rope_sections: [6, 5, 5],
+            weights: WeightFormat::Q4KM,
+            tied_output: true,
+            seed: 5,
+        },
     ];
     let prompt: Vec<u32> = (0..11).map(|i| (i * 37 + 5) % 260).collect();
     for (i, spec) in specs.iter().enumerate() {
@@ -52,7 +93,20 @@ fn other_shapes_run_and_fast_agrees_with_reference() {
 
 #[test]
 fn inconsistent_files_are_refused_with_the_tensor_named() {
-    let spec = TextSpec { n_layer: 1, n_embd: 64, n_ff: 64, n_head: 2, n_head_kv: 2, head_dim: 32, n_vocab: 270, n_deepstack: 0, rope_sections: [4, 4, 4], weights: WeightFormat::F16, tied_output: true, seed: 6 };
+    let spec = TextSpec {
+        n_layer: 1,
+        n_embd: 64,
+        n_ff: 64,
+        n_head: 2,
+        n_head_kv: 2,
+        head_dim: 32,
+        n_vocab: 270,
+        n_deepstack: 0,
+        rope_sections: [4, 4, 4],
+        weights: WeightFormat::F16,
+        tied_output: true,
+        seed: 6,
+    };
     let bytes = text_model(&spec, None).unwrap();
     // Claim a wider feed-forward than the tensors have.
     let file = hrx::gguf::GgufFile::from_bytes("bad.gguf", bytes).unwrap();
@@ -66,7 +120,10 @@ fn inconsistent_files_are_refused_with_the_tensor_named() {
     }
     let bad = hrx::gguf::GgufFile::from_bytes("bad.gguf", w.to_bytes()).unwrap();
     let err = hrx::model::TextParams::from_gguf(&bad).expect_err("refused").to_string();
-    assert!(err.contains("bad.gguf") && err.contains("blk.0.ffn_gate.weight") && err.contains("expected [64, 128]"), "{err}");
+    assert!(
+        err.contains("bad.gguf") && err.contains("blk.0.ffn_gate.weight") && err.contains("expected [64, 128]"),
+        "{err}"
+    );
 }
 
 #[test]
@@ -75,12 +132,35 @@ fn a_caller_can_stop_the_generation_between_tokens() {
     use hrx::runtime::generate::{generate, GenerateConfig, StopReason};
     use hrx::runtime::sampler::SamplerConfig;
     use std::ops::ControlFlow;
-    let spec = TextSpec { n_layer: 1, n_embd: 64, n_ff: 64, n_head: 2, n_head_kv: 1, head_dim: 32, n_vocab: 300, n_deepstack: 0, rope_sections: [4, 4, 4], weights: WeightFormat::F16, tied_output: true, seed: 8 };
+    let spec = TextSpec {
+        n_layer: 1,
+        n_embd: 64,
+        n_ff: 64,
+        n_head: 2,
+        n_head_kv: 1,
+        head_dim: 32,
+        n_vocab: 300,
+        n_deepstack: 0,
+        rope_sections: [4, 4, 4],
+        weights: WeightFormat::F16,
+        tied_output: true,
+        seed: 8,
+    };
     let path = write(&spec, "cancel");
-    let mut model = TextModel::load(&path, TextOptions { n_ctx: 64, chunk: 8, max_outputs: 1, kernels: Kernels::Fast, device: DeviceChoice::Cpu }).expect("loads");
+    let mut model = TextModel::load(
+        &path,
+        TextOptions { n_ctx: 64, chunk: 8, max_outputs: 1, kernels: Kernels::Fast, device: DeviceChoice::Cpu },
+    )
+    .expect("loads");
     let pieces: Vec<PromptPiece> = [5u32, 17, 40].iter().map(|&t| PromptPiece::Token(t)).collect();
-    let config = GenerateConfig { max_new_tokens: 20, sampler: SamplerConfig::default(), stop_strings: vec![], stop_at_eog: false };
-    let whole = generate(&mut model, &mut Session::new(), &pieces, &config, |_| ControlFlow::Continue(())).expect("generates");
+    let config = GenerateConfig {
+        max_new_tokens: 20,
+        sampler: SamplerConfig::default(),
+        stop_strings: vec![],
+        stop_at_eog: false,
+    };
+    let whole =
+        generate(&mut model, &mut Session::new(), &pieces, &config, |_| ControlFlow::Continue(())).expect("generates");
     assert_eq!((whole.tokens.len(), whole.stop), (20, StopReason::Length));
     let mut calls = 0;
     let stopped = generate(&mut model, &mut Session::new(), &pieces, &config, |_| {

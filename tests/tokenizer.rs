@@ -157,7 +157,7 @@ fn metadata_special_tokens_and_added_tokens() {
     assert_eq!(tok.token_to_bytes(1879), Ok(&b" world"[..]));
     assert!(tok.is_eog(151645) && tok.is_eog(151643) && !tok.is_eog(1879)); // <|endoftext|> too, by its text
     assert!(tok.is_control(151644) && !tok.is_control(151667) && !tok.is_control(1879)); // <think> is user-defined
-    // Unused padding rows of the vocabulary decode to nothing, as in HF and llama.cpp.
+                                                                                         // Unused padding rows of the vocabulary decode to nothing, as in HF and llama.cpp.
     assert_eq!(tok.token_str(151724), Ok("[PAD151724]"));
     assert_eq!(tok.token_to_bytes(151724), Ok(&b""[..]));
     let chat = "<|im_start|>user\nHi<|im_end|>\n<think>";
@@ -193,7 +193,12 @@ fn model_case_prompts_and_greedy_texts() {
                 .collect();
             assert_eq!(expanded, json_ids(&v["input_ids"]), "{}", path.display());
             let greedy = json_ids(&v["greedy"]["ids"]);
-            assert_eq!(&tok.decode(&greedy).unwrap(), v["greedy"]["text"].get::<String>().unwrap(), "{}", path.display());
+            assert_eq!(
+                &tok.decode(&greedy).unwrap(),
+                v["greedy"]["text"].get::<String>().unwrap(),
+                "{}",
+                path.display()
+            );
             let shown: Vec<u32> = greedy.into_iter().filter(|&id| !tok.is_control(id)).collect();
             assert_eq!(&tok.decode(&shown).unwrap(), v["greedy"]["text_skip_special"].get::<String>().unwrap());
             n += 1;
@@ -240,7 +245,8 @@ fn random_text(len: usize, alphabet: &str) -> String {
 fn a_megabyte_of_random_text_encodes_and_round_trips() {
     let (Some(tok), Some(raw)) = (oracle_tokenizer(), oracle_tokenizer_without_nfc()) else { return };
     // NFC-stable characters of many classes, so that decoding must give the text back.
-    let text = random_text(1 << 20, "abcdefghijklmnopqrstuvwxyz ABCXYZ 0123456789 .,;!?'\n\t\r 中文字符한국어 éàü 😀🚀 <|>");
+    let text =
+        random_text(1 << 20, "abcdefghijklmnopqrstuvwxyz ABCXYZ 0123456789 .,;!?'\n\t\r 中文字符한국어 éàü 😀🚀 <|>");
     let ids = tok.encode(&text, true);
     assert!(ids.len() > text.len() / 8, "{} ids", ids.len());
     assert_eq!(tok.decode(&ids).unwrap(), text);
@@ -258,8 +264,10 @@ fn a_megabyte_of_random_text_encodes_and_round_trips() {
 fn any_code_points_encode_and_round_trip() {
     let (Some(tok), Some(raw)) = (oracle_tokenizer(), oracle_tokenizer_without_nfc()) else { return };
     // Random scalar values from all planes: unassigned, private use, controls, marks, ...
-    let text: String =
-        random_numbers(0x2545_F491_4F6C_DD1D).filter_map(|x| char::from_u32((x % 0x11_0000) as u32)).take(200_000).collect();
+    let text: String = random_numbers(0x2545_F491_4F6C_DD1D)
+        .filter_map(|x| char::from_u32((x % 0x11_0000) as u32))
+        .take(200_000)
+        .collect();
     assert_eq!(raw.decode(&raw.encode(&text, false)).unwrap(), text);
     let normalized = tok.decode(&tok.encode(&text, false)).unwrap();
     assert_ne!(normalized, text, "some of these characters have canonical decompositions");
@@ -337,13 +345,15 @@ fn stream_decoder_replaces_invalid_bytes_like_decode() {
 
 #[test]
 fn small_vocabulary_merges_and_control_tokens() {
-    let tok = small_tokenizer(&["Ã©", "he", "hel", "hell", "hello", "Ġw"], &["Ã ©", "h e", "he l", "hel l", "hell o", "Ġ w"]);
+    let tok =
+        small_tokenizer(&["Ã©", "he", "hel", "hell", "hello", "Ġw"], &["Ã ©", "h e", "he l", "hel l", "hell o", "Ġ w"]);
     let [e_acute, hello, space_w, end] = [256, 260, 261, 262];
     assert_eq!(tok.encode("hello wé", false), [hello, space_w, e_acute]);
     // NFC first: e + combining acute is é, which has a merge
     assert_eq!(tok.encode("e\u{301}", false), [e_acute]);
     assert_eq!(tok.with_nfc(false).encode("e\u{301}", false), [u32::from(b'e'), 0xCC, 0x81]);
-    let tok = small_tokenizer(&["Ã©", "he", "hel", "hell", "hello", "Ġw"], &["Ã ©", "h e", "he l", "hel l", "hell o", "Ġ w"]);
+    let tok =
+        small_tokenizer(&["Ã©", "he", "hel", "hell", "hello", "Ġw"], &["Ã ©", "h e", "he l", "hel l", "hell o", "Ġ w"]);
     assert_eq!(tok.encode("hello<|end|>", true), [hello, end]);
     assert_eq!(tok.encode("<|end|>", false).len(), 7);
     assert!(tok.is_eog(end) && tok.is_control(end) && !tok.is_control(hello));

@@ -5,9 +5,9 @@
 mod common;
 
 use hrx::backend::cpu::Kernels;
+use hrx::gguf::GgufFile;
 use hrx::image::patch_positions as merge_block_order;
 use hrx::model::vision_grid::{pos_taps, TAPS};
-use hrx::gguf::GgufFile;
 use hrx::model::{TextParams, VisionParams};
 use hrx::runtime::vision_model::VisionModel;
 use std::path::Path;
@@ -81,11 +81,13 @@ fn check_oracle(model: &str, kernels: Kernels) {
     let mut last = Vec::new();
     for case in &cases {
         assert_eq!(case.slices.len(), 1 + vm.params().n_deepstack(), "{model} {}: slices", case.name);
-        let wide = vm.encode(&case.pixels, case.grid.0, case.grid.1).unwrap_or_else(|e| panic!("{model} {}: {e}", case.name));
+        let wide =
+            vm.encode(&case.pixels, case.grid.0, case.grid.1).unwrap_or_else(|e| panic!("{model} {}: {e}", case.name));
         assert_eq!(wide.len() / width * vm.params().merge_patches(), case.grid.0 * case.grid.1);
         let mut line = format!("{model} {} {kernels:?}:", case.name);
         for (s, (name, want)) in case.slices.iter().enumerate() {
-            let got: Vec<f32> = wide.chunks_exact(width).flat_map(|row| row[s * n_out..(s + 1) * n_out].iter().copied()).collect();
+            let got: Vec<f32> =
+                wide.chunks_exact(width).flat_map(|row| row[s * n_out..(s + 1) * n_out].iter().copied()).collect();
             let err = rel_err(&got, want);
             line += &format!(" {name} {err:.1e}");
             assert!(err < TOLERANCE, "{model} {} {name}: relative error {err:e}", case.name);
@@ -128,11 +130,16 @@ fn vision_rows_are_as_wide_as_the_text_models_input() {
     for (model, text) in [("tiny", "qwen3vl-tiny-F16.gguf"), ("small", "qwen3vl-small-Q4_K_M.gguf")] {
         let dir = oracle.join("models").join(model);
         let open = |name: &str| GgufFile::open(dir.join(name)).unwrap_or_else(|e| panic!("{e}"));
-        let vision = VisionParams::from_gguf(&open(&format!("mmproj-qwen3vl-{model}-F16.gguf"))).unwrap_or_else(|e| panic!("{e}"));
+        let vision = VisionParams::from_gguf(&open(&format!("mmproj-qwen3vl-{model}-F16.gguf")))
+            .unwrap_or_else(|e| panic!("{e}"));
         let text = TextParams::from_gguf(&open(text)).unwrap_or_else(|e| panic!("{e}"));
         assert_eq!((vision.n_out, vision.n_deepstack()), (text.n_embd, text.n_deepstack), "{model}");
         assert_eq!(vision.wide_width(), text.wide_width(), "{model}");
-        assert_eq!((vision.n_temporal, vision.n_channels, vision.patch_row(), vision.pos_side), (2, 3, 1536, 48), "{model}");
+        assert_eq!(
+            (vision.n_temporal, vision.n_channels, vision.patch_row(), vision.pos_side),
+            (2, 3, 1536, 48),
+            "{model}"
+        );
         assert_eq!(vision.deepstack_blocks, vec![1, 2, 3], "{model}");
     }
 }

@@ -9,24 +9,46 @@ mod vision_shapes {
 }
 
 use hrx::backend::cpu::Kernels;
-use hrx::gguf::{Value, ValueType};
 use hrx::backend::Backend;
+use hrx::gguf::{Value, ValueType};
 use hrx::hrx::CpuRegistry;
 use hrx::model::VisionParams;
+use hrx::quant::DType;
 use hrx::runtime::vision_model::{plan_vision, VisionModel};
 use hrx::runtime::RuntimeError;
-use hrx::quant::DType;
 use vision_shapes::mmproj::{Mmproj, Random, Shape};
 use vision_shapes::naive;
 
 /// Three blocks, deepstack after the first and last, 3 heads of 16, temporal patch 1.
 fn shape_a() -> Shape {
-    Shape { vh: 48, heads: 3, ff: 80, deepstack: vec![true, false, true], out: 40, patch: 4, channels: 3, temporal: 1, merge: 2, side: 5 }
+    Shape {
+        vh: 48,
+        heads: 3,
+        ff: 80,
+        deepstack: vec![true, false, true],
+        out: 40,
+        patch: 4,
+        channels: 3,
+        temporal: 1,
+        merge: 2,
+        side: 5,
+    }
 }
 
 /// Merge 3x3, one channel, three temporal slices, two blocks with no deepstack, 1 head of 32.
 fn shape_b() -> Shape {
-    Shape { vh: 32, heads: 1, ff: 24, deepstack: vec![false, false], out: 16, patch: 2, channels: 1, temporal: 3, merge: 3, side: 4 }
+    Shape {
+        vh: 32,
+        heads: 1,
+        ff: 24,
+        deepstack: vec![false, false],
+        out: 16,
+        patch: 2,
+        channels: 1,
+        temporal: 3,
+        merge: 3,
+        side: 4,
+    }
 }
 
 fn rel_err(got: &[f32], want: &[f64]) -> f64 {
@@ -47,7 +69,10 @@ fn check_shape(s: &Shape, grids: &[(usize, usize)]) {
         .map(|k| VisionModel::load_on(file.clone(), max, &Backend::Cpu(k)).expect("load the random mmproj"))
         .collect();
     let p = &models[0].params();
-    assert_eq!((p.n_temporal, p.n_channels, p.pos_side, p.deepstack_blocks.len()), (s.temporal, s.channels, s.side, s.deepstack.iter().filter(|&&b| b).count()));
+    assert_eq!(
+        (p.n_temporal, p.n_channels, p.pos_side, p.deepstack_blocks.len()),
+        (s.temporal, s.channels, s.side, s.deepstack.iter().filter(|&&b| b).count())
+    );
     let mut r = Random::new(99);
     for &(gh, gw) in grids {
         let pixels = r.values(gh * gw * s.patch_row(), 1.0, 0.0);
@@ -55,7 +80,9 @@ fn check_shape(s: &Shape, grids: &[(usize, usize)]) {
         let outs: Vec<Vec<f32>> = models.iter_mut().map(|m| m.encode(&pixels, gh, gw).expect("encode")).collect();
         let (e_ref, e_fast) = (rel_err(&outs[0], &want), rel_err(&outs[1], &want));
         let between = rel_err(&outs[1], &outs[0].iter().map(|&v| f64::from(v)).collect::<Vec<_>>());
-        eprintln!("{gh}x{gw}: reference {e_ref:.1e}, fast {e_fast:.1e} from the f64 model; fast vs reference {between:.1e}");
+        eprintln!(
+            "{gh}x{gw}: reference {e_ref:.1e}, fast {e_fast:.1e} from the f64 model; fast vs reference {between:.1e}"
+        );
         assert!(e_ref < 1e-5 && e_fast < 1e-5 && between < 1e-5, "{gh}x{gw}: {e_ref} {e_fast} {between}");
     }
 }
@@ -109,10 +136,21 @@ fn broken_files_are_errors_naming_the_file_and_the_key_or_tensor() {
         ("clip.projector_type", Box::new(|m| m.set("clip.projector_type", Value::String("mlp".into())))),
         ("clip.vision.block_count", Box::new(|m| m.remove("clip.vision.block_count"))),
         ("clip.vision.attention.head_count", Box::new(|m| m.set("clip.vision.attention.head_count", Value::U32(5)))),
-        ("clip.vision.is_deepstack_layers", Box::new(|m| m.set("clip.vision.is_deepstack_layers", Value::Array(ValueType::Bool, vec![Value::Bool(true)])))),
-        ("clip.vision.image_mean", Box::new(|m| m.set("clip.vision.image_mean", Value::Array(ValueType::F32, vec![Value::F32(0.5)])))),
+        (
+            "clip.vision.is_deepstack_layers",
+            Box::new(|m| {
+                m.set("clip.vision.is_deepstack_layers", Value::Array(ValueType::Bool, vec![Value::Bool(true)]))
+            }),
+        ),
+        (
+            "clip.vision.image_mean",
+            Box::new(|m| m.set("clip.vision.image_mean", Value::Array(ValueType::F32, vec![Value::F32(0.5)]))),
+        ),
         ("clip.vision.image_size", Box::new(|m| m.set("clip.vision.image_size", Value::U32(768)))),
-        ("clip.vision.attention.layer_norm_epsilon", Box::new(|m| m.set("clip.vision.attention.layer_norm_epsilon", Value::F32(-1.0)))),
+        (
+            "clip.vision.attention.layer_norm_epsilon",
+            Box::new(|m| m.set("clip.vision.attention.layer_norm_epsilon", Value::F32(-1.0))),
+        ),
         ("v.blk.1.attn_qkv.weight", Box::new(|m| m.tensor_mut("v.blk.1.attn_qkv.weight").shape = vec![96, 72])),
         ("v.position_embd.weight", Box::new(|m| m.tensor_mut("v.position_embd.weight").shape = vec![48, 5, 5])),
         ("v.patch_embd.weight", Box::new(|m| m.tensor_mut("v.patch_embd.weight").shape = vec![4, 2, 6, 48])),
@@ -128,7 +166,8 @@ fn broken_files_are_errors_naming_the_file_and_the_key_or_tensor() {
 #[test]
 fn inputs_that_do_not_fit_are_errors() {
     let s = shape_a();
-    let mut model = VisionModel::load_on(Mmproj::random(&s, 5).file("random.gguf"), 16, &Backend::Cpu(Kernels::Fast)).expect("load");
+    let mut model = VisionModel::load_on(Mmproj::random(&s, 5).file("random.gguf"), 16, &Backend::Cpu(Kernels::Fast))
+        .expect("load");
     let row = s.patch_row();
     let cases = [
         ((3, 4), 12 * row, "merge blocks"),

@@ -6,7 +6,8 @@ mod vulkan_common;
 
 use hrx::backend::vulkan::kernels::{KernelId, KernelSet};
 use hrx::backend::vulkan::{
-    pick, CommandBuffer, DescriptorPool, Device, DeviceOptions, Instance, Location, Pipeline, PipelineSpec, Selection, VkError, Window,
+    pick, CommandBuffer, DescriptorPool, Device, DeviceOptions, Instance, Location, Pipeline, PipelineSpec, Selection,
+    VkError, Window,
 };
 
 #[test]
@@ -84,7 +85,14 @@ fn huge_allocations_fail_with_a_typed_error() {
 #[test]
 fn bad_spirv_and_push_constants_are_typed_errors() {
     let Some(dev) = vulkan_common::device() else { return };
-    let spec = PipelineSpec { name: "junk", spirv: &[1, 2, 3, 4, 5, 6, 7, 8], bindings: 4, push_bytes: 0, constants: &[], subgroup_size: None };
+    let spec = PipelineSpec {
+        name: "junk",
+        spirv: &[1, 2, 3, 4, 5, 6, 7, 8],
+        bindings: 4,
+        push_bytes: 0,
+        constants: &[],
+        subgroup_size: None,
+    };
     assert!(matches!(Pipeline::new(&dev, &spec), Err(VkError::Pipeline { .. })));
     let too_big = PipelineSpec { push_bytes: 1 << 20, ..spec };
     assert!(matches!(Pipeline::new(&dev, &too_big), Err(VkError::Pipeline { .. })));

@@ -15,7 +15,11 @@ fn doctor(args: &[&str], env: &[(&str, &str)]) -> (i32, String, String) {
         cmd.env(k, v);
     }
     let out = cmd.output().expect("run hrx doctor");
-    (out.status.code().unwrap_or(-1), String::from_utf8_lossy(&out.stdout).into_owned(), String::from_utf8_lossy(&out.stderr).into_owned())
+    (
+        out.status.code().unwrap_or(-1),
+        String::from_utf8_lossy(&out.stdout).into_owned(),
+        String::from_utf8_lossy(&out.stderr).into_owned(),
+    )
 }
 
 #[test]
@@ -31,9 +35,13 @@ fn lists_devices_and_the_choice() {
     assert!(text.contains(&name) && text.contains("memory heap 0"), "{text}");
     assert!(text.contains("subgroups") && text.contains("cooperative matrix"), "{text}");
     match auto {
-        Some(i) => assert!(text.contains("hrx uses this one") && text.contains(&format!("hrx would use device {i}")), "{text}"),
+        Some(i) => {
+            assert!(text.contains("hrx uses this one") && text.contains(&format!("hrx would use device {i}")), "{text}")
+        }
         // lavapipe alone: the commands run on hrx's CPU backend.
-        None => assert!(!text.contains("hrx uses this one") && text.contains("hrx would use its CPU backend"), "{text}"),
+        None => {
+            assert!(!text.contains("hrx uses this one") && text.contains("hrx would use its CPU backend"), "{text}")
+        }
     }
     let (code, json, _) = doctor(&["--json"], &[]);
     assert_eq!(code, 0);
@@ -41,7 +49,10 @@ fn lists_devices_and_the_choice() {
     let devices: &Vec<tinyjson::JsonValue> = parsed["devices"].get().unwrap();
     assert!(!devices.is_empty());
     assert_eq!(parsed["selected"].get::<f64>().map(|&i| i as usize), auto);
-    assert_eq!(parsed["backend"].get::<String>().map(String::as_str), Some(if auto.is_some() { "vulkan" } else { "cpu" }));
+    assert_eq!(
+        parsed["backend"].get::<String>().map(String::as_str),
+        Some(if auto.is_some() { "vulkan" } else { "cpu" })
+    );
     // Named by index, the test device is the one used, whatever its kind.
     let (code, json, _) = doctor(&["--json"], &[("HRX_DEVICE", &index.to_string())]);
     assert_eq!(code, 0);

@@ -5,8 +5,8 @@
 mod vulkan_common;
 
 use hrx::backend::cpu::{CpuExecutor, Kernels};
+use hrx::backend::vulkan::{Device, DeviceOptions, VkError, VulkanExecutor, VulkanRegistry};
 use hrx::backend::PlanId;
-use hrx::backend::vulkan::{Device, DeviceOptions, VulkanExecutor, VulkanRegistry, VkError};
 use hrx::gguf::{GgufFile, GgufWriter};
 use hrx::graph::{DynAxis, Gelu, Graph, NodeId};
 use hrx::hrx::{CpuRegistry, Plan};
@@ -43,12 +43,20 @@ fn block() -> (Graph, NodeId) {
 
 fn weights(rng: &mut Rng) -> Arc<GgufFile> {
     let mut w = GgufWriter::new();
-    for (name, dtype, k, n) in [("norm", DType::F32, N, 1), ("gate", DType::Q4K, N, FF), ("up", DType::Q6K, N, FF), ("down", DType::Q8_0, FF, N), ("proj", DType::F16, N, N)] {
+    for (name, dtype, k, n) in [
+        ("norm", DType::F32, N, 1),
+        ("gate", DType::Q4K, N, FF),
+        ("up", DType::Q6K, N, FF),
+        ("down", DType::Q8_0, FF, N),
+        ("proj", DType::F16, N, N),
+    ] {
         let row = dtype.row_bytes(k as u64).unwrap() as usize;
         let mut data = vec![0u8; row * n];
         for r in 0..n {
             // Norm weights near 1, projections scaled like trained ones.
-            let v: Vec<f32> = (0..k).map(|_| if n == 1 { 1.0 + 0.1 * rng.uniform() } else { rng.uniform() / (k as f32).sqrt() }).collect();
+            let v: Vec<f32> = (0..k)
+                .map(|_| if n == 1 { 1.0 + 0.1 * rng.uniform() } else { rng.uniform() / (k as f32).sqrt() })
+                .collect();
             quantize_row(dtype, &v, &mut data[r * row..(r + 1) * row]).unwrap();
         }
         let shape: Vec<u64> = if n == 1 { vec![k as u64] } else { vec![k as u64, n as u64] };
@@ -126,7 +134,8 @@ fn values_far_into_a_buffer_past_the_storage_range_are_windowed() {
     let storage = g.external_storage("big", DType::F32, big, false);
     // A window whose first byte lies past the range (not aligned to the offset alignment).
     let offset = big - 4 * n * rows - 4 * 7;
-    let x = g.external_window("x", storage, offset, [n, rows, 1, 1], [4, 4 * n, 4 * n * rows, 4 * n * rows], None).unwrap();
+    let x =
+        g.external_window("x", storage, offset, [n, rows, 1, 1], [4, 4 * n, 4 * n * rows, 4 * n * rows], None).unwrap();
     let y = g.add(x, x, "double").unwrap();
     g.mark_output(y);
     let plan = Plan::new(g, &VulkanRegistry::PORTABLE).unwrap();
@@ -142,7 +151,8 @@ fn values_far_into_a_buffer_past_the_storage_range_are_windowed() {
         let mut g = Graph::new("too-wide");
         let storage = g.external_storage("big", DType::F32, big, false);
         let cols = big / 4 / 1024;
-        let x = g.external_window("x", storage, 0, [1024, cols, 1, 1], [4, 4096, 4096 * cols, 4096 * cols], None).unwrap();
+        let x =
+            g.external_window("x", storage, 0, [1024, cols, 1, 1], [4, 4096, 4096 * cols, 4096 * cols], None).unwrap();
         let y = g.add(x, x, "wide_add").unwrap();
         g.mark_output(y);
         match VulkanExecutor::new(&dev, vec![Plan::new(g, &VulkanRegistry::PORTABLE).unwrap()], &[]) {
@@ -172,7 +182,12 @@ fn weights_past_the_storage_range_are_split_by_rows() {
     let wt = g.weight("big", DType::F32, [k, n, 1, 1]).unwrap();
     let y = g.matmul(wt, x, "logits").unwrap();
     g.mark_output(y);
-    let mut gpu = VulkanExecutor::new(&dev, vec![Plan::new(g.clone(), &VulkanRegistry::PORTABLE).unwrap()], std::slice::from_ref(&file)).unwrap();
+    let mut gpu = VulkanExecutor::new(
+        &dev,
+        vec![Plan::new(g.clone(), &VulkanRegistry::PORTABLE).unwrap()],
+        std::slice::from_ref(&file),
+    )
+    .unwrap();
     let mut cpu = CpuExecutor::new(vec![Plan::new(g, &CpuRegistry).unwrap()], &[file], Kernels::Reference).unwrap();
     let xs = rng.vec(2 * k);
     gpu.write_f32(PlanId(0), "x", 0, &xs).unwrap();
@@ -225,7 +240,8 @@ fn independent_nodes_share_barriers_and_match_the_cpu() {
     let cd = g.add(c, d, "sum_cd").unwrap();
     let out = g.mul(ab, cd, "product").unwrap();
     g.mark_output(out);
-    let mut gpu = VulkanExecutor::new(&dev, vec![Plan::new(g.clone(), &VulkanRegistry::PORTABLE).unwrap()], &[]).unwrap();
+    let mut gpu =
+        VulkanExecutor::new(&dev, vec![Plan::new(g.clone(), &VulkanRegistry::PORTABLE).unwrap()], &[]).unwrap();
     let mut cpu = CpuExecutor::new(vec![Plan::new(g, &CpuRegistry).unwrap()], &[], Kernels::Reference).unwrap();
     let stats = &gpu.recording_stats()[0];
     eprintln!("{stats:?}");
@@ -259,7 +275,12 @@ fn profiled_runs_time_every_kernel() {
     let mut rng = Rng::new(15);
     let file = weights(&mut rng);
     let (graph, out) = block();
-    let mut gpu = VulkanExecutor::new(&dev, vec![Plan::new(graph.clone(), &VulkanRegistry::PORTABLE).unwrap()], std::slice::from_ref(&file)).unwrap();
+    let mut gpu = VulkanExecutor::new(
+        &dev,
+        vec![Plan::new(graph.clone(), &VulkanRegistry::PORTABLE).unwrap()],
+        std::slice::from_ref(&file),
+    )
+    .unwrap();
     let mut cpu = CpuExecutor::new(vec![Plan::new(graph, &CpuRegistry).unwrap()], &[file], Kernels::Reference).unwrap();
     let runs = 3;
     for t in (1..=runs).map(|r| r * 5) {
@@ -317,12 +338,19 @@ fn products_fuse_with_their_add_only_where_the_output_is_clear_of_their_inputs()
         let (g, h, y) = build(through_gelu);
         let plan = Plan::new(g.clone(), &VulkanRegistry::PORTABLE).unwrap();
         let overlap = match (plan.locs[h.0], plan.locs[y.0]) {
-            (Some(Loc::Arena { offset: a }), Some(Loc::Arena { offset: b })) => a < b + 4 * N * 12 && b < a + 4 * N * 12,
+            (Some(Loc::Arena { offset: a }), Some(Loc::Arena { offset: b })) => {
+                a < b + 4 * N * 12 && b < a + 4 * N * 12
+            }
             _ => false,
         };
         assert_eq!(overlap, through_gelu, "the arena reuses the dying input's bytes (the case under test)");
         let mut gpu = VulkanExecutor::new(&dev, vec![plan], std::slice::from_ref(&file)).unwrap();
-        let mut cpu = CpuExecutor::new(vec![Plan::new(g, &CpuRegistry).unwrap()], std::slice::from_ref(&file), Kernels::Reference).unwrap();
+        let mut cpu = CpuExecutor::new(
+            vec![Plan::new(g, &CpuRegistry).unwrap()],
+            std::slice::from_ref(&file),
+            Kernels::Reference,
+        )
+        .unwrap();
         let computes = if through_gelu { 3 } else { 2 };
         let fused = if overlap { 0 } else { 1 };
         assert_eq!(gpu.recording_stats()[0].dispatches, computes - fused, "through_gelu {through_gelu}");

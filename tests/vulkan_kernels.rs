@@ -55,7 +55,14 @@ impl Strided {
             for i2 in 0..self.ne[2] {
                 for i1 in 0..self.ne[1] {
                     for i0 in 0..self.ne[0] {
-                        out.push(store[(self.offset + i0 * self.nb[0] + i1 * self.nb[1] + i2 * self.nb[2] + i3 * self.nb[3]) / 4]);
+                        out.push(
+                            store[(self.offset
+                                + i0 * self.nb[0]
+                                + i1 * self.nb[1]
+                                + i2 * self.nb[2]
+                                + i3 * self.nb[3])
+                                / 4],
+                        );
                     }
                 }
             }
@@ -65,7 +72,14 @@ impl Strided {
 }
 
 /// Runs `op` on the GPU with `launch` and on the CPU reference; returns the NMSE.
-fn compare(ks: &KernelSet, op: &Op, launch: &Launch, ins: [(&[u8], In); 2], out: &Strided, max: Option<[u32; 3]>) -> f64 {
+fn compare(
+    ks: &KernelSet,
+    op: &Op,
+    launch: &Launch,
+    ins: [(&[u8], In); 2],
+    out: &Strided,
+    max: Option<[u32; 3]>,
+) -> f64 {
     let dev = ks.device();
     let bufs = ins.map(|(bytes, _)| upload(dev, bytes, 0));
     let out_buf = dev.buffer((out.data.len() * 4) as u64, Location::Device, "test output").unwrap();
@@ -77,7 +91,11 @@ fn compare(ks: &KernelSet, op: &Op, launch: &Launch, ins: [(&[u8], In); 2], out:
     let [(_, a), (_, b)] = ins;
     execute(op, &[a, b], &mut o, Kernels::Reference, 1).unwrap();
     let want = out.gather(&want_store);
-    assert!(got.iter().all(|v| v.is_finite()), "{}: non-finite output (an element was not written)", launch.kernel.name());
+    assert!(
+        got.iter().all(|v| v.is_finite()),
+        "{}: non-finite output (an element was not written)",
+        launch.kernel.name()
+    );
     nmse(&got, &want)
 }
 
@@ -102,7 +120,15 @@ fn mat_kinds(ks: &KernelSet) -> Vec<MatKind> {
 }
 
 /// w [k, n] of `dtype` at byte offset `w_off`, x [k, cols...] strided; every kernel.
-fn check_matmul(ks: &KernelSet, rng: &mut Rng, dtype: DType, k: usize, n: usize, cols: [usize; 3], max: Option<[u32; 3]>) {
+fn check_matmul(
+    ks: &KernelSet,
+    rng: &mut Rng,
+    dtype: DType,
+    k: usize,
+    n: usize,
+    cols: [usize; 3],
+    max: Option<[u32; 3]>,
+) {
     let w_off = 64;
     let mut w_bytes = vec![0u8; w_off];
     w_bytes.extend(quantized(rng, dtype, k, n));
@@ -132,7 +158,9 @@ fn matmul_float_weights_odd_shapes() {
     let Some(ks) = kernel_set() else { return };
     let mut rng = Rng::new(1);
     for dtype in [DType::F32, DType::F16, DType::BF16] {
-        for (k, n, cols) in [(1, 1, [1, 1, 1]), (33, 7, [3, 1, 1]), (64, 67, [1, 1, 1]), (129, 5, [70, 1, 1]), (35, 65, [13, 3, 2])] {
+        for (k, n, cols) in
+            [(1, 1, [1, 1, 1]), (33, 7, [3, 1, 1]), (64, 67, [1, 1, 1]), (129, 5, [70, 1, 1]), (35, 65, [13, 3, 2])]
+        {
             check_matmul(ks, &mut rng, dtype, k, n, cols, None);
         }
     }
@@ -152,7 +180,9 @@ fn matmul_k_quants() {
     let Some(ks) = kernel_set() else { return };
     let mut rng = Rng::new(3);
     for dtype in [DType::Q4K, DType::Q5K, DType::Q6K] {
-        for (k, n, cols) in [(256, 1, [1, 1, 1]), (512, 7, [3, 1, 1]), (768, 67, [1, 2, 1]), (256, 65, [70, 1, 1]), (512, 3, [9, 2, 2])] {
+        for (k, n, cols) in
+            [(256, 1, [1, 1, 1]), (512, 7, [3, 1, 1]), (768, 67, [1, 2, 1]), (256, 65, [70, 1, 1]), (512, 3, [9, 2, 2])]
+        {
             check_matmul(ks, &mut rng, dtype, k, n, cols, None);
         }
     }
@@ -163,8 +193,14 @@ fn subgroup_kernel_is_chosen_where_the_device_has_subgroup_arithmetic() {
     let Some(ks) = kernel_set() else { return };
     let info = ks.device().info();
     let Some(subgroup) = info.subgroup_matvec() else {
-        eprintln!("{}: no subgroup kernels (size {}, ops {:?}, in compute {})", info.name, info.subgroup_size, info.subgroup_ops, info.subgroup_in_compute);
-        assert!(!info.name.contains("llvmpipe") || std::env::var_os("HRX_VK_NO_SUBGROUP").is_some(), "lavapipe has subgroup arithmetic");
+        eprintln!(
+            "{}: no subgroup kernels (size {}, ops {:?}, in compute {})",
+            info.name, info.subgroup_size, info.subgroup_ops, info.subgroup_in_compute
+        );
+        assert!(
+            !info.name.contains("llvmpipe") || std::env::var_os("HRX_VK_NO_SUBGROUP").is_some(),
+            "lavapipe has subgroup arithmetic"
+        );
         return;
     };
     let variants = Variants::for_device(info);
@@ -186,7 +222,8 @@ fn matmul_with_a_fused_residual_every_kernel() {
     let (k, n) = (512, 70);
     let w_bytes = quantized(&mut rng, DType::Q4K, k, n);
     let w_ne = [k, n, 1, 1];
-    let w_op = Operand { dtype: DType::Q4K, ne: w_ne, nb: contiguous_strides(DType::Q4K, w_ne), offset: 0, dynamic: None };
+    let w_op =
+        Operand { dtype: DType::Q4K, ne: w_ne, nb: contiguous_strides(DType::Q4K, w_ne), offset: 0, dynamic: None };
     let w_in = In { data: Data::Bytes(&w_bytes), dtype: DType::Q4K, offset: 0, ne: w_ne, nb: w_op.nb };
     for cols in [3, 20] {
         let x = Strided::new(&mut rng, [k, cols, 1, 1], 0, 0);
@@ -197,9 +234,12 @@ fn matmul_with_a_fused_residual_every_kernel() {
         execute(&Op::MatMul, &[w_in, x.input()], &mut o, Kernels::Reference, 1).unwrap();
         want.iter_mut().zip(&residual.data).for_each(|(v, r)| *v += r);
         let dev = ks.device();
-        let bufs = [upload(dev, &w_bytes, 0), upload(dev, &f32_bytes(&x.data), 0), upload(dev, &f32_bytes(&residual.data), 0)];
+        let bufs =
+            [upload(dev, &w_bytes, 0), upload(dev, &f32_bytes(&x.data), 0), upload(dev, &f32_bytes(&residual.data), 0)];
         for kind in mat_kinds(ks) {
-            let launch = vulkan_common::launch_mat(kind, &w_op, &x.operand(), &out.operand(), Some(&residual.operand()), None).unwrap();
+            let launch =
+                vulkan_common::launch_mat(kind, &w_op, &x.operand(), &out.operand(), Some(&residual.operand()), None)
+                    .unwrap();
             let out_buf = dev.buffer((out.data.len() * 4) as u64, Location::Device, "test output").unwrap();
             out_buf.write_f32(0, &vec![f32::NAN; out.data.len()]).unwrap();
             run(ks, &launch, &[], &[&bufs[0], &bufs[1], &bufs[2]], &out_buf, out.ne, None);
@@ -271,7 +311,13 @@ fn coopmat_kernel_large_and_ragged_tiles() {
     let mut rng = Rng::new(12);
     for dtype in [DType::F16, DType::Q4K, DType::Q5K, DType::Q6K, DType::Q8_0, DType::F32] {
         // K = 200: a ragged last 32-deep slice of the cooperative kernel; 224, 768: whole slices.
-        let k = if dtype.block_len() == 256 { 768 } else if dtype == DType::Q8_0 { 224 } else { 200 };
+        let k = if dtype.block_len() == 256 {
+            768
+        } else if dtype == DType::Q8_0 {
+            224
+        } else {
+            200
+        };
         check_matmul(ks, &mut rng, dtype, k, 150, [131, 1, 1], None);
         check_matmul(ks, &mut rng, dtype, k, 70, [65, 2, 1], Some([1, 1, 1]));
     }
@@ -298,7 +344,9 @@ fn subgroup_kernel_fits_any_grid() {
         let out = Strided::new(&mut rng, [n, cols[0], cols[1], cols[2]], 0, 0);
         let x_bytes = f32_bytes(&x.data);
         for subgroup in [4, 8, 32, 128] {
-            let launch = vulkan_common::launch_mat(MatKind::VecSg { subgroup }, &w_op, &x.operand(), &out.operand(), None, None).unwrap();
+            let launch =
+                vulkan_common::launch_mat(MatKind::VecSg { subgroup }, &w_op, &x.operand(), &out.operand(), None, None)
+                    .unwrap();
             let e = compare(ks, &Op::MatMul, &launch, [(&w_bytes, w_in), (&x_bytes, x.input())], &out, None);
             eprintln!("{:<20} grid for subgroup {subgroup}: nmse {e:.3e}", launch.kernel.name());
             assert!(e < MAT_NMSE, "{} grid for subgroup {subgroup}: nmse {e}", launch.kernel.name());
@@ -378,7 +426,8 @@ fn one_recording_replays_for_any_token_count() {
     let (k, n, max_m) = (512, 40, 24);
     let w_bytes = quantized(&mut rng, DType::Q4K, k, n);
     let w_ne = [k, n, 1, 1];
-    let w_op = Operand { dtype: DType::Q4K, ne: w_ne, nb: contiguous_strides(DType::Q4K, w_ne), offset: 0, dynamic: None };
+    let w_op =
+        Operand { dtype: DType::Q4K, ne: w_ne, nb: contiguous_strides(DType::Q4K, w_ne), offset: 0, dynamic: None };
     let x = rng.vec(k * max_m);
     let x_op = Operand::contiguous(DType::F32, [k, max_m, 1, 1], 0);
     let d_op = Operand::contiguous(DType::F32, [n, max_m, 1, 1], 0);
@@ -456,7 +505,10 @@ fn f32_arg(s: &Strided) -> Arg<'_> {
 }
 
 fn i32_arg(v: &[i32], ne: [usize; 4]) -> Arg<'_> {
-    Arg { bytes: v.iter().flat_map(|x| x.to_le_bytes()).collect(), view: In { data: Data::I32(v), dtype: DType::I32, offset: 0, ne, nb: contiguous_strides(DType::I32, ne) } }
+    Arg {
+        bytes: v.iter().flat_map(|x| x.to_le_bytes()).collect(),
+        view: In { data: Data::I32(v), dtype: DType::I32, offset: 0, ne, nb: contiguous_strides(DType::I32, ne) },
+    }
 }
 
 fn i32_operand(ne: [usize; 4]) -> Operand {
@@ -466,7 +518,15 @@ fn i32_operand(ne: [usize; 4]) -> Operand {
 /// Runs `op` on the GPU and the CPU reference with any inputs; the output store starts as
 /// `init` on both sides (NaN on the GPU when None, so unwritten elements show). The grid
 /// follows `grid_ne`. Returns the NMSE over the output's elements.
-fn compare_args(ks: &KernelSet, op: &Op, launch: &Launch, args: &[Arg], out: &Strided, init: Option<&[f32]>, grid_ne: [usize; 4]) -> f64 {
+fn compare_args(
+    ks: &KernelSet,
+    op: &Op,
+    launch: &Launch,
+    args: &[Arg],
+    out: &Strided,
+    init: Option<&[f32]>,
+    grid_ne: [usize; 4],
+) -> f64 {
     let dev = ks.device();
     let bufs: Vec<_> = args.iter().map(|a| upload(dev, &a.bytes, 0)).collect();
     let refs: Vec<_> = bufs.iter().collect();
@@ -480,7 +540,11 @@ fn compare_args(ks: &KernelSet, op: &Op, launch: &Launch, args: &[Arg], out: &St
     let views: Vec<In> = args.iter().map(|a| a.view).collect();
     execute(op, &views, &mut o, Kernels::Reference, 1).unwrap();
     let (got, want) = (out.gather(&got_store), out.gather(&want_store));
-    assert!(got.iter().all(|v| v.is_finite()), "{}: non-finite output (an element was not written)", launch.kernel.name());
+    assert!(
+        got.iter().all(|v| v.is_finite()),
+        "{}: non-finite output (an element was not written)",
+        launch.kernel.name()
+    );
     nmse(&got, &want)
 }
 
@@ -495,8 +559,12 @@ fn get_rows_of_every_table_type() {
         let t_op = Operand { dtype, ne: t_ne, nb: contiguous_strides(dtype, t_ne), offset: 0, dynamic: None };
         let ids: Vec<i32> = (0..n).map(|_| (rng.next_u64() % rows as u64) as i32).collect();
         let out = Strided::new(&mut rng, [k, n, 1, 1], 3, 2);
-        let launch = vulkan_common::launch(&Op::GetRows, &[t_op, i32_operand([n, 1, 1, 1])], &out.operand(), None).unwrap();
-        let table = Arg { view: In { data: Data::Bytes(&table_bytes), dtype, offset: 0, ne: t_ne, nb: t_op.nb }, bytes: table_bytes.clone() };
+        let launch =
+            vulkan_common::launch(&Op::GetRows, &[t_op, i32_operand([n, 1, 1, 1])], &out.operand(), None).unwrap();
+        let table = Arg {
+            view: In { data: Data::Bytes(&table_bytes), dtype, offset: 0, ne: t_ne, nb: t_op.nb },
+            bytes: table_bytes.clone(),
+        };
         let e = compare_args(ks, &Op::GetRows, &launch, &[table, i32_arg(&ids, [n, 1, 1, 1])], &out, None, out.ne);
         eprintln!("{:<22} {t_ne:?} x {n}: nmse {e:.3e}", launch.kernel.name());
         assert!(e < ELEM_NMSE, "get_rows {dtype}: nmse {e}");
@@ -516,9 +584,22 @@ fn get_rows_weighted_f32_and_f16_tables() {
         let weights = Strided::new(&mut rng, [taps, n, 1, 1], 0, 0);
         let out = Strided::new(&mut rng, [k, n, 1, 1], 1, 0);
         let op = Op::GetRowsWeighted;
-        let launch = vulkan_common::launch(&op, &[t_op, i32_operand([taps, n, 1, 1]), weights.operand()], &out.operand(), None).unwrap();
-        let table = Arg { view: In { data: Data::Bytes(&table_bytes), dtype, offset: 0, ne: t_ne, nb: t_op.nb }, bytes: table_bytes.clone() };
-        let e = compare_args(ks, &op, &launch, &[table, i32_arg(&ids, [taps, n, 1, 1]), f32_arg(&weights)], &out, None, out.ne);
+        let launch =
+            vulkan_common::launch(&op, &[t_op, i32_operand([taps, n, 1, 1]), weights.operand()], &out.operand(), None)
+                .unwrap();
+        let table = Arg {
+            view: In { data: Data::Bytes(&table_bytes), dtype, offset: 0, ne: t_ne, nb: t_op.nb },
+            bytes: table_bytes.clone(),
+        };
+        let e = compare_args(
+            ks,
+            &op,
+            &launch,
+            &[table, i32_arg(&ids, [taps, n, 1, 1]), f32_arg(&weights)],
+            &out,
+            None,
+            out.ne,
+        );
         eprintln!("{:<22} {t_ne:?} x {taps}x{n}: nmse {e:.3e}", launch.kernel.name());
         assert!(e < ELEM_NMSE, "get_rows_weighted {dtype}: nmse {e}");
     }
@@ -533,10 +614,23 @@ fn set_rows_writes_only_the_given_rows() {
     let src = Strided::new(&mut rng, [w, n, 1, 1], 3, 1);
     let ids: Vec<i32> = vec![7, 0, 18, 3, 11];
     let op = Op::SetRows;
-    let launch = vulkan_common::launch(&op, &[dst.operand(), src.operand(), i32_operand([n, 1, 1, 1])], &dst.operand(), None).unwrap();
+    let launch =
+        vulkan_common::launch(&op, &[dst.operand(), src.operand(), i32_operand([n, 1, 1, 1])], &dst.operand(), None)
+            .unwrap();
     // The reference never reads the destination as an input (it is the output).
-    let dst_arg = Arg { bytes: vec![0; 4], view: In { data: Data::F32(&[]), dtype: DType::F32, offset: 0, ne: [0; 4], nb: [0; 4] } };
-    let e = compare_args(ks, &op, &launch, &[dst_arg, f32_arg(&src), i32_arg(&ids, [n, 1, 1, 1])], &dst, Some(&dst.data), src.ne);
+    let dst_arg = Arg {
+        bytes: vec![0; 4],
+        view: In { data: Data::F32(&[]), dtype: DType::F32, offset: 0, ne: [0; 4], nb: [0; 4] },
+    };
+    let e = compare_args(
+        ks,
+        &op,
+        &launch,
+        &[dst_arg, f32_arg(&src), i32_arg(&ids, [n, 1, 1, 1])],
+        &dst,
+        Some(&dst.data),
+        src.ne,
+    );
     eprintln!("set_rows {w}x{n} into {slots}: nmse {e:.3e}");
     assert!(e < ELEM_NMSE, "set_rows: nmse {e}");
 }
@@ -559,7 +653,8 @@ fn rope_mrope_and_axial() {
         let out = Strided::new(&mut rng, [hd, heads, n, 1], 0, 0);
         let pos: Vec<i32> = (0..n * comps).map(|_| (rng.next_u64() % max_pos) as i32).collect();
         let op = Op::Rope { kind: kind.clone(), theta: 10000.0, n_dims };
-        let launch = vulkan_common::launch(&op, &[x.operand(), i32_operand([n, comps, 1, 1])], &out.operand(), None).unwrap();
+        let launch =
+            vulkan_common::launch(&op, &[x.operand(), i32_operand([n, comps, 1, 1])], &out.operand(), None).unwrap();
         let e = compare_args(ks, &op, &launch, &[f32_arg(&x), i32_arg(&pos, [n, comps, 1, 1])], &out, None, out.ne);
         eprintln!("rope {kind:?} hd={hd} n_dims={n_dims} heads={heads} n={n} positions<{max_pos}: nmse {e:.3e}");
         assert!(e < ELEM_NMSE, "rope {kind:?}: nmse {e}");
@@ -585,10 +680,18 @@ fn rms_norm_then_rope_in_one_kernel() {
         let pos: Vec<i32> = (0..n * comps).map(|_| (rng.next_u64() % 5000) as i32).collect();
         let norm = Op::RmsNorm { eps: 1e-6 };
         let rope = Op::Rope { kind: kind.clone(), theta: 1_000_000.0, n_dims };
-        let launch = kernels::launch(KernelId::RmsNormRope, &[&norm, &rope], &[x.operand(), w.operand(), i32_operand([n, comps, 1, 1])], &out.operand(), None).unwrap();
+        let launch = kernels::launch(
+            KernelId::RmsNormRope,
+            &[&norm, &rope],
+            &[x.operand(), w.operand(), i32_operand([n, comps, 1, 1])],
+            &out.operand(),
+            None,
+        )
+        .unwrap();
         let dev = ks.device();
         let pos_arg = i32_arg(&pos, [n, comps, 1, 1]);
-        let bufs = [upload(dev, &f32_bytes(&x.data), 0), upload(dev, &f32_bytes(&w.data), 0), upload(dev, &pos_arg.bytes, 0)];
+        let bufs =
+            [upload(dev, &f32_bytes(&x.data), 0), upload(dev, &f32_bytes(&w.data), 0), upload(dev, &pos_arg.bytes, 0)];
         let out_buf = dev.buffer((out.data.len() * 4) as u64, Location::Device, "test output").unwrap();
         out_buf.write_f32(0, &vec![f32::NAN; out.data.len()]).unwrap();
         run(ks, &launch, &[], &[&bufs[0], &bufs[1], &bufs[2]], &out_buf, out.ne, Some([2, 1, 1]));
@@ -598,7 +701,8 @@ fn rms_norm_then_rope_in_one_kernel() {
         let mut normed = vec![0.0; hd * heads * n];
         let mut o = Out { data: &mut normed, offset: 0, ne, nb: contiguous_strides(DType::F32, ne) };
         execute(&norm, &[x.input(), w.input()], &mut o, Kernels::Reference, 1).unwrap();
-        let normed_in = In { data: Data::F32(&normed), dtype: DType::F32, offset: 0, ne, nb: contiguous_strides(DType::F32, ne) };
+        let normed_in =
+            In { data: Data::F32(&normed), dtype: DType::F32, offset: 0, ne, nb: contiguous_strides(DType::F32, ne) };
         let mut want_store = vec![0.0; out.data.len()];
         let mut o = Out { data: &mut want_store, offset: out.offset, ne: out.ne, nb: out.nb };
         execute(&rope, &[normed_in, pos_arg.view], &mut o, Kernels::Reference, 1).unwrap();
@@ -613,7 +717,12 @@ fn rms_norm_then_rope_in_one_kernel() {
 /// q [d, heads, n_q]; k and v are head views of a [d * kv_heads, n_ctx] cache (as the text
 /// graph's); causal with slots, else over every kv row.
 /// Shape: (head_dim, heads, kv_heads, queries, kv rows).
-fn check_attention(ks: &KernelSet, rng: &mut Rng, (d, heads, kv_heads, n_q, n_kv): (usize, usize, usize, usize, usize), causal: bool) {
+fn check_attention(
+    ks: &KernelSet,
+    rng: &mut Rng,
+    (d, heads, kv_heads, n_q, n_kv): (usize, usize, usize, usize, usize),
+    causal: bool,
+) {
     let q = Strided::new(rng, [d, heads, n_q, 1], 1, 2);
     let row = d * kv_heads;
     let cache = |rng: &mut Rng| {
@@ -658,7 +767,8 @@ fn layer_norm_odd_rows() {
         let b = Strided::new(&mut rng, [ne[0], 1, 1, 1], 0, 2);
         let out = Strided::new(&mut rng, ne, 1, 0);
         let op = Op::LayerNorm { eps: 1e-6 };
-        let launch = vulkan_common::launch(&op, &[x.operand(), w.operand(), b.operand()], &out.operand(), None).unwrap();
+        let launch =
+            vulkan_common::launch(&op, &[x.operand(), w.operand(), b.operand()], &out.operand(), None).unwrap();
         let e = compare_args(ks, &op, &launch, &[f32_arg(&x), f32_arg(&w), f32_arg(&b)], &out, None, out.ne);
         eprintln!("layer_norm {ne:?}: nmse {e:.3e}");
         assert!(e < ELEM_NMSE, "layer_norm {ne:?}: nmse {e}");

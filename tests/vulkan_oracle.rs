@@ -18,7 +18,8 @@ use hrx::runtime::describe::{Describer, ImageOptions};
 use hrx::runtime::generate::{generate, GenerateConfig};
 use hrx::runtime::sampler::SamplerConfig;
 use hrx::runtime::session::{PromptPiece, Session};
-use hrx::runtime::text_model::{TextModel, TextOptions};
+use hrx::runtime::text_model::{plan_text, TextModel, TextOptions};
+use hrx::runtime::vision_model::plan_vision;
 use std::path::Path;
 
 const TOL: f64 = 1e-3;
@@ -43,10 +44,26 @@ fn check_text(backend: &Backend, oracle: &Path, model: &str, cases: &str) {
     let mut m = TextModel::load_on(&oracle.join("models").join(model), options(), backend).expect("model loads");
     let recorded = m.recordings();
     assert_eq!(recorded, Some(2), "one recording per plan (prefill, decode)");
+    // The recordings dispatch exactly what the plans name: the same kernels (variants, fused
+    // pairs, row ranges) in the same order.
+    let plans = plan_text(m.params(), m.options(), &*backend.registry()).expect("plans");
+    let stats = m.recording_stats();
+    assert_eq!(stats.len(), plans.len());
+    for (plan, stats) in plans.iter().zip(&stats) {
+        assert_eq!(plan.dispatches(), stats.kernels, "graph {}", plan.graph.name);
+        assert_eq!(plan.census().dispatches, stats.dispatches);
+        assert!(
+            stats.kernels.iter().any(|k| k == "rms_norm_rope"),
+            "{}: q/k norms fuse with their rope: {:?}",
+            plan.graph.name,
+            stats.kernels
+        );
+    }
     for name in ["T1", "T2", "T3"] {
         let case = Case::load(&oracle.join("cases").join(cases), name);
         let pieces: Vec<PromptPiece> = case.ids("input_ids").iter().map(|&id| PromptPiece::Token(id)).collect();
-        let out = generate(&mut m, &mut Session::new(), &pieces, &config(16), |_| std::ops::ControlFlow::Continue(())).expect("generates");
+        let out = generate(&mut m, &mut Session::new(), &pieces, &config(16), |_| std::ops::ControlFlow::Continue(()))
+            .expect("generates");
         let err = max_abs_diff(&out.prompt_logits, &case.f32_array("logits_last"));
         let (greedy, margins) = case.greedy();
         let (compared, equal) = greedy_agreement(&out.tokens, &greedy, &margins, TOL);
@@ -62,13 +79,19 @@ fn check_images(backend: &Backend, oracle: &Path, model: &str, mmproj: &str, cas
     let images = ImageOptions { max_pixels: PreprocessConfig::HF_MAX_PIXELS / 16, ..ImageOptions::default() };
     let m = oracle.join("models");
     let mut d = Describer::load_on(&m.join(model), &m.join(mmproj), options(), images, backend).expect("models load");
+    let plan = plan_vision(d.vision().params(), d.vision().max_patches(), &*backend.registry()).expect("plans");
+    let stats = d.vision().recording_stats();
+    assert_eq!(stats.len(), 1);
+    assert_eq!(plan.dispatches(), stats[0].kernels, "the vision recording dispatches what its plan names");
     for name in ["I1", "I2", "I3", "I4", "I5", "I6"] {
         let case = Case::load(&oracle.join("cases").join(cases), name);
         let image = d.encode_patches(&case.hf_patches(oracle)).expect("pixels encode");
         let text = case.user_text();
         let (ids, _) = d.prompt(std::slice::from_ref(&image), &text, None).unwrap();
         assert_eq!(ids, case.ids("input_ids"), "{cases} {name}: prompt ids");
-        let (_, g) = d.run(std::slice::from_ref(&image), &text, None, &config(16), |_| std::ops::ControlFlow::Continue(())).unwrap();
+        let (_, g) = d
+            .run(std::slice::from_ref(&image), &text, None, &config(16), |_| std::ops::ControlFlow::Continue(()))
+            .unwrap();
         let err = max_abs_diff(&g.prompt_logits, &case.f32_array("logits_last"));
         let (greedy, margins) = case.greedy();
         let (compared, equal) = greedy_agreement(&g.tokens, &greedy, &margins, TOL);
@@ -119,7 +142,8 @@ fn image_cases_match_hf_on_vulkan() {
 /// memory, logits read back from the copy the recording makes.
 #[test]
 fn text_cases_match_hf_without_mapped_device_memory() {
-    let options = hrx::backend::vulkan::DeviceOptions { map_device_memory: false, ..vulkan_common::options("oracle-unmapped") };
+    let options =
+        hrx::backend::vulkan::DeviceOptions { map_device_memory: false, ..vulkan_common::options("oracle-unmapped") };
     let Some(dev) = vulkan_common::device_with(options) else { return };
     let Some(oracle) = common::oracle() else { return };
     let (model, _, cases) = models()[0];

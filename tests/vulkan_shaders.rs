@@ -11,7 +11,9 @@ fn sources(dir: &Path, base: &Path, out: &mut Vec<PathBuf>) {
             if path.file_name().is_some_and(|n| n != "spv") {
                 sources(&path, base, out);
             }
-        } else if path.extension().is_some_and(|e| e == "comp" || e == "glsl") || path.file_name().is_some_and(|n| n == "modules.txt") {
+        } else if path.extension().is_some_and(|e| e == "comp" || e == "glsl")
+            || path.file_name().is_some_and(|n| n == "modules.txt")
+        {
             out.push(path.strip_prefix(base).unwrap().to_path_buf());
         }
     }
@@ -39,7 +41,11 @@ fn spirv_was_built_from_these_sources() {
     }
     let recorded = std::fs::read_to_string(base.join("spv/SOURCES")).unwrap();
     let recorded = recorded.lines().find(|l| !l.starts_with('#')).unwrap().trim().to_owned();
-    assert_eq!(format!("{h:016x}"), recorded, "shaders/ changed since shaders/spv was built: run scripts/build_shaders");
+    assert_eq!(
+        format!("{h:016x}"),
+        recorded,
+        "shaders/ changed since shaders/spv was built: run scripts/build_shaders"
+    );
 }
 
 #[test]
@@ -52,7 +58,8 @@ fn every_spirv_file_is_embedded() {
         .map(|p| p.file_stem().unwrap().to_string_lossy().into_owned())
         .collect();
     files.sort();
-    let mut embedded: Vec<String> = hrx::backend::vulkan::shaders::MODULES.iter().map(|(name, _)| name.to_string()).collect();
+    let mut embedded: Vec<String> =
+        hrx::backend::vulkan::shaders::MODULES.iter().map(|(name, _)| name.to_string()).collect();
     embedded.sort();
     assert_eq!(files, embedded);
 }

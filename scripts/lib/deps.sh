@@ -31,6 +31,15 @@ ensure_rust() {
   fi
 }
 
+# The checks scripts/test runs besides the tests: rustfmt and clippy (rustup's minimal
+# profile has neither).
+ensure_rust_tools() {
+  if ! cargo fmt --version >/dev/null 2>&1 || ! cargo clippy --version >/dev/null 2>&1; then
+    echo "installing rustfmt and clippy with rustup" >&2
+    rustup component add rustfmt clippy
+  fi
+}
+
 ensure_build_deps() {
   ensure_apt_packages "${HRX_APT_PACKAGES[@]}"
   ensure_rust

@@ -24,7 +24,10 @@ use vulkan::{DeviceKind, VkError, VulkanExecutor, VulkanRegistry};
 
 /// The file and tensor index a graph's weight `ext` binds to, checked for dtype and size; the
 /// error says what is wrong (both executors bind weights through this).
-pub fn find_weight<'f>(ext: &crate::graph::External, files: &'f [Arc<GgufFile>]) -> Result<(&'f Arc<GgufFile>, usize), String> {
+pub fn find_weight<'f>(
+    ext: &crate::graph::External,
+    files: &'f [Arc<GgufFile>],
+) -> Result<(&'f Arc<GgufFile>, usize), String> {
     let found = files.iter().find_map(|f| f.tensors().iter().position(|t| t.name == ext.name).map(|i| (f, i)));
     let Some((file, i)) = found else {
         return Err(format!("weight {:?} is in none of the model files", ext.name));
@@ -65,7 +68,9 @@ impl DeviceChoice {
         match value.trim() {
             "" | "auto" => Ok(DeviceChoice::Auto),
             "cpu" => Ok(DeviceChoice::Cpu),
-            v => v.parse().map(DeviceChoice::Vulkan).map_err(|_| format!("device {value:?}: expected a Vulkan device index (see `hrx doctor`), `cpu` or `auto`")),
+            v => v.parse().map(DeviceChoice::Vulkan).map_err(|_| {
+                format!("device {value:?}: expected a Vulkan device index (see `hrx doctor`), `cpu` or `auto`")
+            }),
         }
     }
 
@@ -145,10 +150,19 @@ impl Backend {
             return None;
         }
         plans.iter().find_map(|plan| {
-            let i = plan.placements.iter().position(|p| matches!(p, Placement::Run { device: crate::hrx::Device::Cpu, .. }))?;
+            let i = plan
+                .placements
+                .iter()
+                .position(|p| matches!(p, Placement::Run { device: crate::hrx::Device::Cpu, .. }))?;
             let node = &plan.graph.nodes[i];
             let ins: Vec<String> = node.inputs.iter().map(|&id| plan.graph.value(id).shape_str()).collect();
-            Some(format!("graph {} node {i} ({}, {} of {})", plan.graph.name, node.name, node.op.name(), ins.join(", ")))
+            Some(format!(
+                "graph {} node {i} ({}, {} of {})",
+                plan.graph.name,
+                node.name,
+                node.op.name(),
+                ins.join(", ")
+            ))
         })
     }
 
@@ -235,7 +249,9 @@ impl Executor {
         match self {
             Executor::Cpu(e) => {
                 let buf = e.f32_buffer(plan, name).ok_or_else(|| ExecError::NoBuffer(name.to_owned()))?;
-                buf.get_mut(offset..offset + values.len()).ok_or_else(|| ExecError::NoBuffer(name.to_owned()))?.copy_from_slice(values);
+                buf.get_mut(offset..offset + values.len())
+                    .ok_or_else(|| ExecError::NoBuffer(name.to_owned()))?
+                    .copy_from_slice(values);
                 Ok(())
             }
             Executor::Vulkan(e) => Ok(e.write_f32(plan, name, offset, values)?),
@@ -247,7 +263,9 @@ impl Executor {
         match self {
             Executor::Cpu(e) => {
                 let buf = e.i32_buffer(plan, name).ok_or_else(|| ExecError::NoBuffer(name.to_owned()))?;
-                buf.get_mut(offset..offset + values.len()).ok_or_else(|| ExecError::NoBuffer(name.to_owned()))?.copy_from_slice(values);
+                buf.get_mut(offset..offset + values.len())
+                    .ok_or_else(|| ExecError::NoBuffer(name.to_owned()))?
+                    .copy_from_slice(values);
                 Ok(())
             }
             Executor::Vulkan(e) => Ok(e.write_i32(plan, name, offset, values)?),
@@ -276,7 +294,10 @@ impl Executor {
     /// The contiguous f32 value of node `id` of `plan` after a run, at its run-time shape.
     pub fn output(&self, plan: PlanId, id: NodeId, symbols: &[usize]) -> Result<Vec<f32>, ExecError> {
         match self {
-            Executor::Cpu(e) => e.output(plan, id, symbols).map(<[f32]>::to_vec).ok_or_else(|| ExecError::NoBuffer(format!("value of node {}", id.0))),
+            Executor::Cpu(e) => e
+                .output(plan, id, symbols)
+                .map(<[f32]>::to_vec)
+                .ok_or_else(|| ExecError::NoBuffer(format!("value of node {}", id.0))),
             Executor::Vulkan(e) => Ok(e.output(plan, id, symbols)?),
         }
     }

@@ -48,12 +48,16 @@ fn add(path: &Path, found: &mut Found) {
 fn walk(dir: &Path, found: &mut Found) {
     let entries = match std::fs::read_dir(dir) {
         Ok(entries) => entries,
-        Err(e) => return found.problems.push((dir.to_owned(), format!("cannot read the folder {}: {e}", dir.display()))),
+        Err(e) => {
+            return found.problems.push((dir.to_owned(), format!("cannot read the folder {}: {e}", dir.display())))
+        }
     };
     for entry in entries {
         let entry = match entry {
             Ok(entry) => entry,
-            Err(e) => return found.problems.push((dir.to_owned(), format!("cannot read the folder {}: {e}", dir.display()))),
+            Err(e) => {
+                return found.problems.push((dir.to_owned(), format!("cannot read the folder {}: {e}", dir.display())))
+            }
         };
         let path = entry.path();
         let Ok(kind) = entry.file_type() else { continue };
@@ -67,7 +71,8 @@ fn walk(dir: &Path, found: &mut Found) {
 
 /// An image extension (any case), or the first bytes of PNG, JPEG or WebP.
 fn looks_like_image(path: &Path) -> bool {
-    let by_name = path.extension().and_then(|e| e.to_str()).is_some_and(|e| EXTENSIONS.iter().any(|x| e.eq_ignore_ascii_case(x)));
+    let by_name =
+        path.extension().and_then(|e| e.to_str()).is_some_and(|e| EXTENSIONS.iter().any(|x| e.eq_ignore_ascii_case(x)));
     by_name || first_bytes(path).is_some_and(|head| image::sniff(&head).is_ok())
 }
 
@@ -91,10 +96,12 @@ mod tests {
         std::fs::write(dir.join("notes.txt"), b"hello").unwrap();
         std::fs::write(dir.join("a.webp"), b"").unwrap();
         let list = dir.join("list.txt");
-        std::fs::write(&list, format!("{}\n\n{}\n", dir.join("a.webp").display(), dir.join("missing.png").display())).unwrap();
+        std::fs::write(&list, format!("{}\n\n{}\n", dir.join("a.webp").display(), dir.join("missing.png").display()))
+            .unwrap();
         let d = dir.display().to_string();
         let found = find_images(&[d.clone(), format!("@{}", list.display()), format!("@{d}/nope.txt")]);
-        let want: Vec<PathBuf> = vec![dir.join("a.webp"), dir.join("b.JPG"), dir.join("missing.png"), sub.join("noext")];
+        let want: Vec<PathBuf> =
+            vec![dir.join("a.webp"), dir.join("b.JPG"), dir.join("missing.png"), sub.join("noext")];
         assert_eq!(found.images, want);
         assert_eq!(found.problems.len(), 1);
         assert!(found.problems[0].1.contains("nope.txt"), "{:?}", found.problems);

@@ -79,10 +79,9 @@ impl Args {
     pub fn parsed<T: std::str::FromStr>(&mut self, names: &[&str]) -> Result<Option<T>, UsageError> {
         match self.value(names)? {
             None => Ok(None),
-            Some(v) => v
-                .parse()
-                .map(Some)
-                .map_err(|_| UsageError(format!("{}: cannot read {v:?} as a value", names[0]))),
+            Some(v) => {
+                v.parse().map(Some).map_err(|_| UsageError(format!("{}: cannot read {v:?} as a value", names[0])))
+            }
         }
     }
 

@@ -48,7 +48,8 @@ fn help() -> String {
     .render()
 }
 
-pub const COMMAND: Command = Command { name: "bench", summary: "measure prompt/generation speed, start-up and memory", help, run };
+pub const COMMAND: Command =
+    Command { name: "bench", summary: "measure prompt/generation speed, start-up and memory", help, run };
 
 const IMAGE_SIZE: Flag = Flag { names: &["--image-size"], value: "N" };
 const PROMPT_LEN: Flag = Flag { names: &["-p"], value: "N" };
@@ -85,7 +86,8 @@ fn run(mut args: Args, out: &mut dyn Write) -> Result<(), CliError> {
     if n_prompt == 0 || n_gen == 0 || reps == 0 {
         return Err(CliError::usage("-p, -n and -r must be at least 1"));
     }
-    let options = TextOptions { n_ctx: n_prompt.max(n_gen + 8) + 8, chunk: n_prompt.min(512), ..TextOptions::on(device) };
+    let options =
+        TextOptions { n_ctx: n_prompt.max(n_gen + 8) + 8, chunk: n_prompt.min(512), ..TextOptions::on(device) };
     let t0 = Instant::now();
     let mut model = TextModel::load(Path::new(&model_path), options)?;
     let cold_start = t0.elapsed().as_secs_f64();
@@ -131,8 +133,22 @@ fn run(mut args: Args, out: &mut dyn Write) -> Result<(), CliError> {
             ("threads", threads.map_or(Json::Null, |t| Json::Int(t as i128))),
             ("weight_bytes", Json::Int(weights.into())),
             ("cold_start_seconds", Json::Num(cold_start)),
-            ("pp", Json::obj([("tokens", Json::Int(n_prompt as i128)), ("tokens_per_second", Json::Num(pp_mean)), ("sd", Json::Num(pp_sd))])),
-            ("tg", Json::obj([("tokens", Json::Int(n_gen as i128)), ("tokens_per_second", Json::Num(tg_mean)), ("sd", Json::Num(tg_sd))])),
+            (
+                "pp",
+                Json::obj([
+                    ("tokens", Json::Int(n_prompt as i128)),
+                    ("tokens_per_second", Json::Num(pp_mean)),
+                    ("sd", Json::Num(pp_sd)),
+                ]),
+            ),
+            (
+                "tg",
+                Json::obj([
+                    ("tokens", Json::Int(n_gen as i128)),
+                    ("tokens_per_second", Json::Num(tg_mean)),
+                    ("sd", Json::Num(tg_sd)),
+                ]),
+            ),
             ("peak_rss_bytes", peak.map_or(Json::Null, |p| Json::Int(p.into()))),
             (
                 "image_encode",
@@ -145,7 +161,12 @@ fn run(mut args: Args, out: &mut dyn Write) -> Result<(), CliError> {
         ]);
         writeln!(out, "{}", j.to_string_compact())?;
     } else {
-        writeln!(out, "model: {model_path} ({:.1} MiB of weights), backend {}", weights as f64 / 1048576.0, model.backend().describe())?;
+        writeln!(
+            out,
+            "model: {model_path} ({:.1} MiB of weights), backend {}",
+            weights as f64 / 1048576.0,
+            model.backend().describe()
+        )?;
         writeln!(out, "cold start: {:.3} s", cold_start)?;
         writeln!(out, "pp{n_prompt}: {pp_mean:.1} ± {pp_sd:.1} tokens/s")?;
         writeln!(out, "tg{n_gen}: {tg_mean:.2} ± {tg_sd:.2} tokens/s")?;
@@ -178,7 +199,11 @@ fn graph_json(g: &RecordingStats) -> Json {
                 ("share", Json::Num(share(k.nanos, total))),
             ])
         });
-        Json::obj([("runs", Json::Int(p.runs as i128)), ("total_ms", Json::Num(total / 1e6)), ("kernels", Json::Arr(kernels.collect()))])
+        Json::obj([
+            ("runs", Json::Int(p.runs as i128)),
+            ("total_ms", Json::Num(total / 1e6)),
+            ("kernels", Json::Arr(kernels.collect())),
+        ])
     });
     Json::obj([
         ("name", Json::str(&g.graph)),
@@ -199,10 +224,14 @@ fn share(part: f64, total: f64) -> f64 {
 
 /// The GPU time of each profiled graph by kernel, the largest first (HRX_VK_PROFILE=1).
 fn write_profiles(graphs: &[RecordingStats], out: &mut dyn Write) -> std::io::Result<()> {
-    let profiled: Vec<(&str, &Profile)> = graphs.iter().filter_map(|g| g.profile.as_ref().map(|p| (g.graph.as_str(), p))).collect();
+    let profiled: Vec<(&str, &Profile)> =
+        graphs.iter().filter_map(|g| g.profile.as_ref().map(|p| (g.graph.as_str(), p))).collect();
     if profiled.is_empty() {
         if std::env::var("HRX_VK_PROFILE").is_ok_and(|v| v == "1") {
-            writeln!(out, "GPU profile: none (HRX_VK_PROFILE=1 times Vulkan devices that write timestamps; this run has none)")?;
+            writeln!(
+                out,
+                "GPU profile: none (HRX_VK_PROFILE=1 times Vulkan devices that write timestamps; this run has none)"
+            )?;
         }
         return Ok(());
     }
@@ -211,10 +240,23 @@ fn write_profiles(graphs: &[RecordingStats], out: &mut dyn Write) -> std::io::Re
         let total = p.total_nanos();
         let per_run = if p.runs > 0 { total / p.runs as f64 } else { 0.0 };
         let plural = if p.runs == 1 { "" } else { "s" };
-        writeln!(out, "graph {graph}: {:.3} ms per run ({} run{plural}: {:.3} ms)", per_run / 1e6, p.runs, total / 1e6)?;
+        writeln!(
+            out,
+            "graph {graph}: {:.3} ms per run ({} run{plural}: {:.3} ms)",
+            per_run / 1e6,
+            p.runs,
+            total / 1e6
+        )?;
         writeln!(out, "  {:<28} {:>14} {:>12} {:>7}", "kernel", "dispatches/run", "total ms", "share")?;
         for k in &p.kernels {
-            writeln!(out, "  {:<28} {:>14} {:>12.3} {:>6.1}%", k.kernel, k.dispatches, k.nanos / 1e6, share(k.nanos, total))?;
+            writeln!(
+                out,
+                "  {:<28} {:>14} {:>12.3} {:>6.1}%",
+                k.kernel,
+                k.dispatches,
+                k.nanos / 1e6,
+                share(k.nanos, total)
+            )?;
         }
     }
     Ok(())
@@ -236,10 +278,16 @@ fn bench_encode(
         return Err(CliError::usage("--image-size must be in 1..=8192"));
     }
     let pixels: Vec<u8> = (0..side * side * 3).map(|i| (i.wrapping_mul(2_654_435_761) >> 13) as u8).collect();
-    let img = RgbImage::from_raw(side, side, pixels).ok_or_else(|| CliError::Failed(format!("a {side}x{side} test image")))?;
+    let img = RgbImage::from_raw(side, side, pixels)
+        .ok_or_else(|| CliError::Failed(format!("a {side}x{side} test image")))?;
     let file = std::sync::Arc::new(crate::gguf::GgufFile::open(path)?);
     let params = crate::model::VisionParams::from_gguf(&file).map_err(RuntimeError::from)?;
-    let cfg = PreprocessConfig { patch_size: params.patch_size, merge_size: params.merge, max_pixels: (side * side).max(PreprocessConfig::HF_MIN_PIXELS), ..PreprocessConfig::hf() };
+    let cfg = PreprocessConfig {
+        patch_size: params.patch_size,
+        merge_size: params.merge,
+        max_pixels: (side * side).max(PreprocessConfig::HF_MIN_PIXELS),
+        ..PreprocessConfig::hf()
+    };
     let patches = preprocess(&img, &cfg).map_err(RuntimeError::from)?;
     let mut vision = VisionModel::load_on(file, patches.n_patches(), backend)?;
     if let Some(n) = threads {

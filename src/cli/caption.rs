@@ -42,7 +42,8 @@ fn help() -> String {
 const OUTPUT: Flag = Flag { names: &["-o", "--output"], value: "FILE" };
 const RESUME: Flag = Flag { names: &["--resume"], value: "" };
 
-pub const COMMAND: Command = Command { name: "caption", summary: "caption a batch of images into JSON Lines", help, run };
+pub const COMMAND: Command =
+    Command { name: "caption", summary: "caption a batch of images into JSON Lines", help, run };
 
 fn run(mut args: Args, _out: &mut dyn Write) -> Result<(), CliError> {
     let output = OUTPUT.string(&mut args)?.ok_or_else(|| CliError::usage("caption needs -o CAPTIONS.jsonl"))?;
@@ -58,7 +59,8 @@ fn run(mut args: Args, _out: &mut dyn Write) -> Result<(), CliError> {
     let in_output = |e: std::io::Error| CliError::os(output.display())(e);
     let found = find_images(&inputs);
     let done = if resume { journal::captioned(&output).map_err(in_output)? } else { Default::default() };
-    let (skipped, todo): (Vec<PathBuf>, Vec<PathBuf>) = found.images.into_iter().partition(|p| done.contains(&p.display().to_string()));
+    let (skipped, todo): (Vec<PathBuf>, Vec<PathBuf>) =
+        found.images.into_iter().partition(|p| done.contains(&p.display().to_string()));
     if todo.is_empty() && skipped.is_empty() && found.problems.is_empty() {
         return Err(CliError::Failed(format!("no images found in {}", inputs.join(" "))));
     }
@@ -90,7 +92,14 @@ fn run(mut args: Args, _out: &mut dyn Write) -> Result<(), CliError> {
             journal.record(&entry).map_err(in_output)?;
             let left = todo.len() - i - 1;
             let eta = start.elapsed().as_secs_f64() / (i + 1) as f64 * left as f64;
-            eprintln!("[{}/{}] {} — {:.1} s, ETA {}", i + 1, todo.len(), path.display(), t.elapsed().as_secs_f64(), duration(eta));
+            eprintln!(
+                "[{}/{}] {} — {:.1} s, ETA {}",
+                i + 1,
+                todo.len(),
+                path.display(),
+                t.elapsed().as_secs_f64(),
+                duration(eta)
+            );
         }
         tally.seconds = start.elapsed().as_secs_f64();
     }
@@ -135,8 +144,15 @@ struct Tally {
 
 impl Tally {
     fn summary(&self) -> String {
-        let rate = if self.seconds > 0.0 { format!("{:.1}", (self.done + self.failed) as f64 * 60.0 / self.seconds) } else { "-".into() };
-        format!("hrx caption: {} captioned, {} failed, {} skipped; {rate} images/minute", self.done, self.failed, self.skipped)
+        let rate = if self.seconds > 0.0 {
+            format!("{:.1}", (self.done + self.failed) as f64 * 60.0 / self.seconds)
+        } else {
+            "-".into()
+        };
+        format!(
+            "hrx caption: {} captioned, {} failed, {} skipped; {rate} images/minute",
+            self.done, self.failed, self.skipped
+        )
     }
 }
 

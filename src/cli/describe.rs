@@ -1,6 +1,8 @@
 //! `hrx describe IMG [IMG...]`: one description per image, the model loaded once.
 
-use super::flags::{ctx_help, text_options, GenerationDefaults, Help, ImageFlags, Placement, JSON, MMPROJ, MODEL, PROMPT, SYSTEM};
+use super::flags::{
+    ctx_help, text_options, GenerationDefaults, Help, ImageFlags, Placement, JSON, MMPROJ, MODEL, PROMPT, SYSTEM,
+};
 use super::{CliError, Command};
 use crate::catalog::{locate, search_dirs, Catalog};
 use crate::cli::args::Args;
@@ -31,7 +33,8 @@ fn help() -> String {
                 Without -m, the default model of models.toml is looked for in ./models,\n\
                 $HRX_MODELS and ~/.local/share/hrx/models (`hrx models` lists them).",
         options,
-        footer: "examples:\n  hrx describe photo.jpg\n  hrx describe a.png b.jpg -p 'What is written on the sign?' --json",
+        footer:
+            "examples:\n  hrx describe photo.jpg\n  hrx describe a.png b.jpg -p 'What is written on the sign?' --json",
     }
     .render()
 }
@@ -43,12 +46,17 @@ type CatalogDefaults = (GenerationDefaults, usize, String);
 
 /// The model files: given, or the catalog default found in the search folders (then with its
 /// catalog settings).
-fn model_files(model: Option<String>, mmproj: Option<String>) -> Result<(PathBuf, PathBuf, Option<CatalogDefaults>), CliError> {
+fn model_files(
+    model: Option<String>,
+    mmproj: Option<String>,
+) -> Result<(PathBuf, PathBuf, Option<CatalogDefaults>), CliError> {
     if let (Some(m), Some(p)) = (&model, &mmproj) {
         return Ok((m.into(), p.into(), None));
     }
     if model.is_some() || mmproj.is_some() {
-        return Err(CliError::usage("give both -m MODEL.gguf and --mmproj MMPROJ.gguf, or neither (to use the default model)"));
+        return Err(CliError::usage(
+            "give both -m MODEL.gguf and --mmproj MMPROJ.gguf, or neither (to use the default model)",
+        ));
     }
     let catalog = Catalog::builtin();
     let entry = catalog.default_entry().ok_or_else(|| CliError::Failed("models.toml has no default model".into()))?;
@@ -89,7 +97,10 @@ pub(super) struct DescriberFlags {
 
 impl DescriberFlags {
     pub fn help() -> Vec<(String, String)> {
-        let mut lines = vec![MODEL.help("the text model GGUF (default: models.toml's default model)"), MMPROJ.help("the vision projector GGUF")];
+        let mut lines = vec![
+            MODEL.help("the text model GGUF (default: models.toml's default model)"),
+            MMPROJ.help("the vision projector GGUF"),
+        ];
         lines.extend(ImageFlags::help(PreprocessConfig::KIOSK_MAX_PIXELS));
         lines.extend(GenerationDefaults::default().help(Some("(default from models.toml for its model, else 256)")));
         lines.push(ctx_help());
@@ -102,7 +113,11 @@ impl DescriberFlags {
         let (model, mmproj, catalog) = model_files(MODEL.string(args)?, MMPROJ.string(args)?)?;
         let (defaults, max_pixels, name) = match catalog {
             Some((defaults, max_pixels, name)) => (defaults, max_pixels, name),
-            None => (GenerationDefaults::default(), PreprocessConfig::KIOSK_MAX_PIXELS, model.file_stem().map(|s| s.to_string_lossy().into_owned()).unwrap_or_default()),
+            None => (
+                GenerationDefaults::default(),
+                PreprocessConfig::KIOSK_MAX_PIXELS,
+                model.file_stem().map(|s| s.to_string_lossy().into_owned()).unwrap_or_default(),
+            ),
         };
         let config = defaults.parse(args)?;
         let images = ImageFlags::parse(args, max_pixels)?;
@@ -169,8 +184,8 @@ fn describe_one(
     }
     let mut write_error = None;
     let images = [image];
-    let (ids, g) = d
-        .run(&images, prompt, system, config, |text| super::generate::stream(json, &mut write_error, out, text))?;
+    let (ids, g) =
+        d.run(&images, prompt, system, config, |text| super::generate::stream(json, &mut write_error, out, text))?;
     if let Some(e) = write_error {
         return Err(e.into());
     }

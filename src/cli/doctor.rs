@@ -36,7 +36,8 @@ HRX_DEVICE names none; hrx then runs on the CPU backend only.
 
 example: HRX_DEVICE=1 hrx doctor";
 
-pub const COMMAND: Command = Command { name: "doctor", summary: "show Vulkan devices and the one hrx would use", help: || HELP.to_owned(), run };
+pub const COMMAND: Command =
+    Command { name: "doctor", summary: "show Vulkan devices and the one hrx would use", help: || HELP.to_owned(), run };
 
 fn run(mut args: Args, out: &mut dyn Write) -> Result<(), CliError> {
     let json = args.flag(&["--json"]);
@@ -126,10 +127,25 @@ impl Report {
         for d in &self.devices {
             let mark = if self.selected == Some(d.index) { "   <- hrx uses this one" } else { "" };
             writeln!(out, "\n[{}] {}{mark}", d.index, d.name)?;
-            writeln!(out, "    type            {} (vendor 0x{:04x}, device 0x{:04x})", d.kind.name(), d.vendor_id, d.device_id)?;
+            writeln!(
+                out,
+                "    type            {} (vendor 0x{:04x}, device 0x{:04x})",
+                d.kind.name(),
+                d.vendor_id,
+                d.device_id
+            )?;
             writeln!(out, "    Vulkan API      {}", d.api_version_str())?;
-            let driver = [d.driver_name.as_deref(), d.driver_info.as_deref()].into_iter().flatten().collect::<Vec<_>>().join(", ");
-            writeln!(out, "    driver          {} (version {})", if driver.is_empty() { "?" } else { &driver }, d.driver_version)?;
+            let driver = [d.driver_name.as_deref(), d.driver_info.as_deref()]
+                .into_iter()
+                .flatten()
+                .collect::<Vec<_>>()
+                .join(", ");
+            writeln!(
+                out,
+                "    driver          {} (version {})",
+                if driver.is_empty() { "?" } else { &driver },
+                d.driver_version
+            )?;
             for (i, h) in d.heaps.iter().enumerate() {
                 let flags = [(h.device_local, "device-local"), (h.host_visible, "host-visible")]
                     .iter()
@@ -137,9 +153,18 @@ impl Report {
                     .map(|(_, n)| *n)
                     .collect::<Vec<_>>()
                     .join(", ");
-                writeln!(out, "    memory heap {i}   {} {}", bytes(h.size), if flags.is_empty() { "(host)".into() } else { format!("({flags})") })?;
+                writeln!(
+                    out,
+                    "    memory heap {i}   {} {}",
+                    bytes(h.size),
+                    if flags.is_empty() { "(host)".into() } else { format!("({flags})") }
+                )?;
             }
-            let unified = if d.unified_memory { "yes: buffers are written in place" } else { "no: uploads go through staging copies" };
+            let unified = if d.unified_memory {
+                "yes: buffers are written in place"
+            } else {
+                "no: uploads go through staging copies"
+            };
             writeln!(out, "    unified memory  {unified}")?;
             let ops = if d.subgroup_ops.is_empty() { "unknown".to_owned() } else { d.subgroup_ops.join(" ") };
             let variants = Variants::for_device(d);
@@ -149,7 +174,11 @@ impl Report {
                 (None, None) => "portable (mul_mat_vec)",
             };
             let stage = if d.subgroup_in_compute { "" } else { " (not in compute shaders)" };
-            writeln!(out, "    subgroups       size {}, ops: {ops}{stage}; matrix-vector kernels: {matvec}", d.subgroup_size)?;
+            writeln!(
+                out,
+                "    subgroups       size {}, ops: {ops}{stage}; matrix-vector kernels: {matvec}",
+                d.subgroup_size
+            )?;
             let matmat = match (d.coopmat_matmul().is_some(), variants.coopmat.is_some()) {
                 (_, true) => "cooperative matrices (mul_mat_cm, HRX_VK_COOPMAT=1)",
                 (true, false) => "portable tiles (mul_mat); cooperative matrices available with HRX_VK_COOPMAT=1",
@@ -166,7 +195,14 @@ impl Report {
             )?;
             let f = &d.features;
             let yn = |b: bool| if b { "yes" } else { "no" };
-            writeln!(out, "    arithmetic      fp16 {}, int8 {}, int16 {}, int64 {}", yn(f.float16), yn(f.int8), yn(f.int16), yn(f.int64))?;
+            writeln!(
+                out,
+                "    arithmetic      fp16 {}, int8 {}, int16 {}, int64 {}",
+                yn(f.float16),
+                yn(f.int8),
+                yn(f.int16),
+                yn(f.int64)
+            )?;
             writeln!(out, "    storage         16-bit {}, 8-bit {}", yn(f.storage_16bit), yn(f.storage_8bit))?;
             writeln!(
                 out,
@@ -179,9 +215,16 @@ impl Report {
                 yn(f.memory_model)
             )?;
             if d.can_time() {
-                writeln!(out, "    timestamps      {} valid bits, {} ns per tick (HRX_VK_PROFILE=1 times dispatches)", d.timestamp_bits, d.timestamp_period)?;
+                writeln!(
+                    out,
+                    "    timestamps      {} valid bits, {} ns per tick (HRX_VK_PROFILE=1 times dispatches)",
+                    d.timestamp_bits, d.timestamp_period
+                )?;
             } else {
-                writeln!(out, "    timestamps      none on the compute queue (HRX_VK_PROFILE=1 cannot time dispatches)")?;
+                writeln!(
+                    out,
+                    "    timestamps      none on the compute queue (HRX_VK_PROFILE=1 cannot time dispatches)"
+                )?;
             }
             if d.compute_queue_family.is_none() {
                 writeln!(out, "    (no compute queue: hrx cannot use this device)")?;
@@ -191,7 +234,10 @@ impl Report {
         match (self.selected, &self.error, self.choice) {
             (Some(i), _, _) => {
                 let name = self.devices.iter().find(|d| d.index == i).map_or("", |d| d.name.as_str());
-                writeln!(out, "hrx would use device {i}: {name} (--device N, --device cpu or HRX_DEVICE to choose another)")
+                writeln!(
+                    out,
+                    "hrx would use device {i}: {name} (--device N, --device cpu or HRX_DEVICE to choose another)"
+                )
             }
             (None, None, Some(DeviceChoice::Cpu)) => writeln!(out, "hrx would use its CPU backend (HRX_DEVICE=cpu)"),
             (None, None, _) => writeln!(

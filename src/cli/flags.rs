@@ -179,7 +179,8 @@ impl ImageFlags {
         };
         vec![
             IMAGE_MAX_PIXELS.help(format!("resize larger images down to about N pixels (default {max_pixels}{why})")),
-            IMAGE_MIN_PIXELS.help(format!("resize smaller images up to N pixels (default {})", PreprocessConfig::HF_MIN_PIXELS)),
+            IMAGE_MIN_PIXELS
+                .help(format!("resize smaller images up to N pixels (default {})", PreprocessConfig::HF_MIN_PIXELS)),
             MAX_IMAGE_MP.help(format!(
                 "refuse images whose header declares more than N megapixels, before decoding (default {})",
                 Limits::DEFAULT_MAX_PIXELS / 1_000_000
@@ -238,7 +239,8 @@ impl Help {
 /// `flag` then `text` wrapped at 88 columns, continuation lines aligned under the text.
 fn wrap(flag: &str, text: &str, width: usize) -> String {
     let indent = 2 + width + 2;
-    let mut out = if flag.len() > width { format!("{flag}\n{}", " ".repeat(indent)) } else { format!("{flag:<width$}  ") };
+    let mut out =
+        if flag.len() > width { format!("{flag}\n{}", " ".repeat(indent)) } else { format!("{flag:<width$}  ") };
     let mut col = indent;
     for (i, word) in text.split_whitespace().enumerate() {
         if i > 0 && col + 1 + word.len() > 88 {

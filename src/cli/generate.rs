@@ -1,7 +1,10 @@
 //! `hrx generate`: text in, tokens out. Its flags are how hrx is checked against other engines:
 //! keep them stable.
 
-use super::flags::{ctx_help, text_options, Flag, GenerationDefaults, Help, Placement, IMAGE_MAX_PIXELS, JSON, MMPROJ, MODEL, PROMPT, SYSTEM};
+use super::flags::{
+    ctx_help, text_options, Flag, GenerationDefaults, Help, Placement, IMAGE_MAX_PIXELS, JSON, MMPROJ, MODEL, PROMPT,
+    SYSTEM,
+};
 use super::{CliError, Command};
 use crate::cli::args::Args;
 use crate::image::PreprocessConfig;
@@ -93,7 +96,8 @@ fn run(mut args: Args, out: &mut dyn Write) -> Result<(), CliError> {
         }
         let encoded = images.iter().map(|f| d.encode_file(Path::new(f))).collect::<Result<Vec<_>, _>>()?;
         let mut write_error = None;
-        let (ids, result) = d.run(&encoded, &text, system.as_deref(), &config, |t| stream(json, &mut write_error, out, t))?;
+        let (ids, result) =
+            d.run(&encoded, &text, system.as_deref(), &config, |t| stream(json, &mut write_error, out, t))?;
         return finish(out, write_error, &ids, &result, json, dump_logits);
     }
     if mmproj.is_some() {
@@ -130,7 +134,12 @@ fn run(mut args: Args, out: &mut dyn Write) -> Result<(), CliError> {
 
 /// Streams generated text unless the output is JSON; keeps the first write error, and stops
 /// the generation there (a closed pipe: nobody reads the rest).
-pub(super) fn stream(json: bool, write_error: &mut Option<std::io::Error>, out: &mut dyn Write, text: &str) -> std::ops::ControlFlow<()> {
+pub(super) fn stream(
+    json: bool,
+    write_error: &mut Option<std::io::Error>,
+    out: &mut dyn Write,
+    text: &str,
+) -> std::ops::ControlFlow<()> {
     if !json && write_error.is_none() {
         if let Err(e) = out.write_all(text.as_bytes()).and_then(|()| out.flush()) {
             *write_error = Some(e);
@@ -143,7 +152,14 @@ pub(super) fn stream(json: bool, write_error: &mut Option<std::io::Error>, out: 
     }
 }
 
-fn finish(out: &mut dyn Write, write_error: Option<std::io::Error>, ids: &[u32], result: &Generation, json: bool, dump_logits: Option<String>) -> Result<(), CliError> {
+fn finish(
+    out: &mut dyn Write,
+    write_error: Option<std::io::Error>,
+    ids: &[u32],
+    result: &Generation,
+    json: bool,
+    dump_logits: Option<String>,
+) -> Result<(), CliError> {
     if let Some(e) = write_error {
         return Err(e.into());
     }

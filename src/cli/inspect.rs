@@ -22,7 +22,8 @@ start of the data section, and bytes.
 
 example: hrx inspect models/Qwen3-VL-2B-Instruct-Q4_K_M.gguf | less";
 
-pub const COMMAND: Command = Command { name: "inspect", summary: "show a GGUF file's metadata and tensors", help: || HELP.to_owned(), run };
+pub const COMMAND: Command =
+    Command { name: "inspect", summary: "show a GGUF file's metadata and tensors", help: || HELP.to_owned(), run };
 
 fn run(mut args: Args, out: &mut dyn Write) -> Result<(), CliError> {
     let json = args.flag(&["--json"]);

@@ -2,16 +2,16 @@
 
 pub mod args;
 mod bench;
-pub mod flags;
 mod caption;
 mod describe;
 mod doctor;
+pub mod flags;
 mod generate;
 mod inspect;
 mod models;
 mod plan;
-mod synth;
 mod serve;
+mod synth;
 mod tokenize;
 
 use crate::gguf::GgufError;
@@ -29,7 +29,19 @@ pub struct Command {
     pub run: fn(Args, &mut dyn Write) -> Result<(), CliError>,
 }
 
-const COMMANDS: &[Command] = &[describe::COMMAND, caption::COMMAND, serve::COMMAND, generate::COMMAND, plan::COMMAND, inspect::COMMAND, tokenize::COMMAND, synth::COMMAND, bench::COMMAND, models::COMMAND, doctor::COMMAND];
+const COMMANDS: &[Command] = &[
+    describe::COMMAND,
+    caption::COMMAND,
+    serve::COMMAND,
+    generate::COMMAND,
+    plan::COMMAND,
+    inspect::COMMAND,
+    tokenize::COMMAND,
+    synth::COMMAND,
+    bench::COMMAND,
+    models::COMMAND,
+    doctor::COMMAND,
+];
 
 const MAIN_HELP: &str = "\
 hrx: describe images with Qwen3-VL on the GPU of small edge boxes
@@ -39,12 +51,18 @@ usage: hrx COMMAND [ARGS...]      hrx help COMMAND      hrx COMMAND --help";
 /// Everything a command can fail with; `main` turns it into a message and an exit code.
 #[derive(Debug)]
 pub enum CliError {
-    Usage { message: String, command: Option<&'static str> },
+    Usage {
+        message: String,
+        command: Option<&'static str>,
+    },
     Gguf(GgufError),
     /// Writing the command's output.
     Io(io::Error),
     /// Something the command opens itself: a file it writes, the address it listens on.
-    Os { what: String, source: io::Error },
+    Os {
+        what: String,
+        source: io::Error,
+    },
     /// Loading or running the model.
     Runtime(RuntimeError),
     /// A failure hrx itself describes (no model, nothing to do).
@@ -181,8 +199,5 @@ pub fn run(argv: Vec<String>, out: &mut dyn Write) -> Result<(), CliError> {
 }
 
 fn find(name: &str) -> Result<&'static Command, CliError> {
-    COMMANDS
-        .iter()
-        .find(|c| c.name == name)
-        .ok_or_else(|| CliError::usage(format!("unknown command {name:?}")))
+    COMMANDS.iter().find(|c| c.name == name).ok_or_else(|| CliError::usage(format!("unknown command {name:?}")))
 }

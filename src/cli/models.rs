@@ -23,7 +23,8 @@ each model's source into one of those folders.
 
 example: hrx models --verify";
 
-pub const COMMAND: Command = Command { name: "models", summary: "list known models and which are present", help: || HELP.to_owned(), run };
+pub const COMMAND: Command =
+    Command { name: "models", summary: "list known models and which are present", help: || HELP.to_owned(), run };
 
 pub fn sha256_file(path: &Path) -> std::io::Result<String> {
     let mut file = std::fs::File::open(path)?;
@@ -67,7 +68,8 @@ fn run(mut args: Args, out: &mut dyn Write) -> Result<(), CliError> {
         let model_state = verdict(model_path.as_deref(), &m.model_sha256, verify)?;
         let mmproj_state = verdict(mmproj_path.as_deref(), &m.mmproj_sha256, verify)?;
         if json {
-            let path = |p: &Option<std::path::PathBuf>| p.as_ref().map_or(Json::Null, |p| Json::str(p.display().to_string()));
+            let path =
+                |p: &Option<std::path::PathBuf>| p.as_ref().map_or(Json::Null, |p| Json::str(p.display().to_string()));
             rows.push(Json::obj([
                 ("name", Json::str(&m.name)),
                 ("default", Json::Bool(m.name == catalog.default)),

@@ -88,7 +88,11 @@ fn run(mut args: Args, out: &mut dyn Write) -> Result<(), CliError> {
         }
     }
     if json {
-        writeln!(out, "{}", Json::obj([("graphs", Json::Arr(graphs.iter().map(Graph::json).collect()))]).to_string_compact())?;
+        writeln!(
+            out,
+            "{}",
+            Json::obj([("graphs", Json::Arr(graphs.iter().map(Graph::json).collect()))]).to_string_compact()
+        )?;
     } else {
         for g in &graphs {
             g.write_text(out)?;
@@ -117,14 +121,16 @@ impl Graph {
     fn census(&self) -> Census {
         match self {
             Graph::Planned(p) => p.census(),
-            Graph::Refused(e) => e.census.clone(),
+            Graph::Refused(e) => (*e.census).clone(),
         }
     }
 
     fn json(&self) -> Json {
         let c = self.census();
         let count = |n: usize| Json::Int(n as i128);
-        let table = |m: &std::collections::BTreeMap<(String, String), usize>| Json::Obj(m.iter().map(|((dev, name), n)| (format!("{dev}:{name}"), count(*n))).collect());
+        let table = |m: &std::collections::BTreeMap<(String, String), usize>| {
+            Json::Obj(m.iter().map(|((dev, name), n)| (format!("{dev}:{name}"), count(*n))).collect())
+        };
         let arena = match self {
             Graph::Planned(p) => count(p.arena_bytes),
             Graph::Refused(_) => Json::Null,
@@ -155,7 +161,9 @@ impl Graph {
             c.gpu_nodes, c.cpu_nodes, c.fused, c.elided, c.skipped, c.refused, c.bound
         )?;
         match self {
-            Graph::Planned(p) => writeln!(out, "  arena: {} bytes ({:.1} MiB)", p.arena_bytes, p.arena_bytes as f64 / (1 << 20) as f64)?,
+            Graph::Planned(p) => {
+                writeln!(out, "  arena: {} bytes ({:.1} MiB)", p.arena_bytes, p.arena_bytes as f64 / (1 << 20) as f64)?
+            }
             Graph::Refused(e) => {
                 for (_, message) in &e.refusals {
                     writeln!(out, "  refused: {message}")?;

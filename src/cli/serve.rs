@@ -13,7 +13,8 @@ fn help() -> String {
     let mut options = vec![
         HOST.help("address to listen on (default 127.0.0.1: this machine only)"),
         PORT.help("port (default 8080; 0 picks a free one)"),
-        ALLOW_FILES.help("also accept file:///absolute/path image URLs (files the server can read: only for trusted clients)"),
+        ALLOW_FILES
+            .help("also accept file:///absolute/path image URLs (files the server can read: only for trusted clients)"),
     ];
     options.extend(DescriberFlags::help());
     Help {
@@ -53,7 +54,8 @@ fn run(mut args: Args, out: &mut dyn Write) -> Result<(), CliError> {
         return Err(CliError::usage("serve takes no positional arguments"));
     }
     let describer = flags.load()?;
-    let listener = TcpListener::bind((host.as_str(), port)).map_err(CliError::os(format!("cannot listen on {host}:{port}")))?;
+    let listener =
+        TcpListener::bind((host.as_str(), port)).map_err(CliError::os(format!("cannot listen on {host}:{port}")))?;
     let addr = listener.local_addr()?;
     writeln!(out, "hrx serve: listening on http://{addr} (model {})", flags.name)?;
     out.flush()?;

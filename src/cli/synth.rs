@@ -27,7 +27,8 @@ so the text it generates is noise; shapes, file layout and speed are those of a 
 
 example: hrx synth -o /tmp/qwen3vl-2b-synth.gguf --preset 2b --vocab-from qwen3vl-tiny-F16.gguf";
 
-pub const COMMAND: Command = Command { name: "synth", summary: "write a random-weight model of any shape", help: || HELP.to_owned(), run };
+pub const COMMAND: Command =
+    Command { name: "synth", summary: "write a random-weight model of any shape", help: || HELP.to_owned(), run };
 
 fn run(mut args: Args, out: &mut dyn Write) -> Result<(), CliError> {
     let path = args.value(&["-o", "--out"])?.ok_or_else(|| CliError::usage("synth needs -o OUT.gguf"))?;
@@ -73,7 +74,9 @@ fn run(mut args: Args, out: &mut dyn Write) -> Result<(), CliError> {
         Some("f16") => WeightFormat::F16,
         Some("bf16") => WeightFormat::BF16,
         Some("q5_k_m") => WeightFormat::Q5KM,
-        Some(other) => return Err(CliError::usage(format!("--type {other:?}: expected f16, bf16, q8_0, q4_k_m or q5_k_m"))),
+        Some(other) => {
+            return Err(CliError::usage(format!("--type {other:?}: expected f16, bf16, q8_0, q4_k_m or q5_k_m")))
+        }
     };
     spec.seed = args.parsed(&["--seed"])?.unwrap_or(spec.seed);
     let vocab = args.value(&["--vocab-from"])?.map(GgufFile::open).transpose()?;

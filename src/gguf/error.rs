@@ -12,24 +12,47 @@ pub enum GgufErrorKind {
     BigEndian,
     UnsupportedVersion(u32),
     /// `need` bytes were wanted at the offset, the file has `have` left.
-    Truncated { need: u64, have: u64 },
+    Truncated {
+        need: u64,
+        have: u64,
+    },
     /// A count (keys, tensors, array items, string bytes) that the rest of the file cannot hold.
-    CountTooLarge { what: &'static str, count: u64, max: u64 },
+    CountTooLarge {
+        what: &'static str,
+        count: u64,
+        max: u64,
+    },
     UnknownValueType(u32),
     NestingTooDeep,
     BadUtf8,
     DuplicateKey,
-    WrongValueType { expected: &'static str, found: &'static str },
+    WrongValueType {
+        expected: &'static str,
+        found: &'static str,
+    },
     BadAlignment(u64),
     DuplicateTensor,
     BadDimCount(u32),
     ShapeOverflow,
-    UnsupportedDType { id: u32, name: &'static str },
+    UnsupportedDType {
+        id: u32,
+        name: &'static str,
+    },
     /// Row length not a whole number of blocks.
-    RowNotWholeBlocks { ne0: u64, block_len: usize },
-    MisalignedTensor { offset: u64, alignment: u64 },
+    RowNotWholeBlocks {
+        ne0: u64,
+        block_len: usize,
+    },
+    MisalignedTensor {
+        offset: u64,
+        alignment: u64,
+    },
     /// The tensor's data [start, end) runs past the end of the file.
-    DataOutOfRange { start: u64, end: u64, file_len: u64 },
+    DataOutOfRange {
+        start: u64,
+        end: u64,
+        file_len: u64,
+    },
 }
 
 impl fmt::Display for GgufErrorKind {

@@ -188,9 +188,9 @@ impl<'a> Cursor<'a> {
         })?;
         let offset = self.u64()?;
         let n_elements = ne.iter().try_fold(1u64, |acc, &d| acc.checked_mul(d));
-        let row_bytes = dtype.row_bytes(ne[0]).ok_or_else(|| {
-            self.fail_at(at, Kind::RowNotWholeBlocks { ne0: ne[0], block_len: dtype.block_len() })
-        })?;
+        let row_bytes = dtype
+            .row_bytes(ne[0])
+            .ok_or_else(|| self.fail_at(at, Kind::RowNotWholeBlocks { ne0: ne[0], block_len: dtype.block_len() }))?;
         // ggml keeps element counts in int64_t.
         let n_bytes = n_elements
             .filter(|&n| n <= i64::MAX as u64)

@@ -64,9 +64,8 @@ impl GgufWriter {
         if self.tensors.iter().any(|t| t.name == name) {
             return Err(WriteError(format!("tensor {name:?} added twice")));
         }
-        let expected = dtype
-            .row_bytes(shape[0])
-            .and_then(|row| shape[1..].iter().try_fold(row, |acc, &d| acc.checked_mul(d)));
+        let expected =
+            dtype.row_bytes(shape[0]).and_then(|row| shape[1..].iter().try_fold(row, |acc, &d| acc.checked_mul(d)));
         if expected != Some(data.len() as u64) {
             return Err(WriteError(format!(
                 "tensor {name:?}: {} bytes given, shape {shape:?} of {dtype} needs {expected:?}",

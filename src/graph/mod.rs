@@ -198,13 +198,22 @@ impl Graph {
         let ext = &self.externals[storage.0];
         let value = Value { dtype: ext.dtype, ne, nb, dyn_axis, external: Some((storage, offset)), view_offset: 0 };
         if offset + value.extent_bytes() > ext.bytes {
-            return err(name, format!("window {ne:?} at {offset} runs past storage {:?} ({} bytes)", ext.name, ext.bytes));
+            return err(
+                name,
+                format!("window {ne:?} at {offset} runs past storage {:?} ({} bytes)", ext.name, ext.bytes),
+            );
         }
         Ok(self.push(Op::External, vec![], value, name))
     }
 
     /// A contiguous external value with its own storage.
-    pub fn input(&mut self, name: &str, dtype: DType, ne: [usize; MAX_DIMS], dyn_axis: Option<DynAxis>) -> Result<NodeId> {
+    pub fn input(
+        &mut self,
+        name: &str,
+        dtype: DType,
+        ne: [usize; MAX_DIMS],
+        dyn_axis: Option<DynAxis>,
+    ) -> Result<NodeId> {
         let probe = Value::contiguous(dtype, ne);
         let storage = self.external_storage(name, dtype, probe.extent_bytes(), false);
         self.external_window(name, storage, 0, ne, probe.nb, dyn_axis)
@@ -261,7 +270,9 @@ impl Graph {
                     .unwrap_or_else(|| (0..MAX_DIMS).rev().find(|&i| ne[i] != 1).unwrap_or(0));
                 let inner_dst: usize = ne[..axis].iter().product();
                 let outer_ok = src.ne[d.axis + 1..].iter().all(|&x| x == 1);
-                let ratio_ok = inner_src > 0 && inner_dst > 0 && (inner_src.is_multiple_of(inner_dst) || inner_dst.is_multiple_of(inner_src));
+                let ratio_ok = inner_src > 0
+                    && inner_dst > 0
+                    && (inner_src.is_multiple_of(inner_dst) || inner_dst.is_multiple_of(inner_src));
                 if !outer_ok || !ratio_ok {
                     return err(name, format!("reshape {} to {ne:?} moves its dynamic axis", src.shape_str()));
                 }
@@ -289,7 +300,8 @@ impl Graph {
             value.ne[i] = src.ne[a];
             value.nb[i] = src.nb[a];
         }
-        value.dyn_axis = src.dyn_axis.map(|d| DynAxis { axis: axes.iter().position(|&a| a == d.axis).unwrap_or(d.axis), ..d });
+        value.dyn_axis =
+            src.dyn_axis.map(|d| DynAxis { axis: axes.iter().position(|&a| a == d.axis).unwrap_or(d.axis), ..d });
         value.external = None;
         value.view_offset = 0;
         Ok(self.push(Op::Permute { axes }, vec![input], value, name))
@@ -308,7 +320,14 @@ impl Graph {
 
     // ---- compute ops ----
 
-    fn f32_out(&mut self, op: Op, inputs: Vec<NodeId>, ne: [usize; 4], dyn_axis: Option<DynAxis>, name: &str) -> NodeId {
+    fn f32_out(
+        &mut self,
+        op: Op,
+        inputs: Vec<NodeId>,
+        ne: [usize; 4],
+        dyn_axis: Option<DynAxis>,
+        name: &str,
+    ) -> NodeId {
         let value = Value { dyn_axis, ..Value::contiguous(DType::F32, ne) };
         self.push(op, inputs, value, name)
     }
@@ -353,7 +372,7 @@ impl Graph {
         self.expect_f32(src, "src", name)?;
         let (d, s) = (self.value(dst).clone(), self.value(src).clone());
         if d.external.is_none() {
-            return err(name, format!("set_rows needs an external destination"));
+            return err(name, "set_rows needs an external destination".into());
         }
         self.expect_i32_ids(ids, name)?;
         if d.ne[0] != s.ne[0] || self.value(ids).ne[0] != s.ne[1] {
@@ -420,7 +439,15 @@ impl Graph {
     }
 
     /// `x`: [head_dim, n_head, n]; `positions`: i32 [n * components].
-    pub fn rope(&mut self, x: NodeId, positions: NodeId, kind: RopeKind, theta: f32, n_dims: usize, name: &str) -> Result<NodeId> {
+    pub fn rope(
+        &mut self,
+        x: NodeId,
+        positions: NodeId,
+        kind: RopeKind,
+        theta: f32,
+        n_dims: usize,
+        name: &str,
+    ) -> Result<NodeId> {
         self.expect_f32(x, "x", name)?;
         let v = self.value(x).clone();
         if n_dims == 0 || n_dims > v.ne[0] || !n_dims.is_multiple_of(4) {
@@ -463,7 +490,15 @@ impl Graph {
     }
 
     /// q: [d, n_head, n_q], k/v: [d, n_kv_head, n_kv]; `slots` (causal) i32 [n_q].
-    pub fn attention(&mut self, q: NodeId, k: NodeId, v: NodeId, slots: Option<NodeId>, scale: f32, name: &str) -> Result<NodeId> {
+    pub fn attention(
+        &mut self,
+        q: NodeId,
+        k: NodeId,
+        v: NodeId,
+        slots: Option<NodeId>,
+        scale: f32,
+        name: &str,
+    ) -> Result<NodeId> {
         let (qv, kv, vv) = (self.value(q).clone(), self.value(k).clone(), self.value(v).clone());
         let ok = qv.ne[0] == kv.ne[0]
             && kv.ne == vv.ne
@@ -498,7 +533,10 @@ impl Graph {
         value.external = Some((storage, offset));
         let ext = &self.externals[storage.0];
         if offset + value.extent_bytes() > ext.bytes || value.dtype != ext.dtype {
-            return err(&node.name, format!("window {} at {offset} does not fit storage {:?}", value.shape_str(), ext.name));
+            return err(
+                &node.name,
+                format!("window {} at {offset} does not fit storage {:?}", value.shape_str(), ext.name),
+            );
         }
         self.nodes[id.0].value = value;
         Ok(())

@@ -29,7 +29,11 @@ pub fn assign(graph: &Graph, import: &Import, reserved: &dyn Fn(NodeId, NodeId) 
         readers[out.0] += 1;
     }
     for (i, node) in graph.nodes.iter().enumerate() {
-        let until = if readers[i] == 1 && sole_reader[i] > i && reserved(NodeId(i), NodeId(sole_reader[i])) { sole_reader[i] } else { i };
+        let until = if readers[i] == 1 && sole_reader[i] > i && reserved(NodeId(i), NodeId(sole_reader[i])) {
+            sole_reader[i]
+        } else {
+            i
+        };
         for input in &node.inputs {
             if let Some(owner) = import.storage_owner[input.0] {
                 last_use[owner.0] = last_use[owner.0].max(until);
@@ -53,11 +57,8 @@ pub fn assign(graph: &Graph, import: &Import, reserved: &dyn Fn(NodeId, NodeId) 
     for id in owners {
         let size = graph.value(id).extent_bytes().div_ceil(ALIGN) * ALIGN;
         let (start, end) = (id.0, last_use[id.0]);
-        let mut overlapping: Vec<(usize, usize)> = placed
-            .iter()
-            .filter(|&&(s, e, _, _)| s <= end && start <= e)
-            .map(|&(_, _, o, sz)| (o, sz))
-            .collect();
+        let mut overlapping: Vec<(usize, usize)> =
+            placed.iter().filter(|&&(s, e, _, _)| s <= end && start <= e).map(|&(_, _, o, sz)| (o, sz)).collect();
         overlapping.sort();
         let mut offset = 0;
         for (o, sz) in overlapping {

@@ -177,15 +177,17 @@ pub struct PlanError {
     /// Each refused node, with the engine's message for it.
     pub refusals: Vec<(NodeId, String)>,
     /// The census of the plan as far as it went (`refused` counts the refusals).
-    pub census: Census,
+    pub census: Box<Census>,
 }
 
 impl fmt::Display for PlanError {
     fn fmt(&self, f: &mut fmt::Formatter<'_>) -> fmt::Result {
         match self.refusals.as_slice() {
             [] => write!(f, "graph {}: refused", self.graph),
-            [(_, first), rest @ ..] if rest.is_empty() => f.write_str(first),
-            [(_, first), rest @ ..] => write!(f, "{first} (and {} more refused nodes in graph {})", rest.len(), self.graph),
+            [(_, first)] => f.write_str(first),
+            [(_, first), rest @ ..] => {
+                write!(f, "{first} (and {} more refused nodes in graph {})", rest.len(), self.graph)
+            }
         }
     }
 }
@@ -275,7 +277,8 @@ pub struct Census {
     pub dispatches: usize,
     /// (device, op) -> count, for compute nodes.
     pub by_op: BTreeMap<(String, String), usize>,
-    /// (device, kernel) -> dispatches; a fused pair shows as `kernel (OP+OP)`.
+    /// (device, kernel) -> dispatches; a variant built around a subgroup size shows it
+    /// (`mul_mat_vec_sg_q4_k (subgroup 32)`), a fused pair its ops (`... (MUL_MAT+ADD)`).
     pub by_kernel: BTreeMap<(String, String), usize>,
 }
 
@@ -285,7 +288,11 @@ impl Plan {
         Self::with_registered_transients(graph, registry, &HashSet::new())
     }
 
-    pub fn with_registered_transients(graph: Graph, registry: &dyn Registry, registered_transient: &HashSet<NodeId>) -> Result<Plan, PlanError> {
+    pub fn with_registered_transients(
+        graph: Graph,
+        registry: &dyn Registry,
+        registered_transient: &HashSet<NodeId>,
+    ) -> Result<Plan, PlanError> {
         let import = import(&graph, registered_transient);
         let mut placements = Vec::with_capacity(graph.nodes.len());
         let mut refusals = Vec::new();
@@ -311,7 +318,8 @@ impl Plan {
             placements.push(placement);
         }
         let fusions = candidate_fusions(&graph, &placements, registry);
-        let reserved: HashSet<(NodeId, NodeId)> = fusions.iter().filter(|(_, _, f)| f.reserve).map(|&(a, b, _)| (a, b)).collect();
+        let reserved: HashSet<(NodeId, NodeId)> =
+            fusions.iter().filter(|(_, _, f)| f.reserve).map(|&(a, b, _)| (a, b)).collect();
         let (locs, arena_bytes) = arena::assign(&graph, &import, &|id, reader| reserved.contains(&(id, reader)));
         let mut plan = Plan { graph, import, placements, locs, arena_bytes };
         for (first, reader, fusion) in fusions {
@@ -328,11 +336,17 @@ impl Plan {
         }
         if std::env::var("HRX_LOG_DISPATCH").is_ok_and(|v| v == "1") {
             for (i, (node, p)) in plan.graph.nodes.iter().zip(&plan.placements).enumerate() {
-                eprintln!("hrx dispatch: graph {} node {i} {} {:?} -> {}", plan.graph.name, node.op.name(), node.name, placement_str(p));
+                eprintln!(
+                    "hrx dispatch: graph {} node {i} {} {:?} -> {}",
+                    plan.graph.name,
+                    node.op.name(),
+                    node.name,
+                    placement_str(p)
+                );
             }
         }
         if !refusals.is_empty() {
-            return Err(PlanError { graph: plan.graph.name.clone(), refusals, census: plan.census() });
+            return Err(PlanError { graph: plan.graph.name.clone(), refusals, census: Box::new(plan.census()) });
         }
         Ok(plan)
     }
@@ -348,9 +362,15 @@ impl Plan {
                 Placement::Fused { .. } => c.fused += 1,
                 Placement::Run { device, kernel, fused } => {
                     c.dispatches += kernel.dispatches();
+                    let variant = kernel.subgroup.map(|s| format!(" (subgroup {s})")).unwrap_or_default();
                     let name = match fused {
-                        Some(reader) => format!("{} ({}+{})", kernel.name, node.op.name(), self.graph.node(*reader).op.name()),
-                        None => kernel.name.clone(),
+                        Some(reader) => format!(
+                            "{}{variant} ({}+{})",
+                            kernel.name,
+                            node.op.name(),
+                            self.graph.node(*reader).op.name()
+                        ),
+                        None => format!("{}{variant}", kernel.name),
                     };
                     *c.by_kernel.entry((device.name().to_owned(), name)).or_default() += kernel.dispatches();
                 }
@@ -390,12 +410,16 @@ impl Plan {
     /// Whether the bytes of values `a` and `b` may overlap in the plan's memory (true when
     /// unsure: a value without an address).
     pub fn may_overlap(&self, a: NodeId, b: NodeId) -> bool {
-        let span = |id: NodeId| -> Option<(Loc, usize)> { Some((self.locs.get(id.0).copied().flatten()?, self.graph.value(id).extent_bytes())) };
+        let span = |id: NodeId| -> Option<(Loc, usize)> {
+            Some((self.locs.get(id.0).copied().flatten()?, self.graph.value(id).extent_bytes()))
+        };
         let (Some((la, na)), Some((lb, nb))) = (span(a), span(b)) else { return true };
         let ranges = |x: usize, y: usize| x < y + nb && y < x + na;
         match (la, lb) {
             (Loc::Arena { offset: x }, Loc::Arena { offset: y }) => ranges(x, y),
-            (Loc::External { storage: s, offset: x }, Loc::External { storage: t, offset: y }) => s == t && ranges(x, y),
+            (Loc::External { storage: s, offset: x }, Loc::External { storage: t, offset: y }) => {
+                s == t && ranges(x, y)
+            }
             _ => false,
         }
     }
@@ -403,7 +427,11 @@ impl Plan {
 
 /// The pairs the registry fuses: a compute node whose value has one use, read by the next
 /// compute node placed on the same device.
-fn candidate_fusions(graph: &Graph, placements: &[Placement], registry: &dyn Registry) -> Vec<(NodeId, NodeId, Fusion)> {
+fn candidate_fusions(
+    graph: &Graph,
+    placements: &[Placement],
+    registry: &dyn Registry,
+) -> Vec<(NodeId, NodeId, Fusion)> {
     let mut uses = vec![0usize; graph.nodes.len()];
     for id in graph.nodes.iter().flat_map(|n| n.inputs.iter()).chain(&graph.outputs) {
         uses[id.0] += 1;
@@ -430,7 +458,9 @@ fn placement_str(p: &Placement) -> String {
         Placement::Elided => "elided (alias)".to_owned(),
         Placement::Skipped => "skipped (external window, bound from its tensor)".to_owned(),
         Placement::Run { device, kernel, fused: None } => format!("{}:{kernel}", device.name()),
-        Placement::Run { device, kernel, fused: Some(reader) } => format!("{}:{kernel} (with node {})", device.name(), reader.0),
+        Placement::Run { device, kernel, fused: Some(reader) } => {
+            format!("{}:{kernel} (with node {})", device.name(), reader.0)
+        }
         Placement::Fused { into } => format!("fused into node {}", into.0),
         Placement::Refused => "refused (a transient window nobody fills)".to_owned(),
     }
@@ -441,7 +471,8 @@ fn refusal(graph: &Graph, import: &Import, id: NodeId) -> String {
     let node = graph.node(id);
     let v = &node.value;
     let input = node.inputs[0];
-    let inputs = node.inputs.iter().map(|&i| format!("{}:{}", i.0, graph.value(i).shape_str())).collect::<Vec<_>>().join(",");
+    let inputs =
+        node.inputs.iter().map(|&i| format!("{}:{}", i.0, graph.value(i).shape_str())).collect::<Vec<_>>().join(",");
     let consumers = graph
         .consumers(id)
         .iter()

@@ -215,7 +215,10 @@ fn a_fused_pair_keeps_the_first_nodes_inputs_alive_through_the_second() {
     let pairs = fused_pairs(&plan);
     assert_eq!(pairs.len(), 5, "{:?}", plan.placements);
     let census = plan.census();
-    assert_eq!((census.dispatches, census.fused, census.by_kernel.get(&("cpu".to_owned(), "add_add (ADD+ADD)".to_owned()))), (5, 5, Some(&5)));
+    assert_eq!(
+        (census.dispatches, census.fused, census.by_kernel.get(&("cpu".to_owned(), "add_add (ADD+ADD)".to_owned()))),
+        (5, 5, Some(&5))
+    );
     assert_eq!(plan.dispatches(), vec!["add_add"; 5]);
     // The reader's output is written while the first node's inputs are still read.
     for (first, reader) in pairs {

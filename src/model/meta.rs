@@ -92,10 +92,7 @@ impl<'a> Meta<'a> {
 
     /// The tensor `name`, which must have exactly `shape` (innermost first).
     pub fn tensor(&self, name: &str, shape: &[usize]) -> Result<&'a TensorInfo, ModelError> {
-        let t = self
-            .file
-            .tensor(name)
-            .ok_or_else(|| self.error(format!("tensor {name:?}"), "missing"))?;
+        let t = self.file.tensor(name).ok_or_else(|| self.error(format!("tensor {name:?}"), "missing"))?;
         let want: Vec<u64> = shape.iter().map(|&d| d as u64).collect();
         let mut have: Vec<u64> = t.shape().to_vec();
         while have.len() > want.len() && have.last() == Some(&1) {

@@ -23,7 +23,10 @@ pub(crate) fn weight(
     name: &str,
     ne: &[usize],
 ) -> crate::graph::Result<crate::graph::NodeId> {
-    let dtype = dtypes.get(name).copied().ok_or_else(|| crate::graph::GraphError::new(name, "a weight that was not among the checked tensors"))?;
+    let dtype = dtypes
+        .get(name)
+        .copied()
+        .ok_or_else(|| crate::graph::GraphError::new(name, "a weight that was not among the checked tensors"))?;
     let mut shape = [1; crate::graph::MAX_DIMS];
     shape[..ne.len()].copy_from_slice(ne);
     g.weight(name, dtype, shape)

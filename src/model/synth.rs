@@ -98,7 +98,8 @@ struct Writer {
 impl Writer {
     /// A [cols, rows] matrix (ggml order) with N(0, std) values, stored as `dtype`.
     fn matrix(&mut self, name: &str, dtype: DType, cols: usize, rows: usize, std: f64) -> Result<(), String> {
-        let row_bytes = dtype.row_bytes(cols as u64).ok_or_else(|| format!("{name}: {cols} is not whole {dtype} blocks"))? as usize;
+        let row_bytes =
+            dtype.row_bytes(cols as u64).ok_or_else(|| format!("{name}: {cols} is not whole {dtype} blocks"))? as usize;
         // Each row draws from its own stream, seeded from the model's stream and the row
         // index, so the file depends on the seed only while sampling and quantizing (the slow
         // parts) run on every core.
@@ -123,7 +124,10 @@ impl Writer {
                     })
                 })
                 .collect();
-            workers.into_iter().map(|w| w.join().unwrap_or_else(|_| Err(format!("{name}: a quantizer thread failed")))).collect()
+            workers
+                .into_iter()
+                .map(|w| w.join().unwrap_or_else(|_| Err(format!("{name}: a quantizer thread failed"))))
+                .collect()
         });
         results.into_iter().collect::<Result<(), String>>()?;
         self.w.add_tensor(name, dtype, &[cols as u64, rows as u64], data).map_err(|e| e.to_string())
@@ -144,7 +148,10 @@ impl Writer {
 /// chat tokens, padded with unused tokens to `n_vocab`.
 fn tokenizer_metadata(w: &mut GgufWriter, vocab: Option<&GgufFile>, n_vocab: usize) -> Result<usize, String> {
     if let Some(file) = vocab {
-        let tokens = file.get("tokenizer.ggml.tokens").and_then(Value::as_array).ok_or("the vocabulary file has no tokenizer.ggml.tokens")?;
+        let tokens = file
+            .get("tokenizer.ggml.tokens")
+            .and_then(Value::as_array)
+            .ok_or("the vocabulary file has no tokenizer.ggml.tokens")?;
         let n = tokens.len();
         for (key, value) in file.metadata() {
             if key.starts_with("tokenizer.") {
@@ -155,7 +162,9 @@ fn tokenizer_metadata(w: &mut GgufWriter, vocab: Option<&GgufFile>, n_vocab: usi
     }
     let mut tokens = byte_tokens();
     let mut types = vec![1i32; tokens.len()];
-    for special in ["<|endoftext|>", "<|im_start|>", "<|im_end|>", "<|vision_start|>", "<|vision_end|>", "<|image_pad|>"] {
+    for special in
+        ["<|endoftext|>", "<|im_start|>", "<|im_end|>", "<|vision_start|>", "<|vision_end|>", "<|image_pad|>"]
+    {
         tokens.push(special.to_owned());
         types.push(3);
     }
@@ -180,8 +189,14 @@ fn tokenizer_metadata(w: &mut GgufWriter, vocab: Option<&GgufFile>, n_vocab: usi
 /// The GGUF image of a random text model of `spec`'s shape.
 pub fn text_model(spec: &TextSpec, vocab: Option<&GgufFile>) -> Result<Vec<u8>, String> {
     let s = spec;
-    if !s.n_head.is_multiple_of(s.n_head_kv) || !s.head_dim.is_multiple_of(4) || s.rope_sections.iter().sum::<usize>() > s.head_dim / 2 {
-        return Err(format!("inconsistent attention shape: {} heads, {} kv heads, head_dim {}, sections {:?}", s.n_head, s.n_head_kv, s.head_dim, s.rope_sections));
+    if !s.n_head.is_multiple_of(s.n_head_kv)
+        || !s.head_dim.is_multiple_of(4)
+        || s.rope_sections.iter().sum::<usize>() > s.head_dim / 2
+    {
+        return Err(format!(
+            "inconsistent attention shape: {} heads, {} kv heads, head_dim {}, sections {:?}",
+            s.n_head, s.n_head_kv, s.head_dim, s.rope_sections
+        ));
     }
     let mut w = Writer { w: GgufWriter::new(), rng: Normal(SplitMix64(spec.seed)) };
     w.w.set("general.architecture", Value::String(ARCH.into()));
@@ -199,7 +214,10 @@ pub fn text_model(spec: &TextSpec, vocab: Option<&GgufFile>) -> Result<Vec<u8>, 
     w.w.set(&format!("{ARCH}.rope.freq_base"), Value::F32(5e6));
     w.w.set(&format!("{ARCH}.attention.layer_norm_rms_epsilon"), Value::F32(1e-6));
     let sections = [s.rope_sections[0], s.rope_sections[1], s.rope_sections[2], 0];
-    w.w.set(&format!("{ARCH}.rope.dimension_sections"), Value::Array(ValueType::I32, sections.iter().map(|&x| Value::I32(x as i32)).collect()));
+    w.w.set(
+        &format!("{ARCH}.rope.dimension_sections"),
+        Value::Array(ValueType::I32, sections.iter().map(|&x| Value::I32(x as i32)).collect()),
+    );
 
     let (e, q, kv) = (s.n_embd, s.n_head * s.head_dim, s.n_head_kv * s.head_dim);
     w.matrix("token_embd.weight", s.dtype_of("token_embd", None), e, n_vocab, 0.02)?;

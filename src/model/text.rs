@@ -87,7 +87,14 @@ impl Builder<'_> {
         let (hd, nkv) = (self.p.head_dim, self.p.n_head_kv);
         let row = hd * nkv;
         let storage = self.g.external_storage(name, DType::F32, row * self.n_ctx * 4, false);
-        let cache = self.g.external_window(name, storage, 0, [row, self.n_ctx, 1, 1], [4, row * 4, row * 4 * self.n_ctx, row * 4 * self.n_ctx], None)?;
+        let cache = self.g.external_window(
+            name,
+            storage,
+            0,
+            [row, self.n_ctx, 1, 1],
+            [4, row * 4, row * 4 * self.n_ctx, row * 4 * self.n_ctx],
+            None,
+        )?;
         let flat = self.g.reshape(rows, [row, n, 1, 1], &format!("{name}.rows"))?;
         let written = self.g.set_rows(cache, flat, self.slots, &format!("{name}.write"))?;
         let nb = [4, hd * 4, row * 4, row * 4 * self.n_ctx];
@@ -143,7 +150,12 @@ pub fn build(p: &TextParams, shape: TextShape) -> Result<TextGraph> {
     let inp = g.external_window("inp_embd", wide, 0, [p.n_embd, n, 1, 1], nb, Some(tokens))?;
     let positions = g.input(POSITIONS, DType::I32, [n, 3, 1, 1], Some(DynAxis { axis: 0, ..tokens }))?;
     let slots = g.input(KV_SLOTS, DType::I32, [n, 1, 1, 1], Some(DynAxis { axis: 0, ..tokens }))?;
-    let out_ids = g.input(OUT_IDS, DType::I32, [shape.max_outputs, 1, 1, 1], Some(DynAxis { axis: 0, sym: n_outputs, num: 1, den: 1 }))?;
+    let out_ids = g.input(
+        OUT_IDS,
+        DType::I32,
+        [shape.max_outputs, 1, 1, 1],
+        Some(DynAxis { axis: 0, sym: n_outputs, num: 1, den: 1 }),
+    )?;
 
     let mut b = Builder { g, p, tokens, positions, slots, n_ctx: shape.n_ctx };
     let mut x = inp;
@@ -154,7 +166,8 @@ pub fn build(p: &TextParams, shape: TextShape) -> Result<TextGraph> {
         x = b.g.add(x, ffn, &format!("blk.{il}.ffn_residual"))?;
         if il < p.n_deepstack_used() {
             // Deepstack feature il sits one slice further in per feature (zeros for text tokens).
-            let slice = b.g.view(inp, [p.n_embd, n, 1, 1], nb, (il + 1) * p.n_embd * 4, b.tok(1), &format!("deepstack.{il}"))?;
+            let slice =
+                b.g.view(inp, [p.n_embd, n, 1, 1], nb, (il + 1) * p.n_embd * 4, b.tok(1), &format!("deepstack.{il}"))?;
             x = b.g.add(x, slice, &format!("blk.{il}.deepstack_add"))?;
         }
     }

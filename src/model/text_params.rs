@@ -36,7 +36,10 @@ impl TextParams {
         let arch = file.get("general.architecture").and_then(|v| v.as_str()).unwrap_or("");
         let meta = Meta::new(file, ARCH);
         if arch != ARCH {
-            return Err(meta.error("key \"general.architecture\"".into(), format!("{arch:?} is not a Qwen3-VL text model ({ARCH:?})")));
+            return Err(meta.error(
+                "key \"general.architecture\"".into(),
+                format!("{arch:?} is not a Qwen3-VL text model ({ARCH:?})"),
+            ));
         }
         let n_layer = meta.size("block_count", 4096)?;
         let n_embd = meta.size("embedding_length", 1 << 16)?;
@@ -66,12 +69,20 @@ impl TextParams {
         let n_deepstack = meta.count_or_zero("n_deepstack_layers", 64)?;
         let n_ctx_train = meta.size_or("context_length", 1 << 24, 4096)?;
 
-        let embd = file.tensor("token_embd.weight").ok_or_else(|| meta.error("tensor \"token_embd.weight\"".into(), "missing"))?;
+        let embd = file
+            .tensor("token_embd.weight")
+            .ok_or_else(|| meta.error("tensor \"token_embd.weight\"".into(), "missing"))?;
         let n_vocab = match embd.shape() {
             [e, v] if *e == n_embd as u64 && *v >= 1 && *v <= 1 << 22 => *v as usize,
-            s => return Err(meta.error("tensor \"token_embd.weight\"".into(), format!("shape {s:?}, expected [{n_embd}, n_vocab]"))),
+            s => {
+                return Err(meta.error(
+                    "tensor \"token_embd.weight\"".into(),
+                    format!("shape {s:?}, expected [{n_embd}, n_vocab]"),
+                ))
+            }
         };
-        let output_name = if file.tensor("output.weight").is_some() { "output.weight" } else { "token_embd.weight" }.to_owned();
+        let output_name =
+            if file.tensor("output.weight").is_some() { "output.weight" } else { "token_embd.weight" }.to_owned();
 
         let (q, kv) = (n_head * head_dim, n_head_kv * head_dim);
         let mut shapes: Vec<(String, Vec<usize>)> = vec![

@@ -82,7 +82,14 @@ impl Builder<'_> {
         let p = self.p;
         let (plane, row, n) = (p.patch_size * p.patch_size, p.patch_row(), self.n);
         let nb = [4, p.n_temporal * plane * 4, row * 4, row * 4 * n];
-        let frame = self.g.view(pixels, [plane, p.n_channels, n, 1], nb, t * plane * 4, self.at(2), &format!("patch.frame{t}"))?;
+        let frame = self.g.view(
+            pixels,
+            [plane, p.n_channels, n, 1],
+            nb,
+            t * plane * 4,
+            self.at(2),
+            &format!("patch.frame{t}"),
+        )?;
         let frame = self.g.cont(frame, &format!("patch.frame{t}.cont"))?;
         let frame = self.g.reshape(frame, [plane * p.n_channels, n, 1, 1], &format!("patch.frame{t}.rows"))?;
         let kernel = self.w(&patch_embd_name(t), &[plane * p.n_channels, p.n_embd])?;
@@ -107,7 +114,9 @@ impl Builder<'_> {
         // Rows of qkv are [q | k | v], each n_head heads of head_dim.
         let nb = [4, hd * 4, 3 * vh * 4, 3 * vh * 4 * n];
         let heads_dyn = self.at(2);
-        let mut split = |which: usize, label: &str| self.g.view(qkv, [hd, p.n_head, n, 1], nb, which * vh * 4, heads_dyn, &format!("v.blk.{il}.{label}"));
+        let mut split = |which: usize, label: &str| {
+            self.g.view(qkv, [hd, p.n_head, n, 1], nb, which * vh * 4, heads_dyn, &format!("v.blk.{il}.{label}"))
+        };
         let (q, k, v) = (split(0, "q")?, split(1, "k")?, split(2, "v")?);
         let q = self.g.rope(q, self.rope_pos, RopeKind::Axial2d, ROPE_THETA, hd, &format!("v.blk.{il}.q_rope"))?;
         let k = self.g.rope(k, self.rope_pos, RopeKind::Axial2d, ROPE_THETA, hd, &format!("v.blk.{il}.k_rope"))?;

@@ -34,7 +34,9 @@ pub fn pos_taps(side: usize, grid_h: usize, grid_w: usize, patches: &[(usize, us
     for &(row, col) in patches {
         let (r0, r1, fr) = axis_taps(side, grid_h, row);
         let (c0, c1, fc) = axis_taps(side, grid_w, col);
-        for (r, c, w) in [(r0, c0, (1.0 - fr) * (1.0 - fc)), (r0, c1, (1.0 - fr) * fc), (r1, c0, fr * (1.0 - fc)), (r1, c1, fr * fc)] {
+        for (r, c, w) in
+            [(r0, c0, (1.0 - fr) * (1.0 - fc)), (r0, c1, (1.0 - fr) * fc), (r1, c0, fr * (1.0 - fc)), (r1, c1, fr * fc)]
+        {
             ids.push((r * side + c) as i32);
             weights.push(w as f32);
         }

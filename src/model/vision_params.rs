@@ -80,11 +80,17 @@ impl VisionParams {
         let string = |key: &str| file.get(key).and_then(|v| v.as_str()).unwrap_or("").to_owned();
         let arch = string("general.architecture");
         if arch != ARCH {
-            return Err(meta.error("key \"general.architecture\"".into(), format!("{arch:?} is not a vision projector ({ARCH:?})")));
+            return Err(meta.error(
+                "key \"general.architecture\"".into(),
+                format!("{arch:?} is not a vision projector ({ARCH:?})"),
+            ));
         }
         let projector = string("clip.projector_type");
         if projector != PROJECTOR {
-            return Err(meta.error("key \"clip.projector_type\"".into(), format!("{projector:?} is not Qwen3-VL's {PROJECTOR:?}")));
+            return Err(meta.error(
+                "key \"clip.projector_type\"".into(),
+                format!("{projector:?} is not Qwen3-VL's {PROJECTOR:?}"),
+            ));
         }
         let n_embd = meta.size("embedding_length", 1 << 16)?;
         let n_ff = meta.size("feed_forward_length", 1 << 18)?;
@@ -113,9 +119,17 @@ impl VisionParams {
 
         // The patch kernel gives the channel count; its slices give the temporal patch.
         let kernel_name = patch_embd_name(0);
-        let kernel = file.tensor(&kernel_name).ok_or_else(|| meta.error(format!("tensor {kernel_name:?}"), "missing"))?;
+        let kernel =
+            file.tensor(&kernel_name).ok_or_else(|| meta.error(format!("tensor {kernel_name:?}"), "missing"))?;
         let n_channels = match kernel.shape() {
-            [x, y, c, h] if *x == patch_size as u64 && *y == patch_size as u64 && *h == n_embd as u64 && (1..=64).contains(c) => *c as usize,
+            [x, y, c, h]
+                if *x == patch_size as u64
+                    && *y == patch_size as u64
+                    && *h == n_embd as u64
+                    && (1..=64).contains(c) =>
+            {
+                *c as usize
+            }
             s => {
                 return Err(meta.error(
                     format!("tensor {kernel_name:?}"),
@@ -128,11 +142,17 @@ impl VisionParams {
         let image_std = meta.floats("image_std")?;
         for (key, values) in [("image_mean", &image_mean), ("image_std", &image_std)] {
             if values.len() != n_channels {
-                return Err(meta.error(format!("key \"{PREFIX}.{key}\""), format!("{} values for {n_channels} channels", values.len())));
+                return Err(meta.error(
+                    format!("key \"{PREFIX}.{key}\""),
+                    format!("{} values for {n_channels} channels", values.len()),
+                ));
             }
         }
         if image_std.iter().any(|&s| s <= 0.0) {
-            return Err(meta.error(format!("key \"{PREFIX}.image_std\""), format!("{image_std:?} has a value that is not positive")));
+            return Err(meta.error(
+                format!("key \"{PREFIX}.image_std\""),
+                format!("{image_std:?} has a value that is not positive"),
+            ));
         }
 
         let pos_name = "v.position_embd.weight";
@@ -141,11 +161,18 @@ impl VisionParams {
             [w, n] if *w == n_embd as u64 => (1..=4096u64).find(|s| s * s == *n).map(|s| s as usize),
             _ => None,
         }
-        .ok_or_else(|| meta.error(format!("tensor {pos_name:?}"), format!("shape {:?}, expected [{n_embd}, side * side]", pos.shape())))?;
+        .ok_or_else(|| {
+            meta.error(
+                format!("tensor {pos_name:?}"),
+                format!("shape {:?}, expected [{n_embd}, side * side]", pos.shape()),
+            )
+        })?;
         if pos_side * patch_size != image_size {
             return Err(meta.error(
                 format!("key \"{PREFIX}.image_size\""),
-                format!("{image_size} is not the {pos_side} x {pos_side} position grid times the patch size {patch_size}"),
+                format!(
+                    "{image_size} is not the {pos_side} x {pos_side} position grid times the patch size {patch_size}"
+                ),
             ));
         }
 

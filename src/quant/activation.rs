@@ -44,12 +44,7 @@ enum Repr {
     /// each 32 times their `d` (the rounded activation's sum, for the SIMD kernels' mins).
     /// Rows follow each other in every vector. Scales stay f32: this format never leaves
     /// memory, so there is no reason to lose precision.
-    Q8 {
-        d: Vec<f32>,
-        q: Vec<i16>,
-        sums: Vec<i32>,
-        dsums32: Vec<f32>,
-    },
+    Q8 { d: Vec<f32>, q: Vec<i16>, sums: Vec<i32>, dsums32: Vec<f32> },
 }
 
 /// Weight rows of `row_bytes` (> 0) bytes each, back to back in `data` (a whole number of
@@ -169,21 +164,22 @@ impl ActivationRows {
     }
 
     /// [`matmul`](Self::matmul) with the kernels of `simd`, which this CPU must support.
-    pub fn matmul_with(&self, simd: Simd, dtype: DType, weights: &[u8], n: usize, out: &mut [f32]) -> Result<(), QuantError> {
+    pub fn matmul_with(
+        &self,
+        simd: Simd,
+        dtype: DType,
+        weights: &[u8],
+        n: usize,
+        out: &mut [f32],
+    ) -> Result<(), QuantError> {
         if activation_dtype(dtype) != Some(self.dtype) {
-            return Err(QuantError::ActivationKind {
-                row: dtype,
-                activation: self.dtype,
-            });
+            return Err(QuantError::ActivationKind { row: dtype, activation: self.dtype });
         }
         // `n` rows of `k` values are one row of `n * k` values.
         check_row(dtype, self.k.saturating_mul(n), weights.len())?;
         let expected = n.saturating_mul(self.m);
         if out.len() != expected {
-            return Err(QuantError::OutputLen {
-                expected,
-                given: out.len(),
-            });
+            return Err(QuantError::OutputLen { expected, given: out.len() });
         }
         if !simd.is_supported() {
             return Err(QuantError::Simd(simd));
@@ -193,10 +189,7 @@ impl ActivationRows {
             out.fill(0.0);
             return Ok(());
         }
-        let rows = Rows {
-            data: weights,
-            row_bytes: weights.len() / n,
-        };
+        let rows = Rows { data: weights, row_bytes: weights.len() / n };
         match &self.repr {
             Repr::F32(x) => float_matmul(simd, dtype, rows, x, self.k, out),
             Repr::Q8 { .. } => {
@@ -219,12 +212,7 @@ impl ActivationRows {
                     dsums32: &dsums32[i * self.k / 32..(i + 1) * self.k / 32],
                 }
             }
-            Repr::F32(_) => Q8Row {
-                d: &[],
-                q: &[],
-                sums: &[],
-                dsums32: &[],
-            },
+            Repr::F32(_) => Q8Row { d: &[], q: &[], sums: &[], dsums32: &[] },
         }
     }
 }
@@ -250,30 +238,17 @@ pub fn quantize_activation(row_dtype: DType, x: &[f32]) -> Result<ActivationQ, Q
 /// Prepares the rows of `x`, `k` values each, for [`ActivationRows::matmul`] with
 /// `row_dtype` rows, each as [`quantize_activation`] does. `k = 0` takes no rows.
 pub fn quantize_activations(row_dtype: DType, x: &[f32], k: usize) -> Result<ActivationRows, QuantError> {
-    let dtype = activation_dtype(row_dtype).ok_or(QuantError::Unsupported {
-        dtype: row_dtype,
-        op: "quantize_activation",
-    })?;
+    let dtype =
+        activation_dtype(row_dtype).ok_or(QuantError::Unsupported { dtype: row_dtype, op: "quantize_activation" })?;
     if !k.is_multiple_of(row_dtype.block_len()) {
-        return Err(QuantError::PartialBlock {
-            dtype: row_dtype,
-            values: k,
-        });
+        return Err(QuantError::PartialBlock { dtype: row_dtype, values: k });
     }
     let m = x.len().checked_div(k).unwrap_or(0);
     if m * k != x.len() {
-        return Err(QuantError::PartialRow {
-            values: x.len(),
-            row_len: k,
-        });
+        return Err(QuantError::PartialRow { values: x.len(), row_len: k });
     }
     if dtype == DType::F32 {
-        return Ok(ActivationRows {
-            dtype,
-            k,
-            m,
-            repr: Repr::F32(x.to_vec()),
-        });
+        return Ok(ActivationRows { dtype, k, m, repr: Repr::F32(x.to_vec()) });
     }
     let mut q = vec![0i16; x.len()];
     let d: Vec<f32> = x
@@ -281,22 +256,10 @@ pub fn quantize_activations(row_dtype: DType, x: &[f32], k: usize) -> Result<Act
         .zip(q.chunks_exact_mut(dtype.block_len()))
         .map(|(x, q)| quantize_i16_block(x, q))
         .collect();
-    let sums: Vec<i32> = q
-        .chunks_exact(SUM_LEN)
-        .map(|q| q.iter().map(|&v| i32::from(v)).sum())
-        .collect();
+    let sums: Vec<i32> = q.chunks_exact(SUM_LEN).map(|q| q.iter().map(|&v| i32::from(v)).sum()).collect();
     let per_block = dtype.block_len() / 32;
-    let dsums32 = sums
-        .chunks_exact(2)
-        .enumerate()
-        .map(|(c, s)| d[c / per_block] * (s[0] + s[1]) as f32)
-        .collect();
-    Ok(ActivationRows {
-        dtype,
-        k,
-        m,
-        repr: Repr::Q8 { d, q, sums, dsums32 },
-    })
+    let dsums32 = sums.chunks_exact(2).enumerate().map(|(c, s)| d[c / per_block] * (s[0] + s[1]) as f32).collect();
+    Ok(ActivationRows { dtype, k, m, repr: Repr::Q8 { d, q, sums, dsums32 } })
 }
 
 /// Approximate `Σ row[i] * x[i]` for a `dtype` row and an activation from

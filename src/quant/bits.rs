@@ -22,10 +22,7 @@ pub(crate) fn arrays_mut<T, const N: usize>(s: &mut [T]) -> impl Iterator<Item =
 /// field `s` of byte `g*G + i`.
 pub(crate) fn unpack_bits<const BITS: usize, const G: usize>(src: &[u8], out: &mut [u8]) {
     let mask = (1u8 << BITS) - 1;
-    for (group, dst) in src
-        .chunks_exact(G)
-        .zip(out.chunks_exact_mut(G * (8 / BITS)))
-    {
+    for (group, dst) in src.chunks_exact(G).zip(out.chunks_exact_mut(G * (8 / BITS))) {
         for (s, run) in dst.chunks_exact_mut(G).enumerate() {
             for (o, &b) in run.iter_mut().zip(group) {
                 *o = (b >> (s * BITS)) & mask;

@@ -24,20 +24,11 @@ impl<const N: usize, const S: usize> Unpacked<N, S> {
     pub const SUB: usize = N / S;
 
     pub fn new() -> Self {
-        Unpacked {
-            d: 0.0,
-            dmin: 0.0,
-            scale: [0; S],
-            min: [0; S],
-            q: [0; N],
-        }
+        Unpacked { d: 0.0, dmin: 0.0, scale: [0; S], min: [0; S], q: [0; N] }
     }
 
     pub fn dequantize(&self, out: &mut [f32; N]) {
-        let subs = self
-            .q
-            .chunks_exact(Self::SUB)
-            .zip(out.chunks_exact_mut(Self::SUB));
+        let subs = self.q.chunks_exact(Self::SUB).zip(out.chunks_exact_mut(Self::SUB));
         for ((q, out), (&scale, &min)) in subs.zip(self.scale.iter().zip(&self.min)) {
             let dl = self.d * scale as f32;
             let ml = self.dmin * min as f32;

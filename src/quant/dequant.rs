@@ -10,21 +10,10 @@ use super::{float, DType, QuantError};
 /// quiet (top mantissa bit set, as in ggml on x86) where numpy keeps signaling payloads.
 pub fn dequantize_row(dtype: DType, src: &[u8], dst: &mut [f32]) -> Result<(), QuantError> {
     if dtype == DType::Q8K {
-        return Err(QuantError::Unsupported {
-            dtype,
-            op: "dequantize",
-        });
+        return Err(QuantError::Unsupported { dtype, op: "dequantize" });
     }
     check_row(dtype, dst.len(), src.len())?;
-    if visit_blocks(
-        dtype,
-        Dequantize {
-            src,
-            dst: &mut *dst,
-        },
-    )
-    .is_none()
-    {
+    if visit_blocks(dtype, Dequantize { src, dst: &mut *dst }).is_none() {
         float::decode(dtype, src, dst);
     }
     Ok(())
@@ -38,10 +27,7 @@ struct Dequantize<'a> {
 impl BlockVisitor for Dequantize<'_> {
     type Output = ();
 
-    fn visit<const B: usize, const N: usize, const S: usize>(
-        self,
-        unpack: impl Fn(&[u8; B], &mut Unpacked<N, S>),
-    ) {
+    fn visit<const B: usize, const N: usize, const S: usize>(self, unpack: impl Fn(&[u8; B], &mut Unpacked<N, S>)) {
         let mut u = Unpacked::new();
         for (block, out) in arrays::<u8, B>(self.src).zip(arrays_mut::<f32, N>(self.dst)) {
             unpack(block, &mut u);

@@ -9,10 +9,7 @@ use super::{float, DType, QuantError};
 /// exactly (as by [`dequantize_row`](super::dequantize_row)) and products summed in f32.
 pub fn vec_dot_f32(dtype: DType, row: &[u8], x: &[f32]) -> Result<f32, QuantError> {
     if dtype == DType::Q8K {
-        return Err(QuantError::Unsupported {
-            dtype,
-            op: "vec_dot_f32",
-        });
+        return Err(QuantError::Unsupported { dtype, op: "vec_dot_f32" });
     }
     check_row(dtype, x.len(), row.len())?;
     Ok(visit_blocks(dtype, DotF32 { row, x }).unwrap_or_else(|| float::dot(dtype, row, x)))

@@ -10,12 +10,7 @@ pub enum QuantError {
     /// `values` is not a whole number of `dtype` blocks.
     PartialBlock { dtype: DType, values: usize },
     /// A `dtype` row of `values` values takes `expected` bytes, but the slice holds `given`.
-    ByteLen {
-        dtype: DType,
-        values: usize,
-        expected: usize,
-        given: usize,
-    },
+    ByteLen { dtype: DType, values: usize, expected: usize, given: usize },
     /// `op` is not implemented for `dtype`.
     Unsupported { dtype: DType, op: &'static str },
     /// An activation quantized as `activation` cannot be dotted with a `row` row.
@@ -31,20 +26,12 @@ pub enum QuantError {
 impl fmt::Display for QuantError {
     fn fmt(&self, f: &mut fmt::Formatter<'_>) -> fmt::Result {
         match *self {
-            QuantError::PartialBlock { dtype, values } => write!(
-                f,
-                "{dtype}: {values} values is not a whole number of {}-value blocks",
-                dtype.block_len()
-            ),
-            QuantError::ByteLen {
-                dtype,
-                values,
-                expected,
-                given,
-            } => write!(
-                f,
-                "{dtype}: a row of {values} values takes {expected} bytes, got {given}"
-            ),
+            QuantError::PartialBlock { dtype, values } => {
+                write!(f, "{dtype}: {values} values is not a whole number of {}-value blocks", dtype.block_len())
+            }
+            QuantError::ByteLen { dtype, values, expected, given } => {
+                write!(f, "{dtype}: a row of {values} values takes {expected} bytes, got {given}")
+            }
             QuantError::Unsupported { dtype, op } => write!(f, "{dtype}: {op} is not supported"),
             QuantError::ActivationKind { row, activation } => write!(
                 f,
@@ -73,12 +60,7 @@ pub(crate) fn check_row(dtype: DType, values: usize, bytes: usize) -> Result<(),
     // saturating keeps that an argument rather than an assumption.
     let expected = (values / dtype.block_len()).saturating_mul(dtype.block_bytes());
     if bytes != expected {
-        return Err(QuantError::ByteLen {
-            dtype,
-            values,
-            expected,
-            given: bytes,
-        });
+        return Err(QuantError::ByteLen { dtype, values, expected, given: bytes });
     }
     Ok(())
 }

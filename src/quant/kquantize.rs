@@ -30,18 +30,8 @@ struct MinSearch {
     steps: i32,
 }
 
-const Q4_K_SEARCH: MinSearch = MinSearch {
-    nmax: 15,
-    rmin: -1.0,
-    rdelta: 0.1,
-    steps: 20,
-};
-const Q5_K_SEARCH: MinSearch = MinSearch {
-    nmax: 31,
-    rmin: -0.5,
-    rdelta: 0.1,
-    steps: 15,
-};
+const Q4_K_SEARCH: MinSearch = MinSearch { nmax: 15, rmin: -1.0, rdelta: 0.1, steps: 20 };
+const Q5_K_SEARCH: MinSearch = MinSearch { nmax: 31, rmin: -0.5, rdelta: 0.1, steps: 15 };
 
 /// Fits `x[i] ≈ scale * l[i] - min` with `l` in `0..=nmax`, minimising the `w`-weighted
 /// squared error; returns `(scale, min)` with `min >= 0` and writes the quants to `l`.
@@ -137,19 +127,11 @@ fn quantize_scale_min(x: &[f32; 256], p: &MinSearch) -> ScaleMinBlock {
         let av_x = (sum_x2 / 32.0).sqrt();
         let w = xs.map(|v| av_x + v.abs());
         (*scale, *min) = fit_scale_min(xs, &w, p, ls);
-        max_scale = if *scale > max_scale {
-            *scale
-        } else {
-            max_scale
-        };
+        max_scale = if *scale > max_scale { *scale } else { max_scale };
         max_min = if *min > max_min { *min } else { max_min };
     }
 
-    let inv_scale = if max_scale > 0.0 {
-        63.0 / max_scale
-    } else {
-        0.0
-    };
+    let inv_scale = if max_scale > 0.0 { 63.0 / max_scale } else { 0.0 };
     let inv_min = if max_min > 0.0 { 63.0 / max_min } else { 0.0 };
     // `as u8` truncates like ggml's assignment to uint8_t before its MIN(63, ·).
     let sc = scales.map(|s| (nearest_int(inv_scale * s) as u8).min(63));
@@ -170,12 +152,7 @@ fn quantize_scale_min(x: &[f32; 256], p: &MinSearch) -> ScaleMinBlock {
             *l = nearest_int((x + dm) / d).clamp(0, p.nmax) as u8;
         }
     }
-    ScaleMinBlock {
-        d,
-        dmin,
-        scales: pack_scales_k4(&sc, &m),
-        l,
-    }
+    ScaleMinBlock { d, dmin, scales: pack_scales_k4(&sc, &m), l }
 }
 
 /// Writes the fields Q4_K and Q5_K share: d, dmin, scales (bytes 0..16).

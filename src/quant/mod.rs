@@ -32,8 +32,8 @@ mod simd;
 mod x86;
 
 pub use activation::{
-    activation_dtype, quantize_activation, quantize_activations, vec_dot_quantized, vec_dot_quantized_with, ActivationQ,
-    ActivationRows,
+    activation_dtype, quantize_activation, quantize_activations, vec_dot_quantized, vec_dot_quantized_with,
+    ActivationQ, ActivationRows,
 };
 pub use dequant::dequantize_row;
 pub use dot::vec_dot_f32;

@@ -17,12 +17,7 @@ pub fn quantize_row(dtype: DType, src: &[f32], dst: &mut [u8]) -> Result<(), Qua
         DType::Q4K => Some(|x, b| blocks(x, b, kquantize::quantize_q4_k)),
         DType::Q5K => Some(|x, b| blocks(x, b, kquantize::quantize_q5_k)),
         DType::Q6K => Some(|x, b| blocks(x, b, kquantize::quantize_q6_k)),
-        _ => {
-            return Err(QuantError::Unsupported {
-                dtype,
-                op: "quantize",
-            })
-        }
+        _ => return Err(QuantError::Unsupported { dtype, op: "quantize" }),
     };
     check_row(dtype, src.len(), dst.len())?;
     match blockwise {
@@ -35,11 +30,7 @@ pub fn quantize_row(dtype: DType, src: &[f32], dst: &mut [u8]) -> Result<(), Qua
 type RowQuantizer = fn(&[f32], &mut [u8]);
 
 /// Applies a per-block quantizer over a validated row.
-fn blocks<const N: usize, const B: usize>(
-    src: &[f32],
-    dst: &mut [u8],
-    f: fn(&[f32; N], &mut [u8; B]),
-) {
+fn blocks<const N: usize, const B: usize>(src: &[f32], dst: &mut [u8], f: fn(&[f32; N], &mut [u8; B])) {
     for (x, b) in arrays::<f32, N>(src).zip(arrays_mut::<u8, B>(dst)) {
         f(x, b);
     }

@@ -61,7 +61,10 @@ mod tests {
 
     #[test]
     fn renders_user_turn_with_image_before_text() {
-        let m = Message { role: "user".into(), content: vec![Content::Image, Content::Text("Describe this image.".into())] };
+        let m = Message {
+            role: "user".into(),
+            content: vec![Content::Image, Content::Text("Describe this image.".into())],
+        };
         assert_eq!(
             render(&[m], true),
             "<|im_start|>user\n<|vision_start|><|image_pad|><|vision_end|>Describe this image.<|im_end|>\n<|im_start|>assistant\n"

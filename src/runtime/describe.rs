@@ -24,7 +24,11 @@ pub struct ImageOptions {
 
 impl Default for ImageOptions {
     fn default() -> Self {
-        ImageOptions { limits: Limits::default(), min_pixels: PreprocessConfig::HF_MIN_PIXELS, max_pixels: PreprocessConfig::KIOSK_MAX_PIXELS }
+        ImageOptions {
+            limits: Limits::default(),
+            min_pixels: PreprocessConfig::HF_MIN_PIXELS,
+            max_pixels: PreprocessConfig::KIOSK_MAX_PIXELS,
+        }
     }
 }
 
@@ -45,12 +49,23 @@ pub struct Describer {
 
 impl Describer {
     /// Loads both models on the backend `text.device` chooses.
-    pub fn load(model: &Path, mmproj: &Path, text: TextOptions, images: ImageOptions) -> Result<Describer, RuntimeError> {
+    pub fn load(
+        model: &Path,
+        mmproj: &Path,
+        text: TextOptions,
+        images: ImageOptions,
+    ) -> Result<Describer, RuntimeError> {
         Self::load_on(model, mmproj, text, images, &Backend::open(text.device, text.kernels))
     }
 
     /// Loads both models on `backend` (one device for both).
-    pub fn load_on(model: &Path, mmproj: &Path, text: TextOptions, images: ImageOptions, backend: &Backend) -> Result<Describer, RuntimeError> {
+    pub fn load_on(
+        model: &Path,
+        mmproj: &Path,
+        text: TextOptions,
+        images: ImageOptions,
+        backend: &Backend,
+    ) -> Result<Describer, RuntimeError> {
         if images.min_pixels > images.max_pixels || images.max_pixels == 0 {
             return Err(RuntimeError::Usage(format!(
                 "the image pixel budget {}..{} is empty",
@@ -95,8 +110,12 @@ impl Describer {
     /// The processor settings of this projector (images are RGB: three channels).
     fn preprocess_config(&self) -> Result<PreprocessConfig, RuntimeError> {
         let p = self.vision.params();
-        let channels = |what: &str, n: usize| RuntimeError::Usage(format!("the projector's {what} has {n} colour channels; images have 3"));
-        let rgb = |v: &[f32], what: &str| -> Result<[f32; 3], RuntimeError> { <[f32; 3]>::try_from(v).map_err(|_| channels(what, v.len())) };
+        let channels = |what: &str, n: usize| {
+            RuntimeError::Usage(format!("the projector's {what} has {n} colour channels; images have 3"))
+        };
+        let rgb = |v: &[f32], what: &str| -> Result<[f32; 3], RuntimeError> {
+            <[f32; 3]>::try_from(v).map_err(|_| channels(what, v.len()))
+        };
         if p.n_channels != 3 {
             return Err(channels("patch embedding", p.n_channels));
         }
@@ -137,7 +156,12 @@ impl Describer {
 
     /// Token ids of one user turn [images..., text] with the generation prompt, image pads
     /// expanded as HF's processor expands them, and the prompt pieces that carry the images.
-    pub fn prompt<'a>(&self, images: &'a [EncodedImage], text: &str, system: Option<&str>) -> Result<(Vec<u32>, Vec<PromptPiece<'a>>), RuntimeError> {
+    pub fn prompt<'a>(
+        &self,
+        images: &'a [EncodedImage],
+        text: &str,
+        system: Option<&str>,
+    ) -> Result<(Vec<u32>, Vec<PromptPiece<'a>>), RuntimeError> {
         let mut messages = Vec::new();
         if let Some(s) = system {
             messages.push(Message::text("system", s));
@@ -150,11 +174,19 @@ impl Describer {
 
     /// Token ids of a conversation with the generation prompt, and its prompt pieces: the
     /// `Content::Image`s of `messages` take `images` in order, one each.
-    pub fn prompt_messages<'a>(&self, messages: &[Message], images: &'a [EncodedImage]) -> Result<(Vec<u32>, Vec<PromptPiece<'a>>), RuntimeError> {
+    pub fn prompt_messages<'a>(
+        &self,
+        messages: &[Message],
+        images: &'a [EncodedImage],
+    ) -> Result<(Vec<u32>, Vec<PromptPiece<'a>>), RuntimeError> {
         let tok = self.text.tokenizer();
         let ids = tok.encode(&chat::render(messages, true), true);
         let pad = tok.token_id(chat::IMAGE_PAD).ok_or_else(|| {
-            RuntimeError::Model(ModelError { file: self.text.file().path().to_owned(), what: "vocabulary".into(), message: format!("no {}", chat::IMAGE_PAD) })
+            RuntimeError::Model(ModelError {
+                file: self.text.file().path().to_owned(),
+                what: "vocabulary".into(),
+                message: format!("no {}", chat::IMAGE_PAD),
+            })
         })?;
         let mut expanded = Vec::with_capacity(ids.len());
         let mut pieces = Vec::with_capacity(ids.len());
@@ -165,7 +197,9 @@ impl Describer {
                 pieces.push(PromptPiece::Token(id));
                 continue;
             }
-            let img = next_image.next().ok_or_else(|| RuntimeError::Usage("the prompt text contains <|image_pad|> itself".into()))?;
+            let img = next_image
+                .next()
+                .ok_or_else(|| RuntimeError::Usage("the prompt text contains <|image_pad|> itself".into()))?;
             expanded.extend(std::iter::repeat_n(pad, img.rows * img.cols));
             pieces.push(PromptPiece::Image { embeddings: &img.embeddings, rows: img.rows, cols: img.cols });
         }

@@ -63,7 +63,9 @@ impl StopFilter<'_> {
     /// Adds text; returns what can be shown now and whether a stop string was hit.
     fn push(&mut self, text: &str) -> (String, bool) {
         self.pending.push_str(text);
-        if let Some(at) = self.stops.iter().filter(|s| !s.is_empty()).filter_map(|s| self.pending.find(s.as_str())).min() {
+        if let Some(at) =
+            self.stops.iter().filter(|s| !s.is_empty()).filter_map(|s| self.pending.find(s.as_str())).min()
+        {
             let shown = self.pending[..at].to_owned();
             self.pending.clear();
             return (shown, true);
@@ -96,7 +98,8 @@ pub fn generate(
     let prompt_logits = session.feed(model, pieces)?;
     let prompt_seconds = t0.elapsed().as_secs_f64();
     let n_prompt = session.n_past;
-    let mut history: Vec<u32> = pieces.iter().filter_map(|p| if let PromptPiece::Token(t) = p { Some(*t) } else { None }).collect();
+    let mut history: Vec<u32> =
+        pieces.iter().filter_map(|p| if let PromptPiece::Token(t) = p { Some(*t) } else { None }).collect();
 
     let t1 = Instant::now();
     let mut sampler = Sampler::new(config.sampler.clone());
@@ -116,7 +119,9 @@ pub fn generate(
             stop = StopReason::EndOfGeneration;
             break;
         }
-        let piece = decoder.push(id).map_err(|source| RuntimeError::Tokenizer { file: model.file().path().to_owned(), source })?;
+        let piece = decoder
+            .push(id)
+            .map_err(|source| RuntimeError::Tokenizer { file: model.file().path().to_owned(), source })?;
         let (shown, hit) = filter.push(&piece);
         text.push_str(&shown);
         if on_text(&shown).is_break() {
@@ -143,7 +148,15 @@ pub fn generate(
         // The last text: nothing is left to stop.
         let _ = on_text(&tail);
     }
-    Ok(Generation { tokens, text, stop, prompt_logits, n_prompt, prompt_seconds, generate_seconds: t1.elapsed().as_secs_f64() })
+    Ok(Generation {
+        tokens,
+        text,
+        stop,
+        prompt_logits,
+        n_prompt,
+        prompt_seconds,
+        generate_seconds: t1.elapsed().as_secs_f64(),
+    })
 }
 
 #[cfg(test)]

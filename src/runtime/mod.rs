@@ -30,16 +30,25 @@ pub enum RuntimeError {
     /// A file's metadata or tensors do not describe the model (or the two files do not match).
     Model(ModelError),
     /// The vocabulary of a model file, or decoding a generated token.
-    Tokenizer { file: PathBuf, source: TokenizerError },
+    Tokenizer {
+        file: PathBuf,
+        source: TokenizerError,
+    },
     /// A weight the runtime reads itself (the embedding table) did not dequantize.
-    Quant { tensor: String, source: QuantError },
+    Quant {
+        tensor: String,
+        source: QuantError,
+    },
     Graph(GraphError),
     Plan(PlanError),
     /// An executor failed, or a plan lacks a buffer the runtime fills.
     Exec(ExecError),
     /// An image could not be read or sized for the model.
     Image(ImageError),
-    ContextFull { needed: usize, n_ctx: usize },
+    ContextFull {
+        needed: usize,
+        n_ctx: usize,
+    },
     /// The caller's input does not fit the model or its plans (a token id, an image grid, a
     /// prompt without room for its images).
     Usage(String),

@@ -22,7 +22,15 @@ pub struct SamplerConfig {
 
 impl Default for SamplerConfig {
     fn default() -> Self {
-        SamplerConfig { temperature: 0.0, top_k: 40, top_p: 0.95, min_p: 0.05, repeat_penalty: 1.0, repeat_last_n: 64, seed: 0 }
+        SamplerConfig {
+            temperature: 0.0,
+            top_k: 40,
+            top_p: 0.95,
+            min_p: 0.05,
+            repeat_penalty: 1.0,
+            repeat_last_n: 64,
+            seed: 0,
+        }
     }
 }
 
@@ -94,7 +102,8 @@ impl Sampler {
             cand.truncate(c.top_k);
         }
         let max = cand[0].1;
-        let mut probs: Vec<f64> = cand.iter().map(|&(_, l)| (f64::from(l - max) / f64::from(c.temperature)).exp()).collect();
+        let mut probs: Vec<f64> =
+            cand.iter().map(|&(_, l)| (f64::from(l - max) / f64::from(c.temperature)).exp()).collect();
         let total: f64 = probs.iter().sum();
         probs.iter_mut().for_each(|p| *p /= total);
         // min-p: drop tokens far less likely than the best; top-p: keep the smallest head
@@ -141,7 +150,8 @@ mod tests {
     #[test]
     fn same_seed_same_tokens_and_top_k_one_is_greedy() {
         let logits: Vec<f32> = (0..50).map(|i| ((i * 37) % 11) as f32 * 0.1).collect();
-        let config = SamplerConfig { temperature: 1.0, top_k: 0, top_p: 1.0, min_p: 0.0, seed: 7, ..SamplerConfig::default() };
+        let config =
+            SamplerConfig { temperature: 1.0, top_k: 0, top_p: 1.0, min_p: 0.0, seed: 7, ..SamplerConfig::default() };
         let run = |cfg: SamplerConfig| {
             let mut s = Sampler::new(cfg);
             (0..20).map(|_| s.sample(&logits, &[])).collect::<Vec<_>>()
@@ -156,7 +166,8 @@ mod tests {
     #[test]
     fn min_p_drops_unlikely_tokens() {
         let logits = [10.0, 9.9, -10.0, -10.0];
-        let config = SamplerConfig { temperature: 1.0, top_k: 0, top_p: 1.0, min_p: 0.5, seed: 1, ..SamplerConfig::default() };
+        let config =
+            SamplerConfig { temperature: 1.0, top_k: 0, top_p: 1.0, min_p: 0.5, seed: 1, ..SamplerConfig::default() };
         let mut s = Sampler::new(config);
         for _ in 0..50 {
             assert!(s.sample(&logits, &[]) < 2);

@@ -10,7 +10,11 @@ pub enum PromptPiece<'a> {
     Token(u32),
     /// An image's merged tokens, row-major over a grid of `rows` × `cols` (merged patches):
     /// `rows * cols` wide-embedding rows.
-    Image { embeddings: &'a [f32], rows: usize, cols: usize },
+    Image {
+        embeddings: &'a [f32],
+        rows: usize,
+        cols: usize,
+    },
 }
 
 /// A prompt laid out for the text model: inputs, their [t, h, w] positions, and where the

@@ -59,13 +59,24 @@ pub struct TextModel {
 }
 
 /// The plans of a text model for `registry`, for `hrx plan` (built without binding weights).
-pub fn plan_text(params: &TextParams, options: &TextOptions, registry: &dyn Registry) -> Result<Vec<Plan>, RuntimeError> {
+pub fn plan_text(
+    params: &TextParams,
+    options: &TextOptions,
+    registry: &dyn Registry,
+) -> Result<Vec<Plan>, RuntimeError> {
     let (prefill, decode) = build_graphs(params, options)?;
     loader::plan_all(&[prefill.graph, decode.graph], registry)
 }
 
 fn build_graphs(params: &TextParams, options: &TextOptions) -> Result<(TextGraph, TextGraph), RuntimeError> {
-    let prefill = text::build(params, TextShape { max_tokens: options.chunk, max_outputs: options.max_outputs.clamp(1, options.chunk), n_ctx: options.n_ctx })?;
+    let prefill = text::build(
+        params,
+        TextShape {
+            max_tokens: options.chunk,
+            max_outputs: options.max_outputs.clamp(1, options.chunk),
+            n_ctx: options.n_ctx,
+        },
+    )?;
     let decode = text::build(params, TextShape { max_tokens: 1, max_outputs: 1, n_ctx: options.n_ctx })?;
     Ok((prefill, decode))
 }
@@ -80,18 +91,35 @@ impl TextModel {
     pub fn load_on(path: &Path, options: TextOptions, backend: &Backend) -> Result<TextModel, RuntimeError> {
         let file = Arc::new(GgufFile::open(path)?);
         let params = TextParams::from_gguf(&file)?;
-        let tokenizer = Arc::new(Tokenizer::from_gguf(&file).map_err(|source| RuntimeError::Tokenizer { file: path.to_owned(), source })?);
+        let tokenizer = Arc::new(
+            Tokenizer::from_gguf(&file).map_err(|source| RuntimeError::Tokenizer { file: path.to_owned(), source })?,
+        );
         if options.chunk == 0 || options.n_ctx == 0 {
             return Err(RuntimeError::Usage("context and chunk sizes must be at least 1".into()));
         }
         let (prefill, decode) = build_graphs(&params, &options)?;
-        let (backend, exec) = loader::load(&[prefill.graph.clone(), decode.graph.clone()], backend, &[Arc::clone(&file)])?;
+        let (backend, exec) =
+            loader::load(&[prefill.graph.clone(), decode.graph.clone()], backend, &[Arc::clone(&file)])?;
         // TextParams checked every tensor the graphs read, the embedding table among them.
         let token_embd = file.tensor(text::TOKEN_EMBD).cloned().ok_or_else(|| {
-            RuntimeError::Model(ModelError { file: path.to_owned(), what: format!("tensor {:?}", text::TOKEN_EMBD), message: "missing".into() })
+            RuntimeError::Model(ModelError {
+                file: path.to_owned(),
+                what: format!("tensor {:?}", text::TOKEN_EMBD),
+                message: "missing".into(),
+            })
         })?;
         log::info!("text model on {}", backend.describe());
-        Ok(TextModel { params, tokenizer, file, options, backend, token_embd, exec, prefill: (PlanId(0), prefill), decode: (PlanId(1), decode) })
+        Ok(TextModel {
+            params,
+            tokenizer,
+            file,
+            options,
+            backend,
+            token_embd,
+            exec,
+            prefill: (PlanId(0), prefill),
+            decode: (PlanId(1), decode),
+        })
     }
 
     pub fn params(&self) -> &TextParams {
@@ -132,7 +160,13 @@ impl TextModel {
     /// Runs `inputs` at KV slots `first_slot..` with M-RoPE `positions` ([t, h, w] per
     /// token); returns the logits of the tokens whose indices are in `outputs`
     /// (n_vocab values each, in that order).
-    pub fn forward(&mut self, inputs: &[TokenInput], positions: &[[i32; 3]], first_slot: usize, outputs: &[usize]) -> Result<Vec<f32>, RuntimeError> {
+    pub fn forward(
+        &mut self,
+        inputs: &[TokenInput],
+        positions: &[[i32; 3]],
+        first_slot: usize,
+        outputs: &[usize],
+    ) -> Result<Vec<f32>, RuntimeError> {
         let n = inputs.len();
         if positions.len() != n || outputs.iter().any(|&o| o >= n) {
             return Err(RuntimeError::Usage("forward: positions or outputs do not match the inputs".into()));
@@ -145,7 +179,10 @@ impl TextModel {
         let max = if n == 1 { 1 } else { self.options.chunk };
         let max_outputs = if n == 1 { 1 } else { self.options.max_outputs.clamp(1, max) };
         if n > max || outputs.len() > max_outputs {
-            return Err(RuntimeError::Usage(format!("forward: {n} tokens ({} outputs) exceed the plan's {max} ({max_outputs})", outputs.len())));
+            return Err(RuntimeError::Usage(format!(
+                "forward: {n} tokens ({} outputs) exceed the plan's {max} ({max_outputs})",
+                outputs.len()
+            )));
         }
         let width = self.params.wide_width();
         let n_embd = self.params.n_embd;
@@ -160,14 +197,20 @@ impl TextModel {
                 TokenInput::Text(id) => {
                     let id = *id as usize;
                     if id >= n_vocab {
-                        return Err(RuntimeError::Usage(format!("token id {id} is outside the vocabulary (0..{n_vocab})")));
+                        return Err(RuntimeError::Usage(format!(
+                            "token id {id} is outside the vocabulary (0..{n_vocab})"
+                        )));
                     }
                     let src = &embd_bytes[id * row_bytes..(id + 1) * row_bytes];
-                    quant::dequantize_row(embd.dtype, src, &mut row[..n_embd]).map_err(|source| RuntimeError::Quant { tensor: text::TOKEN_EMBD.into(), source })?;
+                    quant::dequantize_row(embd.dtype, src, &mut row[..n_embd])
+                        .map_err(|source| RuntimeError::Quant { tensor: text::TOKEN_EMBD.into(), source })?;
                 }
                 TokenInput::Embedding(values) => {
                     if values.len() != width {
-                        return Err(RuntimeError::Usage(format!("an embedding row has {} values, the model takes {width}", values.len())));
+                        return Err(RuntimeError::Usage(format!(
+                            "an embedding row has {} values, the model takes {width}",
+                            values.len()
+                        )));
                     }
                     row.copy_from_slice(values);
                 }

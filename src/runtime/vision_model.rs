@@ -39,7 +39,10 @@ impl VisionModel {
         let params = VisionParams::from_gguf(&file)?;
         let max_patches = max_patches / params.merge_patches() * params.merge_patches();
         if max_patches == 0 {
-            return Err(RuntimeError::Usage(format!("a vision plan needs room for at least one {0}x{0} merge block", params.merge)));
+            return Err(RuntimeError::Usage(format!(
+                "a vision plan needs room for at least one {0}x{0} merge block",
+                params.merge
+            )));
         }
         let VisionGraph { graph, .. } = vision::build(&params, max_patches)?;
         let (backend, exec) = loader::load(&[graph], backend, &[file])?;

@@ -26,7 +26,14 @@ pub struct App {
 
 impl App {
     pub fn new(describer: Describer, defaults: GenerateConfig, model_name: String, allow_files: bool) -> App {
-        App { describer: Mutex::new(describer), defaults, model_name, allow_files, limits: http::Limits::default(), requests: AtomicU64::new(0) }
+        App {
+            describer: Mutex::new(describer),
+            defaults,
+            model_name,
+            allow_files,
+            limits: http::Limits::default(),
+            requests: AtomicU64::new(0),
+        }
     }
 
     /// Reads one request from the connection, answers it and closes; returns the request line
@@ -58,7 +65,14 @@ impl App {
         let allowed = match request.path.as_str() {
             "/health" | "/v1/models" => "GET",
             "/v1/chat/completions" => "POST",
-            path => return Err(HttpError::new(404, format!("no such endpoint {path}: hrx serves POST /v1/chat/completions, GET /v1/models, GET /health"))),
+            path => {
+                return Err(HttpError::new(
+                    404,
+                    format!(
+                        "no such endpoint {path}: hrx serves POST /v1/chat/completions, GET /v1/models, GET /health"
+                    ),
+                ))
+            }
         };
         if request.method != allowed {
             return Err(HttpError::new(405, format!("{} takes {allowed}, not {}", request.path, request.method)));
@@ -82,7 +96,9 @@ impl App {
         let mut d = self.describer.lock().unwrap_or_else(|poisoned| poisoned.into_inner());
         let images = encode(&mut d, &chat.images)?;
         if !chat.stream {
-            let (ids, g) = d.run_messages(&chat.messages, &images, &chat.config, |_| ControlFlow::Continue(())).map_err(runtime)?;
+            let (ids, g) = d
+                .run_messages(&chat.messages, &images, &chat.config, |_| ControlFlow::Continue(()))
+                .map_err(runtime)?;
             let answer = reply.completion(&g.text, g.stop, ids.len(), g.tokens.len());
             return send_json(stream, 200, &answer);
         }
@@ -151,5 +167,11 @@ fn send_error(stream: &mut TcpStream, e: &HttpError) {
         405 => "Allow: GET, POST\r\n",
         _ => "",
     };
-    let _ = http::write_response(stream, e.status, "application/json", allow, openai::error(e).to_string_compact().as_bytes());
+    let _ = http::write_response(
+        stream,
+        e.status,
+        "application/json",
+        allow,
+        openai::error(e).to_string_compact().as_bytes(),
+    );
 }

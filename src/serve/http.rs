@@ -84,7 +84,9 @@ pub fn read_request(stream: &mut TcpStream, limits: &Limits) -> Result<Request, 
                 let (length, expect_continue) = body_headers(req.headers, &method, limits)?;
                 break (n, method, path, length, expect_continue);
             }
-            Err(httparse::Error::TooManyHeaders) => return Err(HttpError::new(431, format!("the request has over {MAX_HEADERS} headers"))),
+            Err(httparse::Error::TooManyHeaders) => {
+                return Err(HttpError::new(431, format!("the request has over {MAX_HEADERS} headers")))
+            }
             Err(e) => return Err(HttpError::new(400, format!("malformed HTTP request: {e}"))),
         }
     };
@@ -125,7 +127,9 @@ fn body_headers(headers: &[httparse::Header], method: &str, limits: &Limits) -> 
         }
     }
     match length {
-        None if method == "POST" || method == "PUT" => Err(HttpError::new(411, "a request body needs a Content-Length header")),
+        None if method == "POST" || method == "PUT" => {
+            Err(HttpError::new(411, "a request body needs a Content-Length header"))
+        }
         length => Ok((length.unwrap_or(0), expect_continue)),
     }
 }
@@ -155,7 +159,13 @@ fn internal(e: io::Error) -> HttpError {
 }
 
 /// Writes a whole response with `Connection: close`.
-pub fn write_response(stream: &mut impl Write, status: u16, content_type: &str, extra_headers: &str, body: &[u8]) -> io::Result<()> {
+pub fn write_response(
+    stream: &mut impl Write,
+    status: u16,
+    content_type: &str,
+    extra_headers: &str,
+    body: &[u8],
+) -> io::Result<()> {
     let head = format!(
         "HTTP/1.1 {status} {}\r\nContent-Type: {content_type}\r\nContent-Length: {}\r\n{extra_headers}Connection: close\r\n\r\n",
         reason(status),
@@ -238,7 +248,8 @@ mod tests {
 
     #[test]
     fn reads_heads_and_bodies_and_refuses_what_it_must() {
-        let r = parse(b"POST /v1/x?a=1 HTTP/1.1\r\nHost: h\r\nContent-Length: 5\r\n\r\nhello+extra", Limits::default()).unwrap();
+        let r = parse(b"POST /v1/x?a=1 HTTP/1.1\r\nHost: h\r\nContent-Length: 5\r\n\r\nhello+extra", Limits::default())
+            .unwrap();
         assert_eq!((r.method.as_str(), r.path.as_str(), r.body.as_slice()), ("POST", "/v1/x", &b"hello"[..]));
         let status = |raw: &[u8], limits| parse(raw, limits).unwrap_err().status;
         let d = Limits::default();

@@ -30,14 +30,20 @@ pub fn resolve(url: &str, allow_files: bool) -> Result<ImageSource, HttpError> {
 fn data_url(url: &str) -> Result<Vec<u8>, String> {
     let rest = url.get(5..).unwrap_or_default();
     let (meta, data) = rest.split_once(',').ok_or("a data URL needs a comma before its data")?;
-    let mime = meta.len().checked_sub(7).filter(|&at| meta.get(at..).is_some_and(|m| m.eq_ignore_ascii_case(";base64"))).map(|at| &meta[..at]);
+    let mime = meta
+        .len()
+        .checked_sub(7)
+        .filter(|&at| meta.get(at..).is_some_and(|m| m.eq_ignore_ascii_case(";base64")))
+        .map(|at| &meta[..at]);
     let Some(mime) = mime else {
         return Err("image data URLs must be base64 (data:image/png;base64,...)".into());
     };
     if !(mime.is_empty() || mime.get(..6).is_some_and(|m| m.eq_ignore_ascii_case("image/"))) {
         return Err(format!("a data URL of type {mime:?} is not an image"));
     }
-    base64::engine::general_purpose::STANDARD.decode(data.trim()).map_err(|e| format!("the image's base64 data is not valid: {e}"))
+    base64::engine::general_purpose::STANDARD
+        .decode(data.trim())
+        .map_err(|e| format!("the image's base64 data is not valid: {e}"))
 }
 
 /// `file:///abs/path` or `file://localhost/abs/path`, percent-escapes decoded.
@@ -72,7 +78,14 @@ mod tests {
     fn data_urls_decode_strictly() {
         assert_eq!(resolve("data:image/png;base64,aGk=", false), Ok(ImageSource::Bytes(b"hi".to_vec())));
         assert_eq!(resolve("DATA:;BASE64,aGk=", false), Ok(ImageSource::Bytes(b"hi".to_vec())));
-        for bad in ["data:image/png;base64,aGk", "data:image/png;base64,a*k=", "data:image/png,hi", "data:text/plain;base64,aGk=", "data:x", "data:"] {
+        for bad in [
+            "data:image/png;base64,aGk",
+            "data:image/png;base64,a*k=",
+            "data:image/png,hi",
+            "data:text/plain;base64,aGk=",
+            "data:x",
+            "data:",
+        ] {
             assert_eq!(resolve(bad, false).unwrap_err().status, 400, "{bad}");
         }
     }

@@ -35,7 +35,8 @@ pub fn parse_chat(body: &[u8], defaults: &GenerateConfig, allow_files: bool) -> 
     let value = json::parse_untrusted(text, 32).map_err(|e| bad(format!("the request body is not valid JSON: {e}")))?;
     let root: &Object = value.get().ok_or_else(|| bad("the request body must be a JSON object"))?;
     let field = |name: &str| root.get(name).filter(|v| !matches!(v, JsonValue::Null));
-    let list: &Vec<JsonValue> = field("messages").and_then(|v| v.get()).ok_or_else(|| bad("messages must be an array of messages"))?;
+    let list: &Vec<JsonValue> =
+        field("messages").and_then(|v| v.get()).ok_or_else(|| bad("messages must be an array of messages"))?;
     if list.is_empty() {
         return Err(bad("messages is empty"));
     }
@@ -50,7 +51,9 @@ pub fn parse_chat(body: &[u8], defaults: &GenerateConfig, allow_files: bool) -> 
         config.sampler.temperature = number(t, "temperature", 0.0, 100.0)? as f32;
     }
     if let Some(p) = field("top_p") {
-        config.sampler.top_p = number(p, "top_p", 0.0, 1.0).and_then(|p| if p > 0.0 { Ok(p) } else { Err(bad("top_p must be in (0, 1]")) })? as f32;
+        config.sampler.top_p =
+            number(p, "top_p", 0.0, 1.0)
+                .and_then(|p| if p > 0.0 { Ok(p) } else { Err(bad("top_p must be in (0, 1]")) })? as f32;
     }
     if let Some(k) = field("top_k") {
         config.sampler.top_k = integer(k, "top_k", 0.0, 1e9)? as usize;
@@ -91,7 +94,9 @@ fn message(value: &JsonValue, images: &mut Vec<ImageSource>, allow_files: bool) 
     let content = match m.get("content") {
         None | Some(JsonValue::Null) => Vec::new(),
         Some(JsonValue::String(s)) => vec![Content::Text(s.clone())],
-        Some(JsonValue::Array(parts)) => parts.iter().map(|p| part(p, images, allow_files)).collect::<Result<_, _>>()?,
+        Some(JsonValue::Array(parts)) => {
+            parts.iter().map(|p| part(p, images, allow_files)).collect::<Result<_, _>>()?
+        }
         Some(_) => return Err(bad("a message's content must be a string or an array of parts")),
     };
     Ok(Message { role: role.to_owned(), content })
@@ -102,7 +107,8 @@ fn part(value: &JsonValue, images: &mut Vec<ImageSource>, allow_files: bool) -> 
     let kind = p.get("type").and_then(|t| t.get::<String>()).map(String::as_str);
     match kind {
         Some("text") => {
-            let text = p.get("text").and_then(|t| t.get::<String>()).ok_or_else(|| bad("a text part needs \"text\""))?;
+            let text =
+                p.get("text").and_then(|t| t.get::<String>()).ok_or_else(|| bad("a text part needs \"text\""))?;
             Ok(Content::Text(text.clone()))
         }
         Some("image_url") => {
@@ -118,22 +124,34 @@ fn part(value: &JsonValue, images: &mut Vec<ImageSource>, allow_files: bool) -> 
             images.push(image_url::resolve(url, allow_files)?);
             Ok(Content::Image)
         }
-        other => Err(bad(format!("content parts of type {:?} are not supported (text, image_url)", other.unwrap_or("")))),
+        other => {
+            Err(bad(format!("content parts of type {:?} are not supported (text, image_url)", other.unwrap_or(""))))
+        }
     }
 }
 
 fn number(v: &JsonValue, name: &str, min: f64, max: f64) -> Result<f64, HttpError> {
-    v.get::<f64>().copied().filter(|x| (min..=max).contains(x)).ok_or_else(|| bad(format!("{name} must be a number in [{min}, {max}]")))
+    v.get::<f64>()
+        .copied()
+        .filter(|x| (min..=max).contains(x))
+        .ok_or_else(|| bad(format!("{name} must be a number in [{min}, {max}]")))
 }
 
 fn integer(v: &JsonValue, name: &str, min: f64, max: f64) -> Result<f64, HttpError> {
-    number(v, name, min, max).ok().filter(|x| x.fract() == 0.0).ok_or_else(|| bad(format!("{name} must be an integer in [{min}, {max}]")))
+    number(v, name, min, max)
+        .ok()
+        .filter(|x| x.fract() == 0.0)
+        .ok_or_else(|| bad(format!("{name} must be an integer in [{min}, {max}]")))
 }
 
 fn stops(v: &JsonValue) -> Result<Vec<String>, HttpError> {
     let list = match v {
         JsonValue::String(s) => vec![s.clone()],
-        JsonValue::Array(items) => items.iter().map(|s| s.get::<String>().cloned()).collect::<Option<Vec<_>>>().ok_or_else(|| bad("stop must be a string or an array of strings"))?,
+        JsonValue::Array(items) => items
+            .iter()
+            .map(|s| s.get::<String>().cloned())
+            .collect::<Option<Vec<_>>>()
+            .ok_or_else(|| bad("stop must be a string or an array of strings"))?,
         _ => return Err(bad("stop must be a string or an array of strings")),
     };
     if list.len() > 16 || list.iter().any(|s| s.is_empty()) {
@@ -158,7 +176,11 @@ pub fn finish_reason(stop: StopReason) -> &'static str {
 
 fn usage(prompt: usize, completion: usize) -> Json {
     let n = |x: usize| Json::Int(x as i128);
-    Json::obj([("prompt_tokens", n(prompt)), ("completion_tokens", n(completion)), ("total_tokens", n(prompt + completion))])
+    Json::obj([
+        ("prompt_tokens", n(prompt)),
+        ("completion_tokens", n(completion)),
+        ("total_tokens", n(prompt + completion)),
+    ])
 }
 
 impl Reply<'_> {
@@ -175,7 +197,11 @@ impl Reply<'_> {
     pub fn completion(&self, text: &str, stop: StopReason, prompt_tokens: usize, completion_tokens: usize) -> Json {
         let mut fields = self.head("chat.completion");
         let message = Json::obj([("role", Json::str("assistant")), ("content", Json::str(text))]);
-        let choice = Json::obj([("index", Json::Int(0)), ("message", message), ("finish_reason", Json::str(finish_reason(stop)))]);
+        let choice = Json::obj([
+            ("index", Json::Int(0)),
+            ("message", message),
+            ("finish_reason", Json::str(finish_reason(stop))),
+        ]);
         fields.push(("choices".into(), Json::Arr(vec![choice])));
         fields.push(("usage".into(), usage(prompt_tokens, completion_tokens)));
         Json::Obj(fields)
@@ -201,7 +227,12 @@ impl Reply<'_> {
 
 /// `GET /v1/models`.
 pub fn models(name: &str) -> Json {
-    let model = Json::obj([("id", Json::str(name)), ("object", Json::str("model")), ("created", Json::Int(0)), ("owned_by", Json::str("hrx"))]);
+    let model = Json::obj([
+        ("id", Json::str(name)),
+        ("object", Json::str("model")),
+        ("created", Json::Int(0)),
+        ("owned_by", Json::str("hrx")),
+    ]);
     Json::obj([("object", Json::str("list")), ("data", Json::Arr(vec![model]))])
 }
 
@@ -212,7 +243,14 @@ pub fn error(e: &HttpError) -> Json {
         500.. => "server_error",
         _ => "invalid_request_error",
     };
-    Json::obj([("error", Json::obj([("message", Json::str(&e.message)), ("type", Json::str(kind)), ("code", Json::Int(e.status.into()))]))])
+    Json::obj([(
+        "error",
+        Json::obj([
+            ("message", Json::str(&e.message)),
+            ("type", Json::str(kind)),
+            ("code", Json::Int(e.status.into())),
+        ]),
+    )])
 }
 
 #[cfg(test)]
@@ -221,7 +259,12 @@ mod tests {
     use crate::runtime::sampler::SamplerConfig;
 
     fn defaults() -> GenerateConfig {
-        GenerateConfig { max_new_tokens: 256, sampler: SamplerConfig::default(), stop_strings: Vec::new(), stop_at_eog: true }
+        GenerateConfig {
+            max_new_tokens: 256,
+            sampler: SamplerConfig::default(),
+            stop_strings: Vec::new(),
+            stop_at_eog: true,
+        }
     }
 
     #[test]
@@ -264,7 +307,10 @@ mod tests {
             let e = parse_chat(body, &defaults(), false).unwrap_err();
             assert!(e.status == 400 && e.message.contains(want), "{}: {}", String::from_utf8_lossy(body), e.message);
         }
-        let many = format!("{{\"messages\":[{{\"role\":\"user\",\"content\":[{}]}}]}}", vec![r#"{"type":"image_url","image_url":{"url":"data:;base64,aGk="}}"#; MAX_IMAGES + 1].join(","));
+        let many = format!(
+            "{{\"messages\":[{{\"role\":\"user\",\"content\":[{}]}}]}}",
+            vec![r#"{"type":"image_url","image_url":{"url":"data:;base64,aGk="}}"#; MAX_IMAGES + 1].join(",")
+        );
         assert!(parse_chat(many.as_bytes(), &defaults(), false).unwrap_err().message.contains("at most"));
     }
 
@@ -277,6 +323,10 @@ mod tests {
             r#"{"id":"chatcmpl-1","object":"chat.completion","created":5,"model":"m","choices":[{"index":0,"message":{"role":"assistant","content":"hi"},"finish_reason":"length"}],"usage":{"prompt_tokens":10,"completion_tokens":2,"total_tokens":12}}"#
         );
         let k = r.chunk(Json::obj([("content", Json::str("x"))]), None).to_string_compact();
-        assert!(k.contains(r#""object":"chat.completion.chunk""#) && k.ends_with(r#""delta":{"content":"x"},"finish_reason":null}]}"#), "{k}");
+        assert!(
+            k.contains(r#""object":"chat.completion.chunk""#)
+                && k.ends_with(r#""delta":{"content":"x"},"finish_reason":null}]}"#),
+            "{k}"
+        );
     }
 }

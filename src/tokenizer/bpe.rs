@@ -35,10 +35,7 @@ impl Bpe {
         alphabet: &ByteAlphabet,
     ) -> Result<Self, TokenizerError> {
         let id_of = |rank: usize, token: &str| {
-            vocab.get(token).copied().ok_or_else(|| TokenizerError::MergeTokenUnknown {
-                rank,
-                token: token.to_owned(),
-            })
+            vocab.get(token).copied().ok_or_else(|| TokenizerError::MergeTokenUnknown { rank, token: token.to_owned() })
         };
         let mut rules = HashMap::with_capacity(merges.len());
         for (rank, merge) in merges.iter().enumerate() {
@@ -184,7 +181,7 @@ mod tests {
         assert_eq!(encode(&bpe, &toks, "aaaaa"), ["aaaa", "a"]);
         assert_eq!(encode(&bpe, &toks, "x"), ["x"]);
         assert_eq!(encode(&bpe, &toks, " é"), ["Ġ", "Ã", "©"]); // bytes, written in the alphabet
-        // cached results are the same
+                                                                // cached results are the same
         assert_eq!(encode(&bpe, &toks, "abc"), ["abc"]);
     }
 

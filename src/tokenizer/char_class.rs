@@ -41,11 +41,11 @@ mod tests {
             ('é', Letter),
             ('ß', Letter),
             ('中', Letter),
-            ('ー', Letter), // Lm
+            ('ー', Letter),     // Lm
             ('\u{94d}', Other), // Devanagari virama is Mn
-            ('²', Number),  // No
-            ('Ⅻ', Number),  // Nl
-            ('١', Number),  // Nd
+            ('²', Number),      // No
+            ('Ⅻ', Number),      // Nl
+            ('١', Number),      // Nd
             ('𝟏', Number),
             ('𝐀', Letter),
             ('😀', Other),

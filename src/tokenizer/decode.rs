@@ -31,8 +31,8 @@ impl<'t> StreamDecoder<'t> {
                 continue;
             }
             // At the very end, a sequence that is only cut short may still be completed.
-            let incomplete = chunks.peek().is_none()
-                && std::str::from_utf8(bad).is_err_and(|e| e.error_len().is_none());
+            let incomplete =
+                chunks.peek().is_none() && std::str::from_utf8(bad).is_err_and(|e| e.error_len().is_none());
             if incomplete {
                 held = bad.len();
             } else {
@@ -59,11 +59,7 @@ pub(super) struct TokenBytes {
 
 impl TokenBytes {
     /// Added tokens stand for their own text, unused ones for nothing; the rest are byte-level.
-    pub(super) fn new(
-        tokens: &[String],
-        types: &[i32],
-        alphabet: &ByteAlphabet,
-    ) -> Result<Self, TokenizerError> {
+    pub(super) fn new(tokens: &[String], types: &[i32], alphabet: &ByteAlphabet) -> Result<Self, TokenizerError> {
         let mut data = Vec::with_capacity(tokens.iter().map(String::len).sum());
         let mut starts = Vec::with_capacity(tokens.len() + 1);
         starts.push(0);

@@ -21,9 +21,7 @@ impl Tokenizer {
         expect_str(file, MODEL, "gpt2")?;
         expect_str(file, PRE, "qwen2")?;
         let tokens = array(file, TOKENS, "an array of strings", |v| v.as_str().map(str::to_owned))?;
-        let types = array(file, TOKEN_TYPES, "an array of i32", |v| {
-            v.as_i64().and_then(|t| i32::try_from(t).ok())
-        })?;
+        let types = array(file, TOKEN_TYPES, "an array of i32", |v| v.as_i64().and_then(|t| i32::try_from(t).ok()))?;
         let merges = array(file, MERGES, "an array of strings", Value::as_str)?;
         let mut tokenizer = Tokenizer::new(tokens, types, &merges, id(file, BOS)?, id(file, EOS)?)?;
         for key in EOG_KEYS {
@@ -78,7 +76,5 @@ fn array<'f, T>(
 
 /// An optional token id.
 fn id(file: &GgufFile, key: &'static str) -> Result<Option<u32>, TokenizerError> {
-    file.get(key)
-        .map(|v| v.as_u32().ok_or(TokenizerError::WrongType { key, expected: "a u32 token id" }))
-        .transpose()
+    file.get(key).map(|v| v.as_u32().ok_or(TokenizerError::WrongType { key, expected: "a u32 token id" })).transpose()
 }

@@ -31,7 +31,9 @@ impl Case {
         let content: &Vec<JsonValue> = messages[0]["content"].get().expect("content");
         content
             .iter()
-            .find_map(|c| c.get::<std::collections::HashMap<String, JsonValue>>()?.get("text")?.get::<String>().cloned())
+            .find_map(|c| {
+                c.get::<std::collections::HashMap<String, JsonValue>>()?.get("text")?.get::<String>().cloned()
+            })
             .expect("a text item")
     }
 

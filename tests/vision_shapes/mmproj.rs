@@ -81,7 +81,10 @@ impl Mmproj {
             ("clip.vision.projection_dim".to_owned(), u32v(s.out)),
             ("clip.vision.spatial_merge_size".to_owned(), u32v(s.merge)),
             ("clip.vision.attention.layer_norm_epsilon".to_owned(), Value::F32(1e-6)),
-            ("clip.vision.is_deepstack_layers".to_owned(), Value::Array(ValueType::Bool, s.deepstack.iter().map(|&b| Value::Bool(b)).collect())),
+            (
+                "clip.vision.is_deepstack_layers".to_owned(),
+                Value::Array(ValueType::Bool, s.deepstack.iter().map(|&b| Value::Bool(b)).collect()),
+            ),
             ("clip.vision.image_mean".to_owned(), floats(0.5)),
             ("clip.vision.image_std".to_owned(), floats(0.5)),
         ];
@@ -99,7 +102,12 @@ impl Mmproj {
         }
         matrix("v.position_embd.weight".into(), &[s.vh, s.side * s.side], DType::F32, &mut r);
         let mut vectors: Vec<(String, usize, f32)> = vec![("v.patch_embd.bias".into(), s.vh, 0.0)];
-        let mut linear = |name: &str, n_in: usize, n_out: usize, dtype: DType, r: &mut Random, vectors: &mut Vec<(String, usize, f32)>| {
+        let mut linear = |name: &str,
+                          n_in: usize,
+                          n_out: usize,
+                          dtype: DType,
+                          r: &mut Random,
+                          vectors: &mut Vec<(String, usize, f32)>| {
             matrix(format!("{name}.weight"), &[n_in, n_out], dtype, r);
             vectors.push((format!("{name}.bias"), n_out, 0.0));
         };
@@ -118,8 +126,12 @@ impl Mmproj {
                 vectors.push((format!("{}.bias", b(norm)), s.vh, 0.0));
             }
         }
-        let deepstack = (0..s.depth()).filter(|&d| s.deepstack[d]).map(|d| (format!("v.deepstack.{d}.norm"), format!("v.deepstack.{d}.fc1"), format!("v.deepstack.{d}.fc2"), mvh));
-        for (norm, fc1, fc2, width) in std::iter::once(("v.post_ln".to_owned(), "mm.0".to_owned(), "mm.2".to_owned(), s.vh)).chain(deepstack) {
+        let deepstack = (0..s.depth()).filter(|&d| s.deepstack[d]).map(|d| {
+            (format!("v.deepstack.{d}.norm"), format!("v.deepstack.{d}.fc1"), format!("v.deepstack.{d}.fc2"), mvh)
+        });
+        for (norm, fc1, fc2, width) in
+            std::iter::once(("v.post_ln".to_owned(), "mm.0".to_owned(), "mm.2".to_owned(), s.vh)).chain(deepstack)
+        {
             vectors.push((format!("{norm}.weight"), width, 1.0));
             vectors.push((format!("{norm}.bias"), width, 0.0));
             linear(&fc1, mvh, mvh, DType::F16, &mut r, &mut vectors);

@@ -22,7 +22,12 @@ impl Weights<'_> {
     fn linear(&self, name: &str, x: &Rows) -> Rows {
         let (w, b) = (self.get(&format!("{name}.weight")), self.get(&format!("{name}.bias")));
         x.iter()
-            .map(|xr| b.iter().enumerate().map(|(o, bo)| bo + w[o * xr.len()..][..xr.len()].iter().zip(xr).map(|(a, c)| a * c).sum::<f64>()).collect())
+            .map(|xr| {
+                b.iter()
+                    .enumerate()
+                    .map(|(o, bo)| bo + w[o * xr.len()..][..xr.len()].iter().zip(xr).map(|(a, c)| a * c).sum::<f64>())
+                    .collect()
+            })
             .collect()
     }
 
@@ -111,7 +116,8 @@ fn attention(qkv: &Rows, pos: &[(usize, usize)], heads: usize) -> Rows {
         let k: Rows = qkv.iter().zip(pos).map(|(r, &(y, x))| rope(&part(r, 1), y, x)).collect();
         let v: Rows = qkv.iter().map(|r| part(r, 2)).collect();
         for (i, qi) in q.iter().enumerate() {
-            let s: Vec<f64> = k.iter().map(|kj| qi.iter().zip(kj).map(|(a, b)| a * b).sum::<f64>() / (d as f64).sqrt()).collect();
+            let s: Vec<f64> =
+                k.iter().map(|kj| qi.iter().zip(kj).map(|(a, b)| a * b).sum::<f64>() / (d as f64).sqrt()).collect();
             let max = s.iter().copied().fold(f64::NEG_INFINITY, f64::max);
             let e: Vec<f64> = s.iter().map(|x| (x - max).exp()).collect();
             let total: f64 = e.iter().sum();
@@ -141,7 +147,9 @@ pub fn encode(file: &GgufFile, s: &Shape, pixels: &[f32], grid_h: usize, grid_w:
         }
     }
     // Patch embedding: a Conv3d with stride = kernel, pixel rows [channel][temporal][y][x].
-    let kernels: Vec<Vec<f64>> = (0..t_n).map(|t| w.get(&if t == 0 { "v.patch_embd.weight".to_owned() } else { format!("v.patch_embd.weight.{t}") })).collect();
+    let kernels: Vec<Vec<f64>> = (0..t_n)
+        .map(|t| w.get(&if t == 0 { "v.patch_embd.weight".to_owned() } else { format!("v.patch_embd.weight.{t}") }))
+        .collect();
     let bias = w.get("v.patch_embd.bias");
     let table = w.get("v.position_embd.weight");
     let mut x: Rows = Vec::new();
@@ -149,7 +157,12 @@ pub fn encode(file: &GgufFile, s: &Shape, pixels: &[f32], grid_h: usize, grid_w:
         let px = &pixels[i * s.patch_row()..][..s.patch_row()];
         let (r0, r1, fr) = sample(s.side, grid_h, row);
         let (c0, c1, fc) = sample(s.side, grid_w, col);
-        let taps = [(r0, c0, (1.0 - fr) * (1.0 - fc)), (r0, c1, (1.0 - fr) * fc), (r1, c0, fr * (1.0 - fc)), (r1, c1, fr * fc)];
+        let taps = [
+            (r0, c0, (1.0 - fr) * (1.0 - fc)),
+            (r0, c1, (1.0 - fr) * fc),
+            (r1, c0, fr * (1.0 - fc)),
+            (r1, c1, fr * fc),
+        ];
         x.push(
             (0..s.vh)
                 .map(|e| {

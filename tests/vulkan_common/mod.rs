@@ -2,11 +2,13 @@
 //! elsewhere), test data, running one kernel, and the normalized error.
 #![allow(dead_code)] // each test binary uses its own subset
 
-use hrx::backend::vulkan::kernels::{self, Dyn, KernelId, KernelSet, Launch, MatKind, Operand, Variants, WType, BINDINGS};
+use hrx::backend::vulkan::kernels::{
+    self, Dyn, KernelId, KernelSet, Launch, MatKind, Operand, Variants, WType, BINDINGS,
+};
 use hrx::backend::vulkan::VkError;
-use hrx::graph::Op;
 use hrx::backend::vulkan::{Buffer, CommandBuffer, DescriptorPool, Device, DeviceOptions, Location, Selection};
 use hrx::backend::DeviceChoice;
+use hrx::graph::Op;
 use std::path::PathBuf;
 use std::sync::OnceLock;
 
@@ -41,7 +43,12 @@ pub fn device() -> Option<Device> {
 pub fn device_with(options: DeviceOptions) -> Option<Device> {
     match Device::new(&selection(), &options) {
         Ok(d) => {
-            eprintln!("vulkan device: {} ({}), driver {}", d.info().name, d.info().kind.name(), d.info().driver_info.clone().unwrap_or_default());
+            eprintln!(
+                "vulkan device: {} ({}), driver {}",
+                d.info().name,
+                d.info().kind.name(),
+                d.info().driver_info.clone().unwrap_or_default()
+            );
             Some(d)
         }
         Err(e) => {
@@ -51,7 +58,10 @@ pub fn device_with(options: DeviceOptions) -> Option<Device> {
             }
             // Straight to stderr: the test harness captures eprintln! of passing tests.
             use std::io::Write;
-            let _ = writeln!(std::io::stderr(), "\n!!!!! {msg}: SKIPPING this test (install mesa-vulkan-drivers for lavapipe) !!!!!\n");
+            let _ = writeln!(
+                std::io::stderr(),
+                "\n!!!!! {msg}: SKIPPING this test (install mesa-vulkan-drivers for lavapipe) !!!!!\n"
+            );
             None
         }
     }
@@ -109,7 +119,15 @@ pub fn upload(dev: &Device, bytes: &[u8], offset: usize) -> Buffer {
 /// Runs one launch: bindings sizes (`syms`), `ins` (up to four), `out`; grid for `out_ne`, clamped to
 /// `max` workgroups (the device's limit when None; small values exercise the kernels'
 /// grid-stride loops).
-pub fn run(kernels: &KernelSet, launch: &Launch, syms: &[u32], ins: &[&Buffer], out: &Buffer, out_ne: [usize; 4], max: Option<[u32; 3]>) {
+pub fn run(
+    kernels: &KernelSet,
+    launch: &Launch,
+    syms: &[u32],
+    ins: &[&Buffer],
+    out: &Buffer,
+    out_ne: [usize; 4],
+    max: Option<[u32; 3]>,
+) {
     let dev = kernels.device();
     let sizes = dev.buffer(4 * syms.len().max(1) as u64, Location::Host, "sizes").unwrap();
     sizes.write_u32(0, syms).unwrap();
@@ -124,7 +142,8 @@ pub fn run(kernels: &KernelSet, launch: &Launch, syms: &[u32], ins: &[&Buffer], 
     let set = pool.bind(&pipeline, &bound).unwrap();
     let mut cmd = CommandBuffer::new(dev).unwrap();
     cmd.begin().unwrap();
-    cmd.dispatch(&pipeline, &set, &launch.push, launch.groups(out_ne, max.unwrap_or(dev.info().max_workgroup_count))).unwrap();
+    cmd.dispatch(&pipeline, &set, &launch.push, launch.groups(out_ne, max.unwrap_or(dev.info().max_workgroup_count)))
+        .unwrap();
     cmd.finish().unwrap();
     cmd.submit_and_wait().unwrap();
 }
@@ -136,7 +155,14 @@ pub fn launch(op: &Op, ins: &[Operand], out: &Operand, dynamic: Option<Dyn>) -> 
 }
 
 /// Matrix kernel `kind` on `w` and `x`, with `residual` added (a product fused with its ADD).
-pub fn launch_mat(kind: MatKind, w: &Operand, x: &Operand, out: &Operand, residual: Option<&Operand>, dynamic: Option<Dyn>) -> Result<Launch, VkError> {
+pub fn launch_mat(
+    kind: MatKind,
+    w: &Operand,
+    x: &Operand,
+    out: &Operand,
+    residual: Option<&Operand>,
+    dynamic: Option<Dyn>,
+) -> Result<Launch, VkError> {
     let wt = WType::from_dtype(w.dtype).ok_or_else(|| VkError::Invalid(format!("no matrix kernel for {}", w.dtype)))?;
     let kernel = KernelId::MatMul(kind, wt);
     match residual {

@@ -104,7 +104,14 @@ fn matmul(w: &In, x: &In, out: &mut Out, threads: usize) -> Option<Result<(), Ke
 
 /// `data[i * rows.len() + j] = rows[j] · act i`, the weight rows split into ranges handed
 /// out to the threads: each range is read by one thread and meets every activation row.
-fn par_matmul(acts: &quant::ActivationRows, dtype: DType, weights: &[u8], n: usize, data: &mut [f32], threads: usize) -> Result<(), quant::QuantError> {
+fn par_matmul(
+    acts: &quant::ActivationRows,
+    dtype: DType,
+    weights: &[u8],
+    n: usize,
+    data: &mut [f32],
+    threads: usize,
+) -> Result<(), quant::QuantError> {
     let (m, k) = (acts.rows(), acts.row_len());
     // Multiply-adds worth a thread, and worth a range of rows.
     const MIN_THREAD_WORK: usize = 1 << 16;
@@ -203,9 +210,18 @@ fn dot(a: &[f32], b: &[f32]) -> f32 {
     acc.iter().sum::<f32>() + tail
 }
 
-/// One query row against its kv head: online softmax over contiguous K/V rows.
-fn attend(q: &[f32], k: &In, v: &In, kh: usize, n_kv: usize, scale: f32, out: &mut [f32], kbuf: &mut Vec<f32>, vbuf: &mut Vec<f32>) {
-    let d = q.len();
+/// The first `len` rows of kv head `head` of the K and V caches.
+struct KvRows<'a, 'b> {
+    k: &'a In<'b>,
+    v: &'a In<'b>,
+    head: usize,
+    len: usize,
+}
+
+/// One query row against its kv head: online softmax over contiguous K/V rows (`kbuf`, `vbuf`:
+/// row buffers for caches that are not f32).
+fn attend(q: &[f32], kv: &KvRows, scale: f32, out: &mut [f32], kbuf: &mut Vec<f32>, vbuf: &mut Vec<f32>) {
+    let (d, k, v, kh, n_kv) = (q.len(), kv.k, kv.v, kv.head, kv.len);
     let mut max = f32::NEG_INFINITY;
     let mut total = 0f32;
     out.iter_mut().for_each(|o| *o = 0.0);
@@ -229,7 +245,15 @@ fn attend(q: &[f32], k: &In, v: &In, kh: usize, n_kv: usize, scale: f32, out: &m
     out.iter_mut().for_each(|o| *o *= inv);
 }
 
-fn attention(q: &In, k: &In, v: &In, slots: Option<&In>, scale: f32, out: &mut Out, threads: usize) -> Option<Result<(), KernelError>> {
+fn attention(
+    q: &In,
+    k: &In,
+    v: &In,
+    slots: Option<&In>,
+    scale: f32,
+    out: &mut Out,
+    threads: usize,
+) -> Option<Result<(), KernelError>> {
     if !out_is_matrix(out) || k.dtype != DType::F32 && k.dtype != DType::F16 {
         return None;
     }
@@ -252,7 +276,7 @@ fn attention(q: &In, k: &In, v: &In, slots: Option<&In>, scale: f32, out: &mut O
         for (item, o) in range.zip(chunk.chunks_mut(d)) {
             let (t, h) = (item / n_head, item % n_head);
             let qrow = q.row_f32(h, t, 0, &mut qbuf).to_vec();
-            attend(&qrow, k, v, h / group, kv_len[t], scale, o, &mut kbuf, &mut vbuf);
+            attend(&qrow, &KvRows { k, v, head: h / group, len: kv_len[t] }, scale, o, &mut kbuf, &mut vbuf);
         }
     });
     Some(Ok(()))

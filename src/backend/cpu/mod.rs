@@ -39,9 +39,15 @@ impl fmt::Display for KernelError {
         match self {
             KernelError::Fault(m) | KernelError::Bind(m) => f.write_str(m),
             KernelError::Quant(e) => write!(f, "{e}"),
-            KernelError::PastPlan { symbol, value, max } => write!(f, "{symbol} = {value} exceeds the planned maximum {max}"),
-            KernelError::NotCpu { graph, node, placement } => write!(f, "graph {graph} node {node} is placed {placement}; the CPU executor runs CPU plans"),
-            KernelError::Node { graph, node, name, source } => write!(f, "graph {graph} node {node} ({name}): {source}"),
+            KernelError::PastPlan { symbol, value, max } => {
+                write!(f, "{symbol} = {value} exceeds the planned maximum {max}")
+            }
+            KernelError::NotCpu { graph, node, placement } => {
+                write!(f, "graph {graph} node {node} is placed {placement}; the CPU executor runs CPU plans")
+            }
+            KernelError::Node { graph, node, name, source } => {
+                write!(f, "graph {graph} node {node} ({name}): {source}")
+            }
         }
     }
 }
@@ -92,7 +98,6 @@ pub struct CpuExecutor {
     threads: usize,
 }
 
-
 impl CpuExecutor {
     /// Binds every weight of the plans to the tensor of that name in `files` (checked for
     /// dtype and size), and allocates the arena and every run-time buffer; externals with the
@@ -102,9 +107,19 @@ impl CpuExecutor {
         // them names kernels this executor does not have.
         for plan in &plans {
             for (i, p) in plan.placements.iter().enumerate() {
-                let cpu = matches!(p, Placement::Run { device: Device::Cpu, fused: None, .. } | Placement::Bound | Placement::Elided | Placement::Skipped);
+                let cpu = matches!(
+                    p,
+                    Placement::Run { device: Device::Cpu, fused: None, .. }
+                        | Placement::Bound
+                        | Placement::Elided
+                        | Placement::Skipped
+                );
                 if !cpu {
-                    return Err(KernelError::NotCpu { graph: plan.graph.name.clone(), node: i, placement: format!("{p:?}") });
+                    return Err(KernelError::NotCpu {
+                        graph: plan.graph.name.clone(),
+                        node: i,
+                        placement: format!("{p:?}"),
+                    });
                 }
             }
         }
@@ -116,7 +131,9 @@ impl CpuExecutor {
             for ext in &plan.graph.externals {
                 // One buffer per name across plans (the KV cache); per-call inputs sized for
                 // each plan's shapes get their own.
-                if let Some(i) = (0..storages.len()).find(|&i| storage_names[i] == ext.name && storage_bytes(&storages[i]) == ext.bytes) {
+                if let Some(i) = (0..storages.len())
+                    .find(|&i| storage_names[i] == ext.name && storage_bytes(&storages[i]) == ext.bytes)
+                {
                     map.push(i);
                     continue;
                 }
@@ -175,7 +192,12 @@ impl CpuExecutor {
             if let Placement::Run { .. } = self.plans[plan.0].placements[i] {
                 self.run_node(plan, NodeId(i), symbols).map_err(|e| {
                     let graph = &self.plans[plan.0].graph;
-                    KernelError::Node { graph: graph.name.clone(), node: i, name: graph.nodes[i].name.clone(), source: Box::new(e) }
+                    KernelError::Node {
+                        graph: graph.name.clone(),
+                        node: i,
+                        name: graph.nodes[i].name.clone(),
+                        source: Box::new(e),
+                    }
                 })?;
             }
         }
@@ -214,15 +236,24 @@ impl CpuExecutor {
         let out_loc = global(p.locs[id.0].ok_or_else(|| KernelError::Fault("output has no address".into()))?)?;
         let out_ne = runtime_ne(graph, id, symbols);
         let out_extent = extent_f32(&out_ne, &node.value.nb);
-        let (sources, out_data, out_offset) = split_for_output(&mut self.arena, &mut self.storages, out_loc, out_extent)?;
+        let (sources, out_data, out_offset) =
+            split_for_output(&mut self.arena, &mut self.storages, out_loc, out_extent)?;
         let mut ins = Vec::with_capacity(node.inputs.len());
         for (k, &input) in node.inputs.iter().enumerate() {
             if node.op == Op::SetRows && k == 0 {
                 // The destination is the output itself; the kernel never reads it as an input.
-                ins.push(In { data: Data::F32(&[]), dtype: DType::F32, offset: 0, ne: [0; MAX_DIMS], nb: [0; MAX_DIMS] });
+                ins.push(In {
+                    data: Data::F32(&[]),
+                    dtype: DType::F32,
+                    offset: 0,
+                    ne: [0; MAX_DIMS],
+                    nb: [0; MAX_DIMS],
+                });
                 continue;
             }
-            let loc = global(p.locs[input.0].ok_or_else(|| KernelError::Fault(format!("input {} has no address", input.0)))?)?;
+            let loc = global(
+                p.locs[input.0].ok_or_else(|| KernelError::Fault(format!("input {} has no address", input.0)))?,
+            )?;
             let v = graph.value(input);
             ins.push(sources.input(loc, v.dtype, runtime_ne(graph, input, symbols), v.nb)?);
         }
@@ -327,7 +358,13 @@ struct Sources<'a> {
 }
 
 impl<'a> Sources<'a> {
-    fn input(&self, loc: Loc, dtype: DType, ne: [usize; MAX_DIMS], nb: [usize; MAX_DIMS]) -> Result<In<'a>, KernelError> {
+    fn input(
+        &self,
+        loc: Loc,
+        dtype: DType,
+        ne: [usize; MAX_DIMS],
+        nb: [usize; MAX_DIMS],
+    ) -> Result<In<'a>, KernelError> {
         let view = |data, offset| In { data, dtype, offset, ne, nb };
         match loc {
             Loc::Arena { offset } => {
@@ -343,13 +380,17 @@ impl<'a> Sources<'a> {
             Loc::External { storage, offset } => {
                 let s = storage.0;
                 let st = match self.hole {
-                    Some(h) if s == h => return Err(KernelError::Fault("an input is in the storage being written".into())),
+                    Some(h) if s == h => {
+                        return Err(KernelError::Fault("an input is in the storage being written".into()))
+                    }
                     Some(h) if s > h => self.storages_hi.get(s - h - 1),
                     _ => self.storages_lo.get(s),
                 }
                 .ok_or_else(|| KernelError::Fault(format!("no storage {s}")))?;
                 Ok(match st {
-                    Storage::Weight { file, tensor } => view(Data::Bytes(file.tensor_data(&file.tensors()[*tensor])), offset),
+                    Storage::Weight { file, tensor } => {
+                        view(Data::Bytes(file.tensor_data(&file.tensors()[*tensor])), offset)
+                    }
                     Storage::F32(v) => view(Data::F32(v), offset),
                     Storage::I32(v) => view(Data::I32(v), offset),
                 })

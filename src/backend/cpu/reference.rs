@@ -115,7 +115,8 @@ pub fn layer_norm(x: &In, weight: &In, bias: &In, eps: f32, out: &mut Out) {
         let var = (0..n).map(|i0| (get(i0) - mean).powi(2)).sum::<f64>() / n as f64;
         let inv = 1.0 / (var + f64::from(eps)).sqrt();
         for i0 in 0..n {
-            let y = (get(i0) - mean) * inv * f64::from(weight.f32_at([i0, 0, 0, 0])) + f64::from(bias.f32_at([i0, 0, 0, 0]));
+            let y = (get(i0) - mean) * inv * f64::from(weight.f32_at([i0, 0, 0, 0]))
+                + f64::from(bias.f32_at([i0, 0, 0, 0]));
             out.set([i0, i1, i2, i3], y as f32);
         }
     });
@@ -174,7 +175,9 @@ pub fn erf(x: f64) -> f64 {
         + t * (1.00002368
             + t * (0.37409196
                 + t * (0.09678418
-                    + t * (-0.18628806 + t * (0.27886807 + t * (-1.13520398 + t * (1.48851587 + t * (-0.82215223 + t * 0.17087277))))))));
+                    + t * (-0.18628806
+                        + t * (0.27886807
+                            + t * (-1.13520398 + t * (1.48851587 + t * (-0.82215223 + t * 0.17087277))))))));
     let erfc = t * poly.exp();
     if x >= 0.0 {
         1.0 - erfc
@@ -208,7 +211,10 @@ pub fn attention(q: &In, k: &In, v: &In, slots: Option<&In>, scale: f32, out: &m
         for h in 0..n_head {
             let kh = h / group;
             let scores: Vec<f64> = (0..n_kv)
-                .map(|j| (0..d).map(|i| f64::from(q.f32_at([i, h, t, 0])) * f64::from(k.f32_at([i, kh, j, 0]))).sum::<f64>() * f64::from(scale))
+                .map(|j| {
+                    (0..d).map(|i| f64::from(q.f32_at([i, h, t, 0])) * f64::from(k.f32_at([i, kh, j, 0]))).sum::<f64>()
+                        * f64::from(scale)
+                })
                 .collect();
             let max = scores.iter().copied().fold(f64::NEG_INFINITY, f64::max);
             let weights: Vec<f64> = scores.iter().map(|s| (s - max).exp()).collect();

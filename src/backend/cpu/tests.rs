@@ -77,7 +77,13 @@ fn attention_and_norm_fast_match_reference() {
         let slots: Vec<i32> = (0..n_q).map(|i| (n_kv - n_q + i) as i32).collect();
         let qi = f32_in(&q, [d, heads, n_q, 1]);
         let (ki, vi) = (f32_in(&k, [d, kv_heads, n_kv, 1]), f32_in(&v, [d, kv_heads, n_kv, 1]));
-        let si = In { data: Data::I32(&slots), dtype: DType::I32, offset: 0, ne: [n_q, 1, 1, 1], nb: [4, 4 * n_q, 4 * n_q, 4 * n_q] };
+        let si = In {
+            data: Data::I32(&slots),
+            dtype: DType::I32,
+            offset: 0,
+            ne: [n_q, 1, 1, 1],
+            nb: [4, 4 * n_q, 4 * n_q, 4 * n_q],
+        };
         let op = Op::Attention { scale: 0.3 };
         let causal = compare(&op, &[qi, ki, vi, si], [d, heads, n_q, 1]);
         let full = compare(&op, &[qi, ki, vi], [d, heads, n_q, 1]);
@@ -116,7 +122,11 @@ fn elementwise_ops_broadcast_and_compute_their_formulas() {
     assert!((gelu(crate::graph::Gelu::Erf) - 0.841_345).abs() < 1e-5);
     let ones = vec![1f32; 16];
     let zeros = vec![0f32; 16];
-    let ln = run(&Op::LayerNorm { eps: 0.0 }, &[xi, f32_in(&ones, [16, 1, 1, 1]), f32_in(&zeros, [16, 1, 1, 1])], [16, 3, 1, 1]);
+    let ln = run(
+        &Op::LayerNorm { eps: 0.0 },
+        &[xi, f32_in(&ones, [16, 1, 1, 1]), f32_in(&zeros, [16, 1, 1, 1])],
+        [16, 3, 1, 1],
+    );
     for row in ln.chunks(16) {
         let mean: f32 = row.iter().sum::<f32>() / 16.0;
         let var: f32 = row.iter().map(|v| (v - mean).powi(2)).sum::<f32>() / 16.0;
@@ -130,7 +140,8 @@ fn rope_rotates_pairs_by_position_and_leaves_position_zero_alone() {
     let (d, heads, n) = (16, 2, 3);
     let x = rng.vec(d * heads * n);
     let pos: Vec<i32> = vec![0, 5, 9, 0, 6, 2, 0, 7, 4]; // [n, 3]: t, h, w rows
-    let pi = In { data: Data::I32(&pos), dtype: DType::I32, offset: 0, ne: [n, 3, 1, 1], nb: [4, 4 * n, 12 * n, 12 * n] };
+    let pi =
+        In { data: Data::I32(&pos), dtype: DType::I32, offset: 0, ne: [n, 3, 1, 1], nb: [4, 4 * n, 12 * n, 12 * n] };
     for kind in [RopeKind::MropeInterleaved { sections: [2, 1, 1] }, RopeKind::Axial2d] {
         let op = Op::Rope { kind, theta: 1e4, n_dims: d };
         let y = run(&op, &[f32_in(&x, [d, heads, n, 1]), pi], [d, heads, n, 1]);
@@ -153,7 +164,9 @@ fn rope_rotates_pairs_by_position_and_leaves_position_zero_alone() {
 #[test]
 fn erf_is_accurate() {
     // Values of erf from tables.
-    for (x, want) in [(0.0, 0.0), (0.5, 0.520_499_877_8), (1.0, 0.842_700_792_9), (-2.0, -0.995_322_265_0), (3.5, 0.999_999_256_9)] {
+    for (x, want) in
+        [(0.0, 0.0), (0.5, 0.520_499_877_8), (1.0, 0.842_700_792_9), (-2.0, -0.995_322_265_0), (3.5, 0.999_999_256_9)]
+    {
         assert!((super::reference::erf(x) - want).abs() < 2e-7, "erf({x})");
     }
 }

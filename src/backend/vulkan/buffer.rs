@@ -39,7 +39,9 @@ impl Device {
         let largest_heap = shared.info.heaps.iter().map(|h| h.size).max().unwrap_or(0);
         let size = match size.max(4).checked_next_multiple_of(4) {
             Some(s) if s <= largest_heap => s,
-            _ => return Err(VkError::OutOfMemory { what: format!("{what} (larger than any memory heap)"), bytes: size }),
+            _ => {
+                return Err(VkError::OutOfMemory { what: format!("{what} (larger than any memory heap)"), bytes: size })
+            }
         };
         let usage = vk::BufferUsageFlags::STORAGE_BUFFER
             | vk::BufferUsageFlags::INDIRECT_BUFFER
@@ -59,8 +61,9 @@ impl Device {
             e
         };
         let req = memory::requirements(&shared.raw, raw);
-        let (type_index, map) = memory::pick_type(&shared.memory_props, req.memory_type_bits, location, shared.map_device_memory)
-            .ok_or_else(|| destroy(VkError::NoMemoryType { what: format!("{what} ({location:?})") }))?;
+        let (type_index, map) =
+            memory::pick_type(&shared.memory_props, req.memory_type_bits, location, shared.map_device_memory)
+                .ok_or_else(|| destroy(VkError::NoMemoryType { what: format!("{what} ({location:?})") }))?;
         let alloc = shared.allocator().allocate(&shared.raw, req, type_index, map, what).map_err(destroy)?;
         if let Err(e) = memory::bind(&shared.raw, raw, &alloc) {
             shared.allocator().free(&shared.raw, &alloc);
@@ -102,7 +105,10 @@ impl Buffer {
     fn check(&self, offset: u64, len: usize, what: &str) -> Result<()> {
         match offset.checked_add(len as u64) {
             Some(end) if end <= self.inner.size => Ok(()),
-            _ => Err(VkError::Invalid(format!("{what} of {len} bytes at {offset} runs past a buffer of {} bytes", self.inner.size))),
+            _ => Err(VkError::Invalid(format!(
+                "{what} of {len} bytes at {offset} runs past a buffer of {} bytes",
+                self.inner.size
+            ))),
         }
     }
 
@@ -188,4 +194,3 @@ impl Drop for BufferInner {
         self.shared.allocator().free(&self.shared.raw, &self.alloc);
     }
 }
-

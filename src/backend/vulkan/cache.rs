@@ -103,7 +103,13 @@ mod tests {
     use crate::backend::vulkan::info::DeviceKind;
 
     fn info() -> DeviceInfo {
-        DeviceInfo { name: "test".into(), vendor_id: 0x10005, device_id: 7, pipeline_cache_uuid: [9; 16], ..DeviceInfo::fake(0, DeviceKind::Cpu) }
+        DeviceInfo {
+            name: "test".into(),
+            vendor_id: 0x10005,
+            device_id: 7,
+            pipeline_cache_uuid: [9; 16],
+            ..DeviceInfo::fake(0, DeviceKind::Cpu)
+        }
     }
 
     fn driver_blob(info: &DeviceInfo) -> Vec<u8> {

@@ -39,7 +39,10 @@ impl CommandBuffer {
         // SAFETY: valid create infos on a live device; on failure what was made is destroyed.
         unsafe {
             let pool = shared.raw.create_command_pool(&pool_info, None).map_err(call("vkCreateCommandPool"))?;
-            let alloc = vk::CommandBufferAllocateInfo::default().command_pool(pool).level(vk::CommandBufferLevel::PRIMARY).command_buffer_count(1);
+            let alloc = vk::CommandBufferAllocateInfo::default()
+                .command_pool(pool)
+                .level(vk::CommandBufferLevel::PRIMARY)
+                .command_buffer_count(1);
             let raw = match shared.raw.allocate_command_buffers(&alloc) {
                 Ok(v) => v[0],
                 Err(e) => {
@@ -54,7 +57,16 @@ impl CommandBuffer {
                     return Err(VkError::from_call("vkCreateFence", e));
                 }
             };
-            Ok(CommandBuffer { shared, pool, raw, fence, keep: Vec::new(), state: State::Empty, commands: 0, pending: AtomicBool::new(false) })
+            Ok(CommandBuffer {
+                shared,
+                pool,
+                raw,
+                fence,
+                keep: Vec::new(),
+                state: State::Empty,
+                commands: 0,
+                pending: AtomicBool::new(false),
+            })
         }
     }
 
@@ -73,8 +85,14 @@ impl CommandBuffer {
         // SAFETY: the buffer is not executing (every submission is waited for); resetting
         // the pool resets its one command buffer.
         unsafe {
-            self.shared.raw.reset_command_pool(self.pool, vk::CommandPoolResetFlags::empty()).map_err(call("vkResetCommandPool"))?;
-            self.shared.raw.begin_command_buffer(self.raw, &vk::CommandBufferBeginInfo::default()).map_err(call("vkBeginCommandBuffer"))?;
+            self.shared
+                .raw
+                .reset_command_pool(self.pool, vk::CommandPoolResetFlags::empty())
+                .map_err(call("vkResetCommandPool"))?;
+            self.shared
+                .raw
+                .begin_command_buffer(self.raw, &vk::CommandBufferBeginInfo::default())
+                .map_err(call("vkBeginCommandBuffer"))?;
         }
         self.keep.clear();
         self.commands = 0;
@@ -87,11 +105,19 @@ impl CommandBuffer {
         self.expect(State::Recording, "a dispatch")?;
         let p = &pipeline.inner;
         if push.len() * 4 != p.push_bytes as usize {
-            return Err(VkError::Invalid(format!("{}: {} bytes of push constants, the pipeline takes {}", p.name, push.len() * 4, p.push_bytes)));
+            return Err(VkError::Invalid(format!(
+                "{}: {} bytes of push constants, the pipeline takes {}",
+                p.name,
+                push.len() * 4,
+                p.push_bytes
+            )));
         }
         // Every set layout here is `bindings` storage buffers: same count, compatible layout.
         if set.inner.bindings != p.bindings {
-            return Err(VkError::Invalid(format!("{}: a set of {} buffers for a pipeline of {}", p.name, set.inner.bindings, p.bindings)));
+            return Err(VkError::Invalid(format!(
+                "{}: a set of {} buffers for a pipeline of {}",
+                p.name, set.inner.bindings, p.bindings
+            )));
         }
         let bytes: Vec<u8> = push.iter().flat_map(|v| v.to_le_bytes()).collect();
         // SAFETY: recording; pipeline, layout and set are alive (kept below) and compatible.
@@ -113,7 +139,10 @@ impl CommandBuffer {
         self.bind(pipeline, set, push)?;
         let max = self.shared.info.max_workgroup_count;
         if groups.iter().zip(max).any(|(&g, m)| g > m) {
-            return Err(VkError::Invalid(format!("{}: {groups:?} workgroups exceed the device's {max:?}", pipeline.inner.name)));
+            return Err(VkError::Invalid(format!(
+                "{}: {groups:?} workgroups exceed the device's {max:?}",
+                pipeline.inner.name
+            )));
         }
         // SAFETY: recording, with a compute pipeline bound.
         unsafe { self.shared.raw.cmd_dispatch(self.raw, groups[0], groups[1], groups[2]) };
@@ -123,10 +152,20 @@ impl CommandBuffer {
 
     /// A dispatch whose workgroup counts are read at run time from `args` (three u32 at
     /// byte `offset`): the size can change between replays of the same recording.
-    pub fn dispatch_indirect(&mut self, pipeline: &Pipeline, set: &DescriptorSet, push: &[u32], args: &Buffer, offset: u64) -> Result<()> {
+    pub fn dispatch_indirect(
+        &mut self,
+        pipeline: &Pipeline,
+        set: &DescriptorSet,
+        push: &[u32],
+        args: &Buffer,
+        offset: u64,
+    ) -> Result<()> {
         self.bind(pipeline, set, push)?;
         if !offset.is_multiple_of(4) || offset + 12 > args.size() {
-            return Err(VkError::Invalid(format!("indirect arguments at {offset} do not fit a buffer of {} bytes", args.size())));
+            return Err(VkError::Invalid(format!(
+                "indirect arguments at {offset} do not fit a buffer of {} bytes",
+                args.size()
+            )));
         }
         // SAFETY: recording; the argument buffer has INDIRECT usage and is kept alive.
         unsafe { self.shared.raw.cmd_dispatch_indirect(self.raw, args.inner.raw, offset) };
@@ -182,7 +221,9 @@ impl CommandBuffer {
         }
         // SAFETY: recording; the query exists, was reset earlier in this recording (see
         // `reset_timestamps`) and is kept alive with its pool.
-        unsafe { self.shared.raw.cmd_write_timestamp(self.raw, vk::PipelineStageFlags::BOTTOM_OF_PIPE, pool.inner.raw, index) };
+        unsafe {
+            self.shared.raw.cmd_write_timestamp(self.raw, vk::PipelineStageFlags::BOTTOM_OF_PIPE, pool.inner.raw, index)
+        };
         self.keep.push(Arc::clone(&pool.inner) as Arc<dyn Any + Send + Sync>);
         Ok(())
     }
@@ -192,7 +233,9 @@ impl CommandBuffer {
         self.expect(State::Recording, "a barrier")?;
         self.memory_barrier(
             vk::PipelineStageFlags::COMPUTE_SHADER | vk::PipelineStageFlags::TRANSFER,
-            vk::PipelineStageFlags::COMPUTE_SHADER | vk::PipelineStageFlags::TRANSFER | vk::PipelineStageFlags::DRAW_INDIRECT,
+            vk::PipelineStageFlags::COMPUTE_SHADER
+                | vk::PipelineStageFlags::TRANSFER
+                | vk::PipelineStageFlags::DRAW_INDIRECT,
             vk::AccessFlags::INDIRECT_COMMAND_READ
                 | vk::AccessFlags::SHADER_READ
                 | vk::AccessFlags::SHADER_WRITE
@@ -202,12 +245,19 @@ impl CommandBuffer {
         Ok(())
     }
 
-    fn memory_barrier(&mut self, src: vk::PipelineStageFlags, dst: vk::PipelineStageFlags, dst_access: vk::AccessFlags) {
+    fn memory_barrier(
+        &mut self,
+        src: vk::PipelineStageFlags,
+        dst: vk::PipelineStageFlags,
+        dst_access: vk::AccessFlags,
+    ) {
         let barrier = [vk::MemoryBarrier::default()
             .src_access_mask(vk::AccessFlags::SHADER_WRITE | vk::AccessFlags::TRANSFER_WRITE)
             .dst_access_mask(dst_access)];
         // SAFETY: recording; a global memory barrier between valid stages.
-        unsafe { self.shared.raw.cmd_pipeline_barrier(self.raw, src, dst, vk::DependencyFlags::empty(), &barrier, &[], &[]) };
+        unsafe {
+            self.shared.raw.cmd_pipeline_barrier(self.raw, src, dst, vk::DependencyFlags::empty(), &barrier, &[], &[])
+        };
     }
 
     /// Ends recording; results become visible to the host after each submission.

@@ -43,10 +43,14 @@ pub struct DescriptorSet {
 impl DescriptorPool {
     /// Room for `max_sets` sets of up to `max_buffers_per_set` buffers each.
     pub fn new(device: &Device, max_sets: u32, max_buffers_per_set: u32) -> Result<DescriptorPool> {
-        let sizes = [vk::DescriptorPoolSize { ty: vk::DescriptorType::STORAGE_BUFFER, descriptor_count: max_sets.max(1) * max_buffers_per_set.max(1) }];
+        let sizes = [vk::DescriptorPoolSize {
+            ty: vk::DescriptorType::STORAGE_BUFFER,
+            descriptor_count: max_sets.max(1) * max_buffers_per_set.max(1),
+        }];
         let info = vk::DescriptorPoolCreateInfo::default().max_sets(max_sets.max(1)).pool_sizes(&sizes);
         // SAFETY: a valid create info on a live device.
-        let raw = unsafe { device.shared.raw.create_descriptor_pool(&info, None) }.map_err(call("vkCreateDescriptorPool"))?;
+        let raw =
+            unsafe { device.shared.raw.create_descriptor_pool(&info, None) }.map_err(call("vkCreateDescriptorPool"))?;
         Ok(DescriptorPool { inner: Arc::new(PoolInner { shared: Arc::clone(&device.shared), raw: Mutex::new(raw) }) })
     }
 
@@ -69,10 +73,22 @@ impl DescriptorPool {
         let align = info.min_storage_buffer_offset_alignment.max(1);
         for w in windows {
             if w.range > max_range {
-                return Err(VkError::Invalid(format!("{}: a window of {} bytes exceeds the device's storage-buffer range of {max_range}", p.name, w.range)));
+                return Err(VkError::Invalid(format!(
+                    "{}: a window of {} bytes exceeds the device's storage-buffer range of {max_range}",
+                    p.name, w.range
+                )));
             }
-            if w.offset % align != 0 || !matches!(w.offset.checked_add(w.range), Some(e) if e <= w.buffer.size()) || w.range == 0 {
-                return Err(VkError::Invalid(format!("{}: window {}+{} of a buffer of {} bytes (offset alignment {align})", p.name, w.offset, w.range, w.buffer.size())));
+            if w.offset % align != 0
+                || !matches!(w.offset.checked_add(w.range), Some(e) if e <= w.buffer.size())
+                || w.range == 0
+            {
+                return Err(VkError::Invalid(format!(
+                    "{}: window {}+{} of a buffer of {} bytes (offset alignment {align})",
+                    p.name,
+                    w.offset,
+                    w.range,
+                    w.buffer.size()
+                )));
             }
         }
         let d = &self.inner.shared.raw;
@@ -88,13 +104,19 @@ impl DescriptorPool {
                 e => VkError::from_call("vkAllocateDescriptorSets", e),
             })?[0]
         };
-        let infos: Vec<[vk::DescriptorBufferInfo; 1]> =
-            windows.iter().map(|w| [vk::DescriptorBufferInfo { buffer: w.buffer.inner.raw, offset: w.offset, range: w.range }]).collect();
+        let infos: Vec<[vk::DescriptorBufferInfo; 1]> = windows
+            .iter()
+            .map(|w| [vk::DescriptorBufferInfo { buffer: w.buffer.inner.raw, offset: w.offset, range: w.range }])
+            .collect();
         let writes: Vec<_> = infos
             .iter()
             .enumerate()
             .map(|(i, info)| {
-                vk::WriteDescriptorSet::default().dst_set(raw).dst_binding(i as u32).descriptor_type(vk::DescriptorType::STORAGE_BUFFER).buffer_info(info)
+                vk::WriteDescriptorSet::default()
+                    .dst_set(raw)
+                    .dst_binding(i as u32)
+                    .descriptor_type(vk::DescriptorType::STORAGE_BUFFER)
+                    .buffer_info(info)
             })
             .collect();
         // SAFETY: the set was just allocated and is not in use; every buffer is alive and each

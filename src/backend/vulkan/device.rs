@@ -83,7 +83,8 @@ impl Device {
             .compute_queue_family
             .ok_or_else(|| VkError::Unsupported { device: info.name.clone(), what: "no compute queue".into() })?;
         let priorities = [1.0f32];
-        let queues = [vk::DeviceQueueCreateInfo::default().queue_family_index(queue_family).queue_priorities(&priorities)];
+        let queues =
+            [vk::DeviceQueueCreateInfo::default().queue_family_index(queue_family).queue_priorities(&priorities)];
         // A device offering VK_KHR_portability_subset requires it enabled.
         let mut extensions = Vec::new();
         let portability = ash::khr::portability_subset::NAME;
@@ -98,8 +99,10 @@ impl Device {
         }
         let mut coopmat_features = vk::PhysicalDeviceCooperativeMatrixFeaturesKHR::default().cooperative_matrix(true);
         let mut v12 = vk::PhysicalDeviceVulkan12Features::default().shader_float16(true).vulkan_memory_model(true);
-        let mut v13 = vk::PhysicalDeviceVulkan13Features::default().subgroup_size_control(true).compute_full_subgroups(true);
-        let mut create = vk::DeviceCreateInfo::default().queue_create_infos(&queues).enabled_extension_names(&extensions);
+        let mut v13 =
+            vk::PhysicalDeviceVulkan13Features::default().subgroup_size_control(true).compute_full_subgroups(true);
+        let mut create =
+            vk::DeviceCreateInfo::default().queue_create_infos(&queues).enabled_extension_names(&extensions);
         if coopmat {
             create = create.push_next(&mut coopmat_features).push_next(&mut v12).push_next(&mut v13);
         } else {
@@ -151,7 +154,12 @@ impl Device {
             cache_path,
             _instance: instance,
         };
-        log::info!("vulkan device: {} ({}){}", shared.info.name, shared.info.kind.name(), if coopmat { ", cooperative matrices" } else { "" });
+        log::info!(
+            "vulkan device: {} ({}){}",
+            shared.info.name,
+            shared.info.kind.name(),
+            if coopmat { ", cooperative matrices" } else { "" }
+        );
         Ok(Device { shared: Arc::new(shared) })
     }
 
@@ -205,7 +213,9 @@ impl Shared {
         let waited = unsafe { self.raw.wait_for_fences(&[fence], true, timeout) };
         match waited {
             Ok(()) => {}
-            Err(vk::Result::TIMEOUT) => return Err(VkError::Timeout { during: what.to_owned(), seconds: SUBMIT_TIMEOUT.as_secs() }),
+            Err(vk::Result::TIMEOUT) => {
+                return Err(VkError::Timeout { during: what.to_owned(), seconds: SUBMIT_TIMEOUT.as_secs() })
+            }
             Err(vk::Result::ERROR_DEVICE_LOST) => return Err(VkError::DeviceLost { during: what.to_owned() }),
             Err(e) => return Err(VkError::from_call("vkWaitForFences", e)),
         }

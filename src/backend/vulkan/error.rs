@@ -36,8 +36,12 @@ impl VkError {
     /// Maps a failed call's result: memory and device-loss results get their own variants.
     pub fn from_call(call: &'static str, result: vk::Result) -> VkError {
         match result {
-            vk::Result::ERROR_OUT_OF_DEVICE_MEMORY => VkError::OutOfMemory { what: format!("{call} (device memory)"), bytes: 0 },
-            vk::Result::ERROR_OUT_OF_HOST_MEMORY => VkError::OutOfMemory { what: format!("{call} (host memory)"), bytes: 0 },
+            vk::Result::ERROR_OUT_OF_DEVICE_MEMORY => {
+                VkError::OutOfMemory { what: format!("{call} (device memory)"), bytes: 0 }
+            }
+            vk::Result::ERROR_OUT_OF_HOST_MEMORY => {
+                VkError::OutOfMemory { what: format!("{call} (host memory)"), bytes: 0 }
+            }
             vk::Result::ERROR_DEVICE_LOST => VkError::DeviceLost { during: call.to_owned() },
             result => VkError::Call { call, result },
         }
@@ -56,10 +60,14 @@ impl fmt::Display for VkError {
                 f,
                 "no Vulkan loader: {e} (install libvulkan1 and a driver, e.g. mesa-vulkan-drivers or the GPU vendor's)"
             ),
-            VkError::NoDevice => f.write_str("the Vulkan loader found no device (is a Vulkan driver installed? see `hrx doctor`)"),
+            VkError::NoDevice => {
+                f.write_str("the Vulkan loader found no device (is a Vulkan driver installed? see `hrx doctor`)")
+            }
             VkError::BadSelection { value, reason } => write!(f, "Vulkan device {value}: {reason}"),
             VkError::Unsupported { device, what } => write!(f, "{device}: {what}"),
-            VkError::OutOfMemory { what, bytes } if *bytes > 0 => write!(f, "out of memory allocating {bytes} bytes for {what}"),
+            VkError::OutOfMemory { what, bytes } if *bytes > 0 => {
+                write!(f, "out of memory allocating {bytes} bytes for {what}")
+            }
             VkError::OutOfMemory { what, .. } => write!(f, "out of memory: {what}"),
             VkError::NoMemoryType { what } => write!(f, "no Vulkan memory type suits {what}"),
             VkError::DeviceLost { during } => write!(f, "the Vulkan device was lost during {during}"),

@@ -67,6 +67,8 @@ struct Recorded {
 pub struct RecordingStats {
     pub graph: String,
     pub dispatches: usize,
+    /// The kernel of every dispatch, in recording order (what the plan's `dispatches` names).
+    pub kernels: Vec<String>,
     /// While profiling, one between every two dispatches (see profile.rs).
     pub barriers: usize,
     pub profile: Option<Profile>,
@@ -125,7 +127,11 @@ impl VulkanExecutor {
                 }
             }
         }
-        let storages = exts.iter().zip(&gpu_written).map(|(ext, &written)| storage(device, ext, files, written)).collect::<Result<Vec<_>>>()?;
+        let storages = exts
+            .iter()
+            .zip(&gpu_written)
+            .map(|(ext, &written)| storage(device, ext, files, written))
+            .collect::<Result<Vec<_>>>()?;
         let arena_bytes = plans.iter().map(|p| p.arena_bytes).max().unwrap_or(0);
         let arena = device.buffer(arena_bytes as u64, Location::Device, "the arena")?;
         let ks = KernelSet::new(device);
@@ -155,6 +161,7 @@ impl VulkanExecutor {
             .map(|r| RecordingStats {
                 graph: r.plan.graph.name.clone(),
                 dispatches: r.launches.len(),
+                kernels: r.launches.iter().map(|d| d.launch.kernel.name()).collect(),
                 barriers: r.barriers,
                 profile: r.timing.as_ref().map(|(_, times)| times.profile()),
             })
@@ -168,7 +175,13 @@ impl VulkanExecutor {
     /// The buffer of external `name` of `plan`, and its dtype.
     fn named(&self, plan: PlanId, name: &str) -> Result<(&Buffer, DType)> {
         let r = self.recorded(plan)?;
-        let ext = r.plan.graph.externals.iter().position(|e| e.name == name).ok_or_else(|| VkError::Invalid(format!("no buffer {name:?}")))?;
+        let ext = r
+            .plan
+            .graph
+            .externals
+            .iter()
+            .position(|e| e.name == name)
+            .ok_or_else(|| VkError::Invalid(format!("no buffer {name:?}")))?;
         Ok((&self.storages[r.storage_of[ext]], r.plan.graph.externals[ext].dtype))
     }
 
@@ -183,7 +196,9 @@ impl VulkanExecutor {
     /// Writes i32 values into run-time buffer `name` of `plan`, starting `offset` values in.
     pub fn write_i32(&self, plan: PlanId, name: &str, offset: usize, values: &[i32]) -> Result<()> {
         match self.named(plan, name)? {
-            (b, DType::I32) => b.write(4 * offset as u64, &values.iter().flat_map(|v| v.to_le_bytes()).collect::<Vec<u8>>()),
+            (b, DType::I32) => {
+                b.write(4 * offset as u64, &values.iter().flat_map(|v| v.to_le_bytes()).collect::<Vec<u8>>())
+            }
             (_, d) => Err(VkError::Invalid(format!("buffer {name:?} holds {d}, not i32"))),
         }
     }
@@ -245,7 +260,9 @@ impl VulkanExecutor {
         }
         match r.plan.locs[id.0] {
             Some(Loc::Arena { offset }) => self.arena.read_f32(offset as u64, n),
-            Some(Loc::External { storage, offset }) => self.storages[r.storage_of[storage.0]].read_f32(offset as u64, n),
+            Some(Loc::External { storage, offset }) => {
+                self.storages[r.storage_of[storage.0]].read_f32(offset as u64, n)
+            }
             None => Err(VkError::Invalid(format!("node {} has no address", id.0))),
         }
     }
@@ -267,7 +284,11 @@ impl RunWords {
         let args_at = (4 * symbols.max(1) as u64).next_multiple_of(16);
         let bytes = args_at + 12 * dispatches.max(1) as u64;
         let local = device.buffer(bytes, Location::Device, "run-time sizes")?;
-        let staging = if local.is_mapped() { None } else { Some(device.buffer(bytes, Location::Host, "run-time sizes (staging)")?) };
+        let staging = if local.is_mapped() {
+            None
+        } else {
+            Some(device.buffer(bytes, Location::Host, "run-time sizes (staging)")?)
+        };
         Ok(RunWords { local, staging, args_at })
     }
 
@@ -287,10 +308,18 @@ impl RunWords {
 
 /// Records `plan` once: a descriptor set and an indirect dispatch per dispatch the plan names,
 /// with the plan's kernels, fusions and row ranges.
-fn record(device: &Device, ks: &KernelSet, plan: Plan, storage_of: Vec<usize>, storages: &[Buffer], arena: &Buffer) -> Result<Recorded> {
+fn record(
+    device: &Device,
+    ks: &KernelSet,
+    plan: Plan,
+    storage_of: Vec<usize>,
+    storages: &[Buffer],
+    arena: &Buffer,
+) -> Result<Recorded> {
     let graph = &plan.graph;
     let info = device.info();
-    let (max_range, align) = (u64::from(info.max_storage_buffer_range), info.min_storage_buffer_offset_alignment.max(1));
+    let (max_range, align) =
+        (u64::from(info.max_storage_buffer_range), info.min_storage_buffer_offset_alignment.max(1));
     let n_runs = plan.dispatches().len();
     let words = RunWords::new(device, graph.symbols.len(), n_runs)?;
     let (sizes, args, args_at) = (&words.local, &words.local, words.args_at);
@@ -309,7 +338,8 @@ fn record(device: &Device, ks: &KernelSet, plan: Plan, storage_of: Vec<usize>, s
     for (i, node) in graph.nodes.iter().enumerate() {
         let Placement::Run { kernel, fused, .. } = &plan.placements[i] else { continue };
         let failed = |e: String| VkError::Invalid(format!("graph {} node {i} ({}): {e}", graph.name, node.name));
-        let kernel_id = KernelId::from_plan(kernel).ok_or_else(|| failed(format!("the plan names {kernel}, which this backend does not have")))?;
+        let kernel_id = KernelId::from_plan(kernel)
+            .ok_or_else(|| failed(format!("the plan names {kernel}, which this backend does not have")))?;
         check_variant(kernel_id, info).map_err(failed)?;
         // The buffer of value `id`, its byte offset there, and the value.
         let locate = |id: NodeId| -> Result<(&Buffer, usize, Value)> {
@@ -340,7 +370,8 @@ fn record(device: &Device, ks: &KernelSet, plan: Plan, storage_of: Vec<usize>, s
         // its inputs: their lifetimes overlap at the node).
         let reads = ins.iter().map(|(b, o, v)| Access::of_value(b.inner.raw, *o, v)).collect();
         let mut wait = hazards.access(reads, vec![Access::of_value(out.0.inner.raw, out.1, &out.2)]);
-        let pieces: Vec<Option<(usize, usize)>> = if kernel.splits.is_empty() { vec![None] } else { kernel.splits.iter().copied().map(Some).collect() };
+        let pieces: Vec<Option<(usize, usize)>> =
+            if kernel.splits.is_empty() { vec![None] } else { kernel.splits.iter().copied().map(Some).collect() };
         for piece in pieces {
             let mut ins = ins.clone();
             let mut out = out.clone();
@@ -351,10 +382,14 @@ fn record(device: &Device, ks: &KernelSet, plan: Plan, storage_of: Vec<usize>, s
                 out.1 += r0 * out.2.nb[0];
                 out.2.ne[0] = rows;
             }
-            let bound_ins = ins.iter().map(|(b, o, v)| bind_window(b, *o, v, max_range, align).map_err(failed)).collect::<Result<Vec<_>>>()?;
+            let bound_ins = ins
+                .iter()
+                .map(|(b, o, v)| bind_window(b, *o, v, max_range, align).map_err(failed))
+                .collect::<Result<Vec<_>>>()?;
             let (out_window, out_op) = bind_window(out.0, out.1, &out.2, max_range, align).map_err(failed)?;
             let operands: Vec<Operand> = bound_ins.iter().map(|(_, o)| *o).collect();
-            let launch = kernels::launch(kernel_id, &ops, &operands, &out_op, out.2.dyn_axis.map(Into::into)).map_err(|e| failed(e.to_string()))?;
+            let launch = kernels::launch(kernel_id, &ops, &operands, &out_op, out.2.dyn_axis.map(Into::into))
+                .map_err(|e| failed(e.to_string()))?;
             let pipeline = ks.pipeline(launch.kernel)?;
             let sizes_window = Window { buffer: sizes, offset: 0, range: args_at };
             let mut bound = vec![sizes_window];
@@ -405,10 +440,19 @@ fn record(device: &Device, ks: &KernelSet, plan: Plan, storage_of: Vec<usize>, s
     cmd.finish()?;
     let timing = match timestamps {
         Some(pool) => {
-            let times = KernelTimes::new(launches.iter().map(|d| d.launch.kernel.name()), info.timestamp_bits, info.timestamp_period);
+            let times = KernelTimes::new(
+                launches.iter().map(|d| d.launch.kernel.name()),
+                info.timestamp_bits,
+                info.timestamp_period,
+            );
             // A query no dispatch wrote would never become available: every read would fail.
             if times.timestamps() != pool.queries() {
-                return Err(VkError::Invalid(format!("graph {}: {} timestamps for {} dispatches", graph.name, pool.queries(), launches.len())));
+                return Err(VkError::Invalid(format!(
+                    "graph {}: {} timestamps for {} dispatches",
+                    graph.name,
+                    pool.queries(),
+                    launches.len()
+                )));
             }
             Some((pool, times))
         }
@@ -427,14 +471,25 @@ fn check_variant(kernel: KernelId, info: &DeviceInfo) -> std::result::Result<(),
     if runs {
         Ok(())
     } else {
-        Err(format!("the plan names {} (subgroup {:?}), which {} cannot run: a plan for another device", kernel.name(), kernel.subgroup(), info.name))
+        Err(format!(
+            "the plan names {} (subgroup {:?}), which {} cannot run: a plan for another device",
+            kernel.name(),
+            kernel.subgroup(),
+            info.name
+        ))
     }
 }
 
 /// The window of a value at byte `offset` of `buf`, and its operand relative to that window:
 /// the whole buffer when it fits the storage-buffer range, else a window starting at the
 /// value (aligned down to the offset alignment).
-fn bind_window<'a>(buf: &'a Buffer, offset: usize, v: &Value, max_range: u64, align: u64) -> std::result::Result<(Window<'a>, Operand), String> {
+fn bind_window<'a>(
+    buf: &'a Buffer,
+    offset: usize,
+    v: &Value,
+    max_range: u64,
+    align: u64,
+) -> std::result::Result<(Window<'a>, Operand), String> {
     let end = (offset + v.extent_bytes()) as u64;
     // Kernels do not bounds-check their reads: every window must lie in its buffer.
     if end > buf.size() {
@@ -443,9 +498,18 @@ fn bind_window<'a>(buf: &'a Buffer, offset: usize, v: &Value, max_range: u64, al
     let start = if buf.size() <= max_range { 0 } else { offset as u64 / align * align };
     let range = (buf.size() - start).min(max_range);
     if end > start + range {
-        return Err(format!("a value spans {} bytes, more than the device's storage-buffer range of {max_range}", end - offset as u64));
+        return Err(format!(
+            "a value spans {} bytes, more than the device's storage-buffer range of {max_range}",
+            end - offset as u64
+        ));
     }
-    let operand = Operand { dtype: v.dtype, ne: v.ne, nb: v.nb, offset: offset - start as usize, dynamic: v.dyn_axis.map(Into::into) };
+    let operand = Operand {
+        dtype: v.dtype,
+        ne: v.ne,
+        nb: v.nb,
+        offset: offset - start as usize,
+        dynamic: v.dyn_axis.map(Into::into),
+    };
     Ok((Window { buffer: buf, offset: start, range }, operand))
 }
 

@@ -171,7 +171,12 @@ mod tests {
         for _ in 0..200 {
             let n = 12;
             let ops: Vec<(Vec<Access>, Vec<Access>)> = (0..n)
-                .map(|_| ((0..rng.next_u64() % 3).map(|_| range(&mut rng)).collect(), (0..rng.next_u64() % 2).map(|_| range(&mut rng)).collect()))
+                .map(|_| {
+                    (
+                        (0..rng.next_u64() % 3).map(|_| range(&mut rng)).collect(),
+                        (0..rng.next_u64() % 2).map(|_| range(&mut rng)).collect(),
+                    )
+                })
                 .collect();
             let mut h = Hazards::default();
             let barrier_before: Vec<bool> = ops.iter().map(|(r, w)| h.access(r.clone(), w.clone())).collect();

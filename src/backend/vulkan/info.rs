@@ -146,10 +146,16 @@ impl DeviceInfo {
     pub fn coopmat_matmul(&self) -> Option<u32> {
         let f = &self.features;
         let size_ok = self.subgroup_size.is_power_of_two() && (8..=64).contains(&self.subgroup_size);
-        let fits = self.max_shared_memory >= COOPMAT_SHARED_BYTES && self.max_workgroup_invocations >= 4 * self.subgroup_size;
+        let fits =
+            self.max_shared_memory >= COOPMAT_SHARED_BYTES && self.max_workgroup_invocations >= 4 * self.subgroup_size;
         // Vulkan 1.3: the features it needs are core, enabled without further extensions.
         let core = self.api_version >= (1, 3, 0);
-        let usable = core && f.cooperative_matrix_f16 && f.float16 && f.memory_model && f.full_subgroups && self.subgroup_in_compute;
+        let usable = core
+            && f.cooperative_matrix_f16
+            && f.float16
+            && f.memory_model
+            && f.full_subgroups
+            && self.subgroup_in_compute;
         (usable && size_ok && fits).then_some(self.subgroup_size)
     }
 
@@ -197,7 +203,13 @@ const SUBGROUP_OPS: [(vk::SubgroupFeatureFlags, &str); 8] = [
 
 /// Reads one physical device. `instance_api` is the instance's Vulkan version: the `*2`
 /// queries are core from 1.1 on.
-pub(crate) fn query(entry: &ash::Entry, instance: &ash::Instance, instance_api: u32, index: usize, pd: vk::PhysicalDevice) -> Result<DeviceInfo> {
+pub(crate) fn query(
+    entry: &ash::Entry,
+    instance: &ash::Instance,
+    instance_api: u32,
+    index: usize,
+    pd: vk::PhysicalDevice,
+) -> Result<DeviceInfo> {
     // SAFETY: `pd` was enumerated from this live instance; the queries only write the
     // structures passed in.
     let (props, mem, families, ext_props) = unsafe {
@@ -265,7 +277,8 @@ pub(crate) fn query(entry: &ash::Entry, instance: &ash::Instance, instance_api: 
         unsafe { instance.get_physical_device_features2(pd, &mut f2) };
         features.storage_16bit = f16bit.storage_buffer16_bit_access == vk::TRUE;
         features.memory_model = memory_model.vulkan_memory_model == vk::TRUE;
-        let sizes_controlled = size_control.subgroup_size_control == vk::TRUE && size_control.compute_full_subgroups == vk::TRUE;
+        let sizes_controlled =
+            size_control.subgroup_size_control == vk::TRUE && size_control.compute_full_subgroups == vk::TRUE;
         let coopmat_on = coopmat.cooperative_matrix == vk::TRUE;
         features.storage_8bit = f8bit.storage_buffer8_bit_access == vk::TRUE;
         features.float16 = f16i8.shader_float16 == vk::TRUE;
@@ -292,7 +305,8 @@ pub(crate) fn query(entry: &ash::Entry, instance: &ash::Instance, instance_api: 
         }
         subgroup_size = subgroup.subgroup_size;
         subgroup_in_compute = subgroup.supported_stages.contains(vk::ShaderStageFlags::COMPUTE);
-        subgroup_ops = SUBGROUP_OPS.iter().filter(|(f, _)| subgroup.supported_operations.contains(*f)).map(|&(_, n)| n).collect();
+        subgroup_ops =
+            SUBGROUP_OPS.iter().filter(|(f, _)| subgroup.supported_operations.contains(*f)).map(|&(_, n)| n).collect();
         if with_driver {
             driver_name = Some(c_string(driver.driver_name_as_c_str()));
             driver_info = Some(c_string(driver.driver_info_as_c_str()));
@@ -303,17 +317,20 @@ pub(crate) fn query(entry: &ash::Entry, instance: &ash::Instance, instance_api: 
         .map(|h| Heap {
             size: mem.memory_heaps[h].size,
             device_local: mem.memory_heaps[h].flags.contains(vk::MemoryHeapFlags::DEVICE_LOCAL),
-            host_visible: mem.memory_types[..mem.memory_type_count as usize]
-                .iter()
-                .any(|t| t.heap_index as usize == h && t.property_flags.contains(vk::MemoryPropertyFlags::HOST_VISIBLE)),
+            host_visible: mem.memory_types[..mem.memory_type_count as usize].iter().any(|t| {
+                t.heap_index as usize == h && t.property_flags.contains(vk::MemoryPropertyFlags::HOST_VISIBLE)
+            }),
         })
         .collect();
     let kind = DeviceKind::from_vk(props.device_type);
-    let unified_flags = vk::MemoryPropertyFlags::DEVICE_LOCAL | vk::MemoryPropertyFlags::HOST_VISIBLE | vk::MemoryPropertyFlags::HOST_COHERENT;
+    let unified_flags = vk::MemoryPropertyFlags::DEVICE_LOCAL
+        | vk::MemoryPropertyFlags::HOST_VISIBLE
+        | vk::MemoryPropertyFlags::HOST_COHERENT;
     let unified_memory = matches!(kind, DeviceKind::Integrated | DeviceKind::Cpu)
         && mem.memory_types[..mem.memory_type_count as usize].iter().any(|t| t.property_flags.contains(unified_flags));
     let compute_queue_family = pick_queue_family(&families);
-    let timestamp_bits = compute_queue_family.and_then(|q| families.get(q as usize)).map_or(0, |f| f.timestamp_valid_bits);
+    let timestamp_bits =
+        compute_queue_family.and_then(|q| families.get(q as usize)).map_or(0, |f| f.timestamp_valid_bits);
     let limits = &props.limits;
     Ok(DeviceInfo {
         index,
@@ -351,7 +368,8 @@ pub(crate) fn query(entry: &ash::Entry, instance: &ash::Instance, instance_api: 
 fn has_f16_coopmat(entry: &ash::Entry, instance: &ash::Instance, pd: vk::PhysicalDevice) -> Result<bool> {
     let ext = ash::khr::cooperative_matrix::Instance::new(entry, instance);
     // SAFETY: the extension is offered by `pd`, which belongs to this live instance.
-    let props = unsafe { ext.get_physical_device_cooperative_matrix_properties(pd) }.map_err(call("vkGetPhysicalDeviceCooperativeMatrixPropertiesKHR"))?;
+    let props = unsafe { ext.get_physical_device_cooperative_matrix_properties(pd) }
+        .map_err(call("vkGetPhysicalDeviceCooperativeMatrixPropertiesKHR"))?;
     Ok(props.iter().any(|p| {
         (p.m_size, p.n_size, p.k_size) == (16, 16, 16)
             && (p.a_type, p.b_type) == (vk::ComponentTypeKHR::FLOAT16, vk::ComponentTypeKHR::FLOAT16)
@@ -410,8 +428,19 @@ mod tests {
 
     #[test]
     fn coopmat_needs_every_feature_it_uses() {
-        let features = Features { cooperative_matrix_f16: true, float16: true, memory_model: true, full_subgroups: true, ..Features::default() };
-        let ok = DeviceInfo { subgroup_in_compute: true, max_shared_memory: 49152, features, ..DeviceInfo::fake(0, DeviceKind::Discrete) };
+        let features = Features {
+            cooperative_matrix_f16: true,
+            float16: true,
+            memory_model: true,
+            full_subgroups: true,
+            ..Features::default()
+        };
+        let ok = DeviceInfo {
+            subgroup_in_compute: true,
+            max_shared_memory: 49152,
+            features,
+            ..DeviceInfo::fake(0, DeviceKind::Discrete)
+        };
         assert_eq!(ok.coopmat_matmul(), Some(32));
         let without = |f: fn(&mut DeviceInfo)| {
             let mut d = ok.clone();

@@ -42,11 +42,9 @@ impl Instance {
             extensions.push(portability.as_ptr());
             flags |= vk::InstanceCreateFlags::ENUMERATE_PORTABILITY_KHR;
         }
-        let app = vk::ApplicationInfo::default()
-            .application_name(c"hrx")
-            .engine_name(c"hrx")
-            .api_version(api_version);
-        let create = vk::InstanceCreateInfo::default().application_info(&app).enabled_extension_names(&extensions).flags(flags);
+        let app = vk::ApplicationInfo::default().application_name(c"hrx").engine_name(c"hrx").api_version(api_version);
+        let create =
+            vk::InstanceCreateInfo::default().application_info(&app).enabled_extension_names(&extensions).flags(flags);
         // SAFETY: the create info and everything it points to live through the call.
         let raw = unsafe { entry.create_instance(&create, None) }.map_err(|e| match e {
             vk::Result::ERROR_INCOMPATIBLE_DRIVER => VkError::NoDevice,
@@ -59,7 +57,11 @@ impl Instance {
     pub fn devices(&self) -> Result<Vec<DeviceInfo>> {
         // SAFETY: the instance is alive.
         let handles = unsafe { self.raw.enumerate_physical_devices() }.map_err(call("vkEnumeratePhysicalDevices"))?;
-        handles.into_iter().enumerate().map(|(i, pd)| info::query(&self.entry, &self.raw, self.api_version, i, pd)).collect()
+        handles
+            .into_iter()
+            .enumerate()
+            .map(|(i, pd)| info::query(&self.entry, &self.raw, self.api_version, i, pd))
+            .collect()
     }
 
     /// The loader's version, "1.3.239".

@@ -111,7 +111,14 @@ impl Allocator {
     }
 
     /// Memory for `req` from memory type `type_index`; `map` for host-visible types.
-    pub fn allocate(&mut self, raw: &ash::Device, req: vk::MemoryRequirements, type_index: u32, map: bool, what: &str) -> Result<Allocation> {
+    pub fn allocate(
+        &mut self,
+        raw: &ash::Device,
+        req: vk::MemoryRequirements,
+        type_index: u32,
+        map: bool,
+        what: &str,
+    ) -> Result<Allocation> {
         let dedicated = req.size > self.block_size / 2;
         if !dedicated {
             for (i, slot) in self.blocks.iter_mut().enumerate() {
@@ -128,9 +135,9 @@ impl Allocator {
         let info = vk::MemoryAllocateInfo::default().allocation_size(size).memory_type_index(type_index);
         // SAFETY: a valid allocate info for a memory type of this device.
         let memory = unsafe { raw.allocate_memory(&info, None) }.map_err(|e| match e {
-            vk::Result::ERROR_OUT_OF_DEVICE_MEMORY | vk::Result::ERROR_OUT_OF_HOST_MEMORY | vk::Result::ERROR_TOO_MANY_OBJECTS => {
-                VkError::OutOfMemory { what: what.to_owned(), bytes: size }
-            }
+            vk::Result::ERROR_OUT_OF_DEVICE_MEMORY
+            | vk::Result::ERROR_OUT_OF_HOST_MEMORY
+            | vk::Result::ERROR_TOO_MANY_OBJECTS => VkError::OutOfMemory { what: what.to_owned(), bytes: size },
             e => VkError::from_call("vkAllocateMemory", e),
         })?;
         let mapped = if map {
@@ -147,7 +154,9 @@ impl Allocator {
             None
         };
         let mut ranges = RangeAllocator::new(size);
-        let offset = ranges.alloc(req.size, req.alignment).ok_or_else(|| VkError::OutOfMemory { what: what.to_owned(), bytes: req.size })?;
+        let offset = ranges
+            .alloc(req.size, req.alignment)
+            .ok_or_else(|| VkError::OutOfMemory { what: what.to_owned(), bytes: req.size })?;
         let block = Block { memory, type_index, ranges, mapped, dedicated };
         let i = match self.blocks.iter().position(Option::is_none) {
             Some(i) => i,
@@ -197,22 +206,32 @@ pub enum Location {
 }
 
 /// The memory type for `location` among the types allowed by `bits`, and whether to map it.
-pub(crate) fn pick_type(props: &vk::PhysicalDeviceMemoryProperties, bits: u32, location: Location, unified: bool) -> Option<(u32, bool)> {
+pub(crate) fn pick_type(
+    props: &vk::PhysicalDeviceMemoryProperties,
+    bits: u32,
+    location: Location,
+    unified: bool,
+) -> Option<(u32, bool)> {
     use vk::MemoryPropertyFlags as F;
     let types = &props.memory_types[..props.memory_type_count as usize];
     let find = |want: F, avoid: F| {
-        (0..types.len()).find(|&i| bits & (1 << i) != 0 && types[i].property_flags.contains(want) && !types[i].property_flags.intersects(avoid))
+        (0..types.len()).find(|&i| {
+            bits & (1 << i) != 0 && types[i].property_flags.contains(want) && !types[i].property_flags.intersects(avoid)
+        })
     };
     let host = F::HOST_VISIBLE | F::HOST_COHERENT;
     let (index, mapped) = match location {
         Location::Device if unified => {
-            let i = find(F::DEVICE_LOCAL | host | F::HOST_CACHED, F::empty()).or_else(|| find(F::DEVICE_LOCAL | host, F::empty()));
+            let i = find(F::DEVICE_LOCAL | host | F::HOST_CACHED, F::empty())
+                .or_else(|| find(F::DEVICE_LOCAL | host, F::empty()));
             match i {
                 Some(i) => (i, true),
                 None => (find(F::DEVICE_LOCAL, F::empty())?, false),
             }
         }
-        Location::Device => (find(F::DEVICE_LOCAL, F::HOST_VISIBLE).or_else(|| find(F::DEVICE_LOCAL, F::empty()))?, false),
+        Location::Device => {
+            (find(F::DEVICE_LOCAL, F::HOST_VISIBLE).or_else(|| find(F::DEVICE_LOCAL, F::empty()))?, false)
+        }
         Location::Host => (find(host | F::HOST_CACHED, F::empty()).or_else(|| find(host, F::empty()))?, true),
     };
     Some((index as u32, mapped))

@@ -3,17 +3,21 @@
 //! (and falls back to the CPU) on machines without one. All of the backend's `unsafe` code is
 //! in this module, each block with its `SAFETY:` reasoning.
 //!
-//! Shaders (shaders/, GLSL 450, SPIR-V 1.0) use no optional feature: weights are read as
-//! `uint[]` and decoded from byte offsets, reductions go through shared memory. They run on
-//! lavapipe (CI), and anything Vulkan 1.0 or later; faster variants (16-bit storage, subgroup
-//! reductions, integer dot products) can be added per device later.
+//! The portable shaders (shaders/, GLSL 450, SPIR-V 1.0) use no optional feature: weights are
+//! read as `uint[]` and decoded from byte offsets, reductions go through shared memory; they
+//! run on lavapipe (CI) and anything Vulkan 1.0 or later. Devices that offer more get variants
+//! ([`kernels::Variants`]): subgroup matrix-vector products (Vulkan 1.1 subgroup arithmetic)
+//! and cooperative-matrix products (Vulkan 1.3, opt-in).
 //!
 //! - [`Instance`], [`DeviceInfo`]: the loader and what each device offers (`hrx doctor`).
-//! - [`Device`]: the chosen device (`HRX_DEVICE`), its compute queue, memory and pipeline cache.
+//! - [`Device`]: an open device, its compute queue, memory and pipeline cache (which device is
+//!   `backend::DeviceChoice`'s business).
 //! - [`Buffer`], [`Pipeline`], [`DescriptorPool`], [`CommandBuffer`]: the objects a plan is
 //!   recorded with; each holds what it needs alive.
-//! - [`kernels`]: ops, push constants and grids; [`VulkanRegistry`]: which graph nodes run here;
-//!   [`VulkanExecutor`]: runs an all-GPU plan recorded once.
+//! - [`shaders`]: the kernel table (shaders/modules.txt) and the embedded SPIR-V;
+//!   [`kernels`]: kernels by op, their push constants and grids, and the device's variants;
+//!   [`VulkanRegistry`]: what each graph node runs, decided at plan time;
+//!   [`VulkanExecutor`]: records exactly that once and replays it.
 
 mod buffer;
 mod cache;

@@ -43,9 +43,13 @@ impl Pipeline {
         let shared = &device.shared;
         let fail = |reason: String| VkError::Pipeline { kernel: spec.name.to_owned(), reason };
         if spec.push_bytes > shared.info.max_push_constants || !spec.push_bytes.is_multiple_of(4) {
-            return Err(fail(format!("{} bytes of push constants, the device allows {}", spec.push_bytes, shared.info.max_push_constants)));
+            return Err(fail(format!(
+                "{} bytes of push constants, the device allows {}",
+                spec.push_bytes, shared.info.max_push_constants
+            )));
         }
-        let code = ash::util::read_spv(&mut std::io::Cursor::new(spec.spirv)).map_err(|e| fail(format!("bad SPIR-V: {e}")))?;
+        let code =
+            ash::util::read_spv(&mut std::io::Cursor::new(spec.spirv)).map_err(|e| fail(format!("bad SPIR-V: {e}")))?;
         let bindings: Vec<_> = (0..spec.bindings)
             .map(|b| {
                 vk::DescriptorSetLayoutBinding::default()
@@ -55,16 +59,23 @@ impl Pipeline {
                     .stage_flags(vk::ShaderStageFlags::COMPUTE)
             })
             .collect();
-        let entries: Vec<_> = (0..spec.constants.len() as u32).map(|i| vk::SpecializationMapEntry { constant_id: i, offset: i * 4, size: 4 }).collect();
+        let entries: Vec<_> = (0..spec.constants.len() as u32)
+            .map(|i| vk::SpecializationMapEntry { constant_id: i, offset: i * 4, size: 4 })
+            .collect();
         let constant_bytes: Vec<u8> = spec.constants.iter().flat_map(|c| c.to_le_bytes()).collect();
         let specialization = vk::SpecializationInfo::default().map_entries(&entries).data(&constant_bytes);
-        let ranges = [vk::PushConstantRange { stage_flags: vk::ShaderStageFlags::COMPUTE, offset: 0, size: spec.push_bytes }];
+        let ranges =
+            [vk::PushConstantRange { stage_flags: vk::ShaderStageFlags::COMPUTE, offset: 0, size: spec.push_bytes }];
         let d = &shared.raw;
         // SAFETY: every create info and what it points to outlives its call; on failure each
         // object made so far is destroyed before returning.
         unsafe {
-            let module = d.create_shader_module(&vk::ShaderModuleCreateInfo::default().code(&code), None).map_err(|e| fail(format!("shader module: {e}")))?;
-            let set_layout = match d.create_descriptor_set_layout(&vk::DescriptorSetLayoutCreateInfo::default().bindings(&bindings), None) {
+            let module = d
+                .create_shader_module(&vk::ShaderModuleCreateInfo::default().code(&code), None)
+                .map_err(|e| fail(format!("shader module: {e}")))?;
+            let set_layout = match d
+                .create_descriptor_set_layout(&vk::DescriptorSetLayoutCreateInfo::default().bindings(&bindings), None)
+            {
                 Ok(l) => l,
                 Err(e) => {
                     d.destroy_shader_module(module, None);
@@ -84,13 +95,18 @@ impl Pipeline {
                     return Err(VkError::from_call("vkCreatePipelineLayout", e));
                 }
             };
-            let mut stage = vk::PipelineShaderStageCreateInfo::default().stage(vk::ShaderStageFlags::COMPUTE).module(module).name(c"main");
+            let mut stage = vk::PipelineShaderStageCreateInfo::default()
+                .stage(vk::ShaderStageFlags::COMPUTE)
+                .module(module)
+                .name(c"main");
             if !spec.constants.is_empty() {
                 stage = stage.specialization_info(&specialization);
             }
-            let mut required = vk::PipelineShaderStageRequiredSubgroupSizeCreateInfo::default().required_subgroup_size(spec.subgroup_size.unwrap_or(0));
+            let mut required = vk::PipelineShaderStageRequiredSubgroupSizeCreateInfo::default()
+                .required_subgroup_size(spec.subgroup_size.unwrap_or(0));
             if spec.subgroup_size.is_some() {
-                stage = stage.flags(vk::PipelineShaderStageCreateFlags::REQUIRE_FULL_SUBGROUPS).push_next(&mut required);
+                stage =
+                    stage.flags(vk::PipelineShaderStageCreateFlags::REQUIRE_FULL_SUBGROUPS).push_next(&mut required);
             }
             let info = [vk::ComputePipelineCreateInfo::default().stage(stage).layout(layout)];
             let created = d.create_compute_pipelines(shared.pipeline_cache, &info, None);
@@ -136,4 +152,3 @@ impl Drop for PipelineInner {
         }
     }
 }
-

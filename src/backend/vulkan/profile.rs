@@ -95,7 +95,8 @@ mod tests {
         t.add(&[0, 10, 60, 65, 66]);
         let p = t.profile();
         assert_eq!(p.runs, 2);
-        let got: Vec<(&str, usize, f64)> = p.kernels.iter().map(|k| (k.kernel.as_str(), k.dispatches, k.nanos)).collect();
+        let got: Vec<(&str, usize, f64)> =
+            p.kernels.iter().map(|k| (k.kernel.as_str(), k.dispatches, k.nanos)).collect();
         // Ticks of 2 ns: the mat-vec 2 * 50, the two norms 2 * (10 + 5), the add 2 * 1.
         assert_eq!(got, [("mul_mat_vec_q4_k", 1, 200.0), ("rms_norm", 2, 60.0), ("add", 1, 4.0)]);
         assert_eq!(p.total_nanos(), 264.0);

@@ -26,7 +26,8 @@ pub struct VulkanRegistry {
 
 impl VulkanRegistry {
     /// The portable kernels, within the limits every Vulkan device has.
-    pub const PORTABLE: VulkanRegistry = VulkanRegistry { variants: Variants::PORTABLE, max_range: MIN_STORAGE_RANGE, align: MAX_OFFSET_ALIGN };
+    pub const PORTABLE: VulkanRegistry =
+        VulkanRegistry { variants: Variants::PORTABLE, max_range: MIN_STORAGE_RANGE, align: MAX_OFFSET_ALIGN };
 
     /// The kernels `info`'s device runs (`Variants::for_device`), within its limits.
     pub fn for_device(info: &DeviceInfo) -> VulkanRegistry {
@@ -68,7 +69,13 @@ pub fn storage_offset(graph: &Graph, id: NodeId) -> usize {
 /// The operand of value `id` as a kernel would see it.
 pub fn operand(graph: &Graph, id: NodeId) -> Operand {
     let v = graph.value(id);
-    Operand { dtype: v.dtype, ne: v.ne, nb: v.nb, offset: storage_offset(graph, id), dynamic: v.dyn_axis.map(Into::into) }
+    Operand {
+        dtype: v.dtype,
+        ne: v.ne,
+        nb: v.nb,
+        offset: storage_offset(graph, id),
+        dynamic: v.dyn_axis.map(Into::into),
+    }
 }
 
 fn kernel(id: KernelId, splits: Vec<(usize, usize)>) -> Kernel {
@@ -86,7 +93,8 @@ impl Registry for VulkanRegistry {
             return None;
         }
         let ins: Vec<Operand> = node.inputs.iter().map(|&i| operand(graph, i)).collect();
-        match kernels::select(&node.op, &ins, &operand(graph, id), node.value.dyn_axis.map(Into::into), &self.variants) {
+        match kernels::select(&node.op, &ins, &operand(graph, id), node.value.dyn_axis.map(Into::into), &self.variants)
+        {
             Ok(k) => Some(kernel(k, self.splits(graph, id)?)),
             Err(why) => {
                 log::debug!("node {} ({}) stays on the CPU: {why}", id.0, node.name);
@@ -107,7 +115,14 @@ impl Registry for VulkanRegistry {
         let (first, second) = (graph.node(id), graph.node(reader));
         let mut ins: Vec<Operand> = first.inputs.iter().map(|&i| operand(graph, i)).collect();
         ins.extend(second.inputs.iter().filter(|&&i| i != id).map(|&i| operand(graph, i)));
-        let k = kernels::select_fused(&first.op, &second.op, &ins, &operand(graph, reader), second.value.dyn_axis.map(Into::into), &self.variants)?;
+        let k = kernels::select_fused(
+            &first.op,
+            &second.op,
+            &ins,
+            &operand(graph, reader),
+            second.value.dyn_axis.map(Into::into),
+            &self.variants,
+        )?;
         Some(Fusion { kernel: kernel(k, Vec::new()), reserve: k == KernelId::RmsNormRope })
     }
 }

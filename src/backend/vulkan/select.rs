@@ -25,10 +25,15 @@ pub fn pick(devices: &[DeviceInfo], selection: &Selection) -> Result<usize> {
             .filter(|(_, d)| usable(d))
             .max_by_key(|(i, d)| (d.kind, d.device_local_bytes(), std::cmp::Reverse(*i)))
             .map(|(i, _)| i)
-            .ok_or_else(|| VkError::Unsupported { device: "every Vulkan device".into(), what: "no compute queue".into() }),
+            .ok_or_else(|| VkError::Unsupported {
+                device: "every Vulkan device".into(),
+                what: "no compute queue".into(),
+            }),
         Selection::Index(n) => match devices.iter().position(|d| d.index == *n) {
             None => Err(bad(n.to_string(), format!("there are {} devices (0..{})", devices.len(), devices.len() - 1))),
-            Some(i) if !usable(&devices[i]) => Err(bad(n.to_string(), format!("{} has no compute queue", devices[i].name))),
+            Some(i) if !usable(&devices[i]) => {
+                Err(bad(n.to_string(), format!("{} has no compute queue", devices[i].name)))
+            }
             Some(i) => Ok(i),
         },
     }
@@ -40,12 +45,19 @@ mod tests {
     use crate::backend::vulkan::info::{DeviceKind, Heap};
 
     fn dev(index: usize, kind: DeviceKind, local: u64) -> DeviceInfo {
-        DeviceInfo { heaps: vec![Heap { size: local, device_local: true, host_visible: false }], ..DeviceInfo::fake(index, kind) }
+        DeviceInfo {
+            heaps: vec![Heap { size: local, device_local: true, host_visible: false }],
+            ..DeviceInfo::fake(index, kind)
+        }
     }
 
     #[test]
     fn best_is_discrete_then_integrated_then_cpu_then_memory() {
-        let devs = vec![dev(0, DeviceKind::Cpu, 1 << 40), dev(1, DeviceKind::Integrated, 1 << 30), dev(2, DeviceKind::Discrete, 1 << 30)];
+        let devs = vec![
+            dev(0, DeviceKind::Cpu, 1 << 40),
+            dev(1, DeviceKind::Integrated, 1 << 30),
+            dev(2, DeviceKind::Discrete, 1 << 30),
+        ];
         assert_eq!(pick(&devs, &Selection::Best).unwrap(), 2);
         assert_eq!(pick(&devs[..2], &Selection::Best).unwrap(), 1);
         let two = vec![dev(0, DeviceKind::Discrete, 1 << 30), dev(1, DeviceKind::Discrete, 1 << 34)];

@@ -22,12 +22,17 @@ impl TimestampPool {
     pub fn new(device: &Device, count: u32) -> Result<TimestampPool> {
         let info = device.info();
         if !info.can_time() {
-            return Err(VkError::Unsupported { device: info.name.clone(), what: "no timestamps on the compute queue".into() });
+            return Err(VkError::Unsupported {
+                device: info.name.clone(),
+                what: "no timestamps on the compute queue".into(),
+            });
         }
         let create = vk::QueryPoolCreateInfo::default().query_type(vk::QueryType::TIMESTAMP).query_count(count.max(1));
         // SAFETY: a valid create info on a live device.
         let raw = unsafe { device.shared.raw.create_query_pool(&create, None) }.map_err(call("vkCreateQueryPool"))?;
-        Ok(TimestampPool { inner: Arc::new(PoolInner { shared: Arc::clone(&device.shared), raw, count: count.max(1) }) })
+        Ok(TimestampPool {
+            inner: Arc::new(PoolInner { shared: Arc::clone(&device.shared), raw, count: count.max(1) }),
+        })
     }
 
     /// How many timestamps the pool holds.
@@ -43,7 +48,8 @@ impl TimestampPool {
         let mut ticks = vec![0u64; p.count as usize];
         // SAFETY: the pool belongs to this device and no submission that writes it is running;
         // 64-bit results fill `ticks` exactly.
-        unsafe { p.shared.raw.get_query_pool_results(p.raw, 0, &mut ticks, vk::QueryResultFlags::TYPE_64) }.map_err(call("vkGetQueryPoolResults"))?;
+        unsafe { p.shared.raw.get_query_pool_results(p.raw, 0, &mut ticks, vk::QueryResultFlags::TYPE_64) }
+            .map_err(call("vkGetQueryPoolResults"))?;
         let mask = valid_mask(p.shared.info.timestamp_bits);
         Ok(ticks.into_iter().map(|t| t & mask).collect())
     }

@@ -10,15 +10,26 @@ pub const PUSH_WORDS: usize = 27;
 /// Largest head dimension the kernel holds.
 pub const MAX_HEAD_DIM: usize = 256;
 
-pub fn launch(q: &Operand, k: &Operand, v: &Operand, slots: Option<&Operand>, scale: f32, out: &Operand, dynamic: Option<Dyn>) -> Result<Launch> {
+pub fn launch(
+    q: &Operand,
+    k: &Operand,
+    v: &Operand,
+    slots: Option<&Operand>,
+    scale: f32,
+    out: &Operand,
+    dynamic: Option<Dyn>,
+) -> Result<Launch> {
     for (o, what) in [(q, "q"), (k, "k"), (v, "v"), (out, "the output")] {
         expect_f32(o, what)?;
         if o.nb[0] != 4 || o.ne[3] != 1 {
-            return Err(VkError::Invalid(format!("flash_attn: {what} must have unit stride along head_dim and 3 axes")));
+            return Err(VkError::Invalid(format!(
+                "flash_attn: {what} must have unit stride along head_dim and 3 axes"
+            )));
         }
     }
     let (d, heads, n_q) = (q.ne[0], q.ne[1], q.ne[2]);
-    let shape_ok = k.ne == v.ne && k.ne[0] == d && k.ne[1] > 0 && heads % k.ne[1] == 0 && out.ne == q.ne && d <= MAX_HEAD_DIM;
+    let shape_ok =
+        k.ne == v.ne && k.ne[0] == d && k.ne[1] > 0 && heads % k.ne[1] == 0 && out.ne == q.ne && d <= MAX_HEAD_DIM;
     if !shape_ok {
         return Err(VkError::Invalid(format!("flash_attn: q {:?} k {:?} v {:?} -> {:?}", q.ne, k.ne, v.ne, out.ne)));
     }
@@ -38,7 +49,9 @@ pub fn launch(q: &Operand, k: &Operand, v: &Operand, slots: Option<&Operand>, sc
     push.push(word(k.ne[1], "kv heads")?);
     push.push(word(k.ne[2], "kv rows")?);
     match k.dynamic {
-        Some(dy) if dy.den > 0 => push.extend([word(dy.sym, "symbol")?, word(dy.num, "ratio")?, word(dy.den, "ratio")?]),
+        Some(dy) if dy.den > 0 => {
+            push.extend([word(dy.sym, "symbol")?, word(dy.num, "ratio")?, word(dy.den, "ratio")?])
+        }
         Some(dy) => return Err(VkError::Invalid(format!("bad dynamic axis {dy:?}"))),
         None => push.extend([u32::MAX, 1, 1]),
     }

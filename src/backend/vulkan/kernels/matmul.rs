@@ -89,8 +89,16 @@ impl Variants {
 
 /// `residual`: an f32 value laid out as `out` (same sizes and strides) added to the product
 /// (bound as input 3).
-pub fn launch(kind: MatKind, w: &Operand, x: &Operand, out: &Operand, residual: Option<&Operand>, dynamic: Option<Dyn>) -> Result<Launch> {
-    let wt = WType::from_dtype(w.dtype).ok_or_else(|| VkError::Invalid(format!("no matrix kernel for {} weights", w.dtype)))?;
+pub fn launch(
+    kind: MatKind,
+    w: &Operand,
+    x: &Operand,
+    out: &Operand,
+    residual: Option<&Operand>,
+    dynamic: Option<Dyn>,
+) -> Result<Launch> {
+    let wt = WType::from_dtype(w.dtype)
+        .ok_or_else(|| VkError::Invalid(format!("no matrix kernel for {} weights", w.dtype)))?;
     expect_f32(x, "x")?;
     expect_f32(out, "the output")?;
     let (k, n) = (w.ne[0], w.ne[1]);
@@ -127,7 +135,10 @@ pub fn launch(kind: MatKind, w: &Operand, x: &Operand, out: &Operand, residual: 
         Some(r) => {
             expect_f32(r, "the residual")?;
             if r.ne != out.ne || r.nb != out.nb {
-                return Err(VkError::Invalid(format!("mul_mat: residual {:?}/{:?} is not laid out as the output {:?}/{:?}", r.ne, r.nb, out.ne, out.nb)));
+                return Err(VkError::Invalid(format!(
+                    "mul_mat: residual {:?}/{:?} is not laid out as the output {:?}/{:?}",
+                    r.ne, r.nb, out.ne, out.nb
+                )));
             }
             let at = floats(r.offset, "residual offset")?;
             if at == u32::MAX {

@@ -70,13 +70,26 @@ impl KernelId {
     pub fn all() -> Vec<KernelId> {
         let mut all = Vec::new();
         for w in WType::ALL {
-            let kinds = [MatKind::Vec, MatKind::VecSg { subgroup: 0 }, MatKind::Tiled, MatKind::Coop { subgroup: 0 }, MatKind::Rows];
+            let kinds = [
+                MatKind::Vec,
+                MatKind::VecSg { subgroup: 0 },
+                MatKind::Tiled,
+                MatKind::Coop { subgroup: 0 },
+                MatKind::Rows,
+            ];
             all.extend(kinds.map(|kind| KernelId::MatMul(kind, w)));
             all.extend([KernelId::GetRows(w, false), KernelId::GetRows(w, true)]);
         }
         all.extend([BinaryOp::Add, BinaryOp::Mul, BinaryOp::SwiGlu].map(KernelId::Binary));
         all.extend([UnaryOp::Copy, UnaryOp::GeluTanh, UnaryOp::GeluErf].map(KernelId::Unary));
-        all.extend([KernelId::RmsNorm, KernelId::LayerNorm, KernelId::SetRows, KernelId::Rope, KernelId::RmsNormRope, KernelId::FlashAttn]);
+        all.extend([
+            KernelId::RmsNorm,
+            KernelId::LayerNorm,
+            KernelId::SetRows,
+            KernelId::Rope,
+            KernelId::RmsNormRope,
+            KernelId::FlashAttn,
+        ]);
         all
     }
 
@@ -85,8 +98,12 @@ impl KernelId {
     pub fn from_plan(kernel: &crate::hrx::Kernel) -> Option<KernelId> {
         let id = KernelId::all().into_iter().find(|k| k.name() == kernel.name)?;
         Some(match (id, kernel.subgroup) {
-            (KernelId::MatMul(MatKind::VecSg { .. }, w), Some(subgroup)) => KernelId::MatMul(MatKind::VecSg { subgroup }, w),
-            (KernelId::MatMul(MatKind::Coop { .. }, w), Some(subgroup)) => KernelId::MatMul(MatKind::Coop { subgroup }, w),
+            (KernelId::MatMul(MatKind::VecSg { .. }, w), Some(subgroup)) => {
+                KernelId::MatMul(MatKind::VecSg { subgroup }, w)
+            }
+            (KernelId::MatMul(MatKind::Coop { .. }, w), Some(subgroup)) => {
+                KernelId::MatMul(MatKind::Coop { subgroup }, w)
+            }
             (KernelId::MatMul(MatKind::VecSg { .. } | MatKind::Coop { .. }, _), None) => return None,
             (id, None) => id,
             (_, Some(_)) => return None,
@@ -209,7 +226,8 @@ impl KernelSet {
             return Ok(p.clone());
         }
         let module = id.module();
-        let spirv = shaders::spirv(&module).ok_or_else(|| VkError::Pipeline { kernel: module.clone(), reason: "no such SPIR-V module".into() })?;
+        let spirv = shaders::spirv(&module)
+            .ok_or_else(|| VkError::Pipeline { kernel: module.clone(), reason: "no such SPIR-V module".into() })?;
         let name = id.name();
         let spec = PipelineSpec {
             name: &name,
@@ -300,7 +318,9 @@ impl From<DynAxis> for Dyn {
 fn dyn_words(d: Option<Dyn>) -> Result<[u32; 4]> {
     match d {
         None => Ok([4, 0, 1, 1]),
-        Some(d) if d.axis < MAX_DIMS && d.den > 0 => Ok([d.axis as u32, word(d.sym, "symbol")?, word(d.num, "ratio")?, word(d.den, "ratio")?]),
+        Some(d) if d.axis < MAX_DIMS && d.den > 0 => {
+            Ok([d.axis as u32, word(d.sym, "symbol")?, word(d.num, "ratio")?, word(d.den, "ratio")?])
+        }
         Some(d) => Err(VkError::Invalid(format!("bad dynamic axis {d:?}"))),
     }
 }
@@ -350,7 +370,8 @@ fn expect_f32(o: &Operand, what: &str) -> Result<()> {
 pub fn select(op: &Op, ins: &[Operand], out: &Operand, dynamic: Option<Dyn>, variants: &Variants) -> Result<KernelId> {
     let kernel = match (op, ins.first()) {
         (Op::MatMul, Some(w)) => {
-            let wt = WType::from_dtype(w.dtype).ok_or_else(|| VkError::Invalid(format!("no matrix kernel for {} weights", w.dtype)))?;
+            let wt = WType::from_dtype(w.dtype)
+                .ok_or_else(|| VkError::Invalid(format!("no matrix kernel for {} weights", w.dtype)))?;
             KernelId::MatMul(variants.mat_kind(w.ne[0], out.ne[1] * out.ne[2] * out.ne[3]), wt)
         }
         _ => op_launch(op, ins, out, dynamic)?.kernel,
@@ -364,9 +385,18 @@ pub fn select(op: &Op, ins: &[Operand], out: &Operand, dynamic: Option<Dyn>, var
 /// dispatch under `variants`, where there is one: a matrix product with the ADD of its output
 /// (the residual added in the product's store) or an RMS_NORM with the ROPE of its output.
 /// `ins` are `first`'s inputs then `reader`'s other ones; `out` is `reader`'s output.
-pub fn select_fused(first: &Op, reader: &Op, ins: &[Operand], out: &Operand, dynamic: Option<Dyn>, variants: &Variants) -> Option<KernelId> {
+pub fn select_fused(
+    first: &Op,
+    reader: &Op,
+    ins: &[Operand],
+    out: &Operand,
+    dynamic: Option<Dyn>,
+    variants: &Variants,
+) -> Option<KernelId> {
     let kernel = match (first, reader, ins.first()) {
-        (Op::MatMul, Op::Add, Some(w)) => KernelId::MatMul(variants.mat_kind(w.ne[0], out.ne[1] * out.ne[2] * out.ne[3]), WType::from_dtype(w.dtype)?),
+        (Op::MatMul, Op::Add, Some(w)) => {
+            KernelId::MatMul(variants.mat_kind(w.ne[0], out.ne[1] * out.ne[2] * out.ne[3]), WType::from_dtype(w.dtype)?)
+        }
         (Op::RmsNorm { .. }, Op::Rope { .. }, _) => KernelId::RmsNormRope,
         _ => return None,
     };
@@ -379,13 +409,25 @@ pub fn launch(kernel: KernelId, ops: &[&Op], ins: &[Operand], out: &Operand, dyn
     let arg = |i: usize| ins.get(i).ok_or_else(|| VkError::Invalid(format!("{} needs input {i}", kernel.name())));
     let launch = match (kernel, ops) {
         (KernelId::MatMul(kind, _), [Op::MatMul]) => matmul::launch(kind, arg(0)?, arg(1)?, out, None, dynamic)?,
-        (KernelId::MatMul(kind, _), [Op::MatMul, Op::Add]) => matmul::launch(kind, arg(0)?, arg(1)?, out, Some(arg(2)?), dynamic)?,
+        (KernelId::MatMul(kind, _), [Op::MatMul, Op::Add]) => {
+            matmul::launch(kind, arg(0)?, arg(1)?, out, Some(arg(2)?), dynamic)?
+        }
         (KernelId::RmsNormRope, [norm, rope]) => launch_norm_rope(norm, rope, arg(0)?, arg(1)?, arg(2)?, out, dynamic)?,
         (_, [op]) => op_launch(op, ins, out, dynamic)?,
-        _ => return Err(VkError::Invalid(format!("{} does not run {}", kernel.name(), ops.iter().map(|o| o.name()).collect::<Vec<_>>().join(" + ")))),
+        _ => {
+            return Err(VkError::Invalid(format!(
+                "{} does not run {}",
+                kernel.name(),
+                ops.iter().map(|o| o.name()).collect::<Vec<_>>().join(" + ")
+            )))
+        }
     };
     if launch.kernel != kernel {
-        return Err(VkError::Invalid(format!("the plan names {}, the node needs {}", kernel.name(), launch.kernel.name())));
+        return Err(VkError::Invalid(format!(
+            "the plan names {}, the node needs {}",
+            kernel.name(),
+            launch.kernel.name()
+        )));
     }
     Ok(launch)
 }
@@ -413,7 +455,15 @@ fn op_launch(op: &Op, ins: &[Operand], out: &Operand, dynamic: Option<Dyn>) -> R
 
 /// RMS_NORM (`norm`: eps, inputs x and weight) followed by ROPE (`rope`: its positions
 /// `pos`) of the norm's output into `out`, as one kernel.
-fn launch_norm_rope(norm: &Op, rope: &Op, x: &Operand, weight: &Operand, pos: &Operand, out: &Operand, dynamic: Option<Dyn>) -> Result<Launch> {
+fn launch_norm_rope(
+    norm: &Op,
+    rope: &Op,
+    x: &Operand,
+    weight: &Operand,
+    pos: &Operand,
+    out: &Operand,
+    dynamic: Option<Dyn>,
+) -> Result<Launch> {
     let (Op::RmsNorm { eps }, Op::Rope { kind, theta, n_dims }) = (norm, rope) else {
         return Err(VkError::Invalid(format!("no fused kernel for {} then {}", norm.name(), rope.name())));
     };

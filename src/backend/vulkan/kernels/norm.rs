@@ -30,14 +30,24 @@ pub fn launch(x: &Operand, weight: &Operand, eps: f32, out: &Operand, dynamic: O
 pub const LAYER_PUSH_WORDS: usize = 21;
 
 /// LayerNorm with weight and bias along ne0: `layer_norm.comp`.
-pub fn layer_norm(x: &Operand, weight: &Operand, bias: &Operand, eps: f32, out: &Operand, dynamic: Option<Dyn>) -> Result<Launch> {
+pub fn layer_norm(
+    x: &Operand,
+    weight: &Operand,
+    bias: &Operand,
+    eps: f32,
+    out: &Operand,
+    dynamic: Option<Dyn>,
+) -> Result<Launch> {
     expect_f32(x, "x")?;
     expect_f32(weight, "the weight")?;
     expect_f32(bias, "the bias")?;
     expect_f32(out, "the output")?;
     let param_ok = |p: &Operand| p.ne[0] == x.ne[0] && p.nb[0] == 4;
     if x.ne != out.ne || !param_ok(weight) || !param_ok(bias) {
-        return Err(VkError::Invalid(format!("layer_norm: {:?} with weight {:?} bias {:?} -> {:?}", x.ne, weight.ne, bias.ne, out.ne)));
+        return Err(VkError::Invalid(format!(
+            "layer_norm: {:?} with weight {:?} bias {:?} -> {:?}",
+            x.ne, weight.ne, bias.ne, out.ne
+        )));
     }
     if dynamic.is_some_and(|d| d.axis == 0) {
         return Err(VkError::Invalid("layer_norm: the normalized axis cannot be dynamic".into()));

@@ -9,7 +9,15 @@ use crate::quant::DType;
 /// Words of `rope.comp`'s push constants.
 pub const PUSH_WORDS: usize = 26;
 
-pub fn launch(kind: &RopeKind, theta: f32, n_dims: usize, x: &Operand, pos: &Operand, out: &Operand, dynamic: Option<Dyn>) -> Result<Launch> {
+pub fn launch(
+    kind: &RopeKind,
+    theta: f32,
+    n_dims: usize,
+    x: &Operand,
+    pos: &Operand,
+    out: &Operand,
+    dynamic: Option<Dyn>,
+) -> Result<Launch> {
     expect_f32(x, "x")?;
     expect_f32(out, "the output")?;
     if pos.dtype != DType::I32 {
@@ -22,9 +30,13 @@ pub fn launch(kind: &RopeKind, theta: f32, n_dims: usize, x: &Operand, pos: &Ope
     let n = x.ne[2];
     // Positions: component c of token t at t * nb0 + c * (n * nb0) in a contiguous [n, comps]
     // or [n * comps] buffer (the layout every graph builder uses).
-    let pos_ok = pos.ne.iter().product::<usize>() == n * comps && pos.nb == crate::graph::contiguous_strides(DType::I32, pos.ne);
+    let pos_ok =
+        pos.ne.iter().product::<usize>() == n * comps && pos.nb == crate::graph::contiguous_strides(DType::I32, pos.ne);
     if x.ne != out.ne || n_dims == 0 || n_dims > x.ne[0] || !n_dims.is_multiple_of(4) || !pos_ok || theta <= 0.0 {
-        return Err(VkError::Invalid(format!("rope: {:?} over {n_dims} dims with positions {:?} -> {:?}", x.ne, pos.ne, out.ne)));
+        return Err(VkError::Invalid(format!(
+            "rope: {:?} over {n_dims} dims with positions {:?} -> {:?}",
+            x.ne, pos.ne, out.ne
+        )));
     }
     if dynamic.is_some_and(|d| d.axis == 0) {
         return Err(VkError::Invalid("rope: the rotated axis cannot be dynamic".into()));

@@ -24,8 +24,15 @@ fn expect_i32(o: &Operand, what: &str) -> Result<()> {
 
 /// `weights`: None for GET_ROWS (one id per output row, ids [rows]), Some for
 /// GET_ROWS_WEIGHTED (ids and weights [taps, rows]).
-pub fn get_rows(table: &Operand, ids: &Operand, weights: Option<&Operand>, out: &Operand, dynamic: Option<Dyn>) -> Result<Launch> {
-    let wt = WType::from_dtype(table.dtype).ok_or_else(|| VkError::Invalid(format!("get_rows: no kernel for a {} table", table.dtype)))?;
+pub fn get_rows(
+    table: &Operand,
+    ids: &Operand,
+    weights: Option<&Operand>,
+    out: &Operand,
+    dynamic: Option<Dyn>,
+) -> Result<Launch> {
+    let wt = WType::from_dtype(table.dtype)
+        .ok_or_else(|| VkError::Invalid(format!("get_rows: no kernel for a {} table", table.dtype)))?;
     expect_i32(ids, "ids")?;
     expect_f32(out, "the output")?;
     let flat = |o: &Operand| o.ne[2] == 1 && o.ne[3] == 1;
@@ -34,7 +41,10 @@ pub fn get_rows(table: &Operand, ids: &Operand, weights: Option<&Operand>, out: 
     if !flat(table) || !flat(ids) || !flat(out) || table.ne[0] != out.ne[0] || !rows_ok || table.ne[1] == 0 {
         return Err(VkError::Invalid(format!("get_rows: table {:?} ids {:?} -> {:?}", table.ne, ids.ne, out.ne)));
     }
-    if table.nb[0] != table.dtype.block_bytes() || out.nb[0] != 4 || !table.ne[0].is_multiple_of(table.dtype.block_len()) {
+    if table.nb[0] != table.dtype.block_bytes()
+        || out.nb[0] != 4
+        || !table.ne[0].is_multiple_of(table.dtype.block_len())
+    {
         return Err(VkError::Invalid("get_rows: table and output rows must be contiguous".into()));
     }
     if wt == WType::F32 && (!table.offset.is_multiple_of(4) || !table.nb[1].is_multiple_of(4)) {
@@ -79,7 +89,14 @@ pub fn set_rows(dst: &Operand, src: &Operand, ids: &Operand, out: &Operand) -> R
     expect_f32(out, "the destination")?;
     expect_i32(ids, "ids")?;
     let flat = |o: &Operand| o.ne[2] == 1 && o.ne[3] == 1;
-    if !flat(src) || !flat(out) || !flat(ids) || ids.ne[1] != 1 || out.ne[0] != src.ne[0] || ids.ne[0] != src.ne[1] || dst.ne != out.ne {
+    if !flat(src)
+        || !flat(out)
+        || !flat(ids)
+        || ids.ne[1] != 1
+        || out.ne[0] != src.ne[0]
+        || ids.ne[0] != src.ne[1]
+        || dst.ne != out.ne
+    {
         return Err(VkError::Invalid(format!("set_rows: {:?} by ids {:?} into {:?}", src.ne, ids.ne, out.ne)));
     }
     if src.dynamic.is_some_and(|d| d.axis != 1) {
