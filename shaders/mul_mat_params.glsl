@@ -17,6 +17,7 @@ layout(push_constant) uniform Params {
     uint w_off;    // byte offset of w's first row
     uint w_nb1;    // bytes per row of w
     uint r_off;    // a residual r added to d (laid out as d, from float r_off); NO_RESIDUAL: none
+    uint tpr;      // mul_mat_vec_wide: threads per row (64 or 128)
 } p;
 
 #define NO_RESIDUAL 0xFFFFFFFFu

@@ -7,7 +7,7 @@ mod vulkan_common;
 
 use hrx::backend::cpu::tensor::{Data, In, Out};
 use hrx::backend::cpu::{execute, Kernels};
-use hrx::backend::vulkan::kernels::{self, Dyn, KernelId, KernelSet, Launch, MatKind, Operand, Variants};
+use hrx::backend::vulkan::kernels::{self, Dyn, KernelId, KernelSet, Launch, MatKind, Operand, Variants, WIDE_MAX_SUBGROUP};
 use hrx::backend::vulkan::{CommandBuffer, DescriptorPool, Location};
 use hrx::graph::{contiguous_strides, Gelu, Op, RopeKind};
 use hrx::quant::{quantize_row, DType};
@@ -108,13 +108,14 @@ fn quantized(rng: &mut Rng, dtype: DType, k: usize, n: usize) -> Vec<u8> {
     out
 }
 
-/// The matrix kernels `ks`'s device runs: the portable ones, the subgroup vector kernel
-/// where the device has subgroup arithmetic (lavapipe does: CI runs both vector kernels), and
-/// the cooperative-matrix one where it has f16 cooperative matrices (the H200 does).
+/// The matrix kernels `ks`'s device runs: the portable ones, the subgroup vector kernels
+/// where the device has subgroup arithmetic (lavapipe does: CI runs all three vector kernels),
+/// and the cooperative-matrix one where it has f16 cooperative matrices (the H200 does).
 fn mat_kinds(ks: &KernelSet) -> Vec<MatKind> {
     let info = ks.device().info();
     let mut kinds = vec![MatKind::Vec, MatKind::Tiled, MatKind::Rows];
     kinds.extend(info.subgroup_matvec().map(|subgroup| MatKind::VecSg { subgroup }));
+    kinds.extend(info.subgroup_matvec().filter(|&s| s <= WIDE_MAX_SUBGROUP).map(|subgroup| MatKind::VecWide { subgroup }));
     kinds.extend(info.coopmat_matmul().map(|subgroup| MatKind::Coop { subgroup }));
     kinds
 }
@@ -139,6 +140,11 @@ fn check_matmul(
     let out = Strided::new(rng, [n, cols[0], cols[1], cols[2]], 1, 7);
     let x_bytes = f32_bytes(&x.data);
     for kind in mat_kinds(ks) {
+        // The wide kernel takes rows of whole 32-value units only.
+        if matches!(kind, MatKind::VecWide { .. }) && !k.is_multiple_of(32) {
+            assert!(vulkan_common::launch_mat(kind, &w_op, &x.operand(), &out.operand(), None, None).is_err());
+            continue;
+        }
         let launch = vulkan_common::launch_mat(kind, &w_op, &x.operand(), &out.operand(), None, None).unwrap();
         let e = compare(ks, &Op::MatMul, &launch, [(&w_bytes, w_in), (&x_bytes, x.input())], &out, max);
         eprintln!("{:<20} K={k:<4} N={n:<3} cols={cols:?} max={max:?}: nmse {e:.3e}", launch.kernel.name());
@@ -205,13 +211,18 @@ fn subgroup_kernel_is_chosen_where_the_device_has_subgroup_arithmetic() {
     };
     let variants = Variants::for_device(info);
     if std::env::var("HRX_VK_NO_SUBGROUP").is_ok_and(|v| v == "1") {
-        assert_eq!(variants.mat_kind(512, 1), MatKind::Vec);
+        assert_eq!(variants.mat_kinds(512, 1)[0], MatKind::Vec);
         return;
     }
-    assert_eq!(variants.mat_kind(512, 1), MatKind::VecSg { subgroup });
-    // Only the vector kernel has a subgroup variant (the tiled one may have a cooperative one).
-    assert!(matches!(variants.mat_kind(512, 64), MatKind::Tiled | MatKind::Coop { .. }));
-    assert_eq!(variants.mat_kind(64, 1), MatKind::Rows);
+    // The wide kernel where subgroups are at most 64 lanes (and HRX_VK_MATVEC is not sg), the
+    // subgroup one next, the portable one last.
+    let want = if variants.wide_matvec { vec![MatKind::VecWide { subgroup }, MatKind::VecSg { subgroup }] } else { vec![MatKind::VecSg { subgroup }] };
+    assert_eq!(variants.mat_kinds(512, 1), [want, vec![MatKind::Vec]].concat());
+    // Rows not whole units of 32 values never take the wide kernel.
+    assert!(!variants.mat_kinds(520, 1).contains(&MatKind::VecWide { subgroup }));
+    // Only the vector kernels have subgroup variants (the tiled one may have a cooperative one).
+    assert!(matches!(variants.mat_kinds(512, 64)[0], MatKind::Tiled | MatKind::Coop { .. }));
+    assert_eq!(variants.mat_kinds(64, 1), [MatKind::Rows]);
 }
 
 #[test]
@@ -262,7 +273,7 @@ fn coopmat_kernel_is_chosen_where_the_device_has_cooperative_matrices() {
     let Some(ks) = kernel_set() else { return };
     let info = ks.device().info();
     let variants = Variants::for_device(info);
-    let tiled = variants.mat_kind(512, 64);
+    let tiled = variants.mat_kinds(512, 64)[0];
     let requested = std::env::var("HRX_VK_COOPMAT").is_ok_and(|v| v == "1");
     match info.coopmat_matmul() {
         Some(subgroup) if requested => assert_eq!(tiled, MatKind::Coop { subgroup }),
@@ -275,7 +286,7 @@ fn coopmat_kernel_is_chosen_where_the_device_has_cooperative_matrices() {
         }
     }
     // Vector products never take it.
-    assert!(!matches!(variants.mat_kind(512, 1), MatKind::Coop { .. }));
+    assert!(!variants.mat_kinds(512, 1).iter().any(|k| matches!(k, MatKind::Coop { .. })));
 }
 
 #[test]
@@ -296,7 +307,11 @@ fn plans_for_a_device_name_its_kernel_variants() {
         other => panic!("{other:?}"),
     };
     let variants = Variants::for_device(info);
-    let want_vec = if variants.subgroup_matvec.is_some() { "mul_mat_vec_sg_q4_k" } else { "mul_mat_vec_q4_k" };
+    let want_vec = match (variants.subgroup_matvec, variants.wide_matvec) {
+        (Some(_), true) => "mul_mat_vec_wide_q4_k",
+        (Some(_), false) => "mul_mat_vec_sg_q4_k",
+        (None, _) => "mul_mat_vec_q4_k",
+    };
     let want_mat = if variants.coopmat.is_some() { "mul_mat_cm_q4_k" } else { "mul_mat_q4_k" };
     assert_eq!((kernel(vec).name.as_str(), kernel(mat).name.as_str()), (want_vec, want_mat));
     assert_eq!(kernel(vec).subgroup, variants.subgroup_matvec);
@@ -321,6 +336,41 @@ fn coopmat_kernel_large_and_ragged_tiles() {
         check_matmul(ks, &mut rng, dtype, k, 150, [131, 1, 1], None);
         check_matmul(ks, &mut rng, dtype, k, 70, [65, 2, 1], Some([1, 1, 1]));
     }
+}
+
+/// The wide mat-vec kernel at decode's row lengths: 64 threads per row taking one, two or three
+/// 32-value units each (K = 2048, 4096 with 128 threads, 6144), ragged row pairs, and weights
+/// at an offset that is only 2-byte aligned for the types it reads by words (a Q4_K row must be
+/// 16-byte aligned: refused otherwise).
+#[test]
+fn wide_matvec_at_decode_shapes() {
+    let Some(ks) = kernel_set() else { return };
+    let Some(subgroup) = ks.device().info().subgroup_matvec().filter(|&s| s <= WIDE_MAX_SUBGROUP) else {
+        eprintln!("no subgroups of at most {WIDE_MAX_SUBGROUP} lanes: the wide kernel is not checked");
+        return;
+    };
+    let kind = MatKind::VecWide { subgroup };
+    let mut rng = Rng::new(21);
+    for (dtype, w_off) in [(DType::Q4K, 32), (DType::Q6K, 6), (DType::Q8_0, 2), (DType::F16, 2), (DType::Q5K, 4)] {
+        for (k, n) in [(2048, 19), (4096, 6), (6144, 5)] {
+            let mut w_bytes = vec![0u8; w_off];
+            w_bytes.extend(quantized(&mut rng, dtype, k, n));
+            let w_ne = [k, n, 1, 1];
+            let w_op = Operand { dtype, ne: w_ne, nb: contiguous_strides(dtype, w_ne), offset: w_off, dynamic: None };
+            let w_in = In { data: Data::Bytes(&w_bytes), dtype, offset: w_off, ne: w_ne, nb: w_op.nb };
+            let x = Strided::new(&mut rng, [k, 2, 1, 1], 0, 3);
+            let out = Strided::new(&mut rng, [n, 2, 1, 1], 1, 0);
+            let x_bytes = f32_bytes(&x.data);
+            let launch = vulkan_common::launch_mat(kind, &w_op, &x.operand(), &out.operand(), None, None).unwrap();
+            let e = compare(ks, &Op::MatMul, &launch, [(&w_bytes, w_in), (&x_bytes, x.input())], &out, Some([2, 1, 1]));
+            eprintln!("{:<24} K={k} N={n}: nmse {e:.3e}", launch.kernel.name());
+            assert!(e < MAT_NMSE, "{} K={k} N={n}: nmse {e}", launch.kernel.name());
+        }
+    }
+    let misaligned = Operand { offset: 8, ..Operand::contiguous(DType::Q4K, [2048, 4, 1, 1], 0) };
+    let x_op = Operand::contiguous(DType::F32, [2048, 1, 1, 1], 0);
+    let d_op = Operand::contiguous(DType::F32, [4, 1, 1, 1], 0);
+    assert!(vulkan_common::launch_mat(kind, &misaligned, &x_op, &d_op, None, None).is_err());
 }
 
 #[test]

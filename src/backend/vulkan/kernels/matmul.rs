@@ -10,7 +10,7 @@ use crate::backend::vulkan::error::{Result, VkError};
 use crate::backend::vulkan::info::DeviceInfo;
 
 /// Words of `mul_mat_params.glsl`'s push constants.
-pub const PUSH_WORDS: usize = 20;
+pub const PUSH_WORDS: usize = 21;
 
 /// Which matrix kernel.
 #[derive(Clone, Copy, Debug, PartialEq, Eq, Hash)]
@@ -20,6 +20,10 @@ pub enum MatKind {
     /// As `Vec`, but one subgroup (of this many lanes) per row and column, reduced with
     /// subgroupAdd: 128 / subgroup rows per workgroup.
     VecSg { subgroup: u32 },
+    /// As `Vec` for decode on wide GPUs: a row split over 64 or 128 threads (several
+    /// subgroups of at most 64 lanes) taking 32 values each, two rows per thread
+    /// (`mul_mat_vec_wide.comp`), so that the whole matrix is in flight at once.
+    VecWide { subgroup: u32 },
     /// 64 x 64 output tiles through shared memory.
     Tiled,
     /// As `Tiled`, multiplied on cooperative matrices by four subgroups of this many lanes.
@@ -34,6 +38,25 @@ impl MatKind {
     pub const VEC_MAX_COLS: usize = 8;
     /// Rows up to this long take the rows kernel when the vector kernel would be used.
     pub const ROWS_MAX_K: usize = 256;
+
+    /// The subgroup size a variant is built around, where it is one.
+    pub fn subgroup(self) -> Option<u32> {
+        match self {
+            MatKind::VecSg { subgroup } | MatKind::VecWide { subgroup } | MatKind::Coop { subgroup } => Some(subgroup),
+            MatKind::Vec | MatKind::Tiled | MatKind::Rows => None,
+        }
+    }
+
+    /// The same variant built around subgroups of `subgroup` lanes; None for a kernel without
+    /// subgroups.
+    pub fn with_subgroup(self, subgroup: u32) -> Option<MatKind> {
+        match self {
+            MatKind::VecSg { .. } => Some(MatKind::VecSg { subgroup }),
+            MatKind::VecWide { .. } => Some(MatKind::VecWide { subgroup }),
+            MatKind::Coop { .. } => Some(MatKind::Coop { subgroup }),
+            MatKind::Vec | MatKind::Tiled | MatKind::Rows => None,
+        }
+    }
 
     pub fn choose(k: usize, cols: usize) -> MatKind {
         if cols > Self::VEC_MAX_COLS {
@@ -59,33 +82,55 @@ pub struct Variants {
     /// tiled f32 kernel (2B shape, pp512: 4,198 against 4,885 tokens/s); its three products per
     /// tile (for f32 accuracy) and 64 x 64 tiles leave it bound by staging.
     pub coopmat: Option<u32>,
+    /// Whether decode products take `mul_mat_vec_wide` (where the subgroup kernel runs, with
+    /// subgroups of at most 64 lanes) rather than `mul_mat_vec_sg` (HRX_VK_MATVEC=sg).
+    pub wide_matvec: bool,
     /// Whether pairs of nodes may run as one dispatch (HRX_VK_NO_FUSE=1: every node alone).
     pub fuse: bool,
 }
 
 impl Variants {
     /// The kernels any Vulkan device runs.
-    pub const PORTABLE: Variants = Variants { subgroup_matvec: None, coopmat: None, fuse: true };
+    pub const PORTABLE: Variants = Variants { subgroup_matvec: None, coopmat: None, wide_matvec: false, fuse: true };
 
     /// What the device of `info` runs best, as the HRX_VK_* switches allow.
     pub fn for_device(info: &DeviceInfo) -> Variants {
         let switch = |name: &str| std::env::var(name).is_ok_and(|v| v == "1");
+        let subgroup_matvec = info.subgroup_matvec().filter(|_| !switch("HRX_VK_NO_SUBGROUP"));
         Variants {
-            subgroup_matvec: info.subgroup_matvec().filter(|_| !switch("HRX_VK_NO_SUBGROUP")),
+            subgroup_matvec,
             coopmat: info.coopmat_matmul().filter(|_| switch("HRX_VK_COOPMAT")),
+            wide_matvec: subgroup_matvec.is_some_and(|s| s <= WIDE_MAX_SUBGROUP)
+                && std::env::var("HRX_VK_MATVEC").map_or(true, |v| v != "sg"),
             fuse: !switch("HRX_VK_NO_FUSE"),
         }
     }
 
-    /// The matrix kernel for rows of `k` values and `cols` output columns.
-    pub fn mat_kind(&self, k: usize, cols: usize) -> MatKind {
+    /// The matrix kernels for rows of `k` values and `cols` output columns, the device's best
+    /// first: the registry takes the first that accepts the operands (the wide mat-vec kernel
+    /// reads Q4_K blocks as 16-byte vectors, so it needs 16-byte aligned rows).
+    pub fn mat_kinds(&self, k: usize, cols: usize) -> Vec<MatKind> {
         match MatKind::choose(k, cols) {
-            MatKind::Vec => self.subgroup_matvec.map_or(MatKind::Vec, |subgroup| MatKind::VecSg { subgroup }),
-            MatKind::Tiled => self.coopmat.map_or(MatKind::Tiled, |subgroup| MatKind::Coop { subgroup }),
-            kind => kind,
+            MatKind::Vec => {
+                let mut kinds = Vec::new();
+                if let Some(subgroup) = self.subgroup_matvec {
+                    if self.wide_matvec && k.is_multiple_of(32) {
+                        kinds.push(MatKind::VecWide { subgroup });
+                    }
+                    kinds.push(MatKind::VecSg { subgroup });
+                }
+                kinds.push(MatKind::Vec);
+                kinds
+            }
+            MatKind::Tiled => self.coopmat.map(|subgroup| MatKind::Coop { subgroup }).into_iter().chain([MatKind::Tiled]).collect(),
+            kind => vec![kind],
         }
     }
 }
+
+/// Largest subgroup `mul_mat_vec_wide` runs with: its row groups are 64 or 128 threads, whole
+/// subgroups each.
+pub const WIDE_MAX_SUBGROUP: u32 = 64;
 
 /// `residual`: an f32 value laid out as `out` (same sizes and strides) added to the product
 /// (bound as input 3).
@@ -147,8 +192,22 @@ pub fn launch(
             push.push(at);
         }
     }
+    // Threads per row of mul_mat_vec_wide: 128 where rows are whole multiples of 128 units of
+    // 32 values, else 64 (every thread then takes the same number of units).
+    let units = k / 32;
+    let tpr = if units.is_multiple_of(128) { 128 } else { 64 };
+    push.push(if matches!(kind, MatKind::VecWide { .. }) { tpr as u32 } else { 0 });
     let grid = match kind {
         MatKind::Vec => Grid::Mat { rows: 4, cols: 1 },
+        MatKind::VecWide { subgroup } => {
+            if !subgroup.is_power_of_two() || !(4..=WIDE_MAX_SUBGROUP).contains(&subgroup) || !k.is_multiple_of(32) {
+                return Err(VkError::Invalid(format!("mul_mat_vec_wide: subgroup size {subgroup}, K {k}")));
+            }
+            if wt == WType::Q4K && (!w.offset.is_multiple_of(16) || !w.nb[1].is_multiple_of(16)) {
+                return Err(VkError::Invalid("mul_mat_vec_wide: Q4_K rows must be 16-byte aligned".into()));
+            }
+            Grid::Mat { rows: 128 / tpr * 2, cols: 1 }
+        }
         MatKind::VecSg { subgroup } => {
             if !subgroup.is_power_of_two() || !(4..=128).contains(&subgroup) {
                 return Err(VkError::Invalid(format!("mul_mat_vec_sg: subgroup size {subgroup}")));

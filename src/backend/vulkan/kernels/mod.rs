@@ -14,7 +14,7 @@ mod rope;
 mod rows;
 mod unary;
 
-pub use matmul::{MatKind, Variants};
+pub use matmul::{MatKind, Variants, WIDE_MAX_SUBGROUP};
 
 use super::device::Device;
 use super::error::{Result, VkError};
@@ -97,23 +97,17 @@ impl KernelId {
     /// of a variant built around one.
     pub fn from_plan(kernel: &crate::hrx::Kernel) -> Option<KernelId> {
         let id = KernelId::all().into_iter().find(|k| k.name() == kernel.name)?;
-        Some(match (id, kernel.subgroup) {
-            (KernelId::MatMul(MatKind::VecSg { .. }, w), Some(subgroup)) => {
-                KernelId::MatMul(MatKind::VecSg { subgroup }, w)
-            }
-            (KernelId::MatMul(MatKind::Coop { .. }, w), Some(subgroup)) => {
-                KernelId::MatMul(MatKind::Coop { subgroup }, w)
-            }
-            (KernelId::MatMul(MatKind::VecSg { .. } | MatKind::Coop { .. }, _), None) => return None,
-            (id, None) => id,
-            (_, Some(_)) => return None,
-        })
+        match (id, kernel.subgroup) {
+            (KernelId::MatMul(kind, w), Some(subgroup)) => Some(KernelId::MatMul(kind.with_subgroup(subgroup)?, w)),
+            (id, None) if id.subgroup().is_none() => Some(id),
+            _ => None,
+        }
     }
 
     /// The subgroup size the kernel is built around, where it is one.
     pub fn subgroup(self) -> Option<u32> {
         match self {
-            KernelId::MatMul(MatKind::VecSg { subgroup } | MatKind::Coop { subgroup }, _) => Some(subgroup),
+            KernelId::MatMul(kind, _) => kind.subgroup(),
             _ => None,
         }
     }
@@ -123,6 +117,7 @@ impl KernelId {
         match self {
             KernelId::MatMul(MatKind::Vec, _) => "mul_mat_vec",
             KernelId::MatMul(MatKind::VecSg { .. }, _) => "mul_mat_vec_sg",
+            KernelId::MatMul(MatKind::VecWide { .. }, _) => "mul_mat_vec_wide",
             KernelId::MatMul(MatKind::Tiled, _) => "mul_mat",
             KernelId::MatMul(MatKind::Coop { .. }, _) => "mul_mat_cm",
             KernelId::MatMul(MatKind::Rows, _) => "mul_mat_rows",
@@ -372,7 +367,15 @@ pub fn select(op: &Op, ins: &[Operand], out: &Operand, dynamic: Option<Dyn>, var
         (Op::MatMul, Some(w)) => {
             let wt = WType::from_dtype(w.dtype)
                 .ok_or_else(|| VkError::Invalid(format!("no matrix kernel for {} weights", w.dtype)))?;
-            KernelId::MatMul(variants.mat_kind(w.ne[0], out.ne[1] * out.ne[2] * out.ne[3]), wt)
+            // The device's best kernel that takes these operands.
+            let mut refusal = None;
+            for kind in variants.mat_kinds(w.ne[0], out.ne[1] * out.ne[2] * out.ne[3]) {
+                match launch(KernelId::MatMul(kind, wt), &[op], ins, out, dynamic) {
+                    Ok(l) => return Ok(l.kernel),
+                    Err(e) => refusal = Some(e),
+                }
+            }
+            return Err(refusal.unwrap_or_else(|| VkError::Invalid("no matrix kernel".into())));
         }
         _ => op_launch(op, ins, out, dynamic)?.kernel,
     };
@@ -395,7 +398,9 @@ pub fn select_fused(
 ) -> Option<KernelId> {
     let kernel = match (first, reader, ins.first()) {
         (Op::MatMul, Op::Add, Some(w)) => {
-            KernelId::MatMul(variants.mat_kind(w.ne[0], out.ne[1] * out.ne[2] * out.ne[3]), WType::from_dtype(w.dtype)?)
+            let wt = WType::from_dtype(w.dtype)?;
+            let kinds = variants.mat_kinds(w.ne[0], out.ne[1] * out.ne[2] * out.ne[3]);
+            return kinds.into_iter().map(|kind| KernelId::MatMul(kind, wt)).find(|&k| launch(k, &[first, reader], ins, out, dynamic).is_ok());
         }
         (Op::RmsNorm { .. }, Op::Rope { .. }, _) => KernelId::RmsNormRope,
         _ => return None,
