@@ -346,3 +346,41 @@ fn bench_with_vk_profile_prints_gpu_time_per_kernel() {
         assert!((share - 100.0).abs() < 1e-6, "shares add up to {share}");
     }
 }
+
+/// `hrx synth --mmproj` writes a projector that loads beside a synthetic text model: planned
+/// (vision graph), and a whole describe runs; `hrx bench` takes -d (a filled cache) and -n 0 or
+/// -p 0 (one test only), as llama-bench does.
+#[test]
+fn synth_projector_describes_and_bench_takes_depth() {
+    let dir = std::env::temp_dir().join(format!("hrx-cli-synth-{}", std::process::id()));
+    std::fs::create_dir_all(&dir).unwrap();
+    let (text, mmproj) = (dir.join("text.gguf"), dir.join("mmproj.gguf"));
+    let (t, m) = (text.to_str().unwrap(), mmproj.to_str().unwrap());
+    for args in [vec!["synth", "-o", t], vec!["synth", "--mmproj", "-o", m]] {
+        let out = hrx(&args);
+        assert!(out.status.success(), "{args:?}: {}", stderr(&out));
+    }
+    let out = hrx(&["plan", "-m", t, "--mmproj", m, "--device", "cpu", "--json"]);
+    assert!(out.status.success(), "{}", stderr(&out));
+    let json: JsonValue = String::from_utf8(out.stdout).unwrap().parse().unwrap();
+    let graphs: &Vec<JsonValue> = json["graphs"].get().unwrap();
+    assert_eq!(graphs.iter().filter_map(|g| g["name"].get::<String>()).cloned().collect::<Vec<_>>(), ["text-prefill", "text-decode", "vision"]);
+    let img = std::path::Path::new(env!("CARGO_MANIFEST_DIR")).join("tests/data/image/gray8.png");
+    let out = hrx(&["describe", img.to_str().unwrap(), "-m", t, "--mmproj", m, "-n", "3", "--ignore-eos", "--device", "cpu", "--json"]);
+    assert!(out.status.success(), "{}", stderr(&out));
+    let json: JsonValue = String::from_utf8(out.stdout).unwrap().trim().parse().unwrap();
+    assert_eq!(json["tokens"].get::<Vec<JsonValue>>().map(Vec::len), Some(3));
+    // tg only, 16 tokens already in the cache.
+    let out = hrx(&["bench", "-m", t, "-p", "0", "-n", "4", "-d", "16", "-r", "1", "--device", "cpu", "--json"]);
+    assert!(out.status.success(), "{}", stderr(&out));
+    let json: JsonValue = String::from_utf8(out.stdout).unwrap().trim().parse().unwrap();
+    assert!(json["pp"].is_null(), "{json:?}");
+    assert_eq!(json["tg"]["depth"].get::<f64>(), Some(&16.0));
+    assert!(json["tg"]["tokens_per_second"].get::<f64>().is_some_and(|&r| r > 0.0));
+    // pp only; nothing at all is a usage error.
+    let out = hrx(&["bench", "-m", t, "-p", "32", "-n", "0", "-r", "1", "--device", "cpu", "--json"]);
+    let json: JsonValue = String::from_utf8(out.stdout).unwrap().trim().parse().unwrap();
+    assert!(json["tg"].is_null() && json["pp"]["tokens_per_second"].get::<f64>().is_some(), "{json:?}");
+    assert_eq!(hrx(&["bench", "-m", t, "-p", "0", "-n", "0"]).status.code(), Some(2));
+    let _ = std::fs::remove_dir_all(&dir);
+}

@@ -17,9 +17,15 @@ fn help() -> String {
         MODEL.help("the text model GGUF"),
         MMPROJ.help("the vision projector GGUF: also time image encode"),
         IMAGE_SIZE.help("side of the square test image in pixels (default 448)"),
-        PROMPT_LEN.help("prompt length for pp (default 512)"),
-        GEN_LEN.help("tokens for tg (default 128)"),
-        REPS.help("repetitions (default 3)"),
+        PROMPT_LEN.help("prompt length for pp (default 512; 0: no pp)"),
+        GEN_LEN.help("tokens for tg (default 128; 0: no tg)"),
+        DEPTH.help("tokens already in the KV cache before pp and tg, as llama-bench's -d (default 0)"),
+        REPS.help("repetitions, after one untimed warm-up round (default 3)"),
+        KERNELS.help(
+            "instead: time each matrix kernel the device has on every weight shape of the model's \
+             products (and the projector's, with --mmproj), one column (decode) and -p columns \
+             (prefill), in GB/s of weight bytes and TFLOP/s beside the device's copy bandwidth",
+        ),
     ];
     options.extend(Placement::help());
     options.push(JSON.help("one JSON object with every number"));
@@ -55,6 +61,8 @@ const IMAGE_SIZE: Flag = Flag { names: &["--image-size"], value: "N" };
 const PROMPT_LEN: Flag = Flag { names: &["-p"], value: "N" };
 const GEN_LEN: Flag = Flag { names: &["-n"], value: "N" };
 const REPS: Flag = Flag { names: &["-r"], value: "N" };
+const DEPTH: Flag = Flag { names: &["-d"], value: "N" };
+const KERNELS: Flag = Flag { names: &["--kernels"], value: "" };
 
 fn mean_sd(xs: &[f64]) -> (f64, f64) {
     let n = xs.len().max(1) as f64;
@@ -76,6 +84,8 @@ fn run(mut args: Args, out: &mut dyn Write) -> Result<(), CliError> {
     let n_prompt: usize = PROMPT_LEN.parse(&mut args)?.unwrap_or(512);
     let n_gen: usize = GEN_LEN.parse(&mut args)?.unwrap_or(128);
     let reps: usize = REPS.parse(&mut args)?.unwrap_or(3);
+    let depth: usize = DEPTH.parse(&mut args)?.unwrap_or(0);
+    let kernels = KERNELS.present(&mut args);
     let Placement { device, threads } = Placement::parse(&mut args)?;
     let mmproj = MMPROJ.string(&mut args)?;
     let image_size: usize = IMAGE_SIZE.parse(&mut args)?.unwrap_or(448);
@@ -83,11 +93,16 @@ fn run(mut args: Args, out: &mut dyn Write) -> Result<(), CliError> {
     if !args.finish()?.is_empty() {
         return Err(CliError::usage("bench takes no positional arguments"));
     }
-    if n_prompt == 0 || n_gen == 0 || reps == 0 {
-        return Err(CliError::usage("-p, -n and -r must be at least 1"));
+    if kernels {
+        return super::bench_kernels::run(&model_path, mmproj.as_deref(), n_prompt.max(1), reps, device, json, out);
     }
-    let options =
-        TextOptions { n_ctx: n_prompt.max(n_gen + 8) + 8, chunk: n_prompt.min(512), ..TextOptions::on(device) };
+    if reps == 0 || (n_prompt == 0 && n_gen == 0 && mmproj.is_none()) {
+        return Err(CliError::usage("-r must be at least 1, and -p or -n (or --mmproj) must ask for something"));
+    }
+    // Room for the depth, then the longer of the two tests (one prompt token before tg).
+    let n_ctx = depth + n_prompt.max(n_gen + 1) + 8;
+    let chunk = if n_prompt > 0 { n_prompt.min(512) } else { 512 };
+    let options = TextOptions { n_ctx, chunk, ..TextOptions::on(device) };
     let t0 = Instant::now();
     let mut model = TextModel::load(Path::new(&model_path), options)?;
     let cold_start = t0.elapsed().as_secs_f64();
@@ -96,23 +111,35 @@ fn run(mut args: Args, out: &mut dyn Write) -> Result<(), CliError> {
         model.set_threads(n);
     }
     let n_vocab = model.params().n_vocab as u64;
-    let ids: Vec<u32> = (0..n_prompt as u64).map(|i| ((i * 2_654_435_761 + 11) % n_vocab) as u32).collect();
-
-    let mut pp = Vec::new();
-    let mut tg = Vec::new();
-    for _ in 0..reps {
-        let pieces: Vec<PromptPiece> = ids.iter().map(|&t| PromptPiece::Token(t)).collect();
-        let t = Instant::now();
-        Session::new().feed(&mut model, &pieces)?;
-        pp.push(n_prompt as f64 / t.elapsed().as_secs_f64());
-
-        let mut session = Session::new();
-        session.feed(&mut model, &[PromptPiece::Token(ids[0])])?;
-        let t = Instant::now();
-        for i in 0..n_gen {
-            session.step(&mut model, ids[i % ids.len()])?;
+    let token = |i: usize| ((i as u64 * 2_654_435_761 + 11) % n_vocab) as u32;
+    let tokens = |from: usize, n: usize| -> Vec<PromptPiece> { (from..from + n).map(|i| PromptPiece::Token(token(i))).collect() };
+    // The cache filled with `depth` tokens first (llama-bench's -d), untimed.
+    let mut at_depth = Session::new();
+    if depth > 0 {
+        at_depth.feed(&mut model, &tokens(0, depth))?;
+    }
+    let (mut pp, mut tg) = (Vec::new(), Vec::new());
+    // One untimed round first, as llama-bench warms up: first runs pay for first touches.
+    for rep in 0..=reps {
+        if n_prompt > 0 {
+            let mut session = at_depth.clone();
+            let t = Instant::now();
+            session.feed(&mut model, &tokens(depth, n_prompt))?;
+            pp.push(n_prompt as f64 / t.elapsed().as_secs_f64());
         }
-        tg.push(n_gen as f64 / t.elapsed().as_secs_f64());
+        if n_gen > 0 {
+            let mut session = at_depth.clone();
+            session.feed(&mut model, &tokens(depth, 1))?;
+            let t = Instant::now();
+            for i in 0..n_gen {
+                session.step(&mut model, token(depth + 1 + i))?;
+            }
+            tg.push(n_gen as f64 / t.elapsed().as_secs_f64());
+        }
+        if rep == 0 {
+            pp.clear();
+            tg.clear();
+        }
     }
     // Each Vulkan graph's dispatches and barriers per run (none on the CPU).
     let mut graphs = model.recording_stats();
@@ -120,7 +147,19 @@ fn run(mut args: Args, out: &mut dyn Write) -> Result<(), CliError> {
         None => None,
         Some(path) => Some(bench_encode(Path::new(path), image_size, reps, threads, model.backend(), &mut graphs)?),
     };
-    let ((pp_mean, pp_sd), (tg_mean, tg_sd)) = (mean_sd(&pp), mean_sd(&tg));
+    // A test's tokens/s (mean, sd), or None when it was not asked for.
+    let rate = |xs: &[f64]| (!xs.is_empty()).then(|| mean_sd(xs));
+    let (pp_rate, tg_rate) = (rate(&pp), rate(&tg));
+    let rate_json = |tokens: usize, r: Option<(f64, f64)>| {
+        r.map_or(Json::Null, |(mean, sd)| {
+            Json::obj([
+                ("tokens", Json::Int(tokens as i128)),
+                ("depth", Json::Int(depth as i128)),
+                ("tokens_per_second", Json::Num(mean)),
+                ("sd", Json::Num(sd)),
+            ])
+        })
+    };
     // Plan once: the Vulkan executor's command buffers, recorded at load and only replayed.
     let recordings = recorded_at_load.zip(model.recordings());
     let peak = peak_rss_bytes();
@@ -133,22 +172,8 @@ fn run(mut args: Args, out: &mut dyn Write) -> Result<(), CliError> {
             ("threads", threads.map_or(Json::Null, |t| Json::Int(t as i128))),
             ("weight_bytes", Json::Int(weights.into())),
             ("cold_start_seconds", Json::Num(cold_start)),
-            (
-                "pp",
-                Json::obj([
-                    ("tokens", Json::Int(n_prompt as i128)),
-                    ("tokens_per_second", Json::Num(pp_mean)),
-                    ("sd", Json::Num(pp_sd)),
-                ]),
-            ),
-            (
-                "tg",
-                Json::obj([
-                    ("tokens", Json::Int(n_gen as i128)),
-                    ("tokens_per_second", Json::Num(tg_mean)),
-                    ("sd", Json::Num(tg_sd)),
-                ]),
-            ),
+            ("pp", rate_json(n_prompt, pp_rate)),
+            ("tg", rate_json(n_gen, tg_rate)),
             ("peak_rss_bytes", peak.map_or(Json::Null, |p| Json::Int(p.into()))),
             (
                 "image_encode",
@@ -168,8 +193,13 @@ fn run(mut args: Args, out: &mut dyn Write) -> Result<(), CliError> {
             model.backend().describe()
         )?;
         writeln!(out, "cold start: {:.3} s", cold_start)?;
-        writeln!(out, "pp{n_prompt}: {pp_mean:.1} ± {pp_sd:.1} tokens/s")?;
-        writeln!(out, "tg{n_gen}: {tg_mean:.2} ± {tg_sd:.2} tokens/s")?;
+        let at = if depth > 0 { format!(" @ d{depth}") } else { String::new() };
+        if let Some((mean, sd)) = pp_rate {
+            writeln!(out, "pp{n_prompt}{at}: {mean:.1} ± {sd:.1} tokens/s")?;
+        }
+        if let Some((mean, sd)) = tg_rate {
+            writeln!(out, "tg{n_gen}{at}: {mean:.2} ± {sd:.2} tokens/s")?;
+        }
         if let Some((side, mean, sd)) = encode {
             writeln!(out, "image encode {side}x{side}: {mean:.3} ± {sd:.3} s")?;
         }
@@ -295,6 +325,8 @@ fn bench_encode(
     }
     let [_, gh, gw] = patches.grid_thw;
     let mut times = Vec::with_capacity(reps);
+    // One untimed encode first (first touches), as for pp and tg.
+    vision.encode(&patches.pixel_values, gh, gw)?;
     for _ in 0..reps {
         let t = Instant::now();
         vision.encode(&patches.pixel_values, gh, gw)?;

@@ -1,6 +1,6 @@
-//! Random-weight Qwen3-VL text models of any shape, written as GGUF files the loader reads
-//! like llama.cpp's: for tests of shapes the oracle lacks and for benchmarks (the 2B shape
-//! in Q4_K_M) where real weights are not at hand.
+//! Random-weight Qwen3-VL models of any shape, written as GGUF files the loader reads like
+//! llama.cpp's: text decoders and vision projectors (mmproj), for tests of shapes the oracle
+//! lacks and for benchmarks (the 2B shapes) where real weights are not at hand.
 
 use super::text_params::ARCH;
 use crate::gguf::{GgufFile, GgufWriter, Value, ValueType};
@@ -98,6 +98,12 @@ struct Writer {
 impl Writer {
     /// A [cols, rows] matrix (ggml order) with N(0, std) values, stored as `dtype`.
     fn matrix(&mut self, name: &str, dtype: DType, cols: usize, rows: usize, std: f64) -> Result<(), String> {
+        self.tensor(name, dtype, &[cols, rows], std)
+    }
+
+    /// A tensor of `shape` (ggml order; rows of shape[0] values) with N(0, std) values.
+    fn tensor(&mut self, name: &str, dtype: DType, shape: &[usize], std: f64) -> Result<(), String> {
+        let (cols, rows) = (shape[0], shape[1..].iter().product::<usize>());
         let row_bytes =
             dtype.row_bytes(cols as u64).ok_or_else(|| format!("{name}: {cols} is not whole {dtype} blocks"))? as usize;
         // Each row draws from its own stream, seeded from the model's stream and the row
@@ -130,12 +136,18 @@ impl Writer {
                 .collect()
         });
         results.into_iter().collect::<Result<(), String>>()?;
-        self.w.add_tensor(name, dtype, &[cols as u64, rows as u64], data).map_err(|e| e.to_string())
+        let dims: Vec<u64> = shape.iter().map(|&d| d as u64).collect();
+        self.w.add_tensor(name, dtype, &dims, data).map_err(|e| e.to_string())
     }
 
     /// A norm weight: 1 + N(0, 0.1), f32.
     fn norm(&mut self, name: &str, n: usize) -> Result<(), String> {
-        let data: Vec<u8> = (0..n).flat_map(|_| (1.0 + self.rng.sample(0.1)).to_le_bytes()).collect();
+        self.vector(name, n, 1.0, 0.1)
+    }
+
+    /// An f32 vector: `mean` + N(0, std).
+    fn vector(&mut self, name: &str, n: usize, mean: f32, std: f64) -> Result<(), String> {
+        let data: Vec<u8> = (0..n).flat_map(|_| (mean + self.rng.sample(std)).to_le_bytes()).collect();
         self.w.add_tensor(name, DType::F32, &[n as u64], data).map_err(|e| e.to_string())
     }
 
@@ -240,6 +252,116 @@ pub fn text_model(spec: &TextSpec, vocab: Option<&GgufFile>) -> Result<Vec<u8>, 
         w.matrix(&name("ffn_gate"), s.dtype_of("ffn_gate", l), e, s.n_ff, fan(e))?;
         w.matrix(&name("ffn_up"), s.dtype_of("ffn_up", l), e, s.n_ff, fan(e))?;
         w.matrix(&name("ffn_down"), s.dtype_of("ffn_down", l), s.n_ff, e, fan(s.n_ff))?;
+    }
+    Ok(w.w.to_bytes())
+}
+
+/// Shape of a synthetic Qwen3-VL vision projector (an mmproj file).
+#[derive(Clone, Debug, PartialEq)]
+pub struct VisionSpec {
+    pub n_layer: usize,
+    pub n_embd: usize,
+    pub n_ff: usize,
+    pub n_head: usize,
+    pub patch: usize,
+    pub temporal: usize,
+    pub merge: usize,
+    /// Side of the learned position grid (position embeddings: side * side).
+    pub pos_side: usize,
+    /// Width of the text model the projector feeds.
+    pub n_out: usize,
+    /// The blocks after which a deepstack feature is taken.
+    pub deepstack: Vec<usize>,
+    /// How matrices are stored (F16 as llama.cpp's mmproj-F16 files, BF16 or F32).
+    pub dtype: DType,
+    pub seed: u64,
+}
+
+impl VisionSpec {
+    /// Qwen3-VL-2B-Instruct's vision tower: 24 blocks of width 1024, MLP 4096, 16 heads, 16 x 16
+    /// patches over 2 frames, 2 x 2 merges, 48 x 48 position embeddings, deepstack after blocks
+    /// 5, 11 and 17, projected to the text model's 2048.
+    pub fn qwen3vl_2b() -> VisionSpec {
+        VisionSpec {
+            n_layer: 24,
+            n_embd: 1024,
+            n_ff: 4096,
+            n_head: 16,
+            patch: 16,
+            temporal: 2,
+            merge: 2,
+            pos_side: 48,
+            n_out: 2048,
+            deepstack: vec![5, 11, 17],
+            dtype: DType::F16,
+            seed: 1,
+        }
+    }
+}
+
+/// The GGUF image of a random vision projector of `spec`'s shape, laid out as llama.cpp's
+/// converter writes Qwen3-VL's (`clip` architecture, `qwen3vl_merger` projector).
+pub fn vision_model(spec: &VisionSpec) -> Result<Vec<u8>, String> {
+    use super::vision_params::{patch_embd_name, MergerNames, ARCH as CLIP, PROJECTOR};
+    let s = spec;
+    if s.n_head == 0 || !s.n_embd.is_multiple_of(4 * s.n_head) || s.deepstack.iter().any(|&d| d >= s.n_layer) {
+        return Err(format!("inconsistent vision shape: width {}, {} heads, deepstack {:?} of {} blocks", s.n_embd, s.n_head, s.deepstack, s.n_layer));
+    }
+    let mut w = Writer { w: GgufWriter::new(), rng: Normal(SplitMix64(spec.seed)) };
+    let key = |k: &str| format!("{CLIP}.vision.{k}");
+    let size = |v: usize| Value::U32(v as u32);
+    w.w.set("general.architecture", Value::String(CLIP.into()));
+    w.w.set("general.name", Value::String("hrx-synth-vision".into()));
+    w.w.set("clip.projector_type", Value::String(PROJECTOR.into()));
+    w.w.set("clip.has_vision_encoder", Value::Bool(true));
+    for (k, v) in [
+        ("embedding_length", s.n_embd),
+        ("feed_forward_length", s.n_ff),
+        ("block_count", s.n_layer),
+        ("attention.head_count", s.n_head),
+        ("patch_size", s.patch),
+        ("image_size", s.pos_side * s.patch),
+        ("projection_dim", s.n_out),
+        ("spatial_merge_size", s.merge),
+    ] {
+        w.w.set(&key(k), size(v));
+    }
+    w.w.set(&key("attention.layer_norm_epsilon"), Value::F32(1e-6));
+    let flags = (0..s.n_layer).map(|i| Value::Bool(s.deepstack.contains(&i))).collect();
+    w.w.set(&key("is_deepstack_layers"), Value::Array(ValueType::Bool, flags));
+    let half = Value::Array(ValueType::F32, vec![Value::F32(0.5); 3]);
+    w.w.set(&key("image_mean"), half.clone());
+    w.w.set(&key("image_std"), half);
+
+    let (vh, mvh) = (s.n_embd, s.n_embd * s.merge * s.merge);
+    let fan = |n: usize| 1.0 / (n as f64).sqrt();
+    for t in 0..s.temporal {
+        w.tensor(&patch_embd_name(t), DType::F16, &[s.patch, s.patch, 3, vh], fan(3 * s.patch * s.patch * s.temporal))?;
+    }
+    w.vector("v.patch_embd.bias", vh, 0.0, 0.02)?;
+    w.matrix("v.position_embd.weight", s.dtype, vh, s.pos_side * s.pos_side, 0.02)?;
+    let linear = |w: &mut Writer, name: &str, n_in: usize, n_out: usize| -> Result<(), String> {
+        w.matrix(&format!("{name}.weight"), s.dtype, n_in, n_out, fan(n_in))?;
+        w.vector(&format!("{name}.bias"), n_out, 0.0, 0.02)
+    };
+    let layer_norm = |w: &mut Writer, name: &str, n: usize| -> Result<(), String> {
+        w.norm(&format!("{name}.weight"), n)?;
+        w.vector(&format!("{name}.bias"), n, 0.0, 0.02)
+    };
+    for il in 0..s.n_layer {
+        let b = |x: &str| format!("v.blk.{il}.{x}");
+        layer_norm(&mut w, &b("ln1"), vh)?;
+        linear(&mut w, &b("attn_qkv"), vh, 3 * vh)?;
+        linear(&mut w, &b("attn_out"), vh, vh)?;
+        layer_norm(&mut w, &b("ln2"), vh)?;
+        linear(&mut w, &b("ffn_up"), vh, s.n_ff)?;
+        linear(&mut w, &b("ffn_down"), s.n_ff, vh)?;
+    }
+    let mergers = std::iter::once((MergerNames::final_merger(), vh)).chain(s.deepstack.iter().map(|&d| (MergerNames::deepstack(d), mvh)));
+    for (names, norm_width) in mergers {
+        layer_norm(&mut w, &names.norm, norm_width)?;
+        linear(&mut w, &names.fc1, mvh, mvh)?;
+        linear(&mut w, &names.fc2, mvh, s.n_out)?;
     }
     Ok(w.w.to_bytes())
 }

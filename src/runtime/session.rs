@@ -25,6 +25,7 @@ pub struct Layout<'a> {
     pub next_position: i32,
 }
 
+#[derive(Clone, Debug)]
 pub struct Session {
     /// KV slots used so far.
     pub n_past: usize,

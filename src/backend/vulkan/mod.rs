@@ -19,6 +19,7 @@
 //!   [`VulkanRegistry`]: what each graph node runs, decided at plan time;
 //!   [`VulkanExecutor`]: records exactly that once and replays it.
 
+pub mod bench;
 mod buffer;
 mod cache;
 mod command;

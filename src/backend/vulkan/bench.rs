@@ -1,0 +1,159 @@
+//! Each kernel's distance to the hardware (`hrx bench --kernels`): a matrix product of given
+//! weight type and shape timed alone on the GPU, in GB/s of weight bytes and TFLOP/s, beside
+//! the copy bandwidth of the same device measured in the same run. Model-agnostic: the caller
+//! says which shapes.
+//!
+//! Timing: one recording writes a timestamp, runs the dispatch `reps` times with a barrier
+//! after each (as consecutive nodes of a graph wait for each other), and writes another; the
+//! difference over `reps` is one dispatch, its barrier included. Weights are pseudo-random
+//! bytes (never zeros: they can run faster than real data), and a product whose weights would
+//! stay in the GPU's last-level cache between repetitions cycles through enough copies to
+//! exceed it, as decode does (every other weight of the model passes through in between).
+
+use super::buffer::Buffer;
+use super::command::CommandBuffer;
+use super::descriptor::DescriptorPool;
+use super::device::Device;
+use super::error::{Result, VkError};
+use super::kernels::{self, KernelId, KernelSet, MatKind, Operand, WType, BINDINGS};
+use super::memory::Location;
+use super::timestamps::TimestampPool;
+use crate::graph::Op;
+use crate::quant::DType;
+use crate::rng::SplitMix64;
+
+/// Bytes of weights cycled through per mat-vec timing: more than any GPU's last-level cache
+/// (the H200 has 50 MiB).
+const CYCLE_BYTES: u64 = 256 << 20;
+
+/// A matrix product to time: `n` rows of `k` weights of `dtype`, times `m` columns.
+#[derive(Clone, Copy, Debug, PartialEq, Eq, Hash)]
+pub struct MatCase {
+    pub dtype: DType,
+    pub k: usize,
+    pub n: usize,
+    pub m: usize,
+}
+
+impl MatCase {
+    pub fn weight_bytes(&self) -> u64 {
+        self.dtype.row_bytes(self.k as u64).unwrap_or(0) * self.n as u64
+    }
+
+    pub fn flops(&self) -> f64 {
+        2.0 * self.k as f64 * self.n as f64 * self.m as f64
+    }
+}
+
+/// One kernel's time on one case.
+#[derive(Clone, Debug, PartialEq)]
+pub struct MatTiming {
+    pub case: MatCase,
+    pub kernel: String,
+    /// Seconds per dispatch (its barrier included).
+    pub seconds: f64,
+}
+
+impl MatTiming {
+    /// Weight bytes read per second, in GB/s.
+    pub fn weight_gbps(&self) -> f64 {
+        self.case.weight_bytes() as f64 / self.seconds / 1e9
+    }
+
+    pub fn tflops(&self) -> f64 {
+        self.case.flops() / self.seconds / 1e12
+    }
+}
+
+/// Times between two timestamps of a recording, in seconds.
+fn elapsed(device: &Device, pool: &TimestampPool) -> Result<f64> {
+    let ticks = pool.ticks()?;
+    let info = device.info();
+    let mask = super::timestamps::valid_mask(info.timestamp_bits);
+    let delta = ticks[1].wrapping_sub(ticks[0]) & mask;
+    Ok(delta as f64 * f64::from(info.timestamp_period) * 1e-9)
+}
+
+fn random_bytes(rng: &mut SplitMix64, n: usize) -> Vec<u8> {
+    let mut out = Vec::with_capacity(n + 8);
+    while out.len() < n {
+        out.extend_from_slice(&rng.next_u64().to_le_bytes());
+    }
+    out.truncate(n);
+    out
+}
+
+/// Device copy bandwidth in GB/s: bytes read plus bytes written per second, copying a buffer
+/// of `bytes` into another `reps` times.
+pub fn copy_bandwidth(device: &Device, bytes: u64, reps: u32) -> Result<f64> {
+    let src = device.buffer(bytes, Location::Device, "copy source")?;
+    let dst = device.buffer(bytes, Location::Device, "copy destination")?;
+    let pool = TimestampPool::new(device, 2)?;
+    let mut cmd = CommandBuffer::new(device)?;
+    cmd.begin()?;
+    cmd.fill(&src, 0x3C00_3C00)?;
+    cmd.barrier()?;
+    cmd.reset_timestamps(&pool)?;
+    cmd.write_timestamp(&pool, 0)?;
+    for _ in 0..reps {
+        cmd.copy(&src, 0, &dst, 0, bytes)?;
+        cmd.barrier()?;
+    }
+    cmd.write_timestamp(&pool, 1)?;
+    cmd.finish()?;
+    // Once to warm up, once to time.
+    cmd.submit_and_wait()?;
+    cmd.submit_and_wait()?;
+    let seconds = elapsed(device, &pool)?;
+    Ok(2.0 * bytes as f64 * f64::from(reps) / seconds / 1e9)
+}
+
+/// Times matrix kernel `kind` on `case`, `reps` dispatches; None when the kernel does not take
+/// the case (its launch refuses the operands).
+pub fn time_matmul(device: &Device, ks: &KernelSet, case: MatCase, kind: MatKind, reps: u32) -> Result<Option<MatTiming>> {
+    let wt = WType::from_dtype(case.dtype).ok_or_else(|| VkError::Invalid(format!("no matrix kernel for {}", case.dtype)))?;
+    let kernel = KernelId::MatMul(kind, wt);
+    let w_op = Operand::contiguous(case.dtype, [case.k, case.n, 1, 1], 0);
+    let x_op = Operand::contiguous(DType::F32, [case.k, case.m, 1, 1], 0);
+    let d_op = Operand::contiguous(DType::F32, [case.n, case.m, 1, 1], 0);
+    let Ok(launch) = kernels::launch(kernel, &[&Op::MatMul], &[w_op, x_op], &d_op, None) else { return Ok(None) };
+    let bytes = case.weight_bytes();
+    // Copies of the weights, cycled so that mat-vec products read memory, not the cache.
+    let copies = if case.m <= MatKind::VEC_MAX_COLS { CYCLE_BYTES.div_ceil(bytes.max(1)).clamp(1, 64) } else { 1 };
+    let mut rng = SplitMix64(0x9E37_79B9_7F4A_7C15 ^ bytes);
+    let weights = (0..copies)
+        .map(|_| {
+            let b = device.buffer(bytes, Location::Device, "bench weights")?;
+            b.write(0, &random_bytes(&mut rng, bytes as usize))?;
+            Ok(b)
+        })
+        .collect::<Result<Vec<Buffer>>>()?;
+    let x = device.buffer(4 * (case.k * case.m) as u64, Location::Device, "bench x")?;
+    let xs: Vec<f32> = (0..case.k * case.m).map(|i| ((i * 37 % 101) as f32 - 50.0) / 64.0).collect();
+    x.write_f32(0, &xs)?;
+    let d = device.buffer(4 * (case.n * case.m) as u64, Location::Device, "bench output")?;
+    let sizes = device.buffer(16, Location::Device, "bench sizes")?;
+    sizes.clear()?;
+    let pipeline = ks.pipeline(kernel)?;
+    let pool = DescriptorPool::new(device, copies as u32, BINDINGS)?;
+    let sets = weights
+        .iter()
+        .map(|w| pool.bind(&pipeline, &[&sizes, w, &x, &sizes, &sizes, &d]))
+        .collect::<Result<Vec<_>>>()?;
+    let groups = launch.groups([case.n, case.m, 1, 1], device.info().max_workgroup_count);
+    let stamps = TimestampPool::new(device, 2)?;
+    let mut cmd = CommandBuffer::new(device)?;
+    cmd.begin()?;
+    cmd.reset_timestamps(&stamps)?;
+    cmd.write_timestamp(&stamps, 0)?;
+    for i in 0..reps {
+        cmd.dispatch(&pipeline, &sets[i as usize % sets.len()], &launch.push, groups)?;
+        cmd.barrier()?;
+    }
+    cmd.write_timestamp(&stamps, 1)?;
+    cmd.finish()?;
+    cmd.submit_and_wait()?;
+    cmd.submit_and_wait()?;
+    let seconds = elapsed(device, &stamps)? / f64::from(reps.max(1));
+    Ok(Some(MatTiming { case, kernel: kernel.name(), seconds }))
+}
