@@ -7,7 +7,9 @@ mod vulkan_common;
 
 use hrx::backend::cpu::tensor::{Data, In, Out};
 use hrx::backend::cpu::{execute, Kernels};
-use hrx::backend::vulkan::kernels::{self, Dyn, KernelId, KernelSet, Launch, MatKind, Operand, Variants, WIDE_MAX_SUBGROUP};
+use hrx::backend::vulkan::kernels::{
+    self, Dyn, KernelId, KernelSet, Launch, MatKind, Operand, Variants, WIDE_MAX_SUBGROUP,
+};
 use hrx::backend::vulkan::{CommandBuffer, DescriptorPool, Location};
 use hrx::graph::{contiguous_strides, Gelu, Op, RopeKind};
 use hrx::quant::{quantize_row, DType};
@@ -115,7 +117,9 @@ fn mat_kinds(ks: &KernelSet) -> Vec<MatKind> {
     let info = ks.device().info();
     let mut kinds = vec![MatKind::Vec, MatKind::Tiled, MatKind::Rows];
     kinds.extend(info.subgroup_matvec().map(|subgroup| MatKind::VecSg { subgroup }));
-    kinds.extend(info.subgroup_matvec().filter(|&s| s <= WIDE_MAX_SUBGROUP).map(|subgroup| MatKind::VecWide { subgroup }));
+    kinds.extend(
+        info.subgroup_matvec().filter(|&s| s <= WIDE_MAX_SUBGROUP).map(|subgroup| MatKind::VecWide { subgroup }),
+    );
     kinds.extend(info.coopmat_matmul().map(|subgroup| MatKind::Coop { subgroup }));
     kinds
 }
@@ -216,7 +220,11 @@ fn subgroup_kernel_is_chosen_where_the_device_has_subgroup_arithmetic() {
     }
     // The wide kernel where subgroups are at most 64 lanes (and HRX_VK_MATVEC is not sg), the
     // subgroup one next, the portable one last.
-    let want = if variants.wide_matvec { vec![MatKind::VecWide { subgroup }, MatKind::VecSg { subgroup }] } else { vec![MatKind::VecSg { subgroup }] };
+    let want = if variants.wide_matvec {
+        vec![MatKind::VecWide { subgroup }, MatKind::VecSg { subgroup }]
+    } else {
+        vec![MatKind::VecSg { subgroup }]
+    };
     assert_eq!(variants.mat_kinds(512, 1), [want, vec![MatKind::Vec]].concat());
     // Rows not whole units of 32 values never take the wide kernel.
     assert!(!variants.mat_kinds(520, 1).contains(&MatKind::VecWide { subgroup }));

@@ -94,7 +94,7 @@ fn run(mut args: Args, out: &mut dyn Write) -> Result<(), CliError> {
         return Err(CliError::usage("bench takes no positional arguments"));
     }
     if kernels {
-        return super::bench_kernels::run(&model_path, mmproj.as_deref(), n_prompt.max(1), reps, device, json, out);
+        return super::bench_kernels::run(&model_path, mmproj.as_deref(), n_prompt.max(1), device, json, out);
     }
     if reps == 0 || (n_prompt == 0 && n_gen == 0 && mmproj.is_none()) {
         return Err(CliError::usage("-r must be at least 1, and -p or -n (or --mmproj) must ask for something"));
@@ -112,7 +112,9 @@ fn run(mut args: Args, out: &mut dyn Write) -> Result<(), CliError> {
     }
     let n_vocab = model.params().n_vocab as u64;
     let token = |i: usize| ((i as u64 * 2_654_435_761 + 11) % n_vocab) as u32;
-    let tokens = |from: usize, n: usize| -> Vec<PromptPiece> { (from..from + n).map(|i| PromptPiece::Token(token(i))).collect() };
+    let tokens = |from: usize, n: usize| -> Vec<PromptPiece> {
+        (from..from + n).map(|i| PromptPiece::Token(token(i))).collect()
+    };
     // The cache filled with `depth` tokens first (llama-bench's -d), untimed.
     let mut at_depth = Session::new();
     if depth > 0 {

@@ -47,18 +47,21 @@ pub fn run(
     model: &str,
     mmproj: Option<&str>,
     columns: usize,
-    reps: usize,
     device: DeviceChoice,
     json: bool,
     out: &mut dyn Write,
 ) -> Result<(), CliError> {
     let shapes = product_shapes(model, mmproj)?;
     let Backend::Vulkan(dev) = Backend::open(device, crate::backend::cpu::Kernels::from_env()) else {
-        return Err(CliError::Failed("bench --kernels times Vulkan kernels: no Vulkan device (see `hrx doctor`; --device N)".into()));
+        return Err(CliError::Failed(
+            "bench --kernels times Vulkan kernels: no Vulkan device (see `hrx doctor`; --device N)".into(),
+        ));
     };
     let info = dev.info().clone();
-    let failed = |e: crate::backend::vulkan::VkError| CliError::Failed(format!("bench --kernels on {}: {e}", info.name));
-    let copy = copy_bandwidth(&dev, COPY_BYTES, 10).map_err(failed)?;
+    let failed =
+        |e: crate::backend::vulkan::VkError| CliError::Failed(format!("bench --kernels on {}: {e}", info.name));
+    let ks = KernelSet::new(&dev);
+    let copy = copy_bandwidth(&dev, &ks, COPY_BYTES).map_err(failed)?;
     // Every kernel the device has, for one column and for many.
     let mut vec_kinds = vec![MatKind::Vec];
     if let Some(subgroup) = info.subgroup_matvec() {
@@ -69,13 +72,11 @@ pub fn run(
     }
     let mut mat_kinds = vec![MatKind::Tiled];
     mat_kinds.extend(info.coopmat_matmul().map(|subgroup| MatKind::Coop { subgroup }));
-    let ks = KernelSet::new(&dev);
-    let reps = reps.max(1) as u32 * 10;
     let mut timings: Vec<MatTiming> = Vec::new();
     for &(dtype, k, n) in &shapes {
         for (m, kinds) in [(1, &vec_kinds), (columns, &mat_kinds)] {
             for &kind in kinds {
-                if let Some(t) = time_matmul(&dev, &ks, MatCase { dtype, k, n, m }, kind, reps).map_err(failed)? {
+                if let Some(t) = time_matmul(&dev, &ks, MatCase { dtype, k, n, m }, kind).map_err(failed)? {
                     timings.push(t);
                 }
             }
@@ -103,8 +104,12 @@ pub fn run(
         return Ok(());
     }
     writeln!(out, "device: {} ({})", info.name, info.kind.name())?;
-    writeln!(out, "copy bandwidth: {copy:.0} GB/s (read + write, {} MiB buffers)", COPY_BYTES >> 20)?;
-    writeln!(out, "{:<26} {:>6} {:>6} {:>7} {:>5} {:>10} {:>9} {:>7} {:>8}", "kernel", "type", "K", "N", "M", "us", "GB/s", "% copy", "TFLOP/s")?;
+    writeln!(out, "copy bandwidth: {copy:.0} GB/s (read + write, a kernel copying {} MiB)", COPY_BYTES >> 20)?;
+    writeln!(
+        out,
+        "{:<26} {:>6} {:>6} {:>7} {:>5} {:>10} {:>9} {:>7} {:>8}",
+        "kernel", "type", "K", "N", "M", "us", "GB/s", "% copy", "TFLOP/s"
+    )?;
     for t in &timings {
         writeln!(
             out,

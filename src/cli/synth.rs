@@ -136,6 +136,12 @@ fn projector(path: &str, preset: Option<&str>, mut args: Args, out: &mut dyn Wri
     }
     let bytes = vision_model(&spec).map_err(CliError::Failed)?;
     std::fs::write(path, &bytes).map_err(CliError::os(path))?;
-    writeln!(out, "wrote {path}: {} bytes, a vision projector of {} blocks, width {}", bytes.len(), spec.n_layer, spec.n_embd)?;
+    writeln!(
+        out,
+        "wrote {path}: {} bytes, a vision projector of {} blocks, width {}",
+        bytes.len(),
+        spec.n_layer,
+        spec.n_embd
+    )?;
     Ok(())
 }

@@ -305,7 +305,10 @@ pub fn vision_model(spec: &VisionSpec) -> Result<Vec<u8>, String> {
     use super::vision_params::{patch_embd_name, MergerNames, ARCH as CLIP, PROJECTOR};
     let s = spec;
     if s.n_head == 0 || !s.n_embd.is_multiple_of(4 * s.n_head) || s.deepstack.iter().any(|&d| d >= s.n_layer) {
-        return Err(format!("inconsistent vision shape: width {}, {} heads, deepstack {:?} of {} blocks", s.n_embd, s.n_head, s.deepstack, s.n_layer));
+        return Err(format!(
+            "inconsistent vision shape: width {}, {} heads, deepstack {:?} of {} blocks",
+            s.n_embd, s.n_head, s.deepstack, s.n_layer
+        ));
     }
     let mut w = Writer { w: GgufWriter::new(), rng: Normal(SplitMix64(spec.seed)) };
     let key = |k: &str| format!("{CLIP}.vision.{k}");
@@ -357,7 +360,8 @@ pub fn vision_model(spec: &VisionSpec) -> Result<Vec<u8>, String> {
         linear(&mut w, &b("ffn_up"), vh, s.n_ff)?;
         linear(&mut w, &b("ffn_down"), s.n_ff, vh)?;
     }
-    let mergers = std::iter::once((MergerNames::final_merger(), vh)).chain(s.deepstack.iter().map(|&d| (MergerNames::deepstack(d), mvh)));
+    let mergers = std::iter::once((MergerNames::final_merger(), vh))
+        .chain(s.deepstack.iter().map(|&d| (MergerNames::deepstack(d), mvh)));
     for (names, norm_width) in mergers {
         layer_norm(&mut w, &names.norm, norm_width)?;
         linear(&mut w, &names.fc1, mvh, mvh)?;

@@ -3,9 +3,10 @@
 //! the copy bandwidth of the same device measured in the same run. Model-agnostic: the caller
 //! says which shapes.
 //!
-//! Timing: one recording writes a timestamp, runs the dispatch `reps` times with a barrier
-//! after each (as consecutive nodes of a graph wait for each other), and writes another; the
-//! difference over `reps` is one dispatch, its barrier included. Weights are pseudo-random
+//! Timing: one recording writes a timestamp, runs the dispatch many times with a barrier after
+//! each (as consecutive nodes of a graph wait for each other), and writes another; the
+//! difference over the repetitions is one dispatch, its barrier included (enough repetitions
+//! for 50 ms, after an untimed submission: an idle GPU's clocks ramp up). Weights are pseudo-random
 //! bytes (never zeros: they can run faster than real data), and a product whose weights would
 //! stay in the GPU's last-level cache between repetitions cycles through enough copies to
 //! exceed it, as decode does (every other weight of the model passes through in between).
@@ -83,35 +84,59 @@ fn random_bytes(rng: &mut SplitMix64, n: usize) -> Vec<u8> {
     out
 }
 
-/// Device copy bandwidth in GB/s: bytes read plus bytes written per second, copying a buffer
-/// of `bytes` into another `reps` times.
-pub fn copy_bandwidth(device: &Device, bytes: u64, reps: u32) -> Result<f64> {
-    let src = device.buffer(bytes, Location::Device, "copy source")?;
-    let dst = device.buffer(bytes, Location::Device, "copy destination")?;
-    let pool = TimestampPool::new(device, 2)?;
-    let mut cmd = CommandBuffer::new(device)?;
-    cmd.begin()?;
-    cmd.fill(&src, 0x3C00_3C00)?;
-    cmd.barrier()?;
-    cmd.reset_timestamps(&pool)?;
-    cmd.write_timestamp(&pool, 0)?;
-    for _ in 0..reps {
-        cmd.copy(&src, 0, &dst, 0, bytes)?;
-        cmd.barrier()?;
+/// GPU time per repetition of what `record` records (called with a repetition count), in
+/// seconds: timed once with `reps` repetitions after an untimed submission, and again with
+/// more when that took under `MIN_SECONDS` (the clocks of an idle GPU ramp up, and a short
+/// measurement is mostly launch jitter).
+fn time_reps(device: &Device, reps: u32, record: &dyn Fn(&mut CommandBuffer, u32) -> Result<()>) -> Result<f64> {
+    const MIN_SECONDS: f64 = 0.05;
+    let mut reps = reps.max(1);
+    loop {
+        let stamps = TimestampPool::new(device, 2)?;
+        let mut cmd = CommandBuffer::new(device)?;
+        cmd.begin()?;
+        cmd.reset_timestamps(&stamps)?;
+        cmd.write_timestamp(&stamps, 0)?;
+        record(&mut cmd, reps)?;
+        cmd.write_timestamp(&stamps, 1)?;
+        cmd.finish()?;
+        cmd.submit_and_wait()?;
+        cmd.submit_and_wait()?;
+        let seconds = elapsed(device, &stamps)?;
+        if seconds >= MIN_SECONDS || reps >= 100_000 {
+            return Ok(seconds / f64::from(reps));
+        }
+        let wanted = (MIN_SECONDS / (seconds / f64::from(reps)).max(1e-9)).ceil();
+        reps = (wanted as u32).clamp(reps * 2, 100_000);
     }
-    cmd.write_timestamp(&pool, 1)?;
-    cmd.finish()?;
-    // Once to warm up, once to time.
-    cmd.submit_and_wait()?;
-    cmd.submit_and_wait()?;
-    let seconds = elapsed(device, &pool)?;
-    Ok(2.0 * bytes as f64 * f64::from(reps) / seconds / 1e9)
 }
 
-/// Times matrix kernel `kind` on `case`, `reps` dispatches; None when the kernel does not take
-/// the case (its launch refuses the operands).
-pub fn time_matmul(device: &Device, ks: &KernelSet, case: MatCase, kind: MatKind, reps: u32) -> Result<Option<MatTiming>> {
-    let wt = WType::from_dtype(case.dtype).ok_or_else(|| VkError::Invalid(format!("no matrix kernel for {}", case.dtype)))?;
+/// Device copy bandwidth in GB/s, bytes read plus bytes written, as a kernel sees it: a
+/// shader copying a buffer of `bytes` into another in 16-byte words.
+pub fn copy_bandwidth(device: &Device, ks: &KernelSet, bytes: u64) -> Result<f64> {
+    let words = u32::try_from(bytes / 16).map_err(|_| VkError::Invalid(format!("{bytes} bytes to copy")))?;
+    let src = device.buffer(bytes, Location::Device, "copy source")?;
+    let dst = device.buffer(bytes, Location::Device, "copy destination")?;
+    src.write(0, &random_bytes(&mut SplitMix64(7), bytes as usize))?;
+    let pipeline = ks.pipeline(KernelId::Copy)?;
+    let pool = DescriptorPool::new(device, 1, BINDINGS)?;
+    let set = pool.bind(&pipeline, &[&src, &src, &src, &src, &src, &dst])?;
+    let groups = [words.div_ceil(256).min(device.info().max_workgroup_count[0]), 1, 1];
+    let per_copy = time_reps(device, 4, &|cmd, reps| {
+        for _ in 0..reps {
+            cmd.dispatch(&pipeline, &set, &[words], groups)?;
+            cmd.barrier()?;
+        }
+        Ok(())
+    })?;
+    Ok(2.0 * bytes as f64 / per_copy / 1e9)
+}
+
+/// Times matrix kernel `kind` on `case`; None when the kernel does not take the case (its
+/// launch refuses the operands).
+pub fn time_matmul(device: &Device, ks: &KernelSet, case: MatCase, kind: MatKind) -> Result<Option<MatTiming>> {
+    let wt = WType::from_dtype(case.dtype)
+        .ok_or_else(|| VkError::Invalid(format!("no matrix kernel for {}", case.dtype)))?;
     let kernel = KernelId::MatMul(kind, wt);
     let w_op = Operand::contiguous(case.dtype, [case.k, case.n, 1, 1], 0);
     let x_op = Operand::contiguous(DType::F32, [case.k, case.m, 1, 1], 0);
@@ -141,19 +166,12 @@ pub fn time_matmul(device: &Device, ks: &KernelSet, case: MatCase, kind: MatKind
         .map(|w| pool.bind(&pipeline, &[&sizes, w, &x, &sizes, &sizes, &d]))
         .collect::<Result<Vec<_>>>()?;
     let groups = launch.groups([case.n, case.m, 1, 1], device.info().max_workgroup_count);
-    let stamps = TimestampPool::new(device, 2)?;
-    let mut cmd = CommandBuffer::new(device)?;
-    cmd.begin()?;
-    cmd.reset_timestamps(&stamps)?;
-    cmd.write_timestamp(&stamps, 0)?;
-    for i in 0..reps {
-        cmd.dispatch(&pipeline, &sets[i as usize % sets.len()], &launch.push, groups)?;
-        cmd.barrier()?;
-    }
-    cmd.write_timestamp(&stamps, 1)?;
-    cmd.finish()?;
-    cmd.submit_and_wait()?;
-    cmd.submit_and_wait()?;
-    let seconds = elapsed(device, &stamps)? / f64::from(reps.max(1));
+    let seconds = time_reps(device, 8, &|cmd, reps| {
+        for i in 0..reps {
+            cmd.dispatch(&pipeline, &sets[i as usize % sets.len()], &launch.push, groups)?;
+            cmd.barrier()?;
+        }
+        Ok(())
+    })?;
     Ok(Some(MatTiming { case, kernel: kernel.name(), seconds }))
 }

@@ -464,7 +464,9 @@ fn record(
 /// Refuses a kernel variant the device cannot run (a plan made for another device).
 fn check_variant(kernel: KernelId, info: &DeviceInfo) -> std::result::Result<(), String> {
     let runs = match kernel {
-        KernelId::MatMul(MatKind::VecSg { subgroup } | MatKind::VecWide { subgroup }, _) => info.subgroup_matvec() == Some(subgroup),
+        KernelId::MatMul(MatKind::VecSg { subgroup } | MatKind::VecWide { subgroup }, _) => {
+            info.subgroup_matvec() == Some(subgroup)
+        }
         KernelId::MatMul(MatKind::Coop { subgroup }, _) => info.coopmat_matmul() == Some(subgroup),
         _ => true,
     };

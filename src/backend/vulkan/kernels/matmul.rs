@@ -34,6 +34,16 @@ pub enum MatKind {
 }
 
 impl MatKind {
+    /// Every kind, subgroup sizes 0 (`KernelId::all` lists kernels from it).
+    pub const ALL: [MatKind; 6] = [
+        MatKind::Vec,
+        MatKind::VecSg { subgroup: 0 },
+        MatKind::VecWide { subgroup: 0 },
+        MatKind::Tiled,
+        MatKind::Coop { subgroup: 0 },
+        MatKind::Rows,
+    ];
+
     /// Up to this many output columns the vector (or rows) kernel is used.
     pub const VEC_MAX_COLS: usize = 8;
     /// Rows up to this long take the rows kernel when the vector kernel would be used.
@@ -122,7 +132,9 @@ impl Variants {
                 kinds.push(MatKind::Vec);
                 kinds
             }
-            MatKind::Tiled => self.coopmat.map(|subgroup| MatKind::Coop { subgroup }).into_iter().chain([MatKind::Tiled]).collect(),
+            MatKind::Tiled => {
+                self.coopmat.map(|subgroup| MatKind::Coop { subgroup }).into_iter().chain([MatKind::Tiled]).collect()
+            }
             kind => vec![kind],
         }
     }
@@ -224,4 +236,25 @@ pub fn launch(
         MatKind::Rows => Grid::Mat { rows: 64, cols: 1 },
     };
     Ok(Launch { kernel: KernelId::MatMul(kind, wt), push, grid, grid_input: None })
+}
+
+#[cfg(test)]
+mod tests {
+    use super::MatKind;
+
+    /// `ALL` holds every kind: a kind added to the enum but not to `ALL` fails here (the match
+    /// is exhaustive, so a new kind must be given a position too).
+    #[test]
+    fn all_lists_every_kind_once() {
+        let position = |k: MatKind| match k {
+            MatKind::Vec => 0,
+            MatKind::VecSg { .. } => 1,
+            MatKind::VecWide { .. } => 2,
+            MatKind::Tiled => 3,
+            MatKind::Coop { .. } => 4,
+            MatKind::Rows => 5,
+        };
+        let positions: Vec<usize> = MatKind::ALL.iter().map(|&k| position(k)).collect();
+        assert_eq!(positions, (0..MatKind::ALL.len()).collect::<Vec<_>>());
+    }
 }

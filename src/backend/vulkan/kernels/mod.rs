@@ -63,6 +63,9 @@ pub enum KernelId {
     /// RMS_NORM then ROPE of its output, in one dispatch.
     RmsNormRope,
     FlashAttn,
+    /// 16-byte words from input 1 to the output: the copy bandwidth `hrx bench --kernels`
+    /// compares products with; no graph node runs it.
+    Copy,
 }
 
 impl KernelId {
@@ -70,14 +73,7 @@ impl KernelId {
     pub fn all() -> Vec<KernelId> {
         let mut all = Vec::new();
         for w in WType::ALL {
-            let kinds = [
-                MatKind::Vec,
-                MatKind::VecSg { subgroup: 0 },
-                MatKind::Tiled,
-                MatKind::Coop { subgroup: 0 },
-                MatKind::Rows,
-            ];
-            all.extend(kinds.map(|kind| KernelId::MatMul(kind, w)));
+            all.extend(MatKind::ALL.map(|kind| KernelId::MatMul(kind, w)));
             all.extend([KernelId::GetRows(w, false), KernelId::GetRows(w, true)]);
         }
         all.extend([BinaryOp::Add, BinaryOp::Mul, BinaryOp::SwiGlu].map(KernelId::Binary));
@@ -89,6 +85,7 @@ impl KernelId {
             KernelId::Rope,
             KernelId::RmsNormRope,
             KernelId::FlashAttn,
+            KernelId::Copy,
         ]);
         all
     }
@@ -130,6 +127,7 @@ impl KernelId {
             KernelId::Rope => "rope",
             KernelId::RmsNormRope => "rms_norm_rope",
             KernelId::FlashAttn => "flash_attn",
+            KernelId::Copy => "copy",
         }
     }
 
@@ -176,6 +174,7 @@ impl KernelId {
             KernelId::Rope => rope::PUSH_WORDS,
             KernelId::RmsNormRope => rope::PUSH_WORDS + 2,
             KernelId::FlashAttn => attn::PUSH_WORDS,
+            KernelId::Copy => 1,
         }
     }
 
@@ -400,7 +399,10 @@ pub fn select_fused(
         (Op::MatMul, Op::Add, Some(w)) => {
             let wt = WType::from_dtype(w.dtype)?;
             let kinds = variants.mat_kinds(w.ne[0], out.ne[1] * out.ne[2] * out.ne[3]);
-            return kinds.into_iter().map(|kind| KernelId::MatMul(kind, wt)).find(|&k| launch(k, &[first, reader], ins, out, dynamic).is_ok());
+            return kinds
+                .into_iter()
+                .map(|kind| KernelId::MatMul(kind, wt))
+                .find(|&k| launch(k, &[first, reader], ins, out, dynamic).is_ok());
         }
         (Op::RmsNorm { .. }, Op::Rope { .. }, _) => KernelId::RmsNormRope,
         _ => return None,
@@ -480,4 +482,29 @@ fn launch_norm_rope(
     launch.kernel = KernelId::RmsNormRope;
     launch.grid = Grid::Rows;
     Ok(launch)
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    /// The kernel table and the kernels agree: every kernel's module is embedded, every
+    /// embedded module is some kernel's, and every kernel comes back from what a plan records
+    /// of it (its name and subgroup size).
+    #[test]
+    fn kernels_modules_and_plans_agree() {
+        let all = KernelId::all();
+        for &id in &all {
+            assert!(shaders::spirv(&id.module()).is_some(), "{id:?}: no module {}", id.module());
+            let id = match id {
+                KernelId::MatMul(kind, w) => KernelId::MatMul(kind.with_subgroup(32).unwrap_or(kind), w),
+                other => other,
+            };
+            let planned = crate::hrx::Kernel { name: id.name(), subgroup: id.subgroup(), splits: Vec::new() };
+            assert_eq!(KernelId::from_plan(&planned), Some(id), "{}", id.name());
+        }
+        for (module, _) in shaders::MODULES.iter() {
+            assert!(all.iter().any(|k| k.module() == *module), "module {module} is no kernel's");
+        }
+    }
 }
