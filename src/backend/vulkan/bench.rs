@@ -125,7 +125,7 @@ pub fn copy_bandwidth(device: &Device, ks: &KernelSet, bytes: u64) -> Result<f64
     let per_copy = time_reps(device, 4, &|cmd, reps| {
         for _ in 0..reps {
             cmd.dispatch(&pipeline, &set, &[words], groups)?;
-            cmd.barrier()?;
+            cmd.compute_barrier()?;
         }
         Ok(())
     })?;
@@ -169,7 +169,7 @@ pub fn time_matmul(device: &Device, ks: &KernelSet, case: MatCase, kind: MatKind
     let seconds = time_reps(device, 8, &|cmd, reps| {
         for i in 0..reps {
             cmd.dispatch(&pipeline, &sets[i as usize % sets.len()], &launch.push, groups)?;
-            cmd.barrier()?;
+            cmd.compute_barrier()?;
         }
         Ok(())
     })?;

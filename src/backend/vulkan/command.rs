@@ -245,6 +245,20 @@ impl CommandBuffer {
         Ok(())
     }
 
+    /// Makes the writes of the compute dispatches recorded so far visible to the compute
+    /// dispatches recorded after: the barrier between two dependent nodes of a graph. Lighter
+    /// than `barrier` (no transfer or indirect-command stages): a driver need not stall its
+    /// command processor, which fetches the next dispatches' indirect arguments ahead.
+    pub fn compute_barrier(&mut self) -> Result<()> {
+        self.expect(State::Recording, "a barrier")?;
+        self.memory_barrier(
+            vk::PipelineStageFlags::COMPUTE_SHADER,
+            vk::PipelineStageFlags::COMPUTE_SHADER,
+            vk::AccessFlags::SHADER_READ | vk::AccessFlags::SHADER_WRITE,
+        );
+        Ok(())
+    }
+
     fn memory_barrier(
         &mut self,
         src: vk::PipelineStageFlags,

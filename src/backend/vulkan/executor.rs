@@ -400,8 +400,10 @@ fn record(
             bound.push(out_window);
             let set = pool.bind_windows(&pipeline, &bound)?;
             // Profiling times each dispatch alone: a barrier before every one but the first.
+            // Between dispatches only compute waits for compute: the indirect arguments and run
+            // sizes were made visible once, by the barrier after their upload.
             if wait || (timestamps.is_some() && !launches.is_empty()) {
-                cmd.barrier()?;
+                cmd.compute_barrier()?;
                 barriers += 1;
                 wait = false;
             }
