@@ -18,7 +18,14 @@ layout(push_constant) uniform Params {
     uint w_nb1;    // bytes per row of w
     uint r_off;    // a residual r added to d (laid out as d, from float r_off); NO_RESIDUAL: none
     uint tpr;      // mul_mat_vec_wide: threads per row (64 or 128)
+    uint pro_mode; // mul_mat_vec_wide: x computed from its producer's inputs (PRO_*)
+    uint pro_off;  // float offset of the producer's second input (binding 4)
+    float pro_eps; // PRO_RMS_NORM: epsilon
 } p;
+
+#define PRO_NONE 0u
+#define PRO_RMS_NORM 1u // x = rms_norm(x') * w, x' bound as x, w at binding 4
+#define PRO_SWIGLU 2u   // x = silu(gate) * up, the gate bound as x, up at binding 4 laid out as it
 
 #define NO_RESIDUAL 0xFFFFFFFFu
 

@@ -9,6 +9,10 @@
 // across the row's subgroups through shared memory. A workgroup of 128 threads computes
 // 128 / T row groups of ROWS rows; grid-stride loops over row groups (x) and columns (y).
 // Needs subgroups of at most T lanes whose size divides T (the registry checks).
+//
+// A producer may be folded in (p.pro_mode): x is then computed as it is loaded, from the
+// producer's inputs (an RMS norm of the column, its scale reduced once per column by the whole
+// workgroup; or silu(gate) * up), so the producer needs no dispatch of its own.
 
 #include "common.glsl"
 #include "mul_mat_params.glsl"
@@ -21,6 +25,9 @@ layout(local_size_x = 128) in;
 
 layout(set = 0, binding = 1) readonly buffer W4 { uvec4 w_vec4[]; };
 layout(set = 0, binding = 2) readonly buffer X4 { vec4 x_vec4[]; };
+// The folded producer's second input: the norm weight, or up.
+layout(set = 0, binding = 4) readonly buffer P { float pv[]; };
+layout(set = 0, binding = 4) readonly buffer P4 { vec4 pv_vec4[]; };
 
 // One partial sum per subgroup and row (subgroups of at least 4 lanes).
 shared float partial[WG / 4u][ROWS];
@@ -30,6 +37,49 @@ vec4 x4(uint i) {
         return x_vec4[i >> 2u];
     }
     return vec4(x[i], x[i + 1u], x[i + 2u], x[i + 3u]);
+}
+
+vec4 p4(uint i) {
+    if ((i & 3u) == 0u) {
+        return pv_vec4[i >> 2u];
+    }
+    return vec4(pv[i], pv[i + 1u], pv[i + 2u], pv[i + 3u]);
+}
+
+// The RMS norm's scale of the current column (PRO_RMS_NORM).
+float col_scale = 1.0;
+
+// x values k..k+3 of the column at float offset xo, its producer applied.
+vec4 xk(uint xo, uint k) {
+    vec4 v = x4(xo + k);
+    if (p.pro_mode == PRO_RMS_NORM) {
+        return v * col_scale * p4(p.pro_off + k);
+    }
+    if (p.pro_mode == PRO_SWIGLU) {
+        return v / (1.0 + exp(-v)) * p4(p.pro_off + xo - p.x_nb.x + k);
+    }
+    return v;
+}
+
+// 1 / sqrt(mean(x^2) + eps) of the column at xo, by the whole workgroup (uniform control
+// flow: every invocation calls it).
+float rms_scale(uint xo) {
+    float ss = 0.0;
+    for (uint k = gl_LocalInvocationID.x * 4u; k < p.K; k += WG * 4u) {
+        vec4 v = x4(xo + k);
+        ss += dot(v, v);
+    }
+    ss = subgroupAdd(ss);
+    if (gl_SubgroupInvocationID == 0u) {
+        partial[gl_SubgroupID][0] = ss;
+    }
+    barrier();
+    float total = 0.0;
+    for (uint i = 0u; i < gl_NumSubgroups; i++) {
+        total += partial[i][0];
+    }
+    barrier();
+    return inversesqrt(total / float(p.K) + p.pro_eps);
 }
 
 vec4 nibbles_lo(uint q) {
@@ -63,14 +113,14 @@ void unit_dot(uint row0, uint rows, uint u, uint xo, inout float acc[ROWS]) {
     uint b = u / 8u;
     uint j = u % 8u;
     uint c = j / 2u;
-    uint xi = xo + b * 256u + 64u * c + 16u * (j % 2u);
+    uint ki = b * 256u + 64u * c + 16u * (j % 2u);
     vec4 xl[4];
     vec4 xh[4];
     float sum_l = 0.0;
     float sum_h = 0.0;
     for (uint i = 0u; i < 4u; i++) {
-        xl[i] = x4(xi + 4u * i);
-        xh[i] = x4(xi + 32u + 4u * i);
+        xl[i] = xk(xo, ki + 4u * i);
+        xh[i] = xk(xo, ki + 32u + 4u * i);
         sum_l += dot(xl[i], vec4(1.0));
         sum_h += dot(xh[i], vec4(1.0));
     }
@@ -100,11 +150,11 @@ void unit_dot(uint row0, uint rows, uint u, uint xo, inout float acc[ROWS]) {
     uint b = u / 8u;
     uint n = (u % 8u) / 4u;
     uint l0 = (u % 4u) * 8u;
-    uint xi = xo + b * 256u + 128u * n + l0;
+    uint ki = b * 256u + 128u * n + l0;
     vec4 xv[8];
     for (uint t = 0u; t < 4u; t++) {
-        xv[2u * t] = x4(xi + 32u * t);
-        xv[2u * t + 1u] = x4(xi + 32u * t + 4u);
+        xv[2u * t] = xk(xo, ki + 32u * t);
+        xv[2u * t + 1u] = xk(xo, ki + 32u * t + 4u);
     }
     for (uint r = 0u; r < ROWS; r++) {
         uint blk = p.w_off + min(row0 + r, rows - 1u) * p.w_nb1 + b * 210u;
@@ -135,10 +185,9 @@ void unit_dot(uint row0, uint rows, uint u, uint xo, inout float acc[ROWS]) {
 #define UNIT_BLOCKS 1u
 
 void unit_dot(uint row0, uint rows, uint u, uint xo, inout float acc[ROWS]) {
-    uint xi = xo + 32u * u;
     vec4 xv[8];
     for (uint i = 0u; i < 8u; i++) {
-        xv[i] = x4(xi + 4u * i);
+        xv[i] = xk(xo, 32u * u + 4u * i);
     }
     for (uint r = 0u; r < ROWS; r++) {
         uint blk = p.w_off + min(row0 + r, rows - 1u) * p.w_nb1 + u * 34u;
@@ -155,10 +204,9 @@ void unit_dot(uint row0, uint rows, uint u, uint xo, inout float acc[ROWS]) {
 #define UNIT_BLOCKS 1u
 
 void unit_dot(uint row0, uint rows, uint u, uint xo, inout float acc[ROWS]) {
-    uint xi = xo + 32u * u;
     vec4 xv[8];
     for (uint i = 0u; i < 8u; i++) {
-        xv[i] = x4(xi + 4u * i);
+        xv[i] = xk(xo, 32u * u + 4u * i);
     }
     for (uint r = 0u; r < ROWS; r++) {
         uint row = p.w_off + min(row0 + r, rows - 1u) * p.w_nb1;
@@ -186,6 +234,9 @@ void main() {
     uint sg_first = rg * sg_count;
     for (uint c = gl_WorkGroupID.y; c < cols; c += gl_NumWorkGroups.y) {
         uvec2 off = column_offsets(c, ne);
+        if (p.pro_mode == PRO_RMS_NORM) {
+            col_scale = rms_scale(off.x);
+        }
         for (uint g = gl_WorkGroupID.x; g < n_groups; g += gl_NumWorkGroups.x) {
             uint row0 = g * rows_per_wg + rg * ROWS;
             float acc[ROWS];

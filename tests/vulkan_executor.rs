@@ -20,15 +20,20 @@ const MAX_T: usize = 20;
 
 /// The block and its output node.
 fn block() -> (Graph, NodeId) {
+    block_of(N, FF, MAX_T)
+}
+
+/// The block of width `n`, MLP `ff`, for up to `max_t` tokens.
+fn block_of(n: usize, ff: usize, max_t: usize) -> (Graph, NodeId) {
     let mut g = Graph::new("block");
-    let t = g.symbol("tokens", MAX_T);
+    let t = g.symbol("tokens", max_t);
     let dyn_t = Some(DynAxis { axis: 1, sym: t, num: 1, den: 1 });
-    let x = g.input("x", DType::F32, [N, MAX_T, 1, 1], dyn_t).unwrap();
-    let norm = g.weight("norm", DType::F32, [N, 1, 1, 1]).unwrap();
-    let gate = g.weight("gate", DType::Q4K, [N, FF, 1, 1]).unwrap();
-    let up = g.weight("up", DType::Q6K, [N, FF, 1, 1]).unwrap();
-    let down = g.weight("down", DType::Q8_0, [FF, N, 1, 1]).unwrap();
-    let proj = g.weight("proj", DType::F16, [N, N, 1, 1]).unwrap();
+    let x = g.input("x", DType::F32, [n, max_t, 1, 1], dyn_t).unwrap();
+    let norm = g.weight("norm", DType::F32, [n, 1, 1, 1]).unwrap();
+    let gate = g.weight("gate", DType::Q4K, [n, ff, 1, 1]).unwrap();
+    let up = g.weight("up", DType::Q6K, [n, ff, 1, 1]).unwrap();
+    let down = g.weight("down", DType::Q8_0, [ff, n, 1, 1]).unwrap();
+    let proj = g.weight("proj", DType::F16, [n, n, 1, 1]).unwrap();
     let h = g.rms_norm(x, norm, 1e-6, "norm").unwrap();
     let a = g.matmul(gate, h, "gate").unwrap();
     let b = g.matmul(up, h, "up").unwrap();
@@ -42,13 +47,17 @@ fn block() -> (Graph, NodeId) {
 }
 
 fn weights(rng: &mut Rng) -> Arc<GgufFile> {
+    weights_of(rng, N, FF)
+}
+
+fn weights_of(rng: &mut Rng, width: usize, ff: usize) -> Arc<GgufFile> {
     let mut w = GgufWriter::new();
     for (name, dtype, k, n) in [
-        ("norm", DType::F32, N, 1),
-        ("gate", DType::Q4K, N, FF),
-        ("up", DType::Q6K, N, FF),
-        ("down", DType::Q8_0, FF, N),
-        ("proj", DType::F16, N, N),
+        ("norm", DType::F32, width, 1),
+        ("gate", DType::Q4K, width, ff),
+        ("up", DType::Q6K, width, ff),
+        ("down", DType::Q8_0, ff, width),
+        ("proj", DType::F16, width, width),
     ] {
         let row = dtype.row_bytes(k as u64).unwrap() as usize;
         let mut data = vec![0u8; row * n];
@@ -63,6 +72,46 @@ fn weights(rng: &mut Rng) -> Arc<GgufFile> {
         w.add_tensor(name, dtype, &shape, data).unwrap();
     }
     Arc::new(GgufFile::from_bytes("block.gguf", w.to_bytes()).unwrap())
+}
+
+/// A decode step of the block on the device's own kernels: the norm and the SwiGLU are folded
+/// into the products that read them (the wide mat-vec kernel computes them as it loads x), the
+/// residual ADD into the down product, and the result matches the CPU executor.
+#[test]
+fn a_decode_block_folds_its_norm_and_swiglu_into_the_products() {
+    let Some(dev) = vulkan_common::device() else { return };
+    let registry = VulkanRegistry::for_device(dev.info());
+    let (width, ff) = (512, 1024);
+    let (graph, out) = block_of(width, ff, 1);
+    let plan = Plan::new(graph.clone(), &registry).unwrap();
+    let census = plan.census();
+    let kernels: Vec<&String> = census.by_kernel.keys().map(|(_, k)| k).collect();
+    eprintln!("{kernels:?}");
+    if !kernels.iter().any(|k| k.starts_with("mul_mat_vec_wide")) {
+        eprintln!("no wide mat-vec kernel on {}: nothing folds", dev.info().name);
+        assert_eq!(census.fused, 0);
+        return;
+    }
+    // norm into gate and up, swiglu and the residual add into down: 8 compute nodes, 5
+    // dispatches (gate, up, down, the scale, the last product).
+    assert!(kernels.iter().any(|k| k.ends_with("(RMS_NORM+MUL_MAT)")), "{kernels:?}");
+    assert!(kernels.iter().any(|k| k.ends_with("(SWIGLU+MUL_MAT+ADD)")), "{kernels:?}");
+    assert_eq!((census.dispatches, census.fused), (5, 3), "{kernels:?}");
+    let mut rng = Rng::new(23);
+    let file = weights_of(&mut rng, width, ff);
+    let mut gpu = VulkanExecutor::new(&dev, vec![plan], std::slice::from_ref(&file)).unwrap();
+    assert_eq!(gpu.recording_stats()[0].dispatches, 5);
+    let mut cpu = CpuExecutor::new(vec![Plan::new(graph, &CpuRegistry).unwrap()], &[file], Kernels::Reference).unwrap();
+    for _ in 0..3 {
+        let x: Vec<f32> = rng.vec(width);
+        gpu.write_f32(PlanId(0), "x", 0, &x).unwrap();
+        cpu.f32_buffer(PlanId(0), "x").unwrap().copy_from_slice(&x);
+        gpu.run(PlanId(0), &[1]).unwrap();
+        cpu.run(PlanId(0), &[1]).unwrap();
+        let e = nmse(&gpu.output(PlanId(0), out, &[1]).unwrap(), cpu.output(PlanId(0), out, &[1]).unwrap());
+        eprintln!("folded decode block: nmse {e:.3e}");
+        assert!(e < 1e-9, "nmse {e}");
+    }
 }
 
 #[test]

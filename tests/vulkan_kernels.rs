@@ -8,7 +8,7 @@ mod vulkan_common;
 use hrx::backend::cpu::tensor::{Data, In, Out};
 use hrx::backend::cpu::{execute, Kernels};
 use hrx::backend::vulkan::kernels::{
-    self, Dyn, KernelId, KernelSet, Launch, MatKind, Operand, Variants, WIDE_MAX_SUBGROUP,
+    self, Dyn, KernelId, KernelSet, Launch, MatKind, Operand, Ops, Variants, WIDE_MAX_SUBGROUP,
 };
 use hrx::backend::vulkan::{CommandBuffer, DescriptorPool, Location};
 use hrx::graph::{contiguous_strides, Gelu, Op, RopeKind};
@@ -740,7 +740,7 @@ fn rms_norm_then_rope_in_one_kernel() {
         let rope = Op::Rope { kind: kind.clone(), theta: 1_000_000.0, n_dims };
         let launch = kernels::launch(
             KernelId::RmsNormRope,
-            &[&norm, &rope],
+            Ops { fused: Some(&rope), ..Ops::single(&norm) },
             &[x.operand(), w.operand(), i32_operand([n, comps, 1, 1])],
             &out.operand(),
             None,

@@ -60,7 +60,7 @@ fn supported_nodes_go_to_the_gpu_the_rest_to_the_cpu() {
     match &plan.placements[y.0] {
         Placement::Fused { into } => {
             assert_eq!(*into, down);
-            assert!(matches!(&plan.placements[down.0], Placement::Run { fused: Some(r), .. } if *r == y));
+            assert!(matches!(&plan.placements[down.0], Placement::Run { group, .. } if group.fused == Some(y)));
         }
         _ => assert_eq!(kernel_of(&plan, y), (Device::Gpu, "add")),
     }

@@ -1,8 +1,8 @@
 //! Arena planning by lifetimes: each transient storage lives from its producer to the last
 //! reader of it or of any alias of it; storages whose lifetimes do not overlap share bytes.
-//! A node whose value has one reader that the backend fuses with it, reserving the bytes
-//! (`Fusion::reserve`), keeps its inputs alive through that reader too: the fused kernel writes
-//! the reader's output while the node's inputs are still being read, so that output must not
+//! A node computed inside a later node's dispatch (a fused pair that reserves its bytes, a
+//! producer folded into its readers) keeps its inputs alive through that dispatch too: the
+//! dispatch writes its output while those inputs are still being read, so that output must not
 //! take their bytes.
 
 use super::{Class, Import, Loc};
@@ -12,32 +12,22 @@ use crate::graph::{Graph, NodeId, Op};
 pub const ALIGN: usize = 256;
 
 /// Addresses of every value and the arena size.
-pub fn assign(graph: &Graph, import: &Import, reserved: &dyn Fn(NodeId, NodeId) -> bool) -> (Vec<Option<Loc>>, usize) {
+/// `keep_alive`: values read until a later node than their last reader (node index): the
+/// inputs of a node computed inside a later node's dispatch.
+pub fn assign(graph: &Graph, import: &Import, keep_alive: &[(NodeId, usize)]) -> (Vec<Option<Loc>>, usize) {
     let n = graph.nodes.len();
     // Lifetime of each owner's storage: [first, last] node index.
     let mut last_use: Vec<usize> = (0..n).collect();
-    // The one reader of each value that has exactly one (graph outputs have another).
-    let mut readers = vec![0usize; n];
-    let mut sole_reader: Vec<usize> = (0..n).collect();
     for (i, node) in graph.nodes.iter().enumerate() {
-        for input in &node.inputs {
-            readers[input.0] += 1;
-            sole_reader[input.0] = i;
-        }
-    }
-    for out in &graph.outputs {
-        readers[out.0] += 1;
-    }
-    for (i, node) in graph.nodes.iter().enumerate() {
-        let until = if readers[i] == 1 && sole_reader[i] > i && reserved(NodeId(i), NodeId(sole_reader[i])) {
-            sole_reader[i]
-        } else {
-            i
-        };
         for input in &node.inputs {
             if let Some(owner) = import.storage_owner[input.0] {
-                last_use[owner.0] = last_use[owner.0].max(until);
+                last_use[owner.0] = last_use[owner.0].max(i);
             }
+        }
+    }
+    for &(value, until) in keep_alive {
+        if let Some(owner) = import.storage_owner[value.0] {
+            last_use[owner.0] = last_use[owner.0].max(until);
         }
     }
     for out in &graph.outputs {

@@ -98,6 +98,57 @@ impl fmt::Display for Kernel {
     }
 }
 
+/// The nodes one dispatch computes: `node`; `folded`, the producer of one of `node`'s inputs,
+/// computed inside the dispatch from the producer's own inputs instead of read (a norm or an
+/// activation done on the fly as a product loads its input); `fused`, the one reader of
+/// `node`'s value, whose output the dispatch writes (a residual ADD done in the store).
+#[derive(Clone, Copy, Debug, PartialEq, Eq)]
+pub struct Group {
+    pub node: NodeId,
+    pub folded: Option<NodeId>,
+    pub fused: Option<NodeId>,
+}
+
+impl Group {
+    pub fn single(node: NodeId) -> Group {
+        Group { node, folded: None, fused: None }
+    }
+
+    /// The values the dispatch reads, in the order kernels take them: `node`'s inputs (the
+    /// folded producer's value replaced by the producer's first input), then the fused
+    /// reader's inputs other than `node`'s value, then the folded producer's other inputs.
+    pub fn inputs(&self, graph: &Graph) -> Vec<NodeId> {
+        let folded = self.folded.map(|f| &graph.node(f).inputs);
+        let mut ins: Vec<NodeId> = graph
+            .node(self.node)
+            .inputs
+            .iter()
+            .map(|&i| match folded {
+                Some(f_ins) if Some(i) == self.folded => f_ins[0],
+                _ => i,
+            })
+            .collect();
+        if let Some(r) = self.fused {
+            ins.extend(graph.node(r).inputs.iter().filter(|&&i| i != self.node));
+        }
+        if let Some(f) = folded {
+            ins.extend(f.iter().skip(1));
+        }
+        ins
+    }
+
+    /// The value the dispatch writes.
+    pub fn output(&self) -> NodeId {
+        self.fused.unwrap_or(self.node)
+    }
+
+    /// Its ops in dataflow order, `RMS_NORM+MUL_MAT+ADD`.
+    pub fn ops(&self, graph: &Graph) -> String {
+        let nodes = self.folded.into_iter().chain([self.node]).chain(self.fused);
+        nodes.map(|n| graph.node(n).op.name()).collect::<Vec<_>>().join("+")
+    }
+}
+
 /// What the plan does with a node.
 #[derive(Clone, Debug, PartialEq)]
 pub enum Placement {
@@ -107,22 +158,26 @@ pub enum Placement {
     Elided,
     /// A layout window on external storage without an alias source (rule 3).
     Skipped,
-    /// A compute node and the kernel that runs it. With `fused`, the same dispatch also
-    /// computes that node (the one reader of this node's value) and writes its output.
-    Run { device: Device, kernel: Kernel, fused: Option<NodeId> },
-    /// A compute node computed by the dispatch of node `into`.
+    /// A compute node and the kernel that runs it: a dispatch computing `group` (this node,
+    /// perhaps with a folded producer and a fused reader).
+    Run { device: Device, kernel: Kernel, group: Group },
+    /// A compute node whose output the dispatch of node `into` writes (its fused reader).
     Fused { into: NodeId },
+    /// A compute node computed inside the dispatch of each of its readers `into`, from its own
+    /// inputs; nothing writes its value.
+    Folded { into: Vec<NodeId> },
     /// A transient window nobody fills (rule 4): the plan fails, naming it.
     Refused,
 }
 
-/// How a backend runs a node and the one node reading its value as one dispatch.
+/// How a backend runs a group of nodes as one dispatch.
 #[derive(Clone, Debug, PartialEq)]
 pub struct Fusion {
     pub kernel: Kernel,
-    /// The arena keeps the node's inputs alive through the reader, so the pair always fuses.
-    /// Otherwise it fuses only where the arena happens to place the reader's output clear of
-    /// the node's inputs (keeping every input alive may cost too much memory).
+    /// For a fused reader: the arena keeps the node's inputs alive through the reader, so the
+    /// pair always fuses. Otherwise it fuses only where the arena happens to place the reader's
+    /// output clear of the node's inputs (keeping every input alive may cost too much memory).
+    /// A folded producer's inputs are always kept alive through its last reader.
     pub reserve: bool,
 }
 
@@ -147,11 +202,11 @@ pub trait Registry {
     fn device(&self) -> Device;
     /// The kernel for node `id`, or None to leave the node to the CPU.
     fn kernel(&self, graph: &Graph, id: NodeId) -> Option<Kernel>;
-    /// The dispatch running node `id` and `reader` (the one node reading its value, dispatched
-    /// right after it) together, writing `reader`'s output while still reading `id`'s inputs;
-    /// None where the backend has none. The fused dispatch binds `id`'s inputs, then
-    /// `reader`'s inputs other than `id`'s value.
-    fn fuse(&self, _graph: &Graph, _id: NodeId, _reader: NodeId) -> Option<Fusion> {
+    /// The dispatch computing `group` (a node with a folded producer or a fused reader, or
+    /// both; the dispatch binds `Group::inputs` and writes `Group::output`), where the backend
+    /// has one. The planner asks for a fused reader only when it is dispatched right after the
+    /// node and is the one reader of its value, and folds a producer into every reader or none.
+    fn group(&self, _graph: &Graph, _group: Group) -> Option<Fusion> {
         None
     }
 }
@@ -310,26 +365,38 @@ impl Plan {
                     }
                 }
             } else {
+                let group = Group::single(id);
                 match registry.kernel(&graph, id) {
-                    Some(kernel) => Placement::Run { device: registry.device(), kernel, fused: None },
-                    None => Placement::Run { device: Device::Cpu, kernel: Kernel::named(node.op.name()), fused: None },
+                    Some(kernel) => Placement::Run { device: registry.device(), kernel, group },
+                    None => Placement::Run { device: Device::Cpu, kernel: Kernel::named(node.op.name()), group },
                 }
             };
             placements.push(placement);
         }
+        let folds = fold_producers(&graph, &mut placements, registry);
         let fusions = candidate_fusions(&graph, &placements, registry);
-        let reserved: HashSet<(NodeId, NodeId)> =
-            fusions.iter().filter(|(_, _, f)| f.reserve).map(|&(a, b, _)| (a, b)).collect();
-        let (locs, arena_bytes) = arena::assign(&graph, &import, &|id, reader| reserved.contains(&(id, reader)));
+        // A dispatch reads the inputs of every node it computes while it writes its output: those
+        // inputs stay alive through it (a folded producer's through its last reader, a fused
+        // pair's through the reader where it reserves).
+        let mut keep_alive: Vec<(NodeId, usize)> = Vec::new();
+        for &(producer, last) in &folds {
+            keep_alive.extend(graph.node(producer).inputs.iter().map(|&i| (i, last.0)));
+        }
+        for (first, reader, _) in fusions.iter().filter(|(_, _, f)| f.reserve) {
+            let Placement::Run { group, .. } = &placements[first.0] else { continue };
+            keep_alive.extend(group.inputs(&graph).into_iter().map(|i| (i, reader.0)));
+        }
+        let (locs, arena_bytes) = arena::assign(&graph, &import, &keep_alive);
         let mut plan = Plan { graph, import, placements, locs, arena_bytes };
         for (first, reader, fusion) in fusions {
-            // The fused dispatch writes the reader's output while the first node's inputs are
-            // still read: never onto their bytes.
-            let clear = plan.graph.node(first).inputs.iter().all(|&input| !plan.may_overlap(input, reader));
-            if clear {
-                if let Placement::Run { kernel, fused, .. } = &mut plan.placements[first.0] {
+            let Placement::Run { group, .. } = &plan.placements[first.0] else { continue };
+            let group = Group { fused: Some(reader), ..*group };
+            // The fused dispatch writes the reader's output while the nodes' inputs are still
+            // read: never onto their bytes.
+            if plan.output_clear_of_inputs(group) {
+                if let Placement::Run { kernel, group: g, .. } = &mut plan.placements[first.0] {
                     *kernel = fusion.kernel;
-                    *fused = Some(reader);
+                    *g = group;
                 }
                 plan.placements[reader.0] = Placement::Fused { into: first };
             }
@@ -359,28 +426,21 @@ impl Plan {
                 Placement::Elided => c.elided += 1,
                 Placement::Skipped => c.skipped += 1,
                 Placement::Refused => c.refused += 1,
-                Placement::Fused { .. } => c.fused += 1,
-                Placement::Run { device, kernel, fused } => {
+                Placement::Fused { .. } | Placement::Folded { .. } => c.fused += 1,
+                Placement::Run { device, kernel, group } => {
                     c.dispatches += kernel.dispatches();
                     let variant = kernel.subgroup.map(|s| format!(" (subgroup {s})")).unwrap_or_default();
-                    let name = match fused {
-                        Some(reader) => format!(
-                            "{}{variant} ({}+{})",
-                            kernel.name,
-                            node.op.name(),
-                            self.graph.node(*reader).op.name()
-                        ),
+                    let name = match group.folded.or(group.fused) {
+                        Some(_) => format!("{}{variant} ({})", kernel.name, group.ops(&self.graph)),
                         None => format!("{}{variant}", kernel.name),
                     };
                     *c.by_kernel.entry((device.name().to_owned(), name)).or_default() += kernel.dispatches();
                 }
             }
-            // A fused node runs on its dispatch's device.
+            // A fused or folded node runs on its dispatch's device.
             let device = match p {
-                Placement::Fused { into } => match &self.placements[into.0] {
-                    Placement::Run { device, .. } => Some(device),
-                    _ => None,
-                },
+                Placement::Fused { into } => self.device_of(*into),
+                Placement::Folded { into } => into.first().and_then(|&r| self.device_of(r)),
                 Placement::Run { device, .. } => Some(device),
                 _ => None,
             };
@@ -393,6 +453,20 @@ impl Plan {
             }
         }
         c
+    }
+
+    /// The device of node `id`'s dispatch, where it runs one.
+    fn device_of(&self, id: NodeId) -> Option<&Device> {
+        match &self.placements[id.0] {
+            Placement::Run { device, .. } => Some(device),
+            _ => None,
+        }
+    }
+
+    /// Whether the output of a dispatch computing `group` shares no bytes with the values it
+    /// reads (it writes while other workgroups still read them).
+    fn output_clear_of_inputs(&self, group: Group) -> bool {
+        group.inputs(&self.graph).into_iter().all(|input| !self.may_overlap(input, group.output()))
     }
 
     /// Each dispatch a run records, in order: the kernel's name (a split product once per row
@@ -425,8 +499,51 @@ impl Plan {
     }
 }
 
+/// Folds producers into their readers where the registry has kernels for every reader:
+/// each reader's dispatch computes the producer's value from the producer's inputs. A graph
+/// output is never folded (nothing would write it). Returns each folded producer with its last
+/// reader (its inputs must live until then).
+fn fold_producers(graph: &Graph, placements: &mut [Placement], registry: &dyn Registry) -> Vec<(NodeId, NodeId)> {
+    let mut readers: Vec<Vec<NodeId>> = vec![Vec::new(); graph.nodes.len()];
+    for (i, node) in graph.nodes.iter().enumerate() {
+        for input in &node.inputs {
+            readers[input.0].push(NodeId(i));
+        }
+    }
+    let on_device = |p: &Placement| matches!(p, Placement::Run { device, .. } if *device == registry.device());
+    let mut folds = Vec::new();
+    for p in 0..graph.nodes.len() {
+        let producer = NodeId(p);
+        let rs = &readers[p];
+        let foldable = on_device(&placements[p])
+            && !rs.is_empty()
+            && !graph.outputs.contains(&producer)
+            && rs.iter().all(|r| {
+                matches!(&placements[r.0], Placement::Run { group, .. } if on_device(&placements[r.0]) && group.folded.is_none())
+                    && graph.node(*r).inputs.iter().filter(|&&i| i == producer).count() == 1
+            });
+        if !foldable {
+            continue;
+        }
+        let kernels: Option<Vec<Kernel>> = rs
+            .iter()
+            .map(|&r| registry.group(graph, Group { folded: Some(producer), ..Group::single(r) }).map(|f| f.kernel))
+            .collect();
+        let Some(kernels) = kernels else { continue };
+        for (&r, k) in rs.iter().zip(kernels) {
+            if let Placement::Run { kernel, group, .. } = &mut placements[r.0] {
+                *kernel = k;
+                group.folded = Some(producer);
+            }
+        }
+        placements[p] = Placement::Folded { into: rs.clone() };
+        folds.push((producer, *rs.iter().max_by_key(|r| r.0).unwrap_or(&producer)));
+    }
+    folds
+}
+
 /// The pairs the registry fuses: a compute node whose value has one use, read by the next
-/// compute node placed on the same device.
+/// compute node placed on the same device (its folded producer, if any, stays with it).
 fn candidate_fusions(
     graph: &Graph,
     placements: &[Placement],
@@ -440,12 +557,19 @@ fn candidate_fusions(
     let mut out: Vec<(NodeId, NodeId, Fusion)> = Vec::new();
     for pair in runs.windows(2) {
         let (first, reader) = (NodeId(pair[0]), NodeId(pair[1]));
-        let same_device = matches!((&placements[pair[0]], &placements[pair[1]]), (Placement::Run { device: a, .. }, Placement::Run { device: b, .. }) if a == b && *a == registry.device());
+        let (Placement::Run { device: a, group, .. }, Placement::Run { device: b, group: reader_group, .. }) =
+            (&placements[pair[0]], &placements[pair[1]])
+        else {
+            continue;
+        };
         let taken = out.iter().any(|(a, b, _)| *a == first || *b == first);
-        if !same_device || taken || uses[first.0] != 1 || !graph.node(reader).inputs.contains(&first) {
+        if a != b || *a != registry.device() || reader_group.folded.is_some() || taken {
             continue;
         }
-        if let Some(fusion) = registry.fuse(graph, first, reader) {
+        if uses[first.0] != 1 || !graph.node(reader).inputs.contains(&first) {
+            continue;
+        }
+        if let Some(fusion) = registry.group(graph, Group { fused: Some(reader), ..*group }) {
             out.push((first, reader, fusion));
         }
     }
@@ -457,11 +581,17 @@ fn placement_str(p: &Placement) -> String {
         Placement::Bound => "bound (external)".to_owned(),
         Placement::Elided => "elided (alias)".to_owned(),
         Placement::Skipped => "skipped (external window, bound from its tensor)".to_owned(),
-        Placement::Run { device, kernel, fused: None } => format!("{}:{kernel}", device.name()),
-        Placement::Run { device, kernel, fused: Some(reader) } => {
-            format!("{}:{kernel} (with node {})", device.name(), reader.0)
+        Placement::Run { device, kernel, group } if group.folded.is_none() && group.fused.is_none() => {
+            format!("{}:{kernel}", device.name())
+        }
+        Placement::Run { device, kernel, group } => {
+            let with = group.folded.into_iter().chain(group.fused).map(|n| n.0.to_string()).collect::<Vec<_>>();
+            format!("{}:{kernel} (with node {})", device.name(), with.join(" and "))
         }
         Placement::Fused { into } => format!("fused into node {}", into.0),
+        Placement::Folded { into } => {
+            format!("folded into nodes {}", into.iter().map(|n| n.0.to_string()).collect::<Vec<_>>().join(", "))
+        }
         Placement::Refused => "refused (a transient window nobody fills)".to_owned(),
     }
 }

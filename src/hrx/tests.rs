@@ -190,8 +190,9 @@ impl Registry for FusesAll {
     fn kernel(&self, graph: &Graph, id: NodeId) -> Option<Kernel> {
         CpuRegistry.kernel(graph, id)
     }
-    fn fuse(&self, _: &Graph, _: NodeId, _: NodeId) -> Option<Fusion> {
-        Some(Fusion { kernel: Kernel::named("add_add"), reserve: self.reserve })
+    fn group(&self, _: &Graph, group: Group) -> Option<Fusion> {
+        // Only fused readers: every ADD of the chain reads the one before and the input.
+        group.folded.is_none().then(|| Fusion { kernel: Kernel::named("add_add"), reserve: self.reserve })
     }
 }
 
@@ -199,7 +200,7 @@ impl Registry for FusesAll {
 fn fused_pairs(plan: &Plan) -> Vec<(NodeId, NodeId)> {
     (0..plan.placements.len())
         .filter_map(|i| match plan.placements[i] {
-            Placement::Run { fused: Some(reader), .. } => {
+            Placement::Run { group: Group { fused: Some(reader), .. }, .. } => {
                 assert_eq!(plan.placements[reader.0], Placement::Fused { into: NodeId(i) });
                 Some((NodeId(i), reader))
             }

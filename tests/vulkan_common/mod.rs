@@ -3,7 +3,7 @@
 #![allow(dead_code)] // each test binary uses its own subset
 
 use hrx::backend::vulkan::kernels::{
-    self, Dyn, KernelId, KernelSet, Launch, MatKind, Operand, Variants, WType, BINDINGS,
+    self, Dyn, KernelId, KernelSet, Launch, MatKind, Operand, Ops, Variants, WType, BINDINGS,
 };
 use hrx::backend::vulkan::VkError;
 use hrx::backend::vulkan::{Buffer, CommandBuffer, DescriptorPool, Device, DeviceOptions, Location, Selection};
@@ -150,8 +150,8 @@ pub fn run(
 
 /// The portable kernel for `op` on these operands, as the registry selects it, and its launch.
 pub fn launch(op: &Op, ins: &[Operand], out: &Operand, dynamic: Option<Dyn>) -> Result<Launch, VkError> {
-    let kernel = kernels::select(op, ins, out, dynamic, &Variants::PORTABLE)?;
-    kernels::launch(kernel, &[op], ins, out, dynamic)
+    let kernel = kernels::select(Ops::single(op), ins, out, dynamic, &Variants::PORTABLE)?;
+    kernels::launch(kernel, Ops::single(op), ins, out, dynamic)
 }
 
 /// Matrix kernel `kind` on `w` and `x`, with `residual` added (a product fused with its ADD).
@@ -166,7 +166,13 @@ pub fn launch_mat(
     let wt = WType::from_dtype(w.dtype).ok_or_else(|| VkError::Invalid(format!("no matrix kernel for {}", w.dtype)))?;
     let kernel = KernelId::MatMul(kind, wt);
     match residual {
-        None => kernels::launch(kernel, &[&Op::MatMul], &[*w, *x], out, dynamic),
-        Some(r) => kernels::launch(kernel, &[&Op::MatMul, &Op::Add], &[*w, *x, *r], out, dynamic),
+        None => kernels::launch(kernel, Ops::single(&Op::MatMul), &[*w, *x], out, dynamic),
+        Some(r) => kernels::launch(
+            kernel,
+            Ops { fused: Some(&Op::Add), ..Ops::single(&Op::MatMul) },
+            &[*w, *x, *r],
+            out,
+            dynamic,
+        ),
     }
 }

@@ -109,8 +109,11 @@ impl CpuExecutor {
             for (i, p) in plan.placements.iter().enumerate() {
                 let cpu = matches!(
                     p,
-                    Placement::Run { device: Device::Cpu, fused: None, .. }
-                        | Placement::Bound
+                    Placement::Run {
+                        device: Device::Cpu,
+                        group: crate::hrx::Group { folded: None, fused: None, .. },
+                        ..
+                    } | Placement::Bound
                         | Placement::Elided
                         | Placement::Skipped
                 );

@@ -16,7 +16,7 @@ use super::command::CommandBuffer;
 use super::descriptor::DescriptorPool;
 use super::device::Device;
 use super::error::{Result, VkError};
-use super::kernels::{self, KernelId, KernelSet, MatKind, Operand, WType, BINDINGS};
+use super::kernels::{self, KernelId, KernelSet, MatKind, Operand, Ops, WType, BINDINGS};
 use super::memory::Location;
 use super::timestamps::TimestampPool;
 use crate::graph::Op;
@@ -141,7 +141,9 @@ pub fn time_matmul(device: &Device, ks: &KernelSet, case: MatCase, kind: MatKind
     let w_op = Operand::contiguous(case.dtype, [case.k, case.n, 1, 1], 0);
     let x_op = Operand::contiguous(DType::F32, [case.k, case.m, 1, 1], 0);
     let d_op = Operand::contiguous(DType::F32, [case.n, case.m, 1, 1], 0);
-    let Ok(launch) = kernels::launch(kernel, &[&Op::MatMul], &[w_op, x_op], &d_op, None) else { return Ok(None) };
+    let Ok(launch) = kernels::launch(kernel, Ops::single(&Op::MatMul), &[w_op, x_op], &d_op, None) else {
+        return Ok(None);
+    };
     let bytes = case.weight_bytes();
     // Copies of the weights, cycled so that mat-vec products read memory, not the cache.
     let copies = if case.m <= MatKind::VEC_MAX_COLS { CYCLE_BYTES.div_ceil(bytes.max(1)).clamp(1, 64) } else { 1 };

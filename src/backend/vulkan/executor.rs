@@ -25,7 +25,7 @@ use super::device::Device;
 use super::error::{Result, VkError};
 use super::hazard::{Access, Hazards};
 use super::info::DeviceInfo;
-use super::kernels::{self, KernelId, KernelSet, Launch, MatKind, Operand, BINDINGS, MAX_INPUTS};
+use super::kernels::{self, KernelId, KernelSet, Launch, MatKind, Operand, Ops, BINDINGS, MAX_INPUTS};
 use super::memory::Location;
 use super::profile::{KernelTimes, Profile};
 use super::timestamps::TimestampPool;
@@ -336,7 +336,7 @@ fn record(
     let mut launches = Vec::with_capacity(n_runs);
     let mut hazards = Hazards::default();
     for (i, node) in graph.nodes.iter().enumerate() {
-        let Placement::Run { kernel, fused, .. } = &plan.placements[i] else { continue };
+        let Placement::Run { kernel, group, .. } = &plan.placements[i] else { continue };
         let failed = |e: String| VkError::Invalid(format!("graph {} node {i} ({}): {e}", graph.name, node.name));
         let kernel_id = KernelId::from_plan(kernel)
             .ok_or_else(|| failed(format!("the plan names {kernel}, which this backend does not have")))?;
@@ -350,20 +350,15 @@ fn record(
             };
             Ok((buf, offset, graph.value(id).clone()))
         };
-        // A fused dispatch binds the first node's inputs, then the reader's other inputs, and
-        // writes the reader's output.
-        let mut input_ids = node.inputs.clone();
-        let mut ops = vec![&node.op];
-        if let Some(reader) = fused {
-            let r = graph.node(*reader);
-            input_ids.extend(r.inputs.iter().filter(|&&id| id.0 != i));
-            ops.push(&r.op);
-        }
+        // The group's inputs in the order its kernel takes them; its output.
+        let input_ids = group.inputs(graph);
+        let op = |id: NodeId| &graph.node(id).op;
+        let ops = Ops { node: &node.op, folded: group.folded.map(op), fused: group.fused.map(op) };
         if input_ids.len() > MAX_INPUTS {
             return Err(failed(format!("{} inputs", input_ids.len())));
         }
         let ins = input_ids.iter().map(|&id| locate(id)).collect::<Result<Vec<_>>>()?;
-        let out = locate(fused.unwrap_or(NodeId(i)))?;
+        let out = locate(group.output())?;
         // What the node reads and writes, whole: the row ranges of a split product read the
         // same input and disjoint weight rows and write disjoint output rows, so they need no
         // barrier between them (and the arena never gives a node's output the bytes of one of
@@ -388,16 +383,16 @@ fn record(
                 .collect::<Result<Vec<_>>>()?;
             let (out_window, out_op) = bind_window(out.0, out.1, &out.2, max_range, align).map_err(failed)?;
             let operands: Vec<Operand> = bound_ins.iter().map(|(_, o)| *o).collect();
-            let launch = kernels::launch(kernel_id, &ops, &operands, &out_op, out.2.dyn_axis.map(Into::into))
+            let launch = kernels::launch(kernel_id, ops, &operands, &out_op, out.2.dyn_axis.map(Into::into))
                 .map_err(|e| failed(e.to_string()))?;
             let pipeline = ks.pipeline(launch.kernel)?;
             let sizes_window = Window { buffer: sizes, offset: 0, range: args_at };
-            let mut bound = vec![sizes_window];
-            bound.extend(bound_ins.iter().map(|(w, _)| *w));
-            while bound.len() < BINDINGS as usize - 1 {
-                bound.push(sizes_window);
+            // Each input at its binding; the bindings nothing takes hold the sizes.
+            let mut bound = vec![sizes_window; BINDINGS as usize];
+            for (k, (w, _)) in bound_ins.iter().enumerate() {
+                bound[launch.slot(k) as usize] = *w;
             }
-            bound.push(out_window);
+            bound[BINDINGS as usize - 1] = out_window;
             let set = pool.bind_windows(&pipeline, &bound)?;
             // Profiling times each dispatch alone: a barrier before every one but the first.
             // Between dispatches only compute waits for compute: the indirect arguments and run

@@ -1,13 +1,13 @@
 //! Which graph nodes run on the GPU and with what, decided at plan time: a node is registered
 //! when a kernel takes its op, dtypes and layout (`kernels::select`), with the device's variant
 //! (`Variants`), the row ranges of a product whose weights exceed one storage-buffer window,
-//! and the pairs of nodes that run as one dispatch. Every other compute node is left to the
-//! CPU. The executor records exactly what the plan says.
+//! and the groups of nodes that run as one dispatch (fused readers, folded producers). Every
+//! other compute node is left to the CPU. The executor records exactly what the plan says.
 
 use super::info::DeviceInfo;
-use super::kernels::{self, KernelId, Operand, Variants};
+use super::kernels::{self, KernelId, MatKind, Operand, Ops, Variants};
 use crate::graph::{Graph, NodeId, Op};
-use crate::hrx::{Device, Fusion, Kernel, Registry};
+use crate::hrx::{Device, Fusion, Group, Kernel, Registry};
 
 /// What every Vulkan device guarantees: a storage-buffer window of 2^27 bytes, offsets aligned
 /// to at most 256 bytes (the portable registry plans splits with these).
@@ -93,8 +93,8 @@ impl Registry for VulkanRegistry {
             return None;
         }
         let ins: Vec<Operand> = node.inputs.iter().map(|&i| operand(graph, i)).collect();
-        match kernels::select(&node.op, &ins, &operand(graph, id), node.value.dyn_axis.map(Into::into), &self.variants)
-        {
+        let dynamic = node.value.dyn_axis.map(Into::into);
+        match kernels::select(Ops::single(&node.op), &ins, &operand(graph, id), dynamic, &self.variants) {
             Ok(k) => Some(kernel(k, self.splits(graph, id)?)),
             Err(why) => {
                 log::debug!("node {} ({}) stays on the CPU: {why}", id.0, node.name);
@@ -103,26 +103,30 @@ impl Registry for VulkanRegistry {
         }
     }
 
-    /// A product with the ADD of its output (the residual added in the product's store) and an
-    /// RMS_NORM with the ROPE of its output (`rms_norm_rope.comp`). The norm reserves its
-    /// inputs' bytes; a product fuses only where the arena happens to keep the ADD's output
-    /// clear of its input: keeping every product's input alive through its ADD would grow the
-    /// vision arena about twofold. A product split over row ranges does not fuse.
-    fn fuse(&self, graph: &Graph, id: NodeId, reader: NodeId) -> Option<Fusion> {
-        if !self.variants.fuse || !self.splits(graph, id)?.is_empty() {
+    /// What `kernels::select` runs as one dispatch: a product with the ADD of its output (the
+    /// residual added in the product's store), a decode product with the RMS norm or SwiGLU
+    /// that makes its input folded in (`mul_mat_vec_wide`), an RMS_NORM with the ROPE of its
+    /// output (`rms_norm_rope.comp`). The norm and products of a few columns reserve their
+    /// inputs' bytes; a product of many columns fuses its ADD only where the arena happens to
+    /// keep the output clear of its inputs: keeping every such input alive through its ADD
+    /// would grow the vision arena about twofold. A product split over row ranges neither folds
+    /// nor fuses.
+    fn group(&self, graph: &Graph, group: Group) -> Option<Fusion> {
+        if !self.variants.fuse || !self.splits(graph, group.node)?.is_empty() {
             return None;
         }
-        let (first, second) = (graph.node(id), graph.node(reader));
-        let mut ins: Vec<Operand> = first.inputs.iter().map(|&i| operand(graph, i)).collect();
-        ins.extend(second.inputs.iter().filter(|&&i| i != id).map(|&i| operand(graph, i)));
-        let k = kernels::select_fused(
-            &first.op,
-            &second.op,
-            &ins,
-            &operand(graph, reader),
-            second.value.dyn_axis.map(Into::into),
-            &self.variants,
-        )?;
-        Some(Fusion { kernel: kernel(k, Vec::new()), reserve: k == KernelId::RmsNormRope })
+        let ins: Vec<Operand> = group.inputs(graph).iter().map(|&i| operand(graph, i)).collect();
+        let op = |id: NodeId| &graph.node(id).op;
+        let ops = Ops { node: op(group.node), folded: group.folded.map(op), fused: group.fused.map(op) };
+        let out = group.output();
+        let dynamic = graph.value(out).dyn_axis.map(Into::into);
+        let k = kernels::select(ops, &ins, &operand(graph, out), dynamic, &self.variants).ok()?;
+        // Reserving costs the arena little for a norm or a few columns (decode), and makes
+        // those pairs fuse wherever they occur.
+        let few_columns = matches!(
+            k,
+            KernelId::MatMul(MatKind::Vec | MatKind::VecSg { .. } | MatKind::VecWide { .. } | MatKind::Rows, _)
+        );
+        Some(Fusion { kernel: kernel(k, Vec::new()), reserve: k == KernelId::RmsNormRope || few_columns })
     }
 }

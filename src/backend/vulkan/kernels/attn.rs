@@ -69,5 +69,5 @@ pub fn launch(
         None => push.push(u32::MAX),
     }
     push.push(scale.to_bits());
-    Ok(Launch { kernel: KernelId::FlashAttn, push, grid: Grid::Rows, grid_input: None })
+    Ok(Launch { kernel: KernelId::FlashAttn, push, grid: Grid::Rows, grid_input: None, slots: Vec::new() })
 }

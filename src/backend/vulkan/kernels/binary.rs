@@ -27,5 +27,11 @@ pub fn launch(op: BinaryOp, a: &Operand, b: &Operand, out: &Operand, dynamic: Op
     push.push(floats(b.offset, "b offset")?);
     push.push(floats(out.offset, "output offset")?);
     word(out.ne.iter().product(), "element count")?;
-    Ok(Launch { kernel: KernelId::Binary(op), push, grid: Grid::Flat { per_group: 256 }, grid_input: None })
+    Ok(Launch {
+        kernel: KernelId::Binary(op),
+        push,
+        grid: Grid::Flat { per_group: 256 },
+        grid_input: None,
+        slots: Vec::new(),
+    })
 }

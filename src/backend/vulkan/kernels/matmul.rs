@@ -10,7 +10,17 @@ use crate::backend::vulkan::error::{Result, VkError};
 use crate::backend::vulkan::info::DeviceInfo;
 
 /// Words of `mul_mat_params.glsl`'s push constants.
-pub const PUSH_WORDS: usize = 21;
+pub const PUSH_WORDS: usize = 24;
+
+/// A producer folded into a product: its input x is computed as the product loads it (only
+/// `mul_mat_vec_wide` does this: decode, where the producer would be a dispatch of its own).
+#[derive(Clone, Copy, Debug, PartialEq)]
+pub enum Prologue {
+    /// x = rms_norm(x') * weight, x' the norm's input (bound as x), `weight` its f32 weight.
+    RmsNorm { weight: Operand, eps: f32 },
+    /// x = silu(gate) * up, the gate bound as x, `up` laid out as the gate.
+    SwiGlu { up: Operand },
+}
 
 /// Which matrix kernel.
 #[derive(Clone, Copy, Debug, PartialEq, Eq, Hash)]
@@ -152,6 +162,7 @@ pub fn launch(
     x: &Operand,
     out: &Operand,
     residual: Option<&Operand>,
+    prologue: Option<Prologue>,
     dynamic: Option<Dyn>,
 ) -> Result<Launch> {
     let wt = WType::from_dtype(w.dtype)
@@ -209,6 +220,31 @@ pub fn launch(
     let units = k / 32;
     let tpr = if units.is_multiple_of(128) { 128 } else { 64 };
     push.push(if matches!(kind, MatKind::VecWide { .. }) { tpr as u32 } else { 0 });
+    // The prologue: mode (0 none, 1 RMS norm, 2 SwiGLU), the float offset of its second input
+    // (binding 4), the norm's epsilon.
+    match prologue {
+        None => push.extend([0, 0, 0]),
+        Some(_) if !matches!(kind, MatKind::VecWide { .. }) => {
+            return Err(VkError::Invalid(format!("{} folds no producer", KernelId::MatMul(kind, wt).name())));
+        }
+        Some(Prologue::RmsNorm { weight, eps }) => {
+            expect_f32(&weight, "the norm weight")?;
+            if weight.ne[0] != k || weight.nb[0] != 4 || eps.is_nan() || eps <= 0.0 {
+                return Err(VkError::Invalid(format!("mul_mat: a norm weight {:?} for rows of {k}", weight.ne)));
+            }
+            push.extend([1, floats(weight.offset, "norm weight offset")?, eps.to_bits()]);
+        }
+        Some(Prologue::SwiGlu { up }) => {
+            expect_f32(&up, "up")?;
+            if up.ne != x.ne || up.nb != x.nb {
+                return Err(VkError::Invalid(format!(
+                    "mul_mat: up {:?}/{:?} is not laid out as the gate {:?}/{:?}",
+                    up.ne, up.nb, x.ne, x.nb
+                )));
+            }
+            push.extend([2, floats(up.offset, "up offset")?, 0]);
+        }
+    }
     let grid = match kind {
         MatKind::Vec => Grid::Mat { rows: 4, cols: 1 },
         MatKind::VecWide { subgroup } => {
@@ -235,7 +271,7 @@ pub fn launch(
         }
         MatKind::Rows => Grid::Mat { rows: 64, cols: 1 },
     };
-    Ok(Launch { kernel: KernelId::MatMul(kind, wt), push, grid, grid_input: None })
+    Ok(Launch { kernel: KernelId::MatMul(kind, wt), push, grid, grid_input: None, slots: Vec::new() })
 }
 
 #[cfg(test)]

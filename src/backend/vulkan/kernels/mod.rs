@@ -14,7 +14,7 @@ mod rope;
 mod rows;
 mod unary;
 
-pub use matmul::{MatKind, Variants, WIDE_MAX_SUBGROUP};
+pub use matmul::{MatKind, Prologue, Variants, WIDE_MAX_SUBGROUP};
 
 use super::device::Device;
 use super::error::{Result, VkError};
@@ -267,6 +267,8 @@ pub struct Launch {
     /// The grid follows the run-time shape of this input (SET_ROWS: its source), else the
     /// output's.
     pub grid_input: Option<usize>,
+    /// The binding of each input, in the order the launch took them; empty: 1, 2, 3...
+    pub slots: Vec<u32>,
 }
 
 #[derive(Clone, Copy, Debug, PartialEq)]
@@ -280,6 +282,11 @@ enum Grid {
 }
 
 impl Launch {
+    /// The binding input `i` goes to.
+    pub fn slot(&self, i: usize) -> u32 {
+        self.slots.get(i).copied().unwrap_or(i as u32 + 1)
+    }
+
     /// Workgroups for output shape `ne` (the run-time one), within the device's `max`. The
     /// kernels loop over what a clamped grid leaves.
     pub fn groups(&self, ne: [usize; MAX_DIMS], max: [u32; 3]) -> [u32; 3] {
@@ -358,76 +365,87 @@ fn expect_f32(o: &Operand, what: &str) -> Result<()> {
     Ok(())
 }
 
-/// The kernel the device runs for compute op `op` with `ins` (in the node's order) and `out`
+/// The ops of one dispatch's nodes (`hrx::Group`): the node's, its folded producer's (computed
+/// on the fly from the producer's inputs), its fused reader's (whose output it writes).
+#[derive(Clone, Copy, Debug)]
+pub struct Ops<'a> {
+    pub node: &'a Op,
+    pub folded: Option<&'a Op>,
+    pub fused: Option<&'a Op>,
+}
+
+impl<'a> Ops<'a> {
+    pub fn single(node: &'a Op) -> Ops<'a> {
+        Ops { node, folded: None, fused: None }
+    }
+
+    fn names(&self) -> String {
+        let ops = self.folded.into_iter().chain([self.node]).chain(self.fused);
+        ops.map(|o| o.name()).collect::<Vec<_>>().join("+")
+    }
+}
+
+/// The kernel the device runs for `ops` with `ins` (in `hrx::Group::inputs` order) and `out`
 /// under `variants`, or why there is none: the registry's choice at plan time. Matrix products
-/// pick by shape (`Variants::mat_kind`); every other op has one kernel per op and dtype.
-pub fn select(op: &Op, ins: &[Operand], out: &Operand, dynamic: Option<Dyn>, variants: &Variants) -> Result<KernelId> {
-    let kernel = match (op, ins.first()) {
+/// take the device's best kind that accepts the operands (`Variants::mat_kinds`); a norm with
+/// the rope of its output runs as `rms_norm_rope`; every other op has one kernel per op and
+/// dtype.
+pub fn select(ops: Ops, ins: &[Operand], out: &Operand, dynamic: Option<Dyn>, variants: &Variants) -> Result<KernelId> {
+    let candidates: Vec<KernelId> = match (ops.node, ins.first()) {
         (Op::MatMul, Some(w)) => {
             let wt = WType::from_dtype(w.dtype)
                 .ok_or_else(|| VkError::Invalid(format!("no matrix kernel for {} weights", w.dtype)))?;
-            // The device's best kernel that takes these operands.
-            let mut refusal = None;
-            for kind in variants.mat_kinds(w.ne[0], out.ne[1] * out.ne[2] * out.ne[3]) {
-                match launch(KernelId::MatMul(kind, wt), &[op], ins, out, dynamic) {
-                    Ok(l) => return Ok(l.kernel),
-                    Err(e) => refusal = Some(e),
-                }
-            }
-            return Err(refusal.unwrap_or_else(|| VkError::Invalid("no matrix kernel".into())));
-        }
-        _ => op_launch(op, ins, out, dynamic)?.kernel,
-    };
-    // Accepted as the executor will launch it.
-    launch(kernel, &[op], ins, out, dynamic)?;
-    Ok(kernel)
-}
-
-/// The kernel running `first` and `reader` (the one node reading `first`'s value) as one
-/// dispatch under `variants`, where there is one: a matrix product with the ADD of its output
-/// (the residual added in the product's store) or an RMS_NORM with the ROPE of its output.
-/// `ins` are `first`'s inputs then `reader`'s other ones; `out` is `reader`'s output.
-pub fn select_fused(
-    first: &Op,
-    reader: &Op,
-    ins: &[Operand],
-    out: &Operand,
-    dynamic: Option<Dyn>,
-    variants: &Variants,
-) -> Option<KernelId> {
-    let kernel = match (first, reader, ins.first()) {
-        (Op::MatMul, Op::Add, Some(w)) => {
-            let wt = WType::from_dtype(w.dtype)?;
             let kinds = variants.mat_kinds(w.ne[0], out.ne[1] * out.ne[2] * out.ne[3]);
-            return kinds
-                .into_iter()
-                .map(|kind| KernelId::MatMul(kind, wt))
-                .find(|&k| launch(k, &[first, reader], ins, out, dynamic).is_ok());
+            kinds.into_iter().map(|kind| KernelId::MatMul(kind, wt)).collect()
         }
-        (Op::RmsNorm { .. }, Op::Rope { .. }, _) => KernelId::RmsNormRope,
-        _ => return None,
+        (Op::RmsNorm { .. }, _) if ops.fused.is_some() => vec![KernelId::RmsNormRope],
+        _ if ops.folded.is_some() || ops.fused.is_some() => {
+            return Err(VkError::Invalid(format!("no kernel runs {}", ops.names())));
+        }
+        (op, _) => vec![op_launch(op, ins, out, dynamic)?.kernel],
     };
-    launch(kernel, &[first, reader], ins, out, dynamic).ok().map(|_| kernel)
+    // The first that accepts the operands as the executor will launch it.
+    let mut refusal = None;
+    for kernel in candidates {
+        match launch(kernel, ops, ins, out, dynamic) {
+            Ok(l) => return Ok(l.kernel),
+            Err(e) => refusal = Some(e),
+        }
+    }
+    Err(refusal.unwrap_or_else(|| VkError::Invalid(format!("no kernel runs {}", ops.names()))))
 }
 
-/// The push constants and grid of `kernel` (the plan's choice) running `ops` (one node, or a
-/// fused pair) on `ins` into `out`; an error when the kernel does not take them.
-pub fn launch(kernel: KernelId, ops: &[&Op], ins: &[Operand], out: &Operand, dynamic: Option<Dyn>) -> Result<Launch> {
+/// The push constants, grid and bindings of `kernel` (the plan's choice) running `ops` on `ins`
+/// (in `hrx::Group::inputs` order) into `out`; an error when the kernel does not take them.
+pub fn launch(kernel: KernelId, ops: Ops, ins: &[Operand], out: &Operand, dynamic: Option<Dyn>) -> Result<Launch> {
     let arg = |i: usize| ins.get(i).ok_or_else(|| VkError::Invalid(format!("{} needs input {i}", kernel.name())));
-    let launch = match (kernel, ops) {
-        (KernelId::MatMul(kind, _), [Op::MatMul]) => matmul::launch(kind, arg(0)?, arg(1)?, out, None, dynamic)?,
-        (KernelId::MatMul(kind, _), [Op::MatMul, Op::Add]) => {
-            matmul::launch(kind, arg(0)?, arg(1)?, out, Some(arg(2)?), dynamic)?
+    let launch = match (kernel, ops.node, ops.folded, ops.fused) {
+        (KernelId::MatMul(kind, _), Op::MatMul, folded, fused) => {
+            // w, x (or the folded producer's first input), the fused ADD's residual, the folded
+            // producer's second input: bindings 1, 2, 3, 4.
+            let residual = match fused {
+                None => None,
+                Some(Op::Add) => Some(arg(2)?),
+                Some(other) => return Err(VkError::Invalid(format!("a product does not fuse {}", other.name()))),
+            };
+            let second = if residual.is_some() { 3 } else { 2 };
+            let prologue = match folded {
+                None => None,
+                Some(Op::RmsNorm { eps }) => Some(Prologue::RmsNorm { weight: *arg(second)?, eps: *eps }),
+                Some(Op::SwiGlu) => Some(Prologue::SwiGlu { up: *arg(second)? }),
+                Some(other) => return Err(VkError::Invalid(format!("a product does not fold {}", other.name()))),
+            };
+            let mut l = matmul::launch(kind, arg(0)?, arg(1)?, out, residual, prologue, dynamic)?;
+            if prologue.is_some() && residual.is_none() {
+                l.slots = vec![1, 2, 4];
+            }
+            l
         }
-        (KernelId::RmsNormRope, [norm, rope]) => launch_norm_rope(norm, rope, arg(0)?, arg(1)?, arg(2)?, out, dynamic)?,
-        (_, [op]) => op_launch(op, ins, out, dynamic)?,
-        _ => {
-            return Err(VkError::Invalid(format!(
-                "{} does not run {}",
-                kernel.name(),
-                ops.iter().map(|o| o.name()).collect::<Vec<_>>().join(" + ")
-            )))
+        (KernelId::RmsNormRope, norm, None, Some(rope)) => {
+            launch_norm_rope(norm, rope, arg(0)?, arg(1)?, arg(2)?, out, dynamic)?
         }
+        (_, op, None, None) => op_launch(op, ins, out, dynamic)?,
+        _ => return Err(VkError::Invalid(format!("{} does not run {}", kernel.name(), ops.names()))),
     };
     if launch.kernel != kernel {
         return Err(VkError::Invalid(format!(

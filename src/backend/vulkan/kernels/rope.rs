@@ -59,5 +59,11 @@ pub fn launch(
     push.push(word(s_w, "section")?);
     push.push((f64::from(theta).log2() as f32).to_bits());
     word(out.ne.iter().product(), "element count")?;
-    Ok(Launch { kernel: KernelId::Rope, push, grid: Grid::Flat { per_group: 256 }, grid_input: None })
+    Ok(Launch {
+        kernel: KernelId::Rope,
+        push,
+        grid: Grid::Flat { per_group: 256 },
+        grid_input: None,
+        slots: Vec::new(),
+    })
 }

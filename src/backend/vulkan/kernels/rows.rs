@@ -80,7 +80,13 @@ pub fn get_rows(
     push.push(floats(out.nb[1], "output stride")?);
     // The last byte of the table must be addressable by 32-bit byte offsets.
     word(table.offset + table.nb[1] * table.ne[1], "table extent")?;
-    Ok(Launch { kernel: KernelId::GetRows(wt, weights.is_some()), push, grid: Grid::Rows, grid_input: None })
+    Ok(Launch {
+        kernel: KernelId::GetRows(wt, weights.is_some()),
+        push,
+        grid: Grid::Rows,
+        grid_input: None,
+        slots: Vec::new(),
+    })
 }
 
 /// Rows of `src` [width, rows] into rows `ids` of `out` (the destination storage).
@@ -116,5 +122,5 @@ pub fn set_rows(dst: &Operand, src: &Operand, ids: &Operand, out: &Operand) -> R
     push.push(floats(out.nb[0], "destination stride")?);
     push.push(floats(out.nb[1], "destination stride")?);
     push.push(word(out.ne[1], "destination rows")?);
-    Ok(Launch { kernel: KernelId::SetRows, push, grid: Grid::Rows, grid_input: Some(1) })
+    Ok(Launch { kernel: KernelId::SetRows, push, grid: Grid::Rows, grid_input: Some(1), slots: Vec::new() })
 }

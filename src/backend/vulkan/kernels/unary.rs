@@ -19,5 +19,11 @@ pub fn launch(op: UnaryOp, x: &Operand, out: &Operand, dynamic: Option<Dyn>) -> 
     push.push(floats(x.offset, "x offset")?);
     push.push(floats(out.offset, "output offset")?);
     word(out.ne.iter().product(), "element count")?;
-    Ok(Launch { kernel: KernelId::Unary(op), push, grid: Grid::Flat { per_group: 256 }, grid_input: None })
+    Ok(Launch {
+        kernel: KernelId::Unary(op),
+        push,
+        grid: Grid::Flat { per_group: 256 },
+        grid_input: None,
+        slots: Vec::new(),
+    })
 }
