@@ -61,11 +61,18 @@ pub struct Variants {
     pub coopmat: Option<u32>,
     /// Whether pairs of nodes may run as one dispatch (HRX_VK_NO_FUSE=1: every node alone).
     pub fuse: bool,
+    /// Whether attention over many queries may run tiled (`flash_attn_tiled`) where a tile
+    /// fits `shared_memory` (HRX_VK_NO_TILED_ATTN=1: the one-query kernel everywhere).
+    pub tiled_attention: bool,
+    /// Bytes of shared memory a workgroup may use: kernels with a choice of tiles take one that
+    /// fits, or a kernel without.
+    pub shared_memory: u32,
 }
 
 impl Variants {
-    /// The kernels any Vulkan device runs.
-    pub const PORTABLE: Variants = Variants { subgroup_matvec: None, coopmat: None, fuse: true };
+    /// The kernels any Vulkan device runs: 16 KiB of shared memory is all Vulkan guarantees.
+    pub const PORTABLE: Variants =
+        Variants { subgroup_matvec: None, coopmat: None, fuse: true, tiled_attention: true, shared_memory: 16384 };
 
     /// What the device of `info` runs best, as the HRX_VK_* switches allow.
     pub fn for_device(info: &DeviceInfo) -> Variants {
@@ -74,6 +81,8 @@ impl Variants {
             subgroup_matvec: info.subgroup_matvec().filter(|_| !switch("HRX_VK_NO_SUBGROUP")),
             coopmat: info.coopmat_matmul().filter(|_| switch("HRX_VK_COOPMAT")),
             fuse: !switch("HRX_VK_NO_FUSE"),
+            tiled_attention: !switch("HRX_VK_NO_TILED_ATTN"),
+            shared_memory: info.max_shared_memory,
         }
     }
 

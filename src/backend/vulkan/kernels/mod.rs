@@ -14,6 +14,7 @@ mod rope;
 mod rows;
 mod unary;
 
+pub use attn::{AttnTile, TILED_MIN_QUERIES};
 pub use matmul::{MatKind, Variants};
 
 use super::device::Device;
@@ -62,7 +63,10 @@ pub enum KernelId {
     Rope,
     /// RMS_NORM then ROPE of its output, in one dispatch.
     RmsNormRope,
+    /// Attention for a few queries: a workgroup per (head, query).
     FlashAttn,
+    /// Attention for many queries: a workgroup per (head, tile of queries).
+    FlashAttnTiled(AttnTile),
 }
 
 impl KernelId {
@@ -90,6 +94,7 @@ impl KernelId {
             KernelId::RmsNormRope,
             KernelId::FlashAttn,
         ]);
+        all.extend(AttnTile::ALL.map(KernelId::FlashAttnTiled));
         all
     }
 
@@ -135,6 +140,7 @@ impl KernelId {
             KernelId::Rope => "rope",
             KernelId::RmsNormRope => "rms_norm_rope",
             KernelId::FlashAttn => "flash_attn",
+            KernelId::FlashAttnTiled(_) => "flash_attn_tiled",
         }
     }
 
@@ -165,6 +171,7 @@ impl KernelId {
             KernelId::Unary(UnaryOp::GeluTanh) => "gelu".into(),
             KernelId::Unary(UnaryOp::GeluErf) => "gelu_erf".into(),
             KernelId::GetRows(w, true) => format!("get_rows_weighted_{}", w.suffix()),
+            KernelId::FlashAttnTiled(tile) => format!("flash_attn_tiled_{}", tile.suffix()),
             other => other.module(),
         }
     }
@@ -180,7 +187,7 @@ impl KernelId {
             KernelId::SetRows => rows::SET_PUSH_WORDS,
             KernelId::Rope => rope::PUSH_WORDS,
             KernelId::RmsNormRope => rope::PUSH_WORDS + 2,
-            KernelId::FlashAttn => attn::PUSH_WORDS,
+            KernelId::FlashAttn | KernelId::FlashAttnTiled(_) => attn::PUSH_WORDS,
         }
     }
 
@@ -191,6 +198,7 @@ impl KernelId {
             KernelId::GetRows(_, weighted) => vec![u32::from(weighted)],
             // The workgroup: four subgroups.
             KernelId::MatMul(MatKind::Coop { subgroup }, _) => vec![4 * subgroup],
+            KernelId::FlashAttnTiled(tile) => tile.constants(),
             _ => Vec::new(),
         }
     }
@@ -283,6 +291,8 @@ enum Grid {
     Flat { per_group: usize },
     /// x: one group per row (ne1*ne2*ne3).
     Rows,
+    /// x: one group per (ne1, tile of `queries` along ne2) (and ne3).
+    QueryTiles { queries: usize },
 }
 
 impl Launch {
@@ -294,6 +304,7 @@ impl Launch {
             Grid::Mat { rows, cols: per } => [ne[0].div_ceil(rows), cols.div_ceil(per), 1],
             Grid::Flat { per_group } => [(ne[0] * cols).div_ceil(per_group), 1, 1],
             Grid::Rows => [cols, 1, 1],
+            Grid::QueryTiles { queries } => [ne[1] * ne[2].div_ceil(queries) * ne[3], 1, 1],
         };
         [0, 1, 2].map(|i| g[i].min(max[i] as usize) as u32)
     }
@@ -366,7 +377,8 @@ fn expect_f32(o: &Operand, what: &str) -> Result<()> {
 
 /// The kernel the device runs for compute op `op` with `ins` (in the node's order) and `out`
 /// under `variants`, or why there is none: the registry's choice at plan time. Matrix products
-/// pick by shape (`Variants::mat_kind`); every other op has one kernel per op and dtype.
+/// pick by shape (`Variants::mat_kind`), attention by its planned query count and the device's
+/// shared memory (`attn::choose`); every other op has one kernel per op and dtype.
 pub fn select(op: &Op, ins: &[Operand], out: &Operand, dynamic: Option<Dyn>, variants: &Variants) -> Result<KernelId> {
     let kernel = match (op, ins.first()) {
         (Op::MatMul, Some(w)) => {
@@ -374,6 +386,7 @@ pub fn select(op: &Op, ins: &[Operand], out: &Operand, dynamic: Option<Dyn>, var
                 .ok_or_else(|| VkError::Invalid(format!("no matrix kernel for {} weights", w.dtype)))?;
             KernelId::MatMul(variants.mat_kind(w.ne[0], out.ne[1] * out.ne[2] * out.ne[3]), wt)
         }
+        (Op::Attention { .. }, _) if variants.tiled_attention => attn::choose(out, variants.shared_memory),
         _ => op_launch(op, ins, out, dynamic)?.kernel,
     };
     // Accepted as the executor will launch it.
@@ -413,6 +426,7 @@ pub fn launch(kernel: KernelId, ops: &[&Op], ins: &[Operand], out: &Operand, dyn
             matmul::launch(kind, arg(0)?, arg(1)?, out, Some(arg(2)?), dynamic)?
         }
         (KernelId::RmsNormRope, [norm, rope]) => launch_norm_rope(norm, rope, arg(0)?, arg(1)?, arg(2)?, out, dynamic)?,
+        (KernelId::FlashAttnTiled(_), [Op::Attention { scale }]) => attn::launch(kernel, ins, *scale, out, dynamic)?,
         (_, [op]) => op_launch(op, ins, out, dynamic)?,
         _ => {
             return Err(VkError::Invalid(format!(
@@ -448,7 +462,7 @@ fn op_launch(op: &Op, ins: &[Operand], out: &Operand, dynamic: Option<Dyn>) -> R
         Op::GetRowsWeighted => rows::get_rows(arg(0)?, arg(1)?, Some(arg(2)?), out, dynamic),
         Op::SetRows => rows::set_rows(arg(0)?, arg(1)?, arg(2)?, out),
         Op::Rope { kind, theta, n_dims } => rope::launch(kind, *theta, *n_dims, arg(0)?, arg(1)?, out, dynamic),
-        Op::Attention { scale } => attn::launch(arg(0)?, arg(1)?, arg(2)?, ins.get(3), *scale, out, dynamic),
+        Op::Attention { scale } => attn::launch(KernelId::FlashAttn, ins, *scale, out, dynamic),
         other => Err(VkError::Invalid(format!("no Vulkan kernel for {}", other.name()))),
     }
 }
