@@ -948,36 +948,46 @@ fn attention_over_many_queries_plans_the_tiled_kernel() {
     }
 }
 
-/// Vision-sized attention (16 heads, 4096 queries and kv rows, head_dim 64; HRX_ATTN_N=N for
-/// N of each): the tiled kernel over every query, the one-query kernel over the first 256 (its
-/// time grows with the queries; a whole run of it outlasts lavapipe's command-buffer timeout)
-/// and scaled up. Prints the times, asserts none; checks that the kernels agree.
-/// Slow on lavapipe: `cargo test --release --test vulkan_kernels -- --ignored --nocapture`.
-#[test]
-#[ignore]
-fn attention_speed_vision_shape() {
-    let Some(ks) = kernel_set() else { return };
+/// Times attention of `heads` (over `kv_heads`) x `n` queries x `n` kv rows x `d` with every
+/// kernel of `d`, causal as a prompt prefill (query t sees rows 0..=t) or not: the tiled kernel
+/// over every query, the one-query kernel over the first `slice` (its time grows with the
+/// queries; a whole run of it can outlast lavapipe's command-buffer timeout), scaled up.
+/// Prints the times, asserts none; checks that the kernels agree on the first `slice`.
+fn time_attention(ks: &KernelSet, (d, heads, kv_heads, n): (usize, usize, usize, usize), causal: bool, slice: usize) {
     let dev = ks.device();
     let mut rng = Rng::new(30);
-    let n: usize = std::env::var("HRX_ATTN_N").ok().and_then(|v| v.parse().ok()).unwrap_or(4096);
-    let (d, heads, slice) = (64, 16, 256.min(n));
-    let x = |rng: &mut Rng| upload(dev, &f32_bytes(&rng.vec(d * heads * n)), 0);
-    let (q, k, v) = (x(&mut rng), x(&mut rng), x(&mut rng));
-    let kv = Operand::contiguous(DType::F32, [d, heads, n, 1], 0);
-    let attn = Op::Attention { scale: 0.125 };
+    let slice = slice.min(n);
+    let x = |rng: &mut Rng, h: usize| upload(dev, &f32_bytes(&rng.vec(d * h * n)), 0);
+    let (q, k, v) = (x(&mut rng, heads), x(&mut rng, kv_heads), x(&mut rng, kv_heads));
+    let slots: Vec<i32> = (0..n as i32).collect();
+    let slot_buf = upload(dev, &slots.iter().flat_map(|x| x.to_le_bytes()).collect::<Vec<u8>>(), 0);
+    let kv = Operand::contiguous(DType::F32, [d, kv_heads, n, 1], 0);
+    let attn = Op::Attention { scale: 1.0 / (d as f32).sqrt() };
     let mut outs = Vec::new();
     for kernel in attn_kernels(ks, d) {
         let n_q = if kernel == KernelId::FlashAttn { slice } else { n };
         let ne = [d, heads, n_q, 1];
         let qo = Operand::contiguous(DType::F32, ne, 0);
-        let launch = kernels::launch(kernel, &[&attn], &[qo, kv, kv], &qo, None).unwrap();
+        let mut ins = vec![qo, kv, kv];
+        let mut bufs = vec![&q, &k, &v];
+        if causal {
+            ins.push(i32_operand([n_q, 1, 1, 1]));
+            bufs.push(&slot_buf);
+        }
+        let launch = kernels::launch(kernel, &[&attn], &ins, &qo, None).unwrap();
         let out = dev.buffer((d * heads * n_q * 4) as u64, Location::Device, "out").unwrap();
-        run(ks, &launch, &[], &[&q, &k, &v], &out, [d, heads, 8, 1], None); // compiled, warm
+        run(ks, &launch, &[], &bufs, &out, [d, heads, 8, 1], None); // compiled, warm
         let t = std::time::Instant::now();
-        run(ks, &launch, &[], &[&q, &k, &v], &out, ne, None);
-        let secs = t.elapsed().as_secs_f64() * (n as f64 / n_q as f64);
-        let name = kernel.name();
-        eprintln!("{name:<22} {heads} heads x {n} queries x {n} kv rows x d {d}: {secs:.2} s (ran {n_q} queries)");
+        run(ks, &launch, &[], &bufs, &out, ne, None);
+        let secs = t.elapsed().as_secs_f64();
+        // The one-query kernel's time per query grows with its kv rows when causal.
+        let work = |m: usize| if causal { (m * (m + 1) / 2) as f64 } else { m as f64 };
+        let secs = secs * work(n) / work(n_q);
+        let what = if causal { "causal" } else { "full" };
+        eprintln!(
+            "{:<22} {heads}/{kv_heads} heads x {n} queries x {n} kv rows x d {d} {what}: {secs:.2} s (ran {n_q} queries)",
+            kernel.name()
+        );
         outs.push(out.read_f32(0, d * heads * slice).unwrap());
     }
     for o in &outs[1..] {
@@ -985,6 +995,18 @@ fn attention_speed_vision_shape() {
         eprintln!("tiled against one-query over the first {slice} queries: nmse {e:.3e}");
         assert!(e < MAT_NMSE, "nmse {e}");
     }
+}
+
+/// Vision-sized attention (16 heads, 4096 queries and kv rows, head_dim 64; HRX_ATTN_N=N for
+/// N of each) and a text prefill's (16 over 8 kv heads, 512 queries, head_dim 128, causal).
+/// Slow on lavapipe: `cargo test --release --test vulkan_kernels -- --ignored --nocapture`.
+#[test]
+#[ignore]
+fn attention_speed_vision_and_prefill_shapes() {
+    let Some(ks) = kernel_set() else { return };
+    let n: usize = std::env::var("HRX_ATTN_N").ok().and_then(|v| v.parse().ok()).unwrap_or(4096);
+    time_attention(ks, (64, 16, 16, n), false, 256);
+    time_attention(ks, (128, 16, 8, 512), true, 512);
 }
 
 #[test]
