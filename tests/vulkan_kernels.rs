@@ -772,16 +772,80 @@ fn rms_norm_then_rope_in_one_kernel() {
     }
 }
 
-/// q [d, heads, n_q]; k and v are head views of a [d * kv_heads, n_ctx] cache (as the text
-/// graph's); causal with slots, else over every kv row.
-/// Shape: (head_dim, heads, kv_heads, queries, kv rows).
-fn check_attention(
-    ks: &KernelSet,
-    rng: &mut Rng,
-    (d, heads, kv_heads, n_q, n_kv): (usize, usize, usize, usize, usize),
-    causal: bool,
-) {
-    let q = Strided::new(rng, [d, heads, n_q, 1], 1, 2);
+/// An attention case: q [d, heads, n_q]; k and v head views of a [d * kv_heads, n_kv] cache
+/// (as the text graph's); causal with `slots` (one per query), else over every kv row.
+/// `run`: the run-time (queries, kv rows) of a plan made for n_q and n_kv (both axes dynamic),
+/// `max`: the grid's limit (the device's when None), `gain`: q's scale (large: peaked
+/// softmaxes whose maximum moves from tile to tile).
+struct AttnCase {
+    d: usize,
+    heads: usize,
+    kv_heads: usize,
+    n_q: usize,
+    n_kv: usize,
+    slots: Option<Vec<i32>>,
+    run: Option<(usize, usize)>,
+    max: Option<[u32; 3]>,
+    gain: f32,
+}
+
+impl AttnCase {
+    fn new((d, heads, kv_heads, n_q, n_kv): (usize, usize, usize, usize, usize)) -> AttnCase {
+        AttnCase { d, heads, kv_heads, n_q, n_kv, slots: None, run: None, max: None, gain: 1.0 }
+    }
+
+    /// Causal: query t sees kv rows 0..=slots[t].
+    fn slots(self, slots: Vec<i32>) -> AttnCase {
+        assert_eq!(slots.len(), self.n_q);
+        AttnCase { slots: Some(slots), ..self }
+    }
+
+    /// Random slots below `below`: many smaller than their query's index, some equal.
+    fn random_slots(self, rng: &mut Rng, below: usize) -> AttnCase {
+        let slots = (0..self.n_q).map(|_| (rng.next_u64() % below as u64) as i32).collect();
+        self.slots(slots)
+    }
+
+    fn run(self, n_q: usize, n_kv: usize) -> AttnCase {
+        AttnCase { run: Some((n_q, n_kv)), ..self }
+    }
+
+    fn max(self, max: [u32; 3]) -> AttnCase {
+        AttnCase { max: Some(max), ..self }
+    }
+
+    fn gain(self, gain: f32) -> AttnCase {
+        AttnCase { gain, ..self }
+    }
+
+    fn name(&self, kernel: KernelId) -> String {
+        let (d, h, kvh, n_q, n_kv) = (self.d, self.heads, self.kv_heads, self.n_q, self.n_kv);
+        let causal = if self.slots.is_some() { "causal" } else { "full" };
+        let (run, max, gain) = (self.run, self.max, self.gain);
+        format!(
+            "{} d={d} heads={h}/{kvh} n_q={n_q} n_kv={n_kv} {causal} run={run:?} max={max:?} gain={gain}",
+            kernel.name()
+        )
+    }
+}
+
+/// The attention kernels the test device runs for `d`: the one-query kernel and the tiled one
+/// of its head size (every tile fits lavapipe's 32 KiB).
+fn attn_kernels(ks: &KernelSet, d: usize) -> Vec<KernelId> {
+    let mut kernels = vec![KernelId::FlashAttn];
+    let tile = kernels::AttnTile::for_head_dim(d).expect("a tile for every head size up to 256");
+    if tile.shared_bytes() <= ks.device().info().max_shared_memory {
+        kernels.push(KernelId::FlashAttnTiled(tile));
+    }
+    kernels
+}
+
+/// Runs `case` with `kernel` on the GPU and the CPU reference; returns the NMSE over the
+/// run-time queries, after checking that no later query was written.
+fn check_attention(ks: &KernelSet, rng: &mut Rng, case: &AttnCase, kernel: KernelId) -> f64 {
+    let AttnCase { d, heads, kv_heads, n_q, n_kv, .. } = *case;
+    let mut q = Strided::new(rng, [d, heads, n_q, 1], 1, 2);
+    q.data.iter_mut().for_each(|x| *x *= case.gain);
     let row = d * kv_heads;
     let cache = |rng: &mut Rng| {
         let mut s = Strided::new(rng, [row, n_kv, 1, 1], 0, 1);
@@ -790,29 +854,223 @@ fn check_attention(
         s
     };
     let (k, v) = (cache(rng), cache(rng));
-    let out = Strided::new(rng, [d, heads, n_q, 1], 0, 0);
-    let slots: Vec<i32> = (0..n_q).map(|_| (rng.next_u64() % n_kv as u64) as i32).collect();
+    let out = Strided::new(rng, [d, heads, n_q, 1], 3, 1);
     let op = Op::Attention { scale: 1.0 / (d as f32).sqrt() };
-    let mut ops = vec![q.operand(), k.operand(), v.operand()];
-    let mut args = vec![f32_arg(&q), f32_arg(&k), f32_arg(&v)];
-    if causal {
+    // Queries (symbol 0) and kv rows (symbol 1) at their run-time lengths.
+    let (run_q, run_kv) = case.run.unwrap_or((n_q, n_kv));
+    let dynamic = case.run.map(|_| Dyn { axis: 2, sym: 0, num: 1, den: 1 });
+    let kv_dyn = case.run.map(|_| Dyn { axis: 2, sym: 1, num: 1, den: 1 });
+    let mut ops =
+        vec![q.operand(), Operand { dynamic: kv_dyn, ..k.operand() }, Operand { dynamic: kv_dyn, ..v.operand() }];
+    if case.slots.is_some() {
         ops.push(i32_operand([n_q, 1, 1, 1]));
-        args.push(i32_arg(&slots, [n_q, 1, 1, 1]));
     }
-    let launch = vulkan_common::launch(&op, &ops, &out.operand(), None).unwrap();
-    let e = compare_args(ks, &op, &launch, &args, &out, None, out.ne);
-    eprintln!("flash_attn d={d} heads={heads}/{kv_heads} n_q={n_q} n_kv={n_kv} causal={causal}: nmse {e:.3e}");
-    assert!(e < MAT_NMSE, "flash_attn d={d} n_kv={n_kv} causal={causal}: nmse {e}");
+    let out_op = Operand { dynamic, ..out.operand() };
+    let launch = kernels::launch(kernel, Ops::single(&op), &ops, &out_op, dynamic).unwrap();
+    // The GPU: every planned row bound, the run-time lengths in the sizes buffer.
+    let dev = ks.device();
+    let mut bufs = vec![upload(dev, &f32_bytes(&q.data), 0), upload(dev, &f32_bytes(&k.data), 0)];
+    bufs.push(upload(dev, &f32_bytes(&v.data), 0));
+    if let Some(slots) = &case.slots {
+        bufs.push(upload(dev, &slots.iter().flat_map(|x| x.to_le_bytes()).collect::<Vec<u8>>(), 0));
+    }
+    let out_buf = dev.buffer((out.data.len() * 4) as u64, Location::Device, "test output").unwrap();
+    out_buf.write_f32(0, &vec![f32::NAN; out.data.len()]).unwrap();
+    let run_ne = [d, heads, run_q, 1];
+    let refs: Vec<_> = bufs.iter().collect();
+    run(ks, &launch, &[run_q as u32, run_kv as u32], &refs, &out_buf, run_ne, case.max);
+    let store = out_buf.read_f32(0, out.data.len()).unwrap();
+    // The CPU reference on the run-time rows.
+    let kv_ne = [d, kv_heads, run_kv, 1];
+    let mut views = vec![In { ne: run_ne, ..q.input() }, In { ne: kv_ne, ..k.input() }, In { ne: kv_ne, ..v.input() }];
+    let slot_arg = case.slots.as_ref().map(|s| i32_arg(&s[..run_q], [run_q, 1, 1, 1]));
+    views.extend(slot_arg.as_ref().map(|a| a.view));
+    let mut want_store = vec![0.0; out.data.len()];
+    let mut o = Out { data: &mut want_store, offset: out.offset, ne: run_ne, nb: out.nb };
+    execute(&op, &views, &mut o, Kernels::Reference, 1).unwrap();
+    let all = out.gather(&store);
+    let run_len = d * heads * run_q;
+    assert!(
+        all[run_len..].iter().all(|x| x.is_nan()),
+        "{}: queries past the run-time count were written",
+        case.name(kernel)
+    );
+    let got = &all[..run_len];
+    assert!(got.iter().all(|x| x.is_finite()), "{}: an element was not written", case.name(kernel));
+    let e = nmse(got, &out.gather(&want_store)[..run_len]);
+    eprintln!("{}: nmse {e:.3e}", case.name(kernel));
+    assert!(e < MAT_NMSE, "{}: nmse {e}", case.name(kernel));
+    e
+}
+
+/// Every attention kernel of the case's head size.
+fn check_attention_kernels(ks: &KernelSet, rng: &mut Rng, case: AttnCase) {
+    for kernel in attn_kernels(ks, case.d) {
+        check_attention(ks, rng, &case, kernel);
+    }
 }
 
 #[test]
 fn flash_attention_causal_grouped_and_full() {
     let Some(ks) = kernel_set() else { return };
     let mut rng = Rng::new(25);
-    check_attention(ks, &mut rng, (64, 4, 2, 5, 150), true);
-    check_attention(ks, &mut rng, (128, 2, 1, 1, 70), true);
-    check_attention(ks, &mut rng, (40, 3, 3, 9, 9), false);
-    check_attention(ks, &mut rng, (16, 2, 1, 3, 130), false);
+    let cases = [
+        AttnCase::new((64, 4, 2, 5, 150)).random_slots(&mut rng, 150),
+        AttnCase::new((128, 2, 1, 1, 70)).random_slots(&mut rng, 70),
+        AttnCase::new((40, 3, 3, 9, 9)),
+        AttnCase::new((16, 2, 1, 3, 130)),
+    ];
+    for case in cases {
+        check_attention_kernels(ks, &mut rng, case);
+    }
+}
+
+#[test]
+fn tiled_attention_odd_tiles_heads_and_limits() {
+    // Query counts and kv lengths off the tiles (32 x 32 at head_dim 64, 24 x 16 at 128,
+    // 8 x 8 at 256), head sizes off the classes (40, 80), grouped and ungrouped heads.
+    let Some(ks) = kernel_set() else { return };
+    let mut rng = Rng::new(28);
+    // A prefill chunk at the end of a cache: query t sees rows 0..=base + t.
+    let prefill = |n_q: usize, n_kv: usize| (0..n_q).map(|t| (n_kv - n_q + t) as i32).collect::<Vec<i32>>();
+    let cases = [
+        AttnCase::new((64, 4, 2, 37, 150)).random_slots(&mut rng, 150),
+        AttnCase::new((128, 4, 2, 50, 90)).slots(prefill(50, 90)),
+        AttnCase::new((64, 2, 1, 70, 70)).slots(prefill(70, 70)),
+        // Every query the same limit, one below a tile edge.
+        AttnCase::new((80, 3, 1, 30, 77)).slots(vec![31; 30]),
+        AttnCase::new((40, 2, 2, 33, 1)).slots(vec![0; 33]),
+        AttnCase::new((64, 3, 1, 45, 100)),
+        AttnCase::new((128, 2, 2, 25, 17)),
+        AttnCase::new((256, 2, 1, 17, 20)).random_slots(&mut rng, 20),
+        AttnCase::new((256, 1, 1, 9, 9)),
+        AttnCase::new((16, 2, 1, 13, 130)),
+        // Scores spanning hundreds: the running maximum moves, rows rescale.
+        AttnCase::new((64, 2, 1, 40, 200)).gain(30.0),
+        AttnCase::new((128, 2, 1, 30, 100)).slots(prefill(30, 100)).gain(20.0),
+    ];
+    for case in cases {
+        check_attention_kernels(ks, &mut rng, case);
+    }
+}
+
+#[test]
+fn tiled_attention_runtime_lengths_and_clamped_grids() {
+    // A plan for 70 queries and 100 kv rows replayed with fewer of each (the text prefill's
+    // dynamic axes), and grids clamped below the tiles x heads the kernel needs.
+    let Some(ks) = kernel_set() else { return };
+    let mut rng = Rng::new(29);
+    let cases = [
+        AttnCase::new((64, 4, 2, 70, 100)).run(45, 60).random_slots(&mut rng, 60),
+        AttnCase::new((128, 4, 2, 70, 100)).run(33, 50).random_slots(&mut rng, 50),
+        AttnCase::new((64, 4, 4, 70, 100)).run(70, 31),
+        AttnCase::new((80, 2, 1, 64, 64)).run(9, 40),
+        AttnCase::new((64, 4, 2, 70, 100)).random_slots(&mut rng, 100).max([3, 1, 1]),
+        AttnCase::new((128, 3, 1, 50, 40)).max([1, 1, 1]),
+        AttnCase::new((64, 4, 2, 70, 100)).run(40, 100).max([5, 1, 1]),
+    ];
+    for case in cases {
+        check_attention_kernels(ks, &mut rng, case);
+    }
+}
+
+#[test]
+fn attention_over_many_queries_plans_the_tiled_kernel() {
+    let Some(ks) = kernel_set() else { return };
+    let info = ks.device().info();
+    let variants = Variants::for_device(info);
+    let ops = |d: usize, n_q: usize| {
+        let q = Operand::contiguous(DType::F32, [d, 4, n_q, 1], 0);
+        let kv = Operand::contiguous(DType::F32, [d, 2, 300, 1], 0);
+        (vec![q, kv, kv, i32_operand([n_q, 1, 1, 1])], q)
+    };
+    let op = Op::Attention { scale: 0.125 };
+    for (d, n_q) in [(64, 4096), (128, 512), (80, 8), (128, 7), (64, 1)] {
+        let (ins, out) = ops(d, n_q);
+        let got = kernels::select(Ops::single(&op), &ins, &out, None, &variants).unwrap();
+        let tile = kernels::AttnTile::for_head_dim(d).unwrap();
+        let tiled = n_q >= kernels::TILED_MIN_QUERIES
+            && variants.tiled_attention
+            && tile.shared_bytes() <= info.max_shared_memory;
+        let want = if tiled { KernelId::FlashAttnTiled(tile) } else { KernelId::FlashAttn };
+        assert_eq!(got, want, "d={d} n_q={n_q}");
+        // The plan's name leads back to the kernel.
+        let named = hrx::hrx::Kernel { name: got.name(), subgroup: None, splits: Vec::new() };
+        assert_eq!(KernelId::from_plan(&named), Some(got));
+        // Vulkan's guaranteed 16 KiB holds no tile: the one-query kernel.
+        assert_eq!(
+            kernels::select(Ops::single(&op), &ins, &out, None, &Variants::PORTABLE).unwrap(),
+            KernelId::FlashAttn
+        );
+    }
+    if info.max_shared_memory >= 32768 && variants.tiled_attention {
+        let (ins, out) = ops(64, 4096);
+        assert_eq!(
+            kernels::select(Ops::single(&op), &ins, &out, None, &variants).unwrap().name(),
+            "flash_attn_tiled_d64"
+        );
+    }
+}
+
+/// Times attention of `heads` (over `kv_heads`) x `n` queries x `n` kv rows x `d` with every
+/// kernel of `d`, causal as a prompt prefill (query t sees rows 0..=t) or not: the tiled kernel
+/// over every query, the one-query kernel over the first `slice` (its time grows with the
+/// queries; a whole run of it can outlast lavapipe's command-buffer timeout), scaled up.
+/// Prints the times, asserts none; checks that the kernels agree on the first `slice`.
+fn time_attention(ks: &KernelSet, (d, heads, kv_heads, n): (usize, usize, usize, usize), causal: bool, slice: usize) {
+    let dev = ks.device();
+    let mut rng = Rng::new(30);
+    let slice = slice.min(n);
+    let x = |rng: &mut Rng, h: usize| upload(dev, &f32_bytes(&rng.vec(d * h * n)), 0);
+    let (q, k, v) = (x(&mut rng, heads), x(&mut rng, kv_heads), x(&mut rng, kv_heads));
+    let slots: Vec<i32> = (0..n as i32).collect();
+    let slot_buf = upload(dev, &slots.iter().flat_map(|x| x.to_le_bytes()).collect::<Vec<u8>>(), 0);
+    let kv = Operand::contiguous(DType::F32, [d, kv_heads, n, 1], 0);
+    let attn = Op::Attention { scale: 1.0 / (d as f32).sqrt() };
+    let mut outs = Vec::new();
+    for kernel in attn_kernels(ks, d) {
+        let n_q = if kernel == KernelId::FlashAttn { slice } else { n };
+        let ne = [d, heads, n_q, 1];
+        let qo = Operand::contiguous(DType::F32, ne, 0);
+        let mut ins = vec![qo, kv, kv];
+        let mut bufs = vec![&q, &k, &v];
+        if causal {
+            ins.push(i32_operand([n_q, 1, 1, 1]));
+            bufs.push(&slot_buf);
+        }
+        let launch = kernels::launch(kernel, Ops::single(&attn), &ins, &qo, None).unwrap();
+        let out = dev.buffer((d * heads * n_q * 4) as u64, Location::Device, "out").unwrap();
+        run(ks, &launch, &[], &bufs, &out, [d, heads, 8, 1], None); // compiled, warm
+        let t = std::time::Instant::now();
+        run(ks, &launch, &[], &bufs, &out, ne, None);
+        let secs = t.elapsed().as_secs_f64();
+        // The one-query kernel's time per query grows with its kv rows when causal.
+        let work = |m: usize| if causal { (m * (m + 1) / 2) as f64 } else { m as f64 };
+        let secs = secs * work(n) / work(n_q);
+        let what = if causal { "causal" } else { "full" };
+        eprintln!(
+            "{:<22} {heads}/{kv_heads} heads x {n} queries x {n} kv rows x d {d} {what}: {secs:.2} s (ran {n_q} queries)",
+            kernel.name()
+        );
+        outs.push(out.read_f32(0, d * heads * slice).unwrap());
+    }
+    for o in &outs[1..] {
+        let e = nmse(o, &outs[0]);
+        eprintln!("tiled against one-query over the first {slice} queries: nmse {e:.3e}");
+        assert!(e < MAT_NMSE, "nmse {e}");
+    }
+}
+
+/// Vision-sized attention (16 heads, 4096 queries and kv rows, head_dim 64; HRX_ATTN_N=N for
+/// N of each) and a text prefill's (16 over 8 kv heads, 512 queries, head_dim 128, causal).
+/// Slow on lavapipe: `cargo test --release --test vulkan_kernels -- --ignored --nocapture`.
+#[test]
+#[ignore]
+fn attention_speed_vision_and_prefill_shapes() {
+    let Some(ks) = kernel_set() else { return };
+    let n: usize = std::env::var("HRX_ATTN_N").ok().and_then(|v| v.parse().ok()).unwrap_or(4096);
+    time_attention(ks, (64, 16, 16, n), false, 256);
+    time_attention(ks, (128, 16, 8, 512), true, 512);
 }
 
 #[test]

@@ -47,7 +47,8 @@ fn help() -> String {
                  graph); while profiling a barrier separates every two dispatches, so that each time is\n\
                  one kernel's alone, and the speeds measured are lower. Kernel choices to compare:\n\
                  HRX_VK_COOPMAT=1 (cooperative-matrix products), HRX_VK_NO_SUBGROUP=1 (portable\n\
-                 matrix-vector kernels), HRX_VK_NO_FUSE=1 (no fused dispatches).\n\
+                 matrix-vector kernels), HRX_VK_NO_FUSE=1 (no fused dispatches),\n\
+                 HRX_VK_NO_TILED_ATTN=1 (one-query attention for prefill and vision too).\n\
                  \n\
                  example: hrx bench -m Qwen3-VL-2B-Instruct-Q4_K_M.gguf -p 512 -n 128 --json",
     }

@@ -2,7 +2,7 @@
 //! cares about, and which one hrx would use. Exit code 1 when there is no loader or no device.
 
 use super::{CliError, Command};
-use crate::backend::vulkan::kernels::Variants;
+use crate::backend::vulkan::kernels::{AttnTile, Variants, TILED_MIN_QUERIES};
 use crate::backend::vulkan::{DeviceInfo, Instance, VkError};
 use crate::backend::DeviceChoice;
 use crate::cli::args::Args;
@@ -19,6 +19,8 @@ info and version; memory heaps (size, device-local, host-visible); subgroup size
 operations, and whether the matrix-vector kernels use them (HRX_VK_NO_SUBGROUP=1 keeps
 the portable ones); whether the device can run the cooperative-matrix matrix-matrix kernels
 (f16 16x16x16, Vulkan 1.3; used with HRX_VK_COOPMAT=1, else the portable tiled ones);
+which heads the query-tiled attention kernel takes for many queries (those whose tile fits
+the shared memory; HRX_VK_NO_TILED_ATTN=1 keeps the one-query kernel everywhere);
 shared memory, workgroup and push-constant limits; the optional features hrx may use
 (fp16 / int8 arithmetic and storage, subgroup size control, integer dot products,
 cooperative matrices); whether dispatches can be timed (HRX_VK_PROFILE=1: timestamps on
@@ -185,6 +187,22 @@ impl Report {
                 (false, false) => "portable tiles (mul_mat)",
             };
             writeln!(out, "    matrix-matrix   {matmat}")?;
+            let fits: Vec<String> = AttnTile::ALL
+                .into_iter()
+                .filter(|t| t.shared_bytes() <= variants.shared_memory)
+                .map(|t| format!("head_dim <= {}", t.max_head_dim()))
+                .collect();
+            let attention = if !variants.tiled_attention {
+                "one query per workgroup (flash_attn; query tiles off: HRX_VK_NO_TILED_ATTN=1)".to_owned()
+            } else if fits.is_empty() {
+                "one query per workgroup (flash_attn): no flash_attn_tiled tile fits the shared memory".to_owned()
+            } else {
+                format!(
+                    "query tiles (flash_attn_tiled) for {TILED_MIN_QUERIES}+ queries, {}; else flash_attn",
+                    fits.join(", ")
+                )
+            };
+            writeln!(out, "    attention       {attention}")?;
             writeln!(
                 out,
                 "    limits          shared memory {}, workgroup {} invocations, push constants {} B, storage buffer range {}",

@@ -1,16 +1,124 @@
 //! FLASH_ATTN: fused softmax(q k^T * scale) v with grouped K/V heads, causal through i32
-//! slots or over every kv row: `flash_attn.comp`.
+//! slots or over every kv row. Two kernels with the same push constants: `flash_attn.comp`,
+//! one workgroup per (head, query), for a few queries (decode steps), and
+//! `flash_attn_tiled.comp`, one workgroup per tile of queries of a head, each K/V row read once
+//! per tile, for many (prompt prefill, the vision encoder) where its tile fits the device's
+//! shared memory.
 
 use super::{dyn_words, expect_f32, floats, word, Dyn, Grid, KernelId, Launch, Operand};
 use crate::backend::vulkan::error::{Result, VkError};
 use crate::quant::DType;
 
-/// Words of `flash_attn.comp`'s push constants.
+/// Words of the attention kernels' push constants.
 pub const PUSH_WORDS: usize = 27;
-/// Largest head dimension the kernel holds.
+/// Largest head dimension the kernels hold.
 pub const MAX_HEAD_DIM: usize = 256;
+/// From this many planned queries on, the tiled kernel runs (where a tile fits): below it most
+/// of a tile would be empty and the one-query kernel's workgroups per query spread wider.
+pub const TILED_MIN_QUERIES: usize = 8;
 
-pub fn launch(
+/// A tile of `flash_attn_tiled.comp` (its specialization constants), one per head_dim class:
+/// BR queries by BC kv rows, 64 threads each holding BR/8 x BC/8 scores and BR/8 x head/8
+/// outputs in registers. Each fits lavapipe's 32 KiB of shared memory (Q, K, V and P tiles);
+/// smaller head dimensions take larger tiles (more reuse of each K/V row).
+#[derive(Clone, Copy, Debug, PartialEq, Eq, Hash)]
+pub enum AttnTile {
+    /// head_dim <= 64 (the vision encoder): 32 queries x 32 kv rows.
+    D64,
+    /// head_dim <= 128 (text prefill): 24 x 16.
+    D128,
+    /// head_dim <= 256: 8 x 8.
+    D256,
+}
+
+impl AttnTile {
+    pub const ALL: [AttnTile; 3] = [AttnTile::D64, AttnTile::D128, AttnTile::D256];
+
+    /// The tile for heads of `head_dim` values: the smallest class holding them.
+    pub fn for_head_dim(head_dim: usize) -> Option<AttnTile> {
+        AttnTile::ALL.into_iter().find(|t| head_dim <= t.max_head_dim())
+    }
+
+    pub fn max_head_dim(self) -> usize {
+        match self {
+            AttnTile::D64 => 64,
+            AttnTile::D128 => 128,
+            AttnTile::D256 => 256,
+        }
+    }
+
+    /// Queries per workgroup (BR).
+    pub fn queries(self) -> usize {
+        match self {
+            AttnTile::D64 => 32,
+            AttnTile::D128 => 24,
+            AttnTile::D256 => 8,
+        }
+    }
+
+    /// KV rows per step (BC).
+    fn kv_rows(self) -> usize {
+        match self {
+            AttnTile::D64 => 32,
+            AttnTile::D128 => 16,
+            AttnTile::D256 => 8,
+        }
+    }
+
+    /// Bytes of shared memory the kernel declares with this tile: Q (BR x D), K (BC rows of
+    /// D + 4), V (BC x D), P (BR x (BC + 1)) and the row reductions (BR x 8), all f32.
+    pub fn shared_bytes(self) -> u32 {
+        let (br, bc, d) = (self.queries(), self.kv_rows(), self.max_head_dim());
+        (4 * (br * d + bc * (d + 4) + bc * d + br * (bc + 1) + br * 8)) as u32
+    }
+
+    /// The name's suffix: `flash_attn_tiled_d64`.
+    pub fn suffix(self) -> &'static str {
+        match self {
+            AttnTile::D64 => "d64",
+            AttnTile::D128 => "d128",
+            AttnTile::D256 => "d256",
+        }
+    }
+
+    /// The kernel's specialization constants: BR, BC, D.
+    pub fn constants(self) -> Vec<u32> {
+        [self.queries(), self.kv_rows(), self.max_head_dim()].map(|x| x as u32).to_vec()
+    }
+}
+
+/// The attention kernel for `out`'s planned query count and head size on a device whose
+/// workgroups may use `shared_memory` bytes: tiled for many queries where the tile fits,
+/// else the one-query kernel.
+pub fn choose(out: &Operand, shared_memory: u32) -> KernelId {
+    match AttnTile::for_head_dim(out.ne[0]) {
+        Some(tile) if out.ne[2] >= TILED_MIN_QUERIES && tile.shared_bytes() <= shared_memory => {
+            KernelId::FlashAttnTiled(tile)
+        }
+        _ => KernelId::FlashAttn,
+    }
+}
+
+/// `kernel` (`FlashAttn` or `FlashAttnTiled`) on `ins`: q, k, v and, causal, the slots.
+pub fn launch(kernel: KernelId, ins: &[Operand], scale: f32, out: &Operand, dynamic: Option<Dyn>) -> Result<Launch> {
+    let (grid, max_head_dim) = match kernel {
+        KernelId::FlashAttn => (Grid::Rows, MAX_HEAD_DIM),
+        KernelId::FlashAttnTiled(tile) => (Grid::QueryTiles { queries: tile.queries() }, tile.max_head_dim()),
+        other => return Err(VkError::Invalid(format!("{} is no attention kernel", other.name()))),
+    };
+    let [q, k, v, slots @ ..] = ins else {
+        return Err(VkError::Invalid(format!("flash_attn: {} inputs, not q, k, v (and slots)", ins.len())));
+    };
+    if slots.len() > 1 {
+        return Err(VkError::Invalid(format!("flash_attn: {} inputs, not q, k, v (and slots)", ins.len())));
+    }
+    let push = push_words(q, k, v, slots.first(), scale, out, dynamic, max_head_dim)?;
+    Ok(Launch { kernel, push, grid, grid_input: None, slots: Vec::new() })
+}
+
+/// The push constants both kernels read, for heads of at most `max_head_dim` values.
+#[allow(clippy::too_many_arguments)] // the node's operands, each checked by name
+fn push_words(
     q: &Operand,
     k: &Operand,
     v: &Operand,
@@ -18,7 +126,8 @@ pub fn launch(
     scale: f32,
     out: &Operand,
     dynamic: Option<Dyn>,
-) -> Result<Launch> {
+    max_head_dim: usize,
+) -> Result<Vec<u32>> {
     for (o, what) in [(q, "q"), (k, "k"), (v, "v"), (out, "the output")] {
         expect_f32(o, what)?;
         if o.nb[0] != 4 || o.ne[3] != 1 {
@@ -29,7 +138,7 @@ pub fn launch(
     }
     let (d, heads, n_q) = (q.ne[0], q.ne[1], q.ne[2]);
     let shape_ok =
-        k.ne == v.ne && k.ne[0] == d && k.ne[1] > 0 && heads % k.ne[1] == 0 && out.ne == q.ne && d <= MAX_HEAD_DIM;
+        k.ne == v.ne && k.ne[0] == d && k.ne[1] > 0 && heads % k.ne[1] == 0 && out.ne == q.ne && d <= max_head_dim;
     if !shape_ok {
         return Err(VkError::Invalid(format!("flash_attn: q {:?} k {:?} v {:?} -> {:?}", q.ne, k.ne, v.ne, out.ne)));
     }
@@ -69,5 +178,49 @@ pub fn launch(
         None => push.push(u32::MAX),
     }
     push.push(scale.to_bits());
-    Ok(Launch { kernel: KernelId::FlashAttn, push, grid: Grid::Rows, grid_input: None, slots: Vec::new() })
+    Ok(push)
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    #[test]
+    fn every_tile_fits_32_kib_and_its_threads() {
+        for tile in AttnTile::ALL {
+            assert!(tile.shared_bytes() <= 32768, "{tile:?}: {} bytes", tile.shared_bytes());
+            // 8 x 8 threads: whole rows and columns of the tile each, vec4 columns of D.
+            assert_eq!((tile.queries() % 8, tile.kv_rows() % 8, tile.max_head_dim() % 32), (0, 0, 0), "{tile:?}");
+        }
+        assert_eq!(AttnTile::for_head_dim(40), Some(AttnTile::D64));
+        assert_eq!(AttnTile::for_head_dim(80), Some(AttnTile::D128));
+        assert_eq!(AttnTile::for_head_dim(257), None);
+    }
+
+    #[test]
+    fn many_queries_take_the_tiled_kernel_where_it_fits() {
+        let out = |d, n_q| Operand::contiguous(DType::F32, [d, 16, n_q, 1], 0);
+        assert_eq!(choose(&out(64, 4096), 32768), KernelId::FlashAttnTiled(AttnTile::D64));
+        assert_eq!(choose(&out(128, 512), 49152), KernelId::FlashAttnTiled(AttnTile::D128));
+        assert_eq!(choose(&out(128, TILED_MIN_QUERIES - 1), 49152), KernelId::FlashAttn, "a decode step");
+        assert_eq!(choose(&out(64, 4096), 16384), KernelId::FlashAttn, "Vulkan's guaranteed 16 KiB");
+    }
+
+    #[test]
+    fn a_tile_refuses_heads_above_its_class_and_odd_inputs() {
+        let f32_op = |ne| Operand::contiguous(DType::F32, ne, 0);
+        let (q, kv) = (f32_op([80, 4, 40, 1]), f32_op([80, 2, 100, 1]));
+        let tiled = |tile| KernelId::FlashAttnTiled(tile);
+        assert!(launch(tiled(AttnTile::D128), &[q, kv, kv], 0.1, &q, None).is_ok());
+        assert!(launch(tiled(AttnTile::D64), &[q, kv, kv], 0.1, &q, None).is_err(), "80 values in a 64 tile");
+        assert!(launch(tiled(AttnTile::D128), &[q, kv], 0.1, &q, None).is_err());
+        let slots = Operand::contiguous(DType::I32, [40, 1, 1, 1], 0);
+        assert!(launch(tiled(AttnTile::D128), &[q, kv, kv, slots], 0.1, &q, None).is_ok());
+        assert!(launch(tiled(AttnTile::D128), &[q, kv, kv, slots, slots], 0.1, &q, None).is_err());
+        assert!(launch(KernelId::RmsNorm, &[q, kv, kv], 0.1, &q, None).is_err());
+        let l = launch(tiled(AttnTile::D128), &[q, kv, kv], 0.1, &q, None).unwrap();
+        // 4 heads x 2 tiles of 24 queries (of 40), in a grid clamped to 5.
+        assert_eq!(l.groups([80, 4, 40, 1], [65535; 3]), [8, 1, 1]);
+        assert_eq!(l.groups([80, 4, 40, 1], [5, 1, 1]), [5, 1, 1]);
+    }
 }

@@ -107,11 +107,24 @@ pub struct Variants {
     pub wide_matvec: bool,
     /// Whether pairs of nodes may run as one dispatch (HRX_VK_NO_FUSE=1: every node alone).
     pub fuse: bool,
+    /// Whether attention over many queries may run tiled (`flash_attn_tiled`) where a tile
+    /// fits `shared_memory` (HRX_VK_NO_TILED_ATTN=1: the one-query kernel everywhere).
+    pub tiled_attention: bool,
+    /// Bytes of shared memory a workgroup may use: kernels with a choice of tiles take one that
+    /// fits, or a kernel without.
+    pub shared_memory: u32,
 }
 
 impl Variants {
-    /// The kernels any Vulkan device runs.
-    pub const PORTABLE: Variants = Variants { subgroup_matvec: None, coopmat: None, wide_matvec: false, fuse: true };
+    /// The kernels any Vulkan device runs: 16 KiB of shared memory is all Vulkan guarantees.
+    pub const PORTABLE: Variants = Variants {
+        subgroup_matvec: None,
+        coopmat: None,
+        wide_matvec: false,
+        fuse: true,
+        tiled_attention: true,
+        shared_memory: 16384,
+    };
 
     /// What the device of `info` runs best, as the HRX_VK_* switches allow.
     pub fn for_device(info: &DeviceInfo) -> Variants {
@@ -123,6 +136,8 @@ impl Variants {
             wide_matvec: subgroup_matvec.is_some_and(|s| s <= WIDE_MAX_SUBGROUP)
                 && std::env::var("HRX_VK_MATVEC").map_or(true, |v| v != "sg"),
             fuse: !switch("HRX_VK_NO_FUSE"),
+            tiled_attention: !switch("HRX_VK_NO_TILED_ATTN"),
+            shared_memory: info.max_shared_memory,
         }
     }
 

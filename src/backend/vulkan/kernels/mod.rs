@@ -14,6 +14,7 @@ mod rope;
 mod rows;
 mod unary;
 
+pub use attn::{AttnTile, TILED_MIN_QUERIES};
 pub use matmul::{MatKind, Prologue, Variants, WIDE_MAX_SUBGROUP};
 
 use super::device::Device;
@@ -62,7 +63,10 @@ pub enum KernelId {
     Rope,
     /// RMS_NORM then ROPE of its output, in one dispatch.
     RmsNormRope,
+    /// Attention for a few queries: a workgroup per (head, query).
     FlashAttn,
+    /// Attention for many queries: a workgroup per (head, tile of queries).
+    FlashAttnTiled(AttnTile),
     /// 16-byte words from input 1 to the output: the copy bandwidth `hrx bench --kernels`
     /// compares products with; no graph node runs it.
     Copy,
@@ -87,6 +91,7 @@ impl KernelId {
             KernelId::FlashAttn,
             KernelId::Copy,
         ]);
+        all.extend(AttnTile::ALL.map(KernelId::FlashAttnTiled));
         all
     }
 
@@ -127,6 +132,7 @@ impl KernelId {
             KernelId::Rope => "rope",
             KernelId::RmsNormRope => "rms_norm_rope",
             KernelId::FlashAttn => "flash_attn",
+            KernelId::FlashAttnTiled(_) => "flash_attn_tiled",
             KernelId::Copy => "copy",
         }
     }
@@ -158,6 +164,7 @@ impl KernelId {
             KernelId::Unary(UnaryOp::GeluTanh) => "gelu".into(),
             KernelId::Unary(UnaryOp::GeluErf) => "gelu_erf".into(),
             KernelId::GetRows(w, true) => format!("get_rows_weighted_{}", w.suffix()),
+            KernelId::FlashAttnTiled(tile) => format!("flash_attn_tiled_{}", tile.suffix()),
             other => other.module(),
         }
     }
@@ -173,7 +180,7 @@ impl KernelId {
             KernelId::SetRows => rows::SET_PUSH_WORDS,
             KernelId::Rope => rope::PUSH_WORDS,
             KernelId::RmsNormRope => rope::PUSH_WORDS + 2,
-            KernelId::FlashAttn => attn::PUSH_WORDS,
+            KernelId::FlashAttn | KernelId::FlashAttnTiled(_) => attn::PUSH_WORDS,
             KernelId::Copy => 1,
         }
     }
@@ -185,6 +192,7 @@ impl KernelId {
             KernelId::GetRows(_, weighted) => vec![u32::from(weighted)],
             // The workgroup: four subgroups.
             KernelId::MatMul(MatKind::Coop { subgroup }, _) => vec![4 * subgroup],
+            KernelId::FlashAttnTiled(tile) => tile.constants(),
             _ => Vec::new(),
         }
     }
@@ -279,6 +287,8 @@ enum Grid {
     Flat { per_group: usize },
     /// x: one group per row (ne1*ne2*ne3).
     Rows,
+    /// x: one group per (ne1, tile of `queries` along ne2) (and ne3).
+    QueryTiles { queries: usize },
 }
 
 impl Launch {
@@ -295,6 +305,7 @@ impl Launch {
             Grid::Mat { rows, cols: per } => [ne[0].div_ceil(rows), cols.div_ceil(per), 1],
             Grid::Flat { per_group } => [(ne[0] * cols).div_ceil(per_group), 1, 1],
             Grid::Rows => [cols, 1, 1],
+            Grid::QueryTiles { queries } => [ne[1] * ne[2].div_ceil(queries) * ne[3], 1, 1],
         };
         [0, 1, 2].map(|i| g[i].min(max[i] as usize) as u32)
     }
@@ -387,9 +398,10 @@ impl<'a> Ops<'a> {
 
 /// The kernel the device runs for `ops` with `ins` (in `hrx::Group::inputs` order) and `out`
 /// under `variants`, or why there is none: the registry's choice at plan time. Matrix products
-/// take the device's best kind that accepts the operands (`Variants::mat_kinds`); a norm with
-/// the rope of its output runs as `rms_norm_rope`; every other op has one kernel per op and
-/// dtype.
+/// take the device's best kind that accepts the operands (`Variants::mat_kinds`); attention
+/// goes by its planned query count and the device's shared memory (`attn::choose`); a norm
+/// with the rope of its output runs as `rms_norm_rope`; every other op has one kernel per op
+/// and dtype.
 pub fn select(ops: Ops, ins: &[Operand], out: &Operand, dynamic: Option<Dyn>, variants: &Variants) -> Result<KernelId> {
     let candidates: Vec<KernelId> = match (ops.node, ins.first()) {
         (Op::MatMul, Some(w)) => {
@@ -402,6 +414,7 @@ pub fn select(ops: Ops, ins: &[Operand], out: &Operand, dynamic: Option<Dyn>, va
         _ if ops.folded.is_some() || ops.fused.is_some() => {
             return Err(VkError::Invalid(format!("no kernel runs {}", ops.names())));
         }
+        (Op::Attention { .. }, _) if variants.tiled_attention => vec![attn::choose(out, variants.shared_memory)],
         (op, _) => vec![op_launch(op, ins, out, dynamic)?.kernel],
     };
     // The first that accepts the operands as the executor will launch it.
@@ -444,6 +457,9 @@ pub fn launch(kernel: KernelId, ops: Ops, ins: &[Operand], out: &Operand, dynami
         (KernelId::RmsNormRope, norm, None, Some(rope)) => {
             launch_norm_rope(norm, rope, arg(0)?, arg(1)?, arg(2)?, out, dynamic)?
         }
+        (KernelId::FlashAttnTiled(_), Op::Attention { scale }, None, None) => {
+            attn::launch(kernel, ins, *scale, out, dynamic)?
+        }
         (_, op, None, None) => op_launch(op, ins, out, dynamic)?,
         _ => return Err(VkError::Invalid(format!("{} does not run {}", kernel.name(), ops.names()))),
     };
@@ -473,7 +489,7 @@ fn op_launch(op: &Op, ins: &[Operand], out: &Operand, dynamic: Option<Dyn>) -> R
         Op::GetRowsWeighted => rows::get_rows(arg(0)?, arg(1)?, Some(arg(2)?), out, dynamic),
         Op::SetRows => rows::set_rows(arg(0)?, arg(1)?, arg(2)?, out),
         Op::Rope { kind, theta, n_dims } => rope::launch(kind, *theta, *n_dims, arg(0)?, arg(1)?, out, dynamic),
-        Op::Attention { scale } => attn::launch(arg(0)?, arg(1)?, arg(2)?, ins.get(3), *scale, out, dynamic),
+        Op::Attention { scale } => attn::launch(KernelId::FlashAttn, ins, *scale, out, dynamic),
         other => Err(VkError::Invalid(format!("no Vulkan kernel for {}", other.name()))),
     }
 }
