@@ -1,10 +1,12 @@
 //! d = w^T x (ggml's mul_mat) with quantized or float weights and f32 activations:
-//! `mul_mat_vec.comp` for a few columns, `mul_mat.comp` (64 x 64 tiles) for many, and
+//! `mul_mat_vec.comp` for a few columns, `mul_mat.comp` (64 x 64 tiles, f32) for many, and
 //! `mul_mat_rows.comp` (a thread per output value) for a few columns of short rows. Devices
 //! with subgroup arithmetic in compute shaders take `mul_mat_vec_sg.comp` (a subgroup per
 //! output row, reduced by subgroupAdd) instead of `mul_mat_vec.comp`, and devices with f16
-//! cooperative matrices `mul_mat_cm.comp` instead of `mul_mat.comp` when asked ([`Variants`]).
+//! cooperative matrices `mul_mat_cm.comp` (f16 operands on the matrix units, f32 sums) instead
+//! of `mul_mat.comp`, or with HRX_VK_EXACT=1 `mul_mat_cm_exact.comp` (f32-accurate) ([`Variants`]).
 
+use super::coop::{CoopMat, Tiles};
 use super::{dyn_words, expect_f32, floats, word, Dyn, Grid, KernelId, Launch, Operand, WType};
 use crate::backend::vulkan::error::{Result, VkError};
 use crate::backend::vulkan::info::DeviceInfo;
@@ -20,10 +22,15 @@ pub enum MatKind {
     /// As `Vec`, but one subgroup (of this many lanes) per row and column, reduced with
     /// subgroupAdd: 128 / subgroup rows per workgroup.
     VecSg { subgroup: u32 },
-    /// 64 x 64 output tiles through shared memory.
+    /// 64 x 64 output tiles through shared memory, f32 throughout.
     Tiled,
-    /// As `Tiled`, multiplied on cooperative matrices by four subgroups of this many lanes.
-    Coop { subgroup: u32 },
+    /// Tiles on cooperative matrices of the variant's shape: f16 operands (weights dequantized
+    /// and activations converted while staged), f32 accumulators, one product per block
+    /// (`Tiles::fast`: 128 x 128 per workgroup at 16 x 16 x 16).
+    Coop(CoopMat),
+    /// As `Coop`, but each operand split into two f16 halves and three products per block, so
+    /// the result keeps f32 accuracy (`Tiles::exact`: 64 x 64 per workgroup).
+    CoopExact(CoopMat),
     /// One thread per output value, no shared memory: for short rows, where splitting K
     /// across a workgroup leaves most threads idle (and CPU drivers pay for every barrier).
     Rows,
@@ -44,6 +51,15 @@ impl MatKind {
             MatKind::Vec
         }
     }
+
+    /// The tiles of a cooperative-matrix kind.
+    pub fn coop_tiles(self) -> Option<(CoopMat, Tiles)> {
+        match self {
+            MatKind::Coop(cm) => Some((cm, Tiles::fast(cm.shape))),
+            MatKind::CoopExact(cm) => Some((cm, Tiles::exact())),
+            _ => None,
+        }
+    }
 }
 
 /// The kernel variants a device runs, decided once from what it reports and the switches in
@@ -54,25 +70,30 @@ pub struct Variants {
     /// Subgroup size of the subgroup matrix-vector kernel (`mul_mat_vec_sg`), where it runs in
     /// place of `mul_mat_vec` (HRX_VK_NO_SUBGROUP=1 keeps the portable one).
     pub subgroup_matvec: Option<u32>,
-    /// Subgroup size of the cooperative-matrix product (`mul_mat_cm`), where it runs in place of
-    /// the tiled one: opt-in (HRX_VK_COOPMAT=1) because on the H200 it is still slower than the
-    /// tiled f32 kernel (2B shape, pp512: 4,198 against 4,885 tokens/s); its three products per
-    /// tile (for f32 accuracy) and 64 x 64 tiles leave it bound by staging.
-    pub coopmat: Option<u32>,
+    /// The cooperative-matrix variant (subgroup size, matrix-unit shape) the many-column
+    /// products run on in place of the tiled f32 kernel, where the device has one:
+    /// `mul_mat_cm` (f16 operands, f32 sums: a normalized error of about 1e-7 against f32,
+    /// logits within about 1e-2) unless `exact`. HRX_VK_NO_COOPMAT=1 keeps the tiled kernel.
+    pub coopmat: Option<CoopMat>,
+    /// HRX_VK_EXACT=1: products keep f32 accuracy: `mul_mat_cm_exact` (operands split into
+    /// f16 halves, three products per block) where there is a cooperative-matrix variant, else
+    /// the tiled f32 kernel. Slower; for checking the fast kernel against, on the same device.
+    pub exact: bool,
     /// Whether pairs of nodes may run as one dispatch (HRX_VK_NO_FUSE=1: every node alone).
     pub fuse: bool,
 }
 
 impl Variants {
     /// The kernels any Vulkan device runs.
-    pub const PORTABLE: Variants = Variants { subgroup_matvec: None, coopmat: None, fuse: true };
+    pub const PORTABLE: Variants = Variants { subgroup_matvec: None, coopmat: None, exact: false, fuse: true };
 
     /// What the device of `info` runs best, as the HRX_VK_* switches allow.
     pub fn for_device(info: &DeviceInfo) -> Variants {
         let switch = |name: &str| std::env::var(name).is_ok_and(|v| v == "1");
         Variants {
             subgroup_matvec: info.subgroup_matvec().filter(|_| !switch("HRX_VK_NO_SUBGROUP")),
-            coopmat: info.coopmat_matmul().filter(|_| switch("HRX_VK_COOPMAT")),
+            coopmat: info.coopmat_matmul().filter(|_| !switch("HRX_VK_NO_COOPMAT")),
+            exact: switch("HRX_VK_EXACT"),
             fuse: !switch("HRX_VK_NO_FUSE"),
         }
     }
@@ -81,9 +102,19 @@ impl Variants {
     pub fn mat_kind(&self, k: usize, cols: usize) -> MatKind {
         match MatKind::choose(k, cols) {
             MatKind::Vec => self.subgroup_matvec.map_or(MatKind::Vec, |subgroup| MatKind::VecSg { subgroup }),
-            MatKind::Tiled => self.coopmat.map_or(MatKind::Tiled, |subgroup| MatKind::Coop { subgroup }),
+            MatKind::Tiled => match (self.coopmat, self.exact) {
+                (Some(cm), false) => MatKind::Coop(cm),
+                (Some(cm), true) => MatKind::CoopExact(cm),
+                (None, _) => MatKind::Tiled,
+            },
             kind => kind,
         }
+    }
+
+    /// Whether many-column products run with f16 operands (`mul_mat_cm`): results then differ
+    /// from the f32 kernels' by f16 rounding, not f32's.
+    pub fn f16_products(&self) -> bool {
+        self.coopmat.is_some() && !self.exact
     }
 }
 
@@ -156,13 +187,20 @@ pub fn launch(
             Grid::Mat { rows: 128 / subgroup as usize, cols: 1 }
         }
         MatKind::Tiled => Grid::Mat { rows: 64, cols: 64 },
-        MatKind::Coop { subgroup } => {
-            if !subgroup.is_power_of_two() || !(8..=64).contains(&subgroup) {
-                return Err(VkError::Invalid(format!("mul_mat_cm: subgroup size {subgroup}")));
-            }
-            Grid::Mat { rows: 64, cols: 64 }
-        }
+        MatKind::Coop(cm) => coop_grid(cm, Tiles::fast(cm.shape))?,
+        MatKind::CoopExact(cm) => coop_grid(cm, Tiles::exact())?,
         MatKind::Rows => Grid::Mat { rows: 64, cols: 1 },
     };
     Ok(Launch { kernel: KernelId::MatMul(kind, wt), push, grid, grid_input: None })
+}
+
+/// The grid of a cooperative-matrix kernel: a workgroup per tile.
+fn coop_grid(cm: CoopMat, tiles: Tiles) -> Result<Grid> {
+    if !cm.supported() {
+        return Err(VkError::Invalid(format!(
+            "mul_mat_cm: no kernel for subgroups of {} and {} matrices",
+            cm.subgroup, cm.shape
+        )));
+    }
+    Ok(Grid::Mat { rows: tiles.rows() as usize, cols: tiles.cols() as usize })
 }

@@ -8,16 +8,19 @@
 
 mod attn;
 mod binary;
+mod coop;
 mod matmul;
 mod norm;
 mod rope;
 mod rows;
 mod unary;
 
+pub use coop::{CoopMat, Tiles};
 pub use matmul::{MatKind, Variants};
 
 use super::device::Device;
 use super::error::{Result, VkError};
+use super::info::CoopShape;
 use super::pipeline::{Pipeline, PipelineSpec};
 use super::shaders;
 use crate::graph::{DynAxis, Gelu, Op, MAX_DIMS};
@@ -66,7 +69,8 @@ pub enum KernelId {
 }
 
 impl KernelId {
-    /// Every kernel, each once (subgroup sizes 0: they are filled in from a plan's kernel).
+    /// Every kernel, each once (subgroup sizes and shapes 0: they are filled in from a plan's
+    /// kernel).
     pub fn all() -> Vec<KernelId> {
         let mut all = Vec::new();
         for w in WType::ALL {
@@ -74,7 +78,8 @@ impl KernelId {
                 MatKind::Vec,
                 MatKind::VecSg { subgroup: 0 },
                 MatKind::Tiled,
-                MatKind::Coop { subgroup: 0 },
+                MatKind::Coop(CoopMat::UNSET),
+                MatKind::CoopExact(CoopMat::UNSET),
                 MatKind::Rows,
             ];
             all.extend(kinds.map(|kind| KernelId::MatMul(kind, w)));
@@ -94,26 +99,43 @@ impl KernelId {
     }
 
     /// The kernel a plan names: `name` as [`KernelId::name`] gives it, with the subgroup size
-    /// of a variant built around one.
+    /// (and matrix-unit shape) of a variant built around one.
     pub fn from_plan(kernel: &crate::hrx::Kernel) -> Option<KernelId> {
         let id = KernelId::all().into_iter().find(|k| k.name() == kernel.name)?;
-        Some(match (id, kernel.subgroup) {
-            (KernelId::MatMul(MatKind::VecSg { .. }, w), Some(subgroup)) => {
+        let coop = |subgroup, [m, n, k]: [u32; 3]| CoopMat { subgroup, shape: CoopShape { m, n, k } };
+        Some(match (id, kernel.subgroup, kernel.shape) {
+            (KernelId::MatMul(MatKind::VecSg { .. }, w), Some(subgroup), None) => {
                 KernelId::MatMul(MatKind::VecSg { subgroup }, w)
             }
-            (KernelId::MatMul(MatKind::Coop { .. }, w), Some(subgroup)) => {
-                KernelId::MatMul(MatKind::Coop { subgroup }, w)
+            (KernelId::MatMul(MatKind::Coop(_), w), Some(subgroup), Some(shape)) => {
+                KernelId::MatMul(MatKind::Coop(coop(subgroup, shape)), w)
             }
-            (KernelId::MatMul(MatKind::VecSg { .. } | MatKind::Coop { .. }, _), None) => return None,
-            (id, None) => id,
-            (_, Some(_)) => return None,
+            (KernelId::MatMul(MatKind::CoopExact(_), w), Some(subgroup), Some(shape)) => {
+                KernelId::MatMul(MatKind::CoopExact(coop(subgroup, shape)), w)
+            }
+            (KernelId::MatMul(MatKind::VecSg { .. } | MatKind::Coop(_) | MatKind::CoopExact(_), _), _, _) => {
+                return None
+            }
+            (id, None, None) => id,
+            _ => return None,
         })
     }
 
     /// The subgroup size the kernel is built around, where it is one.
     pub fn subgroup(self) -> Option<u32> {
         match self {
-            KernelId::MatMul(MatKind::VecSg { subgroup } | MatKind::Coop { subgroup }, _) => Some(subgroup),
+            KernelId::MatMul(MatKind::VecSg { subgroup }, _) => Some(subgroup),
+            KernelId::MatMul(MatKind::Coop(cm) | MatKind::CoopExact(cm), _) => Some(cm.subgroup),
+            _ => None,
+        }
+    }
+
+    /// The matrix-unit shape (M, N, K) the kernel is built around, where it is one.
+    pub fn shape(self) -> Option<[u32; 3]> {
+        match self {
+            KernelId::MatMul(MatKind::Coop(cm) | MatKind::CoopExact(cm), _) => {
+                Some([cm.shape.m, cm.shape.n, cm.shape.k])
+            }
             _ => None,
         }
     }
@@ -124,7 +146,8 @@ impl KernelId {
             KernelId::MatMul(MatKind::Vec, _) => "mul_mat_vec",
             KernelId::MatMul(MatKind::VecSg { .. }, _) => "mul_mat_vec_sg",
             KernelId::MatMul(MatKind::Tiled, _) => "mul_mat",
-            KernelId::MatMul(MatKind::Coop { .. }, _) => "mul_mat_cm",
+            KernelId::MatMul(MatKind::Coop(_), _) => "mul_mat_cm",
+            KernelId::MatMul(MatKind::CoopExact(_), _) => "mul_mat_cm_exact",
             KernelId::MatMul(MatKind::Rows, _) => "mul_mat_rows",
             KernelId::Binary(_) => "binary",
             KernelId::RmsNorm => "rms_norm",
@@ -189,8 +212,10 @@ impl KernelId {
             KernelId::Binary(op) => vec![op as u32],
             KernelId::Unary(op) => vec![op as u32],
             KernelId::GetRows(_, weighted) => vec![u32::from(weighted)],
-            // The workgroup: four subgroups.
-            KernelId::MatMul(MatKind::Coop { subgroup }, _) => vec![4 * subgroup],
+            // The workgroup (four subgroups), the matrix-unit shape and the tiles.
+            KernelId::MatMul(kind @ (MatKind::Coop(_) | MatKind::CoopExact(_)), _) => {
+                kind.coop_tiles().map_or_else(Vec::new, |(cm, tiles)| tiles.constants(cm))
+            }
             _ => Vec::new(),
         }
     }
@@ -199,7 +224,7 @@ impl KernelId {
     /// of subgroups per workgroup.
     fn subgroup_size(self) -> Option<u32> {
         match self {
-            KernelId::MatMul(MatKind::Coop { subgroup }, _) => Some(subgroup),
+            KernelId::MatMul(MatKind::Coop(cm) | MatKind::CoopExact(cm), _) => Some(cm.subgroup),
             _ => None,
         }
     }
@@ -475,4 +500,45 @@ fn launch_norm_rope(
     launch.kernel = KernelId::RmsNormRope;
     launch.grid = Grid::Rows;
     Ok(launch)
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+    use crate::hrx::Kernel;
+
+    fn planned(id: KernelId) -> Kernel {
+        Kernel { name: id.name(), subgroup: id.subgroup(), shape: id.shape(), splits: Vec::new() }
+    }
+
+    #[test]
+    fn a_plan_names_enough_to_rebuild_each_variant() {
+        let cm = CoopMat { subgroup: 8, shape: CoopShape { m: 8, n: 8, k: 8 } };
+        let kinds =
+            [MatKind::Tiled, MatKind::VecSg { subgroup: 32 }, MatKind::Coop(cm), MatKind::CoopExact(cm), MatKind::Rows];
+        for kind in kinds {
+            let id = KernelId::MatMul(kind, WType::Q4K);
+            assert_eq!(KernelId::from_plan(&planned(id)), Some(id), "{kind:?}");
+        }
+        assert_eq!(KernelId::from_plan(&planned(KernelId::RmsNormRope)), Some(KernelId::RmsNormRope));
+        // The two cooperative-matrix kernels are told apart by name, and their pipelines by
+        // the specialization constants the variant gives.
+        let (fast, exact) =
+            (KernelId::MatMul(MatKind::Coop(cm), WType::F16), KernelId::MatMul(MatKind::CoopExact(cm), WType::F16));
+        assert_eq!((fast.name(), exact.name()), ("mul_mat_cm_f16".to_owned(), "mul_mat_cm_exact_f16".to_owned()));
+        assert_eq!(fast.constants(), vec![32, 8, 8, 8, 32, 32, 32]);
+        assert_eq!(exact.constants(), vec![32, 8, 8, 8, 32, 32, 32]);
+        let big = KernelId::MatMul(
+            MatKind::Coop(CoopMat { subgroup: 32, shape: CoopShape { m: 16, n: 16, k: 16 } }),
+            WType::F16,
+        );
+        assert_eq!((big.constants(), big.subgroup_size()), (vec![128, 16, 16, 16, 64, 64, 32], Some(32)));
+        // A variant without what it is built around does not exist.
+        let mut no_shape = planned(fast);
+        no_shape.shape = None;
+        assert_eq!(KernelId::from_plan(&no_shape), None);
+        let mut stray = planned(KernelId::MatMul(MatKind::Tiled, WType::Q4K));
+        stray.shape = Some([16, 16, 16]);
+        assert_eq!(KernelId::from_plan(&stray), None);
+    }
 }
