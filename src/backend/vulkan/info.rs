@@ -473,7 +473,7 @@ mod tests {
         assert_eq!(without(|d| d.api_version = (1, 2, 0)), None);
         assert_eq!(without(|d| d.subgroup_size = 128), None);
         assert_eq!(without(|d| d.max_workgroup_invocations = 64), None, "four subgroups of 32");
-        // 46 KiB for 128 x 128 tiles of 16 x 16 x 16; 16 x 8 x 16's 128 x 64 tiles take 32.5.
+        // 45 KiB for 128 x 128 tiles of 16 x 16 x 16; 16 x 8 x 16's 128 x 64 tiles take 32.5.
         assert_eq!(without(|d| d.max_shared_memory = 40960).map(|c| c.shape), Some(CoopShape { m: 16, n: 8, k: 16 }));
         assert_eq!(without(|d| d.max_shared_memory = 32768), None);
     }

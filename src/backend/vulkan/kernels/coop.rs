@@ -62,7 +62,7 @@ pub struct Tiles {
 impl Tiles {
     /// `mul_mat_cm`: 4 x 4 accumulators per subgroup (64 x 64 of 16 x 16 blocks, so 128 x 128
     /// per workgroup: enough reuse of each staged value to keep an H200's matrix units busy),
-    /// 32-deep slices, two buffers. 46 KiB of shared memory at 16 x 16 x 16, 21.5 KiB at
+    /// 32-deep slices, two buffers. 45 KiB of shared memory at 16 x 16 x 16, 21.5 KiB at
     /// lavapipe's 8 x 8 x 8.
     pub fn fast(shape: CoopShape) -> Tiles {
         Tiles { sg_m: 4 * shape.m, sg_n: 4 * shape.n, bk: 32, buffers: 2, parts: 1 }
