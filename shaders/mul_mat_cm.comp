@@ -1,15 +1,25 @@
 #version 450
-// Matrix-matrix product on cooperative matrices (VK_KHR_cooperative_matrix, 16 x 16 x 16,
-// f16 inputs, f32 accumulators): the prefill and vision counterpart of mul_mat.comp, same
-// bindings and push constants. A workgroup of 4 subgroups computes a 64 (rows of w) x 64
-// (columns of x) tile of d; each subgroup a 32 x 32 quarter, as 2 x 2 accumulators.
+// Matrix-matrix product on the GPU's matrix units (VK_KHR_cooperative_matrix): f16 operands, f32
+// accumulators, one product per block. The prefill and vision counterpart of mul_mat.comp, same
+// bindings and push constants; hrx's default wherever the device offers cooperative matrices.
 //
-// Precision: an f16 holds 11 significant bits, an f32 24. Each operand is staged in shared
-// memory as the sum of two f16s, hi (v's top 11 bits) and lo = f16(v - hi), and the product is
-// hi*hi + hi*lo + lo*hi (the lo*lo term is below f32's rounding): about 22 significant bits
-// per operand, so the result matches the f32 kernels to f32-like accuracy, not f16's. F16
-// weights are exact in one f16 (lo = 0) and skip their lo product. Values must stay within
-// f16's range (|v| < 65504), as for any f16 kernel.
+// Tiling (mul_mat_cm_tiles.glsl; sizes are specialization constants from the device's variant):
+// a workgroup of four subgroups computes a WG_M (rows of w) x WG_N (columns of x) tile of d,
+// each subgroup an SG_M x SG_N quarter as TM x TN accumulators. On a 16 x 16 x 16 device
+// (NVIDIA, AMD) that is 128 x 128 per workgroup and 64 x 64 (4 x 4 accumulators) per subgroup;
+// on lavapipe's 8 x 8 x 8, 64 x 64 and 32 x 32.
+//
+// Staging: BK-deep slices of w (dequantized) and x, converted to f16 on the way, go to shared
+// memory in two buffers: while the subgroups multiply slice s from one buffer, each thread has
+// already loaded slice s + 1 into registers and stores it to the other buffer afterwards, so
+// the loads' latency hides behind the products and a slice costs one barrier. Consecutive
+// threads read consecutive groups of 4 values of a row of w and of a column of x (16-byte
+// loads of x where aligned). Rows and columns past the edges and k past K stage as zeros.
+//
+// Precision: each operand is rounded to f16 (11 significant bits), products are summed in
+// f32. Against the f32 kernels that is a normalized error of about 1e-7 on random data (at
+// most about 2 u^2 / 3 with u = 2^-11; 2e-8..9e-8 measured); mul_mat_cm_exact.comp keeps f32
+// accuracy at three products per block. Values must stay within f16's range (|v| < 65504).
 
 #extension GL_KHR_cooperative_matrix : require
 #extension GL_KHR_memory_scope_semantics : require
@@ -19,43 +29,82 @@
 #include "common.glsl"
 #include "mul_mat_params.glsl"
 #include "wtype.glsl"
+#include "mul_mat_cm_tiles.glsl"
 
-#define BN 64u
-#define BM 64u
-#define BK 32u
-// Row strides in shared memory, padded against bank conflicts (multiples of 8 halves / 4
-// floats keep every row 16-byte aligned, as coopMatLoad/Store prefer).
-#define LDA (BK + 8u)
-#define LDC (BN + 4u)
+// x again, as vec4s (see mul_mat_vec_sg.comp): one load instead of four where aligned.
+layout(set = 0, binding = 2) readonly buffer X4 { vec4 x_vec4[]; };
 
-// Constant 0: the workgroup size, 4 subgroups (hrx asks the driver for exactly this subgroup
-// size and full subgroups).
-layout(local_size_x_id = 0) in;
+// Two buffers of each operand's slice: rows of w (k contiguous), columns of x (k contiguous),
+// as groups of 4 halves: a thread stores a group with one 8-byte store, and coopMatLoad reads
+// them as halves (offsets and strides then count groups: LDS / 4 to a row).
+const uint LDS4 = LDS / 4u;
+shared f16vec4 w_tile[2u * WG_M * LDS4];
+shared f16vec4 x_tile[2u * WG_N * LDS4];
 
-shared float16_t w_hi[BN * LDA];
-shared float16_t w_lo[BN * LDA];
-shared float16_t x_hi[BM * LDA];
-shared float16_t x_lo[BM * LDA];
-shared float tile[BM * LDC];
+// This thread's share of a slice: float offsets of its columns of x (NO_ROW past the edge;
+// computed once per tile, as they take divisions), and the values loaded for the next slice.
+uint x_cols[X_LOADS];
+f16vec4 w_next[W_LOADS];
+f16vec4 x_next[X_LOADS];
 
+// Values k..k+3 of row `row` of w as f16 (k a multiple of 4, zeros from K on).
+f16vec4 load_w_f16(uint row, uint k) {
+    if (k + 4u <= p.K) {
 #if defined(W_F16)
-#define W_EXACT_IN_F16 1
+        // Already f16: the bits as they are.
+        uint off = row + 2u * k;
+        return f16vec4(unpackFloat2x16(load_u32(off)), unpackFloat2x16(load_u32(off + 4u)));
+#else
+        return f16vec4(load_w4(row, k));
 #endif
-
-void stage(uint at, vec4 v, bool weight) {
-    // hi keeps the top 11 significant bits (exact in f16), lo the next 13 (rounded to 11).
-    // Masking bits, not rounding through f16: a compiler may fold v - f32(f16(v)) to 0.
-    vec4 top = uintBitsToFloat(floatBitsToUint(v) & 0xFFFFE000u);
-    f16vec4 hi = f16vec4(top);
-    f16vec4 lo = f16vec4(v - top);
+    }
+    f16vec4 v = f16vec4(0.0hf);
     for (uint i = 0u; i < 4u; i++) {
-        if (weight) {
-            w_hi[at + i] = hi[i];
-            w_lo[at + i] = lo[i];
-        } else {
-            x_hi[at + i] = hi[i];
-            x_lo[at + i] = lo[i];
+        if (k + i < p.K) {
+            v[i] = float16_t(load_w1(row, k + i));
         }
+    }
+    return v;
+}
+
+// Values k..k+3 of the column of x at float offset `col`, as f16.
+f16vec4 load_x_f16(uint col, uint k) {
+    uint at = col + k;
+    if (k + 4u <= p.K) {
+        vec4 v = (at & 3u) == 0u ? x_vec4[at >> 2u] : vec4(x[at], x[at + 1u], x[at + 2u], x[at + 3u]);
+        return f16vec4(v);
+    }
+    f16vec4 v = f16vec4(0.0hf);
+    for (uint i = 0u; i < 4u; i++) {
+        if (k + i < p.K) {
+            v[i] = float16_t(x[at + i]);
+        }
+    }
+    return v;
+}
+
+// Loads this thread's groups of the slice starting at k0 into w_next / x_next: rows
+// n0 + i * (THREADS / GROUPS) of w (those below ne.x).
+void load_slice(uint k0, uint kq, uint n0, uint rows) {
+    uint k = k0 + kq;
+    uint rows_per_pass = THREADS / GROUPS;
+    for (uint i = 0u; i < W_LOADS; i++) {
+        uint n = n0 + i * rows_per_pass;
+        w_next[i] = n < rows ? load_w_f16(p.w_off + n * p.w_nb1, k) : f16vec4(0.0hf);
+    }
+    for (uint i = 0u; i < X_LOADS; i++) {
+        x_next[i] = x_cols[i] == NO_ROW ? f16vec4(0.0hf) : load_x_f16(x_cols[i], k);
+    }
+}
+
+// Stores what load_slice loaded into buffer `buf` (group g = kq / 4 of each row).
+void store_slice(uint buf, uint r0, uint g) {
+    uint rows_per_pass = THREADS / GROUPS;
+    for (uint i = 0u; i < W_LOADS; i++) {
+        w_tile[(buf * WG_M + r0 + i * rows_per_pass) * LDS4 + g] = w_next[i];
+    }
+    for (uint i = 0u; i < X_LOADS; i++) {
+        x_tile[(buf * WG_N + r0 + i * rows_per_pass) * LDS4 + g] = x_next[i];
     }
 }
 
@@ -63,99 +112,66 @@ void main() {
     uvec4 ne = runtime_ne(p.ne, p.dyn);
     uint cols = ne.y * ne.z * ne.w;
     uint tid = gl_LocalInvocationID.x;
-    uint threads = gl_WorkGroupSize.x;
-    uint sg = gl_SubgroupID;
-    // This subgroup's 32 x 32 quarter of the tile.
-    uint r0 = (sg & 1u) * 32u;
-    uint c0 = (sg >> 1u) * 32u;
-    uint n_tiles = (ne.x + BN - 1u) / BN;
-    uint c_tiles = (cols + BM - 1u) / BM;
-    for (uint ct = gl_WorkGroupID.y; ct < c_tiles; ct += gl_NumWorkGroups.y) {
-        for (uint nt = gl_WorkGroupID.x; nt < n_tiles; nt += gl_NumWorkGroups.x) {
-            coopmat<float, gl_ScopeSubgroup, 16, 16, gl_MatrixUseAccumulator> acc[2][2];
-            for (uint i = 0u; i < 2u; i++) {
-                for (uint j = 0u; j < 2u; j++) {
-                    acc[i][j] = coopmat<float, gl_ScopeSubgroup, 16, 16, gl_MatrixUseAccumulator>(0.0);
-                }
+    // Staging: thread tid brings group tid % GROUPS of rows tid / GROUPS + i * (THREADS / GROUPS).
+    uint r0 = tid / GROUPS;
+    uint g = tid % GROUPS;
+    uint kq = g * 4u;
+    uint rows_per_pass = THREADS / GROUPS;
+    // This subgroup's quarter of the tile.
+    uint sg_m = (gl_SubgroupID & 1u) * SG_M;
+    uint sg_n = (gl_SubgroupID >> 1u) * SG_N;
+    uint m_tiles = (ne.x + WG_M - 1u) / WG_M;
+    uint n_tiles = (cols + WG_N - 1u) / WG_N;
+    uint slices = (p.K + BK - 1u) / BK;
+    for (uint nt = gl_WorkGroupID.y; nt < n_tiles; nt += gl_NumWorkGroups.y) {
+        for (uint i = 0u; i < X_LOADS; i++) {
+            uint c = nt * WG_N + r0 + i * rows_per_pass;
+            x_cols[i] = c < cols ? column_offsets(c, ne).x : NO_ROW;
+        }
+        for (uint mt = gl_WorkGroupID.x; mt < m_tiles; mt += gl_NumWorkGroups.x) {
+            uint n0 = mt * WG_M + r0;
+            coopmat<float, gl_ScopeSubgroup, CM_M, CM_N, gl_MatrixUseAccumulator> acc[TM * TN];
+            for (uint i = 0u; i < TM * TN; i++) {
+                acc[i] = coopmat<float, gl_ScopeSubgroup, CM_M, CM_N, gl_MatrixUseAccumulator>(0.0);
             }
-            for (uint k0 = 0u; k0 < p.K; k0 += BK) {
-                // Stage 64 x 32 values of w and of x, 4 consecutive k at a time.
-                for (uint e = tid; e < BN * BK / 4u; e += threads) {
-                    uint r = e / (BK / 4u);
-                    uint kq = (e % (BK / 4u)) * 4u;
-                    uint k = k0 + kq;
-                    uint n = nt * BN + r;
-                    uint c = ct * BM + r;
-                    vec4 wv = vec4(0.0);
-                    vec4 xv = vec4(0.0);
-                    uint w_row = p.w_off + n * p.w_nb1;
-                    uint x_col = c < cols ? column_offsets(c, ne).x : 0u;
-                    if (k + 4u <= p.K) {
-                        if (n < ne.x) {
-                            wv = load_w4(w_row, k);
-                        }
-                        if (c < cols) {
-                            xv = vec4(x[x_col + k], x[x_col + k + 1u], x[x_col + k + 2u], x[x_col + k + 3u]);
-                        }
-                    } else {
-                        for (uint i = 0u; i < 4u; i++) {
-                            if (k + i < p.K) {
-                                wv[i] = n < ne.x ? load_w1(w_row, k + i) : 0.0;
-                                xv[i] = c < cols ? x[x_col + k + i] : 0.0;
-                            }
-                        }
-                    }
-                    stage(r * LDA + kq, wv, true);
-                    stage(r * LDA + kq, xv, false);
+            load_slice(0u, kq, n0, ne.x);
+            store_slice(0u, r0, g);
+            barrier();
+            for (uint s = 0u; s < slices; s++) {
+                uint buf = s & 1u;
+                bool more = s + 1u < slices;
+                if (more) {
+                    load_slice((s + 1u) * BK, kq, n0, ne.x);
                 }
-                barrier();
-                for (uint kk = 0u; kk < BK; kk += 16u) {
-                    coopmat<float16_t, gl_ScopeSubgroup, 16, 16, gl_MatrixUseA> a_hi[2];
-                    coopmat<float16_t, gl_ScopeSubgroup, 16, 16, gl_MatrixUseA> a_lo[2];
-                    coopmat<float16_t, gl_ScopeSubgroup, 16, 16, gl_MatrixUseB> b_hi[2];
-                    coopmat<float16_t, gl_ScopeSubgroup, 16, 16, gl_MatrixUseB> b_lo[2];
-                    for (uint i = 0u; i < 2u; i++) {
-                        // A = w (rows n, k contiguous); B = x^T (k x columns, k contiguous).
-                        uint a_at = (r0 + 16u * i) * LDA + kk;
-                        uint b_at = (c0 + 16u * i) * LDA + kk;
-                        coopMatLoad(a_hi[i], w_hi, a_at, LDA, gl_CooperativeMatrixLayoutRowMajor);
-                        coopMatLoad(b_hi[i], x_hi, b_at, LDA, gl_CooperativeMatrixLayoutColumnMajor);
-                        coopMatLoad(b_lo[i], x_lo, b_at, LDA, gl_CooperativeMatrixLayoutColumnMajor);
-#ifndef W_EXACT_IN_F16
-                        coopMatLoad(a_lo[i], w_lo, a_at, LDA, gl_CooperativeMatrixLayoutRowMajor);
-#endif
+                uint a0 = (buf * WG_M + sg_m) * LDS4;
+                uint b0 = (buf * WG_N + sg_n) * LDS4;
+                for (uint kk = 0u; kk < BK; kk += CM_K) {
+                    coopmat<float16_t, gl_ScopeSubgroup, CM_M, CM_K, gl_MatrixUseA> a[TM];
+                    for (uint i = 0u; i < TM; i++) {
+                        coopMatLoad(a[i], w_tile, a0 + i * CM_M * LDS4 + kk / 4u, LDS4, gl_CooperativeMatrixLayoutRowMajor);
                     }
-                    for (uint i = 0u; i < 2u; i++) {
-                        for (uint j = 0u; j < 2u; j++) {
-#ifndef W_EXACT_IN_F16
-                            acc[i][j] = coopMatMulAdd(a_lo[i], b_hi[j], acc[i][j]);
-#endif
-                            acc[i][j] = coopMatMulAdd(a_hi[i], b_lo[j], acc[i][j]);
-                            acc[i][j] = coopMatMulAdd(a_hi[i], b_hi[j], acc[i][j]);
+                    for (uint j = 0u; j < TN; j++) {
+                        coopmat<float16_t, gl_ScopeSubgroup, CM_K, CM_N, gl_MatrixUseB> b;
+                        coopMatLoad(b, x_tile, b0 + j * CM_N * LDS4 + kk / 4u, LDS4, gl_CooperativeMatrixLayoutColumnMajor);
+                        for (uint i = 0u; i < TM; i++) {
+                            acc[i * TN + j] = coopMatMulAdd(a[i], b, acc[i * TN + j]);
                         }
                     }
+                }
+                if (more) {
+                    // The other buffer: everyone finished reading it before the last barrier.
+                    store_slice(buf ^ 1u, r0, g);
                 }
                 barrier();
             }
-            // Through shared memory (tile[c * LDC + n]) to d, whose columns may be strided.
-            for (uint i = 0u; i < 2u; i++) {
-                for (uint j = 0u; j < 2u; j++) {
-                    uint at = (c0 + 16u * j) * LDC + r0 + 16u * i;
-                    coopMatStore(acc[i][j], tile, at, LDC, gl_CooperativeMatrixLayoutColumnMajor);
+            // Every block, also those past the edges (store_block writes nothing there): the
+            // subgroups of a workgroup then pass the same subgroup barriers, which lavapipe
+            // needs (it runs them as barriers of the workgroup).
+            for (uint i = 0u; i < TM; i++) {
+                for (uint j = 0u; j < TN; j++) {
+                    store_block(acc[i * TN + j], mt * WG_M + sg_m + i * CM_M, nt * WG_N + sg_n + j * CM_N, ne, cols);
                 }
             }
-            barrier();
-            for (uint e = tid; e < BN * BM; e += threads) {
-                uint cl = e / BN;
-                uint nl = e % BN;
-                uint c = ct * BM + cl;
-                uint n = nt * BN + nl;
-                if (c < cols && n < ne.x) {
-                    uint at = column_offsets(c, ne).y + n;
-                    d[at] = with_residual(tile[cl * LDC + nl], at);
-                }
-            }
-            barrier();
         }
     }
 }

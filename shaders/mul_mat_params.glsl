@@ -34,11 +34,17 @@ float with_residual(float v, uint at) {
     return p.r_off == NO_RESIDUAL ? v : v + r[p.r_off + at - p.d_nb.x];
 }
 
-// Float offsets of column c of x and of d.
+// Float offsets of column c of x and of d. Columns of the first matrix (all of them in a 2-D
+// product, the usual case) need no division: the matrix kernels call this per output column.
 uvec2 column_offsets(uint c, uvec4 ne) {
-    uint m = c % ne.y;
-    uint i2 = (c / ne.y) % ne.z;
-    uint i3 = c / (ne.y * ne.z);
+    uint m = c;
+    uint i2 = 0u;
+    uint i3 = 0u;
+    if (c >= ne.y) {
+        m = c % ne.y;
+        i2 = (c / ne.y) % ne.z;
+        i3 = c / (ne.y * ne.z);
+    }
     return uvec2(p.x_nb.x + m * p.x_nb.y + i2 * p.x_nb.z + i3 * p.x_nb.w,
                  p.d_nb.x + m * p.d_nb.y + i2 * p.d_nb.z + i3 * p.d_nb.w);
 }

@@ -71,7 +71,9 @@ pub fn run(
         }
     }
     let mut mat_kinds = vec![MatKind::Tiled];
-    mat_kinds.extend(info.coopmat_matmul().map(|subgroup| MatKind::Coop { subgroup }));
+    if let Some(cm) = info.coopmat_matmul() {
+        mat_kinds.extend([MatKind::Coop(cm), MatKind::CoopExact(cm)]);
+    }
     let mut timings: Vec<MatTiming> = Vec::new();
     for &(dtype, k, n) in &shapes {
         for (m, kinds) in [(1, &vec_kinds), (columns, &mat_kinds)] {

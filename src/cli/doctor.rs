@@ -17,8 +17,11 @@ usage: hrx doctor [--json]
 For each device: name, type, vendor and device ids, Vulkan API version, driver name,
 info and version; memory heaps (size, device-local, host-visible); subgroup size and
 operations, and whether the matrix-vector kernels use them (HRX_VK_NO_SUBGROUP=1 keeps
-the portable ones); whether the device can run the cooperative-matrix matrix-matrix kernels
-(f16 16x16x16, Vulkan 1.3; used with HRX_VK_COOPMAT=1, else the portable tiled ones);
+the portable ones); which matrix-matrix kernel the prefill and vision products use: on
+devices with cooperative matrices (Vulkan 1.3, f16 x f16 -> f32 at subgroup scope: the shapes
+listed and the one used) the matrix units with f16 operands and f32 sums (mul_mat_cm), with
+HRX_VK_EXACT=1 f32-exact ones (mul_mat_cm_exact, split operands, slower; elsewhere the
+portable f32 tiles), with HRX_VK_NO_COOPMAT=1 the portable f32 tiles (mul_mat);
 which heads the query-tiled attention kernel takes for many queries (those whose tile fits
 the shared memory; HRX_VK_NO_TILED_ATTN=1 keeps the one-query kernel everywhere);
 shared memory, workgroup and push-constant limits; the optional features hrx may use
@@ -181,10 +184,18 @@ impl Report {
                 "    subgroups       size {}, ops: {ops}{stage}; matrix-vector kernels: {matvec}",
                 d.subgroup_size
             )?;
-            let matmat = match (d.coopmat_matmul().is_some(), variants.coopmat.is_some()) {
-                (_, true) => "cooperative matrices (mul_mat_cm, HRX_VK_COOPMAT=1)",
-                (true, false) => "portable tiles (mul_mat); cooperative matrices available with HRX_VK_COOPMAT=1",
-                (false, false) => "portable tiles (mul_mat)",
+            let matmat = match (d.coopmat_matmul(), variants.coopmat, variants.exact) {
+                (_, Some(cm), false) => format!(
+                    "cooperative matrices {}, f16 operands, f32 sums (mul_mat_cm; HRX_VK_EXACT=1: f32-exact mul_mat_cm_exact)",
+                    cm.shape
+                ),
+                (_, Some(cm), true) => {
+                    format!("cooperative matrices {}, f32-exact split operands (mul_mat_cm_exact, HRX_VK_EXACT=1)", cm.shape)
+                }
+                (Some(_), None, _) => {
+                    "portable f32 tiles (mul_mat; cooperative matrices off: HRX_VK_NO_COOPMAT=1)".to_owned()
+                }
+                (None, None, _) => "portable f32 tiles (mul_mat)".to_owned(),
             };
             writeln!(out, "    matrix-matrix   {matmat}")?;
             let fits: Vec<String> = AttnTile::ALL
@@ -224,9 +235,9 @@ impl Report {
             writeln!(out, "    storage         16-bit {}, 8-bit {}", yn(f.storage_16bit), yn(f.storage_8bit))?;
             writeln!(
                 out,
-                "    extensions      cooperative matrix {} (f16 16x16x16 {}), integer dot product {}, subgroup size control {} (full subgroups {}), memory model {}",
+                "    extensions      cooperative matrix {} (f16 shapes: {}), integer dot product {}, subgroup size control {} (full subgroups {}), memory model {}",
                 yn(f.cooperative_matrix),
-                yn(f.cooperative_matrix_f16),
+                shapes(&f.coopmat_f16_shapes),
                 yn(f.integer_dot_product),
                 yn(f.subgroup_size_control),
                 yn(f.full_subgroups),
@@ -304,7 +315,7 @@ impl Report {
                     ("subgroup_ops", Json::Arr(d.subgroup_ops.iter().map(|s| Json::str(*s)).collect())),
                     ("subgroup_in_compute", Json::Bool(d.subgroup_in_compute)),
                     ("subgroup_matvec", Json::Bool(d.subgroup_matvec().is_some())),
-                    ("coopmat_matmul", Json::Bool(d.coopmat_matmul().is_some())),
+                    ("coopmat_matmul", d.coopmat_matmul().map_or(Json::Null, |cm| Json::str(cm.shape.to_string()))),
                     ("max_shared_memory", Json::Int(d.max_shared_memory.into())),
                     ("max_workgroup_invocations", Json::Int(d.max_workgroup_invocations.into())),
                     ("max_push_constants", Json::Int(d.max_push_constants.into())),
@@ -319,7 +330,10 @@ impl Report {
                             ("storage_16bit", Json::Bool(f.storage_16bit)),
                             ("storage_8bit", Json::Bool(f.storage_8bit)),
                             ("cooperative_matrix", Json::Bool(f.cooperative_matrix)),
-                            ("cooperative_matrix_f16", Json::Bool(f.cooperative_matrix_f16)),
+                            (
+                                "coopmat_f16_shapes",
+                                Json::Arr(f.coopmat_f16_shapes.iter().map(|s| Json::str(s.to_string())).collect()),
+                            ),
                             ("memory_model", Json::Bool(f.memory_model)),
                             ("full_subgroups", Json::Bool(f.full_subgroups)),
                             ("integer_dot_product", Json::Bool(f.integer_dot_product)),
@@ -356,6 +370,14 @@ fn bytes(n: u64) -> String {
     } else {
         format!("{v:.2} {}", UNITS[u])
     }
+}
+
+/// "16x16x16 16x8x16", or "none".
+fn shapes(list: &[crate::backend::vulkan::CoopShape]) -> String {
+    if list.is_empty() {
+        return "none".to_owned();
+    }
+    list.iter().map(ToString::to_string).collect::<Vec<_>>().join(" ")
 }
 
 #[cfg(test)]

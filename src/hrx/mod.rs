@@ -68,6 +68,9 @@ pub struct Kernel {
     pub name: String,
     /// The subgroup size the variant is built around, where it is one.
     pub subgroup: Option<u32>,
+    /// The matrix-unit shape (M, N, K) a cooperative-matrix variant is built around (its
+    /// tiles follow from it and the subgroup size).
+    pub shape: Option<[u32; 3]>,
     /// Output row ranges `(first, count)` that each run as a dispatch of their own (a product
     /// whose weights are more than one dispatch can address); empty: one dispatch.
     pub splits: Vec<(usize, usize)>,
@@ -76,7 +79,17 @@ pub struct Kernel {
 impl Kernel {
     /// A kernel of one dispatch without a subgroup variant.
     pub fn named(name: impl Into<String>) -> Kernel {
-        Kernel { name: name.into(), subgroup: None, splits: Vec::new() }
+        Kernel { name: name.into(), subgroup: None, shape: None, splits: Vec::new() }
+    }
+
+    /// The variant as plans show it: ` (subgroup 32)`, ` (subgroup 32, 16x16x16)`, or nothing.
+    pub fn variant(&self) -> String {
+        match (self.subgroup, self.shape) {
+            (Some(s), Some([m, n, k])) => format!(" (subgroup {s}, {m}x{n}x{k})"),
+            (Some(s), None) => format!(" (subgroup {s})"),
+            (None, Some([m, n, k])) => format!(" ({m}x{n}x{k})"),
+            (None, None) => String::new(),
+        }
     }
 
     /// How many dispatches it records.
@@ -87,10 +100,7 @@ impl Kernel {
 
 impl fmt::Display for Kernel {
     fn fmt(&self, f: &mut fmt::Formatter<'_>) -> fmt::Result {
-        f.write_str(&self.name)?;
-        if let Some(s) = self.subgroup {
-            write!(f, " (subgroup {s})")?;
-        }
+        write!(f, "{}{}", self.name, self.variant())?;
         if !self.splits.is_empty() {
             write!(f, " x{} row ranges", self.splits.len())?;
         }
@@ -332,8 +342,9 @@ pub struct Census {
     pub dispatches: usize,
     /// (device, op) -> count, for compute nodes.
     pub by_op: BTreeMap<(String, String), usize>,
-    /// (device, kernel) -> dispatches; a variant built around a subgroup size shows it
-    /// (`mul_mat_vec_sg_q4_k (subgroup 32)`), a fused pair its ops (`... (MUL_MAT+ADD)`).
+    /// (device, kernel) -> dispatches; a variant built around a subgroup size (and a
+    /// matrix-unit shape) shows it (`mul_mat_vec_sg_q4_k (subgroup 32)`,
+    /// `mul_mat_cm_q4_k (subgroup 32, 16x16x16)`), a fused pair its ops (`... (MUL_MAT+ADD)`).
     pub by_kernel: BTreeMap<(String, String), usize>,
 }
 
@@ -429,7 +440,7 @@ impl Plan {
                 Placement::Fused { .. } | Placement::Folded { .. } => c.fused += 1,
                 Placement::Run { device, kernel, group } => {
                     c.dispatches += kernel.dispatches();
-                    let variant = kernel.subgroup.map(|s| format!(" (subgroup {s})")).unwrap_or_default();
+                    let variant = kernel.variant();
                     let name = match group.folded.or(group.fused) {
                         Some(_) => format!("{}{variant} ({})", kernel.name, group.ops(&self.graph)),
                         None => format!("{}{variant}", kernel.name),

@@ -91,7 +91,7 @@ impl Device {
         if info.has_extension(&portability.to_string_lossy()) {
             extensions.push(portability.as_ptr());
         }
-        // The cooperative-matrix product needs its extension and four features enabled (all
+        // The cooperative-matrix products need their extension and four features enabled (all
         // checked as offered by `coopmat_matmul`); nothing else hrx runs needs any.
         let coopmat = info.coopmat_matmul().is_some();
         if coopmat {
@@ -107,8 +107,8 @@ impl Device {
             create = create.push_next(&mut coopmat_features).push_next(&mut v12).push_next(&mut v13);
         } else {
             // Kernel choice reads the device's info: without the features enabled, never the
-            // cooperative-matrix kernel.
-            info.features.cooperative_matrix_f16 = false;
+            // cooperative-matrix kernels.
+            info.features.coopmat_f16_shapes.clear();
         }
         // SAFETY: the physical device belongs to `instance`; the create info outlives the call.
         let raw = unsafe { instance.raw.create_device(info.handle, &create, None) }.map_err(call("vkCreateDevice"))?;

@@ -464,16 +464,17 @@ fn check_variant(kernel: KernelId, info: &DeviceInfo) -> std::result::Result<(),
         KernelId::MatMul(MatKind::VecSg { subgroup } | MatKind::VecWide { subgroup }, _) => {
             info.subgroup_matvec() == Some(subgroup)
         }
-        KernelId::MatMul(MatKind::Coop { subgroup }, _) => info.coopmat_matmul() == Some(subgroup),
+        KernelId::MatMul(MatKind::Coop(cm) | MatKind::CoopExact(cm), _) => info.coopmat_matmul() == Some(cm),
         _ => true,
     };
     if runs {
         Ok(())
     } else {
         Err(format!(
-            "the plan names {} (subgroup {:?}), which {} cannot run: a plan for another device",
+            "the plan names {} (subgroup {:?}, shape {:?}), which {} cannot run: a plan for another device",
             kernel.name(),
             kernel.subgroup(),
+            kernel.shape(),
             info.name
         ))
     }

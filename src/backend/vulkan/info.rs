@@ -2,8 +2,10 @@
 //! weighs. Gathered once per device from the instance; no logical device needed.
 
 use super::error::{call, Result};
+use super::kernels::CoopMat;
 use ash::vk;
 use std::ffi::CStr;
+use std::fmt;
 
 /// Kind of device, in the order hrx prefers them.
 #[derive(Clone, Copy, Debug, PartialEq, Eq, PartialOrd, Ord)]
@@ -46,8 +48,19 @@ pub struct Heap {
     pub host_visible: bool,
 }
 
-/// Shared memory of `mul_mat_cm.comp`: four 64 x 40 f16 tiles and a 64 x 68 f32 one.
-pub const COOPMAT_SHARED_BYTES: u32 = 4 * 64 * 40 * 2 + 64 * 68 * 4;
+/// A cooperative-matrix shape: A is m x k, B k x n, the accumulator m x n.
+#[derive(Clone, Copy, Debug, PartialEq, Eq, Hash)]
+pub struct CoopShape {
+    pub m: u32,
+    pub n: u32,
+    pub k: u32,
+}
+
+impl fmt::Display for CoopShape {
+    fn fmt(&self, f: &mut fmt::Formatter<'_>) -> fmt::Result {
+        write!(f, "{}x{}x{}", self.m, self.n, self.k)
+    }
+}
 
 /// Optional capabilities hrx may use (false where unknown: a Vulkan 1.0 device).
 #[derive(Clone, Debug, Default, PartialEq)]
@@ -64,9 +77,10 @@ pub struct Features {
     pub integer_dot_product: bool,
     /// VK_EXT_subgroup_size_control (or Vulkan 1.3) is offered.
     pub subgroup_size_control: bool,
-    /// VK_KHR_cooperative_matrix's feature is on and the device lists a 16 x 16 x 16 product
-    /// of f16 matrices into f32 accumulators at subgroup scope (what `mul_mat_cm` uses).
-    pub cooperative_matrix_f16: bool,
+    /// The shapes of f16 x f16 products into f32 accumulators at subgroup scope that
+    /// VK_KHR_cooperative_matrix lists (what the `mul_mat_cm` kernels may use), in the
+    /// device's order; empty where its feature is off.
+    pub coopmat_f16_shapes: Vec<CoopShape>,
     /// The Vulkan memory model (Vulkan 1.2's vulkanMemoryModel), which cooperative-matrix
     /// shaders declare.
     pub memory_model: bool,
@@ -138,25 +152,23 @@ impl DeviceInfo {
         (self.subgroup_in_compute && self.subgroup_ops.contains(&"arithmetic") && size_ok).then_some(self.subgroup_size)
     }
 
-    /// The subgroup size of the cooperative-matrix product (`mul_mat_cm_*`, workgroups of
-    /// four subgroups), where the device runs it: f16 16 x 16 x 16 cooperative matrices, f16
-    /// arithmetic, the Vulkan memory model, full subgroups of a fixed size from 8 to 64 (on a
-    /// Vulkan 1.3 device), and the kernel's shared memory. Whether hrx uses it is
-    /// `Variants::for_device`'s choice.
-    pub fn coopmat_matmul(&self) -> Option<u32> {
+    /// The cooperative-matrix variant of the matrix-matrix products (`mul_mat_cm_*` and
+    /// `mul_mat_cm_exact_*`, workgroups of four subgroups), where the device runs them: f16
+    /// cooperative matrices, f16 arithmetic, the Vulkan memory model, full subgroups of a fixed
+    /// size from 8 to 64 (on a Vulkan 1.3 device), and a listed shape whose kernels fit the
+    /// shared memory (`CoopMat::choose`: 16 x 16 x 16 where listed, 8 x 8 x 8 on lavapipe).
+    /// Whether hrx uses them is `Variants::for_device`'s choice.
+    pub fn coopmat_matmul(&self) -> Option<CoopMat> {
         let f = &self.features;
-        let size_ok = self.subgroup_size.is_power_of_two() && (8..=64).contains(&self.subgroup_size);
-        let fits =
-            self.max_shared_memory >= COOPMAT_SHARED_BYTES && self.max_workgroup_invocations >= 4 * self.subgroup_size;
+        let s = self.subgroup_size;
+        let size_ok = s.is_power_of_two() && (8..=64).contains(&s) && self.max_workgroup_invocations >= 4 * s;
         // Vulkan 1.3: the features it needs are core, enabled without further extensions.
         let core = self.api_version >= (1, 3, 0);
-        let usable = core
-            && f.cooperative_matrix_f16
-            && f.float16
-            && f.memory_model
-            && f.full_subgroups
-            && self.subgroup_in_compute;
-        (usable && size_ok && fits).then_some(self.subgroup_size)
+        let usable = core && f.float16 && f.memory_model && f.full_subgroups && self.subgroup_in_compute;
+        if !(usable && size_ok) {
+            return None;
+        }
+        CoopMat::choose(&f.coopmat_f16_shapes, s, self.max_shared_memory)
     }
 
     /// Whether dispatches can be timed on the compute queue (`HRX_VK_PROFILE`).
@@ -301,7 +313,7 @@ pub(crate) fn query(
             && size_props.required_subgroup_size_stages.contains(vk::ShaderStageFlags::COMPUTE)
             && (size_props.min_subgroup_size..=size_props.max_subgroup_size).contains(&subgroup.subgroup_size);
         if coopmat_on {
-            features.cooperative_matrix_f16 = has_f16_coopmat(entry, instance, pd)?;
+            features.coopmat_f16_shapes = f16_coopmat_shapes(entry, instance, pd)?;
         }
         subgroup_size = subgroup.subgroup_size;
         subgroup_in_compute = subgroup.supported_stages.contains(vk::ShaderStageFlags::COMPUTE);
@@ -363,20 +375,26 @@ pub(crate) fn query(
     })
 }
 
-/// Whether the device lists the cooperative-matrix shape `mul_mat_cm` uses: A and B 16 x 16
-/// f16, C and the result 16 x 16 f32, subgroup scope.
-fn has_f16_coopmat(entry: &ash::Entry, instance: &ash::Instance, pd: vk::PhysicalDevice) -> Result<bool> {
+/// The shapes of f16 x f16 -> f32 products at subgroup scope the device lists (without
+/// saturating accumulation, which only integer types have).
+fn f16_coopmat_shapes(entry: &ash::Entry, instance: &ash::Instance, pd: vk::PhysicalDevice) -> Result<Vec<CoopShape>> {
     let ext = ash::khr::cooperative_matrix::Instance::new(entry, instance);
     // SAFETY: the extension is offered by `pd`, which belongs to this live instance.
     let props = unsafe { ext.get_physical_device_cooperative_matrix_properties(pd) }
         .map_err(call("vkGetPhysicalDeviceCooperativeMatrixPropertiesKHR"))?;
-    Ok(props.iter().any(|p| {
-        (p.m_size, p.n_size, p.k_size) == (16, 16, 16)
-            && (p.a_type, p.b_type) == (vk::ComponentTypeKHR::FLOAT16, vk::ComponentTypeKHR::FLOAT16)
+    let mut shapes = Vec::new();
+    for p in props.iter().filter(|p| {
+        (p.a_type, p.b_type) == (vk::ComponentTypeKHR::FLOAT16, vk::ComponentTypeKHR::FLOAT16)
             && (p.c_type, p.result_type) == (vk::ComponentTypeKHR::FLOAT32, vk::ComponentTypeKHR::FLOAT32)
             && p.scope == vk::ScopeKHR::SUBGROUP
             && p.saturating_accumulation == vk::FALSE
-    }))
+    }) {
+        let shape = CoopShape { m: p.m_size, n: p.n_size, k: p.k_size };
+        if !shapes.contains(&shape) {
+            shapes.push(shape);
+        }
+    }
+    Ok(shapes)
 }
 
 /// A compute-capable family, preferring one without graphics (a dedicated compute queue).
@@ -428,8 +446,9 @@ mod tests {
 
     #[test]
     fn coopmat_needs_every_feature_it_uses() {
+        let sixteen = CoopShape { m: 16, n: 16, k: 16 };
         let features = Features {
-            cooperative_matrix_f16: true,
+            coopmat_f16_shapes: vec![CoopShape { m: 16, n: 8, k: 16 }, sixteen],
             float16: true,
             memory_model: true,
             full_subgroups: true,
@@ -441,7 +460,7 @@ mod tests {
             features,
             ..DeviceInfo::fake(0, DeviceKind::Discrete)
         };
-        assert_eq!(ok.coopmat_matmul(), Some(32));
+        assert_eq!(ok.coopmat_matmul(), Some(CoopMat { subgroup: 32, shape: sixteen }));
         let without = |f: fn(&mut DeviceInfo)| {
             let mut d = ok.clone();
             f(&mut d);
@@ -450,9 +469,13 @@ mod tests {
         assert_eq!(without(|d| d.features.memory_model = false), None);
         assert_eq!(without(|d| d.features.full_subgroups = false), None);
         assert_eq!(without(|d| d.features.float16 = false), None);
+        assert_eq!(without(|d| d.features.coopmat_f16_shapes.clear()), None);
         assert_eq!(without(|d| d.api_version = (1, 2, 0)), None);
-        assert_eq!(without(|d| d.max_shared_memory = 32768), None, "the kernel's 37 KiB of shared memory");
         assert_eq!(without(|d| d.subgroup_size = 128), None);
+        assert_eq!(without(|d| d.max_workgroup_invocations = 64), None, "four subgroups of 32");
+        // 45 KiB for 128 x 128 tiles of 16 x 16 x 16; 16 x 8 x 16's 128 x 64 tiles take 32.5.
+        assert_eq!(without(|d| d.max_shared_memory = 40960).map(|c| c.shape), Some(CoopShape { m: 16, n: 8, k: 16 }));
+        assert_eq!(without(|d| d.max_shared_memory = 32768), None);
     }
 
     #[test]

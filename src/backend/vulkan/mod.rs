@@ -7,7 +7,8 @@
 //! read as `uint[]` and decoded from byte offsets, reductions go through shared memory; they
 //! run on lavapipe (CI) and anything Vulkan 1.0 or later. Devices that offer more get variants
 //! ([`kernels::Variants`]): subgroup matrix-vector products (Vulkan 1.1 subgroup arithmetic)
-//! and cooperative-matrix products (Vulkan 1.3, opt-in).
+//! and matrix-matrix products on cooperative matrices (Vulkan 1.3, f16 operands; f32-exact
+//! ones with HRX_VK_EXACT=1).
 //!
 //! - [`Instance`], [`DeviceInfo`]: the loader and what each device offers (`hrx doctor`).
 //! - [`Device`]: an open device, its compute queue, memory and pipeline cache (which device is
@@ -45,7 +46,7 @@ pub use descriptor::{DescriptorPool, DescriptorSet, Window};
 pub use device::{Device, DeviceOptions};
 pub use error::{Result, VkError};
 pub use executor::{RecordingStats, VulkanExecutor};
-pub use info::{DeviceInfo, DeviceKind, Features, Heap};
+pub use info::{CoopShape, DeviceInfo, DeviceKind, Features, Heap};
 pub use instance::Instance;
 pub use memory::Location;
 pub use pipeline::{Pipeline, PipelineSpec};

@@ -79,7 +79,7 @@ pub fn operand(graph: &Graph, id: NodeId) -> Operand {
 }
 
 fn kernel(id: KernelId, splits: Vec<(usize, usize)>) -> Kernel {
-    Kernel { name: id.name(), subgroup: id.subgroup(), splits }
+    Kernel { name: id.name(), subgroup: id.subgroup(), shape: id.shape(), splits }
 }
 
 impl Registry for VulkanRegistry {

@@ -1,12 +1,15 @@
 //! d = w^T x (ggml's mul_mat) with quantized or float weights and f32 activations:
-//! `mul_mat_vec.comp` for a few columns, `mul_mat.comp` (64 x 64 tiles) for many, and
+//! `mul_mat_vec.comp` for a few columns, `mul_mat.comp` (64 x 64 tiles, f32) for many, and
 //! `mul_mat_rows.comp` (a thread per output value) for a few columns of short rows. Devices
 //! with subgroup arithmetic in compute shaders take `mul_mat_vec_sg.comp` (a subgroup per
 //! output row, reduced by subgroupAdd) instead of `mul_mat_vec.comp`, and devices with f16
-//! cooperative matrices `mul_mat_cm.comp` instead of `mul_mat.comp` when asked ([`Variants`]).
+//! cooperative matrices `mul_mat_cm.comp` (f16 operands on the matrix units, f32 sums) instead
+//! of `mul_mat.comp`, or with HRX_VK_EXACT=1 `mul_mat_cm_exact.comp` (f32-accurate) ([`Variants`]).
 
+use super::coop::{CoopMat, Tiles};
 use super::{dyn_words, expect_f32, floats, word, Dyn, Grid, KernelId, Launch, Operand, WType};
 use crate::backend::vulkan::error::{Result, VkError};
+use crate::backend::vulkan::info::CoopShape;
 use crate::backend::vulkan::info::DeviceInfo;
 
 /// Words of `mul_mat_params.glsl`'s push constants.
@@ -34,23 +37,29 @@ pub enum MatKind {
     /// subgroups of at most 64 lanes) taking 32 values each, two rows per thread
     /// (`mul_mat_vec_wide.comp`), so that the whole matrix is in flight at once.
     VecWide { subgroup: u32 },
-    /// 64 x 64 output tiles through shared memory.
+    /// 64 x 64 output tiles through shared memory, f32 throughout.
     Tiled,
-    /// As `Tiled`, multiplied on cooperative matrices by four subgroups of this many lanes.
-    Coop { subgroup: u32 },
+    /// Tiles on cooperative matrices of the variant's shape: f16 operands (weights dequantized
+    /// and activations converted while staged), f32 accumulators, one product per block
+    /// (`Tiles::fast`: 128 x 128 per workgroup at 16 x 16 x 16).
+    Coop(CoopMat),
+    /// As `Coop`, but each operand split into two f16 halves and three products per block, so
+    /// the result keeps f32 accuracy (`Tiles::exact`: 64 x 64 per workgroup).
+    CoopExact(CoopMat),
     /// One thread per output value, no shared memory: for short rows, where splitting K
     /// across a workgroup leaves most threads idle (and CPU drivers pay for every barrier).
     Rows,
 }
 
 impl MatKind {
-    /// Every kind, subgroup sizes 0 (`KernelId::all` lists kernels from it).
-    pub const ALL: [MatKind; 6] = [
+    /// Every kind, its variant unset (`KernelId::all` lists kernels from it).
+    pub const ALL: [MatKind; 7] = [
         MatKind::Vec,
         MatKind::VecSg { subgroup: 0 },
         MatKind::VecWide { subgroup: 0 },
         MatKind::Tiled,
-        MatKind::Coop { subgroup: 0 },
+        MatKind::Coop(CoopMat::UNSET),
+        MatKind::CoopExact(CoopMat::UNSET),
         MatKind::Rows,
     ];
 
@@ -62,20 +71,32 @@ impl MatKind {
     /// The subgroup size a variant is built around, where it is one.
     pub fn subgroup(self) -> Option<u32> {
         match self {
-            MatKind::VecSg { subgroup } | MatKind::VecWide { subgroup } | MatKind::Coop { subgroup } => Some(subgroup),
+            MatKind::VecSg { subgroup } | MatKind::VecWide { subgroup } => Some(subgroup),
+            MatKind::Coop(cm) | MatKind::CoopExact(cm) => Some(cm.subgroup),
             MatKind::Vec | MatKind::Tiled | MatKind::Rows => None,
         }
     }
 
-    /// The same variant built around subgroups of `subgroup` lanes; None for a kernel without
-    /// subgroups.
-    pub fn with_subgroup(self, subgroup: u32) -> Option<MatKind> {
+    /// The matrix-unit shape (M, N, K) a variant is built around, where it is one.
+    pub fn shape(self) -> Option<[u32; 3]> {
         match self {
-            MatKind::VecSg { .. } => Some(MatKind::VecSg { subgroup }),
-            MatKind::VecWide { .. } => Some(MatKind::VecWide { subgroup }),
-            MatKind::Coop { .. } => Some(MatKind::Coop { subgroup }),
-            MatKind::Vec | MatKind::Tiled | MatKind::Rows => None,
+            MatKind::Coop(cm) | MatKind::CoopExact(cm) => Some([cm.shape.m, cm.shape.n, cm.shape.k]),
+            _ => None,
         }
+    }
+
+    /// This kind built around `subgroup` and `shape` as a plan records them (`subgroup`,
+    /// `shape`); None when they do not make a variant of it.
+    pub fn with_variant(self, subgroup: Option<u32>, shape: Option<[u32; 3]>) -> Option<MatKind> {
+        let coop = |subgroup, [m, n, k]: [u32; 3]| CoopMat { subgroup, shape: CoopShape { m, n, k } };
+        Some(match (self, subgroup, shape) {
+            (MatKind::VecSg { .. }, Some(subgroup), None) => MatKind::VecSg { subgroup },
+            (MatKind::VecWide { .. }, Some(subgroup), None) => MatKind::VecWide { subgroup },
+            (MatKind::Coop(_), Some(s), Some(shape)) => MatKind::Coop(coop(s, shape)),
+            (MatKind::CoopExact(_), Some(s), Some(shape)) => MatKind::CoopExact(coop(s, shape)),
+            (MatKind::Vec | MatKind::Tiled | MatKind::Rows, None, None) => self,
+            _ => return None,
+        })
     }
 
     pub fn choose(k: usize, cols: usize) -> MatKind {
@@ -85,6 +106,15 @@ impl MatKind {
             MatKind::Rows
         } else {
             MatKind::Vec
+        }
+    }
+
+    /// The tiles of a cooperative-matrix kind.
+    pub fn coop_tiles(self) -> Option<(CoopMat, Tiles)> {
+        match self {
+            MatKind::Coop(cm) => Some((cm, Tiles::fast(cm.shape))),
+            MatKind::CoopExact(cm) => Some((cm, Tiles::exact())),
+            _ => None,
         }
     }
 }
@@ -97,11 +127,15 @@ pub struct Variants {
     /// Subgroup size of the subgroup matrix-vector kernel (`mul_mat_vec_sg`), where it runs in
     /// place of `mul_mat_vec` (HRX_VK_NO_SUBGROUP=1 keeps the portable one).
     pub subgroup_matvec: Option<u32>,
-    /// Subgroup size of the cooperative-matrix product (`mul_mat_cm`), where it runs in place of
-    /// the tiled one: opt-in (HRX_VK_COOPMAT=1) because on the H200 it is still slower than the
-    /// tiled f32 kernel (2B shape, pp512: 4,198 against 4,885 tokens/s); its three products per
-    /// tile (for f32 accuracy) and 64 x 64 tiles leave it bound by staging.
-    pub coopmat: Option<u32>,
+    /// The cooperative-matrix variant (subgroup size, matrix-unit shape) the many-column
+    /// products run on in place of the tiled f32 kernel, where the device has one:
+    /// `mul_mat_cm` (f16 operands, f32 sums: a normalized error of about 1e-7 against f32,
+    /// logits within about 1e-2) unless `exact`. HRX_VK_NO_COOPMAT=1 keeps the tiled kernel.
+    pub coopmat: Option<CoopMat>,
+    /// HRX_VK_EXACT=1: products keep f32 accuracy: `mul_mat_cm_exact` (operands split into
+    /// f16 halves, three products per block) where there is a cooperative-matrix variant, else
+    /// the tiled f32 kernel. Slower; for checking the fast kernel against, on the same device.
+    pub exact: bool,
     /// Whether decode products take `mul_mat_vec_wide` (where the subgroup kernel runs, with
     /// subgroups of at most 64 lanes) rather than `mul_mat_vec_sg` (HRX_VK_MATVEC=sg).
     pub wide_matvec: bool,
@@ -120,6 +154,7 @@ impl Variants {
     pub const PORTABLE: Variants = Variants {
         subgroup_matvec: None,
         coopmat: None,
+        exact: false,
         wide_matvec: false,
         fuse: true,
         tiled_attention: true,
@@ -132,7 +167,8 @@ impl Variants {
         let subgroup_matvec = info.subgroup_matvec().filter(|_| !switch("HRX_VK_NO_SUBGROUP"));
         Variants {
             subgroup_matvec,
-            coopmat: info.coopmat_matmul().filter(|_| switch("HRX_VK_COOPMAT")),
+            coopmat: info.coopmat_matmul().filter(|_| !switch("HRX_VK_NO_COOPMAT")),
+            exact: switch("HRX_VK_EXACT"),
             wide_matvec: subgroup_matvec.is_some_and(|s| s <= WIDE_MAX_SUBGROUP)
                 && std::env::var("HRX_VK_MATVEC").map_or(true, |v| v != "sg"),
             fuse: !switch("HRX_VK_NO_FUSE"),
@@ -158,10 +194,17 @@ impl Variants {
                 kinds
             }
             MatKind::Tiled => {
-                self.coopmat.map(|subgroup| MatKind::Coop { subgroup }).into_iter().chain([MatKind::Tiled]).collect()
+                let coop = self.coopmat.map(|cm| if self.exact { MatKind::CoopExact(cm) } else { MatKind::Coop(cm) });
+                coop.into_iter().chain([MatKind::Tiled]).collect()
             }
             kind => vec![kind],
         }
+    }
+
+    /// Whether many-column products run with f16 operands (`mul_mat_cm`): results then differ
+    /// from the f32 kernels' by f16 rounding, not f32's.
+    pub fn f16_products(&self) -> bool {
+        self.coopmat.is_some() && !self.exact
     }
 }
 
@@ -278,15 +321,22 @@ pub fn launch(
             Grid::Mat { rows: 128 / subgroup as usize, cols: 1 }
         }
         MatKind::Tiled => Grid::Mat { rows: 64, cols: 64 },
-        MatKind::Coop { subgroup } => {
-            if !subgroup.is_power_of_two() || !(8..=64).contains(&subgroup) {
-                return Err(VkError::Invalid(format!("mul_mat_cm: subgroup size {subgroup}")));
-            }
-            Grid::Mat { rows: 64, cols: 64 }
-        }
+        MatKind::Coop(cm) => coop_grid(cm, Tiles::fast(cm.shape))?,
+        MatKind::CoopExact(cm) => coop_grid(cm, Tiles::exact())?,
         MatKind::Rows => Grid::Mat { rows: 64, cols: 1 },
     };
     Ok(Launch { kernel: KernelId::MatMul(kind, wt), push, grid, grid_input: None, slots: Vec::new() })
+}
+
+/// The grid of a cooperative-matrix kernel: a workgroup per tile.
+fn coop_grid(cm: CoopMat, tiles: Tiles) -> Result<Grid> {
+    if !cm.supported() {
+        return Err(VkError::Invalid(format!(
+            "mul_mat_cm: no kernel for subgroups of {} and {} matrices",
+            cm.subgroup, cm.shape
+        )));
+    }
+    Ok(Grid::Mat { rows: tiles.rows() as usize, cols: tiles.cols() as usize })
 }
 
 #[cfg(test)]
@@ -302,10 +352,12 @@ mod tests {
             MatKind::VecSg { .. } => 1,
             MatKind::VecWide { .. } => 2,
             MatKind::Tiled => 3,
-            MatKind::Coop { .. } => 4,
-            MatKind::Rows => 5,
+            MatKind::Coop(_) => 4,
+            MatKind::CoopExact(_) => 5,
+            MatKind::Rows => 6,
         };
         let positions: Vec<usize> = MatKind::ALL.iter().map(|&k| position(k)).collect();
         assert_eq!(positions, (0..MatKind::ALL.len()).collect::<Vec<_>>());
     }
 }
+

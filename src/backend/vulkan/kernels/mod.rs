@@ -8,6 +8,7 @@
 
 mod attn;
 mod binary;
+mod coop;
 mod matmul;
 mod norm;
 mod rope;
@@ -15,6 +16,7 @@ mod rows;
 mod unary;
 
 pub use attn::{AttnTile, TILED_MIN_QUERIES};
+pub use coop::{CoopMat, Tiles};
 pub use matmul::{MatKind, Prologue, Variants, WIDE_MAX_SUBGROUP};
 
 use super::device::Device;
@@ -73,7 +75,8 @@ pub enum KernelId {
 }
 
 impl KernelId {
-    /// Every kernel, each once (subgroup sizes 0: they are filled in from a plan's kernel).
+    /// Every kernel, each once (subgroup sizes and shapes 0: they are filled in from a plan's
+    /// kernel).
     pub fn all() -> Vec<KernelId> {
         let mut all = Vec::new();
         for w in WType::ALL {
@@ -96,12 +99,14 @@ impl KernelId {
     }
 
     /// The kernel a plan names: `name` as [`KernelId::name`] gives it, with the subgroup size
-    /// of a variant built around one.
+    /// (and matrix-unit shape) of a variant built around one.
     pub fn from_plan(kernel: &crate::hrx::Kernel) -> Option<KernelId> {
         let id = KernelId::all().into_iter().find(|k| k.name() == kernel.name)?;
-        match (id, kernel.subgroup) {
-            (KernelId::MatMul(kind, w), Some(subgroup)) => Some(KernelId::MatMul(kind.with_subgroup(subgroup)?, w)),
-            (id, None) if id.subgroup().is_none() => Some(id),
+        match (id, kernel.subgroup, kernel.shape) {
+            (KernelId::MatMul(kind, w), subgroup, shape) => {
+                Some(KernelId::MatMul(kind.with_variant(subgroup, shape)?, w))
+            }
+            (id, None, None) => Some(id),
             _ => None,
         }
     }
@@ -114,6 +119,14 @@ impl KernelId {
         }
     }
 
+    /// The matrix-unit shape (M, N, K) the kernel is built around, where it is one.
+    pub fn shape(self) -> Option<[u32; 3]> {
+        match self {
+            KernelId::MatMul(kind, _) => kind.shape(),
+            _ => None,
+        }
+    }
+
     /// Its family in the kernel table (shaders/modules.txt).
     fn family(self) -> &'static str {
         match self {
@@ -121,7 +134,8 @@ impl KernelId {
             KernelId::MatMul(MatKind::VecSg { .. }, _) => "mul_mat_vec_sg",
             KernelId::MatMul(MatKind::VecWide { .. }, _) => "mul_mat_vec_wide",
             KernelId::MatMul(MatKind::Tiled, _) => "mul_mat",
-            KernelId::MatMul(MatKind::Coop { .. }, _) => "mul_mat_cm",
+            KernelId::MatMul(MatKind::Coop(_), _) => "mul_mat_cm",
+            KernelId::MatMul(MatKind::CoopExact(_), _) => "mul_mat_cm_exact",
             KernelId::MatMul(MatKind::Rows, _) => "mul_mat_rows",
             KernelId::Binary(_) => "binary",
             KernelId::RmsNorm => "rms_norm",
@@ -190,8 +204,10 @@ impl KernelId {
             KernelId::Binary(op) => vec![op as u32],
             KernelId::Unary(op) => vec![op as u32],
             KernelId::GetRows(_, weighted) => vec![u32::from(weighted)],
-            // The workgroup: four subgroups.
-            KernelId::MatMul(MatKind::Coop { subgroup }, _) => vec![4 * subgroup],
+            // The workgroup (four subgroups), the matrix-unit shape and the tiles.
+            KernelId::MatMul(kind @ (MatKind::Coop(_) | MatKind::CoopExact(_)), _) => {
+                kind.coop_tiles().map_or_else(Vec::new, |(cm, tiles)| tiles.constants(cm))
+            }
             KernelId::FlashAttnTiled(tile) => tile.constants(),
             _ => Vec::new(),
         }
@@ -201,7 +217,7 @@ impl KernelId {
     /// of subgroups per workgroup.
     fn subgroup_size(self) -> Option<u32> {
         match self {
-            KernelId::MatMul(MatKind::Coop { subgroup }, _) => Some(subgroup),
+            KernelId::MatMul(MatKind::Coop(cm) | MatKind::CoopExact(cm), _) => Some(cm.subgroup),
             _ => None,
         }
     }
@@ -521,24 +537,63 @@ fn launch_norm_rope(
 #[cfg(test)]
 mod tests {
     use super::*;
+    use crate::backend::vulkan::CoopShape;
+    use crate::hrx::Kernel;
 
     /// The kernel table and the kernels agree: every kernel's module is embedded, every
-    /// embedded module is some kernel's, and every kernel comes back from what a plan records
-    /// of it (its name and subgroup size).
+    /// embedded module is some kernel's, and every kernel, given a variant, comes back from what
+    /// a plan records of it.
     #[test]
     fn kernels_modules_and_plans_agree() {
         let all = KernelId::all();
         for &id in &all {
             assert!(shaders::spirv(&id.module()).is_some(), "{id:?}: no module {}", id.module());
             let id = match id {
-                KernelId::MatMul(kind, w) => KernelId::MatMul(kind.with_subgroup(32).unwrap_or(kind), w),
+                KernelId::MatMul(kind, w) => {
+                    let shape = kind.shape().map(|_| [16, 16, 16]);
+                    KernelId::MatMul(kind.with_variant(kind.subgroup().map(|_| 32), shape).unwrap(), w)
+                }
                 other => other,
             };
-            let planned = crate::hrx::Kernel { name: id.name(), subgroup: id.subgroup(), splits: Vec::new() };
-            assert_eq!(KernelId::from_plan(&planned), Some(id), "{}", id.name());
+            assert_eq!(KernelId::from_plan(&planned(id)), Some(id), "{}", id.name());
         }
         for (module, _) in shaders::MODULES.iter() {
             assert!(all.iter().any(|k| k.module() == *module), "module {module} is no kernel's");
         }
+    }
+
+    fn planned(id: KernelId) -> Kernel {
+        Kernel { name: id.name(), subgroup: id.subgroup(), shape: id.shape(), splits: Vec::new() }
+    }
+
+    #[test]
+    fn a_plan_names_enough_to_rebuild_each_variant() {
+        let cm = CoopMat { subgroup: 8, shape: CoopShape { m: 8, n: 8, k: 8 } };
+        let kinds =
+            [MatKind::Tiled, MatKind::VecSg { subgroup: 32 }, MatKind::Coop(cm), MatKind::CoopExact(cm), MatKind::Rows];
+        for kind in kinds {
+            let id = KernelId::MatMul(kind, WType::Q4K);
+            assert_eq!(KernelId::from_plan(&planned(id)), Some(id), "{kind:?}");
+        }
+        assert_eq!(KernelId::from_plan(&planned(KernelId::RmsNormRope)), Some(KernelId::RmsNormRope));
+        // The two cooperative-matrix kernels are told apart by name, and their pipelines by
+        // the specialization constants the variant gives.
+        let (fast, exact) =
+            (KernelId::MatMul(MatKind::Coop(cm), WType::F16), KernelId::MatMul(MatKind::CoopExact(cm), WType::F16));
+        assert_eq!((fast.name(), exact.name()), ("mul_mat_cm_f16".to_owned(), "mul_mat_cm_exact_f16".to_owned()));
+        assert_eq!(fast.constants(), vec![32, 8, 8, 8, 32, 32, 32]);
+        assert_eq!(exact.constants(), vec![32, 8, 8, 8, 32, 32, 32]);
+        let big = KernelId::MatMul(
+            MatKind::Coop(CoopMat { subgroup: 32, shape: CoopShape { m: 16, n: 16, k: 16 } }),
+            WType::F16,
+        );
+        assert_eq!((big.constants(), big.subgroup_size()), (vec![128, 16, 16, 16, 64, 64, 32], Some(32)));
+        // A variant without what it is built around does not exist.
+        let mut no_shape = planned(fast);
+        no_shape.shape = None;
+        assert_eq!(KernelId::from_plan(&no_shape), None);
+        let mut stray = planned(KernelId::MatMul(MatKind::Tiled, WType::Q4K));
+        stray.shape = Some([16, 16, 16]);
+        assert_eq!(KernelId::from_plan(&stray), None);
     }
 }

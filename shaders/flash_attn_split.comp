@@ -1,0 +1,207 @@
+#version 450
+#extension GL_KHR_shader_subgroup_basic : require
+#extension GL_KHR_shader_subgroup_arithmetic : require
+// Attention for a few queries over a long context (decode steps): the kv rows of each (head,
+// query) are split over up to `splits` workgroups, so that a long cache streams through the
+// whole GPU instead of one workgroup per (head, query). Each workgroup runs an online softmax
+// over its range (a subgroup per row at a time, lanes along head_dim, rows strided over the
+// workgroup's subgroups), combines its subgroups, and writes (max, sum, unnormalized output)
+// to scratch; the last workgroup of a (head, query) to finish (an atomic counter) combines the
+// splits into the output and resets the counter for the next run. Same inputs and push
+// constants as flash_attn.comp, plus the split count; head_dim <= 256, a multiple of 4.
+
+#include "common.glsl"
+
+#define WG 128u
+// vec4s of head_dim per lane: head_dim <= 256 over subgroups of at least 8 lanes.
+#define MAXV 8u
+// Subgroups per workgroup: at most WG / 8.
+#define MAXSG (WG / 8u)
+// Fewest kv rows a split takes: shorter contexts use fewer splits.
+#define MIN_CHUNK 32u
+
+layout(local_size_x = 128) in;
+
+layout(set = 0, binding = 1) readonly buffer Q { float q[]; };
+layout(set = 0, binding = 2) readonly buffer K { float k[]; };
+layout(set = 0, binding = 2) readonly buffer K4 { vec4 k_vec4[]; };
+layout(set = 0, binding = 3) readonly buffer V { float v[]; };
+layout(set = 0, binding = 3) readonly buffer V4 { vec4 v_vec4[]; };
+layout(set = 0, binding = 4) readonly buffer Slots { int slots[]; };
+layout(set = 0, binding = 5) writeonly buffer D { float d[]; };
+// Partial results of every split, then a counter per (query, head): see the push constants.
+layout(set = 0, binding = 6) coherent buffer S { float scratch[]; };
+layout(set = 0, binding = 6) coherent buffer SU { uint scratch_u[]; };
+
+layout(push_constant) uniform Params {
+    uvec4 ne;       // output (= q) shape: head_dim, heads, queries, 1 (maximal)
+    uvec4 dyn;      // dynamic axis of the output (common.glsl)
+    uint q_off;     // q: offset, head stride, query stride (floats); unit stride along head_dim
+    uint q_nb1;
+    uint q_nb2;
+    uint k_off;     // k: offset, head stride, row stride
+    uint k_nb1;
+    uint k_nb2;
+    uint v_off;
+    uint v_nb1;
+    uint v_nb2;
+    uint d_off;
+    uint d_nb1;
+    uint d_nb2;
+    uint kv_heads;
+    uint n_kv;      // kv rows (maximal)
+    uint kv_sym;    // the kv rows' run-time length: syms[kv_sym] * kv_num / kv_den;
+    uint kv_num;    // kv_sym 0xFFFFFFFF: static
+    uint kv_den;
+    uint s_off;     // slots offset (ints); 0xFFFFFFFF: no slots (not causal)
+    float scale;
+    uint splits;    // most workgroups per (head, query)
+} p;
+
+shared float sh_o[MAXSG * 256u];
+shared float sh_m[MAXSG];
+shared float sh_l[MAXSG];
+shared bool sh_last;
+
+vec4 load4(bool is_k, uint i) {
+    if ((i & 3u) == 0u) {
+        return is_k ? k_vec4[i >> 2u] : v_vec4[i >> 2u];
+    }
+    return is_k ? vec4(k[i], k[i + 1u], k[i + 2u], k[i + 3u]) : vec4(v[i], v[i + 1u], v[i + 2u], v[i + 3u]);
+}
+
+void main() {
+    uvec4 ne = runtime_ne(p.ne, p.dyn);
+    uint tid = gl_LocalInvocationID.x;
+    uint lane = gl_SubgroupInvocationID;
+    uint sg = gl_SubgroupID;
+    uint nsg = gl_NumSubgroups;
+    uint hd = ne.x;
+    uint group = ne.y / p.kv_heads;
+    // One record per (query, head, split): max, sum, head_dim output values; then the counters.
+    uint rs = 2u + p.ne.x;
+    uint counters = p.ne.y * p.ne.z * p.splits * rs;
+    uint n_kv_all = p.n_kv;
+    if (p.kv_sym != 0xFFFFFFFFu) {
+        n_kv_all = min(n_kv_all, syms[p.kv_sym] * p.kv_num / p.kv_den);
+    }
+    uint items = ne.y * ne.z * p.splits;
+    for (uint wi = gl_WorkGroupID.x; wi < items; wi += gl_NumWorkGroups.x) {
+        uint s = wi % p.splits;
+        uint hq = wi / p.splits;
+        uint h = hq % ne.y;
+        uint t = hq / ne.y;
+        uint kh = h / group;
+        uint n_kv = n_kv_all;
+        if (p.s_off != 0xFFFFFFFFu) {
+            n_kv = uint(clamp(slots[p.s_off + t] + 1, 0, int(n_kv_all)));
+        }
+        // Splits of at least MIN_CHUNK rows: a short context takes fewer (the others skip).
+        uint chunk = max(MIN_CHUNK, (n_kv + p.splits - 1u) / p.splits);
+        uint active = max(1u, (n_kv + chunk - 1u) / chunk);
+        if (s >= active) {
+            continue;
+        }
+        uint j0 = s * chunk;
+        uint j1 = min(j0 + chunk, n_kv);
+        uint qb = p.q_off + h * p.q_nb1 + t * p.q_nb2;
+        vec4 qv[MAXV];
+        vec4 o[MAXV];
+        for (uint i = 0u; i < MAXV; i++) {
+            uint c = 4u * (lane + i * gl_SubgroupSize);
+            qv[i] = c < hd ? vec4(q[qb + c], q[qb + c + 1u], q[qb + c + 2u], q[qb + c + 3u]) * p.scale : vec4(0.0);
+            o[i] = vec4(0.0);
+        }
+        float m = -1.0e30;
+        float l = 0.0;
+        uint kb = p.k_off + kh * p.k_nb1;
+        uint vb = p.v_off + kh * p.v_nb1;
+        for (uint j = j0 + sg; j < j1; j += nsg) {
+            float part = 0.0;
+            for (uint i = 0u; i < MAXV; i++) {
+                uint c = 4u * (lane + i * gl_SubgroupSize);
+                if (c < hd) {
+                    part += dot(qv[i], load4(true, kb + j * p.k_nb2 + c));
+                }
+            }
+            float sc = subgroupAdd(part);
+            float m_new = max(m, sc);
+            float alpha = exp(m - m_new);
+            float pj = exp(sc - m_new);
+            l = l * alpha + pj;
+            for (uint i = 0u; i < MAXV; i++) {
+                uint c = 4u * (lane + i * gl_SubgroupSize);
+                if (c < hd) {
+                    o[i] = o[i] * alpha + pj * load4(false, vb + j * p.v_nb2 + c);
+                }
+            }
+            m = m_new;
+        }
+        // This workgroup's subgroups combined into its split's record.
+        if (lane == 0u) {
+            sh_m[sg] = m;
+            sh_l[sg] = l;
+        }
+        for (uint i = 0u; i < MAXV; i++) {
+            uint c = 4u * (lane + i * gl_SubgroupSize);
+            if (c < hd) {
+                for (uint e = 0u; e < 4u; e++) {
+                    sh_o[sg * 256u + c + e] = o[i][e];
+                }
+            }
+        }
+        barrier();
+        float mw = -1.0e30;
+        for (uint i = 0u; i < nsg; i++) {
+            mw = max(mw, sh_m[i]);
+        }
+        uint rec = ((t * p.ne.y + h) * p.splits + s) * rs;
+        if (tid == 0u) {
+            float lw = 0.0;
+            for (uint i = 0u; i < nsg; i++) {
+                lw += sh_l[i] * exp(sh_m[i] - mw);
+            }
+            scratch[rec] = mw;
+            scratch[rec + 1u] = lw;
+        }
+        for (uint c = tid; c < hd; c += WG) {
+            float ow = 0.0;
+            for (uint i = 0u; i < nsg; i++) {
+                ow += sh_o[i * 256u + c] * exp(sh_m[i] - mw);
+            }
+            scratch[rec + 2u + c] = ow;
+        }
+        // Publish the record, then count it; the last of the (head, query) combines them all.
+        memoryBarrierBuffer();
+        barrier();
+        uint counter = counters + t * p.ne.y + h;
+        if (tid == 0u) {
+            sh_last = atomicAdd(scratch_u[counter], 1u) == active - 1u;
+        }
+        barrier();
+        if (sh_last) {
+            memoryBarrierBuffer();
+            uint base = (t * p.ne.y + h) * p.splits * rs;
+            float mt = -1.0e30;
+            for (uint i = 0u; i < active; i++) {
+                mt = max(mt, scratch[base + i * rs]);
+            }
+            float lt = 0.0;
+            for (uint i = 0u; i < active; i++) {
+                lt += scratch[base + i * rs + 1u] * exp(scratch[base + i * rs] - mt);
+            }
+            uint db = p.d_off + h * p.d_nb1 + t * p.d_nb2;
+            for (uint c = tid; c < hd; c += WG) {
+                float ot = 0.0;
+                for (uint i = 0u; i < active; i++) {
+                    ot += scratch[base + i * rs + 2u + c] * exp(scratch[base + i * rs] - mt);
+                }
+                d[db + c] = lt > 0.0 ? ot / lt : 0.0;
+            }
+            if (tid == 0u) {
+                scratch_u[counter] = 0u;
+            }
+        }
+        barrier();
+    }
+}

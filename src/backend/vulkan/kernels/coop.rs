@@ -1,0 +1,139 @@
+//! The cooperative-matrix products' variants: which of the matrix-unit shapes a device lists
+//! the kernels use, the tiles that follow from it, and the specialization constants that carry
+//! both into the shaders (shaders/mul_mat_cm_tiles.glsl), so one SPIR-V module per weight type
+//! serves every device.
+
+use crate::backend::vulkan::info::CoopShape;
+
+/// A cooperative-matrix variant: the subgroup size the kernels run with (workgroups of four
+/// subgroups, full subgroups required) and the matrix-unit shape (f16 A and B, f32
+/// accumulators). The tiles follow from these two, so a plan naming them rebuilds the same
+/// pipelines on the same device.
+#[derive(Clone, Copy, Debug, PartialEq, Eq, Hash)]
+pub struct CoopMat {
+    pub subgroup: u32,
+    pub shape: CoopShape,
+}
+
+impl CoopMat {
+    /// A stand-in in the list of every kernel (`KernelId::all`): a plan's variant replaces it.
+    pub const UNSET: CoopMat = CoopMat { subgroup: 0, shape: CoopShape { m: 0, n: 0, k: 0 } };
+
+    /// Whether the kernels are written for this variant: subgroups of 8 to 64 lanes (a power
+    /// of two) and matrix-unit sides of 8, 16 or 32, K dividing the 32-deep slices. Devices
+    /// list other shapes too (f16 x f16 into f16, larger ones); those are not used.
+    pub fn supported(self) -> bool {
+        let side = |v: u32| matches!(v, 8 | 16 | 32);
+        let s = self.subgroup;
+        s.is_power_of_two() && (8..=64).contains(&s) && side(self.shape.m) && side(self.shape.n) && side(self.shape.k)
+    }
+
+    /// The best variant for a device with these shapes, subgroup size and shared memory: the
+    /// largest supported shape (most products per instruction, then the squarest) whose
+    /// kernels fit the shared memory. None where none does.
+    pub fn choose(shapes: &[CoopShape], subgroup: u32, max_shared: u32) -> Option<CoopMat> {
+        let fits = |cm: &CoopMat| {
+            [Tiles::fast(cm.shape), Tiles::exact()].iter().all(|t| t.shared_bytes(cm.shape) <= max_shared)
+        };
+        shapes.iter().map(|&shape| CoopMat { subgroup, shape }).filter(|cm| cm.supported() && fits(cm)).max_by_key(
+            |cm| {
+                let s = cm.shape;
+                (s.m * s.n * s.k, s.m.min(s.n), s.m)
+            },
+        )
+    }
+}
+
+/// The tiles of one cooperative-matrix kernel (sizes in rows of w, columns of x, and k).
+#[derive(Clone, Copy, Debug, PartialEq, Eq)]
+pub struct Tiles {
+    /// One subgroup's tile of d; the four subgroups tile the workgroup's 2 x 2.
+    pub sg_m: u32,
+    pub sg_n: u32,
+    /// Values of k staged per step.
+    pub bk: u32,
+    /// Slices staged in shared memory at once (2: the next one is stored while the current
+    /// one is multiplied).
+    pub buffers: u32,
+    /// f16 arrays per operand and slice (2 for the exact kernel's hi and lo halves).
+    pub parts: u32,
+}
+
+impl Tiles {
+    /// `mul_mat_cm`: 4 x 4 accumulators per subgroup (64 x 64 of 16 x 16 blocks, so 128 x 128
+    /// per workgroup: enough reuse of each staged value to keep an H200's matrix units busy),
+    /// 32-deep slices, two buffers. 45 KiB of shared memory at 16 x 16 x 16, 21.5 KiB at
+    /// lavapipe's 8 x 8 x 8.
+    pub fn fast(shape: CoopShape) -> Tiles {
+        Tiles { sg_m: 4 * shape.m, sg_n: 4 * shape.n, bk: 32, buffers: 2, parts: 1 }
+    }
+
+    /// `mul_mat_cm_exact`: 32 x 32 per subgroup (64 x 64 per workgroup) whatever the shape,
+    /// one slice at a time: its hi and lo halves double what each slice takes.
+    pub fn exact() -> Tiles {
+        Tiles { sg_m: 32, sg_n: 32, bk: 32, buffers: 1, parts: 2 }
+    }
+
+    /// Rows of d per workgroup.
+    pub fn rows(self) -> u32 {
+        2 * self.sg_m
+    }
+
+    /// Columns of d per workgroup.
+    pub fn cols(self) -> u32 {
+        2 * self.sg_n
+    }
+
+    /// Shared memory of the kernel (as mul_mat_cm_tiles.glsl and the kernels declare it):
+    /// the staged slices (f16, rows padded by 8) and each subgroup's f32 output patch.
+    pub fn shared_bytes(self, shape: CoopShape) -> u32 {
+        let staged = self.buffers * self.parts * (self.rows() + self.cols()) * (self.bk + 8) * 2;
+        let patches = 4 * shape.n * (shape.m + 4) * 4;
+        staged + patches
+    }
+
+    /// The kernels' specialization constants 0..=6 (mul_mat_cm_tiles.glsl).
+    pub fn constants(self, cm: CoopMat) -> Vec<u32> {
+        let s = cm.shape;
+        vec![4 * cm.subgroup, s.m, s.n, s.k, self.sg_m, self.sg_n, self.bk]
+    }
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    fn shape(m: u32, n: u32, k: u32) -> CoopShape {
+        CoopShape { m, n, k }
+    }
+
+    #[test]
+    fn the_largest_shape_that_fits_wins() {
+        let nvidia = [shape(16, 8, 16), shape(16, 16, 16), shape(16, 8, 8)];
+        let best = CoopMat::choose(&nvidia, 32, 49152).unwrap();
+        assert_eq!(best.shape, shape(16, 16, 16));
+        assert_eq!(Tiles::fast(best.shape).shared_bytes(best.shape), 46080);
+        // lavapipe: 8 x 8 x 8 only, 32 KiB.
+        let lvp = CoopMat::choose(&[shape(8, 8, 8)], 8, 32768).unwrap();
+        assert_eq!((lvp.subgroup, lvp.shape), (8, shape(8, 8, 8)));
+        assert_eq!(Tiles::fast(lvp.shape).constants(lvp), vec![32, 8, 8, 8, 32, 32, 32]);
+        // 16 x 16 x 16 does not fit 32 KiB: the next shape that does, or none.
+        let small = [shape(16, 16, 16), shape(8, 8, 16)];
+        assert_eq!(CoopMat::choose(&small, 32, 32768).map(|c| c.shape), Some(shape(8, 8, 16)));
+        assert_eq!(CoopMat::choose(&[shape(16, 16, 16)], 32, 32768), None);
+        // Shapes the kernels are not written for.
+        assert_eq!(CoopMat::choose(&[shape(16, 16, 64), shape(4, 4, 4)], 32, 1 << 20), None);
+        assert_eq!(CoopMat::choose(&[shape(16, 16, 16)], 128, 1 << 20), None);
+    }
+
+    #[test]
+    fn tiles_follow_the_shape() {
+        let t = Tiles::fast(shape(16, 16, 16));
+        assert_eq!((t.rows(), t.cols(), t.bk), (128, 128, 32));
+        let t = Tiles::fast(shape(16, 8, 16));
+        assert_eq!((t.rows(), t.cols()), (128, 64));
+        let e = Tiles::exact();
+        assert_eq!((e.rows(), e.cols()), (64, 64));
+        assert_eq!(e.shared_bytes(shape(16, 16, 16)), 2 * 128 * 40 * 2 + 4 * 16 * 20 * 4);
+    }
+}
