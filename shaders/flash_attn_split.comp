@@ -98,8 +98,8 @@ void main() {
         }
         // Splits of at least MIN_CHUNK rows: a short context takes fewer (the others skip).
         uint chunk = max(MIN_CHUNK, (n_kv + p.splits - 1u) / p.splits);
-        uint active = max(1u, (n_kv + chunk - 1u) / chunk);
-        if (s >= active) {
+        uint n_splits = max(1u, (n_kv + chunk - 1u) / chunk);
+        if (s >= n_splits) {
             continue;
         }
         uint j0 = s * chunk;
@@ -176,24 +176,24 @@ void main() {
         barrier();
         uint counter = counters + t * p.ne.y + h;
         if (tid == 0u) {
-            sh_last = atomicAdd(scratch_u[counter], 1u) == active - 1u;
+            sh_last = atomicAdd(scratch_u[counter], 1u) == n_splits - 1u;
         }
         barrier();
         if (sh_last) {
             memoryBarrierBuffer();
             uint base = (t * p.ne.y + h) * p.splits * rs;
             float mt = -1.0e30;
-            for (uint i = 0u; i < active; i++) {
+            for (uint i = 0u; i < n_splits; i++) {
                 mt = max(mt, scratch[base + i * rs]);
             }
             float lt = 0.0;
-            for (uint i = 0u; i < active; i++) {
+            for (uint i = 0u; i < n_splits; i++) {
                 lt += scratch[base + i * rs + 1u] * exp(scratch[base + i * rs] - mt);
             }
             uint db = p.d_off + h * p.d_nb1 + t * p.d_nb2;
             for (uint c = tid; c < hd; c += WG) {
                 float ot = 0.0;
-                for (uint i = 0u; i < active; i++) {
+                for (uint i = 0u; i < n_splits; i++) {
                     ot += scratch[base + i * rs + 2u + c] * exp(scratch[base + i * rs] - mt);
                 }
                 d[db + c] = lt > 0.0 ? ot / lt : 0.0;

@@ -578,7 +578,7 @@ fn one_recording_replays_for_any_token_count() {
     for (i, &kind) in kinds.iter().enumerate() {
         let launch = vulkan_common::launch_mat(kind, &w_op, &x_op, &d_op, None, dynamic).unwrap();
         let pipeline = ks.pipeline(launch.kernel).unwrap();
-        let set = pool.bind(&pipeline, &[&sizes, &w_buf, &x_buf, &sizes, &sizes, &d_buf]).unwrap();
+        let set = pool.bind(&pipeline, &[&sizes, &w_buf, &x_buf, &sizes, &sizes, &d_buf, &sizes]).unwrap();
         cmd.dispatch_indirect(&pipeline, &set, &launch.push, &args, 12 * i as u64).unwrap();
         cmd.barrier().unwrap();
         launches.push(launch);
@@ -905,10 +905,14 @@ impl AttnCase {
     }
 }
 
-/// The attention kernels the test device runs for `d`: the one-query kernel and the tiled one
-/// of its head size (every tile fits lavapipe's 32 KiB).
+/// The attention kernels the test device runs for `d`: the one-query kernel, the split one
+/// where the device has subgroup arithmetic (lavapipe does), and the tiled one of its head size
+/// (every tile fits lavapipe's 32 KiB).
 fn attn_kernels(ks: &KernelSet, d: usize) -> Vec<KernelId> {
     let mut kernels = vec![KernelId::FlashAttn];
+    if ks.device().info().subgroup_matvec().is_some() && d.is_multiple_of(4) {
+        kernels.push(KernelId::FlashAttnSplit);
+    }
     let tile = kernels::AttnTile::for_head_dim(d).expect("a tile for every head size up to 256");
     if tile.shared_bytes() <= ks.device().info().max_shared_memory {
         kernels.push(KernelId::FlashAttnTiled(tile));
@@ -1001,6 +1005,33 @@ fn flash_attention_causal_grouped_and_full() {
     }
 }
 
+/// Decode steps over long caches: the split kernel spreads 2,000 and 4,096 rows over its
+/// workgroups (and a short one over few), each query its own limit, grouped heads, a clamped
+/// grid; the last workgroup of each (head, query) combines the splits, and a replay finds the
+/// counters reset.
+#[test]
+fn split_attention_over_long_caches() {
+    let Some(ks) = kernel_set() else { return };
+    if ks.device().info().subgroup_matvec().is_none() {
+        eprintln!("no subgroup arithmetic: the split attention kernel is not checked");
+        return;
+    }
+    let mut rng = Rng::new(31);
+    let cases = [
+        AttnCase::new((128, 4, 2, 1, 2000)).random_slots(&mut rng, 2000),
+        AttnCase::new((128, 4, 2, 1, 4096)).slots(vec![4095]),
+        AttnCase::new((64, 2, 1, 3, 1500)).random_slots(&mut rng, 1500),
+        AttnCase::new((128, 2, 2, 1, 4096)).run(1, 300).slots(vec![299]),
+        AttnCase::new((256, 2, 1, 2, 700)).random_slots(&mut rng, 700).max([5, 1, 1]),
+        AttnCase::new((128, 4, 2, 1, 2000)).random_slots(&mut rng, 2000).gain(30.0),
+    ];
+    for case in cases {
+        // Twice: the second run starts from the counters the first left.
+        check_attention(ks, &mut rng, &case, KernelId::FlashAttnSplit);
+        check_attention(ks, &mut rng, &case, KernelId::FlashAttnSplit);
+    }
+}
+
 #[test]
 fn tiled_attention_odd_tiles_heads_and_limits() {
     // Query counts and kv lengths off the tiles (32 x 32 at head_dim 64, 24 x 16 at 128,
@@ -1068,7 +1099,13 @@ fn attention_over_many_queries_plans_the_tiled_kernel() {
         let tiled = n_q >= kernels::TILED_MIN_QUERIES
             && variants.tiled_attention
             && tile.shared_bytes() <= info.max_shared_memory;
-        let want = if tiled { KernelId::FlashAttnTiled(tile) } else { KernelId::FlashAttn };
+        // A few queries: kv rows split over workgroups where the device has subgroups.
+        let few = n_q < kernels::TILED_MIN_QUERIES && variants.tiled_attention && variants.subgroup_matvec.is_some();
+        let want = match (tiled, few) {
+            (true, _) => KernelId::FlashAttnTiled(tile),
+            (false, true) => KernelId::FlashAttnSplit,
+            (false, false) => KernelId::FlashAttn,
+        };
         assert_eq!(got, want, "d={d} n_q={n_q}");
         // The plan's name leads back to the kernel.
         let named = hrx::hrx::Kernel { name: got.name(), subgroup: None, shape: None, splits: Vec::new() };

@@ -3,7 +3,8 @@
 #![allow(dead_code)] // each test binary uses its own subset
 
 use hrx::backend::vulkan::kernels::{
-    self, Dyn, KernelId, KernelSet, Launch, MatKind, Operand, Ops, Variants, WType, BINDINGS,
+    self, Dyn, KernelId, KernelSet, Launch, MatKind, Operand, Ops, Variants, WType, BINDINGS, OUTPUT_BINDING,
+    SCRATCH_BINDING,
 };
 use hrx::backend::vulkan::VkError;
 use hrx::backend::vulkan::{Buffer, CommandBuffer, DescriptorPool, Device, DeviceOptions, Location, Selection};
@@ -133,12 +134,15 @@ pub fn run(
     sizes.write_u32(0, syms).unwrap();
     let pipeline = kernels.pipeline(launch.kernel).unwrap();
     let pool = DescriptorPool::new(dev, 1, BINDINGS).unwrap();
-    let mut bound = vec![&sizes];
-    bound.extend_from_slice(ins);
-    while bound.len() < BINDINGS as usize - 1 {
-        bound.push(&sizes);
+    // Each input at its binding, the output at its own, scratch where the kernel wants some.
+    let scratch = dev.buffer(launch.scratch.max(4) as u64, Location::Device, "scratch").unwrap();
+    scratch.clear().unwrap();
+    let mut bound = vec![&sizes; BINDINGS as usize];
+    for (k, &b) in ins.iter().enumerate() {
+        bound[launch.slot(k) as usize] = b;
     }
-    bound.push(out);
+    bound[OUTPUT_BINDING as usize] = out;
+    bound[SCRATCH_BINDING as usize] = &scratch;
     let set = pool.bind(&pipeline, &bound).unwrap();
     let mut cmd = CommandBuffer::new(dev).unwrap();
     cmd.begin().unwrap();

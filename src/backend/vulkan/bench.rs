@@ -120,7 +120,7 @@ pub fn copy_bandwidth(device: &Device, ks: &KernelSet, bytes: u64) -> Result<f64
     src.write(0, &random_bytes(&mut SplitMix64(7), bytes as usize))?;
     let pipeline = ks.pipeline(KernelId::Copy)?;
     let pool = DescriptorPool::new(device, 1, BINDINGS)?;
-    let set = pool.bind(&pipeline, &[&src, &src, &src, &src, &src, &dst])?;
+    let set = pool.bind(&pipeline, &[&src, &src, &src, &src, &src, &dst, &src])?;
     let groups = [words.div_ceil(256).min(device.info().max_workgroup_count[0]), 1, 1];
     let per_copy = time_reps(device, 4, &|cmd, reps| {
         for _ in 0..reps {
@@ -165,7 +165,7 @@ pub fn time_matmul(device: &Device, ks: &KernelSet, case: MatCase, kind: MatKind
     let pool = DescriptorPool::new(device, copies as u32, BINDINGS)?;
     let sets = weights
         .iter()
-        .map(|w| pool.bind(&pipeline, &[&sizes, w, &x, &sizes, &sizes, &d]))
+        .map(|w| pool.bind(&pipeline, &[&sizes, w, &x, &sizes, &sizes, &d, &sizes]))
         .collect::<Result<Vec<_>>>()?;
     let groups = launch.groups([case.n, case.m, 1, 1], device.info().max_workgroup_count);
     let seconds = time_reps(device, 8, &|cmd, reps| {

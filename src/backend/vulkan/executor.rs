@@ -25,7 +25,9 @@ use super::device::Device;
 use super::error::{Result, VkError};
 use super::hazard::{Access, Hazards};
 use super::info::DeviceInfo;
-use super::kernels::{self, KernelId, KernelSet, Launch, MatKind, Operand, Ops, BINDINGS, MAX_INPUTS};
+use super::kernels::{
+    self, KernelId, KernelSet, Launch, MatKind, Operand, Ops, BINDINGS, MAX_INPUTS, OUTPUT_BINDING, SCRATCH_BINDING,
+};
 use super::memory::Location;
 use super::profile::{KernelTimes, Profile};
 use super::timestamps::TimestampPool;
@@ -47,6 +49,8 @@ struct Dispatch {
 }
 
 struct Recorded {
+    /// The scratch memory of the dispatches that use some, kept alive with the recording.
+    _scratch: Vec<Buffer>,
     plan: Plan,
     /// The plan's external ids mapped to indices into `storages`.
     storage_of: Vec<usize>,
@@ -334,6 +338,7 @@ fn record(
         cmd.write_timestamp(pool, 0)?;
     }
     let mut launches = Vec::with_capacity(n_runs);
+    let mut scratch: Vec<Buffer> = Vec::new();
     let mut hazards = Hazards::default();
     for (i, node) in graph.nodes.iter().enumerate() {
         let Placement::Run { kernel, group, .. } = &plan.placements[i] else { continue };
@@ -392,7 +397,16 @@ fn record(
             for (k, (w, _)) in bound_ins.iter().enumerate() {
                 bound[launch.slot(k) as usize] = *w;
             }
-            bound[BINDINGS as usize - 1] = out_window;
+            bound[OUTPUT_BINDING as usize] = out_window;
+            // Scratch of its own per dispatch that wants one: no dispatch waits on another's.
+            if launch.scratch > 0 {
+                let buffer = device.buffer(launch.scratch as u64, Location::Device, "kernel scratch")?;
+                buffer.clear()?;
+                scratch.push(buffer);
+            }
+            if let Some(buffer) = scratch.last().filter(|_| launch.scratch > 0) {
+                bound[SCRATCH_BINDING as usize] = Window { buffer, offset: 0, range: buffer.size() };
+            }
             let set = pool.bind_windows(&pipeline, &bound)?;
             // Profiling times each dispatch alone: a barrier before every one but the first.
             // Between dispatches only compute waits for compute: the indirect arguments and run
@@ -455,7 +469,7 @@ fn record(
         }
         None => None,
     };
-    Ok(Recorded { plan, storage_of, words, launches, barriers, cmd, readback, timing })
+    Ok(Recorded { plan, storage_of, words, launches, barriers, cmd, readback, timing, _scratch: scratch })
 }
 
 /// Refuses a kernel variant the device cannot run (a plan made for another device).

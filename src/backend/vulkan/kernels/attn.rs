@@ -87,14 +87,21 @@ impl AttnTile {
     }
 }
 
+/// Fewest planned kv rows a split of `flash_attn_split` is given (its MIN_CHUNK).
+const SPLIT_MIN_ROWS: usize = 32;
+/// Most splits of a (head, query).
+const MAX_SPLITS: usize = 64;
+
 /// The attention kernel for `out`'s planned query count and head size on a device whose
-/// workgroups may use `shared_memory` bytes: tiled for many queries where the tile fits,
-/// else the one-query kernel.
-pub fn choose(out: &Operand, shared_memory: u32) -> KernelId {
+/// workgroups may use `shared_memory` bytes: tiled for many queries where the tile fits; for
+/// a few, the kv rows split over many workgroups where the device has subgroup arithmetic
+/// (`subgroups`), else the one-query kernel.
+pub fn choose(out: &Operand, shared_memory: u32, subgroups: bool) -> KernelId {
     match AttnTile::for_head_dim(out.ne[0]) {
         Some(tile) if out.ne[2] >= TILED_MIN_QUERIES && tile.shared_bytes() <= shared_memory => {
             KernelId::FlashAttnTiled(tile)
         }
+        _ if out.ne[2] < TILED_MIN_QUERIES && subgroups => KernelId::FlashAttnSplit,
         _ => KernelId::FlashAttn,
     }
 }
@@ -104,6 +111,11 @@ pub fn launch(kernel: KernelId, ins: &[Operand], scale: f32, out: &Operand, dyna
     let (grid, max_head_dim) = match kernel {
         KernelId::FlashAttn => (Grid::Rows, MAX_HEAD_DIM),
         KernelId::FlashAttnTiled(tile) => (Grid::QueryTiles { queries: tile.queries() }, tile.max_head_dim()),
+        // Splits over the planned kv rows; the kernel spreads the run-time ones over them.
+        KernelId::FlashAttnSplit => {
+            let splits = ins.get(1).map_or(1, |k| k.ne[2].div_ceil(SPLIT_MIN_ROWS).clamp(1, MAX_SPLITS));
+            (Grid::Split { splits }, MAX_HEAD_DIM)
+        }
         other => return Err(VkError::Invalid(format!("{} is no attention kernel", other.name()))),
     };
     let [q, k, v, slots @ ..] = ins else {
@@ -112,8 +124,20 @@ pub fn launch(kernel: KernelId, ins: &[Operand], scale: f32, out: &Operand, dyna
     if slots.len() > 1 {
         return Err(VkError::Invalid(format!("flash_attn: {} inputs, not q, k, v (and slots)", ins.len())));
     }
-    let push = push_words(q, k, v, slots.first(), scale, out, dynamic, max_head_dim)?;
-    Ok(Launch { kernel, push, grid, grid_input: None, slots: Vec::new() })
+    let mut push = push_words(q, k, v, slots.first(), scale, out, dynamic, max_head_dim)?;
+    let mut scratch = 0;
+    if let Grid::Split { splits } = grid {
+        if !out.ne[0].is_multiple_of(4) {
+            return Err(VkError::Invalid(format!("flash_attn_split: head_dim {} is not whole vec4s", out.ne[0])));
+        }
+        push.push(word(splits, "splits")?);
+        // A record (max, sum, head_dim outputs) per (query, head, split), then a counter per
+        // (query, head).
+        let pairs = out.ne[1] * out.ne[2];
+        scratch = 4 * (pairs * splits * (2 + out.ne[0]) + pairs);
+        word(scratch / 4, "scratch")?;
+    }
+    Ok(Launch { kernel, push, grid, grid_input: None, slots: Vec::new(), scratch })
 }
 
 /// The push constants both kernels read, for heads of at most `max_head_dim` values.
@@ -200,10 +224,11 @@ mod tests {
     #[test]
     fn many_queries_take_the_tiled_kernel_where_it_fits() {
         let out = |d, n_q| Operand::contiguous(DType::F32, [d, 16, n_q, 1], 0);
-        assert_eq!(choose(&out(64, 4096), 32768), KernelId::FlashAttnTiled(AttnTile::D64));
-        assert_eq!(choose(&out(128, 512), 49152), KernelId::FlashAttnTiled(AttnTile::D128));
-        assert_eq!(choose(&out(128, TILED_MIN_QUERIES - 1), 49152), KernelId::FlashAttn, "a decode step");
-        assert_eq!(choose(&out(64, 4096), 16384), KernelId::FlashAttn, "Vulkan's guaranteed 16 KiB");
+        assert_eq!(choose(&out(64, 4096), 32768, false), KernelId::FlashAttnTiled(AttnTile::D64));
+        assert_eq!(choose(&out(128, 512), 49152, true), KernelId::FlashAttnTiled(AttnTile::D128));
+        assert_eq!(choose(&out(128, TILED_MIN_QUERIES - 1), 49152, false), KernelId::FlashAttn, "a decode step");
+        assert_eq!(choose(&out(128, 1), 49152, true), KernelId::FlashAttnSplit, "a decode step with subgroups");
+        assert_eq!(choose(&out(64, 4096), 16384, false), KernelId::FlashAttn, "Vulkan's guaranteed 16 KiB");
     }
 
     #[test]

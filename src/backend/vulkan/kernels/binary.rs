@@ -33,5 +33,6 @@ pub fn launch(op: BinaryOp, a: &Operand, b: &Operand, out: &Operand, dynamic: Op
         grid: Grid::Flat { per_group: 256 },
         grid_input: None,
         slots: Vec::new(),
+        scratch: 0,
     })
 }

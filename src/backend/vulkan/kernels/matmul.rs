@@ -325,7 +325,7 @@ pub fn launch(
         MatKind::CoopExact(cm) => coop_grid(cm, Tiles::exact())?,
         MatKind::Rows => Grid::Mat { rows: 64, cols: 1 },
     };
-    Ok(Launch { kernel: KernelId::MatMul(kind, wt), push, grid, grid_input: None, slots: Vec::new() })
+    Ok(Launch { kernel: KernelId::MatMul(kind, wt), push, grid, grid_input: None, slots: Vec::new(), scratch: 0 })
 }
 
 /// The grid of a cooperative-matrix kernel: a workgroup per tile.
@@ -360,4 +360,3 @@ mod tests {
         assert_eq!(positions, (0..MatKind::ALL.len()).collect::<Vec<_>>());
     }
 }
-

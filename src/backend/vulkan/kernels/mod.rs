@@ -28,8 +28,13 @@ use crate::quant::DType;
 use std::collections::HashMap;
 use std::sync::Mutex;
 
-/// Storage buffers of every kernel: sizes, four inputs, output.
-pub const BINDINGS: u32 = 6;
+/// Storage buffers of every kernel: sizes, four inputs, output, scratch.
+pub const BINDINGS: u32 = 7;
+/// The binding of a kernel's output.
+pub const OUTPUT_BINDING: u32 = 5;
+/// The binding of a kernel's scratch memory (`Launch::scratch` bytes, read and written by one
+/// dispatch only; zeroed once, left as the kernel leaves it).
+pub const SCRATCH_BINDING: u32 = 6;
 /// Inputs a kernel can take (bindings 1..=MAX_INPUTS).
 pub const MAX_INPUTS: usize = 4;
 
@@ -69,6 +74,9 @@ pub enum KernelId {
     FlashAttn,
     /// Attention for many queries: a workgroup per (head, tile of queries).
     FlashAttnTiled(AttnTile),
+    /// Attention for a few queries over long contexts: the kv rows of each (head, query) split
+    /// over many workgroups, combined by the last to finish.
+    FlashAttnSplit,
     /// 16-byte words from input 1 to the output: the copy bandwidth `hrx bench --kernels`
     /// compares products with; no graph node runs it.
     Copy,
@@ -92,6 +100,7 @@ impl KernelId {
             KernelId::Rope,
             KernelId::RmsNormRope,
             KernelId::FlashAttn,
+            KernelId::FlashAttnSplit,
             KernelId::Copy,
         ]);
         all.extend(AttnTile::ALL.map(KernelId::FlashAttnTiled));
@@ -147,6 +156,7 @@ impl KernelId {
             KernelId::RmsNormRope => "rms_norm_rope",
             KernelId::FlashAttn => "flash_attn",
             KernelId::FlashAttnTiled(_) => "flash_attn_tiled",
+            KernelId::FlashAttnSplit => "flash_attn_split",
             KernelId::Copy => "copy",
         }
     }
@@ -195,6 +205,7 @@ impl KernelId {
             KernelId::Rope => rope::PUSH_WORDS,
             KernelId::RmsNormRope => rope::PUSH_WORDS + 2,
             KernelId::FlashAttn | KernelId::FlashAttnTiled(_) => attn::PUSH_WORDS,
+            KernelId::FlashAttnSplit => attn::PUSH_WORDS + 1,
             KernelId::Copy => 1,
         }
     }
@@ -293,6 +304,8 @@ pub struct Launch {
     pub grid_input: Option<usize>,
     /// The binding of each input, in the order the launch took them; empty: 1, 2, 3...
     pub slots: Vec<u32>,
+    /// Bytes of scratch memory the dispatch uses (`SCRATCH_BINDING`); 0: none.
+    pub scratch: usize,
 }
 
 #[derive(Clone, Copy, Debug, PartialEq)]
@@ -305,6 +318,8 @@ enum Grid {
     Rows,
     /// x: one group per (ne1, tile of `queries` along ne2) (and ne3).
     QueryTiles { queries: usize },
+    /// x: one group per (ne1, ne2, ne3) and split.
+    Split { splits: usize },
 }
 
 impl Launch {
@@ -322,6 +337,7 @@ impl Launch {
             Grid::Flat { per_group } => [(ne[0] * cols).div_ceil(per_group), 1, 1],
             Grid::Rows => [cols, 1, 1],
             Grid::QueryTiles { queries } => [ne[1] * ne[2].div_ceil(queries) * ne[3], 1, 1],
+            Grid::Split { splits } => [cols * splits, 1, 1],
         };
         [0, 1, 2].map(|i| g[i].min(max[i] as usize) as u32)
     }
@@ -430,7 +446,9 @@ pub fn select(ops: Ops, ins: &[Operand], out: &Operand, dynamic: Option<Dyn>, va
         _ if ops.folded.is_some() || ops.fused.is_some() => {
             return Err(VkError::Invalid(format!("no kernel runs {}", ops.names())));
         }
-        (Op::Attention { .. }, _) if variants.tiled_attention => vec![attn::choose(out, variants.shared_memory)],
+        (Op::Attention { .. }, _) if variants.tiled_attention => {
+            vec![attn::choose(out, variants.shared_memory, variants.subgroup_matvec.is_some())]
+        }
         (op, _) => vec![op_launch(op, ins, out, dynamic)?.kernel],
     };
     // The first that accepts the operands as the executor will launch it.
@@ -473,7 +491,7 @@ pub fn launch(kernel: KernelId, ops: Ops, ins: &[Operand], out: &Operand, dynami
         (KernelId::RmsNormRope, norm, None, Some(rope)) => {
             launch_norm_rope(norm, rope, arg(0)?, arg(1)?, arg(2)?, out, dynamic)?
         }
-        (KernelId::FlashAttnTiled(_), Op::Attention { scale }, None, None) => {
+        (KernelId::FlashAttnTiled(_) | KernelId::FlashAttnSplit, Op::Attention { scale }, None, None) => {
             attn::launch(kernel, ins, *scale, out, dynamic)?
         }
         (_, op, None, None) => op_launch(op, ins, out, dynamic)?,

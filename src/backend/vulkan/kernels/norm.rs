@@ -23,7 +23,7 @@ pub fn launch(x: &Operand, weight: &Operand, eps: f32, out: &Operand, dynamic: O
     push.push(floats(weight.offset, "weight offset")?);
     push.push(floats(out.offset, "output offset")?);
     push.push(eps.to_bits());
-    Ok(Launch { kernel: KernelId::RmsNorm, push, grid: Grid::Rows, grid_input: None, slots: Vec::new() })
+    Ok(Launch { kernel: KernelId::RmsNorm, push, grid: Grid::Rows, grid_input: None, slots: Vec::new(), scratch: 0 })
 }
 
 /// Words of `layer_norm.comp`'s push constants.
@@ -60,5 +60,5 @@ pub fn layer_norm(
     push.push(floats(bias.offset, "bias offset")?);
     push.push(floats(out.offset, "output offset")?);
     push.push(eps.to_bits());
-    Ok(Launch { kernel: KernelId::LayerNorm, push, grid: Grid::Rows, grid_input: None, slots: Vec::new() })
+    Ok(Launch { kernel: KernelId::LayerNorm, push, grid: Grid::Rows, grid_input: None, slots: Vec::new(), scratch: 0 })
 }

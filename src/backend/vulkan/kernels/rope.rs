@@ -65,5 +65,6 @@ pub fn launch(
         grid: Grid::Flat { per_group: 256 },
         grid_input: None,
         slots: Vec::new(),
+        scratch: 0,
     })
 }

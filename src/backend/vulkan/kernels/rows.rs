@@ -86,6 +86,7 @@ pub fn get_rows(
         grid: Grid::Rows,
         grid_input: None,
         slots: Vec::new(),
+        scratch: 0,
     })
 }
 
@@ -122,5 +123,5 @@ pub fn set_rows(dst: &Operand, src: &Operand, ids: &Operand, out: &Operand) -> R
     push.push(floats(out.nb[0], "destination stride")?);
     push.push(floats(out.nb[1], "destination stride")?);
     push.push(word(out.ne[1], "destination rows")?);
-    Ok(Launch { kernel: KernelId::SetRows, push, grid: Grid::Rows, grid_input: Some(1), slots: Vec::new() })
+    Ok(Launch { kernel: KernelId::SetRows, push, grid: Grid::Rows, grid_input: Some(1), slots: Vec::new(), scratch: 0 })
 }

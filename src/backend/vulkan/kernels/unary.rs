@@ -25,5 +25,6 @@ pub fn launch(op: UnaryOp, x: &Operand, out: &Operand, dynamic: Option<Dyn>) -> 
         grid: Grid::Flat { per_group: 256 },
         grid_input: None,
         slots: Vec::new(),
+        scratch: 0,
     })
 }
