@@ -4,7 +4,7 @@
 
 mod vulkan_common;
 
-use hrx::backend::vulkan::kernels::{KernelId, KernelSet};
+use hrx::backend::vulkan::kernels::{KernelId, KernelSet, BINDINGS};
 use hrx::backend::vulkan::{
     pick, CommandBuffer, DescriptorPool, Device, DeviceOptions, Instance, Location, Pipeline, PipelineSpec, Selection,
     VkError, Window,
@@ -98,8 +98,8 @@ fn bad_spirv_and_push_constants_are_typed_errors() {
     assert!(matches!(Pipeline::new(&dev, &too_big), Err(VkError::Pipeline { .. })));
     let ks = KernelSet::new(&dev);
     let p = ks.pipeline(KernelId::RmsNorm).unwrap();
-    let bufs: Vec<_> = (0..6).map(|_| dev.buffer(64, Location::Device, "b").unwrap()).collect();
-    let pool = DescriptorPool::new(&dev, 1, 6).unwrap();
+    let bufs: Vec<_> = (0..BINDINGS).map(|_| dev.buffer(64, Location::Device, "b").unwrap()).collect();
+    let pool = DescriptorPool::new(&dev, 1, BINDINGS).unwrap();
     assert!(matches!(pool.bind(&p, &[&bufs[0]]), Err(VkError::Invalid(_))));
     // A window past its buffer's end, and one at a misaligned offset, are refused.
     let w = |b, offset, range| Window { buffer: b, offset, range };
