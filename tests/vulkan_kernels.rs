@@ -331,10 +331,14 @@ fn coopmat_kernel_is_chosen_where_the_device_has_cooperative_matrices() {
     let many = variants.mat_kinds(512, 64)[0];
     let switch = |name: &str| std::env::var(name).is_ok_and(|v| v == "1");
     match coop_variant(ks) {
-        Some(_) if switch("HRX_VK_NO_COOPMAT") => assert_eq!(many, MatKind::Tiled),
+        Some(_) if !switch("HRX_VK_COOPMAT") => {
+            // The default: the tiled f32 kernel (faster on the H200 than the f16 one).
+            assert_eq!(many, MatKind::Tiled);
+            assert!(!variants.f16_products());
+        }
         Some(cm) if switch("HRX_VK_EXACT") => assert_eq!(many, MatKind::CoopExact(cm)),
         Some(cm) => {
-            // The default: f16 operands on the device's best shape.
+            // HRX_VK_COOPMAT=1: f16 operands on the device's best shape.
             assert_eq!(many, MatKind::Coop(cm));
             assert!(variants.f16_products());
             assert!(info.features.coopmat_f16_shapes.contains(&cm.shape));

@@ -46,9 +46,9 @@ fn help() -> String {
                  dispatches per run, total GPU time over all runs and share (--json: \"profile\" of each\n\
                  graph); while profiling a barrier separates every two dispatches, so that each time is\n\
                  one kernel's alone, and the speeds measured are lower. Kernel choices to compare:\n\
-                 HRX_VK_EXACT=1 (f32-exact matrix products: split-operand cooperative matrices or\n\
-                 f32 tiles), HRX_VK_NO_COOPMAT=1 (portable f32 tiles instead of cooperative\n\
-                 matrices), HRX_VK_NO_SUBGROUP=1 (portable matrix-vector kernels),\n\
+                 HRX_VK_COOPMAT=1 (many-column products on cooperative matrices with f16\n\
+                 operands instead of f32 tiles; with HRX_VK_EXACT=1 as well, f32-exact split\n\
+                 operands), HRX_VK_NO_SUBGROUP=1 (portable matrix-vector kernels),\n\
                  HRX_VK_MATVEC=sg (the one-subgroup-per-row matrix-vector kernel instead of the\n\
                  wide one), HRX_VK_NO_FUSE=1 (no fused or folded dispatches),\n\
                  HRX_VK_NO_TILED_ATTN=1 (one-query attention for prefill and vision too).\n\

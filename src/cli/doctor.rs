@@ -17,11 +17,11 @@ usage: hrx doctor [--json]
 For each device: name, type, vendor and device ids, Vulkan API version, driver name,
 info and version; memory heaps (size, device-local, host-visible); subgroup size and
 operations, and whether the matrix-vector kernels use them (HRX_VK_NO_SUBGROUP=1 keeps
-the portable ones); which matrix-matrix kernel the prefill and vision products use: on
-devices with cooperative matrices (Vulkan 1.3, f16 x f16 -> f32 at subgroup scope: the shapes
-listed and the one used) the matrix units with f16 operands and f32 sums (mul_mat_cm), with
-HRX_VK_EXACT=1 f32-exact ones (mul_mat_cm_exact, split operands, slower; elsewhere the
-portable f32 tiles), with HRX_VK_NO_COOPMAT=1 the portable f32 tiles (mul_mat);
+the portable ones); which matrix-matrix kernel the prefill and vision products use: the
+portable f32 tiles (mul_mat), or with HRX_VK_COOPMAT=1 on devices with cooperative matrices
+(Vulkan 1.3, f16 x f16 -> f32 at subgroup scope: the shapes listed and the one used) the
+matrix units with f16 operands and f32 sums (mul_mat_cm), with HRX_VK_EXACT=1 as well
+f32-exact ones (mul_mat_cm_exact, split operands, slower);
 which heads the query-tiled attention kernel takes for many queries (those whose tile fits
 the shared memory; HRX_VK_NO_TILED_ATTN=1 keeps the one-query kernel everywhere);
 shared memory, workgroup and push-constant limits; the optional features hrx may use
@@ -186,14 +186,15 @@ impl Report {
             )?;
             let matmat = match (d.coopmat_matmul(), variants.coopmat, variants.exact) {
                 (_, Some(cm), false) => format!(
-                    "cooperative matrices {}, f16 operands, f32 sums (mul_mat_cm; HRX_VK_EXACT=1: f32-exact mul_mat_cm_exact)",
+                    "cooperative matrices {}, f16 operands, f32 sums (mul_mat_cm, HRX_VK_COOPMAT=1; HRX_VK_EXACT=1: f32-exact mul_mat_cm_exact)",
                     cm.shape
                 ),
-                (_, Some(cm), true) => {
-                    format!("cooperative matrices {}, f32-exact split operands (mul_mat_cm_exact, HRX_VK_EXACT=1)", cm.shape)
-                }
-                (Some(_), None, _) => {
-                    "portable f32 tiles (mul_mat; cooperative matrices off: HRX_VK_NO_COOPMAT=1)".to_owned()
+                (_, Some(cm), true) => format!(
+                    "cooperative matrices {}, f32-exact split operands (mul_mat_cm_exact, HRX_VK_COOPMAT=1 HRX_VK_EXACT=1)",
+                    cm.shape
+                ),
+                (Some(cm), None, _) => {
+                    format!("portable f32 tiles (mul_mat; HRX_VK_COOPMAT=1: cooperative matrices {})", cm.shape)
                 }
                 (None, None, _) => "portable f32 tiles (mul_mat)".to_owned(),
             };

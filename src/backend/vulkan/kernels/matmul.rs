@@ -2,9 +2,10 @@
 //! `mul_mat_vec.comp` for a few columns, `mul_mat.comp` (64 x 64 tiles, f32) for many, and
 //! `mul_mat_rows.comp` (a thread per output value) for a few columns of short rows. Devices
 //! with subgroup arithmetic in compute shaders take `mul_mat_vec_sg.comp` (a subgroup per
-//! output row, reduced by subgroupAdd) instead of `mul_mat_vec.comp`, and devices with f16
-//! cooperative matrices `mul_mat_cm.comp` (f16 operands on the matrix units, f32 sums) instead
-//! of `mul_mat.comp`, or with HRX_VK_EXACT=1 `mul_mat_cm_exact.comp` (f32-accurate) ([`Variants`]).
+//! output row, reduced by subgroupAdd) instead of `mul_mat_vec.comp`. With HRX_VK_COOPMAT=1,
+//! devices with f16 cooperative matrices take `mul_mat_cm.comp` (f16 operands on the matrix
+//! units, f32 sums) instead of `mul_mat.comp`, or with HRX_VK_EXACT=1 as well
+//! `mul_mat_cm_exact.comp` (f32-accurate) ([`Variants`]).
 
 use super::coop::{CoopMat, Tiles};
 use super::{dyn_words, expect_f32, floats, word, Dyn, Grid, KernelId, Launch, Operand, WType};
@@ -128,13 +129,14 @@ pub struct Variants {
     /// place of `mul_mat_vec` (HRX_VK_NO_SUBGROUP=1 keeps the portable one).
     pub subgroup_matvec: Option<u32>,
     /// The cooperative-matrix variant (subgroup size, matrix-unit shape) the many-column
-    /// products run on in place of the tiled f32 kernel, where the device has one:
-    /// `mul_mat_cm` (f16 operands, f32 sums: a normalized error of about 1e-7 against f32,
-    /// logits within about 1e-2) unless `exact`. HRX_VK_NO_COOPMAT=1 keeps the tiled kernel.
+    /// products run on in place of the tiled f32 kernel, with HRX_VK_COOPMAT=1 where the
+    /// device has one: `mul_mat_cm` (f16 operands, f32 sums: a normalized error of about 1e-7
+    /// against f32, logits within about 1e-2) unless `exact`. Opt-in because on the H200 the
+    /// tiled f32 kernel is the faster one (2B prefill: 5,181 against 3,412 tokens/s).
     pub coopmat: Option<CoopMat>,
-    /// HRX_VK_EXACT=1: products keep f32 accuracy: `mul_mat_cm_exact` (operands split into
-    /// f16 halves, three products per block) where there is a cooperative-matrix variant, else
-    /// the tiled f32 kernel. Slower; for checking the fast kernel against, on the same device.
+    /// HRX_VK_EXACT=1: cooperative-matrix products keep f32 accuracy: `mul_mat_cm_exact`
+    /// (operands split into f16 halves, three products per block). For checking `mul_mat_cm`
+    /// against, on the same device.
     pub exact: bool,
     /// Whether decode products take `mul_mat_vec_wide` (where the subgroup kernel runs, with
     /// subgroups of at most 64 lanes) rather than `mul_mat_vec_sg` (HRX_VK_MATVEC=sg).
@@ -167,7 +169,7 @@ impl Variants {
         let subgroup_matvec = info.subgroup_matvec().filter(|_| !switch("HRX_VK_NO_SUBGROUP"));
         Variants {
             subgroup_matvec,
-            coopmat: info.coopmat_matmul().filter(|_| !switch("HRX_VK_NO_COOPMAT")),
+            coopmat: info.coopmat_matmul().filter(|_| switch("HRX_VK_COOPMAT")),
             exact: switch("HRX_VK_EXACT"),
             wide_matvec: subgroup_matvec.is_some_and(|s| s <= WIDE_MAX_SUBGROUP)
                 && std::env::var("HRX_VK_MATVEC").map_or(true, |v| v != "sg"),
