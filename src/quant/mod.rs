@@ -30,6 +30,8 @@ mod quantize;
 mod simd;
 #[cfg(target_arch = "x86_64")]
 mod x86;
+#[cfg(target_arch = "x86_64")]
+mod x86_gemm;
 
 pub use activation::{
     activation_dtype, quantize_activation, quantize_activations, vec_dot_quantized, vec_dot_quantized_with,

@@ -23,26 +23,27 @@ use std::arch::x86_64::*;
 
 use super::activation::{drive, min_sum, Q8Row, Rows, GROUP, SUM_LEN, TILE_BYTES};
 use super::block::{visit_blocks, BlockVisitor, Unpacked};
+use super::x86_gemm::{q8_gemm_512, GEMM_MIN_ROWS};
 use super::{float, DType};
 
 // ---------------------------------------------------------------- loads
 
 /// `s[at..at + M]` as an array.
 #[inline(always)]
-fn sub<T, const M: usize>(s: &[T], at: usize) -> &[T; M] {
+pub(super) fn sub<T, const M: usize>(s: &[T], at: usize) -> &[T; M] {
     s[at..at + M].first_chunk().expect("slice of length M")
 }
 
 #[inline]
 #[target_feature(enable = "avx2")]
-fn load_u8x32(a: &[u8; 32]) -> __m256i {
+pub(super) fn load_u8x32(a: &[u8; 32]) -> __m256i {
     // SAFETY: reads exactly the 32 bytes of `a`; loadu has no alignment requirement.
     unsafe { _mm256_loadu_si256(a.as_ptr().cast()) }
 }
 
 #[inline]
 #[target_feature(enable = "avx2")]
-fn load_u8x16(a: &[u8; 16]) -> __m128i {
+pub(super) fn load_u8x16(a: &[u8; 16]) -> __m128i {
     // SAFETY: reads exactly the 16 bytes of `a`; loadu has no alignment requirement.
     unsafe { _mm_loadu_si128(a.as_ptr().cast()) }
 }
@@ -82,7 +83,7 @@ fn hsum(v: __m256) -> f32 {
 /// The two little-endian f16 at `b[0..2]` and `b[2..4]`, widened exactly.
 #[inline]
 #[target_feature(enable = "avx2,f16c")]
-fn f16x2(b: &[u8; 4]) -> (f32, f32) {
+pub(super) fn f16x2(b: &[u8; 4]) -> (f32, f32) {
     let v = _mm_cvtph_ps(_mm_cvtsi32_si128(i32::from_le_bytes(*b)));
     (_mm_cvtss_f32(v), _mm_cvtss_f32(_mm_movehdup_ps(v)))
 }
@@ -99,7 +100,7 @@ fn f16_splat(b: &[u8; 2]) -> __m256 {
 /// Q4_K/Q5_K's packed 6-bit scales and mins ([`super::kquants::unpack_scales_k4`]) as
 /// `(scales, mins)`, one byte each, with 32-bit word operations.
 #[inline(always)]
-fn scales_k4(s: &[u8; 12]) -> ([u8; 8], [u8; 8]) {
+pub(super) fn scales_k4(s: &[u8; 12]) -> ([u8; 8], [u8; 8]) {
     let w = |i: usize| u32::from_le_bytes([s[4 * i], s[4 * i + 1], s[4 * i + 2], s[4 * i + 3]]);
     let (w0, w1, w2) = (w(0), w(1), w(2));
     let sc_lo = w0 & 0x3f3f_3f3f;
@@ -444,6 +445,9 @@ fn dpwssd(acc: __m512i, w: __m512i, a: &[i16; 32]) -> __m512i {
 /// `out[i * rows.len() + j] = rows[j] · acts[i]`, as [`q8_matmul`] (same preconditions).
 #[target_feature(enable = "avx512f,avx512bw,avx512vnni,avx2,fma,f16c")]
 pub(crate) fn q8_matmul_512(dtype: DType, rows: Rows, acts: &[Q8Row], out: &mut [f32]) {
+    if acts.len() >= GEMM_MIN_ROWS {
+        return q8_gemm_512(dtype, rows, acts, out);
+    }
     match dtype {
         DType::Q4K => drive!(q4_k_512(), rows, acts, out, 8),
         DType::Q6K => drive!(q6_k_512(), rows, acts, out, 8),

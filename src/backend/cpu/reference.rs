@@ -147,11 +147,18 @@ pub fn rope_frequency(kind: &RopeKind, theta: f32, n_dims: usize, j: usize) -> (
 
 pub fn rope(x: &In, pos: &In, kind: &RopeKind, theta: f32, n_dims: usize, out: &mut Out) {
     let half = n_dims / 2;
+    let freqs: Vec<(usize, f64)> = (0..half).map(|j| rope_frequency(kind, theta, n_dims, j)).collect();
+    // Every head of a token turns by the same angles: (sin, cos) per pair, for token `at`.
+    let mut trig = vec![(0f64, 0f64); half];
+    let mut at = None;
     each_row(out.ne, |h, t, i3| {
-        for j in 0..half {
-            let (comp, inv_freq) = rope_frequency(kind, theta, n_dims, j);
-            let angle = f64::from(pos.i32_at([t, comp, 0, 0])) * inv_freq;
-            let (sin, cos) = angle.sin_cos();
+        if at != Some(t) {
+            for (tj, &(comp, inv_freq)) in trig.iter_mut().zip(&freqs) {
+                *tj = (f64::from(pos.i32_at([t, comp, 0, 0])) * inv_freq).sin_cos();
+            }
+            at = Some(t);
+        }
+        for (j, &(sin, cos)) in trig.iter().enumerate() {
             let a = f64::from(x.f32_at([j, h, t, i3]));
             let b = f64::from(x.f32_at([j + half, h, t, i3]));
             out.set([j, h, t, i3], (a * cos - b * sin) as f32);

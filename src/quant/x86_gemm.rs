@@ -1,0 +1,376 @@
+//! AVX-512 products of quantized weight rows with many activation rows (prefill chunks, the
+//! vision encoder): [`Simd::Avx512`](super::Simd::Avx512) with at least [`GEMM_MIN_ROWS`]
+//! activation rows.
+//!
+//! The one-row kernels (x86.rs) decode a block's bits once per group of a few activation rows
+//! and finish every (weight row, activation row, block) with a few float operations of their
+//! own; with hundreds of activation rows both dominate. Here a tile of [`TILE_ROWS`] weight
+//! rows is decoded once into 16-bit integers (quants times their sub-block scale, as the
+//! one-row kernels do in registers) and every activation row then passes over it, and the float
+//! work of a block is done for four rows per instruction:
+//!
+//! - the tile holds groups of four rows; per group and per 8 values (a chunk), one 512-bit
+//!   word holds the four rows' 8 values, row `r` in 128-bit lane `r`. `vpdpwssd` of that word
+//!   with the activation's 8 values in every lane adds row `r`'s products of values 2s and
+//!   2s + 1 of the chunk into i32 lane `4r + s`.
+//! - A lane gains two products a chunk, so it is turned into f32 (times the block's `d` and
+//!   the activation block's scale) every `flush` values, chosen per tile from its largest
+//!   weight so that no lane passes 2^31: the integer sums stay exact, as in every kernel here.
+//! - Formats with mins subtract `dmin · min_j` times the activation's sum over sub-block `j`
+//!   (f32, as the one-row kernels do), for all 16 rows of the tile per instruction.
+//!
+//! Results agree with the one-row kernels to f32 rounding (the additions are ordered
+//! differently). Memory is read through array references only, as in x86.rs.
+
+use std::arch::x86_64::*;
+
+use super::activation::{Q8Row, Rows, SUM_LEN};
+use super::block::{visit_blocks, BlockVisitor, Unpacked};
+use super::x86::{f16x2, load_u8x16, load_u8x32, scales_k4, sub};
+use super::DType;
+
+/// Activation rows from which a product takes this kernel: below it, decoding a tile costs
+/// more than it saves.
+pub(crate) const GEMM_MIN_ROWS: usize = 16;
+
+/// Weight rows per tile: four groups of four.
+const TILE_ROWS: usize = 16;
+const GROUPS: usize = TILE_ROWS / 4;
+
+/// Activation rows per pass over a tile: each holds a group's four integer and four float
+/// accumulators in registers (24 of the 32), with the tile's four words and one activation.
+const PASS: usize = 3;
+
+/// `out[i * rows.len() + j] = rows[j] · acts[i]` for quantized rows of `dtype` (not F32, F16,
+/// BF16), as `q8_matmul_512` (same preconditions: every row one whole `dtype` row of `k`
+/// values, every activation row `k` values in the block form of `dtype`).
+#[target_feature(enable = "avx512f,avx512bw,avx512vnni,avx2,fma,f16c")]
+pub(crate) fn q8_gemm_512(dtype: DType, rows: Rows, acts: &[Q8Row], out: &mut [f32]) {
+    struct Visit<'a, 'b> {
+        dtype: DType,
+        rows: Rows<'a>,
+        acts: &'a [Q8Row<'b>],
+        out: &'a mut [f32],
+    }
+    impl BlockVisitor for Visit<'_, '_> {
+        type Output = ();
+        fn visit<const B: usize, const N: usize, const S: usize>(self, unpack: impl Fn(&[u8; B], &mut Unpacked<N, S>)) {
+            // SAFETY: `Visit` is only made in `q8_gemm_512`, which runs with AVX-512 F, BW and
+            // VNNI, AVX2, FMA and F16C.
+            unsafe { gemm::<B, N, S>(self.dtype, self.rows, self.acts, self.out, unpack) }
+        }
+    }
+    visit_blocks(dtype, Visit { dtype, rows, acts, out });
+}
+
+/// A tile of [`TILE_ROWS`] weight rows, decoded.
+struct Tile {
+    /// Per group, per chunk, 32 values: rows 4g..4g + 4 of the chunk's 8 values, a row per
+    /// 128-bit lane. Rows past the matrix's last are zero.
+    w: Vec<i16>,
+    /// Per group, per block, 16 lanes: row 4g + r's `d` in lanes 4r..4r + 4.
+    d: Vec<f32>,
+    /// Per block, per sub-block, 16 lanes: row t's `dmin · min_j` in lane t.
+    mins: Vec<f32>,
+    has_mins: bool,
+    /// Values between conversions of the integer sums to f32.
+    flush: usize,
+}
+
+impl Tile {
+    fn new(k: usize, blocks: usize, subs: usize) -> Tile {
+        Tile {
+            w: vec![0; GROUPS * k * 4],
+            d: vec![0.0; GROUPS * blocks * 16],
+            mins: vec![0.0; blocks * subs * 16],
+            has_mins: false,
+            flush: 8,
+        }
+    }
+
+    /// Decodes `rows` (at most [`TILE_ROWS`] whole rows of `dtype`, `N`-value blocks) into the
+    /// tile: Q4_K and Q6_K with AVX-512, the others through their scalar unpacker.
+    #[target_feature(enable = "avx512f,avx512bw,avx2,f16c")]
+    fn fill<const B: usize, const N: usize, const S: usize>(
+        &mut self,
+        dtype: DType,
+        rows: Rows,
+        unpack: &impl Fn(&[u8; B], &mut Unpacked<N, S>),
+    ) {
+        let blocks = rows.row_bytes / B;
+        let mut u = Unpacked::<N, S>::new();
+        let mut largest = 0u32;
+        self.has_mins = false;
+        for t in 0..TILE_ROWS {
+            let row = rows.iter().nth(t);
+            largest = largest.max(match (dtype, row) {
+                (DType::Q4K, Some(row)) => self.fill_q4_k(t, row),
+                (DType::Q6K, Some(row)) => self.fill_q6_k(t, row),
+                _ => (0..blocks).fold(0, |largest, b| {
+                    match row {
+                        Some(row) => unpack(sub(row, b * B), &mut u),
+                        None => u = Unpacked::new(),
+                    }
+                    largest.max(self.fill_block(t, b, &u))
+                }),
+            });
+        }
+        // A lane gains `flush / 4` products of at most `largest · 32767` each.
+        let per_lane = (i32::MAX as u64) / (u64::from(largest.max(1)) * 32767);
+        self.flush = 8;
+        while self.flush * 2 <= N && (self.flush * 2 / 4) as u64 <= per_lane {
+            self.flush *= 2;
+        }
+    }
+
+    /// Where the 8 values of chunk `c` of tile row `t` go in `w`.
+    fn at(&self, t: usize, c: usize) -> usize {
+        let chunks = self.w.len() / (GROUPS * 32);
+        ((t / 4 * chunks + c) * 4 + t % 4) * 8
+    }
+
+    /// Block `b` of tile row `t`, unpacked; returns its largest |quant · scale|.
+    fn fill_block<const N: usize, const S: usize>(&mut self, t: usize, b: usize, u: &Unpacked<N, S>) -> u32 {
+        let mut largest = 0;
+        for (c, q) in u.q.as_chunks::<8>().0.iter().enumerate() {
+            let scale = u.scale[c * 8 / (N / S)];
+            let at = self.at(t, b * N / 8 + c);
+            for (w, &q) in self.w[at..at + 8].iter_mut().zip(q) {
+                let v = i32::from(q) * scale;
+                largest = largest.max(v.unsigned_abs());
+                *w = v as i16;
+            }
+        }
+        self.set_scales(t, b, u.d, u.dmin, &u.min);
+        largest
+    }
+
+    /// Row `t`'s `d` and `dmin · min_j` for block `b`.
+    fn set_scales(&mut self, t: usize, b: usize, d: f32, dmin: f32, min: &[i32]) {
+        let blocks = self.d.len() / (GROUPS * 16);
+        self.d[(t / 4 * blocks + b) * 16 + 4 * (t % 4)..][..4].fill(d);
+        let subs = min.len();
+        for (j, &m) in min.iter().enumerate() {
+            self.has_mins |= m != 0;
+            self.mins[(b * subs + j) * 16 + t] = dmin * m as f32;
+        }
+    }
+
+    /// 32 values of row `t` from value `8c` on, in four chunks.
+    #[inline]
+    #[target_feature(enable = "avx512f")]
+    fn store(&mut self, t: usize, c: usize, w: __m512i) {
+        let lanes = [
+            _mm512_extracti32x4_epi32::<0>(w),
+            _mm512_extracti32x4_epi32::<1>(w),
+            _mm512_extracti32x4_epi32::<2>(w),
+            _mm512_extracti32x4_epi32::<3>(w),
+        ];
+        for (i, lane) in lanes.into_iter().enumerate() {
+            let at = self.at(t, c + i);
+            let dst: &mut [i16; 8] = (&mut self.w[at..at + 8]).try_into().expect("8 values");
+            // SAFETY: writes exactly the 16 bytes of `dst`; storeu has no alignment requirement.
+            unsafe { _mm_storeu_si128(dst.as_mut_ptr().cast(), lane) }
+        }
+    }
+
+    /// A Q4_K row (as x86.rs's `q4_k` reads it); returns the largest |quant · scale|.
+    #[target_feature(enable = "avx512f,avx512bw,avx2,f16c")]
+    fn fill_q4_k(&mut self, t: usize, row: &[u8]) -> u32 {
+        let m4 = _mm256_set1_epi8(0x0F);
+        let mut largest = 0;
+        for (b, blk) in row.as_chunks::<144>().0.iter().enumerate() {
+            let (d, dmin) = f16x2(sub(blk, 0));
+            let (sc, mn) = scales_k4(sub(blk, 4));
+            for j in 0..4 {
+                let v = load_u8x32(sub(blk, 16 + 32 * j));
+                let lo = _mm256_and_si256(v, m4);
+                let hi = _mm256_and_si256(_mm256_srli_epi16::<4>(v), m4);
+                let (s_lo, s_hi) = (sc[2 * j], sc[2 * j + 1]);
+                let w_lo = _mm512_mullo_epi16(_mm512_cvtepu8_epi16(lo), _mm512_set1_epi16(i16::from(s_lo)));
+                let w_hi = _mm512_mullo_epi16(_mm512_cvtepu8_epi16(hi), _mm512_set1_epi16(i16::from(s_hi)));
+                self.store(t, (b * 256 + 64 * j) / 8, w_lo);
+                self.store(t, (b * 256 + 64 * j + 32) / 8, w_hi);
+                largest = largest.max(15 * u32::from(s_lo.max(s_hi)));
+            }
+            self.set_scales(t, b, d, dmin, &mn.map(i32::from));
+        }
+        largest
+    }
+
+    /// A Q6_K row (as x86.rs's `q6_k` reads it); returns the largest |quant · scale|.
+    #[target_feature(enable = "avx512f,avx512bw,avx2,f16c")]
+    fn fill_q6_k(&mut self, t: usize, row: &[u8]) -> u32 {
+        let m4 = _mm256_set1_epi8(0x0F);
+        let m30 = _mm256_set1_epi8(0x30);
+        let m32 = _mm256_set1_epi8(32);
+        let mut largest = 0;
+        for (b, blk) in row.as_chunks::<210>().0.iter().enumerate() {
+            let (d, _) = f16x2(&[blk[208], blk[209], 0, 0]);
+            let scales = _mm256_cvtepi8_epi16(load_u8x16(sub(blk, 192)));
+            let scale_of = |i: usize| i32::from(blk[192 + i] as i8);
+            for h in 0..2 {
+                let ql0 = load_u8x32(sub(blk, 64 * h));
+                let ql1 = load_u8x32(sub(blk, 64 * h + 32));
+                let qh = load_u8x32(sub(blk, 128 + 32 * h));
+                let v = [
+                    _mm256_or_si256(_mm256_and_si256(ql0, m4), _mm256_and_si256(_mm256_slli_epi16::<4>(qh), m30)),
+                    _mm256_or_si256(_mm256_and_si256(ql1, m4), _mm256_and_si256(_mm256_slli_epi16::<2>(qh), m30)),
+                    _mm256_or_si256(_mm256_and_si256(_mm256_srli_epi16::<4>(ql0), m4), _mm256_and_si256(qh, m30)),
+                    _mm256_or_si256(
+                        _mm256_and_si256(_mm256_srli_epi16::<4>(ql1), m4),
+                        _mm256_and_si256(_mm256_srli_epi16::<2>(qh), m30),
+                    ),
+                ];
+                for (g, &v) in v.iter().enumerate() {
+                    // 32 values: sub-blocks 8h + 2g (lanes 0..16) and 8h + 2g + 1 (16..32).
+                    let first = (8 * h + 2 * g) as i16;
+                    let idx = _mm512_mask_set1_epi16(_mm512_set1_epi16(first), 0xFFFF_0000, first + 1);
+                    let s = _mm512_permutexvar_epi16(idx, _mm512_castsi256_si512(scales));
+                    let w = _mm512_mullo_epi16(_mm512_cvtepi8_epi16(_mm256_sub_epi8(v, m32)), s);
+                    self.store(t, (b * 256 + 128 * h + 32 * g) / 8, w);
+                    let s_max = scale_of(8 * h + 2 * g).unsigned_abs().max(scale_of(8 * h + 2 * g + 1).unsigned_abs());
+                    largest = largest.max(32 * s_max);
+                }
+            }
+            self.set_scales(t, b, d, 0.0, &[0; 16]);
+        }
+        largest
+    }
+}
+
+#[target_feature(enable = "avx512f,avx512bw,avx512vnni,avx2,fma,f16c")]
+fn gemm<const B: usize, const N: usize, const S: usize>(
+    dtype: DType,
+    rows: Rows,
+    acts: &[Q8Row],
+    out: &mut [f32],
+    unpack: impl Fn(&[u8; B], &mut Unpacked<N, S>),
+) {
+    let n = rows.len();
+    let blocks = rows.row_bytes / B;
+    let k = blocks * N;
+    // Each activation row's sums over every sub-block, times its block's scale.
+    let sub_sums = N / S / SUM_LEN;
+    let mut asums = vec![0f32; acts.len() * blocks * S];
+    for (a, asums) in acts.iter().zip(asums.chunks_exact_mut(blocks * S)) {
+        for (j, (asum, s)) in asums.iter_mut().zip(a.sums.chunks_exact(sub_sums)).enumerate() {
+            *asum = a.d[j / S] * s.iter().sum::<i32>() as f32;
+        }
+    }
+    let asums: Vec<&[f32]> = asums.chunks_exact(blocks * S).collect();
+    let mut tile = Tile::new(k, blocks, S);
+    for (t, tile_rows) in rows.tiles(TILE_ROWS).enumerate() {
+        tile.fill(dtype, tile_rows, &unpack);
+        let j0 = t * TILE_ROWS;
+        let live = tile_rows.len();
+        let mut i = 0;
+        while i < acts.len() {
+            let r = (acts.len() - i).min(PASS);
+            let sums = match r {
+                3 => pass::<N, S, 3>(&tile, blocks, acts[i..i + 3].try_into().expect("3 rows"), &asums[i..i + 3]),
+                2 => pad(pass::<N, S, 2>(&tile, blocks, acts[i..i + 2].try_into().expect("2 rows"), &asums[i..i + 2])),
+                _ => pad(pass::<N, S, 1>(&tile, blocks, acts[i..i + 1].try_into().expect("1 row"), &asums[i..i + 1])),
+            };
+            for (ri, row_sums) in sums.iter().take(r).enumerate() {
+                out[(i + ri) * n + j0..][..live].copy_from_slice(&row_sums[..live]);
+            }
+            i += r;
+        }
+    }
+}
+
+fn pad<const R: usize>(sums: [[f32; TILE_ROWS]; R]) -> [[f32; TILE_ROWS]; PASS] {
+    std::array::from_fn(|r| sums.get(r).copied().unwrap_or([0.0; TILE_ROWS]))
+}
+
+/// The tile's rows dotted with `R` activation rows: `[activation][tile row]`.
+#[inline]
+#[target_feature(enable = "avx512f,avx512bw,avx512vnni,avx2,fma,f16c")]
+fn pass<const N: usize, const S: usize, const R: usize>(
+    tile: &Tile,
+    blocks: usize,
+    acts: &[Q8Row; R],
+    asums: &[&[f32]],
+) -> [[f32; TILE_ROWS]; R] {
+    let chunks = blocks * N / 8;
+    let words: [&[[i16; 32]]; GROUPS] =
+        std::array::from_fn(|g| tile.w[g * chunks * 32..(g + 1) * chunks * 32].as_chunks::<32>().0);
+    let aq: [&[[i16; 8]]; R] = std::array::from_fn(|r| acts[r].q.as_chunks::<8>().0);
+    let dvec: &[[f32; 16]] = tile.d.as_chunks::<16>().0;
+    let mvec: &[[f32; 16]] = tile.mins.as_chunks::<16>().0;
+    let mut facc = [[_mm512_setzero_ps(); R]; GROUPS];
+    let mut macc = [_mm512_setzero_ps(); R];
+    for b in 0..blocks {
+        let scale: [__m512; R] = std::array::from_fn(|r| _mm512_set1_ps(acts[r].d[b]));
+        for f in (0..N).step_by(tile.flush) {
+            let mut iacc = [[_mm512_setzero_si512(); R]; GROUPS];
+            for c in (b * N + f) / 8..(b * N + f + tile.flush) / 8 {
+                let w: [__m512i; GROUPS] = std::array::from_fn(|g| load_i16x32(&words[g][c]));
+                for r in 0..R {
+                    let a = _mm512_broadcast_i32x4(load_i16x8(&aq[r][c]));
+                    for g in 0..GROUPS {
+                        iacc[g][r] = _mm512_dpwssd_epi32(iacc[g][r], w[g], a);
+                    }
+                }
+            }
+            for g in 0..GROUPS {
+                let d = load_f32x16(&dvec[g * blocks + b]);
+                for r in 0..R {
+                    let dd = _mm512_mul_ps(d, scale[r]);
+                    facc[g][r] = _mm512_fmadd_ps(_mm512_cvtepi32_ps(iacc[g][r]), dd, facc[g][r]);
+                }
+            }
+        }
+        if tile.has_mins {
+            for j in 0..S {
+                let m = load_f32x16(&mvec[b * S + j]);
+                for r in 0..R {
+                    macc[r] = _mm512_fmadd_ps(m, _mm512_set1_ps(asums[r][b * S + j]), macc[r]);
+                }
+            }
+        }
+    }
+    let mut sums = [[0f32; TILE_ROWS]; R];
+    for r in 0..R {
+        let mut mins = [0f32; 16];
+        store_f32x16(&mut mins, macc[r]);
+        for g in 0..GROUPS {
+            let mut lanes = [0f32; 16];
+            store_f32x16(&mut lanes, facc[g][r]);
+            for row in 0..4 {
+                let l = &lanes[4 * row..4 * row + 4];
+                sums[r][4 * g + row] = ((l[0] + l[1]) + (l[2] + l[3])) - mins[4 * g + row];
+            }
+        }
+    }
+    sums
+}
+
+#[inline]
+#[target_feature(enable = "avx512f")]
+fn load_i16x32(a: &[i16; 32]) -> __m512i {
+    // SAFETY: reads exactly the 64 bytes of `a`; loadu has no alignment requirement.
+    unsafe { _mm512_loadu_si512(a.as_ptr().cast()) }
+}
+
+#[inline]
+#[target_feature(enable = "avx2")]
+fn load_i16x8(a: &[i16; 8]) -> __m128i {
+    // SAFETY: reads exactly the 16 bytes of `a`; loadu has no alignment requirement.
+    unsafe { _mm_loadu_si128(a.as_ptr().cast()) }
+}
+
+#[inline]
+#[target_feature(enable = "avx512f")]
+fn load_f32x16(a: &[f32; 16]) -> __m512 {
+    // SAFETY: reads exactly the 64 bytes of `a`; loadu has no alignment requirement.
+    unsafe { _mm512_loadu_ps(a.as_ptr()) }
+}
+
+#[inline]
+#[target_feature(enable = "avx512f")]
+fn store_f32x16(a: &mut [f32; 16], v: __m512) {
+    // SAFETY: writes exactly the 64 bytes of `a`; storeu has no alignment requirement.
+    unsafe { _mm512_storeu_ps(a.as_mut_ptr(), v) }
+}
