@@ -250,16 +250,39 @@ pub fn quantize_activations(row_dtype: DType, x: &[f32], k: usize) -> Result<Act
     if dtype == DType::F32 {
         return Ok(ActivationRows { dtype, k, m, repr: Repr::F32(x.to_vec()) });
     }
+    #[cfg(target_arch = "x86_64")]
+    if Simd::detect() != Simd::Scalar {
+        // SAFETY: every level above Scalar has AVX2 and FMA (`Simd::detect` checked this CPU).
+        return Ok(unsafe { quantize_q8_avx2(dtype, x, k, m) });
+    }
+    Ok(quantize_q8(dtype, x, k, m))
+}
+
+/// [`quantize_q8`] compiled for AVX2: the same operations, in wider registers.
+#[cfg(target_arch = "x86_64")]
+#[target_feature(enable = "avx2,fma")]
+fn quantize_q8_avx2(dtype: DType, x: &[f32], k: usize, m: usize) -> ActivationRows {
+    quantize_q8(dtype, x, k, m)
+}
+
+/// `m` rows of `k` values (`x`, lengths checked) in the 16-bit block form `dtype` (Q8_0 or
+/// Q8K) names.
+#[inline(always)]
+fn quantize_q8(dtype: DType, x: &[f32], k: usize, m: usize) -> ActivationRows {
     let mut q = vec![0i16; x.len()];
-    let d: Vec<f32> = x
-        .chunks_exact(dtype.block_len())
-        .zip(q.chunks_exact_mut(dtype.block_len()))
-        .map(|(x, q)| quantize_i16_block(x, q))
-        .collect();
-    let sums: Vec<i32> = q.chunks_exact(SUM_LEN).map(|q| q.iter().map(|&v| i32::from(v)).sum()).collect();
+    // Plain loops rather than closures, so that everything is compiled into the caller (with
+    // its target features).
+    let mut d = Vec::with_capacity(x.len() / dtype.block_len());
+    for (x, q) in x.chunks_exact(dtype.block_len()).zip(q.chunks_exact_mut(dtype.block_len())) {
+        d.push(quantize_i16_block(x, q));
+    }
+    let mut sums = Vec::with_capacity(x.len() / SUM_LEN);
+    for q in q.chunks_exact(SUM_LEN) {
+        sums.push(q.iter().map(|&v| i32::from(v)).sum::<i32>());
+    }
     let per_block = dtype.block_len() / 32;
     let dsums32 = sums.chunks_exact(2).enumerate().map(|(c, s)| d[c / per_block] * (s[0] + s[1]) as f32).collect();
-    Ok(ActivationRows { dtype, k, m, repr: Repr::Q8 { d, q, sums, dsums32 } })
+    ActivationRows { dtype, k, m, repr: Repr::Q8 { d, q, sums, dsums32 } }
 }
 
 /// Approximate `Σ row[i] * x[i]` for a `dtype` row and an activation from
@@ -396,6 +419,7 @@ fn dot_i16_block<const N: usize>(w: &[i16; N], a: &[i16; N]) -> i64 {
 }
 
 /// Rounds a block to 16-bit integers scaled by its largest magnitude; returns the scale.
+#[inline(always)]
 fn quantize_i16_block(x: &[f32], q: &mut [i16]) -> f32 {
     // The largest magnitude, in eight lanes the compiler vectorizes (max is exact, so
     // the order does not matter; NaNs are skipped either way).

@@ -48,26 +48,6 @@ fn par_items<T: Send>(threads: usize, items: impl Iterator<Item = T> + Send, f: 
     super::pool::Pool::global().run(threads, &work);
 }
 
-/// Runs `f` on the `n` items of `data` (`stride` elements each) in parallel, in contiguous
-/// ranges of items with their chunk of `data`.
-fn par_chunks<F>(data: &mut [f32], n: usize, stride: usize, threads: usize, f: F)
-where
-    F: Fn(std::ops::Range<usize>, &mut [f32]) + Sync,
-{
-    let threads = threads.clamp(1, n.max(1));
-    // A few ranges per thread, so that a late thread leaves its share to the others.
-    let per = n.div_ceil(threads * 4).max(1);
-    if threads == 1 || n < 2 {
-        f(0..n, &mut data[..n * stride]);
-        return;
-    }
-    let chunks = data[..n * stride].chunks_mut(per * stride).enumerate();
-    par_items(threads, chunks, |(t, chunk)| {
-        let start = t * per;
-        f(start..(start + per).min(n), chunk);
-    });
-}
-
 fn matmul(w: &In, x: &In, out: &mut Out, threads: usize) -> Option<Result<(), KernelError>> {
     let (k, n_out) = (w.ne[0], w.ne[1]);
     if !out_is_matrix(out) || w.ne[2] != 1 || w.ne[3] != 1 {
@@ -198,6 +178,7 @@ fn rms_norm(x: &In, weight: &In, eps: f32, out: &mut Out) -> Option<Result<(), K
 
 /// `Σ a[i] * b[i]` in eight interleaved partial sums, which the compiler keeps in vector
 /// registers (one running sum would be a chain of dependent adds).
+#[inline]
 fn dot(a: &[f32], b: &[f32]) -> f32 {
     let mut acc = [0f32; 8];
     let (a8, b8) = (a.chunks_exact(8), b.chunks_exact(8));
@@ -210,41 +191,16 @@ fn dot(a: &[f32], b: &[f32]) -> f32 {
     acc.iter().sum::<f32>() + tail
 }
 
-/// The first `len` rows of kv head `head` of the K and V caches.
-struct KvRows<'a, 'b> {
-    k: &'a In<'b>,
-    v: &'a In<'b>,
-    head: usize,
-    len: usize,
-}
+/// Tokens per work item of attention: their queries (every head of a kv head's group) share
+/// each block of K/V rows while it is in L1.
+const ATTN_TOKENS: usize = 16;
 
-/// One query row against its kv head: online softmax over contiguous K/V rows (`kbuf`, `vbuf`:
-/// row buffers for caches that are not f32).
-fn attend(q: &[f32], kv: &KvRows, scale: f32, out: &mut [f32], kbuf: &mut Vec<f32>, vbuf: &mut Vec<f32>) {
-    let (d, k, v, kh, n_kv) = (q.len(), kv.k, kv.v, kv.head, kv.len);
-    let mut max = f32::NEG_INFINITY;
-    let mut total = 0f32;
-    out.iter_mut().for_each(|o| *o = 0.0);
-    for j in 0..n_kv {
-        let krow = k.row_f32(kh, j, 0, kbuf);
-        let s = dot(q, krow) * scale;
-        let vrow = v.row_f32(kh, j, 0, vbuf);
-        if s > max {
-            let correction = (max - s).exp();
-            total *= correction;
-            out.iter_mut().for_each(|o| *o *= correction);
-            max = s;
-        }
-        let p = (s - max).exp();
-        total += p;
-        for (o, &vv) in out.iter_mut().zip(&vrow[..d]) {
-            *o += p * vv;
-        }
-    }
-    let inv = 1.0 / total;
-    out.iter_mut().for_each(|o| *o *= inv);
-}
+/// K/V rows per block: 32 rows of each at head_dim 128 are 32 KiB.
+const ATTN_KEYS: usize = 32;
 
+/// Causal attention, one work item per (block of [`ATTN_TOKENS`] tokens, kv head): the
+/// item's queries pass over the K/V rows in blocks of [`ATTN_KEYS`], each block's scores first,
+/// then one rescale of the running sums per block (an online softmax by blocks).
 fn attention(
     q: &In,
     k: &In,
@@ -257,8 +213,8 @@ fn attention(
     if !out_is_matrix(out) || k.dtype != DType::F32 && k.dtype != DType::F16 {
         return None;
     }
-    let (d, n_head, n_q) = (q.ne[0], q.ne[1], q.ne[2]);
-    let group = n_head / k.ne[1];
+    let (d, n_head, n_q, n_kv_head) = (q.ne[0], q.ne[1], q.ne[2], k.ne[1]);
+    let group = n_head / n_kv_head;
     let mut kv_len = Vec::with_capacity(n_q);
     for t in 0..n_q {
         kv_len.push(match slots {
@@ -269,17 +225,101 @@ fn attention(
             None => k.ne[2],
         });
     }
-    let data = &mut out.data[out.offset / 4..];
-    // Work items are (token, head) rows of the output.
-    par_chunks(data, n_q * n_head, d, threads, |range, chunk| {
-        let (mut qbuf, mut kbuf, mut vbuf) = (Vec::new(), Vec::new(), Vec::new());
-        for (item, o) in range.zip(chunk.chunks_mut(d)) {
-            let (t, h) = (item / n_head, item % n_head);
-            let qrow = q.row_f32(h, t, 0, &mut qbuf).to_vec();
-            attend(&qrow, &KvRows { k, v, head: h / group, len: kv_len[t] }, scale, o, &mut kbuf, &mut vbuf);
+    let data = Mutex::new(&mut out.data[out.offset / 4..][..n_q * n_head * d]);
+    let items = (0..n_q.div_ceil(ATTN_TOKENS)).flat_map(|b| (0..n_kv_head).map(move |kh| (b, kh)));
+    par_items(threads, items, |(b, kh)| {
+        let tokens = b * ATTN_TOKENS..((b + 1) * ATTN_TOKENS).min(n_q);
+        let queries: Vec<(usize, usize)> =
+            tokens.flat_map(|t| (kh * group..(kh + 1) * group).map(move |h| (t, h))).collect();
+        let mut o = vec![0f32; queries.len() * d];
+        attend(Heads { q, k, v, kv_head: kh }, &queries, &kv_len, scale, &mut o);
+        let mut data = data.lock().unwrap_or_else(PoisonError::into_inner);
+        for (&(t, h), row) in queries.iter().zip(o.chunks_exact(d)) {
+            data[(t * n_head + h) * d..][..d].copy_from_slice(row);
         }
     });
     Some(Ok(()))
+}
+
+/// The query rows and one kv head of the K and V caches.
+struct Heads<'a, 'b> {
+    q: &'a In<'b>,
+    k: &'a In<'b>,
+    v: &'a In<'b>,
+    kv_head: usize,
+}
+
+/// `out` (a row of head_dim per query) = softmax(q · K^T · scale) · V for each (token, head)
+/// of `queries`, over the first `kv_len[token]` K/V rows.
+fn attend(heads: Heads, queries: &[(usize, usize)], kv_len: &[usize], scale: f32, out: &mut [f32]) {
+    #[cfg(target_arch = "x86_64")]
+    if quant::Simd::detect() != quant::Simd::Scalar {
+        // SAFETY: every level above Scalar has AVX2 and FMA (`Simd::detect` checked this CPU).
+        return unsafe { attend_avx2(heads, queries, kv_len, scale, out) };
+    }
+    attend_body(heads, queries, kv_len, scale, out)
+}
+
+/// [`attend_body`] compiled for AVX2: the same operations in the same order (the lanes of
+/// [`dot`] are explicit), in wider registers.
+#[cfg(target_arch = "x86_64")]
+#[target_feature(enable = "avx2,fma")]
+fn attend_avx2(heads: Heads, queries: &[(usize, usize)], kv_len: &[usize], scale: f32, out: &mut [f32]) {
+    attend_body(heads, queries, kv_len, scale, out)
+}
+
+#[inline(always)]
+fn attend_body(heads: Heads, queries: &[(usize, usize)], kv_len: &[usize], scale: f32, out: &mut [f32]) {
+    let Heads { q, k, v, kv_head } = heads;
+    let d = q.ne[0];
+    let mut buf = Vec::new();
+    let mut qs = Vec::with_capacity(queries.len() * d);
+    for &(t, h) in queries {
+        qs.extend_from_slice(q.row_f32(h, t, 0, &mut buf));
+    }
+    let mut max = vec![f32::NEG_INFINITY; queries.len()];
+    let mut total = vec![0f32; queries.len()];
+    let longest = queries.iter().map(|&(t, _)| kv_len[t]).max().unwrap_or(0);
+    let (mut keys, mut values) = (Vec::with_capacity(ATTN_KEYS * d), Vec::with_capacity(ATTN_KEYS * d));
+    let mut scores = [0f32; ATTN_KEYS];
+    for j0 in (0..longest).step_by(ATTN_KEYS) {
+        let j1 = (j0 + ATTN_KEYS).min(longest);
+        keys.clear();
+        values.clear();
+        for j in j0..j1 {
+            keys.extend_from_slice(k.row_f32(kv_head, j, 0, &mut buf));
+            values.extend_from_slice(&v.row_f32(kv_head, j, 0, &mut buf)[..d]);
+        }
+        for (i, &(t, _)) in queries.iter().enumerate() {
+            let n = kv_len[t].min(j1).saturating_sub(j0);
+            if n == 0 {
+                continue;
+            }
+            let (qi, oi) = (&qs[i * d..][..d], &mut out[i * d..][..d]);
+            let mut m = max[i];
+            for (s, krow) in scores[..n].iter_mut().zip(keys.chunks_exact(d)) {
+                *s = dot(qi, krow) * scale;
+                m = m.max(*s);
+            }
+            if m > max[i] {
+                let correction = (max[i] - m).exp();
+                total[i] *= correction;
+                oi.iter_mut().for_each(|o| *o *= correction);
+                max[i] = m;
+            }
+            for (&s, vrow) in scores[..n].iter().zip(values.chunks_exact(d)) {
+                let p = (s - m).exp();
+                total[i] += p;
+                for (o, &vv) in oi.iter_mut().zip(vrow) {
+                    *o += p * vv;
+                }
+            }
+        }
+    }
+    for (oi, &total) in out.chunks_exact_mut(d).zip(&total) {
+        let inv = 1.0 / total;
+        oi.iter_mut().for_each(|o| *o *= inv);
+    }
 }
 
 #[cfg(test)]
