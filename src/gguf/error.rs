@@ -53,6 +53,13 @@ pub enum GgufErrorKind {
         end: u64,
         file_len: u64,
     },
+    /// The tensor's data [start, end) does not start where the previous tensor's (padded) data
+    /// ends (`expected`, a file offset): it overlaps another tensor, or leaves a gap.
+    DataMisplaced {
+        start: u64,
+        end: u64,
+        expected: u64,
+    },
 }
 
 impl fmt::Display for GgufErrorKind {
@@ -88,6 +95,11 @@ impl fmt::Display for GgufErrorKind {
             DataOutOfRange { start, end, file_len } => {
                 write!(f, "data bytes {start}..{end} run past the end of the file ({file_len} bytes)")
             }
+            DataMisplaced { start, end, expected } => write!(
+                f,
+                "data bytes {start}..{end} should start at byte {expected}, where the previous tensor's data ends \
+                 (tensors overlap, are out of order or leave a gap)"
+            ),
         }
     }
 }

@@ -264,6 +264,10 @@ pub fn parse(bytes: &[u8]) -> Result<Header, ParseError> {
     // The data section starts at the next multiple of the alignment (it may be empty).
     let data_offset = (cur.pos as u64).div_ceil(alignment) * alignment;
     let file_len = bytes.len() as u64;
+    // Where the next tensor's data must start: right after the previous one's, padded to the
+    // alignment, as every GGUF writer lays them out (and llama.cpp's reader requires), so no
+    // two tensors share bytes and none is read from a gap.
+    let mut next = 0u64;
     for (info, start) in tensors.iter_mut().zip(starts) {
         let fail = |kind| ParseError { offset: start as u64, context: format!("tensor {:?}", info.name), kind };
         if info.offset % alignment != 0 {
@@ -281,6 +285,15 @@ pub fn parse(bytes: &[u8]) -> Result<Header, ParseError> {
                 }))
             }
         }
+        if info.offset != next {
+            return Err(fail(Kind::DataMisplaced {
+                start: info.file_offset,
+                end: info.file_offset + info.n_bytes,
+                expected: data_offset + next,
+            }));
+        }
+        // In range of the file, so no overflow.
+        next = (info.offset + info.n_bytes).div_ceil(alignment) * alignment;
     }
     Ok(Header { version, metadata, tensors, alignment, data_offset })
 }

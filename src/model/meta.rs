@@ -108,4 +108,36 @@ impl<'a> Meta<'a> {
     pub fn dtype(&self, name: &str, shape: &[usize]) -> Result<DType, ModelError> {
         Ok(self.tensor(name, shape)?.dtype)
     }
+
+    /// The dtype of the vector `name` of `width` values (a norm's scale, a bias), which must be
+    /// one of `allowed`: a quantized vector is a mislabelled one.
+    pub fn vector_dtype(&self, name: &str, width: usize, allowed: &[DType]) -> Result<DType, ModelError> {
+        let t = self.tensor(name, &[width])?;
+        if !allowed.contains(&t.dtype) {
+            let allowed: Vec<String> = allowed.iter().map(|d| d.to_string()).collect();
+            return Err(self.error(
+                Self::placed(t),
+                format!("is {}, expected {} (a vector the graph adds or multiplies in)", t.dtype, allowed.join(" or ")),
+            ));
+        }
+        Ok(t.dtype)
+    }
+
+    /// Refuses a file holding a tensor the model does not read (`read`: every tensor it reads),
+    /// such as the layers past a `block_count` that is too small: its metadata and tensors
+    /// disagree, and running it would silently drop weights.
+    pub fn check_all_read(&self, read: &std::collections::BTreeMap<String, DType>) -> Result<(), ModelError> {
+        match self.file.tensors().iter().find(|t| !read.contains_key(&t.name)) {
+            Some(t) => Err(self.error(
+                Self::placed(t),
+                "is not read by the model its metadata describes (metadata and tensors disagree)",
+            )),
+            None => Ok(()),
+        }
+    }
+
+    /// `tensor "name" (bytes start..end)`.
+    fn placed(t: &TensorInfo) -> String {
+        format!("tensor {:?} (bytes {}..{})", t.name, t.file_offset, t.file_offset + t.n_bytes)
+    }
 }

@@ -85,31 +85,35 @@ impl TextParams {
             if file.tensor("output.weight").is_some() { "output.weight" } else { "token_embd.weight" }.to_owned();
 
         let (q, kv) = (n_head * head_dim, n_head_kv * head_dim);
-        let mut shapes: Vec<(String, Vec<usize>)> = vec![
-            ("token_embd.weight".into(), vec![n_embd, n_vocab]),
-            ("output_norm.weight".into(), vec![n_embd]),
-            (output_name.clone(), vec![n_embd, n_vocab]),
-        ];
+        let mut matrices: Vec<(String, Vec<usize>)> =
+            vec![("token_embd.weight".into(), vec![n_embd, n_vocab]), (output_name.clone(), vec![n_embd, n_vocab])];
+        let mut norms: Vec<(String, usize)> = vec![("output_norm.weight".into(), n_embd)];
         for il in 0..n_layer {
             let b = |s: &str| format!("blk.{il}.{s}.weight");
-            shapes.extend([
-                (b("attn_norm"), vec![n_embd]),
+            matrices.extend([
                 (b("attn_q"), vec![n_embd, q]),
                 (b("attn_k"), vec![n_embd, kv]),
                 (b("attn_v"), vec![n_embd, kv]),
                 (b("attn_output"), vec![q, n_embd]),
-                (b("attn_q_norm"), vec![head_dim]),
-                (b("attn_k_norm"), vec![head_dim]),
-                (b("ffn_norm"), vec![n_embd]),
                 (b("ffn_gate"), vec![n_embd, n_ff]),
                 (b("ffn_up"), vec![n_embd, n_ff]),
                 (b("ffn_down"), vec![n_ff, n_embd]),
             ]);
+            norms.extend([
+                (b("attn_norm"), n_embd),
+                (b("attn_q_norm"), head_dim),
+                (b("attn_k_norm"), head_dim),
+                (b("ffn_norm"), n_embd),
+            ]);
         }
         let mut dtypes = BTreeMap::new();
-        for (name, shape) in &shapes {
+        for (name, shape) in &matrices {
             dtypes.insert(name.clone(), meta.dtype(name, shape)?);
         }
+        for (name, width) in &norms {
+            dtypes.insert(name.clone(), meta.vector_dtype(name, *width, &[DType::F32, DType::F16, DType::BF16])?);
+        }
+        meta.check_all_read(&dtypes)?;
         Ok(TextParams {
             n_layer,
             n_embd,

@@ -229,12 +229,9 @@ impl VisionParams {
             dtypes.insert(name.clone(), meta.dtype(name, shape)?);
         }
         for (name, width) in &want.vectors {
-            let dtype = meta.dtype(name, &[*width])?;
-            if dtype != DType::F32 {
-                return Err(meta.error(format!("tensor {name:?}"), format!("is {dtype}, expected F32")));
-            }
-            dtypes.insert(name.clone(), dtype);
+            dtypes.insert(name.clone(), meta.vector_dtype(name, *width, &[DType::F32])?);
         }
+        meta.check_all_read(&dtypes)?;
         Ok(dtypes)
     }
 

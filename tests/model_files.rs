@@ -1,0 +1,141 @@
+//! Model files whose data do not match their header or metadata are refused at load, each with
+//! one line naming the tensor and its bytes: overlapping or misplaced tensor data, a norm
+//! stored in a quantized type, a `block_count` that leaves layers unread, a relabelled type.
+//! (Each of these mutations of an oracle file used to load and run with wrong output.)
+
+mod common;
+
+use hrx::gguf::{GgufErrorKind, GgufFile, GgufWriter, TensorInfo, Value};
+use hrx::model::{TextParams, VisionParams};
+use hrx::quant::{quantize_row, DType};
+use std::path::Path;
+
+/// `path` rewritten through the writer: every key and tensor copied, with `key` set to `value`
+/// and `retype` giving some tensors a new type (their values re-encoded).
+fn rewritten(path: &Path, key: Option<(&str, Value)>, retype: Option<(&str, DType)>) -> GgufFile {
+    let file = GgufFile::open(path).expect("oracle file opens");
+    let mut w = GgufWriter::new();
+    for (k, v) in file.metadata() {
+        match &key {
+            Some((name, value)) if name == k => w.set(k, value.clone()),
+            _ => w.set(k, v.clone()),
+        }
+    }
+    for t in file.tensors() {
+        let data = file.tensor_data(t).to_vec();
+        let (dtype, data) = match retype {
+            Some((name, dtype)) if name == t.name => (dtype, reencoded(t, &data, dtype)),
+            _ => (t.dtype, data),
+        };
+        w.add_tensor(&t.name, dtype, t.shape(), data).expect("tensor fits the writer");
+    }
+    GgufFile::from_bytes(path.to_path_buf(), w.to_bytes()).expect("a rewritten file parses")
+}
+
+/// An F32 tensor's values in `dtype`.
+fn reencoded(t: &TensorInfo, data: &[u8], dtype: DType) -> Vec<u8> {
+    assert_eq!(t.dtype, DType::F32, "{}", t.name);
+    let x: Vec<f32> = data.chunks_exact(4).map(|b| f32::from_le_bytes([b[0], b[1], b[2], b[3]])).collect();
+    let mut out = vec![0u8; dtype.row_bytes(x.len() as u64).unwrap() as usize];
+    quantize_row(dtype, &x, &mut out).unwrap();
+    out
+}
+
+fn text_error(file: &GgufFile) -> String {
+    TextParams::from_gguf(file).err().expect("the file is refused").to_string()
+}
+
+#[test]
+fn the_oracle_files_load_as_written() {
+    let Some(oracle) = common::oracle() else { return };
+    let tiny = oracle.join("models/tiny");
+    let text = rewritten(&tiny.join("qwen3vl-tiny-F16.gguf"), None, None);
+    assert!(TextParams::from_gguf(&text).is_ok());
+    let vision = rewritten(&tiny.join("mmproj-qwen3vl-tiny-F16.gguf"), None, None);
+    assert!(VisionParams::from_gguf(&vision).is_ok());
+}
+
+#[test]
+fn a_block_count_that_leaves_layers_unread_is_refused() {
+    let Some(oracle) = common::oracle() else { return };
+    let path = oracle.join("models/tiny/qwen3vl-tiny-F16.gguf");
+    let n_layer = TextParams::from_gguf(&GgufFile::open(&path).unwrap()).unwrap().n_layer;
+    assert!(n_layer > 1, "the tiny model has layers to drop");
+    let file = rewritten(&path, Some(("qwen3vl.block_count", Value::U32(1))), None);
+    let msg = text_error(&file);
+    assert!(msg.contains("tensor \"blk.1.") && msg.contains("(bytes "), "{msg}");
+    assert!(msg.contains("is not read by the model its metadata describes"), "{msg}");
+}
+
+#[test]
+fn a_norm_in_a_quantized_type_is_refused() {
+    let Some(oracle) = common::oracle() else { return };
+    let path = oracle.join("models/tiny/qwen3vl-tiny-F16.gguf");
+    let file = rewritten(&path, None, Some(("blk.0.attn_norm.weight", DType::Q8_0)));
+    let msg = text_error(&file);
+    assert!(msg.contains("tensor \"blk.0.attn_norm.weight\" (bytes "), "{msg}");
+    assert!(msg.contains("is Q8_0, expected F32 or F16 or BF16"), "{msg}");
+    // The projector's vectors (norms, biases) likewise.
+    let path = oracle.join("models/tiny/mmproj-qwen3vl-tiny-F16.gguf");
+    let file = rewritten(&path, None, Some(("v.blk.0.ln1.weight", DType::Q8_0)));
+    let msg = VisionParams::from_gguf(&file).err().expect("refused").to_string();
+    assert!(msg.contains("tensor \"v.blk.0.ln1.weight\" (bytes ") && msg.contains("is Q8_0, expected F32"), "{msg}");
+}
+
+/// The bytes of `path` with tensor `name`'s type field set to `dtype` (nothing else changed).
+fn relabelled(path: &Path, name: &str, dtype: DType) -> Vec<u8> {
+    let mut bytes = std::fs::read(path).unwrap();
+    let file = GgufFile::open(path).unwrap();
+    let t = file.tensor(name).expect("tensor present");
+    // A tensor info: name (u64 length, bytes), n_dims (u32), dims (u64 each), type (u32).
+    let mut key = (name.len() as u64).to_le_bytes().to_vec();
+    key.extend_from_slice(name.as_bytes());
+    let at = bytes.windows(key.len()).position(|w| w == key).expect("tensor info found");
+    let type_at = at + key.len() + 4 + 8 * t.n_dims;
+    assert_eq!(u32::from_le_bytes(bytes[type_at..type_at + 4].try_into().unwrap()), t.dtype.ggml_id());
+    bytes[type_at..type_at + 4].copy_from_slice(&dtype.ggml_id().to_le_bytes());
+    bytes
+}
+
+#[test]
+fn a_relabelled_tensor_type_is_refused_where_its_data_would_end() {
+    let Some(oracle) = common::oracle() else { return };
+    let path = oracle.join("models/small/qwen3vl-small-Q4_K_M.gguf");
+    let file = GgufFile::open(&path).unwrap();
+    let ffn_up = file.tensor("blk.0.ffn_up.weight").expect("ffn_up");
+    assert_eq!(ffn_up.dtype, DType::Q4K);
+    // Q2_K blocks are smaller: the next tensor's data no longer starts where this one ends.
+    let err = GgufFile::from_bytes("probe.gguf", relabelled(&path, "blk.0.ffn_up.weight", DType::Q2K))
+        .err()
+        .expect("refused");
+    assert!(matches!(err.kind, GgufErrorKind::DataMisplaced { .. }), "{err}");
+    let msg = err.to_string();
+    assert!(msg.starts_with("probe.gguf: byte ") && msg.contains("tensor \""), "{msg}");
+    assert!(msg.contains("should start at byte"), "{msg}");
+}
+
+#[test]
+fn overlapping_and_misplaced_tensor_data_are_refused() {
+    let mut w = GgufWriter::new();
+    w.set("general.architecture", Value::String("test".into()));
+    for name in ["a", "b", "c"] {
+        w.add_tensor(name, DType::F32, &[8], vec![0u8; 32]).unwrap();
+    }
+    let good = w.to_bytes();
+    let file = GgufFile::from_bytes("probe.gguf", good.clone()).expect("parses");
+    assert_eq!(file.tensors().iter().map(|t| t.offset).collect::<Vec<_>>(), [0, 32, 64]);
+    // b's offset field: after its name, n_dims (u32), one dim (u64) and the type (u32).
+    let key = [&1u64.to_le_bytes()[..], b"b"].concat();
+    let offset_of_b = good.windows(key.len()).position(|w| w == key).unwrap() + key.len() + 4 + 8 + 4;
+    // b's data on a's bytes, and on c's (leaving a gap): both inside the file, both refused.
+    for offset in [0u64, 64] {
+        let mut bytes = good.clone();
+        bytes[offset_of_b..offset_of_b + 8].copy_from_slice(&offset.to_le_bytes());
+        match GgufFile::from_bytes("probe.gguf", bytes).map_err(|e| e.kind) {
+            Err(GgufErrorKind::DataMisplaced { start, expected, .. }) => {
+                assert_eq!((start, expected), (file.data_offset() + offset, file.data_offset() + 32))
+            }
+            other => panic!("b at {offset}: {:?}", other.map(|_| "parsed")),
+        }
+    }
+}
