@@ -42,7 +42,7 @@ fn reencoded(t: &TensorInfo, data: &[u8], dtype: DType) -> Vec<u8> {
 }
 
 fn text_error(file: &GgufFile) -> String {
-    TextParams::from_gguf(file).err().expect("the file is refused").to_string()
+    TextParams::from_gguf(file).expect_err("the file is refused").to_string()
 }
 
 #[test]
@@ -78,7 +78,7 @@ fn a_norm_in_a_quantized_type_is_refused() {
     // The projector's vectors (norms, biases) likewise.
     let path = oracle.join("models/tiny/mmproj-qwen3vl-tiny-F16.gguf");
     let file = rewritten(&path, None, Some(("v.blk.0.ln1.weight", DType::Q8_0)));
-    let msg = VisionParams::from_gguf(&file).err().expect("refused").to_string();
+    let msg = VisionParams::from_gguf(&file).expect_err("refused").to_string();
     assert!(msg.contains("tensor \"v.blk.0.ln1.weight\" (bytes ") && msg.contains("is Q8_0, expected F32"), "{msg}");
 }
 
