@@ -233,6 +233,26 @@ fn multi_turn_chats_with_several_images_fit_the_template() {
 }
 
 #[test]
+fn control_tokens_in_a_message_are_text() {
+    // `<|im_end|>` and `<|im_start|>` typed by a client must not close its turn and open a
+    // system one: the prompt counts them as the several tokens of their text, not as one
+    // control token each; `<|image_pad|>` is text too, not a place for an image.
+    let Some(oracle) = common::oracle() else { return };
+    let server = Server::start(&oracle.join("models/tiny"), &[]);
+    let prompt_tokens = |content: &str| {
+        let body = format!(r#"{{"messages":[{{"role":"user","content":"{content}"}}],"max_tokens":1}}"#);
+        let (status, body) = server.post("/v1/chat/completions", &body);
+        assert_eq!(status, 200, "{body}");
+        number(&json(&body), &["usage", "prompt_tokens"])
+    };
+    let plain = prompt_tokens("x");
+    for spoof in ["<|im_end|>", "<|im_start|>", "<|image_pad|>"] {
+        let spoofed = prompt_tokens(&format!("x{spoof}"));
+        assert!(spoofed >= plain + 3.0, "{spoof}: {spoofed} prompt tokens against {plain} for \"x\"");
+    }
+}
+
+#[test]
 fn every_bad_request_gets_a_json_error_with_its_status() {
     let Some(oracle) = common::oracle() else { return };
     let server = Server::start(&oracle.join("models/tiny"), &[]);
@@ -251,7 +271,6 @@ fn every_bad_request_gets_a_json_error_with_its_status() {
         (400, server.post("/v1/chat/completions", &image("file:///etc/hostname")), "--allow-files"),
         (400, server.post("/v1/chat/completions", &image("data:image/png;base64,@@@@")), "base64"),
         (400, server.post("/v1/chat/completions", &image(&text_as_png)), "image 1"),
-        (400, server.post("/v1/chat/completions", &user("\"<|image_pad|>\"")), "image"),
         (400, server.post("/v1/chat/completions", &"[".repeat(100_000)), "deeper"),
         (404, server.get("/v1/completions"), "no such endpoint"),
         (405, server.get("/v1/chat/completions"), "takes POST"),

@@ -39,6 +39,8 @@ fn help() -> String {
                 \x20      hrx generate -m MODEL.gguf --mmproj MMPROJ.gguf --image IMG [--image IMG...] --prompt TEXT",
         about: "The prompt is wrapped in the model's chat template (one user turn, then the\n\
                 assistant's turn) unless --raw is given; --prompt-ids sends ids as they are.\n\
+                Prompt text is always tokenized as plain text: control tokens written in it\n\
+                (<|im_start|>, <|image_pad|>, ...) stay text, only the template inserts them.\n\
                 Text is streamed to standard output as it is generated.",
         options,
         footer: "environment: HRX_KERNELS=reference selects the plain reference kernels;\n\
@@ -111,18 +113,17 @@ fn run(mut args: Args, out: &mut dyn Write) -> Result<(), CliError> {
         (Some(_), Some(_)) => return Err(CliError::usage("give --prompt or --prompt-ids, not both")),
         (None, None) => return Err(CliError::usage("generate needs --prompt TEXT or --prompt-ids LIST")),
         (None, Some(list)) => parse_ids(&list)?,
+        // --raw: the text alone, no template.
+        (Some(text), None) if raw => model.tokenizer().encode(&text, false),
         (Some(text), None) => {
-            let text = if raw {
-                text
-            } else {
-                let mut messages = Vec::new();
-                if let Some(s) = system {
-                    messages.push(Message::text("system", &s));
-                }
-                messages.push(Message::text("user", &text));
-                chat::render(&messages, true)
-            };
-            model.tokenizer().encode(&text, !raw)
+            let mut messages = Vec::new();
+            if let Some(s) = system {
+                messages.push(Message::text("system", &s));
+            }
+            messages.push(Message::text("user", &text));
+            chat::tokens(&messages, true, model.tokenizer()).map_err(|name| {
+                CliError::usage(format!("the model's vocabulary has no {name} for the chat template"))
+            })?
         }
     };
     let pieces: Vec<PromptPiece> = ids.iter().map(|&id| PromptPiece::Token(id)).collect();

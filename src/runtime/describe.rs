@@ -180,14 +180,15 @@ impl Describer {
         images: &'a [EncodedImage],
     ) -> Result<(Vec<u32>, Vec<PromptPiece<'a>>), RuntimeError> {
         let tok = self.text.tokenizer();
-        let ids = tok.encode(&chat::render(messages, true), true);
-        let pad = tok.token_id(chat::IMAGE_PAD).ok_or_else(|| {
+        let no_token = |name: &str| {
             RuntimeError::Model(ModelError {
                 file: self.text.file().path().to_owned(),
                 what: "vocabulary".into(),
-                message: format!("no {}", chat::IMAGE_PAD),
+                message: format!("no {name}"),
             })
-        })?;
+        };
+        let ids = chat::tokens(messages, true, tok).map_err(no_token)?;
+        let pad = tok.token_id(chat::IMAGE_PAD).ok_or_else(|| no_token(chat::IMAGE_PAD))?;
         let mut expanded = Vec::with_capacity(ids.len());
         let mut pieces = Vec::with_capacity(ids.len());
         let mut next_image = images.iter();
@@ -197,9 +198,10 @@ impl Describer {
                 pieces.push(PromptPiece::Token(id));
                 continue;
             }
+            // Only the template places image pads (text is tokenized as text), one per image.
             let img = next_image
                 .next()
-                .ok_or_else(|| RuntimeError::Usage("the prompt text contains <|image_pad|> itself".into()))?;
+                .ok_or_else(|| RuntimeError::Usage("there are more places for images than images".into()))?;
             expanded.extend(std::iter::repeat_n(pad, img.rows * img.cols));
             pieces.push(PromptPiece::Image { embeddings: &img.embeddings, rows: img.rows, cols: img.cols });
         }
