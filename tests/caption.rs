@@ -55,9 +55,9 @@ fn captions_good_images_records_bad_ones_and_resumes() {
     let (d, o, at_list) = (dir.display().to_string(), out.display().to_string(), format!("@{}", list.display()));
 
     let run = caption(&[&d, &at_list, "-o", &o], &model);
-    assert_eq!(run.status.code(), Some(1), "a failed image makes the exit code 1");
+    assert_eq!(run.status.code(), Some(3), "images failed in this run: exit code 3");
     let err = String::from_utf8_lossy(&run.stderr);
-    assert!(err.contains("[6/6]") && err.contains("4 captioned, 2 failed, 0 skipped"), "{err}");
+    assert!(err.contains("[6/6]") && err.contains("4 captioned, 2 failed, 0 skipped; "), "{err}");
     let first = lines(&out);
     let names: Vec<String> = first.iter().map(image_of).collect();
     let mut sorted = names.clone();
@@ -82,22 +82,62 @@ fn captions_good_images_records_bad_ones_and_resumes() {
     let captions = |v: &[JsonValue]| v.iter().map(|l| field(l, "caption").cloned()).collect::<Vec<_>>();
     assert_eq!(captions(&lines(&again)), captions(&first));
 
-    // A job killed in the middle of a line: resume mends the line, retries the failures and
-    // the cut image, and skips the rest.
+    // A job killed in the middle of a line: resume cuts the torn line off, captions the cut
+    // image again, skips the rest, and does not retry the recorded failures: the run did all
+    // it could, exit 0.
     let text = std::fs::read_to_string(&out).unwrap();
     let last_good = first.iter().rposition(|l| field(l, "caption").is_some()).unwrap();
     let kept: Vec<&str> = text.lines().take(last_good).collect();
     let cut = text.lines().nth(last_good).unwrap();
     std::fs::write(&out, format!("{}\n{}", kept.join("\n"), &cut[..cut.len() / 2])).unwrap();
+    let failed_before = kept.iter().filter(|l| l.contains("\"error\"")).count();
     let run = caption(&[&d, &at_list, "-o", &o, "--resume"], &model);
-    assert_eq!(run.status.code(), Some(1));
     let err = String::from_utf8_lossy(&run.stderr);
-    assert!(err.contains("1 captioned, 2 failed, 3 skipped"), "{err}");
-    let text = std::fs::read_to_string(&out).unwrap();
-    assert_eq!(text.lines().filter(|l| l.parse::<JsonValue>().is_err()).count(), 1, "only the cut line is not JSON");
-    let after: Vec<JsonValue> = text.lines().filter_map(|l| l.parse().ok()).collect();
-    assert_eq!(after.len(), last_good + 3);
+    assert_eq!(run.status.code(), Some(0), "{err}");
+    assert!(err.contains("removed the last line") && err.contains("cut short"), "{err}");
+    let captioned_before = last_good - failed_before;
+    let want = format!("1 captioned, 0 failed, {captioned_before} skipped");
+    assert!(err.contains(&want), "{want}: {err}");
+    if failed_before > 0 {
+        assert!(err.contains(&format!("{failed_before} failed before and not retried")), "{err}");
+    }
+    let after = lines(&out);
+    assert_eq!(after.len(), last_good + 1, "every line is JSON, the torn one gone");
     assert_eq!(image_of(after.last().unwrap()), image_of(&first[last_good]), "the cut image is captioned again, last");
+
+    // Resumed again: everything recorded, nothing tried, exit 0 (a nightly job stays green).
+    let run = caption(&[&d, &at_list, "-o", &o, "--resume"], &model);
+    assert_eq!(run.status.code(), Some(0), "{}", String::from_utf8_lossy(&run.stderr));
+    assert_eq!(lines(&out).len(), last_good + 1, "no line added");
+    // --retry-failed tries the two bad files again: they fail again, recorded again, exit 3.
+    let run = caption(&[&d, &at_list, "-o", &o, "--resume", "--retry-failed"], &model);
+    let err = String::from_utf8_lossy(&run.stderr);
+    assert_eq!(run.status.code(), Some(3), "{err}");
+    assert!(err.contains("0 captioned, 2 failed") && !err.contains("images/minute"), "{err}");
+    assert_eq!(lines(&out).len(), last_good + 3);
+    std::fs::remove_dir_all(&dir).unwrap();
+}
+
+#[test]
+fn one_image_however_it_is_named() {
+    let Some(oracle) = common::oracle() else { return };
+    let model = oracle.join("models/tiny");
+    let dir = scratch("names");
+    std::fs::copy(oracle.join("images/tiny-40x30.png"), dir.join("x.png")).unwrap();
+    let abs = dir.join("x.png").display().to_string();
+    let run_in = |args: &[&str]| {
+        let m = model.join("qwen3vl-tiny-F16.gguf");
+        let mm = model.join("mmproj-qwen3vl-tiny-F16.gguf");
+        let mut all = vec!["caption", "-m", m.to_str().unwrap(), "--mmproj", mm.to_str().unwrap(), "-n", "2"];
+        all.extend(args);
+        Command::new(env!("CARGO_BIN_EXE_hrx")).args(&all).current_dir(&dir).output().expect("run hrx")
+    };
+    let run = run_in(&["x.png", "./x.png", &abs, "-o", "c.jsonl"]);
+    assert_eq!(run.status.code(), Some(0), "{}", String::from_utf8_lossy(&run.stderr));
+    assert_eq!(lines(&dir.join("c.jsonl")).len(), 1, "three names, one image");
+    let run = run_in(&[".", "-o", "c.jsonl", "--resume"]);
+    let err = String::from_utf8_lossy(&run.stderr);
+    assert!(err.contains("0 captioned, 0 failed, 1 skipped"), "found by its folder, recorded by another name: {err}");
     std::fs::remove_dir_all(&dir).unwrap();
 }
 

@@ -7,7 +7,7 @@ use std::path::{Path, PathBuf};
 
 const EXTENSIONS: &[&str] = &["png", "jpg", "jpeg", "webp"];
 
-/// The images of a job, sorted and without repeats, and the inputs that could not be read.
+/// The images of a job, sorted and each once, and the inputs that could not be read.
 #[derive(Debug, Default, PartialEq)]
 pub struct Found {
     pub images: Vec<PathBuf>,
@@ -33,7 +33,9 @@ pub fn find_images(inputs: &[String]) -> Found {
         }
     }
     found.images.sort();
-    found.images.dedup();
+    // One image however it was named (`x.png`, `./x.png`, `/abs/x.png`): the first spelling.
+    let mut seen = std::collections::HashSet::new();
+    found.images.retain(|p| seen.insert(super::journal::image_key(p)));
     found
 }
 

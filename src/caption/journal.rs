@@ -7,24 +7,42 @@ use std::fs::{File, OpenOptions};
 use std::io::{self, Read, Seek, SeekFrom, Write};
 use std::path::Path;
 
-/// The images with a caption in an earlier run's output (a missing file has none). Lines that
-/// are not such an object (errors, a line cut short by a kill) are ignored.
-pub fn captioned(path: &Path) -> io::Result<HashSet<String>> {
+/// What an earlier run's output holds, by image ([`image_key`]): those with a caption and
+/// those with only errors. Lines that are not such an object are ignored.
+#[derive(Debug, Default, PartialEq)]
+pub struct Recorded {
+    pub captioned: HashSet<String>,
+    pub failed: HashSet<String>,
+}
+
+/// One image however it was named: its canonical path where it exists (`x.png`, `./x.png`
+/// and `/abs/x.png` are one image), else the name as given.
+pub fn image_key(path: &Path) -> String {
+    std::fs::canonicalize(path).unwrap_or_else(|_| path.to_owned()).display().to_string()
+}
+
+/// The images recorded in the output at `path` (a missing file records none).
+pub fn recorded(path: &Path) -> io::Result<Recorded> {
     let bytes = match std::fs::read(path) {
         Ok(bytes) => bytes,
-        Err(e) if e.kind() == io::ErrorKind::NotFound => return Ok(HashSet::new()),
+        Err(e) if e.kind() == io::ErrorKind::NotFound => return Ok(Recorded::default()),
         Err(e) => return Err(e),
     };
     let text = String::from_utf8_lossy(&bytes);
-    let mut done = HashSet::new();
+    let mut seen = Recorded::default();
     for line in text.lines() {
         let Ok(value) = json::parse_untrusted(line, 8) else { continue };
         let Some(fields) = value.get::<std::collections::HashMap<String, tinyjson::JsonValue>>() else { continue };
-        if let (Some(image), Some(_)) = (fields.get("image").and_then(|v| v.get::<String>()), fields.get("caption")) {
-            done.insert(image.clone());
+        let Some(image) = fields.get("image").and_then(|v| v.get::<String>()) else { continue };
+        let key = image_key(Path::new(image));
+        if fields.contains_key("caption") {
+            seen.captioned.insert(key);
+        } else if fields.contains_key("error") {
+            seen.failed.insert(key);
         }
     }
-    Ok(done)
+    seen.failed.retain(|k| !seen.captioned.contains(k));
+    Ok(seen)
 }
 
 pub struct Journal {
@@ -32,22 +50,35 @@ pub struct Journal {
 }
 
 impl Journal {
-    /// Starts the file anew, or with `append` adds to it (after ending a line cut short).
-    pub fn open(path: &Path, append: bool) -> io::Result<Journal> {
+    /// Starts the file anew, or with `append` adds to it. A last line without its newline (a
+    /// job killed while writing it) is cut off first, in one truncation; returns how many
+    /// bytes that removed.
+    pub fn open(path: &Path, append: bool) -> io::Result<(Journal, u64)> {
         if !append {
-            return Ok(Journal { file: File::create(path)? });
+            return Ok((Journal { file: File::create(path)? }, 0));
         }
         let mut file = OpenOptions::new().read(true).append(true).create(true).open(path)?;
         let len = file.metadata()?.len();
-        if len > 0 {
-            let mut last = [0u8];
-            file.seek(SeekFrom::Start(len - 1))?;
-            file.read_exact(&mut last)?;
-            if last[0] != b'\n' {
-                file.write_all(b"\n")?;
+        // The torn line is at most the bytes after the last newline: read back until one.
+        let mut end = len;
+        let mut chunk = vec![0u8; 4096];
+        while end > 0 {
+            let start = end.saturating_sub(chunk.len() as u64);
+            let part = &mut chunk[..(end - start) as usize];
+            file.seek(SeekFrom::Start(start))?;
+            file.read_exact(part)?;
+            match part.iter().rposition(|&b| b == b'\n') {
+                Some(i) => {
+                    end = start + i as u64 + 1;
+                    break;
+                }
+                None => end = start,
             }
         }
-        Ok(Journal { file })
+        if end < len {
+            file.set_len(end)?;
+        }
+        Ok((Journal { file }, len - end))
     }
 
     /// Writes one line and flushes it.
@@ -64,16 +95,30 @@ mod tests {
     use super::*;
 
     #[test]
-    fn resume_reads_captions_and_mends_a_cut_line() {
+    fn resume_reads_captions_and_failures_and_cuts_a_torn_line() {
         let path = std::env::temp_dir().join(format!("hrx-journal-{}.jsonl", std::process::id()));
-        std::fs::write(&path, "{\"image\":\"a.png\",\"caption\":\"x\"}\n{\"image\":\"b.png\",\"error\":\"bad\"}\n{\"image\":\"c.png\",\"cap").unwrap();
-        assert_eq!(captioned(&path).unwrap(), HashSet::from(["a.png".to_string()]));
-        let mut j = Journal::open(&path, true).unwrap();
-        j.record(&Json::obj([("image", Json::str("d.png")), ("caption", Json::str("y"))])).unwrap();
-        assert_eq!(captioned(&path).unwrap(), HashSet::from(["a.png".to_string(), "d.png".to_string()]));
+        let torn = "{\"image\":\"c.png\",\"cap";
+        let whole = "{\"image\":\"a.png\",\"caption\":\"x\"}\n{\"image\":\"b.png\",\"error\":\"bad\"}\n";
+        std::fs::write(&path, format!("{whole}{torn}")).unwrap();
+        let seen = recorded(&path).unwrap();
+        assert_eq!(seen.captioned, HashSet::from(["a.png".to_string()]));
+        assert_eq!(seen.failed, HashSet::from(["b.png".to_string()]));
+        let (mut j, cut) = Journal::open(&path, true).unwrap();
+        assert_eq!(cut, torn.len() as u64);
+        j.record(&Json::obj([("image", Json::str("b.png")), ("caption", Json::str("y"))])).unwrap();
+        let text = std::fs::read_to_string(&path).unwrap();
+        assert_eq!(text, format!("{whole}{{\"image\":\"b.png\",\"caption\":\"y\"}}\n"));
+        // Captioned after failing: no longer a failure.
+        let seen = recorded(&path).unwrap();
+        assert_eq!(seen.captioned.len(), 2);
+        assert!(seen.failed.is_empty());
+        // A file that is one torn line, and one without any newline in its last 4 KiB.
+        std::fs::write(&path, "x".repeat(5000)).unwrap();
+        assert_eq!(Journal::open(&path, true).unwrap().1, 5000);
+        assert_eq!(std::fs::metadata(&path).unwrap().len(), 0);
         Journal::open(&path, false).unwrap();
-        assert!(captioned(&path).unwrap().is_empty());
+        assert_eq!(recorded(&path).unwrap(), Recorded::default());
         std::fs::remove_file(&path).unwrap();
-        assert!(captioned(&path).unwrap().is_empty(), "a missing file has no captions");
+        assert_eq!(recorded(&path).unwrap(), Recorded::default(), "a missing file records nothing");
     }
 }

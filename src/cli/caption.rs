@@ -17,7 +17,8 @@ use std::time::Instant;
 fn help() -> String {
     let mut options = vec![
         OUTPUT.help("the JSON Lines file (started anew unless --resume)"),
-        RESUME.help("keep FILE and skip the images it already has a caption for"),
+        RESUME.help("keep FILE and skip the images it already has a caption or an error for"),
+        RETRY_FAILED.help("with --resume, caption again the images FILE has only errors for"),
         PROMPT.help("what to ask (default: \"Describe this image.\")"),
         SYSTEM.help("a system turn"),
     ];
@@ -31,8 +32,13 @@ fn help() -> String {
                 one a line. Images are captioned in sorted order with the model loaded once. Each\n\
                 result is appended to the output and flushed at once:\n\
                 \x20 {\"image\":PATH,\"caption\":TEXT,\"tokens\":N,\"seconds\":S}  or  {\"image\":PATH,\"error\":MESSAGE}\n\
-                A bad image never stops the batch. Progress and a summary go to standard error. Exit\n\
-                code 0 when every image was captioned, 1 when any failed.",
+                A bad image never stops the batch; its error is recorded once, and --resume skips it\n\
+                (--retry-failed tries it again). Images are one image however they are named (x.png,\n\
+                ./x.png, /abs/x.png). With --resume a last line cut short by a killed job is removed.\n\
+                Progress and a summary go to standard error.\n\
+                exit codes: 0 the run captioned everything it tried (or there was nothing left to do);\n\
+                3 it finished, and some images failed in this run (see their lines in FILE); 1 it could\n\
+                not run (model, output file); 2 a wrong command line.",
         options,
         footer: "examples:\n  hrx caption photos/ -o captions.jsonl\n  hrx caption @new-files.txt -o captions.jsonl --resume -p 'One sentence alt text.'",
     }
@@ -41,6 +47,7 @@ fn help() -> String {
 
 const OUTPUT: Flag = Flag { names: &["-o", "--output"], value: "FILE" };
 const RESUME: Flag = Flag { names: &["--resume"], value: "" };
+const RETRY_FAILED: Flag = Flag { names: &["--retry-failed"], value: "" };
 
 pub const COMMAND: Command =
     Command { name: "caption", summary: "caption a batch of images into JSON Lines", help, run };
@@ -48,6 +55,10 @@ pub const COMMAND: Command =
 fn run(mut args: Args, _out: &mut dyn Write) -> Result<(), CliError> {
     let output = OUTPUT.string(&mut args)?.ok_or_else(|| CliError::usage("caption needs -o CAPTIONS.jsonl"))?;
     let resume = RESUME.present(&mut args);
+    let retry_failed = RETRY_FAILED.present(&mut args);
+    if retry_failed && !resume {
+        return Err(CliError::usage("--retry-failed goes with --resume"));
+    }
     let prompt = PROMPT.string(&mut args)?.unwrap_or_else(|| "Describe this image.".to_owned());
     let system = SYSTEM.string(&mut args)?;
     let flags = DescriberFlags::parse(&mut args)?;
@@ -58,20 +69,47 @@ fn run(mut args: Args, _out: &mut dyn Write) -> Result<(), CliError> {
     let output = PathBuf::from(output);
     let in_output = |e: std::io::Error| CliError::os(output.display())(e);
     let found = find_images(&inputs);
-    let done = if resume { journal::captioned(&output).map_err(in_output)? } else { Default::default() };
-    let (skipped, todo): (Vec<PathBuf>, Vec<PathBuf>) =
-        found.images.into_iter().partition(|p| done.contains(&p.display().to_string()));
-    if todo.is_empty() && skipped.is_empty() && found.problems.is_empty() {
+    if found.images.is_empty() && found.problems.is_empty() {
         return Err(CliError::Failed(format!("no images found in {}", inputs.join(" "))));
     }
-    let mut journal = Journal::open(&output, resume).map_err(in_output)?;
-    let mut tally = Tally { skipped: skipped.len(), ..Tally::default() };
-    for (path, problem) in &found.problems {
+    let recorded = if resume { journal::recorded(&output).map_err(in_output)? } else { Default::default() };
+    let mut tally = Tally::default();
+    // What this run does with an image: skip it (recorded before) or try it.
+    let mut skip = |path: &Path| {
+        let key = journal::image_key(path);
+        if recorded.captioned.contains(&key) {
+            tally.skipped += 1;
+        } else if recorded.failed.contains(&key) && !retry_failed {
+            tally.failed_before += 1;
+        } else {
+            return false;
+        }
+        true
+    };
+    let problems: Vec<_> = found.problems.iter().filter(|(path, _)| !skip(path)).collect();
+    let todo: Vec<&PathBuf> = found.images.iter().filter(|path| !skip(path)).collect();
+    let (mut journal, cut) = Journal::open(&output, resume).map_err(in_output)?;
+    if cut > 0 {
+        eprintln!(
+            "hrx caption: removed the last line of {}, cut short ({cut} bytes) by a killed job",
+            output.display()
+        );
+    }
+    for (path, problem) in problems {
         eprintln!("hrx: error: {problem}");
         journal.record(&failure(path, problem)).map_err(in_output)?;
         tally.failed += 1;
     }
-    eprintln!("hrx caption: {} images to caption, {} already in {}", todo.len(), skipped.len(), output.display());
+    eprintln!(
+        "hrx caption: {} images to caption, {} already in {}{}",
+        todo.len(),
+        tally.skipped + tally.failed_before,
+        output.display(),
+        match tally.failed_before {
+            0 => String::new(),
+            n => format!(" ({n} with errors, not retried without --retry-failed)"),
+        }
+    );
     if !todo.is_empty() {
         let mut d = flags.load()?;
         let job = Job { prompt: &prompt, system: system.as_deref(), config: &flags.config };
@@ -106,7 +144,7 @@ fn run(mut args: Args, _out: &mut dyn Write) -> Result<(), CliError> {
     eprintln!("{}", tally.summary());
     match tally.failed {
         0 => Ok(()),
-        n => Err(CliError::Quiet(format!("{n} images failed (see {})", output.display()))),
+        n => Err(CliError::Partial(format!("{n} images failed in this run (see {})", output.display()))),
     }
 }
 
@@ -134,25 +172,27 @@ fn failure(path: &Path, message: &str) -> Json {
     Json::obj([("image", Json::str(path.display().to_string())), ("error", Json::str(message))])
 }
 
+/// What a run did: captioned and failed in this run; skipped as captioned, or as failed, before.
 #[derive(Default)]
 struct Tally {
     done: usize,
     failed: usize,
     skipped: usize,
+    failed_before: usize,
     seconds: f64,
 }
 
 impl Tally {
     fn summary(&self) -> String {
-        let rate = if self.seconds > 0.0 {
-            format!("{:.1}", (self.done + self.failed) as f64 * 60.0 / self.seconds)
-        } else {
-            "-".into()
-        };
-        format!(
-            "hrx caption: {} captioned, {} failed, {} skipped; {rate} images/minute",
-            self.done, self.failed, self.skipped
-        )
+        let mut s = format!("hrx caption: {} captioned, {} failed, {} skipped", self.done, self.failed, self.skipped);
+        if self.failed_before > 0 {
+            s += &format!(", {} failed before and not retried (--retry-failed)", self.failed_before);
+        }
+        // The rate counts captions only: failures are quick and would flatter it.
+        if self.done > 0 && self.seconds > 0.0 {
+            s += &format!("; {:.1} images/minute", self.done as f64 * 60.0 / self.seconds);
+        }
+        s
     }
 }
 

@@ -70,6 +70,8 @@ pub enum CliError {
     Failed(String),
     /// A failure already reported (e.g. per image): only the summary is printed.
     Quiet(String),
+    /// A batch that finished with some items failed (each reported): exit code 3.
+    Partial(String),
 }
 
 impl CliError {
@@ -77,10 +79,12 @@ impl CliError {
         CliError::Usage { message: message.into(), command: None }
     }
 
-    /// Exit code: 2 for a wrong command line, 1 for everything else.
+    /// Exit code: 2 for a wrong command line, 3 for a batch finished with failures, 1 for
+    /// everything else.
     pub fn exit_code(&self) -> u8 {
         match self {
             CliError::Usage { .. } => 2,
+            CliError::Partial(_) => 3,
             _ => 1,
         }
     }
@@ -102,7 +106,7 @@ impl fmt::Display for CliError {
             CliError::Io(e) => write!(f, "{e}"),
             CliError::Os { what, source } => write!(f, "{what}: {source}"),
             CliError::Runtime(e) => write!(f, "{e}"),
-            CliError::Failed(m) | CliError::Quiet(m) => f.write_str(m),
+            CliError::Failed(m) | CliError::Quiet(m) | CliError::Partial(m) => f.write_str(m),
         }
     }
 }
@@ -113,7 +117,7 @@ impl std::error::Error for CliError {
             CliError::Gguf(e) => Some(e),
             CliError::Io(e) | CliError::Os { source: e, .. } => Some(e),
             CliError::Runtime(e) => Some(e),
-            CliError::Usage { .. } | CliError::Failed(_) | CliError::Quiet(_) => None,
+            CliError::Usage { .. } | CliError::Failed(_) | CliError::Quiet(_) | CliError::Partial(_) => None,
         }
     }
 }
