@@ -10,7 +10,7 @@ use std::net::TcpStream;
 use std::path::Path;
 use std::process::{Child, Command, Stdio};
 use std::sync::mpsc;
-use std::time::Duration;
+use std::time::{Duration, Instant};
 use tinyjson::JsonValue;
 
 const PROMPT: &str = "What is in this picture?";
@@ -230,6 +230,44 @@ fn multi_turn_chats_with_several_images_fit_the_template() {
         string(&answer, &["choices", "0", "message", "content"]),
         "a seed makes sampling repeatable"
     );
+}
+
+#[test]
+fn idle_and_trickling_connections_do_not_lock_clients_out() {
+    let Some(oracle) = common::oracle() else { return };
+    let server = Server::start(&oracle.join("models/tiny"), &["--max-connections", "16", "--head-timeout", "2"]);
+    // A trickle (a byte every 200 ms) does not extend the head's 2 s: 408 by about 2 s.
+    let mut slow = TcpStream::connect(&server.addr).unwrap();
+    slow.set_read_timeout(Some(Duration::from_millis(50))).unwrap();
+    let t = Instant::now();
+    let mut response = Vec::new();
+    for b in b"POST /v1/chat/completions HTTP/1.1\r\nX: ".iter().chain(&[b'a'; 40]) {
+        if slow.write_all(&[*b]).is_err() {
+            break;
+        }
+        let mut buf = [0u8; 512];
+        if let Ok(n @ 1..) = slow.read(&mut buf) {
+            response.extend_from_slice(&buf[..n]);
+            break;
+        }
+        std::thread::sleep(Duration::from_millis(150));
+    }
+    let waited = t.elapsed();
+    let text = String::from_utf8_lossy(&response);
+    assert!(text.starts_with("HTTP/1.1 408"), "{text:?} after {waited:?}");
+    assert!(waited < Duration::from_millis(3500), "{waited:?}");
+
+    // Three times --max-connections of idle connections: the oldest are closed to make room, and
+    // /health and a chat request are answered at once.
+    let idle: Vec<TcpStream> = (0..48).map(|_| TcpStream::connect(&server.addr).unwrap()).collect();
+    let t = Instant::now();
+    let (status, body) = server.get("/health");
+    assert_eq!(status, 200, "{body}");
+    assert!(t.elapsed() < Duration::from_secs(1), "/health took {:?}", t.elapsed());
+    let (status, body) =
+        server.post("/v1/chat/completions", r#"{"messages":[{"role":"user","content":"x"}],"max_tokens":1}"#);
+    assert_eq!(status, 200, "{body}");
+    drop(idle);
 }
 
 #[test]

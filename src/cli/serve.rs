@@ -5,9 +5,11 @@ use super::flags::{Flag, Help};
 use super::{CliError, Command};
 use crate::cli::args::Args;
 use crate::serve::handler::App;
+use crate::serve::http::Limits;
 use std::io::Write;
 use std::net::TcpListener;
 use std::sync::Arc;
+use std::time::Duration;
 
 fn help() -> String {
     let mut options = vec![
@@ -15,6 +17,11 @@ fn help() -> String {
         PORT.help("port (default 8080; 0 picks a free one)"),
         ALLOW_FILES
             .help("also accept file:///absolute/path image URLs (files the server can read: only for trusted clients)"),
+        MAX_CONNECTIONS.help(
+            "connections open at once (default 1024); past it the one that has been sending its request head the longest is closed",
+        ),
+        HEAD_TIMEOUT
+            .help("seconds a client has, from connecting, to send its request head (default 10; a trickle does not extend it)"),
     ];
     options.extend(DescriberFlags::help());
     Help {
@@ -29,9 +36,12 @@ fn help() -> String {
                 \x20                            \"stream\": true for server-sent events ending with [DONE]\n\
                 \x20 GET /v1/models             the model's name\n\
                 \x20 GET /health                {\"status\":\"ok\"}\n\
-                One request runs at a time; the others wait their turn. hrx never fetches http(s) image\n\
-                URLs. Request bodies are limited to 64 MiB, heads to 16 KiB; slow clients time out.\n\
-                Prints `listening on http://HOST:PORT` once ready, then one line per request on stderr.\n\
+                One request runs at a time; the others wait their turn (up to 64 chat requests; more get\n\
+                503 with Retry-After). hrx never fetches http(s) image URLs. Request bodies are limited\n\
+                to 64 MiB, heads to 16 KiB; slow clients time out, and idle connections cannot lock\n\
+                others out: /health answers whatever the model is doing.\n\
+                Prints `listening on http://HOST:PORT` once ready, then one line per connection on\n\
+                stderr: client address, request, status, seconds, and the reason of every refusal.\n\
                 Sampling flags apply when a request does not say.",
         options,
         footer: "example:\n  hrx serve --port 8080 &\n  curl -s localhost:8080/v1/chat/completions -H 'Content-Type: application/json' \\\n    -d '{\"messages\":[{\"role\":\"user\",\"content\":\"Hello\"}],\"max_tokens\":32}'",
@@ -42,6 +52,8 @@ fn help() -> String {
 const HOST: Flag = Flag { names: &["--host"], value: "ADDR" };
 const PORT: Flag = Flag { names: &["--port"], value: "N" };
 const ALLOW_FILES: Flag = Flag { names: &["--allow-files"], value: "" };
+const MAX_CONNECTIONS: Flag = Flag { names: &["--max-connections"], value: "N" };
+const HEAD_TIMEOUT: Flag = Flag { names: &["--head-timeout"], value: "SECONDS" };
 
 pub const COMMAND: Command = Command { name: "serve", summary: "serve an OpenAI-compatible chat API", help, run };
 
@@ -49,6 +61,13 @@ fn run(mut args: Args, out: &mut dyn Write) -> Result<(), CliError> {
     let host = HOST.string(&mut args)?.unwrap_or_else(|| "127.0.0.1".to_owned());
     let port: u16 = PORT.parse(&mut args)?.unwrap_or(8080);
     let allow_files = ALLOW_FILES.present(&mut args);
+    let defaults = Limits::default();
+    let max_open: usize = MAX_CONNECTIONS.parse(&mut args)?.unwrap_or(defaults.max_open);
+    let head_timeout: u64 = HEAD_TIMEOUT.parse(&mut args)?.unwrap_or(defaults.head_timeout.as_secs());
+    if max_open == 0 || head_timeout == 0 {
+        return Err(CliError::usage("--max-connections and --head-timeout must be at least 1"));
+    }
+    let limits = Limits { max_open, head_timeout: Duration::from_secs(head_timeout), ..defaults };
     let flags = DescriberFlags::parse(&mut args)?;
     if !args.finish()?.is_empty() {
         return Err(CliError::usage("serve takes no positional arguments"));
@@ -59,6 +78,6 @@ fn run(mut args: Args, out: &mut dyn Write) -> Result<(), CliError> {
     let addr = listener.local_addr()?;
     writeln!(out, "hrx serve: listening on http://{addr} (model {})", flags.name)?;
     out.flush()?;
-    crate::serve::serve(listener, Arc::new(App::new(describer, flags.config, flags.name, allow_files)));
+    crate::serve::serve(listener, Arc::new(App::new(describer, flags.config, flags.name, allow_files, limits)));
     Ok(())
 }

@@ -9,9 +9,9 @@ use crate::runtime::generate::GenerateConfig;
 use crate::runtime::RuntimeError;
 use std::net::TcpStream;
 use std::ops::ControlFlow;
-use std::sync::atomic::{AtomicU64, Ordering};
+use std::sync::atomic::{AtomicU64, AtomicUsize, Ordering};
 use std::sync::Mutex;
-use std::time::{SystemTime, UNIX_EPOCH};
+use std::time::{Instant, SystemTime, UNIX_EPOCH};
 
 /// What every connection shares: the model behind its lock and the server's settings.
 pub struct App {
@@ -22,42 +22,53 @@ pub struct App {
     pub allow_files: bool,
     pub limits: http::Limits,
     requests: AtomicU64,
+    /// Chat requests past their head now.
+    busy: AtomicUsize,
+}
+
+/// What became of a connection, for the log: its request line (`-` when none arrived), the
+/// status sent, and for errors the reason given to the client.
+pub struct Outcome {
+    pub line: String,
+    pub status: u16,
+    pub reason: Option<String>,
 }
 
 impl App {
-    pub fn new(describer: Describer, defaults: GenerateConfig, model_name: String, allow_files: bool) -> App {
+    pub fn new(
+        describer: Describer,
+        defaults: GenerateConfig,
+        model_name: String,
+        allow_files: bool,
+        limits: http::Limits,
+    ) -> App {
         App {
             describer: Mutex::new(describer),
             defaults,
             model_name,
             allow_files,
-            limits: http::Limits::default(),
+            limits,
             requests: AtomicU64::new(0),
+            busy: AtomicUsize::new(0),
         }
     }
 
-    /// Reads one request from the connection, answers it and closes; returns the request line
-    /// and status for the log.
-    pub fn handle(&self, mut stream: TcpStream) -> (String, u16) {
-        let request = match http::read_request(&mut stream, &self.limits) {
-            Ok(r) => r,
-            Err(e) => {
-                let status = e.status;
-                send_error(&mut stream, &e);
-                http::close_gently(&mut stream);
-                return ("-".into(), status);
-            }
+    /// Reads one request from the connection (accepted at `accepted`; `on_head` is called once
+    /// its head is in), answers it and closes.
+    pub fn handle(&self, mut stream: TcpStream, accepted: Instant, on_head: impl FnOnce()) -> Outcome {
+        let (line, result) = match http::read_request(&mut stream, &self.limits, accepted, on_head) {
+            Ok(request) => (format!("{} {}", request.method, request.path), self.route(&request, &mut stream)),
+            Err(e) => ("-".into(), Err(e)),
         };
-        let line = format!("{} {}", request.method, request.path);
-        let status = match self.route(&request, &mut stream) {
-            Ok(status) => status,
+        let outcome = match result {
+            Ok(status) => Outcome { line, status, reason: None },
             Err(e) => {
                 send_error(&mut stream, &e);
-                e.status
+                Outcome { line, status: e.status, reason: Some(e.message) }
             }
         };
         http::close_gently(&mut stream);
-        (line, status)
+        outcome
     }
 
     /// Answers a request, or says what is wrong with it (before anything was sent).
@@ -81,10 +92,22 @@ impl App {
             "/health" => send_json(stream, 200, &Json::obj([("status", Json::str("ok"))])),
             "/v1/models" => send_json(stream, 200, &openai::models(&self.model_name)),
             _ => {
+                let _slot = self.busy_slot()?;
                 let chat = openai::parse_chat(&request.body, &self.defaults, self.allow_files)?;
                 self.chat(chat, stream)
             }
         }
+    }
+
+    /// A place among the chat requests in progress, or 503 when all are taken.
+    fn busy_slot(&self) -> Result<BusySlot<'_>, HttpError> {
+        let max = self.limits.max_busy;
+        if self.busy.fetch_add(1, Ordering::SeqCst) >= max {
+            self.busy.fetch_sub(1, Ordering::SeqCst);
+            let e = HttpError::new(503, format!("hrx serve has {max} chat requests in progress; try again shortly"));
+            return Err(e.with_retry_after(1));
+        }
+        Ok(BusySlot(&self.busy))
     }
 
     fn chat(&self, chat: ChatRequest, stream: &mut TcpStream) -> Result<u16, HttpError> {
@@ -134,6 +157,15 @@ impl App {
     }
 }
 
+/// A chat request's place in the count, given back however the request ends.
+struct BusySlot<'a>(&'a AtomicUsize);
+
+impl Drop for BusySlot<'_> {
+    fn drop(&mut self) {
+        self.0.fetch_sub(1, Ordering::SeqCst);
+    }
+}
+
 fn encode(d: &mut Describer, images: &[ImageSource]) -> Result<Vec<EncodedImage>, HttpError> {
     images
         .iter()
@@ -162,16 +194,19 @@ fn send_json(stream: &mut TcpStream, status: u16, body: &Json) -> Result<u16, Ht
     Ok(status)
 }
 
-fn send_error(stream: &mut TcpStream, e: &HttpError) {
-    let allow = match e.status {
-        405 => "Allow: GET, POST\r\n",
-        _ => "",
+pub fn send_error(stream: &mut TcpStream, e: &HttpError) {
+    let mut headers = match e.status {
+        405 => "Allow: GET, POST\r\n".to_owned(),
+        _ => String::new(),
     };
+    if let Some(seconds) = e.retry_after {
+        headers += &format!("Retry-After: {seconds}\r\n");
+    }
     let _ = http::write_response(
         stream,
         e.status,
         "application/json",
-        allow,
+        &headers,
         openai::error(e).to_string_compact().as_bytes(),
     );
 }

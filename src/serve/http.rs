@@ -14,13 +14,28 @@ pub struct Limits {
     pub max_body: usize,
     /// The longest a single read or write may wait.
     pub io_timeout: Duration,
+    /// The longest the request head may take to arrive, from the connection's accept: bytes
+    /// trickling in do not extend it.
+    pub head_timeout: Duration,
     /// The longest the whole request may take to arrive.
     pub request_deadline: Duration,
+    /// Connections open at once; past it the one that has been sending its head the longest
+    /// is closed to make room (or, with none such, the new one is refused).
+    pub max_open: usize,
+    /// Chat requests past their head at once (the others get 503 with Retry-After).
+    pub max_busy: usize,
 }
 
 impl Default for Limits {
     fn default() -> Self {
-        Limits { max_body: 64 << 20, io_timeout: Duration::from_secs(15), request_deadline: Duration::from_secs(120) }
+        Limits {
+            max_body: 64 << 20,
+            io_timeout: Duration::from_secs(15),
+            head_timeout: Duration::from_secs(10),
+            request_deadline: Duration::from_secs(120),
+            max_open: 1024,
+            max_busy: 64,
+        }
     }
 }
 
@@ -37,11 +52,17 @@ pub struct Request {
 pub struct HttpError {
     pub status: u16,
     pub message: String,
+    /// Seconds after which to try again (a `Retry-After` header), for refusals under load.
+    pub retry_after: Option<u32>,
 }
 
 impl HttpError {
     pub fn new(status: u16, message: impl Into<String>) -> HttpError {
-        HttpError { status, message: message.into() }
+        HttpError { status, message: message.into(), retry_after: None }
+    }
+
+    pub fn with_retry_after(self, seconds: u32) -> HttpError {
+        HttpError { retry_after: Some(seconds), ..self }
     }
 }
 
@@ -62,15 +83,21 @@ pub fn reason(status: u16) -> &'static str {
     }
 }
 
-/// Reads one request from `stream` (whose timeouts this sets).
-pub fn read_request(stream: &mut TcpStream, limits: &Limits) -> Result<Request, HttpError> {
-    let deadline = Instant::now() + limits.request_deadline;
-    stream.set_read_timeout(Some(limits.io_timeout)).map_err(internal)?;
+/// Reads one request from `stream` (whose timeouts this sets), accepted at `accepted`; calls
+/// `on_head` once the head is in.
+pub fn read_request(
+    stream: &mut TcpStream,
+    limits: &Limits,
+    accepted: Instant,
+    on_head: impl FnOnce(),
+) -> Result<Request, HttpError> {
+    let head_deadline = accepted + limits.head_timeout;
+    let deadline = accepted + limits.request_deadline;
     stream.set_write_timeout(Some(limits.io_timeout)).map_err(internal)?;
     let mut buf = Vec::with_capacity(4096);
     let too_big = || HttpError::new(431, format!("the request head is over {MAX_HEAD_BYTES} bytes"));
     let (head_len, method, path, length, expect_continue) = loop {
-        read_some(stream, &mut buf, deadline)?;
+        read_some(stream, &mut buf, head_deadline, limits.io_timeout)?;
         let mut headers = [httparse::EMPTY_HEADER; MAX_HEADERS];
         let mut req = httparse::Request::new(&mut headers);
         match req.parse(&buf) {
@@ -90,13 +117,14 @@ pub fn read_request(stream: &mut TcpStream, limits: &Limits) -> Result<Request, 
             Err(e) => return Err(HttpError::new(400, format!("malformed HTTP request: {e}"))),
         }
     };
+    on_head();
     if expect_continue && buf.len() == head_len {
         stream.write_all(b"HTTP/1.1 100 Continue\r\n\r\n").map_err(internal)?;
     }
     let mut body = buf.split_off(head_len);
     body.truncate(length);
     while body.len() < length {
-        read_some(stream, &mut body, deadline)?;
+        read_some(stream, &mut body, deadline, limits.io_timeout)?;
         body.truncate(length);
     }
     Ok(Request { method, path, body })
@@ -134,11 +162,19 @@ fn body_headers(headers: &[httparse::Header], method: &str, limits: &Limits) -> 
     }
 }
 
-/// Appends what the next read brings; the end of the stream or a timeout is an error.
-fn read_some(stream: &mut TcpStream, buf: &mut Vec<u8>, deadline: Instant) -> Result<(), HttpError> {
-    if Instant::now() > deadline {
+/// Appends what the next read brings, waiting at most `io_timeout` and never past
+/// `deadline`; the end of the stream or a timeout is an error.
+fn read_some(
+    stream: &mut TcpStream,
+    buf: &mut Vec<u8>,
+    deadline: Instant,
+    io_timeout: Duration,
+) -> Result<(), HttpError> {
+    let left = deadline.saturating_duration_since(Instant::now());
+    if left.is_zero() {
         return Err(HttpError::new(408, "the request took too long to arrive"));
     }
+    stream.set_read_timeout(Some(left.min(io_timeout))).map_err(internal)?;
     let mut chunk = [0u8; 16 * 1024];
     match stream.read(&mut chunk) {
         Ok(0) => Err(HttpError::new(400, "the connection closed in the middle of the request")),
@@ -243,7 +279,7 @@ mod tests {
         client.write_all(raw).unwrap();
         client.shutdown(Shutdown::Write).unwrap();
         let (mut server, _) = listener.accept().unwrap();
-        read_request(&mut server, &limits)
+        read_request(&mut server, &limits, Instant::now(), || {})
     }
 
     #[test]
@@ -274,7 +310,35 @@ mod tests {
         let (mut server, _) = listener.accept().unwrap();
         let limits = Limits { io_timeout: Duration::from_millis(100), ..Limits::default() };
         let t = Instant::now();
-        assert_eq!(read_request(&mut server, &limits).unwrap_err().status, 408);
+        assert_eq!(read_request(&mut server, &limits, t, || {}).unwrap_err().status, 408);
         assert!(t.elapsed() < Duration::from_secs(5));
+    }
+
+    #[test]
+    fn a_trickle_does_not_extend_the_head_deadline() {
+        let listener = TcpListener::bind("127.0.0.1:0").unwrap();
+        let mut client = TcpStream::connect(listener.local_addr().unwrap()).unwrap();
+        let (mut server, _) = listener.accept().unwrap();
+        // A byte every 50 ms, each read well within the 1 s wait for one read, for 3 s at most.
+        let trickle = std::thread::spawn(move || {
+            for b in b"GET / HTTP/1.1\r\nX: ".iter().chain(&[b'a'; 40]) {
+                if client.write_all(&[*b]).is_err() {
+                    break;
+                }
+                std::thread::sleep(Duration::from_millis(50));
+            }
+        });
+        let limits = Limits {
+            io_timeout: Duration::from_secs(1),
+            head_timeout: Duration::from_millis(300),
+            ..Limits::default()
+        };
+        let t = Instant::now();
+        let mut head_seen = false;
+        assert_eq!(read_request(&mut server, &limits, t, || head_seen = true).unwrap_err().status, 408);
+        assert!(t.elapsed() < Duration::from_millis(900), "{:?}", t.elapsed());
+        assert!(!head_seen);
+        drop(server);
+        trickle.join().unwrap();
     }
 }

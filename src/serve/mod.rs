@@ -1,6 +1,12 @@
 //! `hrx serve`: an OpenAI-compatible chat-completions server for local clients, on plain
-//! threads (no async runtime): one thread per connection, up to a limit, and one request at a
-//! time on the model while the others wait their turn.
+//! threads (no async runtime): one thread per connection, and one request at a time on the
+//! model while the others wait their turn.
+//!
+//! Connections that have not sent their request head cannot lock clients out: the head has a
+//! deadline from the accept that trickling bytes do not extend, and when `max_open`
+//! connections are open the one that has been sending its head the longest is closed to make
+//! room. Only chat requests past their head count against `max_busy`, so `/health` answers
+//! whatever the model is doing.
 
 pub mod handler;
 pub mod http;
@@ -8,18 +14,17 @@ pub mod image_url;
 pub mod openai;
 
 use handler::App;
-use std::net::{TcpListener, TcpStream};
+use std::collections::BTreeMap;
+use std::net::{Shutdown, SocketAddr, TcpListener, TcpStream};
 use std::sync::atomic::{AtomicUsize, Ordering};
-use std::sync::Arc;
+use std::sync::{Arc, Mutex, PoisonError};
 use std::time::{Duration, Instant};
-
-/// Connections served at once; more get 503 at once.
-pub const MAX_CONNECTIONS: usize = 64;
 
 /// Serves connections from `listener` until the process ends.
 pub fn serve(listener: TcpListener, app: Arc<App>) {
     let open = Arc::new(AtomicUsize::new(0));
-    for conn in listener.incoming() {
+    let heads = Arc::new(Heads::default());
+    for (id, conn) in (0u64..).zip(listener.incoming()) {
         let mut stream = match conn {
             Ok(stream) => stream,
             Err(e) => {
@@ -29,23 +34,75 @@ pub fn serve(listener: TcpListener, app: Arc<App>) {
                 continue;
             }
         };
-        if open.fetch_add(1, Ordering::SeqCst) >= MAX_CONNECTIONS {
-            open.fetch_sub(1, Ordering::SeqCst);
-            refuse(&mut stream);
-            continue;
+        let accepted = Instant::now();
+        let peer = peer(&stream);
+        if open.load(Ordering::SeqCst) >= app.limits.max_open {
+            match heads.close_oldest() {
+                Some((addr, waited)) => eprintln!(
+                    "hrx serve: {addr} closed after {:.1} s without a whole request head, to make room for {peer}",
+                    waited.as_secs_f64()
+                ),
+                None => {
+                    refuse(&mut stream, app.limits.max_open);
+                    eprintln!("hrx serve: {peer} refused 503: {} connections open", app.limits.max_open);
+                    continue;
+                }
+            }
         }
-        let (app, slot) = (Arc::clone(&app), Slot(Arc::clone(&open)));
+        open.fetch_add(1, Ordering::SeqCst);
+        heads.enter(id, &stream, peer.clone(), accepted);
+        let (app, heads, slot) = (Arc::clone(&app), Arc::clone(&heads), Slot(Arc::clone(&open)));
         // Generation runs on this thread: give it the main thread's stack size.
         let spawned = std::thread::Builder::new().stack_size(8 << 20).spawn(move || {
             let _slot = slot;
-            let t = Instant::now();
-            let (line, status) = app.handle(stream);
-            eprintln!("hrx serve: {line} {status} {:.2} s", t.elapsed().as_secs_f64());
+            let outcome = app.handle(stream, accepted, || heads.leave(id));
+            heads.leave(id);
+            let reason = outcome.reason.map_or(String::new(), |r| format!(": {r}"));
+            let seconds = accepted.elapsed().as_secs_f64();
+            eprintln!("hrx serve: {peer} {} {} {seconds:.2} s{reason}", outcome.line, outcome.status);
         });
         if let Err(e) = spawned {
             log::warn!("starting a connection thread: {e}");
         }
     }
+}
+
+/// A connection still sending its request head: a handle to close it, who, since when.
+struct Waiting {
+    stream: Option<TcpStream>,
+    peer: String,
+    accepted: Instant,
+}
+
+/// The connections still sending their request head, oldest first (ids grow with accepts).
+#[derive(Default)]
+struct Heads(Mutex<BTreeMap<u64, Waiting>>);
+
+impl Heads {
+    fn lock(&self) -> std::sync::MutexGuard<'_, BTreeMap<u64, Waiting>> {
+        self.0.lock().unwrap_or_else(PoisonError::into_inner)
+    }
+
+    fn enter(&self, id: u64, stream: &TcpStream, peer: String, accepted: Instant) {
+        self.lock().insert(id, Waiting { stream: stream.try_clone().ok(), peer, accepted });
+    }
+
+    fn leave(&self, id: u64) {
+        self.lock().remove(&id);
+    }
+
+    /// Shuts the oldest one down (its read fails, its thread ends); its address and age.
+    fn close_oldest(&self) -> Option<(String, Duration)> {
+        let (_, w) = self.lock().pop_first()?;
+        if let Some(s) = w.stream {
+            let _ = s.shutdown(Shutdown::Both);
+        }
+        Some((w.peer, w.accepted.elapsed()))
+    }
+}
+
+fn peer(stream: &TcpStream) -> String {
+    stream.peer_addr().map_or_else(|_| "?".to_owned(), |a: SocketAddr| a.to_string())
 }
 
 /// A connection's place in the count, given back however its thread ends.
@@ -57,8 +114,8 @@ impl Drop for Slot {
     }
 }
 
-fn refuse(stream: &mut TcpStream) {
+fn refuse(stream: &mut TcpStream, max_open: usize) {
     let _ = stream.set_write_timeout(Some(Duration::from_secs(1)));
-    let e = http::HttpError::new(503, "hrx serve has too many open connections; try again");
-    let _ = http::write_response(stream, 503, "application/json", "", openai::error(&e).to_string_compact().as_bytes());
+    let e = http::HttpError::new(503, format!("hrx serve has {max_open} connections open; try again"));
+    handler::send_error(stream, &e.with_retry_after(1));
 }
