@@ -111,6 +111,29 @@ pub(super) fn scales_k4(s: &[u8; 12]) -> ([u8; 8], [u8; 8]) {
     (cat(sc_lo, sc_hi), cat(mn_lo, mn_hi))
 }
 
+/// The 6-bit quants (0..63, before Q6_K's offset of 32) of half `h` of a Q6_K block: values
+/// 128h..128h + 128 in four registers of 32. Bytes l and l + 32 of the half's 64 bytes of
+/// nibbles give values l, l + 32 from their low nibbles and l + 64, l + 96 from their high
+/// ones; the half's 32 bytes of high bits give 2 bits to each of the four.
+#[inline]
+#[target_feature(enable = "avx2")]
+pub(super) fn q6_k_quants(blk: &[u8; 210], h: usize) -> [__m256i; 4] {
+    let m4 = _mm256_set1_epi8(0x0F);
+    let m30 = _mm256_set1_epi8(0x30);
+    let ql0 = load_u8x32(sub(blk, 64 * h));
+    let ql1 = load_u8x32(sub(blk, 64 * h + 32));
+    let qh = load_u8x32(sub(blk, 128 + 32 * h));
+    [
+        _mm256_or_si256(_mm256_and_si256(ql0, m4), _mm256_and_si256(_mm256_slli_epi16::<4>(qh), m30)),
+        _mm256_or_si256(_mm256_and_si256(ql1, m4), _mm256_and_si256(_mm256_slli_epi16::<2>(qh), m30)),
+        _mm256_or_si256(_mm256_and_si256(_mm256_srli_epi16::<4>(ql0), m4), _mm256_and_si256(qh, m30)),
+        _mm256_or_si256(
+            _mm256_and_si256(_mm256_srli_epi16::<4>(ql1), m4),
+            _mm256_and_si256(_mm256_srli_epi16::<2>(qh), m30),
+        ),
+    ]
+}
+
 // ---------------------------------------------------------------- driver
 
 /// `out[i * rows.len() + j] = row j · acts[i]` for quantized rows of `dtype`.
@@ -208,8 +231,6 @@ fn q4_k<const R: usize>(row: &[u8], acts: &[Q8Row; R]) -> [f32; R] {
 fn q6_k<const R: usize>(row: &[u8], acts: &[Q8Row; R]) -> [f32; R] {
     let blocks = row.as_chunks::<210>().0;
     let q = act_blocks::<256, R>(acts);
-    let m4 = _mm256_set1_epi8(0x0F);
-    let m30 = _mm256_set1_epi8(0x30);
     let m32 = _mm256_set1_epi8(32);
     let mut facc = [_mm256_setzero_ps(); R];
     for (b, blk) in blocks.iter().enumerate() {
@@ -220,18 +241,7 @@ fn q6_k<const R: usize>(row: &[u8], acts: &[Q8Row; R]) -> [f32; R] {
             dd[r] = _mm256_mul_ps(d, _mm256_set1_ps(acts[r].d[b]));
         }
         for h in 0..2 {
-            let ql0 = load_u8x32(sub(blk, 64 * h));
-            let ql1 = load_u8x32(sub(blk, 64 * h + 32));
-            let qh = load_u8x32(sub(blk, 128 + 32 * h));
-            let v = [
-                _mm256_or_si256(_mm256_and_si256(ql0, m4), _mm256_and_si256(_mm256_slli_epi16::<4>(qh), m30)),
-                _mm256_or_si256(_mm256_and_si256(ql1, m4), _mm256_and_si256(_mm256_slli_epi16::<2>(qh), m30)),
-                _mm256_or_si256(_mm256_and_si256(_mm256_srli_epi16::<4>(ql0), m4), _mm256_and_si256(qh, m30)),
-                _mm256_or_si256(
-                    _mm256_and_si256(_mm256_srli_epi16::<4>(ql1), m4),
-                    _mm256_and_si256(_mm256_srli_epi16::<2>(qh), m30),
-                ),
-            ];
+            let v = q6_k_quants(blk, h);
             let mut iacc = [_mm256_setzero_si256(); R];
             for (g, &v) in v.iter().enumerate() {
                 let v = _mm256_sub_epi8(v, m32);
@@ -427,7 +437,7 @@ fn bf16_rows<const R: usize>(row: &[u8], xs: &[&[f32]; R]) -> [f32; R] {
 
 #[inline]
 #[target_feature(enable = "avx512f")]
-fn load_f32x16(a: &[f32; 16]) -> __m512 {
+pub(super) fn load_f32x16(a: &[f32; 16]) -> __m512 {
     // SAFETY: reads exactly the 64 bytes of `a`; loadu has no alignment requirement.
     unsafe { _mm512_loadu_ps(a.as_ptr()) }
 }
@@ -472,6 +482,46 @@ fn splat_i16(v: __m512i, i: i16) -> __m512i {
     _mm512_permutexvar_epi16(_mm512_set1_epi16(i), v)
 }
 
+/// A Q6_K block's 16 sub-block scales, one per 16-bit lane (lanes 16..32 zero).
+#[inline]
+#[target_feature(enable = "avx512f,avx512bw,avx2")]
+pub(super) fn q6_k_scales_512(blk: &[u8; 210]) -> __m512i {
+    _mm512_castsi256_si512(_mm256_cvtepi8_epi16(load_u8x16(sub(blk, 192))))
+}
+
+/// 32 Q6_K quants (`v`, from [`q6_k_quants`]) less 32, times their scales: sub-block `first`
+/// for lanes 0..16, `first + 1` for lanes 16..32 (`scales` from [`q6_k_scales_512`]).
+#[inline]
+#[target_feature(enable = "avx512f,avx512bw,avx2")]
+pub(super) fn q6_k_weights_512(v: __m256i, scales: __m512i, first: usize) -> __m512i {
+    let first = first as i16;
+    let idx = _mm512_mask_set1_epi16(_mm512_set1_epi16(first), 0xFFFF_0000, first + 1);
+    let s = _mm512_permutexvar_epi16(idx, scales);
+    _mm512_mullo_epi16(_mm512_cvtepi8_epi16(_mm256_sub_epi8(v, _mm256_set1_epi8(32))), s)
+}
+
+/// The 64 values of part `j` (values 64j..64j + 64) of a Q4_K block, times their sub-block
+/// scales (`scales`: the eight scales, one per 16-bit lane): low nibbles then high ones.
+#[inline]
+#[target_feature(enable = "avx512f,avx512bw,avx2")]
+pub(super) fn q4_k_weights_512(blk: &[u8; 144], j: usize, scales: __m512i) -> [__m512i; 2] {
+    let m4 = _mm256_set1_epi8(0x0F);
+    let v = load_u8x32(sub(blk, 16 + 32 * j));
+    let lo = _mm256_and_si256(v, m4);
+    let hi = _mm256_and_si256(_mm256_srli_epi16::<4>(v), m4);
+    [
+        _mm512_mullo_epi16(_mm512_cvtepu8_epi16(lo), splat_i16(scales, 2 * j as i16)),
+        _mm512_mullo_epi16(_mm512_cvtepu8_epi16(hi), splat_i16(scales, 2 * j as i16 + 1)),
+    ]
+}
+
+/// A Q4_K block's eight sub-block scales (from [`scales_k4`]), one per 16-bit lane.
+#[inline]
+#[target_feature(enable = "avx512f,avx2")]
+pub(super) fn q4_k_scales_512(sc: [u8; 8]) -> __m512i {
+    _mm512_castsi128_si512(_mm_cvtepu8_epi16(_mm_cvtsi64_si128(i64::from_le_bytes(sc))))
+}
+
 #[inline]
 #[target_feature(enable = "avx512f,avx512bw,avx512vnni,avx2,fma,f16c")]
 fn q4_k_512<const R: usize>(row: &[u8], acts: &[Q8Row; R]) -> [f32; R] {
@@ -480,19 +530,14 @@ fn q4_k_512<const R: usize>(row: &[u8], acts: &[Q8Row; R]) -> [f32; R] {
     let dsums: [&[[f32; 8]]; R] = std::array::from_fn(|r| acts[r].dsums32.as_chunks::<8>().0);
     // With several rows their chains hide vpdpwssd's latency; one row takes two.
     let hi_slot = if R >= 4 { 0 } else { 1 };
-    let m4 = _mm256_set1_epi8(0x0F);
     let mut facc = [_mm512_setzero_ps(); R];
     for (b, blk) in blocks.iter().enumerate() {
         let (d, dmin) = f16x2(sub(blk, 0));
         let (sc, mn) = scales_k4(sub(blk, 4));
-        let scales = _mm512_castsi128_si512(_mm_cvtepu8_epi16(_mm_cvtsi64_si128(i64::from_le_bytes(sc))));
+        let scales = q4_k_scales_512(sc);
         let mut iacc = [[_mm512_setzero_si512(); 2]; R];
         for j in 0..4 {
-            let v = load_u8x32(sub(blk, 16 + 32 * j));
-            let lo = _mm256_and_si256(v, m4);
-            let hi = _mm256_and_si256(_mm256_srli_epi16::<4>(v), m4);
-            let w_lo = _mm512_mullo_epi16(_mm512_cvtepu8_epi16(lo), splat_i16(scales, 2 * j as i16));
-            let w_hi = _mm512_mullo_epi16(_mm512_cvtepu8_epi16(hi), splat_i16(scales, 2 * j as i16 + 1));
+            let [w_lo, w_hi] = q4_k_weights_512(blk, j, scales);
             for r in 0..R {
                 let a = &q[r][b];
                 iacc[r][0] = dpwssd(iacc[r][0], w_lo, sub(a, 64 * j));
@@ -521,35 +566,17 @@ fn q4_k_512<const R: usize>(row: &[u8], acts: &[Q8Row; R]) -> [f32; R] {
 fn q6_k_512<const R: usize>(row: &[u8], acts: &[Q8Row; R]) -> [f32; R] {
     let blocks = row.as_chunks::<210>().0;
     let q = act_blocks::<256, R>(acts);
-    let m4 = _mm256_set1_epi8(0x0F);
-    let m30 = _mm256_set1_epi8(0x30);
-    let m32 = _mm256_set1_epi8(32);
     let mut facc = [_mm512_setzero_ps(); R];
     for (b, blk) in blocks.iter().enumerate() {
         let d = _mm512_cvtph_ps(_mm256_set1_epi16(i16::from_le_bytes(*sub(blk, 208))));
-        let scales = _mm512_castsi256_si512(_mm256_cvtepi8_epi16(load_u8x16(sub(blk, 192))));
+        let scales = q6_k_scales_512(blk);
         let mut iacc = [[_mm512_setzero_si512(); 2]; R];
         // With several rows their chains hide vpdpwssd's latency; one row takes two.
         let slots = if R >= 4 { 1 } else { 2 };
         for h in 0..2 {
-            let ql0 = load_u8x32(sub(blk, 64 * h));
-            let ql1 = load_u8x32(sub(blk, 64 * h + 32));
-            let qh = load_u8x32(sub(blk, 128 + 32 * h));
-            let v = [
-                _mm256_or_si256(_mm256_and_si256(ql0, m4), _mm256_and_si256(_mm256_slli_epi16::<4>(qh), m30)),
-                _mm256_or_si256(_mm256_and_si256(ql1, m4), _mm256_and_si256(_mm256_slli_epi16::<2>(qh), m30)),
-                _mm256_or_si256(_mm256_and_si256(_mm256_srli_epi16::<4>(ql0), m4), _mm256_and_si256(qh, m30)),
-                _mm256_or_si256(
-                    _mm256_and_si256(_mm256_srli_epi16::<4>(ql1), m4),
-                    _mm256_and_si256(_mm256_srli_epi16::<2>(qh), m30),
-                ),
-            ];
+            let v = q6_k_quants(blk, h);
             for (g, &v) in v.iter().enumerate() {
-                // 32 values: sub-blocks 8h + 2g (lanes 0..16) and 8h + 2g + 1 (lanes 16..32).
-                let first = (8 * h + 2 * g) as i16;
-                let idx = _mm512_mask_set1_epi16(_mm512_set1_epi16(first), 0xFFFF_0000, first + 1);
-                let s = _mm512_permutexvar_epi16(idx, scales);
-                let w = _mm512_mullo_epi16(_mm512_cvtepi8_epi16(_mm256_sub_epi8(v, m32)), s);
+                let w = q6_k_weights_512(v, scales, 8 * h + 2 * g);
                 for r in 0..R {
                     let a = &q[r][b];
                     iacc[r][g % slots] = dpwssd(iacc[r][g % slots], w, sub(a, 128 * h + 32 * g));

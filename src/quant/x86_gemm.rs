@@ -26,7 +26,10 @@ use std::arch::x86_64::*;
 
 use super::activation::{Q8Row, Rows, SUM_LEN};
 use super::block::{visit_blocks, BlockVisitor, Unpacked};
-use super::x86::{f16x2, load_u8x16, load_u8x32, scales_k4, sub};
+use super::x86::{
+    f16x2, load_f32x16, q4_k_scales_512, q4_k_weights_512, q6_k_quants, q6_k_scales_512, q6_k_weights_512, scales_k4,
+    sub,
+};
 use super::DType;
 
 /// Activation rows from which a product takes this kernel: below it, decoding a tile costs
@@ -174,65 +177,40 @@ impl Tile {
         }
     }
 
-    /// A Q4_K row (as x86.rs's `q4_k` reads it); returns the largest |quant · scale|.
+    /// A Q4_K row; returns the largest |quant · scale|.
     #[target_feature(enable = "avx512f,avx512bw,avx2,f16c")]
     fn fill_q4_k(&mut self, t: usize, row: &[u8]) -> u32 {
-        let m4 = _mm256_set1_epi8(0x0F);
         let mut largest = 0;
         for (b, blk) in row.as_chunks::<144>().0.iter().enumerate() {
             let (d, dmin) = f16x2(sub(blk, 0));
             let (sc, mn) = scales_k4(sub(blk, 4));
+            let scales = q4_k_scales_512(sc);
             for j in 0..4 {
-                let v = load_u8x32(sub(blk, 16 + 32 * j));
-                let lo = _mm256_and_si256(v, m4);
-                let hi = _mm256_and_si256(_mm256_srli_epi16::<4>(v), m4);
-                let (s_lo, s_hi) = (sc[2 * j], sc[2 * j + 1]);
-                let w_lo = _mm512_mullo_epi16(_mm512_cvtepu8_epi16(lo), _mm512_set1_epi16(i16::from(s_lo)));
-                let w_hi = _mm512_mullo_epi16(_mm512_cvtepu8_epi16(hi), _mm512_set1_epi16(i16::from(s_hi)));
+                let [w_lo, w_hi] = q4_k_weights_512(blk, j, scales);
                 self.store(t, (b * 256 + 64 * j) / 8, w_lo);
                 self.store(t, (b * 256 + 64 * j + 32) / 8, w_hi);
-                largest = largest.max(15 * u32::from(s_lo.max(s_hi)));
             }
+            largest = largest.max(15 * u32::from(sc.into_iter().max().unwrap_or(0)));
             self.set_scales(t, b, d, dmin, &mn.map(i32::from));
         }
         largest
     }
 
-    /// A Q6_K row (as x86.rs's `q6_k` reads it); returns the largest |quant · scale|.
+    /// A Q6_K row; returns the largest |quant · scale|.
     #[target_feature(enable = "avx512f,avx512bw,avx2,f16c")]
     fn fill_q6_k(&mut self, t: usize, row: &[u8]) -> u32 {
-        let m4 = _mm256_set1_epi8(0x0F);
-        let m30 = _mm256_set1_epi8(0x30);
-        let m32 = _mm256_set1_epi8(32);
         let mut largest = 0;
         for (b, blk) in row.as_chunks::<210>().0.iter().enumerate() {
             let (d, _) = f16x2(&[blk[208], blk[209], 0, 0]);
-            let scales = _mm256_cvtepi8_epi16(load_u8x16(sub(blk, 192)));
-            let scale_of = |i: usize| i32::from(blk[192 + i] as i8);
+            let scales = q6_k_scales_512(blk);
             for h in 0..2 {
-                let ql0 = load_u8x32(sub(blk, 64 * h));
-                let ql1 = load_u8x32(sub(blk, 64 * h + 32));
-                let qh = load_u8x32(sub(blk, 128 + 32 * h));
-                let v = [
-                    _mm256_or_si256(_mm256_and_si256(ql0, m4), _mm256_and_si256(_mm256_slli_epi16::<4>(qh), m30)),
-                    _mm256_or_si256(_mm256_and_si256(ql1, m4), _mm256_and_si256(_mm256_slli_epi16::<2>(qh), m30)),
-                    _mm256_or_si256(_mm256_and_si256(_mm256_srli_epi16::<4>(ql0), m4), _mm256_and_si256(qh, m30)),
-                    _mm256_or_si256(
-                        _mm256_and_si256(_mm256_srli_epi16::<4>(ql1), m4),
-                        _mm256_and_si256(_mm256_srli_epi16::<2>(qh), m30),
-                    ),
-                ];
-                for (g, &v) in v.iter().enumerate() {
-                    // 32 values: sub-blocks 8h + 2g (lanes 0..16) and 8h + 2g + 1 (16..32).
-                    let first = (8 * h + 2 * g) as i16;
-                    let idx = _mm512_mask_set1_epi16(_mm512_set1_epi16(first), 0xFFFF_0000, first + 1);
-                    let s = _mm512_permutexvar_epi16(idx, _mm512_castsi256_si512(scales));
-                    let w = _mm512_mullo_epi16(_mm512_cvtepi8_epi16(_mm256_sub_epi8(v, m32)), s);
+                for (g, v) in q6_k_quants(blk, h).into_iter().enumerate() {
+                    let w = q6_k_weights_512(v, scales, 8 * h + 2 * g);
                     self.store(t, (b * 256 + 128 * h + 32 * g) / 8, w);
-                    let s_max = scale_of(8 * h + 2 * g).unsigned_abs().max(scale_of(8 * h + 2 * g + 1).unsigned_abs());
-                    largest = largest.max(32 * s_max);
                 }
             }
+            let s_max = blk[192..208].iter().map(|&s| (s as i8).unsigned_abs()).max().unwrap_or(0);
+            largest = largest.max(32 * u32::from(s_max));
             self.set_scales(t, b, d, 0.0, &[0; 16]);
         }
         largest
@@ -359,13 +337,6 @@ fn load_i16x32(a: &[i16; 32]) -> __m512i {
 fn load_i16x8(a: &[i16; 8]) -> __m128i {
     // SAFETY: reads exactly the 16 bytes of `a`; loadu has no alignment requirement.
     unsafe { _mm_loadu_si128(a.as_ptr().cast()) }
-}
-
-#[inline]
-#[target_feature(enable = "avx512f")]
-fn load_f32x16(a: &[f32; 16]) -> __m512 {
-    // SAFETY: reads exactly the 64 bytes of `a`; loadu has no alignment requirement.
-    unsafe { _mm512_loadu_ps(a.as_ptr()) }
 }
 
 #[inline]
