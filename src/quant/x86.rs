@@ -223,9 +223,7 @@ fn q4_k<const R: usize>(row: &[u8], acts: &[Q8Row; R]) -> [f32; R] {
 }
 
 /// Q6_K (210-byte blocks: 128 bytes of low nibbles, 64 of high 2-bit pairs, 16 i8 scales,
-/// d). Per 128 values: 64 bytes of nibbles (bytes l and l+32 give values l, l+32 from their
-/// low nibbles and l+64, l+96 from their high ones) and 32 bytes of high bits (2 bits for
-/// each of the four values).
+/// d; the quants laid out as [`q6_k_quants`] reads them).
 #[inline]
 #[target_feature(enable = "avx2,fma,f16c")]
 fn q6_k<const R: usize>(row: &[u8], acts: &[Q8Row; R]) -> [f32; R] {
