@@ -7,12 +7,21 @@ use std::process::{Command, Output};
 use tinyjson::JsonValue;
 
 fn caption(args: &[&str], model: &Path) -> Output {
+    caption_in(None, args, model)
+}
+
+/// `hrx caption ARGS` with the tiny model, run in `dir` when given.
+fn caption_in(dir: Option<&Path>, args: &[&str], model: &Path) -> Output {
     let m = model.join("qwen3vl-tiny-F16.gguf");
     let mm = model.join("mmproj-qwen3vl-tiny-F16.gguf");
     let mut all: Vec<&str> =
         vec!["caption", "-m", m.to_str().unwrap(), "--mmproj", mm.to_str().unwrap(), "-n", "3", "--ignore-eos"];
     all.extend(args);
-    Command::new(env!("CARGO_BIN_EXE_hrx")).args(&all).output().expect("run hrx")
+    let mut command = Command::new(env!("CARGO_BIN_EXE_hrx"));
+    if let Some(dir) = dir {
+        command.current_dir(dir);
+    }
+    command.args(&all).output().expect("run hrx")
 }
 
 fn lines(path: &Path) -> Vec<JsonValue> {
@@ -125,13 +134,7 @@ fn one_image_however_it_is_named() {
     let dir = scratch("names");
     std::fs::copy(oracle.join("images/tiny-40x30.png"), dir.join("x.png")).unwrap();
     let abs = dir.join("x.png").display().to_string();
-    let run_in = |args: &[&str]| {
-        let m = model.join("qwen3vl-tiny-F16.gguf");
-        let mm = model.join("mmproj-qwen3vl-tiny-F16.gguf");
-        let mut all = vec!["caption", "-m", m.to_str().unwrap(), "--mmproj", mm.to_str().unwrap(), "-n", "2"];
-        all.extend(args);
-        Command::new(env!("CARGO_BIN_EXE_hrx")).args(&all).current_dir(&dir).output().expect("run hrx")
-    };
+    let run_in = |args: &[&str]| caption_in(Some(&dir), args, &model);
     let run = run_in(&["x.png", "./x.png", &abs, "-o", "c.jsonl"]);
     assert_eq!(run.status.code(), Some(0), "{}", String::from_utf8_lossy(&run.stderr));
     assert_eq!(lines(&dir.join("c.jsonl")).len(), 1, "three names, one image");

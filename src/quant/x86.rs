@@ -69,6 +69,27 @@ fn load_f32x8(a: &[f32; 8]) -> __m256 {
     unsafe { _mm256_loadu_ps(a.as_ptr()) }
 }
 
+#[inline]
+#[target_feature(enable = "avx512f")]
+pub(super) fn load_i16x32(a: &[i16; 32]) -> __m512i {
+    // SAFETY: reads exactly the 64 bytes of `a`; loadu has no alignment requirement.
+    unsafe { _mm512_loadu_si512(a.as_ptr().cast()) }
+}
+
+#[inline]
+#[target_feature(enable = "avx2")]
+pub(super) fn load_i16x8(a: &[i16; 8]) -> __m128i {
+    // SAFETY: reads exactly the 16 bytes of `a`; loadu has no alignment requirement.
+    unsafe { _mm_loadu_si128(a.as_ptr().cast()) }
+}
+
+#[inline]
+#[target_feature(enable = "avx512f")]
+pub(super) fn store_f32x16(a: &mut [f32; 16], v: __m512) {
+    // SAFETY: writes exactly the 64 bytes of `a`; storeu has no alignment requirement.
+    unsafe { _mm512_storeu_ps(a.as_mut_ptr(), v) }
+}
+
 // ---------------------------------------------------------------- small helpers
 
 /// Sum of the eight lanes.

@@ -27,8 +27,8 @@ use std::arch::x86_64::*;
 use super::activation::{Q8Row, Rows, SUM_LEN};
 use super::block::{visit_blocks, BlockVisitor, Unpacked};
 use super::x86::{
-    f16x2, load_f32x16, q4_k_scales_512, q4_k_weights_512, q6_k_quants, q6_k_scales_512, q6_k_weights_512, scales_k4,
-    sub,
+    f16x2, load_f32x16, load_i16x32, load_i16x8, q4_k_scales_512, q4_k_weights_512, q6_k_quants, q6_k_scales_512,
+    q6_k_weights_512, scales_k4, store_f32x16, sub,
 };
 use super::DType;
 
@@ -323,25 +323,4 @@ fn pass<const N: usize, const S: usize, const R: usize>(
         }
     }
     sums
-}
-
-#[inline]
-#[target_feature(enable = "avx512f")]
-fn load_i16x32(a: &[i16; 32]) -> __m512i {
-    // SAFETY: reads exactly the 64 bytes of `a`; loadu has no alignment requirement.
-    unsafe { _mm512_loadu_si512(a.as_ptr().cast()) }
-}
-
-#[inline]
-#[target_feature(enable = "avx2")]
-fn load_i16x8(a: &[i16; 8]) -> __m128i {
-    // SAFETY: reads exactly the 16 bytes of `a`; loadu has no alignment requirement.
-    unsafe { _mm_loadu_si128(a.as_ptr().cast()) }
-}
-
-#[inline]
-#[target_feature(enable = "avx512f")]
-fn store_f32x16(a: &mut [f32; 16], v: __m512) {
-    // SAFETY: writes exactly the 64 bytes of `a`; storeu has no alignment requirement.
-    unsafe { _mm512_storeu_ps(a.as_mut_ptr(), v) }
 }

@@ -165,14 +165,30 @@ impl Variants {
 
     /// What the device of `info` runs best, as the HRX_VK_* switches allow.
     pub fn for_device(info: &DeviceInfo) -> Variants {
-        let switch = |name: &str| std::env::var(name).is_ok_and(|v| v == "1");
-        let subgroup_matvec = info.subgroup_matvec().filter(|_| !switch("HRX_VK_NO_SUBGROUP"));
+        let switch = |name: &str| match std::env::var(name) {
+            Ok(v) if v == "1" => true,
+            Ok(v) if v != "0" => {
+                log::warn!("{name}={v:?}: expected 1 (on) or 0 (off); taken as off");
+                false
+            }
+            _ => false,
+        };
+        // Every switch read (and a bad value reported) whatever the device offers.
+        let (no_subgroup, coopmat) = (switch("HRX_VK_NO_SUBGROUP"), switch("HRX_VK_COOPMAT"));
+        let subgroup_matvec = info.subgroup_matvec().filter(|_| !no_subgroup);
+        let wide = match std::env::var("HRX_VK_MATVEC") {
+            Ok(v) if v == "sg" => false,
+            Ok(v) if v != "wide" => {
+                log::warn!("HRX_VK_MATVEC={v:?}: expected sg or wide; taken as wide");
+                true
+            }
+            _ => true,
+        };
         Variants {
             subgroup_matvec,
-            coopmat: info.coopmat_matmul().filter(|_| switch("HRX_VK_COOPMAT")),
+            coopmat: info.coopmat_matmul().filter(|_| coopmat),
             exact: switch("HRX_VK_EXACT"),
-            wide_matvec: subgroup_matvec.is_some_and(|s| s <= WIDE_MAX_SUBGROUP)
-                && std::env::var("HRX_VK_MATVEC").map_or(true, |v| v != "sg"),
+            wide_matvec: wide && subgroup_matvec.is_some_and(|s| s <= WIDE_MAX_SUBGROUP),
             fuse: !switch("HRX_VK_NO_FUSE"),
             tiled_attention: !switch("HRX_VK_NO_TILED_ATTN"),
             shared_memory: info.max_shared_memory,
