@@ -22,6 +22,11 @@ float load_f16(uint off) {
     return unpackHalf2x16(load_u16(off)).x;
 }
 
+// The four unsigned bytes of a word, low byte first.
+vec4 u8x4(uint v) {
+    return vec4(uvec4(v, v >> 8u, v >> 16u, v >> 24u) & 0xFFu);
+}
+
 // The four signed bytes of a word, low byte first.
 vec4 i8x4(uint v) {
     ivec4 s = ivec4(int(v) << 24, int(v) << 16, int(v) << 8, int(v)) >> 24;

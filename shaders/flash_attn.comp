@@ -16,29 +16,7 @@ layout(set = 0, binding = 3) readonly buffer V { float v[]; };
 layout(set = 0, binding = 4) readonly buffer Slots { int slots[]; };
 layout(set = 0, binding = 5) writeonly buffer D { float d[]; };
 
-layout(push_constant) uniform Params {
-    uvec4 ne;       // output (= q) shape: head_dim, heads, queries, 1 (maximal)
-    uvec4 dyn;      // dynamic axis of the output (common.glsl)
-    uint q_off;     // q: offset, head stride, query stride (floats); unit stride along head_dim
-    uint q_nb1;
-    uint q_nb2;
-    uint k_off;     // k: offset, head stride, row stride
-    uint k_nb1;
-    uint k_nb2;
-    uint v_off;
-    uint v_nb1;
-    uint v_nb2;
-    uint d_off;
-    uint d_nb1;
-    uint d_nb2;
-    uint kv_heads;
-    uint n_kv;      // kv rows (maximal)
-    uint kv_sym;    // the kv rows' run-time length: syms[kv_sym] * kv_num / kv_den;
-    uint kv_num;    // kv_sym 0xFFFFFFFF: static
-    uint kv_den;
-    uint s_off;     // slots offset (ints); 0xFFFFFFFF: no slots (not causal)
-    float scale;
-} p;
+#include "flash_attn_params.glsl"
 
 // K rows are staged through shared memory KS dimensions at a time, read by neighbouring
 // threads from neighbouring addresses (a thread per key reading its own row directly would
@@ -68,18 +46,12 @@ void main() {
     uint tid = gl_LocalInvocationID.x;
     uint hd = ne.x;
     uint group = ne.y / p.kv_heads;
-    uint n_kv_all = p.n_kv;
-    if (p.kv_sym != 0xFFFFFFFFu) {
-        n_kv_all = min(n_kv_all, syms[p.kv_sym] * p.kv_num / p.kv_den);
-    }
+    uint n_kv_all = kv_rows();
     for (uint wi = gl_WorkGroupID.x; wi < ne.y * ne.z; wi += gl_NumWorkGroups.x) {
         uint h = wi % ne.y;
         uint t = wi / ne.y;
         uint kh = h / group;
-        uint n_kv = n_kv_all;
-        if (p.s_off != 0xFFFFFFFFu) {
-            n_kv = uint(clamp(slots[p.s_off + t] + 1, 0, int(n_kv_all)));
-        }
+        uint n_kv = limit(t, ne.z, n_kv_all);
         uint qb = p.q_off + h * p.q_nb1 + t * p.q_nb2;
         for (uint i = tid; i < hd; i += WG) {
             qs[i] = q[qb + i];

@@ -33,30 +33,8 @@ layout(set = 0, binding = 5) writeonly buffer D { float d[]; };
 layout(set = 0, binding = 6) coherent buffer S { float scratch[]; };
 layout(set = 0, binding = 6) coherent buffer SU { uint scratch_u[]; };
 
-layout(push_constant) uniform Params {
-    uvec4 ne;       // output (= q) shape: head_dim, heads, queries, 1 (maximal)
-    uvec4 dyn;      // dynamic axis of the output (common.glsl)
-    uint q_off;     // q: offset, head stride, query stride (floats); unit stride along head_dim
-    uint q_nb1;
-    uint q_nb2;
-    uint k_off;     // k: offset, head stride, row stride
-    uint k_nb1;
-    uint k_nb2;
-    uint v_off;
-    uint v_nb1;
-    uint v_nb2;
-    uint d_off;
-    uint d_nb1;
-    uint d_nb2;
-    uint kv_heads;
-    uint n_kv;      // kv rows (maximal)
-    uint kv_sym;    // the kv rows' run-time length: syms[kv_sym] * kv_num / kv_den;
-    uint kv_num;    // kv_sym 0xFFFFFFFF: static
-    uint kv_den;
-    uint s_off;     // slots offset (ints); 0xFFFFFFFF: no slots (not causal)
-    float scale;
-    uint splits;    // most workgroups per (head, query)
-} p;
+#define ATTN_SPLITS
+#include "flash_attn_params.glsl"
 
 shared float sh_o[MAXSG * 256u];
 shared float sh_m[MAXSG];
@@ -81,10 +59,7 @@ void main() {
     // One record per (query, head, split): max, sum, head_dim output values; then the counters.
     uint rs = 2u + p.ne.x;
     uint counters = p.ne.y * p.ne.z * p.splits * rs;
-    uint n_kv_all = p.n_kv;
-    if (p.kv_sym != 0xFFFFFFFFu) {
-        n_kv_all = min(n_kv_all, syms[p.kv_sym] * p.kv_num / p.kv_den);
-    }
+    uint n_kv_all = kv_rows();
     uint items = ne.y * ne.z * p.splits;
     for (uint wi = gl_WorkGroupID.x; wi < items; wi += gl_NumWorkGroups.x) {
         uint s = wi % p.splits;
@@ -92,10 +67,7 @@ void main() {
         uint h = hq % ne.y;
         uint t = hq / ne.y;
         uint kh = h / group;
-        uint n_kv = n_kv_all;
-        if (p.s_off != 0xFFFFFFFFu) {
-            n_kv = uint(clamp(slots[p.s_off + t] + 1, 0, int(n_kv_all)));
-        }
+        uint n_kv = limit(t, ne.z, n_kv_all);
         // Splits of at least MIN_CHUNK rows: a short context takes fewer (the others skip).
         uint chunk = max(MIN_CHUNK, (n_kv + p.splits - 1u) / p.splits);
         uint n_splits = max(1u, (n_kv + chunk - 1u) / chunk);

@@ -44,29 +44,7 @@ layout(set = 0, binding = 3) readonly buffer V { float v[]; };
 layout(set = 0, binding = 4) readonly buffer Slots { int slots[]; };
 layout(set = 0, binding = 5) writeonly buffer D { float d[]; };
 
-layout(push_constant) uniform Params {
-    uvec4 ne;       // output (= q) shape: head_dim, heads, queries, 1 (maximal)
-    uvec4 dyn;      // dynamic axis of the output (common.glsl)
-    uint q_off;     // q: offset, head stride, query stride (floats); unit stride along head_dim
-    uint q_nb1;
-    uint q_nb2;
-    uint k_off;     // k: offset, head stride, row stride
-    uint k_nb1;
-    uint k_nb2;
-    uint v_off;
-    uint v_nb1;
-    uint v_nb2;
-    uint d_off;
-    uint d_nb1;
-    uint d_nb2;
-    uint kv_heads;
-    uint n_kv;      // kv rows (maximal)
-    uint kv_sym;    // the kv rows' run-time length: syms[kv_sym] * kv_num / kv_den;
-    uint kv_num;    // kv_sym 0xFFFFFFFF: static
-    uint kv_den;
-    uint s_off;     // slots offset (ints); 0xFFFFFFFF: no slots (not causal)
-    float scale;
-} p;
+#include "flash_attn_params.glsl"
 
 shared vec4 qs[BR * DM4];
 shared vec4 ks[BC * KROW];
@@ -93,17 +71,6 @@ void load_v(uint base, uint row0, uint rows, uint hd) {
     }
 }
 
-// The kv rows query t sees (0 past the run-time query count).
-uint limit(uint t, uint n_q, uint n_kv) {
-    if (t >= n_q) {
-        return 0u;
-    }
-    if (p.s_off == 0xFFFFFFFFu) {
-        return n_kv;
-    }
-    return uint(clamp(slots[p.s_off + t] + 1, 0, int(n_kv)));
-}
-
 void main() {
     uvec4 ne = runtime_ne(p.ne, p.dyn);
     uint tid = gl_LocalInvocationID.x;
@@ -114,10 +81,7 @@ void main() {
     uint heads = ne.y;
     uint n_q = ne.z;
     uint group = heads / p.kv_heads;
-    uint n_kv_all = p.n_kv;
-    if (p.kv_sym != 0xFFFFFFFFu) {
-        n_kv_all = min(n_kv_all, syms[p.kv_sym] * p.kv_num / p.kv_den);
-    }
+    uint n_kv_all = kv_rows();
     float qscale = p.scale * 1.4426950408889634; // log2(e): the softmax runs on exp2
     uint tiles = (n_q + BR - 1u) / BR;
     // Heads vary fastest: the heads sharing a kv head run side by side and share its K and V

@@ -20,6 +20,10 @@ layout(constant_id = 4) const uint SG_M = 64u;
 layout(constant_id = 5) const uint SG_N = 64u;
 // Values of k staged per step (a multiple of CM_K and of 8).
 layout(constant_id = 6) const uint BK = 32u;
+// mul_mat_cm: slices whose loads are in flight at once (register sets).
+layout(constant_id = 7) const uint DEPTH = 4u;
+// mul_mat_cm, for measuring only (HRX_VK_CM_TILES): 1 leaves out the products, 2 the staging.
+layout(constant_id = 8) const uint PROBE = 0u;
 
 const uint TM = SG_M / CM_M;
 const uint TN = SG_N / CM_N;
@@ -29,10 +33,8 @@ const uint WG_N = 2u * SG_N;
 // coopMatLoad wants) and moves each row 4 banks along, so the 8 rows a matrix load reads at
 // once fall on different banks.
 const uint LDS = BK + 8u;
-// Staging: each thread brings groups of 4 consecutive k, BK / 4 groups to a row.
+// mul_mat_cm_exact's staging: groups of 4 consecutive k, BK / 4 groups to a row.
 const uint GROUPS = BK / 4u;
-const uint W_LOADS = WG_M * GROUPS / THREADS;
-const uint X_LOADS = WG_N * GROUPS / THREADS;
 // Each subgroup stores one accumulator at a time through its own CM_M x CM_N patch of shared
 // memory (columns padded by 4 floats), then writes it to d with bounds, strides and the
 // residual: a few KiB instead of a whole f32 tile.

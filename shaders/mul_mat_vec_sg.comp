@@ -28,29 +28,11 @@ vec4 x4(uint i) {
     return vec4(x[i], x[i + 1u], x[i + 2u], x[i + 3u]);
 }
 
-vec4 bytes4(uint v) {
-    return vec4(uvec4(v, v >> 8u, v >> 16u, v >> 24u) & 0xFFu);
-}
-
 // This lane's part of row `row` (byte offset) dot the column at float offset xo, lanes
 // 0..step-1 of the subgroup together covering the row.
 #if defined(W_Q4_K)
 // 8 values per lane and step: the low and high nibbles of one word of qs (values l..l+3 of
 // sub-blocks 2c and 2c+1), with the block's d, dmin and the two scales and mins.
-// Byte i of the 12 scale bytes held as three words.
-uint scale_byte(uvec3 s, uint i) {
-    return (s[i / 4u] >> (8u * (i % 4u))) & 0xFFu;
-}
-
-// Scale and min of sub-block j from the scale words (q4_k_scale_min's layout).
-vec2 q4_k_scale_min_words(uvec3 s, uint j) {
-    if (j < 4u) {
-        return vec2(float(scale_byte(s, j) & 63u), float(scale_byte(s, j + 4u) & 63u));
-    }
-    uint lo = scale_byte(s, j + 4u);
-    return vec2(float((lo & 15u) | ((scale_byte(s, j - 4u) >> 6u) << 4u)), float((lo >> 4u) | ((scale_byte(s, j) >> 6u) << 4u)));
-}
-
 float row_dot(uint row, uint xo, uint lane, uint step) {
     float acc = 0.0;
     uint units = (p.K / 256u) * 32u;
@@ -81,7 +63,7 @@ float row_dot(uint row, uint xo, uint lane, uint step) {
         uint xi = xo + b * 256u + 64u * c + l;
         vec4 x0 = x4(xi);
         vec4 x1 = x4(xi + 32u);
-        float scaled = s0.x * dot(bytes4(q & 0x0F0F0F0Fu), x0) + s1.x * dot(bytes4((q >> 4u) & 0x0F0F0F0Fu), x1);
+        float scaled = s0.x * dot(u8x4(q & 0x0F0F0F0Fu), x0) + s1.x * dot(u8x4((q >> 4u) & 0x0F0F0F0Fu), x1);
         float mins = s0.y * dot(x0, vec4(1.0)) + s1.y * dot(x1, vec4(1.0));
         acc += dm.x * scaled - dm.y * mins;
     }
@@ -107,7 +89,7 @@ float row_dot(uint row, uint xo, uint lane, uint step) {
         for (uint t = 0u; t < 4u; t++) {
             uint q = (lo[t] & 0x0F0F0F0Fu) | (((qh >> (2u * t)) & 0x03030303u) << 4u);
             float sc = float(int(load_u8(blk + 192u + 8u * n + l / 16u + 2u * t) << 24) >> 24);
-            sum += sc * dot(bytes4(q) - 32.0, x4(xi + 32u * t));
+            sum += sc * dot(u8x4(q) - 32.0, x4(xi + 32u * t));
         }
         acc += load_f16(blk + 208u) * sum;
     }

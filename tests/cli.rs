@@ -217,21 +217,17 @@ fn plan_for_the_cpu_and_for_vulkan() {
         }
         // The text plan names what the recording dispatches: the fused kernels and the
         // device's variants (lavapipe has subgroup arithmetic: the subgroup mat-vec kernels;
-        // 32 KiB of shared memory: query-tiled attention for prefill and vision, one query
-        // per workgroup for decode).
+        // 32 KiB of shared memory: query-tiled attention for prefill and vision, on the matrix
+        // units where the device has cooperative matrices; the split kernel for decode).
         let out = hrx(&["plan", "-m", m.to_str().unwrap(), "--mmproj", mmproj.to_str().unwrap(), "--device", "0"]);
         let text = String::from_utf8(out.stdout).unwrap();
-        for kernel in [
-            "rms_norm_rope (RMS_NORM+ROPE)",
-            "(MUL_MAT+ADD)",
-            "(subgroup ",
-            "flash_attn_tiled_",
-            "flash_attn_split ",
-            "dispatches per run",
-        ] {
+        for kernel in
+            ["rms_norm_rope (RMS_NORM+ROPE)", "(MUL_MAT+ADD)", "(subgroup ", "flash_attn_split ", "dispatches per run"]
+        {
             assert!(text.contains(kernel), "{kernel} missing from:\n{text}");
         }
         assert!(text.contains("mul_mat_vec_wide_q") || text.contains("mul_mat_vec_sg_q"), "{text}");
+        assert!(text.contains("flash_attn_tiled_") || text.contains("flash_attn_cm_"), "{text}");
     } else {
         eprintln!("\n!!!!! no Vulkan device: the Vulkan plan is not checked !!!!!\n");
     }
@@ -331,11 +327,11 @@ fn bench_with_vk_profile_prints_gpu_time_per_kernel() {
         let rows: Vec<Vec<&str>> =
             table.iter().skip(1).take_while(|l| l.starts_with("  ")).map(|l| l.split_whitespace().collect()).collect();
         // A prefill chunk's attention runs query tiles (every tile fits lavapipe's and GPUs'
-        // shared memory), a decode step's the kv rows split over workgroups (lavapipe and GPUs
-        // have subgroup arithmetic).
+        // shared memory; on the matrix units where the device has them), a decode step's the kv
+        // rows split over workgroups (lavapipe and GPUs have subgroup arithmetic).
         let attn = |name: &str| {
             if graph == "text-prefill" {
-                name.starts_with("flash_attn_tiled_")
+                name.starts_with("flash_attn_tiled_") || name.starts_with("flash_attn_cm_")
             } else {
                 name == "flash_attn_split"
             }

@@ -192,8 +192,17 @@ fn check_matmul(
     let out = Strided::new(rng, [n, cols[0], cols[1], cols[2]], 1, 7);
     let x_bytes = f32_bytes(&x.data);
     for kind in mat_kinds(ks) {
-        // The wide kernel takes rows of whole 32-value units only.
-        if matches!(kind, MatKind::VecWide { .. }) && !k.is_multiple_of(32) {
+        // The wide kernel takes rows of whole 32-value units only; the fast cooperative-matrix
+        // one whole 32-value slices of rows aligned for its 16-byte loads (2-byte for the types
+        // whose blocks are).
+        let row_bytes = w_op.nb[1];
+        let aligned = matches!(dtype, DType::Q6K | DType::Q8_0) || (row_bytes.is_multiple_of(16) && w_off % 16 == 0);
+        let refused = match kind {
+            MatKind::VecWide { .. } => !k.is_multiple_of(32),
+            MatKind::Coop(cm) => !(k.is_multiple_of(kernels::Tiles::fast(cm).bk as usize) && aligned),
+            _ => false,
+        };
+        if refused {
             assert!(vulkan_common::launch_mat(kind, &w_op, &x.operand(), &out.operand(), None, None).is_err());
             continue;
         }
@@ -331,14 +340,13 @@ fn coopmat_kernel_is_chosen_where_the_device_has_cooperative_matrices() {
     let many = variants.mat_kinds(512, 64)[0];
     let switch = |name: &str| std::env::var(name).is_ok_and(|v| v == "1");
     match coop_variant(ks) {
-        Some(_) if !switch("HRX_VK_COOPMAT") => {
-            // The default: the tiled f32 kernel (faster on the H200 than the f16 one).
+        Some(_) if switch("HRX_VK_NO_COOPMAT") => {
             assert_eq!(many, MatKind::Tiled);
             assert!(!variants.f16_products());
         }
         Some(cm) if switch("HRX_VK_EXACT") => assert_eq!(many, MatKind::CoopExact(cm)),
         Some(cm) => {
-            // HRX_VK_COOPMAT=1: f16 operands on the device's best shape.
+            // The default: f16 operands on the device's best shape.
             assert_eq!(many, MatKind::Coop(cm));
             assert!(variants.f16_products());
             assert!(info.features.coopmat_f16_shapes.contains(&cm.shape));
@@ -402,26 +410,31 @@ fn plans_for_a_device_name_its_kernel_variants() {
 
 #[test]
 fn coopmat_kernel_large_and_ragged_tiles() {
-    // Several tiles with ragged edges in both directions, K not a multiple of the kernels'
-    // 32-deep slices, a clamped grid: the cooperative-matrix kernels where the device has
-    // them (128 x 128 and 64 x 64 tiles at 16 x 16 x 16, 64 x 64 at lavapipe's 8 x 8 x 8), the
-    // portable tiled one everywhere.
+    // Several tiles with ragged edges in both directions, odd and even numbers of slices (the
+    // fast kernel's loads run two slices ahead), a clamped grid: the cooperative-matrix kernels
+    // where the device has them (128 x 64 and 64 x 64 tiles at 16 x 16 x 16, 64 x 32 and 64 x
+    // 64 at lavapipe's 8 x 8 x 8), the portable tiled one everywhere. K not a multiple of 32
+    // (float weights): the exact and tiled kernels; the fast one refuses it (check_matmul).
     let Some(ks) = kernel_set() else { return };
     let mut rng = Rng::new(12);
     for dtype in [DType::F16, DType::Q4K, DType::Q5K, DType::Q6K, DType::Q8_0, DType::F32, DType::BF16] {
-        // K = 200: a ragged last 32-deep slice; 224, 768: whole slices.
-        let k = if dtype.block_len() == 256 {
-            768
+        // Slices of 64 (the fast kernel's default): 768, 12; 320, 5; 64, one; 224 and 200 are
+        // not whole slices of it (the exact and tiled kernels), 200 not of 32 either.
+        let ks_of = if dtype.block_len() == 256 {
+            vec![768, 256]
         } else if dtype == DType::Q8_0 {
-            224
+            vec![320, 64, 224]
         } else {
-            200
+            vec![320, 64, 224, 200]
         };
-        check_matmul(ks, &mut rng, dtype, k, 150, [131, 1, 1], None);
-        check_matmul(ks, &mut rng, dtype, k, 70, [65, 2, 1], Some([1, 1, 1]));
+        for k in ks_of {
+            check_matmul(ks, &mut rng, dtype, k, 150, [131, 1, 1], None);
+            check_matmul(ks, &mut rng, dtype, k, 70, [65, 2, 1], Some([1, 1, 1]));
+        }
     }
     // Three tiles of 128 in both directions, the last ones ragged, over 3 x 2 workgroups.
     check_matmul(ks, &mut rng, DType::Q4K, 512, 293, [275, 1, 1], Some([3, 2, 1]));
+    check_matmul(ks, &mut rng, DType::F16, 320, 300, [97, 3, 1], None);
     check_matmul(ks, &mut rng, DType::F16, 259, 300, [97, 3, 1], None);
 }
 
@@ -867,11 +880,18 @@ struct AttnCase {
     run: Option<(usize, usize)>,
     max: Option<[u32; 3]>,
     gain: f32,
+    /// q, k and v 16-byte aligned (offsets and strides whole vec4s), as a model's are; else
+    /// padded rows and odd offsets.
+    aligned: bool,
 }
 
 impl AttnCase {
     fn new((d, heads, kv_heads, n_q, n_kv): (usize, usize, usize, usize, usize)) -> AttnCase {
-        AttnCase { d, heads, kv_heads, n_q, n_kv, slots: None, run: None, max: None, gain: 1.0 }
+        AttnCase { d, heads, kv_heads, n_q, n_kv, slots: None, run: None, max: None, gain: 1.0, aligned: false }
+    }
+
+    fn aligned(self) -> AttnCase {
+        AttnCase { aligned: true, ..self }
     }
 
     /// Causal: query t sees kv rows 0..=slots[t].
@@ -901,25 +921,32 @@ impl AttnCase {
     fn name(&self, kernel: KernelId) -> String {
         let (d, h, kvh, n_q, n_kv) = (self.d, self.heads, self.kv_heads, self.n_q, self.n_kv);
         let causal = if self.slots.is_some() { "causal" } else { "full" };
-        let (run, max, gain) = (self.run, self.max, self.gain);
+        let (run, max, gain, aligned) = (self.run, self.max, self.gain, self.aligned);
         format!(
-            "{} d={d} heads={h}/{kvh} n_q={n_q} n_kv={n_kv} {causal} run={run:?} max={max:?} gain={gain}",
+            "{} d={d} heads={h}/{kvh} n_q={n_q} n_kv={n_kv} {causal} run={run:?} max={max:?} gain={gain} aligned={aligned}",
             kernel.name()
         )
     }
 }
 
 /// The attention kernels the test device runs for `d`: the one-query kernel, the split one
-/// where the device has subgroup arithmetic (lavapipe does), and the tiled one of its head size
-/// (every tile fits lavapipe's 32 KiB).
+/// where the device has subgroup arithmetic (lavapipe does), the tiled one of its head size
+/// (every tile fits lavapipe's 32 KiB) and, where the device has cooperative matrices, the
+/// one on them (heads of up to 128 values).
 fn attn_kernels(ks: &KernelSet, d: usize) -> Vec<KernelId> {
+    let info = ks.device().info();
     let mut kernels = vec![KernelId::FlashAttn];
-    if ks.device().info().subgroup_matvec().is_some() && d.is_multiple_of(4) {
+    if info.subgroup_matvec().is_some() && d.is_multiple_of(4) {
         kernels.push(KernelId::FlashAttnSplit);
     }
     let tile = kernels::AttnTile::for_head_dim(d).expect("a tile for every head size up to 256");
-    if tile.shared_bytes() <= ks.device().info().max_shared_memory {
+    if tile.shared_bytes() <= info.max_shared_memory {
         kernels.push(KernelId::FlashAttnTiled(tile));
+    }
+    if let Some(cm) = coop_variant(ks) {
+        let tile = kernels::AttnCoop::new(cm, d, info.max_shared_memory);
+        assert_eq!(tile.is_some(), d <= 128 && d.is_multiple_of(4), "d={d}: the cooperative-matrix attention");
+        kernels.extend(tile.map(KernelId::FlashAttnCm));
     }
     kernels
 }
@@ -928,11 +955,12 @@ fn attn_kernels(ks: &KernelSet, d: usize) -> Vec<KernelId> {
 /// run-time queries, after checking that no later query was written.
 fn check_attention(ks: &KernelSet, rng: &mut Rng, case: &AttnCase, kernel: KernelId) -> f64 {
     let AttnCase { d, heads, kv_heads, n_q, n_kv, .. } = *case;
-    let mut q = Strided::new(rng, [d, heads, n_q, 1], 1, 2);
+    let (q_pad, q_off, kv_off) = if case.aligned { (0, 4, 8) } else { (1, 2, 1) };
+    let mut q = Strided::new(rng, [d, heads, n_q, 1], q_pad, q_off);
     q.data.iter_mut().for_each(|x| *x *= case.gain);
     let row = d * kv_heads;
     let cache = |rng: &mut Rng| {
-        let mut s = Strided::new(rng, [row, n_kv, 1, 1], 0, 1);
+        let mut s = Strided::new(rng, [row, n_kv, 1, 1], 0, kv_off);
         s.ne = [d, kv_heads, n_kv, 1];
         s.nb = [4, 4 * d, 4 * row, 4 * row * n_kv];
         s
@@ -983,7 +1011,9 @@ fn check_attention(ks: &KernelSet, rng: &mut Rng, case: &AttnCase, kernel: Kerne
     assert!(got.iter().all(|x| x.is_finite()), "{}: an element was not written", case.name(kernel));
     let e = nmse(got, &out.gather(&want_store)[..run_len]);
     eprintln!("{}: nmse {e:.3e}", case.name(kernel));
-    assert!(e < MAT_NMSE, "{}: nmse {e}", case.name(kernel));
+    // The matrix-unit kernel rounds Q, K, V and P to f16 (1e-7..1e-6 here).
+    let tolerance = if matches!(kernel, KernelId::FlashAttnCm(_)) { F16_NMSE } else { MAT_NMSE };
+    assert!(e < tolerance, "{}: nmse {e}", case.name(kernel));
     e
 }
 
@@ -1059,6 +1089,10 @@ fn tiled_attention_odd_tiles_heads_and_limits() {
         // Scores spanning hundreds: the running maximum moves, rows rescale.
         AttnCase::new((64, 2, 1, 40, 200)).gain(30.0),
         AttnCase::new((128, 2, 1, 30, 100)).slots(prefill(30, 100)).gain(20.0),
+        // Operands laid out as a model's (the vec4 loads), several tiles of queries.
+        AttnCase::new((128, 4, 2, 150, 150)).slots(prefill(150, 150)).aligned(),
+        AttnCase::new((64, 2, 2, 200, 200)).aligned(),
+        AttnCase::new((80, 2, 1, 70, 90)).slots(prefill(70, 90)).aligned(),
     ];
     for case in cases {
         check_attention_kernels(ks, &mut rng, case);
@@ -1079,6 +1113,7 @@ fn tiled_attention_runtime_lengths_and_clamped_grids() {
         AttnCase::new((64, 4, 2, 70, 100)).random_slots(&mut rng, 100).max([3, 1, 1]),
         AttnCase::new((128, 3, 1, 50, 40)).max([1, 1, 1]),
         AttnCase::new((64, 4, 2, 70, 100)).run(40, 100).max([5, 1, 1]),
+        AttnCase::new((128, 4, 2, 140, 200)).run(100, 160).random_slots(&mut rng, 160).aligned(),
     ];
     for case in cases {
         check_attention_kernels(ks, &mut rng, case);
@@ -1105,14 +1140,21 @@ fn attention_over_many_queries_plans_the_tiled_kernel() {
             && tile.shared_bytes() <= info.max_shared_memory;
         // A few queries: kv rows split over workgroups where the device has subgroups.
         let few = n_q < kernels::TILED_MIN_QUERIES && variants.tiled_attention && variants.subgroup_matvec.is_some();
-        let want = match (tiled, few) {
-            (true, _) => KernelId::FlashAttnTiled(tile),
-            (false, true) => KernelId::FlashAttnSplit,
-            (false, false) => KernelId::FlashAttn,
+        // Many queries on the matrix units where the device has them.
+        let coop = variants
+            .coop_attention()
+            .and_then(|cm| kernels::AttnCoop::new(cm, d, info.max_shared_memory))
+            .filter(|_| n_q >= kernels::TILED_MIN_QUERIES);
+        let want = match (coop, tiled, few) {
+            (Some(tile), _, _) => KernelId::FlashAttnCm(tile),
+            (None, true, _) => KernelId::FlashAttnTiled(tile),
+            (None, false, true) => KernelId::FlashAttnSplit,
+            (None, false, false) => KernelId::FlashAttn,
         };
         assert_eq!(got, want, "d={d} n_q={n_q}");
-        // The plan's name leads back to the kernel.
-        let named = hrx::hrx::Kernel { name: got.name(), subgroup: None, shape: None, splits: Vec::new() };
+        // The plan's name (and variant) leads back to the kernel.
+        let named =
+            hrx::hrx::Kernel { name: got.name(), subgroup: got.subgroup(), shape: got.shape(), splits: Vec::new() };
         assert_eq!(KernelId::from_plan(&named), Some(got));
         // Vulkan's guaranteed 16 KiB holds no tile: the one-query kernel.
         assert_eq!(
@@ -1122,10 +1164,8 @@ fn attention_over_many_queries_plans_the_tiled_kernel() {
     }
     if info.max_shared_memory >= 32768 && variants.tiled_attention {
         let (ins, out) = ops(64, 4096);
-        assert_eq!(
-            kernels::select(Ops::single(&op), &ins, &out, None, &variants).unwrap().name(),
-            "flash_attn_tiled_d64"
-        );
+        let want = if variants.coop_attention().is_some() { "flash_attn_cm_d64" } else { "flash_attn_tiled_d64" };
+        assert_eq!(kernels::select(Ops::single(&op), &ins, &out, None, &variants).unwrap().name(), want);
     }
 }
 

@@ -2,8 +2,8 @@
 //! case (T1-T3) and every image case (I1-I6, fed HF's pixel values) of the tiny F16, tiny Q8_0
 //! and small Q4_K_M models, with the CPU tests' tolerances: last-position logits within 1e-3
 //! (max abs) of HF's, greedy tokens equal wherever HF's top two are not within the tolerance.
-//! Where the device runs its many-column products with f16 operands (`mul_mat_cm`, with
-//! HRX_VK_COOPMAT=1 on devices with cooperative matrices) the logits may move by f16's rounding of every
+//! Where the device runs its many-column products with f16 operands (`mul_mat_cm`, the default
+//! on devices with cooperative matrices) the logits may move by f16's rounding of every
 //! product's operands: 1e-2 for the tiny models, 5e-2 for the small Q4_K_M one (deeper and
 //! wider, its logits larger); HRX_VK_EXACT=1 keeps 1e-3.
 //! Both graphs run with zero CPU nodes, and the command buffers are recorded once, at load.

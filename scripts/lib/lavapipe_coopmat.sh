@@ -104,9 +104,9 @@ _lavapipe_exec() {
 }
 
 # lavapipe_coopmat_run BINARY ARGS...: BINARY (built on Debian 12) on lavapipe with
-# cooperative matrices, as the only Vulkan device, the kernels on them chosen (HRX_VK_COOPMAT=1).
+# cooperative matrices, as the only Vulkan device (the kernels on them are the default there).
 lavapipe_coopmat_run() {
-  VK_DRIVER_FILES="$(cd "$LAVAPIPE_DIR" && pwd)/lvp_icd.json" HRX_DEVICE=0 HRX_EXPECT_COOPMAT=1 HRX_VK_COOPMAT=1 \
+  VK_DRIVER_FILES="$(cd "$LAVAPIPE_DIR" && pwd)/lvp_icd.json" HRX_DEVICE=0 HRX_EXPECT_COOPMAT=1 \
     _lavapipe_exec "$@"
 }
 

@@ -12,3 +12,22 @@ vec4 load_w4(uint row, uint k) {
     uint b = load_u32(off + 4u);
     return uintBitsToFloat(uvec4(a << 16u, a & 0xFFFF0000u, b << 16u, b & 0xFFFF0000u));
 }
+
+#if defined(W16)
+// A chunk: 32 bytes, two 16-byte words.
+#define W16_RAW 2u
+
+void fetch16(uint row, uint k, out uvec4 raw[W16_RAW]) {
+    uint i = (row + 2u * k) >> 4u;
+    raw[0] = w_vec4[i];
+    raw[1] = w_vec4[i + 1u];
+}
+
+void decode16(uvec4 raw[W16_RAW], uint row, uint k, out vec4 v[4]) {
+    [[unroll]] for (uint i = 0u; i < 2u; i++) {
+        uvec4 a = raw[i];
+        v[2u * i] = uintBitsToFloat(uvec4(a.x << 16u, a.x & 0xFFFF0000u, a.y << 16u, a.y & 0xFFFF0000u));
+        v[2u * i + 1u] = uintBitsToFloat(uvec4(a.z << 16u, a.z & 0xFFFF0000u, a.w << 16u, a.w & 0xFFFF0000u));
+    }
+}
+#endif

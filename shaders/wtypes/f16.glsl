@@ -9,3 +9,21 @@ vec4 load_w4(uint row, uint k) {
     uint off = row + 2u * k;
     return vec4(unpackHalf2x16(load_u32(off)), unpackHalf2x16(load_u32(off + 4u)));
 }
+
+#if defined(W16)
+// A chunk: 32 bytes, two 16-byte words.
+#define W16_RAW 2u
+
+void fetch16(uint row, uint k, out uvec4 raw[W16_RAW]) {
+    uint i = (row + 2u * k) >> 4u;
+    raw[0] = w_vec4[i];
+    raw[1] = w_vec4[i + 1u];
+}
+
+void decode16(uvec4 raw[W16_RAW], uint row, uint k, out vec4 v[4]) {
+    [[unroll]] for (uint i = 0u; i < 2u; i++) {
+        v[2u * i] = vec4(unpackHalf2x16(raw[i].x), unpackHalf2x16(raw[i].y));
+        v[2u * i + 1u] = vec4(unpackHalf2x16(raw[i].z), unpackHalf2x16(raw[i].w));
+    }
+}
+#endif

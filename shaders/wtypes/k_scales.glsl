@@ -9,3 +9,15 @@ vec2 q4_k_scale_min(uint blk, uint s) {
     uint m = (lo >> 4u) | ((load_u8(blk + 4u + s) >> 6u) << 4u);
     return vec2(float(sc), float(m));
 }
+
+// The same from the 12 scale bytes held as three words (scales[0..3], [4..7], [8..11]).
+vec2 q4_k_scale_min_words(uvec3 sw, uint s) {
+    uint i = 8u * (s % 4u);
+    uint a = (sw[0] >> i) & 0xFFu;
+    uint m = (sw[1] >> i) & 0xFFu;
+    if (s < 4u) {
+        return vec2(float(a & 63u), float(m & 63u));
+    }
+    uint b = (sw[2] >> i) & 0xFFu;
+    return vec2(float((b & 15u) | ((a >> 6u) << 4u)), float((b >> 4u) | ((m >> 6u) << 4u)));
+}

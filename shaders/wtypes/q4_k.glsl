@@ -27,10 +27,35 @@ vec4 load_w4(uint row, uint k) {
         q >>= 4u;
     }
     q &= 0x0F0F0F0Fu;
-    vec4 qf = vec4(uvec4(q, q >> 8u, q >> 16u, q >> 24u) & 0xFFu);
+    vec4 qf = u8x4(q);
     return (dm.x * sm.x) * qf - dm.y * sm.y;
 }
 
 float load_w1(uint row, uint k) {
     return load_w4(row, k & ~3u)[k & 3u];
 }
+
+#if defined(W16)
+// A chunk: the block's first 16 bytes (d, dmin, the scales) and the 16 bytes of qs holding
+// its values (low nibbles for the first 32 of each 64, high for the next).
+#define W16_RAW 2u
+
+void fetch16(uint row, uint k, out uvec4 raw[W16_RAW]) {
+    uint blk = row + (k / 256u) * 144u;
+    uint v = k % 256u;
+    raw[0] = w_vec4[blk >> 4u];
+    raw[1] = w_vec4[(blk + 16u + 32u * (v / 64u) + v % 32u) >> 4u];
+}
+
+void decode16(uvec4 raw[W16_RAW], uint row, uint k, out vec4 v[4]) {
+    uint s = (k % 256u) / 32u;
+    vec2 dm = unpackHalf2x16(raw[0].x);
+    vec2 sm = q4_k_scale_min_words(raw[0].yzw, s);
+    float scale = dm.x * sm.x;
+    float bias = dm.y * sm.y;
+    uint sh = 4u * (s & 1u);
+    [[unroll]] for (uint i = 0u; i < 4u; i++) {
+        v[i] = scale * u8x4((raw[1][i] >> sh) & 0x0F0F0F0Fu) - bias;
+    }
+}
+#endif

@@ -18,7 +18,7 @@ vec4 load_w4(uint row, uint k) {
     lo &= 0x0F0F0F0Fu;
     uint hi = (load_u32(blk + 128u + 32u * n + l) >> (2u * t)) & 0x03030303u;
     uint q = lo | (hi << 4u);
-    vec4 qf = vec4(uvec4(q, q >> 8u, q >> 16u, q >> 24u) & 0xFFu) - 32.0;
+    vec4 qf = u8x4(q) - 32.0;
     float d = load_f16(blk + 208u);
     float sc = float(int(load_u8(blk + 192u + 8u * n + l / 16u + 2u * t) << 24) >> 24);
     return (d * sc) * qf;
@@ -27,3 +27,47 @@ vec4 load_w4(uint row, uint k) {
 float load_w1(uint row, uint k) {
     return load_w4(row, k & ~3u)[k & 3u];
 }
+
+#if defined(W16)
+// A chunk (half n, quarter t, values l0..l0+15 of it): 16 bytes of ql and 16 of qh, each read
+// as the five words around them (blocks are 210 bytes: 2-byte aligned; the fifth word is still
+// inside the block), and the words holding its scale and d.
+#define W16_RAW 3u
+
+void q6_k_chunk(uint row, uint k, out uint ql, out uint qh, out uint sc, out uint d) {
+    uint blk = row + (k / 256u) * 210u;
+    uint v = k % 256u;
+    uint n = v / 128u;
+    uint t = (v % 128u) / 32u;
+    uint l0 = v % 32u;
+    ql = blk + 64u * n + 32u * (t & 1u) + l0;
+    qh = blk + 128u + 32u * n + l0;
+    sc = blk + 192u + 8u * n + l0 / 16u + 2u * t;
+    d = blk + 208u;
+}
+
+void fetch16(uint row, uint k, out uvec4 raw[W16_RAW]) {
+    uint ql, qh, sc, d;
+    q6_k_chunk(row, k, ql, qh, sc, d);
+    uint a = ql >> 2u;
+    uint b = qh >> 2u;
+    raw[0] = uvec4(w[a], w[a + 1u], w[a + 2u], w[a + 3u]);
+    raw[1] = uvec4(w[b], w[b + 1u], w[b + 2u], w[b + 3u]);
+    raw[2] = uvec4(w[a + 4u], w[b + 4u], w[sc >> 2u], w[d >> 2u]);
+}
+
+void decode16(uvec4 raw[W16_RAW], uint row, uint k, out vec4 v[4]) {
+    uint ql, qh, sc, d;
+    q6_k_chunk(row, k, ql, qh, sc, d);
+    uint t = ((k % 256u) % 128u) / 32u;
+    uvec4 lo = shift_words(raw[0], raw[2].x, 8u * (ql & 3u));
+    uvec4 hi = shift_words(raw[1], raw[2].y, 8u * (qh & 3u));
+    float scale = float(int(raw[2].z << (24u - 8u * (sc & 3u))) >> 24);
+    float dv = unpackHalf2x16(raw[2].w >> (8u * (d & 3u))).x * scale;
+    uint lsh = t >= 2u ? 4u : 0u;
+    [[unroll]] for (uint i = 0u; i < 4u; i++) {
+        uint q = ((lo[i] >> lsh) & 0x0F0F0F0Fu) | (((hi[i] >> (2u * t)) & 0x03030303u) << 4u);
+        v[i] = dv * (u8x4(q) - 32.0);
+    }
+}
+#endif

@@ -26,6 +26,7 @@ fn help() -> String {
              products (and the projector's, with --mmproj), one column (decode) and -p columns \
              (prefill), in GB/s of weight bytes and TFLOP/s beside the device's copy bandwidth",
         ),
+        ONLY.help("with --kernels: only the kernels whose name contains TEXT (e.g. mul_mat_cm)"),
     ];
     options.extend(Placement::help());
     options.push(JSON.help("one JSON object with every number"));
@@ -46,12 +47,17 @@ fn help() -> String {
                  dispatches per run, total GPU time over all runs and share (--json: \"profile\" of each\n\
                  graph); while profiling a barrier separates every two dispatches, so that each time is\n\
                  one kernel's alone, and the speeds measured are lower. Kernel choices to compare:\n\
-                 HRX_VK_COOPMAT=1 (many-column products on cooperative matrices with f16\n\
-                 operands instead of f32 tiles; with HRX_VK_EXACT=1 as well, f32-exact split\n\
-                 operands), HRX_VK_NO_SUBGROUP=1 (portable matrix-vector kernels),\n\
+                 HRX_VK_NO_COOPMAT=1 (many-column products and attention in f32 tiles instead\n\
+                 of on cooperative matrices with f16 operands), HRX_VK_EXACT=1 (cooperative-matrix\n\
+                 products with f32-exact split operands), HRX_VK_NO_SUBGROUP=1 (portable matrix-vector kernels),\n\
                  HRX_VK_MATVEC=sg (the one-subgroup-per-row matrix-vector kernel instead of the\n\
                  wide one), HRX_VK_NO_FUSE=1 (no fused or folded dispatches),\n\
-                 HRX_VK_NO_TILED_ATTN=1 (one-query attention for prefill and vision too).\n\
+                 HRX_VK_NO_TILED_ATTN=1 (one-query attention for prefill and vision too).
+                 While profiling, each pipeline's driver statistics (registers, spills, shared
+                 memory, as the driver names them) are logged at info level (RUST_LOG=info) where
+                 the device has VK_KHR_pipeline_executable_properties. HRX_VK_CM_TILES=SG_M,SG_N,
+                 BK,DEPTH[,PROBE] sets the cooperative-matrix product's tiles for measuring others;
+                 PROBE 1 leaves out its products and 2 its staging (wrong results: timing only).\n\
                  \n\
                  example: hrx bench -m Qwen3-VL-2B-Instruct-Q4_K_M.gguf -p 512 -n 128 --json",
     }
@@ -67,6 +73,7 @@ const GEN_LEN: Flag = Flag { names: &["-n"], value: "N" };
 const REPS: Flag = Flag { names: &["-r"], value: "N" };
 const DEPTH: Flag = Flag { names: &["-d"], value: "N" };
 const KERNELS: Flag = Flag { names: &["--kernels"], value: "" };
+const ONLY: Flag = Flag { names: &["--only"], value: "TEXT" };
 
 fn mean_sd(xs: &[f64]) -> (f64, f64) {
     let n = xs.len().max(1) as f64;
@@ -90,6 +97,7 @@ fn run(mut args: Args, out: &mut dyn Write) -> Result<(), CliError> {
     let reps: usize = REPS.parse(&mut args)?.unwrap_or(3);
     let depth: usize = DEPTH.parse(&mut args)?.unwrap_or(0);
     let kernels = KERNELS.present(&mut args);
+    let only = ONLY.string(&mut args)?;
     let Placement { device, threads } = Placement::parse(&mut args)?;
     let mmproj = MMPROJ.string(&mut args)?;
     let image_size: usize = IMAGE_SIZE.parse(&mut args)?.unwrap_or(448);
@@ -98,7 +106,11 @@ fn run(mut args: Args, out: &mut dyn Write) -> Result<(), CliError> {
         return Err(CliError::usage("bench takes no positional arguments"));
     }
     if kernels {
-        return super::bench_kernels::run(&model_path, mmproj.as_deref(), n_prompt.max(1), device, json, out);
+        let only = only.unwrap_or_default();
+        return super::bench_kernels::run(&model_path, mmproj.as_deref(), n_prompt.max(1), &only, device, json, out);
+    }
+    if only.is_some() {
+        return Err(CliError::usage("--only chooses kernels for --kernels"));
     }
     if reps == 0 || (n_prompt == 0 && n_gen == 0 && mmproj.is_none()) {
         return Err(CliError::usage("-r must be at least 1, and -p or -n (or --mmproj) must ask for something"));

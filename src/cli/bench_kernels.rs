@@ -4,7 +4,7 @@
 
 use super::CliError;
 use crate::backend::vulkan::bench::{copy_bandwidth, time_matmul, MatCase, MatTiming};
-use crate::backend::vulkan::kernels::{KernelSet, MatKind, WIDE_MAX_SUBGROUP};
+use crate::backend::vulkan::kernels::{KernelId, KernelSet, MatKind, WType, WIDE_MAX_SUBGROUP};
 use crate::backend::{Backend, DeviceChoice};
 use crate::gguf::GgufFile;
 use crate::graph::Op;
@@ -43,10 +43,12 @@ fn product_shapes(model: &str, mmproj: Option<&str>) -> Result<Vec<(crate::quant
     Ok(shapes)
 }
 
+/// `only`: time only the kernels whose name contains it (all with "").
 pub fn run(
     model: &str,
     mmproj: Option<&str>,
     columns: usize,
+    only: &str,
     device: DeviceChoice,
     json: bool,
     out: &mut dyn Write,
@@ -77,7 +79,9 @@ pub fn run(
     let mut timings: Vec<MatTiming> = Vec::new();
     for &(dtype, k, n) in &shapes {
         for (m, kinds) in [(1, &vec_kinds), (columns, &mat_kinds)] {
-            for &kind in kinds {
+            let named =
+                |k: MatKind| WType::from_dtype(dtype).is_some_and(|w| KernelId::MatMul(k, w).name().contains(only));
+            for &kind in kinds.iter().filter(|&&k| named(k)) {
                 if let Some(t) = time_matmul(&dev, &ks, MatCase { dtype, k, n, m }, kind).map_err(failed)? {
                     timings.push(t);
                 }

@@ -2,7 +2,7 @@
 //! cares about, and which one hrx would use. Exit code 1 when there is no loader or no device.
 
 use super::{CliError, Command};
-use crate::backend::vulkan::kernels::{AttnTile, Variants, TILED_MIN_QUERIES};
+use crate::backend::vulkan::kernels::{AttnCoop, AttnTile, Variants, TILED_MIN_QUERIES};
 use crate::backend::vulkan::{DeviceInfo, Instance, VkError};
 use crate::backend::DeviceChoice;
 use crate::cli::args::Args;
@@ -18,10 +18,10 @@ For each device: name, type, vendor and device ids, Vulkan API version, driver n
 info and version; memory heaps (size, device-local, host-visible); subgroup size and
 operations, and whether the matrix-vector kernels use them (HRX_VK_NO_SUBGROUP=1 keeps
 the portable ones); which matrix-matrix kernel the prefill and vision products use: the
-portable f32 tiles (mul_mat), or with HRX_VK_COOPMAT=1 on devices with cooperative matrices
-(Vulkan 1.3, f16 x f16 -> f32 at subgroup scope: the shapes listed and the one used) the
-matrix units with f16 operands and f32 sums (mul_mat_cm), with HRX_VK_EXACT=1 as well
-f32-exact ones (mul_mat_cm_exact, split operands, slower);
+portable f32 tiles (mul_mat), or on devices with cooperative matrices (Vulkan 1.3, f16 x
+f16 -> f32 at subgroup scope: the shapes listed and the one used; HRX_VK_NO_COOPMAT=1
+keeps the tiles) the matrix units with f16 operands and f32 sums (mul_mat_cm), with
+HRX_VK_EXACT=1 f32-exact ones (mul_mat_cm_exact, split operands, slower);
 which heads the query-tiled attention kernel takes for many queries (those whose tile fits
 the shared memory; HRX_VK_NO_TILED_ATTN=1 keeps the one-query kernel everywhere);
 shared memory, workgroup and push-constant limits; the optional features hrx may use
@@ -186,15 +186,15 @@ impl Report {
             )?;
             let matmat = match (d.coopmat_matmul(), variants.coopmat, variants.exact) {
                 (_, Some(cm), false) => format!(
-                    "cooperative matrices {}, f16 operands, f32 sums (mul_mat_cm, HRX_VK_COOPMAT=1; HRX_VK_EXACT=1: f32-exact mul_mat_cm_exact)",
+                    "cooperative matrices {}, f16 operands, f32 sums (mul_mat_cm, flash_attn_cm; HRX_VK_EXACT=1: f32-exact mul_mat_cm_exact; HRX_VK_NO_COOPMAT=1: f32 tiles)",
                     cm.shape
                 ),
                 (_, Some(cm), true) => format!(
-                    "cooperative matrices {}, f32-exact split operands (mul_mat_cm_exact, HRX_VK_COOPMAT=1 HRX_VK_EXACT=1)",
+                    "cooperative matrices {}, f32-exact split operands (mul_mat_cm_exact, HRX_VK_EXACT=1)",
                     cm.shape
                 ),
                 (Some(cm), None, _) => {
-                    format!("portable f32 tiles (mul_mat; HRX_VK_COOPMAT=1: cooperative matrices {})", cm.shape)
+                    format!("portable f32 tiles (mul_mat, HRX_VK_NO_COOPMAT=1; cooperative matrices {} without it)", cm.shape)
                 }
                 (None, None, _) => "portable f32 tiles (mul_mat)".to_owned(),
             };
@@ -206,6 +206,16 @@ impl Report {
                 .collect();
             let attention = if !variants.tiled_attention {
                 "one query per workgroup (flash_attn; query tiles off: HRX_VK_NO_TILED_ATTN=1)".to_owned()
+            } else if let Some(cm) = variants.coop_attention() {
+                let cm_fits: Vec<String> = [64, 128]
+                    .into_iter()
+                    .filter(|&d| AttnCoop::new(cm, d, variants.shared_memory).is_some())
+                    .map(|d| format!("head_dim <= {d}"))
+                    .collect();
+                format!(
+                    "on the matrix units (flash_attn_cm) for {TILED_MIN_QUERIES}+ queries, {}; else query tiles (flash_attn_tiled) where one fits, else flash_attn",
+                    cm_fits.join(", ")
+                )
             } else if fits.is_empty() {
                 "one query per workgroup (flash_attn): no flash_attn_tiled tile fits the shared memory".to_owned()
             } else {

@@ -54,6 +54,9 @@ pub(crate) struct Shared {
     pub map_device_memory: bool,
     /// Recordings time their dispatches (asked for, and the device can).
     pub profile: bool,
+    /// Pipelines are made with their statistics captured and logged (profiling, where the
+    /// device has VK_KHR_pipeline_executable_properties).
+    pub statistics: Option<ash::khr::pipeline_executable_properties::Device>,
     queue: Mutex<vk::Queue>,
     allocator: Mutex<Allocator>,
     pub pipeline_cache: vk::PipelineCache,
@@ -101,8 +104,20 @@ impl Device {
         let mut v12 = vk::PhysicalDeviceVulkan12Features::default().shader_float16(true).vulkan_memory_model(true);
         let mut v13 =
             vk::PhysicalDeviceVulkan13Features::default().subgroup_size_control(true).compute_full_subgroups(true);
+        // Profiling also asks the driver for each pipeline's statistics (registers, spills,
+        // shared memory: its own names), where it offers them.
+        let statistics =
+            options.profile && info.has_extension(&ash::khr::pipeline_executable_properties::NAME.to_string_lossy());
+        if statistics {
+            extensions.push(ash::khr::pipeline_executable_properties::NAME.as_ptr());
+        }
+        let mut statistics_features =
+            vk::PhysicalDevicePipelineExecutablePropertiesFeaturesKHR::default().pipeline_executable_info(true);
         let mut create =
             vk::DeviceCreateInfo::default().queue_create_infos(&queues).enabled_extension_names(&extensions);
+        if statistics {
+            create = create.push_next(&mut statistics_features);
+        }
         if coopmat {
             create = create.push_next(&mut coopmat_features).push_next(&mut v12).push_next(&mut v13);
         } else {
@@ -141,7 +156,9 @@ impl Device {
             );
         }
         let largest_heap = info.heaps.iter().map(|h| h.size).max().unwrap_or(0);
+        let statistics = statistics.then(|| ash::khr::pipeline_executable_properties::Device::new(&instance.raw, &raw));
         let shared = Shared {
+            statistics,
             raw,
             info,
             queue_family,

@@ -7,8 +7,8 @@
 //! read as `uint[]` and decoded from byte offsets, reductions go through shared memory; they
 //! run on lavapipe (CI) and anything Vulkan 1.0 or later. Devices that offer more get variants
 //! ([`kernels::Variants`]): subgroup matrix-vector products (Vulkan 1.1 subgroup arithmetic)
-//! and, with HRX_VK_COOPMAT=1, matrix-matrix products on cooperative matrices (Vulkan 1.3, f16
-//! operands; f32-exact ones with HRX_VK_EXACT=1 as well).
+//! and matrix-matrix products and attention on cooperative matrices (Vulkan 1.3, f16 operands;
+//! f32-exact products with HRX_VK_EXACT=1; HRX_VK_NO_COOPMAT=1 keeps the f32 tiles).
 //!
 //! - [`Instance`], [`DeviceInfo`]: the loader and what each device offers (`hrx doctor`).
 //! - [`Device`]: an open device, its compute queue, memory and pipeline cache (which device is

@@ -108,7 +108,11 @@ impl Pipeline {
                 stage =
                     stage.flags(vk::PipelineShaderStageCreateFlags::REQUIRE_FULL_SUBGROUPS).push_next(&mut required);
             }
-            let info = [vk::ComputePipelineCreateInfo::default().stage(stage).layout(layout)];
+            let mut create = vk::ComputePipelineCreateInfo::default().stage(stage).layout(layout);
+            if shared.statistics.is_some() {
+                create = create.flags(vk::PipelineCreateFlags::CAPTURE_STATISTICS_KHR);
+            }
+            let info = [create];
             let created = d.create_compute_pipelines(shared.pipeline_cache, &info, None);
             d.destroy_shader_module(module, None);
             let raw = match created {
@@ -122,6 +126,9 @@ impl Pipeline {
                     });
                 }
             };
+            if let Some(stats) = &shared.statistics {
+                log::info!("pipeline {}: {}", spec.name, statistics(stats, raw));
+            }
             Ok(Pipeline {
                 inner: Arc::new(PipelineInner {
                     shared: Arc::clone(shared),
@@ -139,6 +146,41 @@ impl Pipeline {
     pub fn name(&self) -> &str {
         &self.inner.name
     }
+}
+
+/// The driver's statistics of pipeline `raw` (its names and values: registers, spills, ...), as
+/// one line.
+///
+/// # Safety
+/// `raw` is a live pipeline of the device `stats` was made for, created with its statistics
+/// captured.
+unsafe fn statistics(stats: &ash::khr::pipeline_executable_properties::Device, raw: vk::Pipeline) -> String {
+    let info = vk::PipelineInfoKHR::default().pipeline(raw);
+    // SAFETY: the caller's promise.
+    let Ok(executables) = (unsafe { stats.get_pipeline_executable_properties(&info) }) else {
+        return "no statistics".into();
+    };
+    let mut out = Vec::new();
+    for index in 0..executables.len() as u32 {
+        let exe = vk::PipelineExecutableInfoKHR::default().pipeline(raw).executable_index(index);
+        // SAFETY: as above; index is below the count the driver gave.
+        let Ok(list) = (unsafe { stats.get_pipeline_executable_statistics(&exe) }) else { continue };
+        for s in list {
+            let name = s.name_as_c_str().map(|c| c.to_string_lossy().into_owned()).unwrap_or_default();
+            // SAFETY: `format` says which member of the union the driver wrote.
+            let value = unsafe {
+                match s.format {
+                    vk::PipelineExecutableStatisticFormatKHR::BOOL32 => (s.value.b32 != 0).to_string(),
+                    vk::PipelineExecutableStatisticFormatKHR::INT64 => s.value.i64.to_string(),
+                    vk::PipelineExecutableStatisticFormatKHR::UINT64 => s.value.u64.to_string(),
+                    vk::PipelineExecutableStatisticFormatKHR::FLOAT64 => format!("{:.3}", s.value.f64),
+                    _ => "?".into(),
+                }
+            };
+            out.push(format!("{name}={value}"));
+        }
+    }
+    out.join(", ")
 }
 
 impl Drop for PipelineInner {

@@ -3,8 +3,10 @@
 //! one workgroup per (head, query), for a few queries (decode steps), and
 //! `flash_attn_tiled.comp`, one workgroup per tile of queries of a head, each K/V row read once
 //! per tile, for many (prompt prefill, the vision encoder) where its tile fits the device's
-//! shared memory.
+//! shared memory, or on devices with cooperative matrices `flash_attn_cm.comp`, the same tiles
+//! with Q K^T and P V on the matrix units (f16 operands, f32 sums).
 
+use super::coop::CoopMat;
 use super::{dyn_words, expect_f32, floats, word, Dyn, Grid, KernelId, Launch, Operand};
 use crate::backend::vulkan::error::{Result, VkError};
 use crate::quant::DType;
@@ -87,21 +89,69 @@ impl AttnTile {
     }
 }
 
+/// `flash_attn_cm.comp`'s tile: four subgroups of `cm`'s square matrix-unit side of queries
+/// each, `CM_KV_ROWS` kv rows per step, heads of up to `class.max_head_dim()` values (64 or
+/// 128).
+#[derive(Clone, Copy, Debug, PartialEq, Eq, Hash)]
+pub struct AttnCoop {
+    pub class: AttnTile,
+    pub cm: CoopMat,
+}
+
+/// KV rows per step of `flash_attn_cm`.
+const CM_KV_ROWS: u32 = 32;
+
+impl AttnCoop {
+    /// The tile for heads of `head_dim` values on `cm`, where the kernel is written for it: a
+    /// square shape (queries, kv rows and head values in blocks of one side), subgroups of at
+    /// least that many lanes (whole rows of the softmax per lane group), heads of at most 128
+    /// values in whole vec4s, and its shared memory within `shared_memory`.
+    pub fn new(cm: CoopMat, head_dim: usize, shared_memory: u32) -> Option<AttnCoop> {
+        let class = AttnTile::for_head_dim(head_dim).filter(|c| c.max_head_dim() <= 128)?;
+        let r = cm.shape.m;
+        let square = cm.shape.n == r && cm.shape.k == r && matches!(r, 8 | 16);
+        let lanes = cm.subgroup >= r && cm.subgroup.is_multiple_of(r);
+        let tile = AttnCoop { class, cm };
+        (square && lanes && head_dim.is_multiple_of(4) && tile.shared_bytes() <= shared_memory).then_some(tile)
+    }
+
+    /// Queries per workgroup.
+    pub fn queries(self) -> usize {
+        4 * self.cm.shape.m as usize
+    }
+
+    /// Bytes of shared memory the kernel declares: K and V tiles (f16, rows of DM + 8), each
+    /// subgroup's scores (f32, rows of BC + 4), probabilities (f16, rows of BC + 8) and factor
+    /// matrix (f32, R x R).
+    pub fn shared_bytes(self) -> u32 {
+        let (r, bc, dm) = (self.cm.shape.m, CM_KV_ROWS, self.class.max_head_dim() as u32);
+        2 * bc * (dm + 8) * 2 + 4 * r * ((bc + 4) * 4 + (bc + 8) * 2 + r * 4)
+    }
+
+    /// The kernel's specialization constants: threads, R, BC, DM.
+    pub fn constants(self) -> Vec<u32> {
+        vec![4 * self.cm.subgroup, self.cm.shape.m, CM_KV_ROWS, self.class.max_head_dim() as u32]
+    }
+}
+
 /// Fewest planned kv rows a split of `flash_attn_split` is given (its MIN_CHUNK).
 const SPLIT_MIN_ROWS: usize = 32;
 /// Most splits of a (head, query).
 const MAX_SPLITS: usize = 64;
 
 /// The attention kernel for `out`'s planned query count and head size on a device whose
-/// workgroups may use `shared_memory` bytes: tiled for many queries where the tile fits; for
-/// a few, the kv rows split over many workgroups where the device has subgroup arithmetic
+/// workgroups may use `shared_memory` bytes: for many queries, on the matrix units where the
+/// device's cooperative-matrix variant `coop` takes the heads, else tiled where the tile fits;
+/// for a few, the kv rows split over many workgroups where the device has subgroup arithmetic
 /// (`subgroups`), else the one-query kernel.
-pub fn choose(out: &Operand, shared_memory: u32, subgroups: bool) -> KernelId {
+pub fn choose(out: &Operand, shared_memory: u32, subgroups: bool, coop: Option<CoopMat>) -> KernelId {
+    let many = out.ne[2] >= TILED_MIN_QUERIES;
+    if let Some(tile) = coop.and_then(|cm| AttnCoop::new(cm, out.ne[0], shared_memory)).filter(|_| many) {
+        return KernelId::FlashAttnCm(tile);
+    }
     match AttnTile::for_head_dim(out.ne[0]) {
-        Some(tile) if out.ne[2] >= TILED_MIN_QUERIES && tile.shared_bytes() <= shared_memory => {
-            KernelId::FlashAttnTiled(tile)
-        }
-        _ if out.ne[2] < TILED_MIN_QUERIES && subgroups => KernelId::FlashAttnSplit,
+        Some(tile) if many && tile.shared_bytes() <= shared_memory => KernelId::FlashAttnTiled(tile),
+        _ if !many && subgroups => KernelId::FlashAttnSplit,
         _ => KernelId::FlashAttn,
     }
 }
@@ -111,6 +161,12 @@ pub fn launch(kernel: KernelId, ins: &[Operand], scale: f32, out: &Operand, dyna
     let (grid, max_head_dim) = match kernel {
         KernelId::FlashAttn => (Grid::Rows, MAX_HEAD_DIM),
         KernelId::FlashAttnTiled(tile) => (Grid::QueryTiles { queries: tile.queries() }, tile.max_head_dim()),
+        KernelId::FlashAttnCm(tile) => {
+            if AttnCoop::new(tile.cm, ins.first().map_or(0, |q| q.ne[0]), u32::MAX) != Some(tile) {
+                return Err(VkError::Invalid(format!("{} does not take these heads", kernel.name())));
+            }
+            (Grid::QueryTiles { queries: tile.queries() }, tile.class.max_head_dim())
+        }
         // Splits over the planned kv rows; the kernel spreads the run-time ones over them.
         KernelId::FlashAttnSplit => {
             let splits = ins.get(1).map_or(1, |k| k.ne[2].div_ceil(SPLIT_MIN_ROWS).clamp(1, MAX_SPLITS));
@@ -224,11 +280,27 @@ mod tests {
     #[test]
     fn many_queries_take_the_tiled_kernel_where_it_fits() {
         let out = |d, n_q| Operand::contiguous(DType::F32, [d, 16, n_q, 1], 0);
-        assert_eq!(choose(&out(64, 4096), 32768, false), KernelId::FlashAttnTiled(AttnTile::D64));
-        assert_eq!(choose(&out(128, 512), 49152, true), KernelId::FlashAttnTiled(AttnTile::D128));
-        assert_eq!(choose(&out(128, TILED_MIN_QUERIES - 1), 49152, false), KernelId::FlashAttn, "a decode step");
-        assert_eq!(choose(&out(128, 1), 49152, true), KernelId::FlashAttnSplit, "a decode step with subgroups");
-        assert_eq!(choose(&out(64, 4096), 16384, false), KernelId::FlashAttn, "Vulkan's guaranteed 16 KiB");
+        assert_eq!(choose(&out(64, 4096), 32768, false, None), KernelId::FlashAttnTiled(AttnTile::D64));
+        assert_eq!(choose(&out(128, 512), 49152, true, None), KernelId::FlashAttnTiled(AttnTile::D128));
+        assert_eq!(choose(&out(128, TILED_MIN_QUERIES - 1), 49152, false, None), KernelId::FlashAttn, "a decode step");
+        assert_eq!(choose(&out(128, 1), 49152, true, None), KernelId::FlashAttnSplit, "a decode step with subgroups");
+        assert_eq!(choose(&out(64, 4096), 16384, false, None), KernelId::FlashAttn, "Vulkan's guaranteed 16 KiB");
+        // Cooperative matrices: many queries on them where the shape and heads allow.
+        let nv = CoopMat { subgroup: 32, shape: crate::backend::vulkan::CoopShape { m: 16, n: 16, k: 16 } };
+        let cm = |class| KernelId::FlashAttnCm(AttnCoop { class, cm: nv });
+        assert_eq!(choose(&out(128, 512), 49152, true, Some(nv)), cm(AttnTile::D128));
+        assert_eq!(choose(&out(64, 4096), 49152, true, Some(nv)), cm(AttnTile::D64));
+        assert_eq!(choose(&out(128, 1), 49152, true, Some(nv)), KernelId::FlashAttnSplit, "a decode step");
+        assert_eq!(
+            choose(&out(256, 512), 65536, true, Some(nv)),
+            KernelId::FlashAttnTiled(AttnTile::D256),
+            "heads of 256"
+        );
+        assert_eq!(choose(&out(66, 512), 49152, true, Some(nv)), KernelId::FlashAttnTiled(AttnTile::D128), "not vec4s");
+        assert_eq!(choose(&out(128, 512), 32768, true, Some(nv)), KernelId::FlashAttnTiled(AttnTile::D128), "32 KiB");
+        let tall = CoopMat { shape: crate::backend::vulkan::CoopShape { m: 16, n: 8, k: 16 }, ..nv };
+        assert_eq!(choose(&out(128, 512), 49152, true, Some(tall)), KernelId::FlashAttnTiled(AttnTile::D128));
+        assert_eq!(AttnCoop { class: AttnTile::D128, cm: nv }.shared_bytes(), 35840);
     }
 
     #[test]

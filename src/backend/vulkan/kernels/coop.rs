@@ -25,16 +25,16 @@ impl CoopMat {
     pub fn supported(self) -> bool {
         let side = |v: u32| matches!(v, 8 | 16 | 32);
         let s = self.subgroup;
-        s.is_power_of_two() && (8..=64).contains(&s) && side(self.shape.m) && side(self.shape.n) && side(self.shape.k)
+        let sides = side(self.shape.m) && side(self.shape.n) && side(self.shape.k);
+        s.is_power_of_two() && (8..=64).contains(&s) && sides && Tiles::fast(self).stages_evenly(self)
     }
 
     /// The best variant for a device with these shapes, subgroup size and shared memory: the
     /// largest supported shape (most products per instruction, then the squarest) whose
     /// kernels fit the shared memory. None where none does.
     pub fn choose(shapes: &[CoopShape], subgroup: u32, max_shared: u32) -> Option<CoopMat> {
-        let fits = |cm: &CoopMat| {
-            [Tiles::fast(cm.shape), Tiles::exact()].iter().all(|t| t.shared_bytes(cm.shape) <= max_shared)
-        };
+        let fits =
+            |cm: &CoopMat| [Tiles::fast(*cm), Tiles::exact()].iter().all(|t| t.shared_bytes(cm.shape) <= max_shared);
         shapes.iter().map(|&shape| CoopMat { subgroup, shape }).filter(|cm| cm.supported() && fits(cm)).max_by_key(
             |cm| {
                 let s = cm.shape;
@@ -57,21 +57,72 @@ pub struct Tiles {
     pub buffers: u32,
     /// f16 arrays per operand and slice (2 for the exact kernel's hi and lo halves).
     pub parts: u32,
+    /// `mul_mat_cm`: slices whose loads are in flight at once (register sets of each thread).
+    pub depth: u32,
+    /// `mul_mat_cm`, for measuring only: 1 leaves out the products, 2 the staging (0: neither).
+    pub probe: u32,
 }
 
 impl Tiles {
-    /// `mul_mat_cm`: 4 x 4 accumulators per subgroup (64 x 64 of 16 x 16 blocks, so 128 x 128
-    /// per workgroup: enough reuse of each staged value to keep an H200's matrix units busy),
-    /// 32-deep slices, two buffers. 45 KiB of shared memory at 16 x 16 x 16, 21.5 KiB at
-    /// lavapipe's 8 x 8 x 8.
-    pub fn fast(shape: CoopShape) -> Tiles {
-        Tiles { sg_m: 4 * shape.m, sg_n: 4 * shape.n, bk: 32, buffers: 2, parts: 1 }
+    /// `mul_mat_cm`: 2 x 2 accumulators per subgroup (32 x 32 of 16 x 16 blocks, 64 x 64 per
+    /// workgroup: a 2B model's 2,048-row products at 512 tokens are 256 workgroups, two for
+    /// each of an H200's 132 multiprocessors), 64-deep slices, two buffers, each slice's loads
+    /// issued two slices ahead; at least as many rows and columns per subgroup as it has lanes,
+    /// so that every thread stages whole chunks of both (subgroups of 64: 128 x 128). Measured
+    /// on the H200 against 64 x 32 and 64 x 64 per subgroup, 32-deep slices and one to six
+    /// slices in flight (`scripts/device_bench`, step probe): the fastest at the 2B shapes.
+    /// 41 KiB of shared memory at 16 x 16 x 16, 19.5 KiB at lavapipe's 8 x 8 x 8.
+    ///
+    /// HRX_VK_CM_TILES=SG_M,SG_N,BK,DEPTH[,PROBE] sets a subgroup's tile, the slice depth and
+    /// the slices in flight instead, for measuring others (`hrx bench`), and PROBE leaves a
+    /// stage out (timing only); tiles the kernel cannot stage are refused with a warning.
+    pub fn fast(cm: CoopMat) -> Tiles {
+        let (m, n) = (cm.shape.m, cm.shape.n);
+        let default = Tiles {
+            sg_m: (2 * m).max(cm.subgroup),
+            sg_n: (2 * n).max(cm.subgroup),
+            bk: 64,
+            buffers: 2,
+            parts: 1,
+            depth: 2,
+            probe: 0,
+        };
+        match tiles_override() {
+            Some([sg_m, sg_n, bk, depth, probe]) => {
+                let t = Tiles { sg_m, sg_n, bk, depth, probe, ..default };
+                let whole = sg_m.is_multiple_of(m) && sg_n.is_multiple_of(n) && (1..=8).contains(&depth) && probe <= 2;
+                if whole && t.stages_evenly(cm) {
+                    t
+                } else {
+                    log::warn!(
+                        "HRX_VK_CM_TILES={sg_m},{sg_n},{bk},{depth},{probe}: not tiles of {} for subgroups of {}; the default",
+                        cm.shape,
+                        cm.subgroup
+                    );
+                    default
+                }
+            }
+            None => default,
+        }
+    }
+
+    /// Whether `mul_mat_cm`'s staging divides evenly among the workgroup's threads: each
+    /// brings whole 16-value chunks of rows of w and columns of x, at least one of each.
+    fn stages_evenly(self, cm: CoopMat) -> bool {
+        let threads = 4 * cm.subgroup;
+        let chunks = self.bk / 16;
+        let even = |n: u32| n * chunks >= threads && (n * chunks).is_multiple_of(threads);
+        self.bk.is_multiple_of(16)
+            && self.bk.is_multiple_of(cm.shape.k)
+            && threads.is_multiple_of(chunks)
+            && even(self.rows())
+            && even(self.cols())
     }
 
     /// `mul_mat_cm_exact`: 32 x 32 per subgroup (64 x 64 per workgroup) whatever the shape,
     /// one slice at a time: its hi and lo halves double what each slice takes.
     pub fn exact() -> Tiles {
-        Tiles { sg_m: 32, sg_n: 32, bk: 32, buffers: 1, parts: 2 }
+        Tiles { sg_m: 32, sg_n: 32, bk: 32, buffers: 1, parts: 2, depth: 1, probe: 0 }
     }
 
     /// Rows of d per workgroup.
@@ -92,11 +143,29 @@ impl Tiles {
         staged + patches
     }
 
-    /// The kernels' specialization constants 0..=6 (mul_mat_cm_tiles.glsl).
+    /// The kernels' specialization constants 0..=8 (mul_mat_cm_tiles.glsl).
     pub fn constants(self, cm: CoopMat) -> Vec<u32> {
         let s = cm.shape;
-        vec![4 * cm.subgroup, s.m, s.n, s.k, self.sg_m, self.sg_n, self.bk]
+        vec![4 * cm.subgroup, s.m, s.n, s.k, self.sg_m, self.sg_n, self.bk, self.depth, self.probe]
     }
+}
+
+/// HRX_VK_CM_TILES as SG_M,SG_N,BK,DEPTH[,PROBE], read once (a malformed value is warned about
+/// and unset).
+fn tiles_override() -> Option<[u32; 5]> {
+    static TILES: std::sync::OnceLock<Option<[u32; 5]>> = std::sync::OnceLock::new();
+    *TILES.get_or_init(|| {
+        let v = std::env::var("HRX_VK_CM_TILES").ok()?;
+        let n: Vec<u32> = v.split(',').filter_map(|x| x.trim().parse().ok()).collect();
+        match n[..] {
+            [a, b, c, d] if n.iter().all(|&x| x > 0) => Some([a, b, c, d, 0]),
+            [a, b, c, d, e] if n[..4].iter().all(|&x| x > 0) => Some([a, b, c, d, e]),
+            _ => {
+                log::warn!("HRX_VK_CM_TILES={v:?}: expected SG_M,SG_N,BK,DEPTH[,PROBE] (positive numbers); unset");
+                None
+            }
+        }
+    })
 }
 
 #[cfg(test)]
@@ -112,14 +181,14 @@ mod tests {
         let nvidia = [shape(16, 8, 16), shape(16, 16, 16), shape(16, 8, 8)];
         let best = CoopMat::choose(&nvidia, 32, 49152).unwrap();
         assert_eq!(best.shape, shape(16, 16, 16));
-        assert_eq!(Tiles::fast(best.shape).shared_bytes(best.shape), 46080);
+        assert_eq!(Tiles::fast(best).shared_bytes(best.shape), 2 * (64 + 64) * 72 * 2 + 4 * 16 * 20 * 4);
         // lavapipe: 8 x 8 x 8 only, 32 KiB.
         let lvp = CoopMat::choose(&[shape(8, 8, 8)], 8, 32768).unwrap();
         assert_eq!((lvp.subgroup, lvp.shape), (8, shape(8, 8, 8)));
-        assert_eq!(Tiles::fast(lvp.shape).constants(lvp), vec![32, 8, 8, 8, 32, 32, 32]);
-        // 16 x 16 x 16 does not fit 32 KiB: the next shape that does, or none.
+        assert_eq!(Tiles::fast(lvp).constants(lvp), vec![32, 8, 8, 8, 16, 16, 64, 2, 0]);
+        // 16 x 16 x 16 does not fit 40 KiB: the next shape that does, or none (32 KiB).
         let small = [shape(16, 16, 16), shape(8, 8, 16)];
-        assert_eq!(CoopMat::choose(&small, 32, 32768).map(|c| c.shape), Some(shape(8, 8, 16)));
+        assert_eq!(CoopMat::choose(&small, 32, 40960).map(|c| c.shape), Some(shape(8, 8, 16)));
         assert_eq!(CoopMat::choose(&[shape(16, 16, 16)], 32, 32768), None);
         // Shapes the kernels are not written for.
         assert_eq!(CoopMat::choose(&[shape(16, 16, 64), shape(4, 4, 4)], 32, 1 << 20), None);
@@ -128,10 +197,19 @@ mod tests {
 
     #[test]
     fn tiles_follow_the_shape() {
-        let t = Tiles::fast(shape(16, 16, 16));
-        assert_eq!((t.rows(), t.cols(), t.bk), (128, 128, 32));
-        let t = Tiles::fast(shape(16, 8, 16));
-        assert_eq!((t.rows(), t.cols()), (128, 64));
+        let cm = |subgroup, shape| CoopMat { subgroup, shape };
+        let t = Tiles::fast(cm(32, shape(16, 16, 16)));
+        assert_eq!((t.rows(), t.cols(), t.bk), (64, 64, 64));
+        let t = Tiles::fast(cm(32, shape(16, 8, 16)));
+        assert_eq!((t.rows(), t.cols()), (64, 64));
+        // Subgroups of 64 (AMD's wave64): twice the columns, so that 256 threads each stage a
+        // chunk of x.
+        let t = Tiles::fast(cm(64, shape(16, 16, 16)));
+        assert_eq!((t.rows(), t.cols()), (128, 128));
+        assert!(cm(64, shape(16, 16, 16)).supported());
+        // lavapipe's 8 x 8 x 8 with subgroups of 8.
+        assert!(cm(8, shape(8, 8, 8)).supported());
+        assert_eq!((Tiles::fast(cm(8, shape(8, 8, 8))).rows(), Tiles::fast(cm(8, shape(8, 8, 8))).cols()), (32, 32));
         let e = Tiles::exact();
         assert_eq!((e.rows(), e.cols()), (64, 64));
         assert_eq!(e.shared_bytes(shape(16, 16, 16)), 2 * 128 * 40 * 2 + 4 * 16 * 20 * 4);

@@ -2,9 +2,9 @@
 //! `mul_mat_vec.comp` for a few columns, `mul_mat.comp` (64 x 64 tiles, f32) for many, and
 //! `mul_mat_rows.comp` (a thread per output value) for a few columns of short rows. Devices
 //! with subgroup arithmetic in compute shaders take `mul_mat_vec_sg.comp` (a subgroup per
-//! output row, reduced by subgroupAdd) instead of `mul_mat_vec.comp`. With HRX_VK_COOPMAT=1,
-//! devices with f16 cooperative matrices take `mul_mat_cm.comp` (f16 operands on the matrix
-//! units, f32 sums) instead of `mul_mat.comp`, or with HRX_VK_EXACT=1 as well
+//! output row, reduced by subgroupAdd) instead of `mul_mat_vec.comp`. Devices with f16
+//! cooperative matrices take `mul_mat_cm.comp` (f16 operands on the matrix units, f32 sums)
+//! instead of `mul_mat.comp` (HRX_VK_NO_COOPMAT=1 keeps it), or with HRX_VK_EXACT=1
 //! `mul_mat_cm_exact.comp` (f32-accurate) ([`Variants`]).
 
 use super::coop::{CoopMat, Tiles};
@@ -42,7 +42,8 @@ pub enum MatKind {
     Tiled,
     /// Tiles on cooperative matrices of the variant's shape: f16 operands (weights dequantized
     /// and activations converted while staged), f32 accumulators, one product per block
-    /// (`Tiles::fast`: 128 x 128 per workgroup at 16 x 16 x 16).
+    /// (`Tiles::fast`: 64 x 64 per workgroup at 16 x 16 x 16). Rows of whole slices (64
+    /// values), aligned as `chunk_alignment` says.
     Coop(CoopMat),
     /// As `Coop`, but each operand split into two f16 halves and three products per block, so
     /// the result keeps f32 accuracy (`Tiles::exact`: 64 x 64 per workgroup).
@@ -113,7 +114,7 @@ impl MatKind {
     /// The tiles of a cooperative-matrix kind.
     pub fn coop_tiles(self) -> Option<(CoopMat, Tiles)> {
         match self {
-            MatKind::Coop(cm) => Some((cm, Tiles::fast(cm.shape))),
+            MatKind::Coop(cm) => Some((cm, Tiles::fast(cm))),
             MatKind::CoopExact(cm) => Some((cm, Tiles::exact())),
             _ => None,
         }
@@ -129,10 +130,10 @@ pub struct Variants {
     /// place of `mul_mat_vec` (HRX_VK_NO_SUBGROUP=1 keeps the portable one).
     pub subgroup_matvec: Option<u32>,
     /// The cooperative-matrix variant (subgroup size, matrix-unit shape) the many-column
-    /// products run on in place of the tiled f32 kernel, with HRX_VK_COOPMAT=1 where the
-    /// device has one: `mul_mat_cm` (f16 operands, f32 sums: a normalized error of about 1e-7
-    /// against f32, logits within about 1e-2) unless `exact`. Opt-in because on the H200 the
-    /// tiled f32 kernel is the faster one (2B prefill: 5,181 against 3,412 tokens/s).
+    /// products run on in place of the tiled f32 kernel where the device has one (unless
+    /// HRX_VK_NO_COOPMAT=1): `mul_mat_cm` (f16 operands, f32 sums: a normalized error of about
+    /// 1e-7 against f32, logits within about 1e-2) unless `exact`. On the H200 it prefills the
+    /// 2B model twice as fast as the tiled f32 kernel.
     pub coopmat: Option<CoopMat>,
     /// HRX_VK_EXACT=1: cooperative-matrix products keep f32 accuracy: `mul_mat_cm_exact`
     /// (operands split into f16 halves, three products per block). For checking `mul_mat_cm`
@@ -146,6 +147,9 @@ pub struct Variants {
     /// Whether attention over many queries may run tiled (`flash_attn_tiled`) where a tile
     /// fits `shared_memory` (HRX_VK_NO_TILED_ATTN=1: the one-query kernel everywhere).
     pub tiled_attention: bool,
+    /// The cooperative-matrix variant tiled attention runs on (`flash_attn_cm`): `coopmat`'s,
+    /// where products are f16 (not `exact`) and the device has subgroup shuffles.
+    pub coop_attention: Option<CoopMat>,
     /// Bytes of shared memory a workgroup may use: kernels with a choice of tiles take one that
     /// fits, or a kernel without.
     pub shared_memory: u32,
@@ -160,6 +164,7 @@ impl Variants {
         wide_matvec: false,
         fuse: true,
         tiled_attention: true,
+        coop_attention: None,
         shared_memory: 16384,
     };
 
@@ -174,7 +179,7 @@ impl Variants {
             _ => false,
         };
         // Every switch read (and a bad value reported) whatever the device offers.
-        let (no_subgroup, coopmat) = (switch("HRX_VK_NO_SUBGROUP"), switch("HRX_VK_COOPMAT"));
+        let (no_subgroup, no_coopmat) = (switch("HRX_VK_NO_SUBGROUP"), switch("HRX_VK_NO_COOPMAT"));
         let subgroup_matvec = info.subgroup_matvec().filter(|_| !no_subgroup);
         let wide = match std::env::var("HRX_VK_MATVEC") {
             Ok(v) if v == "sg" => false,
@@ -184,10 +189,14 @@ impl Variants {
             }
             _ => true,
         };
+        let coopmat = info.coopmat_matmul().filter(|_| !no_coopmat);
+        let exact = switch("HRX_VK_EXACT");
+        let shuffle = info.subgroup_in_compute && info.subgroup_ops.contains(&"shuffle");
         Variants {
             subgroup_matvec,
-            coopmat: info.coopmat_matmul().filter(|_| coopmat),
-            exact: switch("HRX_VK_EXACT"),
+            coopmat,
+            exact,
+            coop_attention: coopmat.filter(|_| !exact && shuffle),
             wide_matvec: wide && subgroup_matvec.is_some_and(|s| s <= WIDE_MAX_SUBGROUP),
             fuse: !switch("HRX_VK_NO_FUSE"),
             tiled_attention: !switch("HRX_VK_NO_TILED_ATTN"),
@@ -223,6 +232,11 @@ impl Variants {
     /// from the f32 kernels' by f16 rounding, not f32's.
     pub fn f16_products(&self) -> bool {
         self.coopmat.is_some() && !self.exact
+    }
+
+    /// The variant tiled attention runs on the matrix units with, where it does.
+    pub fn coop_attention(&self) -> Option<CoopMat> {
+        self.coop_attention.filter(|_| self.tiled_attention)
     }
 }
 
@@ -339,11 +353,31 @@ pub fn launch(
             Grid::Mat { rows: 128 / subgroup as usize, cols: 1 }
         }
         MatKind::Tiled => Grid::Mat { rows: 64, cols: 64 },
-        MatKind::Coop(cm) => coop_grid(cm, Tiles::fast(cm.shape))?,
+        MatKind::Coop(cm) => {
+            let tiles = Tiles::fast(cm);
+            if !k.is_multiple_of(tiles.bk as usize) {
+                return Err(VkError::Invalid(format!("mul_mat_cm: K {k} is not whole slices of {}", tiles.bk)));
+            }
+            let align = chunk_alignment(wt);
+            if !w.offset.is_multiple_of(align) || !w.nb[1].is_multiple_of(align) {
+                return Err(VkError::Invalid(format!("mul_mat_cm: {} rows must be {align}-byte aligned", w.dtype)));
+            }
+            coop_grid(cm, tiles)?
+        }
         MatKind::CoopExact(cm) => coop_grid(cm, Tiles::exact())?,
         MatKind::Rows => Grid::Mat { rows: 64, cols: 1 },
     };
     Ok(Launch { kernel: KernelId::MatMul(kind, wt), push, grid, grid_input: None, slots: Vec::new(), scratch: 0 })
+}
+
+/// The alignment of rows of w that `mul_mat_cm` reads in 16-value chunks (shaders/wtype.glsl's
+/// fetch16): 16-byte loads of rows (and of their 16-byte aligned blocks), or for Q6_K and Q8_0,
+/// whose blocks are 2-byte aligned, words around each chunk.
+fn chunk_alignment(wt: WType) -> usize {
+    match wt {
+        WType::Q6K | WType::Q8_0 => 2,
+        WType::F32 | WType::F16 | WType::BF16 | WType::Q4K | WType::Q5K => 16,
+    }
 }
 
 /// The grid of a cooperative-matrix kernel: a workgroup per tile.

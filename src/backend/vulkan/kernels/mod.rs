@@ -15,7 +15,7 @@ mod rope;
 mod rows;
 mod unary;
 
-pub use attn::{AttnTile, TILED_MIN_QUERIES};
+pub use attn::{AttnCoop, AttnTile, TILED_MIN_QUERIES};
 pub use coop::{CoopMat, Tiles};
 pub use matmul::{MatKind, Prologue, Variants, WIDE_MAX_SUBGROUP};
 
@@ -74,6 +74,8 @@ pub enum KernelId {
     FlashAttn,
     /// Attention for many queries: a workgroup per (head, tile of queries).
     FlashAttnTiled(AttnTile),
+    /// As `FlashAttnTiled`, on the matrix units.
+    FlashAttnCm(AttnCoop),
     /// Attention for a few queries over long contexts: the kv rows of each (head, query) split
     /// over many workgroups, combined by the last to finish.
     FlashAttnSplit,
@@ -104,6 +106,9 @@ impl KernelId {
             KernelId::Copy,
         ]);
         all.extend(AttnTile::ALL.map(KernelId::FlashAttnTiled));
+        all.extend(
+            [AttnTile::D64, AttnTile::D128].map(|class| KernelId::FlashAttnCm(AttnCoop { class, cm: CoopMat::UNSET })),
+        );
         all
     }
 
@@ -115,6 +120,10 @@ impl KernelId {
             (KernelId::MatMul(kind, w), subgroup, shape) => {
                 Some(KernelId::MatMul(kind.with_variant(subgroup, shape)?, w))
             }
+            (KernelId::FlashAttnCm(tile), Some(subgroup), Some([m, n, k])) => {
+                let cm = CoopMat { subgroup, shape: crate::backend::vulkan::info::CoopShape { m, n, k } };
+                Some(KernelId::FlashAttnCm(AttnCoop { cm, ..tile }))
+            }
             (id, None, None) => Some(id),
             _ => None,
         }
@@ -124,6 +133,7 @@ impl KernelId {
     pub fn subgroup(self) -> Option<u32> {
         match self {
             KernelId::MatMul(kind, _) => kind.subgroup(),
+            KernelId::FlashAttnCm(tile) => Some(tile.cm.subgroup),
             _ => None,
         }
     }
@@ -132,6 +142,7 @@ impl KernelId {
     pub fn shape(self) -> Option<[u32; 3]> {
         match self {
             KernelId::MatMul(kind, _) => kind.shape(),
+            KernelId::FlashAttnCm(tile) => Some([tile.cm.shape.m, tile.cm.shape.n, tile.cm.shape.k]),
             _ => None,
         }
     }
@@ -156,6 +167,7 @@ impl KernelId {
             KernelId::RmsNormRope => "rms_norm_rope",
             KernelId::FlashAttn => "flash_attn",
             KernelId::FlashAttnTiled(_) => "flash_attn_tiled",
+            KernelId::FlashAttnCm(_) => "flash_attn_cm",
             KernelId::FlashAttnSplit => "flash_attn_split",
             KernelId::Copy => "copy",
         }
@@ -189,6 +201,7 @@ impl KernelId {
             KernelId::Unary(UnaryOp::GeluErf) => "gelu_erf".into(),
             KernelId::GetRows(w, true) => format!("get_rows_weighted_{}", w.suffix()),
             KernelId::FlashAttnTiled(tile) => format!("flash_attn_tiled_{}", tile.suffix()),
+            KernelId::FlashAttnCm(tile) => format!("flash_attn_cm_{}", tile.class.suffix()),
             other => other.module(),
         }
     }
@@ -204,7 +217,7 @@ impl KernelId {
             KernelId::SetRows => rows::SET_PUSH_WORDS,
             KernelId::Rope => rope::PUSH_WORDS,
             KernelId::RmsNormRope => rope::PUSH_WORDS + 2,
-            KernelId::FlashAttn | KernelId::FlashAttnTiled(_) => attn::PUSH_WORDS,
+            KernelId::FlashAttn | KernelId::FlashAttnTiled(_) | KernelId::FlashAttnCm(_) => attn::PUSH_WORDS,
             KernelId::FlashAttnSplit => attn::PUSH_WORDS + 1,
             KernelId::Copy => 1,
         }
@@ -220,6 +233,7 @@ impl KernelId {
                 kind.coop_tiles().map_or_else(Vec::new, |(cm, tiles)| tiles.constants(cm))
             }
             KernelId::FlashAttnTiled(tile) => tile.constants(),
+            KernelId::FlashAttnCm(tile) => tile.constants(),
             _ => Vec::new(),
         }
     }
@@ -229,6 +243,7 @@ impl KernelId {
     fn subgroup_size(self) -> Option<u32> {
         match self {
             KernelId::MatMul(MatKind::Coop(cm) | MatKind::CoopExact(cm), _) => Some(cm.subgroup),
+            KernelId::FlashAttnCm(tile) => Some(tile.cm.subgroup),
             _ => None,
         }
     }
@@ -447,7 +462,12 @@ pub fn select(ops: Ops, ins: &[Operand], out: &Operand, dynamic: Option<Dyn>, va
             return Err(VkError::Invalid(format!("no kernel runs {}", ops.names())));
         }
         (Op::Attention { .. }, _) if variants.tiled_attention => {
-            vec![attn::choose(out, variants.shared_memory, variants.subgroup_matvec.is_some())]
+            vec![attn::choose(
+                out,
+                variants.shared_memory,
+                variants.subgroup_matvec.is_some(),
+                variants.coop_attention(),
+            )]
         }
         (op, _) => vec![op_launch(op, ins, out, dynamic)?.kernel],
     };
@@ -491,9 +511,12 @@ pub fn launch(kernel: KernelId, ops: Ops, ins: &[Operand], out: &Operand, dynami
         (KernelId::RmsNormRope, norm, None, Some(rope)) => {
             launch_norm_rope(norm, rope, arg(0)?, arg(1)?, arg(2)?, out, dynamic)?
         }
-        (KernelId::FlashAttnTiled(_) | KernelId::FlashAttnSplit, Op::Attention { scale }, None, None) => {
-            attn::launch(kernel, ins, *scale, out, dynamic)?
-        }
+        (
+            KernelId::FlashAttnTiled(_) | KernelId::FlashAttnCm(_) | KernelId::FlashAttnSplit,
+            Op::Attention { scale },
+            None,
+            None,
+        ) => attn::launch(kernel, ins, *scale, out, dynamic)?,
         (_, op, None, None) => op_launch(op, ins, out, dynamic)?,
         _ => return Err(VkError::Invalid(format!("{} does not run {}", kernel.name(), ops.names()))),
     };
@@ -599,13 +622,13 @@ mod tests {
         let (fast, exact) =
             (KernelId::MatMul(MatKind::Coop(cm), WType::F16), KernelId::MatMul(MatKind::CoopExact(cm), WType::F16));
         assert_eq!((fast.name(), exact.name()), ("mul_mat_cm_f16".to_owned(), "mul_mat_cm_exact_f16".to_owned()));
-        assert_eq!(fast.constants(), vec![32, 8, 8, 8, 32, 32, 32]);
-        assert_eq!(exact.constants(), vec![32, 8, 8, 8, 32, 32, 32]);
+        assert_eq!(fast.constants(), vec![32, 8, 8, 8, 16, 16, 64, 2, 0]);
+        assert_eq!(exact.constants(), vec![32, 8, 8, 8, 32, 32, 32, 1, 0]);
         let big = KernelId::MatMul(
             MatKind::Coop(CoopMat { subgroup: 32, shape: CoopShape { m: 16, n: 16, k: 16 } }),
             WType::F16,
         );
-        assert_eq!((big.constants(), big.subgroup_size()), (vec![128, 16, 16, 16, 64, 64, 32], Some(32)));
+        assert_eq!((big.constants(), big.subgroup_size()), (vec![128, 16, 16, 16, 32, 32, 64, 2, 0], Some(32)));
         // A variant without what it is built around does not exist.
         let mut no_shape = planned(fast);
         no_shape.shape = None;

@@ -1,0 +1,243 @@
+#version 450
+// Fused attention for many queries on the matrix units (VK_KHR_cooperative_matrix): what
+// flash_attn_tiled.comp computes, with Q K^T and P V as f16 cooperative-matrix products summed
+// in f32. Causal with slots (query t sees kv rows 0..=slots[t]); otherwise every kv row (the
+// run-time length). Push constants and bindings are flash_attn.comp's.
+//
+// A workgroup of four subgroups takes a tile of 4 x R queries of one head (R = the matrix
+// units' rows), each subgroup R of them; per step of BC kv rows, staged in shared memory as f16:
+//   S = Q K^T (R x BC per subgroup; Q, pre-scaled by scale * log2 e, held as A fragments for
+//   the whole pass), stored to shared memory; the online softmax by rows, LPR lanes to a row:
+//   the row maximum m, P = exp2(S - m) (f16, to shared memory), the running sum; the rescale
+//   factor exp2(m_old - m) of each row as an R x R matrix of rows of that factor, by which the
+//   O accumulators are multiplied element by element; O += P V.
+// At the end O is scaled by 1 / sum the same way and written through a patch of shared memory.
+// The tile sizes are specialization constants (kernels/attn.rs, AttnTileCm); head_dim may be
+// below DM (zeros beyond it), a multiple of 4.
+
+#extension GL_KHR_cooperative_matrix : require
+#extension GL_EXT_control_flow_attributes : require
+#extension GL_KHR_memory_scope_semantics : require
+#extension GL_KHR_shader_subgroup_basic : require
+#extension GL_KHR_shader_subgroup_shuffle : require
+#extension GL_EXT_shader_explicit_arithmetic_types_float16 : require
+
+#include "common.glsl"
+
+layout(local_size_x_id = 0) in;
+layout(constant_id = 0) const uint THREADS = 128u; // four subgroups
+layout(constant_id = 1) const uint R = 16u;        // the matrix-unit side (M = N = K)
+layout(constant_id = 2) const uint BC = 32u;       // kv rows per step
+layout(constant_id = 3) const uint DM = 128u;      // head_dim class: a multiple of R
+
+const uint SUB = THREADS / 4u;
+const uint BR = 4u * R;
+const uint LPR = SUB / R;       // lanes per query row in the softmax
+const uint LDK = DM + 8u;       // halves per staged K / V row (16-byte aligned rows, banks spread)
+const uint LDK4 = LDK / 4u;
+const uint LDS = BC + 4u;       // floats per row of a subgroup's scores
+const uint LDP = BC + 8u;       // halves per row of a subgroup's probabilities
+const uint LDP4 = LDP / 4u;
+const float NEG = -1.0e30;      // below any score, finite: exp2(NEG - NEG) must not be NaN
+
+layout(set = 0, binding = 1) readonly buffer Q { float q[]; };
+layout(set = 0, binding = 1) readonly buffer Q4 { vec4 q4[]; };
+layout(set = 0, binding = 2) readonly buffer K { float k[]; };
+layout(set = 0, binding = 2) readonly buffer K4 { vec4 k4[]; };
+layout(set = 0, binding = 3) readonly buffer V { float v[]; };
+layout(set = 0, binding = 3) readonly buffer V4 { vec4 v4[]; };
+layout(set = 0, binding = 4) readonly buffer Slots { int slots[]; };
+layout(set = 0, binding = 5) writeonly buffer D { float d[]; };
+
+#include "flash_attn_params.glsl"
+
+shared f16vec4 k_tile[BC * LDK4];
+shared f16vec4 v_tile[BC * LDK4];
+shared float s_buf[4u * R * LDS];
+// Each subgroup's probabilities; before the pass, its slices of Q on their way to fragments.
+shared f16vec4 p_buf[4u * R * LDP4];
+// Each subgroup's R x R matrix of per-row factors.
+shared float f_buf[4u * R * R];
+
+// Four values of a row at float offset `at` (`n` of them real, the rest 0), as vec4 loads
+// where the operand is 16-byte aligned.
+vec4 kv4(bool is_k, bool aligned, uint at, uint n) {
+    if (n >= 4u && aligned) {
+        return is_k ? k4[at >> 2u] : v4[at >> 2u];
+    }
+    vec4 r = vec4(0.0);
+    for (uint i = 0u; i < min(n, 4u); i++) {
+        r[i] = is_k ? k[at + i] : v[at + i];
+    }
+    return r;
+}
+
+// kv rows j0.. of the head's K and V into the tiles as f16, zeros past `rows` and past hd.
+void load_kv(uint kb, uint vb, uint j0, uint rows, uint hd, bool aligned) {
+    for (uint e = gl_LocalInvocationID.x; e < BC * DM / 4u; e += THREADS) {
+        uint r = e / (DM / 4u);
+        uint c = 4u * (e % (DM / 4u));
+        bool real = r < rows && c < hd;
+        uint n = real ? hd - c : 0u;
+        vec4 kv = real ? kv4(true, aligned, kb + (j0 + r) * p.k_nb2 + c, n) : vec4(0.0);
+        vec4 vv = real ? kv4(false, aligned, vb + (j0 + r) * p.v_nb2 + c, n) : vec4(0.0);
+        k_tile[r * LDK4 + c / 4u] = f16vec4(kv);
+        v_tile[r * LDK4 + c / 4u] = f16vec4(vv);
+    }
+}
+
+// Sets this subgroup's factor matrix to rows of `f` (this lane's row's factor) and returns it.
+coopmat<float, gl_ScopeSubgroup, R, R, gl_MatrixUseAccumulator> row_factors(float f, uint row, uint part) {
+    uint base = gl_SubgroupID * R * R;
+    for (uint c = part; c < R; c += LPR) {
+        f_buf[base + row * R + c] = f;
+    }
+    subgroupMemoryBarrierShared();
+    subgroupBarrier();
+    coopmat<float, gl_ScopeSubgroup, R, R, gl_MatrixUseAccumulator> m;
+    coopMatLoad(m, f_buf, base, R, gl_CooperativeMatrixLayoutRowMajor);
+    subgroupBarrier();
+    return m;
+}
+
+void main() {
+    uvec4 ne = runtime_ne(p.ne, p.dyn);
+    uint hd = ne.x;
+    uint heads = ne.y;
+    uint n_q = ne.z;
+    uint group = heads / p.kv_heads;
+    uint n_kv_all = kv_rows();
+    float qscale = p.scale * 1.4426950408889634; // log2(e): the softmax runs on exp2
+    bool q_aligned = ((p.q_off | p.q_nb1 | p.q_nb2 | hd) & 3u) == 0u;
+    bool kv_aligned = ((p.k_off | p.k_nb1 | p.k_nb2 | p.v_off | p.v_nb1 | p.v_nb2 | hd) & 3u) == 0u;
+    uint sg = gl_SubgroupID;
+    uint lane = gl_SubgroupInvocationID;
+    uint row = lane / LPR;
+    uint part = lane % LPR;
+    uint s_base = sg * R * LDS;
+    uint p_base = sg * R * LDP4;
+    uint tiles = (n_q + BR - 1u) / BR;
+    // Heads vary fastest: the heads sharing a kv head run side by side and share its K and V
+    // in the caches.
+    for (uint wi = gl_WorkGroupID.x; wi < heads * tiles; wi += gl_NumWorkGroups.x) {
+        uint h = wi % heads;
+        uint t0 = (wi / heads) * BR;
+        uint kb = p.k_off + (h / group) * p.k_nb1;
+        uint vb = p.v_off + (h / group) * p.v_nb1;
+        uint qb = p.q_off + h * p.q_nb1;
+        // The kv rows the tile needs: the most any of its queries sees (alike in every thread,
+        // so the loop below is uniform across the workgroup).
+        uint n_tile = 0u;
+        [[unroll]] for (uint r = 0u; r < BR; r++) {
+            n_tile = max(n_tile, limit(t0 + r, n_q, n_kv_all));
+        }
+        uint t_row = t0 + sg * R + row;
+        uint lim = limit(t_row, n_q, n_kv_all);
+
+        // This subgroup's queries as A fragments, R x R of Q at a time through p_buf.
+        coopmat<float16_t, gl_ScopeSubgroup, R, R, gl_MatrixUseA> qf[DM / R];
+        [[unroll]] for (uint dd = 0u; dd < DM / R; dd++) {
+            for (uint e = lane; e < R * R / 4u; e += SUB) {
+                uint r = e / (R / 4u);
+                uint c = dd * R + 4u * (e % (R / 4u));
+                uint t = t0 + sg * R + r;
+                vec4 qv = vec4(0.0);
+                if (t < n_q && c < hd) {
+                    uint at = qb + t * p.q_nb2 + c;
+                    if (q_aligned) {
+                        qv = q4[at >> 2u];
+                    } else {
+                        for (uint i = 0u; i < min(hd - c, 4u); i++) {
+                            qv[i] = q[at + i];
+                        }
+                    }
+                }
+                p_buf[p_base + r * LDP4 + e % (R / 4u)] = f16vec4(qv * qscale);
+            }
+            subgroupMemoryBarrierShared();
+            subgroupBarrier();
+            coopMatLoad(qf[dd], p_buf, p_base, LDP4, gl_CooperativeMatrixLayoutRowMajor);
+            subgroupBarrier();
+        }
+
+        coopmat<float, gl_ScopeSubgroup, R, R, gl_MatrixUseAccumulator> o[DM / R];
+        [[unroll]] for (uint j = 0u; j < DM / R; j++) {
+            o[j] = coopmat<float, gl_ScopeSubgroup, R, R, gl_MatrixUseAccumulator>(0.0);
+        }
+        float m = NEG;
+        float l = 0.0; // this lane's part of its row's sum
+        for (uint j0 = 0u; j0 < n_tile; j0 += BC) {
+            // Everyone is past the previous step's reads of the tiles.
+            barrier();
+            load_kv(kb, vb, j0, min(BC, n_tile - j0), hd, kv_aligned);
+            barrier();
+            // S = Q K^T, to shared memory.
+            [[unroll]] for (uint j = 0u; j < BC / R; j++) {
+                coopmat<float, gl_ScopeSubgroup, R, R, gl_MatrixUseAccumulator> s =
+                    coopmat<float, gl_ScopeSubgroup, R, R, gl_MatrixUseAccumulator>(0.0);
+                [[unroll]] for (uint dd = 0u; dd < DM / R; dd++) {
+                    coopmat<float16_t, gl_ScopeSubgroup, R, R, gl_MatrixUseB> kf;
+                    coopMatLoad(kf, k_tile, j * R * LDK4 + dd * R / 4u, LDK4, gl_CooperativeMatrixLayoutColumnMajor);
+                    s = coopMatMulAdd(qf[dd], kf, s);
+                }
+                coopMatStore(s, s_buf, s_base + j * R, LDS, gl_CooperativeMatrixLayoutRowMajor);
+            }
+            subgroupMemoryBarrierShared();
+            subgroupBarrier();
+            // The online softmax of this lane's row, over columns part, part + LPR, ...
+            float mx = m;
+            for (uint c = part; c < BC; c += LPR) {
+                if (j0 + c < lim) {
+                    mx = max(mx, s_buf[s_base + row * LDS + c]);
+                }
+            }
+            for (uint o_ = 1u; o_ < LPR; o_ <<= 1u) {
+                mx = max(mx, subgroupShuffleXor(mx, o_));
+            }
+            float alpha = exp2(m - mx);
+            m = mx;
+            float sum = 0.0;
+            for (uint c = part; c < BC; c += LPR) {
+                // Masked entries are zero outright: their scores are not below m.
+                float pj = j0 + c < lim ? exp2(s_buf[s_base + row * LDS + c] - mx) : 0.0;
+                p_buf[p_base + row * LDP4 + c / 4u][c % 4u] = float16_t(pj);
+                sum += pj;
+            }
+            l = l * alpha + sum;
+            // O = O * alpha + P V.
+            coopmat<float, gl_ScopeSubgroup, R, R, gl_MatrixUseAccumulator> fa = row_factors(alpha, row, part);
+            [[unroll]] for (uint j = 0u; j < DM / R; j++) {
+                o[j] = o[j] * fa;
+            }
+            [[unroll]] for (uint kk = 0u; kk < BC / R; kk++) {
+                coopmat<float16_t, gl_ScopeSubgroup, R, R, gl_MatrixUseA> pa;
+                coopMatLoad(pa, p_buf, p_base + kk * R / 4u, LDP4, gl_CooperativeMatrixLayoutRowMajor);
+                [[unroll]] for (uint j = 0u; j < DM / R; j++) {
+                    coopmat<float16_t, gl_ScopeSubgroup, R, R, gl_MatrixUseB> vf;
+                    coopMatLoad(vf, v_tile, kk * R * LDK4 + j * R / 4u, LDK4, gl_CooperativeMatrixLayoutRowMajor);
+                    o[j] = coopMatMulAdd(pa, vf, o[j]);
+                }
+            }
+        }
+        // The row's sum over its lanes, then O / sum through the shared patch.
+        for (uint o_ = 1u; o_ < LPR; o_ <<= 1u) {
+            l += subgroupShuffleXor(l, o_);
+        }
+        coopmat<float, gl_ScopeSubgroup, R, R, gl_MatrixUseAccumulator> fi = row_factors(l > 0.0 ? 1.0 / l : 0.0, row, part);
+        uint db = p.d_off + h * p.d_nb1;
+        [[unroll]] for (uint j = 0u; j < DM / R; j++) {
+            coopMatStore(o[j] * fi, s_buf, s_base, LDS, gl_CooperativeMatrixLayoutRowMajor);
+            subgroupMemoryBarrierShared();
+            subgroupBarrier();
+            for (uint e = lane; e < R * R; e += SUB) {
+                uint r = e / R;
+                uint c = j * R + e % R;
+                uint t = t0 + sg * R + r;
+                if (t < n_q && c < hd) {
+                    d[db + t * p.d_nb2 + c] = s_buf[s_base + r * LDS + e % R];
+                }
+            }
+            subgroupBarrier();
+        }
+    }
+}

@@ -1,0 +1,49 @@
+// Shared by the attention kernels (flash_attn*.comp): their push constants, and which kv rows a
+// query sees. A kernel declares the slots (binding 4) before including this; flash_attn_split
+// defines ATTN_SPLITS for its extra field.
+
+layout(push_constant) uniform Params {
+    uvec4 ne;       // output (= q) shape: head_dim, heads, queries, 1 (maximal)
+    uvec4 dyn;      // dynamic axis of the output (common.glsl)
+    uint q_off;     // q: offset, head stride, query stride (floats); unit stride along head_dim
+    uint q_nb1;
+    uint q_nb2;
+    uint k_off;     // k: offset, head stride, row stride
+    uint k_nb1;
+    uint k_nb2;
+    uint v_off;
+    uint v_nb1;
+    uint v_nb2;
+    uint d_off;
+    uint d_nb1;
+    uint d_nb2;
+    uint kv_heads;
+    uint n_kv;      // kv rows (maximal)
+    uint kv_sym;    // the kv rows' run-time length: syms[kv_sym] * kv_num / kv_den;
+    uint kv_num;    // kv_sym 0xFFFFFFFF: static
+    uint kv_den;
+    uint s_off;     // slots offset (ints); 0xFFFFFFFF: no slots (not causal)
+    float scale;
+#if defined(ATTN_SPLITS)
+    uint splits;    // most workgroups per (head, query)
+#endif
+} p;
+
+// The kv rows there are at run time.
+uint kv_rows() {
+    if (p.kv_sym == 0xFFFFFFFFu) {
+        return p.n_kv;
+    }
+    return min(p.n_kv, syms[p.kv_sym] * p.kv_num / p.kv_den);
+}
+
+// The kv rows query t sees of n_kv (0 past the run-time query count n_q).
+uint limit(uint t, uint n_q, uint n_kv) {
+    if (t >= n_q) {
+        return 0u;
+    }
+    if (p.s_off == 0xFFFFFFFFu) {
+        return n_kv;
+    }
+    return uint(clamp(slots[p.s_off + t] + 1, 0, int(n_kv)));
+}
