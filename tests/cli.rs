@@ -156,6 +156,41 @@ fn describe_reports_each_bad_image_on_one_line_and_still_describes_the_good_one(
 }
 
 #[test]
+fn describe_refuses_a_prompt_over_the_context_with_its_real_size() {
+    // The image's tokens are counted from its header before it is decoded, and the whole
+    // prompt is reported, not where a prefill chunk overflowed: a 1500 x 1000 image is about
+    // 1,000 tokens at the 1 MP budget, four prefill chunks of 256.
+    let Some(oracle) = common::oracle() else { return };
+    let model = oracle.join("models/tiny");
+    let (m, mm) = (model.join("qwen3vl-tiny-F16.gguf"), model.join("mmproj-qwen3vl-tiny-F16.gguf"));
+    let image = temp_file("big-1500x1000.png", &common::black_png(1500, 1000));
+    let describe = |ctx: &str| {
+        hrx(&[
+            "describe",
+            image.to_str().unwrap(),
+            "-n",
+            "1",
+            "--json",
+            "--ctx",
+            ctx,
+            "-m",
+            m.to_str().unwrap(),
+            "--mmproj",
+            mm.to_str().unwrap(),
+        ])
+    };
+    let ok = describe("4096");
+    assert!(ok.status.success(), "{}", stderr(&ok));
+    let answer: JsonValue = String::from_utf8(ok.stdout).unwrap().trim().parse().unwrap();
+    let prompt = answer["prompt_ids"].get::<Vec<JsonValue>>().unwrap().len();
+    assert!(prompt > 900, "{prompt} prompt tokens");
+    let refused = describe("300");
+    assert!(!refused.status.success());
+    let message = stderr(&refused);
+    assert!(message.contains(&format!("the context holds 300 tokens and {prompt} are needed")), "{message}");
+}
+
+#[test]
 fn generate_with_an_image_makes_hf_prompt_ids() {
     let Some(oracle) = common::oracle() else { return };
     let case: JsonValue = std::fs::read_to_string(oracle.join("cases/tiny/I6.json")).unwrap().parse().unwrap();

@@ -9,16 +9,17 @@ use std::io::{BufRead, BufReader, Read, Write};
 use std::net::TcpStream;
 use std::path::Path;
 use std::process::{Child, Command, Stdio};
-use std::sync::mpsc;
+use std::sync::{mpsc, Arc, Mutex};
 use std::time::{Duration, Instant};
 use tinyjson::JsonValue;
 
 const PROMPT: &str = "What is in this picture?";
 
-/// A running server, killed when dropped.
+/// A running server, killed when dropped, and what it has written to stderr (its log).
 struct Server {
     child: Child,
     addr: String,
+    log: Arc<Mutex<String>>,
 }
 
 impl Server {
@@ -29,10 +30,19 @@ impl Server {
             .args(["serve", "-m", m.to_str().unwrap(), "--mmproj", mm.to_str().unwrap(), "--port", "0"])
             .args(extra)
             .stdout(Stdio::piped())
-            .stderr(Stdio::null())
+            .stderr(Stdio::piped())
             .spawn()
             .expect("start hrx serve");
         let stdout = child.stdout.take().unwrap();
+        let (stderr, log) = (child.stderr.take().unwrap(), Arc::new(Mutex::new(String::new())));
+        let sink = Arc::clone(&log);
+        std::thread::spawn(move || {
+            for line in BufReader::new(stderr).lines().map_while(Result::ok) {
+                let mut log = sink.lock().unwrap();
+                log.push_str(&line);
+                log.push('\n');
+            }
+        });
         let (tx, rx) = mpsc::channel();
         std::thread::spawn(move || {
             let mut line = String::new();
@@ -41,7 +51,7 @@ impl Server {
         });
         let line = rx.recv_timeout(Duration::from_secs(120)).unwrap_or_default();
         // Killed on drop, also when the checks below fail.
-        let mut server = Server { child, addr: String::new() };
+        let mut server = Server { child, addr: String::new(), log };
         let addr = line.split("http://").nth(1).and_then(|r| r.split_whitespace().next()).map(str::to_owned);
         server.addr = addr.unwrap_or_else(|| panic!("no address in {line:?}"));
         assert!(server.addr.starts_with("127.0.0.1:"), "{}", server.addr);
@@ -50,6 +60,20 @@ impl Server {
 
     fn raw(&self, request: &[u8]) -> (u16, String) {
         raw(&self.addr, request)
+    }
+
+    /// The first log line containing `text`, waiting up to `wait` for it.
+    fn log_line(&self, text: &str, wait: Duration) -> Option<String> {
+        let until = Instant::now() + wait;
+        loop {
+            if let Some(line) = self.log.lock().unwrap().lines().find(|l| l.contains(text)) {
+                return Some(line.to_owned());
+            }
+            if Instant::now() > until {
+                return None;
+            }
+            std::thread::sleep(Duration::from_millis(50));
+        }
     }
 
     fn post(&self, path: &str, body: &str) -> (u16, String) {
@@ -331,4 +355,86 @@ fn every_bad_request_gets_a_json_error_with_its_status() {
     assert_eq!(server.raw(big.as_bytes()).0, 413);
     // And the server still answers after all of that.
     assert_eq!(server.get("/health").0, 200);
+}
+
+/// "the context holds N tokens and M are needed": (N, M).
+fn context_numbers(message: &str) -> (f64, f64) {
+    let numbers: Vec<f64> = message.split(|c: char| !c.is_ascii_digit()).filter_map(|w| w.parse().ok()).collect();
+    assert!(message.contains("are needed") && numbers.len() >= 2, "{message}");
+    (numbers[0], numbers[1])
+}
+
+#[test]
+fn prompts_too_long_or_too_many_pixels_are_refused_with_their_real_size() {
+    let Some(oracle) = common::oracle() else { return };
+    let model = oracle.join("models/tiny");
+    let tie = data_url(&oracle.join("images/tie-400x272.png"));
+    let long_text =
+        format!(r#"{{"messages":[{{"role":"user","content":"{}"}}],"max_tokens":1}}"#, "word ".repeat(3000));
+    // The prompts' real sizes, from a server whose context holds them.
+    let roomy = Server::start(&model, &["--ctx", "8192"]);
+    let size = |body: &str| {
+        let (status, answer) = roomy.post("/v1/chat/completions", body);
+        assert_eq!(status, 200, "{answer}");
+        number(&json(&answer), &["usage", "prompt_tokens"])
+    };
+    let (text_tokens, image_tokens) = (size(&long_text), size(&image_request(&tie, "")));
+    assert!(text_tokens >= 3000.0 && image_tokens > 64.0, "{text_tokens} {image_tokens}");
+    drop(roomy);
+
+    // A context of 64: both are refused with their whole size (not where a prefill chunk
+    // overflowed), the image's counted from its header before it is decoded.
+    let server = Server::start(&model, &["--ctx", "64"]);
+    for (body, tokens) in [(long_text, text_tokens), (image_request(&tie, ""), image_tokens)] {
+        let (status, answer) = server.post("/v1/chat/completions", &body);
+        assert_eq!(status, 400, "{answer}");
+        let message = string(&json(&answer), &["error", "message"]);
+        assert_eq!(context_numbers(&message), (64.0, tokens), "{message}");
+    }
+    // Three 49-megapixel images (each within the decoder's 50 MP, a few KB each) hold more
+    // pixels than one request may: refused from their headers, naming the limit.
+    let bomb = format!(
+        "data:image/png;base64,{}",
+        base64::engine::general_purpose::STANDARD.encode(common::black_png(7000, 7000))
+    );
+    let part = format!(r#"{{"type":"image_url","image_url":{{"url":"{bomb}"}}}}"#);
+    let body = format!(r#"{{"messages":[{{"role":"user","content":[{part},{part},{part}]}}],"max_tokens":1}}"#);
+    let (status, answer) = server.post("/v1/chat/completions", &body);
+    assert_eq!(status, 400, "{answer}");
+    let message = string(&json(&answer), &["error", "message"]);
+    assert!(message.contains("100000000 pixels") && message.contains("image 3"), "{message}");
+    assert_eq!(server.get("/health").0, 200);
+}
+
+#[test]
+fn a_client_that_hangs_up_stops_its_generation() {
+    // Asked for far more tokens than the model makes in the test's time, the client closes
+    // after a moment (streaming or not): the server notices, stops generating, and says so in
+    // its log (499, the tokens made); the model is free for the next request at once.
+    let Some(oracle) = common::oracle() else { return };
+    let server = Server::start(&oracle.join("models/tiny"), &["--ctx", "32768"]);
+    for (n, stream) in [(1, false), (2, true)] {
+        let body = format!(
+            r#"{{"messages":[{{"role":"user","content":"hang up {n}"}}],"max_tokens":1000000,"stream":{stream}}}"#
+        );
+        let request =
+            format!("POST /v1/chat/completions HTTP/1.1\r\nHost: x\r\nContent-Length: {}\r\n\r\n{body}", body.len());
+        let mut s = TcpStream::connect(&server.addr).unwrap();
+        s.write_all(request.as_bytes()).unwrap();
+        std::thread::sleep(Duration::from_millis(300));
+        drop(s);
+        let line = server.log_line(" 499 ", Duration::from_secs(60));
+        let line = line.unwrap_or_else(|| panic!("no 499 in the log:\n{}", server.log.lock().unwrap()));
+        let tokens: usize = line
+            .split("after ")
+            .nth(1)
+            .and_then(|r| r.split_whitespace().next())
+            .and_then(|t| t.parse().ok())
+            .unwrap_or_else(|| panic!("{line}"));
+        assert!(tokens < 32768, "{line}");
+        server.log.lock().unwrap().clear();
+    }
+    let (status, body) =
+        server.post("/v1/chat/completions", r#"{"messages":[{"role":"user","content":"x"}],"max_tokens":1}"#);
+    assert_eq!(status, 200, "{body}");
 }

@@ -157,7 +157,7 @@ struct Job<'a> {
 impl Job<'_> {
     fn caption(&self, d: &mut Describer, path: &Path) -> Result<Json, crate::runtime::RuntimeError> {
         let t = Instant::now();
-        let images = [d.encode_file(path)?];
+        let images = d.encode_files_for(&[path], self.prompt, self.system)?;
         let (_, g) = d.run(&images, self.prompt, self.system, self.config, |_| std::ops::ControlFlow::Continue(()))?;
         Ok(Json::obj([
             ("image", Json::str(path.display().to_string())),

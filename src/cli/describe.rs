@@ -177,13 +177,12 @@ fn describe_one(
     out: &mut dyn Write,
 ) -> Result<(), CliError> {
     let t = std::time::Instant::now();
-    let image = d.encode_file(file)?;
+    let images = d.encode_files_for(&[file], prompt, system)?;
     let encode_seconds = t.elapsed().as_secs_f64();
     if !json {
         writeln!(out, "{}:", file.display())?;
     }
     let mut write_error = None;
-    let images = [image];
     let (ids, g) =
         d.run(&images, prompt, system, config, |text| super::generate::stream(json, &mut write_error, out, text))?;
     if let Some(e) = write_error {

@@ -96,7 +96,8 @@ fn run(mut args: Args, out: &mut dyn Write) -> Result<(), CliError> {
         if let Some(n) = placement.threads {
             d.set_threads(n);
         }
-        let encoded = images.iter().map(|f| d.encode_file(Path::new(f))).collect::<Result<Vec<_>, _>>()?;
+        let paths: Vec<&Path> = images.iter().map(Path::new).collect();
+        let encoded = d.encode_files_for(&paths, &text, system.as_deref())?;
         let mut write_error = None;
         let (ids, result) =
             d.run(&encoded, &text, system.as_deref(), &config, |t| stream(json, &mut write_error, out, t))?;

@@ -20,6 +20,11 @@ pub(crate) struct Decoded {
 
 /// Reads and decodes an image file; errors name `path`.
 pub fn decode_file(path: &Path, limits: &Limits) -> Result<RgbImage, ImageError> {
+    decode_bytes(&path.display().to_string(), &read_file(path, limits)?, limits)
+}
+
+/// An image file's bytes, within `limits.max_file_bytes`; errors name `path`.
+pub fn read_file(path: &Path, limits: &Limits) -> Result<Vec<u8>, ImageError> {
     let name = path.display().to_string();
     let io = |e| ImageError::new(&name, ImageErrorKind::Io(e));
     let file = std::fs::File::open(path).map_err(io)?;
@@ -27,7 +32,23 @@ pub fn decode_file(path: &Path, limits: &Limits) -> Result<RgbImage, ImageError>
     // `take` keeps the cap even if the file grows after the size check.
     let mut bytes = Vec::new();
     file.take(limits.max_file_bytes.saturating_add(1)).read_to_end(&mut bytes).map_err(io)?;
-    decode_bytes(&name, &bytes, limits)
+    limits.check_file_bytes(&name, bytes.len() as u64)?;
+    Ok(bytes)
+}
+
+/// The upright (width, height) `decode_bytes` would give, from the headers alone (a PNG's
+/// chunks up to its image data, a JPEG's or WebP's headers: no pixel is decoded), within
+/// `limits`: what a caller counts an image's cost by before paying it.
+pub fn probe_bytes(name: &str, bytes: &[u8], limits: &Limits) -> Result<(usize, usize), ImageError> {
+    limits.check_file_bytes(name, bytes.len() as u64)?;
+    let format = format::sniff(bytes)
+        .map_err(|looks_like| ImageError::new(name, ImageErrorKind::UnknownFormat { looks_like }))?;
+    let (width, height, orientation) = contain_panics(name, format, || match format {
+        Format::Png => png::probe(name, bytes, limits),
+        Format::Jpeg => jpeg::probe(name, bytes, limits),
+        Format::WebP => webp::probe(name, bytes, limits),
+    })?;
+    Ok(if orientation.swaps_axes() { (height, width) } else { (width, height) })
 }
 
 /// Decodes an image held in memory; `name` is what errors call it (a path, a URL, "upload 3").
@@ -38,7 +59,7 @@ pub fn decode_bytes(name: &str, bytes: &[u8], limits: &Limits) -> Result<RgbImag
     limits.check_file_bytes(name, bytes.len() as u64)?;
     let format = format::sniff(bytes)
         .map_err(|looks_like| ImageError::new(name, ImageErrorKind::UnknownFormat { looks_like }))?;
-    let decoded = contain_panics(name, format, || match format {
+    let decoded: Decoded = contain_panics(name, format, || match format {
         Format::Png => png::decode(name, bytes, limits),
         Format::Jpeg => jpeg::decode(name, bytes, limits),
         Format::WebP => webp::decode(name, bytes, limits),
@@ -50,11 +71,11 @@ pub fn decode_bytes(name: &str, bytes: &[u8], limits: &Limits) -> Result<RgbImag
 /// The decoder crates are fuzzed and meant to return errors, but the bytes are untrusted: a
 /// panic inside one becomes an error for this file instead of taking the process down (with the
 /// default `panic = "unwind"`; tests/image.rs checks that damaged files never get here).
-fn contain_panics(
+fn contain_panics<T>(
     name: &str,
     format: Format,
-    decode: impl FnOnce() -> Result<Decoded, ImageError>,
-) -> Result<Decoded, ImageError> {
+    decode: impl FnOnce() -> Result<T, ImageError>,
+) -> Result<T, ImageError> {
     std::panic::catch_unwind(std::panic::AssertUnwindSafe(decode))
         .unwrap_or_else(|_| Err(ImageError::new(name, ImageErrorKind::DecoderPanicked { format: format.name() })))
 }

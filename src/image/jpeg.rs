@@ -18,6 +18,17 @@ use zune_jpeg::zune_core::colorspace::ColorSpace;
 use zune_jpeg::zune_core::options::DecoderOptions;
 use zune_jpeg::JpegDecoder;
 
+/// Width, height and EXIF orientation from the headers (every colour space: `decode` reads
+/// the same headers first).
+pub(crate) fn probe(name: &str, bytes: &[u8], limits: &Limits) -> Result<(usize, usize, Orientation), ImageError> {
+    let mut decoder = jpeg_decoder::Decoder::new(bytes);
+    decoder.read_info().map_err(|e| corrupt(name, Format::Jpeg, e))?;
+    let info = decoder.info().ok_or_else(|| corrupt(name, Format::Jpeg, "no frame header"))?;
+    limits.check_size(name, u64::from(info.width), u64::from(info.height))?;
+    let orientation = decoder.exif_data().map_or(Orientation::Normal, exif::orientation);
+    Ok((usize::from(info.width), usize::from(info.height), orientation))
+}
+
 pub(crate) fn decode(name: &str, bytes: &[u8], limits: &Limits) -> Result<Decoded, ImageError> {
     let mut decoder = jpeg_decoder::Decoder::new(bytes);
     decoder.read_info().map_err(|e| corrupt(name, Format::Jpeg, e))?;

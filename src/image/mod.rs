@@ -2,7 +2,8 @@
 //!
 //! * [`decode_file`] / [`decode_bytes`]: PNG, JPEG or WebP (recognised by content) to upright RGB,
 //!   within [`Limits`] checked before decoding; alpha composited onto white and gray replicated,
-//!   as the processor's `convert_to_rgb` does with Pillow.
+//!   as the processor's `convert_to_rgb` does with Pillow; [`probe_bytes`] the upright size
+//!   alone, from the headers, to count an image's tokens before decoding it.
 //! * [`preprocess`]: [`smart_resize`] to multiples of patch x merge, [`resize_bicubic_aa`]
 //!   (bit-exact with torchvision's uint8 antialiased bicubic), normalise, cut into [`Patches`]
 //!   in merge-block order.
@@ -31,7 +32,7 @@ mod resize;
 mod smart_resize;
 mod webp;
 
-pub use decode::{decode_bytes, decode_file};
+pub use decode::{decode_bytes, decode_file, probe_bytes, read_file};
 pub use error::{ImageError, ImageErrorKind};
 pub use format::{sniff, Format};
 pub use limits::Limits;

@@ -40,7 +40,7 @@ impl Orientation {
         })
     }
 
-    fn swaps_axes(self) -> bool {
+    pub(crate) fn swaps_axes(self) -> bool {
         matches!(self, Self::Transpose | Self::Rotate270 | Self::Transverse | Self::Rotate90)
     }
 

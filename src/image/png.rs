@@ -9,6 +9,18 @@ use super::{exif, Limits};
 use ::png::{BitDepth, ColorType, Transformations};
 use std::io::Cursor;
 
+/// Width, height and EXIF orientation from the chunks before the image data.
+pub(crate) fn probe(name: &str, bytes: &[u8], limits: &Limits) -> Result<(usize, usize, Orientation), ImageError> {
+    let bad = |e: ::png::DecodingError| corrupt(name, Format::Png, e);
+    let mut decoder = ::png::Decoder::new(Cursor::new(bytes));
+    let header = decoder.read_header_info().map_err(bad)?;
+    let (width, height) = (header.width, header.height);
+    limits.check_size(name, width.into(), height.into())?;
+    let reader = decoder.read_info().map_err(bad)?;
+    let orientation = reader.info().exif_metadata.as_deref().map_or(Orientation::Normal, exif::orientation);
+    Ok((width as usize, height as usize, orientation))
+}
+
 pub(crate) fn decode(name: &str, bytes: &[u8], limits: &Limits) -> Result<Decoded, ImageError> {
     let bad = |e: ::png::DecodingError| corrupt(name, Format::Png, e);
     let mut decoder = ::png::Decoder::new(Cursor::new(bytes));

@@ -9,6 +9,16 @@ use super::{exif, Limits};
 use image_webp::WebPDecoder;
 use std::io::Cursor;
 
+/// Width, height and EXIF orientation from the RIFF chunks.
+pub(crate) fn probe(name: &str, bytes: &[u8], limits: &Limits) -> Result<(usize, usize, Orientation), ImageError> {
+    let bad = |e: image_webp::DecodingError| corrupt(name, Format::WebP, e);
+    let mut decoder = WebPDecoder::new(Cursor::new(bytes)).map_err(bad)?;
+    let (width, height) = decoder.dimensions();
+    limits.check_size(name, width.into(), height.into())?;
+    let orientation = decoder.exif_metadata().ok().flatten().map_or(Orientation::Normal, |e| exif::orientation(&e));
+    Ok((width as usize, height as usize, orientation))
+}
+
 pub(crate) fn decode(name: &str, bytes: &[u8], limits: &Limits) -> Result<Decoded, ImageError> {
     let bad = |e: image_webp::DecodingError| corrupt(name, Format::WebP, e);
     let mut decoder = WebPDecoder::new(Cursor::new(bytes)).map_err(bad)?;

@@ -32,6 +32,21 @@ impl Default for ImageOptions {
     }
 }
 
+/// The conversation of one user turn: `images` images, then `text`, after a `system` turn.
+fn user_turn(images: usize, text: &str, system: Option<&str>) -> Vec<Message> {
+    let mut messages = Vec::new();
+    if let Some(s) = system {
+        messages.push(Message::text("system", s));
+    }
+    let mut content: Vec<Content> = (0..images).map(|_| Content::Image).collect();
+    content.push(Content::Text(text.to_owned()));
+    messages.push(Message { role: "user".into(), content });
+    messages
+}
+
+/// An image known by its header: the name errors call it and its upright (width, height).
+pub type SizedImage<'a> = (&'a str, (usize, usize));
+
 /// An image ready for the prompt: its wide embedding rows and merged grid.
 pub struct EncodedImage {
     pub embeddings: Vec<f32>,
@@ -130,6 +145,81 @@ impl Describer {
         })
     }
 
+    /// The prompt tokens an image of this upright size takes (its merged grid after the
+    /// processor's resize), known before it is decoded; errors call it `name`.
+    pub fn image_tokens(&self, name: &str, (width, height): (usize, usize)) -> Result<usize, RuntimeError> {
+        let c = self.preprocess_config()?;
+        let factor = c.patch_size * c.merge_size;
+        let (h, w) =
+            image::smart_resize(height, width, factor, c.min_pixels, c.max_pixels).map_err(|e| e.named(name))?;
+        Ok((h / factor) * (w / factor))
+    }
+
+    /// The prompt tokens of a conversation whose images (its `Content::Image`s, in order) have
+    /// these names and upright sizes, counted before anything is decoded or run; a prompt that
+    /// does not fit the context is refused here with its real size.
+    pub fn check_prompt(&self, messages: &[Message], images: &[SizedImage]) -> Result<usize, RuntimeError> {
+        let (ids, pad) = self.template_ids(messages)?;
+        let pads = ids.iter().filter(|&&id| id == pad).count();
+        if pads != images.len() {
+            return Err(RuntimeError::Usage(format!(
+                "{pads} places for images in the messages and {} images",
+                images.len()
+            )));
+        }
+        let mut needed = ids.len() - pads;
+        for &(name, size) in images {
+            needed += self.image_tokens(name, size)?;
+        }
+        let n_ctx = self.text.options().n_ctx;
+        if needed > n_ctx {
+            return Err(RuntimeError::ContextFull { needed, n_ctx });
+        }
+        Ok(needed)
+    }
+
+    /// The chat template's token ids for `messages` (one image pad per image) and the pad's id.
+    fn template_ids(&self, messages: &[Message]) -> Result<(Vec<u32>, u32), RuntimeError> {
+        let tok = self.text.tokenizer();
+        let no_token = |name: &str| {
+            RuntimeError::Model(ModelError {
+                file: self.text.file().path().to_owned(),
+                what: "vocabulary".into(),
+                message: format!("no {name}"),
+            })
+        };
+        let ids = chat::tokens(messages, true, tok).map_err(no_token)?;
+        let pad = tok.token_id(chat::IMAGE_PAD).ok_or_else(|| no_token(chat::IMAGE_PAD))?;
+        Ok((ids, pad))
+    }
+
+    /// The limits images are read within.
+    pub fn image_limits(&self) -> Limits {
+        self.images.limits
+    }
+
+    /// Reads, sizes and encodes the image files of a user turn of `text` (after `system`), the
+    /// images first: a prompt that would not fit the context is refused from the headers'
+    /// sizes, before any image is decoded.
+    pub fn encode_files_for(
+        &mut self,
+        paths: &[&Path],
+        text: &str,
+        system: Option<&str>,
+    ) -> Result<Vec<EncodedImage>, RuntimeError> {
+        let limits = self.images.limits;
+        let mut files = Vec::with_capacity(paths.len());
+        for path in paths {
+            let name = path.display().to_string();
+            let bytes = image::read_file(path, &limits)?;
+            let size = image::probe_bytes(&name, &bytes, &limits)?;
+            files.push((name, bytes, size));
+        }
+        let sized: Vec<SizedImage> = files.iter().map(|(n, _, s)| (n.as_str(), *s)).collect();
+        self.check_prompt(&user_turn(paths.len(), text, system), &sized)?;
+        files.iter().map(|(name, bytes, _)| self.encode_bytes(name, bytes)).collect()
+    }
+
     /// Decodes, preprocesses and encodes one image file.
     pub fn encode_file(&mut self, path: &Path) -> Result<EncodedImage, RuntimeError> {
         let rgb = image::decode_file(path, &self.images.limits)?;
@@ -162,14 +252,7 @@ impl Describer {
         text: &str,
         system: Option<&str>,
     ) -> Result<(Vec<u32>, Vec<PromptPiece<'a>>), RuntimeError> {
-        let mut messages = Vec::new();
-        if let Some(s) = system {
-            messages.push(Message::text("system", s));
-        }
-        let mut content: Vec<Content> = images.iter().map(|_| Content::Image).collect();
-        content.push(Content::Text(text.to_owned()));
-        messages.push(Message { role: "user".into(), content });
-        self.prompt_messages(&messages, images)
+        self.prompt_messages(&user_turn(images.len(), text, system), images)
     }
 
     /// Token ids of a conversation with the generation prompt, and its prompt pieces: the
@@ -179,16 +262,7 @@ impl Describer {
         messages: &[Message],
         images: &'a [EncodedImage],
     ) -> Result<(Vec<u32>, Vec<PromptPiece<'a>>), RuntimeError> {
-        let tok = self.text.tokenizer();
-        let no_token = |name: &str| {
-            RuntimeError::Model(ModelError {
-                file: self.text.file().path().to_owned(),
-                what: "vocabulary".into(),
-                message: format!("no {name}"),
-            })
-        };
-        let ids = chat::tokens(messages, true, tok).map_err(no_token)?;
-        let pad = tok.token_id(chat::IMAGE_PAD).ok_or_else(|| no_token(chat::IMAGE_PAD))?;
+        let (ids, pad) = self.template_ids(messages)?;
         let mut expanded = Vec::with_capacity(ids.len());
         let mut pieces = Vec::with_capacity(ids.len());
         let mut next_image = images.iter();

@@ -17,6 +17,16 @@ pub enum PromptPiece<'a> {
     },
 }
 
+impl PromptPiece<'_> {
+    /// KV slots the piece takes.
+    pub fn slots(&self) -> usize {
+        match *self {
+            PromptPiece::Token(_) => 1,
+            PromptPiece::Image { rows, cols, .. } => rows * cols,
+        }
+    }
+}
+
 /// A prompt laid out for the text model: inputs, their [t, h, w] positions, and where the
 /// positions continue.
 pub struct Layout<'a> {
@@ -78,8 +88,13 @@ impl Session {
         Ok(Layout { inputs, positions, next_position: pos })
     }
 
-    /// Feeds the pieces in chunks and returns the logits of the last one.
+    /// Feeds the pieces in chunks and returns the logits of the last one. A prompt that does
+    /// not fit what is left of the context is refused before any of it runs, with its real size.
     pub fn feed(&mut self, model: &mut TextModel, pieces: &[PromptPiece]) -> Result<Vec<f32>, RuntimeError> {
+        let needed = self.n_past + pieces.iter().map(PromptPiece::slots).sum::<usize>();
+        if needed > model.options().n_ctx {
+            return Err(RuntimeError::ContextFull { needed, n_ctx: model.options().n_ctx });
+        }
         let Layout { inputs, positions, next_position: next } = self.layout(pieces, model.params().wide_width())?;
         if inputs.is_empty() {
             return Err(RuntimeError::Usage("the prompt is empty".into()));

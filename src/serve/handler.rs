@@ -1,17 +1,19 @@
 //! Routes a request and answers it; the model answers one chat request at a time.
 
-use super::http::{self, EventStream, HttpError, Request};
+use super::http::{self, EventStream, HangUp, HttpError, Request};
 use super::image_url::ImageSource;
 use super::openai::{self, ChatRequest, Reply};
+use crate::image::{self, Limits};
 use crate::json::Json;
-use crate::runtime::describe::{Describer, EncodedImage};
-use crate::runtime::generate::GenerateConfig;
+use crate::runtime::describe::{Describer, SizedImage};
+use crate::runtime::generate::{GenerateConfig, StopReason};
 use crate::runtime::RuntimeError;
+use std::borrow::Cow;
 use std::net::TcpStream;
 use std::ops::ControlFlow;
 use std::sync::atomic::{AtomicU64, AtomicUsize, Ordering};
 use std::sync::Mutex;
-use std::time::{Instant, SystemTime, UNIX_EPOCH};
+use std::time::{Duration, Instant, SystemTime, UNIX_EPOCH};
 
 /// What every connection shares: the model behind its lock and the server's settings.
 pub struct App {
@@ -63,7 +65,10 @@ impl App {
         let outcome = match result {
             Ok(status) => Outcome { line, status, reason: None },
             Err(e) => {
-                send_error(&mut stream, &e);
+                // A client that hung up is not answered: there is nobody to read it.
+                if e.status != CLIENT_GONE {
+                    send_error(&mut stream, &e);
+                }
                 Outcome { line, status: e.status, reason: Some(e.message) }
             }
         };
@@ -116,16 +121,34 @@ impl App {
         let reply = Reply { id: format!("chatcmpl-{created:x}{n:04x}"), created, model: &self.model_name };
         // A panic while the lock was held leaves nothing half-done: every request starts a new
         // session, so the model is still good.
+        // Each image's bytes once, sized from its header: a prompt too long for the context, or
+        // too many pixels, is refused before any pixel is decoded or any token runs.
         let mut d = self.describer.lock().unwrap_or_else(|poisoned| poisoned.into_inner());
-        let images = encode(&mut d, &chat.images)?;
+        let images = read_images(&chat.images, &d.image_limits())?;
+        let sized = size_images(&d, &images)?;
+        d.check_prompt(&chat.messages, &sized).map_err(runtime)?;
+        let images =
+            images.iter().map(|i| d.encode_bytes(&i.name, &i.bytes)).collect::<Result<Vec<_>, _>>().map_err(runtime)?;
         if !chat.stream {
+            // A client that hung up stops the generation: nobody is waiting for the answer.
+            let mut hang_up = HangUp::new(stream);
             let (ids, g) = d
-                .run_messages(&chat.messages, &images, &chat.config, |_| ControlFlow::Continue(()))
+                .run_messages(&chat.messages, &images, &chat.config, |_| {
+                    if hang_up.gone() {
+                        ControlFlow::Break(())
+                    } else {
+                        ControlFlow::Continue(())
+                    }
+                })
                 .map_err(runtime)?;
+            if g.stop == StopReason::Cancelled {
+                return Err(gone(g.tokens.len()));
+            }
             let answer = reply.completion(&g.text, g.stop, ids.len(), g.tokens.len());
             return send_json(stream, 200, &answer);
         }
         let mut events = EventStream::new(stream);
+        let mut checked = Instant::now();
         let result = d.run_messages(&chat.messages, &images, &chat.config, |text| {
             if !events.started() {
                 let role = Json::obj([("role", Json::str("assistant")), ("content", Json::str(""))]);
@@ -134,7 +157,15 @@ impl App {
             if !text.is_empty() {
                 events.send(&reply.chunk(Json::obj([("content", Json::str(text))]), None).to_string_compact());
             }
-            // A client that went away stops the generation: nobody reads the rest.
+            // A client that went away stops the generation: nobody reads the rest. A write
+            // fails once it has gone; one that hung up while its reads were buffered is looked
+            // for as well.
+            if checked.elapsed() >= Duration::from_millis(50) {
+                checked = Instant::now();
+                if http::client_closed(events.stream()) {
+                    return ControlFlow::Break(());
+                }
+            }
             if events.failed() {
                 ControlFlow::Break(())
             } else {
@@ -142,6 +173,7 @@ impl App {
             }
         });
         match result {
+            Ok((_, g)) if g.stop == StopReason::Cancelled => return Err(gone(g.tokens.len())),
             Ok((ids, g)) => {
                 events.send(&reply.chunk(Json::obj::<String>([]), Some(g.stop)).to_string_compact());
                 if chat.include_usage {
@@ -166,17 +198,62 @@ impl Drop for BusySlot<'_> {
     }
 }
 
-fn encode(d: &mut Describer, images: &[ImageSource]) -> Result<Vec<EncodedImage>, HttpError> {
+/// A request's image as read: the name errors call it and its bytes.
+struct RequestImage<'a> {
+    name: String,
+    bytes: Cow<'a, [u8]>,
+}
+
+/// The request's images: data URLs as sent, files read once.
+fn read_images<'a>(images: &'a [ImageSource], limits: &Limits) -> Result<Vec<RequestImage<'a>>, HttpError> {
     images
         .iter()
         .enumerate()
         .map(|(i, source)| match source {
-            ImageSource::Bytes(bytes) => d.encode_bytes(&format!("image {}", i + 1), bytes),
-            ImageSource::File(path) => d.encode_file(path),
+            ImageSource::Bytes(bytes) => {
+                Ok(RequestImage { name: format!("image {}", i + 1), bytes: Cow::Borrowed(bytes.as_slice()) })
+            }
+            ImageSource::File(path) => {
+                let bytes = image::read_file(path, limits).map_err(image_error)?;
+                Ok(RequestImage { name: path.display().to_string(), bytes: Cow::Owned(bytes) })
+            }
         })
-        .collect::<Result<_, _>>()
-        .map_err(runtime)
+        .collect()
 }
+
+/// Each image's name and upright size from its header, within the request's pixel budget.
+fn size_images<'a>(d: &Describer, images: &'a [RequestImage]) -> Result<Vec<SizedImage<'a>>, HttpError> {
+    let limits = d.image_limits();
+    let mut pixels = 0u64;
+    let mut sized = Vec::with_capacity(images.len());
+    for RequestImage { name, bytes } in images {
+        let (w, h) = image::probe_bytes(name, bytes, &limits).map_err(image_error)?;
+        pixels += (w * h) as u64;
+        if pixels > openai::MAX_REQUEST_PIXELS {
+            return Err(HttpError::new(
+                400,
+                format!(
+                    "the request's images hold more than {} pixels (at {name}): send fewer or smaller images",
+                    openai::MAX_REQUEST_PIXELS
+                ),
+            ));
+        }
+        sized.push((name.as_str(), (w, h)));
+    }
+    Ok(sized)
+}
+
+fn image_error(e: image::ImageError) -> HttpError {
+    runtime(RuntimeError::Image(e))
+}
+
+/// The outcome of a request whose client hung up before its answer: 499 (nginx's "client
+/// closed request") in the log; nothing is sent.
+fn gone(tokens: usize) -> HttpError {
+    HttpError::new(CLIENT_GONE, format!("the client went away; generation stopped after {tokens} tokens"))
+}
+
+const CLIENT_GONE: u16 = 499;
 
 /// A bad image or prompt is the client's (400); anything else is the server's (500).
 fn runtime(e: RuntimeError) -> HttpError {

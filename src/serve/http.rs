@@ -228,6 +228,45 @@ pub fn close_gently(stream: &mut TcpStream) {
     }
 }
 
+/// Whether the client has closed the connection (a read would find its end): looked at
+/// without waiting and without taking anything it sent. A request is answered only once it
+/// has all arrived, so whatever comes after it is the client hanging up.
+pub fn client_closed(stream: &TcpStream) -> bool {
+    if stream.set_nonblocking(true).is_err() {
+        return false;
+    }
+    let mut byte = [0u8; 1];
+    let closed = match stream.peek(&mut byte) {
+        Ok(n) => n == 0,
+        Err(e) => !matches!(e.kind(), io::ErrorKind::WouldBlock | io::ErrorKind::Interrupted),
+    };
+    let _ = stream.set_nonblocking(false);
+    closed
+}
+
+/// Polls `client_closed` at most every `every`, for checks made once per generated token.
+pub struct HangUp<'a> {
+    stream: &'a TcpStream,
+    every: Duration,
+    next: Instant,
+}
+
+impl<'a> HangUp<'a> {
+    pub fn new(stream: &'a TcpStream) -> HangUp<'a> {
+        HangUp { stream, every: Duration::from_millis(50), next: Instant::now() }
+    }
+
+    /// Whether the client is gone (looked at if `every` has passed since the last look).
+    pub fn gone(&mut self) -> bool {
+        let now = Instant::now();
+        if now < self.next {
+            return false;
+        }
+        self.next = now + self.every;
+        client_closed(self.stream)
+    }
+}
+
 /// A server-sent events response: the head goes out with the first event; the first failed
 /// write (a client that went away) silences the rest.
 pub struct EventStream<'a> {
@@ -248,6 +287,11 @@ impl<'a> EventStream<'a> {
     /// A write failed: the client is gone.
     pub fn failed(&self) -> bool {
         self.failed
+    }
+
+    /// The connection, to look for a client that hung up (`HangUp`).
+    pub fn stream(&self) -> &TcpStream {
+        self.stream
     }
 
     /// Sends `data: DATA` and a blank line.

@@ -11,6 +11,9 @@ use tinyjson::JsonValue;
 
 /// The most images one request may carry.
 pub const MAX_IMAGES: usize = 16;
+/// The most pixels all of a request's images may declare together (each is also within the
+/// image limits): two of the largest images the decoder takes, about 700 MB of decoding.
+pub const MAX_REQUEST_PIXELS: u64 = 2 * crate::image::Limits::DEFAULT_MAX_PIXELS;
 
 /// A chat request: the conversation (its `Content::Image`s take `images` in order) and the
 /// generation settings, the server's defaults overridden by the request's fields.

@@ -1,4 +1,4 @@
-//! Shared test helpers: finding the oracle.
+//! Shared test helpers: finding the oracle, making images.
 #![allow(dead_code)] // each test binary uses its own subset
 
 pub mod cases;
@@ -20,6 +20,17 @@ pub fn oracle() -> Option<PathBuf> {
     }
     eprintln!("\n!!!!! {msg}: SKIPPING this test !!!!!\n");
     None
+}
+
+/// A PNG of `width` x `height` gray pixels, all black: a few KB that decode to w x h bytes.
+pub fn black_png(width: u32, height: u32) -> Vec<u8> {
+    let mut out = Vec::new();
+    let mut encoder = png::Encoder::new(&mut out, width, height);
+    encoder.set_color(png::ColorType::Grayscale);
+    let mut writer = encoder.write_header().expect("PNG header");
+    writer.write_image_data(&vec![0u8; (width * height) as usize]).expect("PNG data");
+    writer.finish().expect("PNG end");
+    out
 }
 
 /// The oracle's GGUF files, all of them (the directory must hold some).
