@@ -88,6 +88,14 @@ impl Server {
 /// Sends raw bytes (from another thread, so an early answer such as a 413 is read while the
 /// body is still going out); returns the status and the body.
 fn raw(addr: &str, request: &[u8]) -> (u16, String) {
+    let text = raw_response(addr, request);
+    let status = text.get(9..12).and_then(|s| s.parse().ok()).unwrap_or_else(|| panic!("no status in {text:?}"));
+    let body = text.split_once("\r\n\r\n").map(|(_, b)| b.to_owned()).unwrap_or_default();
+    (status, body)
+}
+
+/// The whole response to raw bytes sent as `raw` sends them.
+fn raw_response(addr: &str, request: &[u8]) -> String {
     let mut s = TcpStream::connect(addr).expect("connect");
     s.set_read_timeout(Some(Duration::from_secs(120))).unwrap();
     s.set_write_timeout(Some(Duration::from_secs(120))).unwrap();
@@ -100,10 +108,13 @@ fn raw(addr: &str, request: &[u8]) -> (u16, String) {
     let mut response = Vec::new();
     let _ = s.read_to_end(&mut response);
     let _ = sending.join();
-    let text = String::from_utf8(response).expect("UTF-8 response");
-    let status = text.get(9..12).and_then(|s| s.parse().ok()).unwrap_or_else(|| panic!("no status in {text:?}"));
-    let body = text.split_once("\r\n\r\n").map(|(_, b)| b.to_owned()).unwrap_or_default();
-    (status, body)
+    String::from_utf8(response).expect("UTF-8 response")
+}
+
+/// A chat request's bytes.
+fn chat_request(body: &str) -> Vec<u8> {
+    format!("POST /v1/chat/completions HTTP/1.1\r\nHost: x\r\nContent-Length: {}\r\n\r\n{body}", body.len())
+        .into_bytes()
 }
 
 fn post(addr: &str, path: &str, body: &str) -> (u16, String) {
@@ -437,4 +448,73 @@ fn a_client_that_hangs_up_stops_its_generation() {
     let (status, body) =
         server.post("/v1/chat/completions", r#"{"messages":[{"role":"user","content":"x"}],"max_tokens":1}"#);
     assert_eq!(status, 200, "{body}");
+}
+
+/// The value of metric `name` (with its labels) in a /metrics page.
+fn metric(page: &str, name: &str) -> f64 {
+    page.lines()
+        .find_map(|l| l.strip_prefix(name).and_then(|v| v.strip_prefix(' ')))
+        .and_then(|v| v.trim().parse().ok())
+        .unwrap_or_else(|| panic!("no {name} in {page}"))
+}
+
+/// Waits (up to a minute) until `/metrics` shows `name` at `value`.
+fn await_metric(server: &Server, name: &str, value: f64) {
+    let until = Instant::now() + Duration::from_secs(60);
+    loop {
+        let (_, page) = server.get("/metrics");
+        if metric(&page, name) == value {
+            return;
+        }
+        assert!(Instant::now() < until, "{name} never became {value}:\n{page}");
+        std::thread::sleep(Duration::from_millis(20));
+    }
+}
+
+#[test]
+fn a_bounded_queue_a_memory_budget_and_metrics() {
+    let Some(oracle) = common::oracle() else { return };
+    let model = oracle.join("models/tiny");
+    let server = Server::start(&model, &["--queue", "1", "--memory-budget", "1", "--ctx", "4096"]);
+    let long = r#"{"messages":[{"role":"user","content":"a long answer"}],"max_tokens":2000}"#;
+    let short = r#"{"messages":[{"role":"user","content":"x"}],"max_tokens":1}"#;
+    // A body over the budget: 503 with Retry-After, before the body is read.
+    let big = format!(r#"{{"messages":[{{"role":"user","content":"{}"}}]}}"#, "x".repeat(3 << 19));
+    let refused = raw_response(&server.addr, &chat_request(&big));
+    assert!(refused.starts_with("HTTP/1.1 503") && refused.contains("Retry-After: 1"), "{refused}");
+    assert!(refused.contains("--memory-budget"), "{refused}");
+
+    // One runs, one waits, a third is refused at once (503, Retry-After); the one that waited
+    // is answered when the first is done.
+    let (addr, addr2) = (server.addr.clone(), server.addr.clone());
+    let first = std::thread::spawn(move || raw(&addr, &chat_request(long)));
+    await_metric(&server, "hrx_model_busy", 1.0);
+    let second = std::thread::spawn(move || raw(&addr2, &chat_request(short)));
+    await_metric(&server, "hrx_queue_depth", 1.0);
+    let third = raw_response(&server.addr, &chat_request(short));
+    assert!(third.starts_with("HTTP/1.1 503") && third.contains("Retry-After: 1"), "{third}");
+    assert!(third.contains("waiting for the model"), "{third}");
+    assert_eq!(server.get("/health").0, 200, "/health answers while the model is busy");
+    assert_eq!(first.join().unwrap().0, 200);
+    assert_eq!(second.join().unwrap().0, 200);
+    let (status, page) = server.get("/metrics");
+    assert_eq!(status, 200);
+    assert_eq!(metric(&page, "hrx_chat_requests_total{outcome=\"answered\"}"), 2.0, "{page}");
+    assert_eq!(metric(&page, "hrx_chat_requests_total{outcome=\"queue_full\"}"), 1.0, "{page}");
+    assert_eq!(metric(&page, "hrx_chat_requests_total{outcome=\"over_memory_budget\"}"), 1.0, "{page}");
+    assert_eq!(metric(&page, "hrx_queue_depth"), 0.0);
+    assert_eq!(metric(&page, "hrx_memory_reserved_bytes"), 0.0, "every reservation given back");
+    assert!(metric(&page, "hrx_model_busy_seconds_total") > 0.0);
+    // Every refusal is in the log with its reason.
+    let logged = |text: &str| server.log_line(text, Duration::from_secs(5)).is_some_and(|l| l.contains(" 503 "));
+    assert!(logged("waiting for the model") && logged("--memory-budget"), "{}", server.log.lock().unwrap());
+
+    // A wait past --queue-wait: 503 naming it.
+    let impatient = Server::start(&model, &["--queue-wait", "0.2", "--ctx", "4096"]);
+    let addr = impatient.addr.clone();
+    let first = std::thread::spawn(move || raw(&addr, &chat_request(long)));
+    await_metric(&impatient, "hrx_model_busy", 1.0);
+    let waited = raw_response(&impatient.addr, &chat_request(short));
+    assert!(waited.starts_with("HTTP/1.1 503") && waited.contains("--queue-wait"), "{waited}");
+    assert_eq!(first.join().unwrap().0, 200);
 }

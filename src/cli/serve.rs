@@ -22,6 +22,11 @@ fn help() -> String {
         ),
         HEAD_TIMEOUT
             .help("seconds a client has, from connecting, to send its request head (default 10; a trickle does not extend it)"),
+        QUEUE.help("chat requests that may wait for the model (default 64); past it, 503 with Retry-After"),
+        QUEUE_WAIT.help("seconds a chat request may wait for the model (default 60); then 503 with Retry-After"),
+        MEMORY_BUDGET.help(
+            "MiB that chat requests in flight may hold together: bodies from their head on, decoded images (default 2048); past it, 503 with Retry-After before the body is read",
+        ),
     ];
     options.extend(DescriberFlags::help());
     Help {
@@ -36,10 +41,15 @@ fn help() -> String {
                 \x20                            \"stream\": true for server-sent events ending with [DONE]\n\
                 \x20 GET /v1/models             the model's name\n\
                 \x20 GET /health                {\"status\":\"ok\"}\n\
-                One request runs at a time; the others wait their turn (up to 64 chat requests; more get\n\
-                503 with Retry-After). hrx never fetches http(s) image URLs. Request bodies are limited\n\
-                to 64 MiB, heads to 16 KiB; slow clients time out, and idle connections cannot lock\n\
-                others out: /health answers whatever the model is doing.\n\
+                \x20 GET /metrics               Prometheus text: requests by outcome, queue depth, model\n\
+                \x20                            busy time, memory held by requests\n\
+                One request runs at a time; the others wait their turn in arrival order (--queue,\n\
+                --queue-wait; past them 503 with Retry-After). A request is counted before any work:\n\
+                a prompt longer than the context (images counted from their headers) or images of\n\
+                over 100 MP together get 400 at once; a client that hangs up stops its generation.\n\
+                hrx never fetches http(s) image URLs. Request bodies are limited to 64 MiB, heads to\n\
+                16 KiB; slow clients time out, and idle connections cannot lock others out: /health\n\
+                and /metrics answer whatever the model is doing.\n\
                 Prints `listening on http://HOST:PORT` once ready, then one line per connection on\n\
                 stderr: client address, request, status, seconds, and the reason of every refusal.\n\
                 Sampling flags apply when a request does not say.",
@@ -54,6 +64,9 @@ const PORT: Flag = Flag { names: &["--port"], value: "N" };
 const ALLOW_FILES: Flag = Flag { names: &["--allow-files"], value: "" };
 const MAX_CONNECTIONS: Flag = Flag { names: &["--max-connections"], value: "N" };
 const HEAD_TIMEOUT: Flag = Flag { names: &["--head-timeout"], value: "SECONDS" };
+const QUEUE: Flag = Flag { names: &["--queue"], value: "N" };
+const QUEUE_WAIT: Flag = Flag { names: &["--queue-wait"], value: "SECONDS" };
+const MEMORY_BUDGET: Flag = Flag { names: &["--memory-budget"], value: "MIB" };
 
 pub const COMMAND: Command = Command { name: "serve", summary: "serve an OpenAI-compatible chat API", help, run };
 
@@ -64,10 +77,25 @@ fn run(mut args: Args, out: &mut dyn Write) -> Result<(), CliError> {
     let defaults = Limits::default();
     let max_open: usize = MAX_CONNECTIONS.parse(&mut args)?.unwrap_or(defaults.max_open);
     let head_timeout: u64 = HEAD_TIMEOUT.parse(&mut args)?.unwrap_or(defaults.head_timeout.as_secs());
-    if max_open == 0 || head_timeout == 0 {
-        return Err(CliError::usage("--max-connections and --head-timeout must be at least 1"));
+    let queue_len: usize = QUEUE.parse(&mut args)?.unwrap_or(defaults.queue_len);
+    let queue_wait: f64 = QUEUE_WAIT.parse(&mut args)?.unwrap_or(defaults.queue_wait.as_secs_f64());
+    let budget_mib: u64 = MEMORY_BUDGET.parse(&mut args)?.unwrap_or(defaults.memory_budget >> 20);
+    if max_open == 0 || head_timeout == 0 || budget_mib == 0 {
+        return Err(CliError::usage("--max-connections, --head-timeout and --memory-budget must be at least 1"));
     }
-    let limits = Limits { max_open, head_timeout: Duration::from_secs(head_timeout), ..defaults };
+    if !(queue_wait.is_finite() && (0.0..=86_400.0).contains(&queue_wait)) {
+        return Err(CliError::usage("--queue-wait must be 0 to 86400 seconds"));
+    }
+    let memory_budget =
+        budget_mib.checked_mul(1 << 20).ok_or_else(|| CliError::usage("--memory-budget is too large"))?;
+    let limits = Limits {
+        max_open,
+        head_timeout: Duration::from_secs(head_timeout),
+        queue_len,
+        queue_wait: Duration::from_secs_f64(queue_wait),
+        memory_budget,
+        ..defaults
+    };
     let flags = DescriberFlags::parse(&mut args)?;
     if !args.finish()?.is_empty() {
         return Err(CliError::usage("serve takes no positional arguments"));

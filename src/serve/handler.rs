@@ -1,5 +1,6 @@
 //! Routes a request and answers it; the model answers one chat request at a time.
 
+use super::admission::{self, Budget, Counters, Refusal, Reservation, Turns};
 use super::http::{self, EventStream, HangUp, HttpError, Request};
 use super::image_url::ImageSource;
 use super::openai::{self, ChatRequest, Reply};
@@ -11,7 +12,7 @@ use crate::runtime::RuntimeError;
 use std::borrow::Cow;
 use std::net::TcpStream;
 use std::ops::ControlFlow;
-use std::sync::atomic::{AtomicU64, AtomicUsize, Ordering};
+use std::sync::atomic::{AtomicU64, Ordering};
 use std::sync::Mutex;
 use std::time::{Duration, Instant, SystemTime, UNIX_EPOCH};
 
@@ -24,8 +25,11 @@ pub struct App {
     pub allow_files: bool,
     pub limits: http::Limits,
     requests: AtomicU64,
-    /// Chat requests past their head now.
-    busy: AtomicUsize,
+    /// The model's queue.
+    turns: Turns,
+    /// What chat requests in flight may hold.
+    budget: Budget,
+    counters: Counters,
 }
 
 /// What became of a connection, for the log: its request line (`-` when none arrived), the
@@ -51,15 +55,31 @@ impl App {
             allow_files,
             limits,
             requests: AtomicU64::new(0),
-            busy: AtomicUsize::new(0),
+            turns: Turns::new(limits.queue_len, limits.queue_wait),
+            budget: Budget::new(limits.memory_budget),
+            counters: Counters::default(),
         }
     }
 
     /// Reads one request from the connection (accepted at `accepted`; `on_head` is called once
-    /// its head is in), answers it and closes.
+    /// its head is in), answers it and closes. A chat request's body is read only within the
+    /// memory budget (its bytes are held until the answer is out).
     pub fn handle(&self, mut stream: TcpStream, accepted: Instant, on_head: impl FnOnce()) -> Outcome {
-        let (line, result) = match http::read_request(&mut stream, &self.limits, accepted, on_head) {
-            Ok(request) => (format!("{} {}", request.method, request.path), self.route(&request, &mut stream)),
+        let admit = |head: &http::Head| {
+            on_head();
+            if head.path != CHAT {
+                return Ok(None);
+            }
+            self.reserve(head.length as u64, "its body").map(Some)
+        };
+        let (line, result) = match http::read_request(&mut stream, &self.limits, accepted, admit) {
+            Ok((request, _body)) => {
+                let result = self.route(&request, &mut stream);
+                if request.path == CHAT {
+                    self.count(&result);
+                }
+                (format!("{} {}", request.method, request.path), result)
+            }
             Err(e) => ("-".into(), Err(e)),
         };
         let outcome = match result {
@@ -76,16 +96,44 @@ impl App {
         outcome
     }
 
+    /// `bytes` more of the memory budget, or 503 (with Retry-After) naming `what` needs them.
+    fn reserve(&self, bytes: u64, what: &str) -> Result<Reservation<'_>, HttpError> {
+        self.budget.reserve(bytes).ok_or_else(|| {
+            Counters::add(&self.counters.over_budget);
+            let (used, limit) = (self.budget.used(), self.budget.limit());
+            HttpError::new(
+                503,
+                format!(
+                    "hrx serve holds {used} of its {limit} bytes for requests in flight; {what} needs {bytes} more: try again shortly (--memory-budget)"
+                ),
+            )
+            .with_retry_after(1)
+        })
+    }
+
+    /// Counts a chat request's outcome (refusals for the queue and the budget are counted where
+    /// they happen).
+    fn count(&self, result: &Result<u16, HttpError>) {
+        let c = &self.counters;
+        match result {
+            Ok(_) => Counters::add(&c.answered),
+            Err(e) if e.status == CLIENT_GONE => Counters::add(&c.client_gone),
+            Err(e) if e.status == 503 => {}
+            Err(e) if e.status < 500 => Counters::add(&c.client_errors),
+            Err(_) => Counters::add(&c.server_errors),
+        }
+    }
+
     /// Answers a request, or says what is wrong with it (before anything was sent).
     fn route(&self, request: &Request, stream: &mut TcpStream) -> Result<u16, HttpError> {
         let allowed = match request.path.as_str() {
-            "/health" | "/v1/models" => "GET",
-            "/v1/chat/completions" => "POST",
+            "/health" | "/v1/models" | "/metrics" => "GET",
+            CHAT => "POST",
             path => {
                 return Err(HttpError::new(
                     404,
                     format!(
-                        "no such endpoint {path}: hrx serves POST /v1/chat/completions, GET /v1/models, GET /health"
+                        "no such endpoint {path}: hrx serves POST /v1/chat/completions, GET /v1/models, GET /health, GET /metrics"
                     ),
                 ))
             }
@@ -96,23 +144,38 @@ impl App {
         match request.path.as_str() {
             "/health" => send_json(stream, 200, &Json::obj([("status", Json::str("ok"))])),
             "/v1/models" => send_json(stream, 200, &openai::models(&self.model_name)),
+            "/metrics" => {
+                let text = admission::metrics(&self.turns, &self.budget, &self.counters);
+                let _ = http::write_response(stream, 200, "text/plain; version=0.0.4", "", text.as_bytes());
+                Ok(200)
+            }
             _ => {
-                let _slot = self.busy_slot()?;
                 let chat = openai::parse_chat(&request.body, &self.defaults, self.allow_files)?;
+                let _turn = self.turns.take().map_err(|r| self.refusal(r))?;
                 self.chat(chat, stream)
             }
         }
     }
 
-    /// A place among the chat requests in progress, or 503 when all are taken.
-    fn busy_slot(&self) -> Result<BusySlot<'_>, HttpError> {
-        let max = self.limits.max_busy;
-        if self.busy.fetch_add(1, Ordering::SeqCst) >= max {
-            self.busy.fetch_sub(1, Ordering::SeqCst);
-            let e = HttpError::new(503, format!("hrx serve has {max} chat requests in progress; try again shortly"));
-            return Err(e.with_retry_after(1));
-        }
-        Ok(BusySlot(&self.busy))
+    /// The 503 for a request the queue did not take.
+    fn refusal(&self, r: Refusal) -> HttpError {
+        let message = match r {
+            Refusal::QueueFull => {
+                Counters::add(&self.counters.queue_full);
+                format!(
+                    "hrx serve has {} chat requests waiting for the model; try again shortly (--queue)",
+                    self.turns.max_waiting()
+                )
+            }
+            Refusal::Waited => {
+                Counters::add(&self.counters.queue_timeout);
+                format!(
+                    "the request waited {} s for the model; try again shortly (--queue-wait)",
+                    self.turns.max_wait().as_secs_f64()
+                )
+            }
+        };
+        HttpError::new(503, message).with_retry_after(1)
     }
 
     fn chat(&self, chat: ChatRequest, stream: &mut TcpStream) -> Result<u16, HttpError> {
@@ -127,6 +190,9 @@ impl App {
         let images = read_images(&chat.images, &d.image_limits())?;
         let sized = size_images(&d, &images)?;
         d.check_prompt(&chat.messages, &sized).map_err(runtime)?;
+        // Decoding holds the image (up to 4 bytes a pixel) and its RGB copy (3).
+        let pixels: u64 = sized.iter().map(|(_, (w, h))| (w * h) as u64).sum();
+        let _decoded = self.reserve(7 * pixels, "decoding its images")?;
         let images =
             images.iter().map(|i| d.encode_bytes(&i.name, &i.bytes)).collect::<Result<Vec<_>, _>>().map_err(runtime)?;
         if !chat.stream {
@@ -189,15 +255,6 @@ impl App {
     }
 }
 
-/// A chat request's place in the count, given back however the request ends.
-struct BusySlot<'a>(&'a AtomicUsize);
-
-impl Drop for BusySlot<'_> {
-    fn drop(&mut self) {
-        self.0.fetch_sub(1, Ordering::SeqCst);
-    }
-}
-
 /// A request's image as read: the name errors call it and its bytes.
 struct RequestImage<'a> {
     name: String,
@@ -254,6 +311,8 @@ fn gone(tokens: usize) -> HttpError {
 }
 
 const CLIENT_GONE: u16 = 499;
+
+const CHAT: &str = "/v1/chat/completions";
 
 /// A bad image or prompt is the client's (400); anything else is the server's (500).
 fn runtime(e: RuntimeError) -> HttpError {

@@ -22,8 +22,14 @@ pub struct Limits {
     /// Connections open at once; past it the one that has been sending its head the longest
     /// is closed to make room (or, with none such, the new one is refused).
     pub max_open: usize,
-    /// Chat requests past their head at once (the others get 503 with Retry-After).
-    pub max_busy: usize,
+    /// Chat requests waiting for the model at most (past it, 503 with Retry-After).
+    pub queue_len: usize,
+    /// The longest a chat request waits for the model (then 503 with Retry-After).
+    pub queue_wait: Duration,
+    /// Bytes all chat requests in flight may hold together: their bodies, from the head on,
+    /// and while they run their images decoded (past it, 503 with Retry-After before the body
+    /// is read).
+    pub memory_budget: u64,
 }
 
 impl Default for Limits {
@@ -34,7 +40,9 @@ impl Default for Limits {
             head_timeout: Duration::from_secs(10),
             request_deadline: Duration::from_secs(120),
             max_open: 1024,
-            max_busy: 64,
+            queue_len: 64,
+            queue_wait: Duration::from_secs(60),
+            memory_budget: 2 << 30,
         }
     }
 }
@@ -83,14 +91,23 @@ pub fn reason(status: u16) -> &'static str {
     }
 }
 
-/// Reads one request from `stream` (whose timeouts this sets), accepted at `accepted`; calls
-/// `on_head` once the head is in.
-pub fn read_request(
+/// What a request's head says, for deciding whether to take its body.
+pub struct Head<'a> {
+    pub method: &'a str,
+    pub path: &'a str,
+    /// The body's length (Content-Length; 0 without one).
+    pub length: usize,
+}
+
+/// Reads one request from `stream` (whose timeouts this sets), accepted at `accepted`. Once
+/// the head is in, `admit` decides whether to read the body (an error is the answer instead);
+/// what it gives back comes with the request.
+pub fn read_request<G>(
     stream: &mut TcpStream,
     limits: &Limits,
     accepted: Instant,
-    on_head: impl FnOnce(),
-) -> Result<Request, HttpError> {
+    admit: impl FnOnce(&Head) -> Result<G, HttpError>,
+) -> Result<(Request, G), HttpError> {
     let head_deadline = accepted + limits.head_timeout;
     let deadline = accepted + limits.request_deadline;
     stream.set_write_timeout(Some(limits.io_timeout)).map_err(internal)?;
@@ -117,7 +134,7 @@ pub fn read_request(
             Err(e) => return Err(HttpError::new(400, format!("malformed HTTP request: {e}"))),
         }
     };
-    on_head();
+    let admitted = admit(&Head { method: &method, path: &path, length })?;
     if expect_continue && buf.len() == head_len {
         stream.write_all(b"HTTP/1.1 100 Continue\r\n\r\n").map_err(internal)?;
     }
@@ -127,7 +144,7 @@ pub fn read_request(
         read_some(stream, &mut body, deadline, limits.io_timeout)?;
         body.truncate(length);
     }
-    Ok(Request { method, path, body })
+    Ok((Request { method, path, body }, admitted))
 }
 
 /// The body's length from the headers, and whether the client waits for `100 Continue`.
@@ -323,7 +340,7 @@ mod tests {
         client.write_all(raw).unwrap();
         client.shutdown(Shutdown::Write).unwrap();
         let (mut server, _) = listener.accept().unwrap();
-        read_request(&mut server, &limits, Instant::now(), || {})
+        read_request(&mut server, &limits, Instant::now(), |_| Ok(())).map(|(r, ())| r)
     }
 
     #[test]
@@ -354,7 +371,7 @@ mod tests {
         let (mut server, _) = listener.accept().unwrap();
         let limits = Limits { io_timeout: Duration::from_millis(100), ..Limits::default() };
         let t = Instant::now();
-        assert_eq!(read_request(&mut server, &limits, t, || {}).unwrap_err().status, 408);
+        assert_eq!(read_request(&mut server, &limits, t, |_| Ok(())).unwrap_err().status, 408);
         assert!(t.elapsed() < Duration::from_secs(5));
     }
 
@@ -379,7 +396,11 @@ mod tests {
         };
         let t = Instant::now();
         let mut head_seen = false;
-        assert_eq!(read_request(&mut server, &limits, t, || head_seen = true).unwrap_err().status, 408);
+        let seen = |_: &Head| {
+            head_seen = true;
+            Ok(())
+        };
+        assert_eq!(read_request(&mut server, &limits, t, seen).unwrap_err().status, 408);
         assert!(t.elapsed() < Duration::from_millis(900), "{:?}", t.elapsed());
         assert!(!head_seen);
         drop(server);

@@ -1,0 +1,288 @@
+//! Who gets the model and what they may hold: a memory budget for the bodies and decoded images
+//! of the chat requests in flight, a bounded first-come queue for the model with a longest wait,
+//! and the counters `/metrics` shows.
+
+use std::collections::VecDeque;
+use std::sync::atomic::{AtomicU64, Ordering};
+use std::sync::{Condvar, Mutex, MutexGuard, PoisonError};
+use std::time::{Duration, Instant};
+
+/// Bytes the requests in flight hold, within a limit.
+pub struct Budget {
+    limit: u64,
+    used: AtomicU64,
+}
+
+/// Bytes taken from a budget, given back when dropped.
+pub struct Reservation<'a> {
+    budget: &'a Budget,
+    bytes: u64,
+}
+
+impl Budget {
+    pub fn new(limit: u64) -> Budget {
+        Budget { limit, used: AtomicU64::new(0) }
+    }
+
+    /// `bytes` more, or None when they would take the total past the limit.
+    pub fn reserve(&self, bytes: u64) -> Option<Reservation<'_>> {
+        let mut used = self.used.load(Ordering::SeqCst);
+        loop {
+            let total = used.checked_add(bytes).filter(|&t| t <= self.limit)?;
+            match self.used.compare_exchange(used, total, Ordering::SeqCst, Ordering::SeqCst) {
+                Ok(_) => return Some(Reservation { budget: self, bytes }),
+                Err(now) => used = now,
+            }
+        }
+    }
+
+    pub fn used(&self) -> u64 {
+        self.used.load(Ordering::SeqCst)
+    }
+
+    pub fn limit(&self) -> u64 {
+        self.limit
+    }
+}
+
+impl Drop for Reservation<'_> {
+    fn drop(&mut self) {
+        self.budget.used.fetch_sub(self.bytes, Ordering::SeqCst);
+    }
+}
+
+/// Why a request did not get the model.
+#[derive(Clone, Copy, Debug, PartialEq, Eq)]
+pub enum Refusal {
+    /// The queue already holds its most.
+    QueueFull,
+    /// It waited its longest.
+    Waited,
+}
+
+#[derive(Default)]
+struct QueueState {
+    busy: bool,
+    /// Tickets of the requests waiting, first come first.
+    waiting: VecDeque<u64>,
+    next_ticket: u64,
+}
+
+/// The model, one request at a time, the others waiting in arrival order.
+pub struct Turns {
+    state: Mutex<QueueState>,
+    wake: Condvar,
+    max_waiting: usize,
+    max_wait: Duration,
+    /// Seconds the model has been in use, over all requests (microseconds).
+    busy_micros: AtomicU64,
+}
+
+/// The model's turn, given to the next in line when dropped.
+pub struct Turn<'a> {
+    turns: &'a Turns,
+    since: Instant,
+}
+
+impl Turns {
+    pub fn new(max_waiting: usize, max_wait: Duration) -> Turns {
+        Turns {
+            state: Mutex::new(QueueState::default()),
+            wake: Condvar::new(),
+            max_waiting,
+            max_wait,
+            busy_micros: AtomicU64::new(0),
+        }
+    }
+
+    fn lock(&self) -> MutexGuard<'_, QueueState> {
+        self.state.lock().unwrap_or_else(PoisonError::into_inner)
+    }
+
+    /// Waits for the model: at once when it is free and nobody waits, else in line, at most
+    /// `max_wait`; refused when `max_waiting` already wait.
+    pub fn take(&self) -> Result<Turn<'_>, Refusal> {
+        let mut s = self.lock();
+        if !s.busy && s.waiting.is_empty() {
+            s.busy = true;
+            return Ok(Turn { turns: self, since: Instant::now() });
+        }
+        if s.waiting.len() >= self.max_waiting {
+            return Err(Refusal::QueueFull);
+        }
+        let ticket = s.next_ticket;
+        s.next_ticket += 1;
+        s.waiting.push_back(ticket);
+        let deadline = Instant::now() + self.max_wait;
+        loop {
+            if !s.busy && s.waiting.front() == Some(&ticket) {
+                s.waiting.pop_front();
+                s.busy = true;
+                return Ok(Turn { turns: self, since: Instant::now() });
+            }
+            let left = deadline.saturating_duration_since(Instant::now());
+            if left.is_zero() {
+                s.waiting.retain(|&t| t != ticket);
+                // The next in line may be free to go now that this one left.
+                self.wake.notify_all();
+                return Err(Refusal::Waited);
+            }
+            s = self.wake.wait_timeout(s, left).unwrap_or_else(PoisonError::into_inner).0;
+        }
+    }
+
+    /// Requests waiting now.
+    pub fn waiting(&self) -> usize {
+        self.lock().waiting.len()
+    }
+
+    /// Whether a request has the model now.
+    pub fn busy(&self) -> bool {
+        self.lock().busy
+    }
+
+    /// Seconds the model has been in use, over every finished turn.
+    pub fn busy_seconds(&self) -> f64 {
+        self.busy_micros.load(Ordering::Relaxed) as f64 / 1e6
+    }
+
+    pub fn max_wait(&self) -> Duration {
+        self.max_wait
+    }
+
+    pub fn max_waiting(&self) -> usize {
+        self.max_waiting
+    }
+}
+
+impl Drop for Turn<'_> {
+    fn drop(&mut self) {
+        let micros = u64::try_from(self.since.elapsed().as_micros()).unwrap_or(u64::MAX);
+        self.turns.busy_micros.fetch_add(micros, Ordering::Relaxed);
+        self.turns.lock().busy = false;
+        self.turns.wake.notify_all();
+    }
+}
+
+/// Counts of what became of the chat requests, by outcome, for `/metrics`.
+#[derive(Default)]
+pub struct Counters {
+    pub answered: AtomicU64,
+    pub client_errors: AtomicU64,
+    pub server_errors: AtomicU64,
+    pub client_gone: AtomicU64,
+    pub queue_full: AtomicU64,
+    pub queue_timeout: AtomicU64,
+    pub over_budget: AtomicU64,
+}
+
+impl Counters {
+    pub fn add(counter: &AtomicU64) {
+        counter.fetch_add(1, Ordering::Relaxed);
+    }
+}
+
+/// The Prometheus text format of the server's state.
+pub fn metrics(turns: &Turns, budget: &Budget, c: &Counters) -> String {
+    let n = |a: &AtomicU64| a.load(Ordering::Relaxed);
+    let mut out = String::new();
+    let mut metric = |name: &str, kind: &str, help: &str, samples: &[(&str, String)]| {
+        out += &format!("# HELP {name} {help}\n# TYPE {name} {kind}\n");
+        for (labels, value) in samples {
+            out += &format!("{name}{labels} {value}\n");
+        }
+    };
+    metric(
+        "hrx_chat_requests_total",
+        "counter",
+        "Chat requests by outcome.",
+        &[
+            ("{outcome=\"answered\"}", n(&c.answered).to_string()),
+            ("{outcome=\"client_error\"}", n(&c.client_errors).to_string()),
+            ("{outcome=\"server_error\"}", n(&c.server_errors).to_string()),
+            ("{outcome=\"client_gone\"}", n(&c.client_gone).to_string()),
+            ("{outcome=\"queue_full\"}", n(&c.queue_full).to_string()),
+            ("{outcome=\"queue_timeout\"}", n(&c.queue_timeout).to_string()),
+            ("{outcome=\"over_memory_budget\"}", n(&c.over_budget).to_string()),
+        ],
+    );
+    metric("hrx_queue_depth", "gauge", "Chat requests waiting for the model.", &[("", turns.waiting().to_string())]);
+    metric(
+        "hrx_queue_capacity",
+        "gauge",
+        "Most chat requests that may wait.",
+        &[("", turns.max_waiting().to_string())],
+    );
+    metric("hrx_model_busy", "gauge", "1 while a request has the model.", &[("", u8::from(turns.busy()).to_string())]);
+    metric(
+        "hrx_model_busy_seconds_total",
+        "counter",
+        "Seconds the model has spent on requests.",
+        &[("", format!("{:.3}", turns.busy_seconds()))],
+    );
+    metric(
+        "hrx_memory_reserved_bytes",
+        "gauge",
+        "Bytes held by chat requests in flight (bodies, decoded images).",
+        &[("", budget.used().to_string())],
+    );
+    metric("hrx_memory_budget_bytes", "gauge", "The most they may hold.", &[("", budget.limit().to_string())]);
+    out
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+    use std::sync::Arc;
+
+    #[test]
+    fn a_budget_gives_what_it_has_and_takes_it_back() {
+        let b = Budget::new(100);
+        let a = b.reserve(60).unwrap();
+        assert!(b.reserve(41).is_none());
+        let c = b.reserve(40).unwrap();
+        assert_eq!(b.used(), 100);
+        drop(a);
+        assert_eq!(b.used(), 40);
+        drop(c);
+        assert!(b.reserve(100).is_some());
+        assert!(b.reserve(u64::MAX).is_none());
+    }
+
+    #[test]
+    fn turns_go_in_arrival_order_within_the_queue_and_its_wait() {
+        let turns = Arc::new(Turns::new(2, Duration::from_secs(5)));
+        let first = turns.take().unwrap();
+        let order = Arc::new(Mutex::new(Vec::new()));
+        let waiters: Vec<_> = (0..2)
+            .map(|i| {
+                let (mine, order) = (Arc::clone(&turns), Arc::clone(&order));
+                let w = std::thread::spawn(move || {
+                    let _turn = mine.take().unwrap();
+                    order.lock().unwrap().push(i);
+                });
+                // The next waiter arrives after this one is in line.
+                while turns.waiting() <= i {
+                    std::thread::yield_now();
+                }
+                w
+            })
+            .collect();
+        // Two wait: a third is refused at once.
+        assert_eq!(turns.take().err(), Some(Refusal::QueueFull));
+        drop(first);
+        for w in waiters {
+            w.join().unwrap();
+        }
+        assert_eq!(*order.lock().unwrap(), [0, 1]);
+        assert!(!turns.busy() && turns.waiting() == 0);
+
+        // A wait past its longest is refused, and leaves the line.
+        let short = Turns::new(4, Duration::from_millis(50));
+        let held = short.take().unwrap();
+        assert_eq!(short.take().err(), Some(Refusal::Waited));
+        assert_eq!(short.waiting(), 0);
+        drop(held);
+        assert!(short.take().is_ok());
+    }
+}
