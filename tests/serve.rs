@@ -243,7 +243,8 @@ fn answers_equal_describe_and_stream_the_same_text() {
 #[test]
 fn multi_turn_chats_with_several_images_fit_the_template() {
     let Some(oracle) = common::oracle() else { return };
-    let server = Server::start(&oracle.join("models/tiny"), &["--allow-files"]);
+    let images = oracle.join("images");
+    let server = Server::start(&oracle.join("models/tiny"), &["--allow-files", images.to_str().unwrap()]);
     let (a, b) = (data_url(&oracle.join("images/tiny-40x30.png")), oracle.join("images/gray-256x256.png"));
     let body = format!(
         r#"{{"messages":[{{"role":"system","content":"Be brief."}},
@@ -259,6 +260,20 @@ fn multi_turn_chats_with_several_images_fit_the_template() {
     assert!(number(&answer, &["usage", "completion_tokens"]) <= 3.0);
     // Template tokens plus 1 (tiny: 2x2 merged) and 64 (gray: 8x8) image tokens.
     assert!(number(&answer, &["usage", "prompt_tokens"]) > 64.0 + 20.0, "{text}");
+    // Files outside the allowed folder, missing, or a folder: one answer, saying nothing more.
+    for path in ["/etc/hostname".to_owned(), format!("{}/missing.png", images.display()), images.display().to_string()]
+    {
+        let request = format!(
+            r#"{{"messages":[{{"role":"user","content":[{{"type":"image_url","image_url":{{"url":"file://{path}"}}}}]}}]}}"#
+        );
+        let (status, answer) = server.post("/v1/chat/completions", &request);
+        assert_eq!(status, 400, "{answer}");
+        let message = string(&json(&answer), &["error", "message"]);
+        assert_eq!(
+            message,
+            format!("{path} is not an image file hrx serve may read (regular image files under --allow-files folders)")
+        );
+    }
     let (_, again) = server.post("/v1/chat/completions", &body);
     assert_eq!(
         string(&json(&again), &["choices", "0", "message", "content"]),
@@ -341,7 +356,7 @@ fn every_bad_request_gets_a_json_error_with_its_status() {
     let cases: Vec<(u16, (u16, String), &str)> = vec![
         (400, server.post("/v1/chat/completions", "{\"messages\": [}"), "not valid JSON"),
         (400, server.post("/v1/chat/completions", &image("http://example.com/cat.png")), "offline"),
-        (400, server.post("/v1/chat/completions", &image("file:///etc/hostname")), "--allow-files"),
+        (400, server.post("/v1/chat/completions", &image("file:///etc/hostname")), "--allow-files DIR"),
         (400, server.post("/v1/chat/completions", &image("data:image/png;base64,@@@@")), "base64"),
         (400, server.post("/v1/chat/completions", &image(&text_as_png)), "image 1"),
         (400, server.post("/v1/chat/completions", &"[".repeat(100_000)), "deeper"),

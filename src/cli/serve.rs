@@ -15,8 +15,9 @@ fn help() -> String {
     let mut options = vec![
         HOST.help("address to listen on (default 127.0.0.1: this machine only)"),
         PORT.help("port (default 8080; 0 picks a free one)"),
-        ALLOW_FILES
-            .help("also accept file:///absolute/path image URLs (files the server can read: only for trusted clients)"),
+        ALLOW_FILES.help(
+            "also accept file:///absolute/path image URLs of regular files under DIR (repeatable; symbolic links are followed before the check; every unusable file gets the same answer)",
+        ),
         MAX_CONNECTIONS.help(
             "connections open at once (default 1024); past it the one that has been sending its request head the longest is closed",
         ),
@@ -32,7 +33,7 @@ fn help() -> String {
     Help {
         title: "hrx serve: an OpenAI-compatible chat server, offline, for local clients",
         usage: "hrx serve [-m MODEL.gguf --mmproj MMPROJ.gguf] [--host 127.0.0.1] [--port 8080]\n\
-                \x20                [--allow-files] [options]",
+                \x20                [--allow-files DIR] [options]",
         about: "Loads the model once, then answers:\n\
                 \x20 POST /v1/chat/completions  OpenAI's chat format: system/user/assistant messages whose\n\
                 \x20                            content is a string or parts {\"type\":\"text\"} and\n\
@@ -61,7 +62,7 @@ fn help() -> String {
 
 const HOST: Flag = Flag { names: &["--host"], value: "ADDR" };
 const PORT: Flag = Flag { names: &["--port"], value: "N" };
-const ALLOW_FILES: Flag = Flag { names: &["--allow-files"], value: "" };
+const ALLOW_FILES: Flag = Flag { names: &["--allow-files"], value: "DIR" };
 const MAX_CONNECTIONS: Flag = Flag { names: &["--max-connections"], value: "N" };
 const HEAD_TIMEOUT: Flag = Flag { names: &["--head-timeout"], value: "SECONDS" };
 const QUEUE: Flag = Flag { names: &["--queue"], value: "N" };
@@ -73,7 +74,14 @@ pub const COMMAND: Command = Command { name: "serve", summary: "serve an OpenAI-
 fn run(mut args: Args, out: &mut dyn Write) -> Result<(), CliError> {
     let host = HOST.string(&mut args)?.unwrap_or_else(|| "127.0.0.1".to_owned());
     let port: u16 = PORT.parse(&mut args)?.unwrap_or(8080);
-    let allow_files = ALLOW_FILES.present(&mut args);
+    let file_folders = ALLOW_FILES
+        .strings(&mut args)?
+        .iter()
+        .map(|dir| match std::fs::canonicalize(dir) {
+            Ok(p) if p.is_dir() => Ok(p),
+            _ => Err(CliError::usage(format!("--allow-files {dir}: not a folder"))),
+        })
+        .collect::<Result<Vec<_>, _>>()?;
     let defaults = Limits::default();
     let max_open: usize = MAX_CONNECTIONS.parse(&mut args)?.unwrap_or(defaults.max_open);
     let head_timeout: u64 = HEAD_TIMEOUT.parse(&mut args)?.unwrap_or(defaults.head_timeout.as_secs());
@@ -106,6 +114,6 @@ fn run(mut args: Args, out: &mut dyn Write) -> Result<(), CliError> {
     let addr = listener.local_addr()?;
     writeln!(out, "hrx serve: listening on http://{addr} (model {})", flags.name)?;
     out.flush()?;
-    crate::serve::serve(listener, Arc::new(App::new(describer, flags.config, flags.name, allow_files, limits)));
+    crate::serve::serve(listener, Arc::new(App::new(describer, flags.config, flags.name, file_folders, limits)));
     Ok(())
 }

@@ -2,7 +2,7 @@
 
 use super::admission::{self, Budget, Counters, Refusal, Reservation, Turns};
 use super::http::{self, EventStream, HangUp, HttpError, Request};
-use super::image_url::ImageSource;
+use super::image_url::{self, ImageSource};
 use super::openai::{self, ChatRequest, Reply};
 use crate::image::{self, Limits};
 use crate::json::Json;
@@ -12,6 +12,7 @@ use crate::runtime::RuntimeError;
 use std::borrow::Cow;
 use std::net::TcpStream;
 use std::ops::ControlFlow;
+use std::path::{Path, PathBuf};
 use std::sync::atomic::{AtomicU64, Ordering};
 use std::sync::Mutex;
 use std::time::{Duration, Instant, SystemTime, UNIX_EPOCH};
@@ -22,7 +23,8 @@ pub struct App {
     /// Generation settings of requests that do not set them.
     pub defaults: GenerateConfig,
     pub model_name: String,
-    pub allow_files: bool,
+    /// Folders (canonical) whose image files `file://` URLs may name; none: file URLs are off.
+    pub file_folders: Vec<PathBuf>,
     pub limits: http::Limits,
     requests: AtomicU64,
     /// The model's queue.
@@ -45,14 +47,14 @@ impl App {
         describer: Describer,
         defaults: GenerateConfig,
         model_name: String,
-        allow_files: bool,
+        file_folders: Vec<PathBuf>,
         limits: http::Limits,
     ) -> App {
         App {
             describer: Mutex::new(describer),
             defaults,
             model_name,
-            allow_files,
+            file_folders,
             limits,
             requests: AtomicU64::new(0),
             turns: Turns::new(limits.queue_len, limits.queue_wait),
@@ -150,7 +152,7 @@ impl App {
                 Ok(200)
             }
             _ => {
-                let chat = openai::parse_chat(&request.body, &self.defaults, self.allow_files)?;
+                let chat = openai::parse_chat(&request.body, &self.defaults, !self.file_folders.is_empty())?;
                 let _turn = self.turns.take().map_err(|r| self.refusal(r))?;
                 self.chat(chat, stream)
             }
@@ -187,14 +189,16 @@ impl App {
         // Each image's bytes once, sized from its header: a prompt too long for the context, or
         // too many pixels, is refused before any pixel is decoded or any token runs.
         let mut d = self.describer.lock().unwrap_or_else(|poisoned| poisoned.into_inner());
-        let images = read_images(&chat.images, &d.image_limits())?;
+        let images = read_images(&chat.images, &self.file_folders, &d.image_limits())?;
         let sized = size_images(&d, &images)?;
         d.check_prompt(&chat.messages, &sized).map_err(runtime)?;
         // Decoding holds the image (up to 4 bytes a pixel) and its RGB copy (3).
         let pixels: u64 = sized.iter().map(|(_, (w, h))| (w * h) as u64).sum();
         let _decoded = self.reserve(7 * pixels, "decoding its images")?;
-        let images =
-            images.iter().map(|i| d.encode_bytes(&i.name, &i.bytes)).collect::<Result<Vec<_>, _>>().map_err(runtime)?;
+        let images = images
+            .iter()
+            .map(|i| d.encode_bytes(&i.name, &i.bytes).map_err(|e| i.error(runtime(e))))
+            .collect::<Result<Vec<_>, _>>()?;
         if !chat.stream {
             // A client that hung up stops the generation: nobody is waiting for the answer.
             let mut hang_up = HangUp::new(stream);
@@ -255,24 +259,39 @@ impl App {
     }
 }
 
-/// A request's image as read: the name errors call it and its bytes.
+/// A request's image as read: the name errors call it, its bytes, and the file it came from.
 struct RequestImage<'a> {
     name: String,
     bytes: Cow<'a, [u8]>,
+    file: Option<&'a Path>,
 }
 
-/// The request's images: data URLs as sent, files read once.
-fn read_images<'a>(images: &'a [ImageSource], limits: &Limits) -> Result<Vec<RequestImage<'a>>, HttpError> {
+impl RequestImage<'_> {
+    /// The answer for `e` about this image: for a file, the one message every unusable file
+    /// gets (a client learns nothing of the server's files), else `e`.
+    fn error(&self, e: HttpError) -> HttpError {
+        self.file.map_or(e, image_url::unusable_file)
+    }
+}
+
+/// The request's images: data URLs as sent, files (under `folders`) read once.
+fn read_images<'a>(
+    images: &'a [ImageSource],
+    folders: &[PathBuf],
+    limits: &Limits,
+) -> Result<Vec<RequestImage<'a>>, HttpError> {
     images
         .iter()
         .enumerate()
         .map(|(i, source)| match source {
-            ImageSource::Bytes(bytes) => {
-                Ok(RequestImage { name: format!("image {}", i + 1), bytes: Cow::Borrowed(bytes.as_slice()) })
-            }
+            ImageSource::Bytes(bytes) => Ok(RequestImage {
+                name: format!("image {}", i + 1),
+                bytes: Cow::Borrowed(bytes.as_slice()),
+                file: None,
+            }),
             ImageSource::File(path) => {
-                let bytes = image::read_file(path, limits).map_err(image_error)?;
-                Ok(RequestImage { name: path.display().to_string(), bytes: Cow::Owned(bytes) })
+                let bytes = image_url::read_allowed(path, folders, limits.max_file_bytes)?;
+                Ok(RequestImage { name: path.display().to_string(), bytes: Cow::Owned(bytes), file: Some(path) })
             }
         })
         .collect()
@@ -283,8 +302,9 @@ fn size_images<'a>(d: &Describer, images: &'a [RequestImage]) -> Result<Vec<Size
     let limits = d.image_limits();
     let mut pixels = 0u64;
     let mut sized = Vec::with_capacity(images.len());
-    for RequestImage { name, bytes } in images {
-        let (w, h) = image::probe_bytes(name, bytes, &limits).map_err(image_error)?;
+    for i in images {
+        let (name, bytes) = (&i.name, &i.bytes);
+        let (w, h) = image::probe_bytes(name, bytes, &limits).map_err(|e| i.error(image_error(e)))?;
         pixels += (w * h) as u64;
         if pixels > openai::MAX_REQUEST_PIXELS {
             return Err(HttpError::new(
