@@ -49,6 +49,15 @@ fn bad_input_gives_one_line_errors_and_exit_codes() {
     assert!(stderr(&out).contains("unknown option --bogus") || stderr(&out).contains("needs -m"), "{}", stderr(&out));
     let out = hrx(&["frobnicate"]);
     assert_eq!(out.status.code(), Some(2));
+    // No command is a usage error naming the commands; `hrx help --help` is the main help.
+    let out = hrx(&[]);
+    assert_eq!(out.status.code(), Some(2));
+    assert!(stderr(&out).contains("no command given: one of describe"), "{}", stderr(&out));
+    for args in [&["help", "--help"][..], &["help", "help"], &["--help"]] {
+        let out = hrx(args);
+        assert_eq!(out.status.code(), Some(0), "{args:?}");
+        assert!(String::from_utf8_lossy(&out.stdout).contains("commands:"), "{args:?}");
+    }
     let out = hrx(&["inspect", "Cargo.toml"]);
     assert_eq!(out.status.code(), Some(1));
     assert!(stderr(&out).contains("not a GGUF file"), "{}", stderr(&out));

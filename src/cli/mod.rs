@@ -168,8 +168,9 @@ fn main_help() -> String {
 pub fn run(argv: Vec<String>, out: &mut dyn Write) -> Result<(), CliError> {
     let mut argv = argv.into_iter();
     let Some(name) = argv.next() else {
-        writeln!(out, "{}", main_help())?;
-        return Ok(());
+        // A usage error (exit 2): scripts that forgot the command should notice.
+        let commands: Vec<&str> = COMMANDS.iter().map(|c| c.name).collect();
+        return Err(CliError::usage(format!("no command given: one of {}", commands.join(", "))));
     };
     let rest: Vec<String> = argv.collect();
     match name.as_str() {
@@ -182,8 +183,9 @@ pub fn run(argv: Vec<String>, out: &mut dyn Write) -> Result<(), CliError> {
             return Ok(());
         }
         "help" => {
-            let text = match rest.first() {
-                None => main_help(),
+            // `hrx help --help` and `hrx help help` are the main help too.
+            let text = match rest.first().map(String::as_str) {
+                None | Some("-h" | "--help" | "help") => main_help(),
                 Some(c) => (find(c)?.help)(),
             };
             writeln!(out, "{text}")?;
