@@ -12,6 +12,13 @@
 #if defined(W16)
 layout(set = 0, binding = 1) readonly buffer W4 { uvec4 w_vec4[]; };
 
+// The 32 bytes of values k..k+15 of a row of 16-bit values (F16, BF16) at byte `row`.
+void fetch_halves16(uint row, uint k, out uvec4 raw[2]) {
+    uint i = (row + 2u * k) >> 4u;
+    raw[0] = w_vec4[i];
+    raw[1] = w_vec4[i + 1u];
+}
+
 // Words i..i+3 of w, shifted down by `sh` bits (0 or 16) with word i+4 (`next`) filling in:
 // the 16 bytes at byte 4i + sh / 8.
 uvec4 shift_words(uvec4 a, uint next, uint sh) {

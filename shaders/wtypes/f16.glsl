@@ -11,13 +11,11 @@ vec4 load_w4(uint row, uint k) {
 }
 
 #if defined(W16)
-// A chunk: 32 bytes, two 16-byte words.
+// A chunk: 32 bytes, two 16-byte words (fetch_halves16).
 #define W16_RAW 2u
 
 void fetch16(uint row, uint k, out uvec4 raw[W16_RAW]) {
-    uint i = (row + 2u * k) >> 4u;
-    raw[0] = w_vec4[i];
-    raw[1] = w_vec4[i + 1u];
+    fetch_halves16(row, k, raw);
 }
 
 void decode16(uvec4 raw[W16_RAW], uint row, uint k, out vec4 v[4]) {

@@ -21,3 +21,10 @@ vec2 q4_k_scale_min_words(uvec3 sw, uint s) {
     uint b = (sw[2] >> i) & 0xFFu;
     return vec2(float((b & 15u) | ((a >> 6u) << 4u)), float((b >> 4u) | ((m >> 6u) << 4u)));
 }
+
+// d * scale and dmin * min of sub-block s, from a block's first 16 bytes (d, dmin, the scales).
+vec2 q4_k_scale_bias(uvec4 head, uint s) {
+    vec2 dm = unpackHalf2x16(head.x);
+    vec2 sm = q4_k_scale_min_words(head.yzw, s);
+    return vec2(dm.x * sm.x, dm.y * sm.y);
+}

@@ -49,13 +49,10 @@ void fetch16(uint row, uint k, out uvec4 raw[W16_RAW]) {
 
 void decode16(uvec4 raw[W16_RAW], uint row, uint k, out vec4 v[4]) {
     uint s = (k % 256u) / 32u;
-    vec2 dm = unpackHalf2x16(raw[0].x);
-    vec2 sm = q4_k_scale_min_words(raw[0].yzw, s);
-    float scale = dm.x * sm.x;
-    float bias = dm.y * sm.y;
+    vec2 sb = q4_k_scale_bias(raw[0], s);
     uint sh = 4u * (s & 1u);
     [[unroll]] for (uint i = 0u; i < 4u; i++) {
-        v[i] = scale * u8x4((raw[1][i] >> sh) & 0x0F0F0F0Fu) - bias;
+        v[i] = sb.x * u8x4((raw[1][i] >> sh) & 0x0F0F0F0Fu) - sb.y;
     }
 }
 #endif

@@ -15,7 +15,7 @@ use std::ops::ControlFlow;
 use std::path::{Path, PathBuf};
 use std::sync::atomic::{AtomicU64, Ordering};
 use std::sync::Mutex;
-use std::time::{Duration, Instant, SystemTime, UNIX_EPOCH};
+use std::time::{Instant, SystemTime, UNIX_EPOCH};
 
 /// What every connection shares: the model behind its lock and the server's settings.
 pub struct App {
@@ -201,10 +201,10 @@ impl App {
             .collect::<Result<Vec<_>, _>>()?;
         if !chat.stream {
             // A client that hung up stops the generation: nobody is waiting for the answer.
-            let mut hang_up = HangUp::new(stream);
+            let mut hang_up = HangUp::default();
             let (ids, g) = d
                 .run_messages(&chat.messages, &images, &chat.config, |_| {
-                    if hang_up.gone() {
+                    if hang_up.gone(stream) {
                         ControlFlow::Break(())
                     } else {
                         ControlFlow::Continue(())
@@ -218,7 +218,7 @@ impl App {
             return send_json(stream, 200, &answer);
         }
         let mut events = EventStream::new(stream);
-        let mut checked = Instant::now();
+        let mut hang_up = HangUp::default();
         let result = d.run_messages(&chat.messages, &images, &chat.config, |text| {
             if !events.started() {
                 let role = Json::obj([("role", Json::str("assistant")), ("content", Json::str(""))]);
@@ -230,11 +230,8 @@ impl App {
             // A client that went away stops the generation: nobody reads the rest. A write
             // fails once it has gone; one that hung up while its reads were buffered is looked
             // for as well.
-            if checked.elapsed() >= Duration::from_millis(50) {
-                checked = Instant::now();
-                if http::client_closed(events.stream()) {
-                    return ControlFlow::Break(());
-                }
+            if hang_up.gone(events.stream()) {
+                return ControlFlow::Break(());
             }
             if events.failed() {
                 ControlFlow::Break(())

@@ -261,26 +261,28 @@ pub fn client_closed(stream: &TcpStream) -> bool {
     closed
 }
 
-/// Polls `client_closed` at most every `every`, for checks made once per generated token.
-pub struct HangUp<'a> {
-    stream: &'a TcpStream,
-    every: Duration,
+/// Looks with `client_closed` at most every 50 ms, for checks made once per generated token.
+pub struct HangUp {
     next: Instant,
 }
 
-impl<'a> HangUp<'a> {
-    pub fn new(stream: &'a TcpStream) -> HangUp<'a> {
-        HangUp { stream, every: Duration::from_millis(50), next: Instant::now() }
+impl Default for HangUp {
+    fn default() -> HangUp {
+        HangUp { next: Instant::now() }
     }
+}
 
-    /// Whether the client is gone (looked at if `every` has passed since the last look).
-    pub fn gone(&mut self) -> bool {
+impl HangUp {
+    const EVERY: Duration = Duration::from_millis(50);
+
+    /// Whether the client of `stream` is gone (looked at if 50 ms have passed since the last look).
+    pub fn gone(&mut self, stream: &TcpStream) -> bool {
         let now = Instant::now();
         if now < self.next {
             return false;
         }
-        self.next = now + self.every;
-        client_closed(self.stream)
+        self.next = now + Self::EVERY;
+        client_closed(stream)
     }
 }
 

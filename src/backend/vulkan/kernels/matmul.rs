@@ -178,6 +178,15 @@ impl Variants {
             }
             _ => false,
         };
+        // The retired opt-in switch is named, not ignored: its choice is now the default.
+        if std::env::var_os("HRX_VK_COOPMAT").is_some() {
+            static SAID: std::sync::Once = std::sync::Once::new();
+            SAID.call_once(|| {
+                log::warn!(
+                    "HRX_VK_COOPMAT is no longer read: cooperative matrices are the default where the device has them (HRX_VK_NO_COOPMAT=1 keeps the f32 tiles)"
+                )
+            });
+        }
         // Every switch read (and a bad value reported) whatever the device offers.
         let (no_subgroup, no_coopmat) = (switch("HRX_VK_NO_SUBGROUP"), switch("HRX_VK_NO_COOPMAT"));
         let subgroup_matvec = info.subgroup_matvec().filter(|_| !no_subgroup);
