@@ -19,7 +19,9 @@ fn main() {
             [] => {}
             [first, ..] if first.starts_with('#') => {}
             ["wtype", suffix, _define, dtype] => wtypes.push((suffix.to_string(), dtype.to_string())),
-            ["module", family, _source, _target, types] if *types == "each" || *types == "-" => {
+            ["module", family, _source, _target, types, defines @ ..]
+                if (*types == "each" || *types == "-") && defines.iter().all(|d| d.starts_with("-D")) =>
+            {
                 families.push((family.to_string(), *types == "each"))
             }
             _ => panic!("shaders/modules.txt:{}: cannot read {line:?}", n + 1),

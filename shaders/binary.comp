@@ -1,15 +1,20 @@
 #version 450
+#extension GL_EXT_control_flow_attributes : require
 // Elementwise a OP b over a 4-D strided shape, b broadcast by repetition (index modulo b's
-// shape): OP = 0 add, 1 mul, 2 swiglu (silu(a) * b). Grid-stride over the flat index.
+// shape): OP = 0 add, 1 mul, 2 swiglu (silu(a) * b). Workgroups take ROW_CHUNK values of one
+// row (x) of one of the ne1 * ne2 * ne3 rows (y), grid-stride both ways: a row's position is
+// divided out once per row, not per value (integer division, not memory, bounded the flat
+// form of this kernel).
 
 #include "common.glsl"
+#include "elementwise.glsl"
 
 layout(local_size_x = 256) in;
 layout(constant_id = 0) const uint OP = 0u;
 
-layout(set = 0, binding = 1) readonly buffer A { float a[]; };
-layout(set = 0, binding = 2) readonly buffer B { float b[]; };
-layout(set = 0, binding = 5) writeonly buffer D { float d[]; };
+layout(set = 0, binding = 1) readonly restrict buffer A { float a[]; };
+layout(set = 0, binding = 2) readonly restrict buffer B { float b[]; };
+layout(set = 0, binding = 5) writeonly restrict buffer D { float d[]; };
 
 layout(push_constant) uniform Params {
     uvec4 ne;    // output shape (maximal)
@@ -25,21 +30,31 @@ layout(push_constant) uniform Params {
 
 void main() {
     uvec4 ne = runtime_ne(p.ne, p.dyn);
-    uint total = ne.x * ne.y * ne.z * ne.w;
-    uint stride = gl_NumWorkGroups.x * 256u;
-    for (uint idx = gl_GlobalInvocationID.x; idx < total; idx += stride) {
-        uvec4 i = uvec4(idx % ne.x, (idx / ne.x) % ne.y, (idx / (ne.x * ne.y)) % ne.z, idx / (ne.x * ne.y * ne.z));
-        uvec4 j = i % p.b_ne;
-        float av = a[p.a_off + i.x * p.a_nb.x + i.y * p.a_nb.y + i.z * p.a_nb.z + i.w * p.a_nb.w];
-        float bv = b[p.b_off + j.x * p.b_nb.x + j.y * p.b_nb.y + j.z * p.b_nb.z + j.w * p.b_nb.w];
-        float r;
-        if (OP == 0u) {
-            r = av + bv;
-        } else if (OP == 1u) {
-            r = av * bv;
-        } else {
-            r = av / (1.0 + exp(-av)) * bv;
+    uint rows = ne.y * ne.z * ne.w;
+    for (uint r = gl_WorkGroupID.y; r < rows; r += gl_NumWorkGroups.y) {
+        uvec3 i = row_index(r, ne);
+        uvec3 j = i % p.b_ne.yzw;
+        uint ar = p.a_off + dot_index(i, p.a_nb.yzw);
+        uint br = p.b_off + dot_index(j, p.b_nb.yzw);
+        uint dr = p.d_off + dot_index(i, p.d_nb.yzw);
+        bool repeat_x = p.b_ne.x != ne.x;
+        for (uint c = gl_WorkGroupID.x * ROW_CHUNK; c < ne.x; c += gl_NumWorkGroups.x * ROW_CHUNK) {
+            [[unroll]] for (uint e = 0u; e < ROW_CHUNK / 256u; e++) {
+                uint k = c + e * 256u + gl_LocalInvocationID.x;
+                if (k < ne.x) {
+                    float av = a[ar + k * p.a_nb.x];
+                    float bv = b[br + (repeat_x ? k % p.b_ne.x : k) * p.b_nb.x];
+                    float v;
+                    if (OP == 0u) {
+                        v = av + bv;
+                    } else if (OP == 1u) {
+                        v = av * bv;
+                    } else {
+                        v = av / (1.0 + exp(-av)) * bv;
+                    }
+                    d[dr + k * p.d_nb.x] = v;
+                }
+            }
         }
-        d[p.d_off + i.x * p.d_nb.x + i.y * p.d_nb.y + i.z * p.d_nb.z + i.w * p.d_nb.w] = r;
     }
 }

@@ -1,6 +1,7 @@
 #version 450
 #extension GL_KHR_shader_subgroup_basic : require
 #extension GL_KHR_shader_subgroup_arithmetic : require
+#extension GL_EXT_control_flow_attributes : require
 // Attention for a few queries over a long context (decode steps): the kv rows of each (head,
 // query) are split over up to `splits` workgroups, so that a long cache streams through the
 // whole GPU instead of one workgroup per (head, query). Each workgroup runs an online softmax
@@ -9,6 +10,9 @@
 // to scratch; the last workgroup of a (head, query) to finish (an atomic counter) combines the
 // splits into the output and resets the counter for the next run. Same inputs and push
 // constants as flash_attn.comp, plus the split count; head_dim <= 256, a multiple of 4.
+// A subgroup takes AT_ONCE rows per step, the loads of their k (then v) rows issued together, and the
+// combine weighs each split once (a thread per split): a decode step waits on chains of
+// loads, not on bytes.
 
 #include "common.glsl"
 
@@ -18,7 +22,11 @@
 // Subgroups per workgroup: at most WG / 8.
 #define MAXSG (WG / 8u)
 // Fewest kv rows a split takes: shorter contexts use fewer splits.
-#define MIN_CHUNK 32u
+#define MIN_CHUNK 16u
+// Rows a subgroup takes per step.
+#define AT_ONCE 4u
+// Most splits (kernels/attn.rs MAX_SPLITS): one combine weight each, at most one per thread.
+#define MAX_SPLITS 64u
 
 layout(local_size_x = 128) in;
 
@@ -39,6 +47,7 @@ layout(set = 0, binding = 6) coherent buffer SU { uint scratch_u[]; };
 shared float sh_o[MAXSG * 256u];
 shared float sh_m[MAXSG];
 shared float sh_l[MAXSG];
+shared float sh_w[MAX_SPLITS];
 shared bool sh_last;
 
 vec4 load4(bool is_k, uint i) {
@@ -88,23 +97,46 @@ void main() {
         float l = 0.0;
         uint kb = p.k_off + kh * p.k_nb1;
         uint vb = p.v_off + kh * p.v_nb1;
-        for (uint j = j0 + sg; j < j1; j += nsg) {
-            float part = 0.0;
-            for (uint i = 0u; i < MAXV; i++) {
+        for (uint j = j0 + sg; j < j1; j += AT_ONCE * nsg) {
+            // Rows j, j + nsg, ...: the ones past j1 repeat row j and weigh nothing.
+            uint jr[AT_ONCE];
+            float sc[AT_ONCE];
+            [[unroll]] for (uint r = 0u; r < AT_ONCE; r++) {
+                jr[r] = j + r * nsg < j1 ? j + r * nsg : j;
+                sc[r] = 0.0;
+            }
+            [[unroll]] for (uint i = 0u; i < MAXV; i++) {
                 uint c = 4u * (lane + i * gl_SubgroupSize);
                 if (c < hd) {
-                    part += dot(qv[i], load4(true, kb + j * p.k_nb2 + c));
+                    [[unroll]] for (uint r = 0u; r < AT_ONCE; r++) {
+                        sc[r] += dot(qv[i], load4(true, kb + jr[r] * p.k_nb2 + c));
+                    }
                 }
             }
-            float sc = subgroupAdd(part);
-            float m_new = max(m, sc);
+            [[unroll]] for (uint r = 0u; r < AT_ONCE; r++) {
+                sc[r] = subgroupAdd(sc[r]);
+            }
+            float m_new = m;
+            [[unroll]] for (uint r = 0u; r < AT_ONCE; r++) {
+                if (j + r * nsg < j1) {
+                    m_new = max(m_new, sc[r]);
+                }
+            }
             float alpha = exp(m - m_new);
-            float pj = exp(sc - m_new);
-            l = l * alpha + pj;
-            for (uint i = 0u; i < MAXV; i++) {
+            float pj[AT_ONCE];
+            l *= alpha;
+            [[unroll]] for (uint r = 0u; r < AT_ONCE; r++) {
+                pj[r] = j + r * nsg < j1 ? exp(sc[r] - m_new) : 0.0;
+                l += pj[r];
+            }
+            [[unroll]] for (uint i = 0u; i < MAXV; i++) {
                 uint c = 4u * (lane + i * gl_SubgroupSize);
                 if (c < hd) {
-                    o[i] = o[i] * alpha + pj * load4(false, vb + j * p.v_nb2 + c);
+                    vec4 acc = o[i] * alpha;
+                    [[unroll]] for (uint r = 0u; r < AT_ONCE; r++) {
+                        acc += pj[r] * load4(false, vb + jr[r] * p.v_nb2 + c);
+                    }
+                    o[i] = acc;
                 }
             }
             m = m_new;
@@ -154,21 +186,44 @@ void main() {
         if (sh_last) {
             memoryBarrierBuffer();
             uint base = (t * p.ne.y + h) * p.splits * rs;
-            float mt = -1.0e30;
-            for (uint i = 0u; i < n_splits; i++) {
-                mt = max(mt, scratch[base + i * rs]);
+            // Each split's weight exp(m_i - max) / sum, a thread per split (n_splits <= WG).
+            float mi = tid < n_splits ? scratch[base + tid * rs] : -1.0e30;
+            float mt = subgroupMax(mi);
+            if (lane == 0u) {
+                sh_m[sg] = mt;
             }
-            float lt = 0.0;
-            for (uint i = 0u; i < n_splits; i++) {
-                lt += scratch[base + i * rs + 1u] * exp(scratch[base + i * rs] - mt);
+            barrier();
+            for (uint i = 0u; i < nsg; i++) {
+                mt = max(mt, sh_m[i]);
             }
+            float li = tid < n_splits ? scratch[base + tid * rs + 1u] * exp(mi - mt) : 0.0;
+            float lt = subgroupAdd(li);
+            if (lane == 0u) {
+                sh_l[sg] = lt;
+            }
+            barrier();
+            lt = 0.0;
+            for (uint i = 0u; i < nsg; i++) {
+                lt += sh_l[i];
+            }
+            if (tid < n_splits) {
+                sh_w[tid] = lt > 0.0 ? exp(mi - mt) / lt : 0.0;
+            }
+            barrier();
             uint db = p.d_off + h * p.d_nb1 + t * p.d_nb2;
             for (uint c = tid; c < hd; c += WG) {
+                // Four splits' loads at a time.
                 float ot = 0.0;
-                for (uint i = 0u; i < n_splits; i++) {
-                    ot += scratch[base + i * rs + 2u + c] * exp(scratch[base + i * rs] - mt);
+                uint i = 0u;
+                for (; i + 4u <= n_splits; i += 4u) {
+                    uint at = base + i * rs + 2u + c;
+                    ot += scratch[at] * sh_w[i] + scratch[at + rs] * sh_w[i + 1u] + scratch[at + 2u * rs] * sh_w[i + 2u]
+                        + scratch[at + 3u * rs] * sh_w[i + 3u];
                 }
-                d[db + c] = lt > 0.0 ? ot / lt : 0.0;
+                for (; i < n_splits; i++) {
+                    ot += scratch[base + i * rs + 2u + c] * sh_w[i];
+                }
+                d[db + c] = ot;
             }
             if (tid == 0u) {
                 scratch_u[counter] = 0u;

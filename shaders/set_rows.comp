@@ -1,14 +1,17 @@
 #version 450
+#extension GL_EXT_control_flow_attributes : require
 // SET_ROWS: row r of src goes to row ids[r] of the output (the destination storage, e.g. a
-// KV cache); rows whose id is out of range are not written. One workgroup per source row.
+// KV cache); rows whose id is out of range are not written. Rows and chunks of rows as in binary.comp
+// (elementwise.glsl).
 
 #include "common.glsl"
+#include "elementwise.glsl"
 
-layout(local_size_x = 64) in;
+layout(local_size_x = 256) in;
 
-layout(set = 0, binding = 2) readonly buffer S { float s[]; };
-layout(set = 0, binding = 3) readonly buffer Ids { int ids[]; };
-layout(set = 0, binding = 5) writeonly buffer D { float d[]; };
+layout(set = 0, binding = 2) readonly restrict buffer S { float s[]; };
+layout(set = 0, binding = 3) readonly restrict buffer Ids { int ids[]; };
+layout(set = 0, binding = 5) writeonly restrict buffer D { float d[]; };
 
 layout(push_constant) uniform Params {
     uvec4 ne;      // source: row width, rows (maximal)
@@ -26,14 +29,20 @@ layout(push_constant) uniform Params {
 
 void main() {
     uvec4 ne = runtime_ne(p.ne, p.dyn);
-    uint tid = gl_LocalInvocationID.x;
-    for (uint r = gl_WorkGroupID.x; r < ne.y; r += gl_NumWorkGroups.x) {
+    for (uint r = gl_WorkGroupID.y; r < ne.y; r += gl_NumWorkGroups.y) {
         int id = ids[p.i_off + r * p.i_nb0];
         if (id < 0 || uint(id) >= p.d_rows) {
             continue;
         }
-        for (uint i = tid; i < ne.x; i += 64u) {
-            d[p.d_off + uint(id) * p.d_nb1 + i * p.d_nb0] = s[p.s_off + r * p.s_nb1 + i * p.s_nb0];
+        uint dr = p.d_off + uint(id) * p.d_nb1;
+        uint sr = p.s_off + r * p.s_nb1;
+        for (uint c = gl_WorkGroupID.x * ROW_CHUNK; c < ne.x; c += gl_NumWorkGroups.x * ROW_CHUNK) {
+            [[unroll]] for (uint e = 0u; e < ROW_CHUNK / 256u; e++) {
+                uint k = c + e * 256u + gl_LocalInvocationID.x;
+                if (k < ne.x) {
+                    d[dr + k * p.d_nb0] = s[sr + k * p.s_nb0];
+                }
+            }
         }
     }
 }

@@ -1,14 +1,16 @@
 #version 450
+#extension GL_EXT_control_flow_attributes : require
 // Elementwise y = f(x) over a 4-D strided shape: OP = 0 copy (CONT), 1 GELU (tanh form),
-// 2 GELU (exact, erf). Grid-stride over the flat index.
+// 2 GELU (exact, erf). Rows as in binary.comp (elementwise.glsl).
 
 #include "common.glsl"
+#include "elementwise.glsl"
 
 layout(local_size_x = 256) in;
 layout(constant_id = 0) const uint OP = 0u;
 
-layout(set = 0, binding = 1) readonly buffer X { float x[]; };
-layout(set = 0, binding = 5) writeonly buffer D { float d[]; };
+layout(set = 0, binding = 1) readonly restrict buffer X { float x[]; };
+layout(set = 0, binding = 5) writeonly restrict buffer D { float d[]; };
 
 layout(push_constant) uniform Params {
     uvec4 ne;    // shape (maximal)
@@ -37,21 +39,30 @@ float tanh_safe(float u) {
     return u < 0.0 ? -t : t;
 }
 
+float apply(float v) {
+    if (OP == 0u) {
+        return v;
+    }
+    if (OP == 1u) {
+        return 0.5 * v * (1.0 + tanh_safe(0.7978845608028654 * (v + 0.044715 * v * v * v)));
+    }
+    return 0.5 * v * (1.0 + erf_nr(v * 0.7071067811865476));
+}
+
 void main() {
     uvec4 ne = runtime_ne(p.ne, p.dyn);
-    uint total = ne.x * ne.y * ne.z * ne.w;
-    uint stride = gl_NumWorkGroups.x * 256u;
-    for (uint idx = gl_GlobalInvocationID.x; idx < total; idx += stride) {
-        uvec4 i = uvec4(idx % ne.x, (idx / ne.x) % ne.y, (idx / (ne.x * ne.y)) % ne.z, idx / (ne.x * ne.y * ne.z));
-        float v = x[p.x_off + i.x * p.x_nb.x + i.y * p.x_nb.y + i.z * p.x_nb.z + i.w * p.x_nb.w];
-        float r;
-        if (OP == 0u) {
-            r = v;
-        } else if (OP == 1u) {
-            r = 0.5 * v * (1.0 + tanh_safe(0.7978845608028654 * (v + 0.044715 * v * v * v)));
-        } else {
-            r = 0.5 * v * (1.0 + erf_nr(v * 0.7071067811865476));
+    uint rows = ne.y * ne.z * ne.w;
+    for (uint r = gl_WorkGroupID.y; r < rows; r += gl_NumWorkGroups.y) {
+        uvec3 i = row_index(r, ne);
+        uint xr = p.x_off + dot_index(i, p.x_nb.yzw);
+        uint dr = p.d_off + dot_index(i, p.d_nb.yzw);
+        for (uint c = gl_WorkGroupID.x * ROW_CHUNK; c < ne.x; c += gl_NumWorkGroups.x * ROW_CHUNK) {
+            [[unroll]] for (uint e = 0u; e < ROW_CHUNK / 256u; e++) {
+                uint k = c + e * 256u + gl_LocalInvocationID.x;
+                if (k < ne.x) {
+                    d[dr + k * p.d_nb.x] = apply(x[xr + k * p.x_nb.x]);
+                }
+            }
         }
-        d[p.d_off + i.x * p.d_nb.x + i.y * p.d_nb.y + i.z * p.d_nb.z + i.w * p.d_nb.w] = r;
     }
 }

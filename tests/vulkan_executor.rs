@@ -356,7 +356,13 @@ fn profiled_runs_time_every_kernel() {
     for kernel in ["rms_norm", "swiglu", "mul"] {
         assert!(names.contains(&kernel), "{names:?}");
     }
-    assert!(names.iter().any(|n| n.starts_with("mul_mat") && n.ends_with("q4_k")), "{names:?}");
+    // A product is timed under its kernel and weight shape: `mul_mat_..._q4_k KxN`.
+    let product = |n: &&str| {
+        n.split_once(' ').is_some_and(|(k, shape)| {
+            k.starts_with("mul_mat") && k.ends_with("q4_k") && shape.split('x').all(|d| d.parse::<usize>().is_ok())
+        })
+    };
+    assert!(names.iter().any(product), "{names:?}");
     assert!(profile.kernels.iter().all(|k| k.nanos > 0.0), "{:?}", profile.kernels);
     assert!(profile.kernels.windows(2).all(|w| w[0].nanos >= w[1].nanos), "largest first");
 }

@@ -12,7 +12,7 @@ mod vulkan_common;
 use hrx::backend::cpu::tensor::{Data, In, Out};
 use hrx::backend::cpu::{execute, Kernels};
 use hrx::backend::vulkan::kernels::{
-    self, CoopMat, Dyn, KernelId, KernelSet, Launch, MatKind, Operand, Ops, Variants, WIDE_MAX_SUBGROUP,
+    self, CoopMat, Dyn, KernelId, KernelSet, Launch, MatKind, Operand, Ops, Variants, WType, WIDE_MAX_SUBGROUP,
 };
 use hrx::backend::vulkan::{CommandBuffer, DescriptorPool, Location};
 use hrx::graph::{contiguous_strides, Gelu, Op, RopeKind};
@@ -155,7 +155,10 @@ fn mat_kinds(ks: &KernelSet) -> Vec<MatKind> {
     let mut kinds = vec![MatKind::Vec, MatKind::Tiled, MatKind::Rows];
     kinds.extend(info.subgroup_matvec().map(|subgroup| MatKind::VecSg { subgroup }));
     kinds.extend(
-        info.subgroup_matvec().filter(|&s| s <= WIDE_MAX_SUBGROUP).map(|subgroup| MatKind::VecWide { subgroup }),
+        info.subgroup_matvec()
+            .filter(|&s| s <= WIDE_MAX_SUBGROUP)
+            .into_iter()
+            .flat_map(|subgroup| [2, 4, 8].map(|rows| MatKind::VecWide { subgroup, rows })),
     );
     if let Some(cm) = coop_variant(ks) {
         kinds.extend([MatKind::Coop(cm), MatKind::CoopExact(cm)]);
@@ -188,24 +191,31 @@ fn check_matmul(
     let w_ne = [k, n, 1, 1];
     let w_op = Operand { dtype, ne: w_ne, nb: contiguous_strides(dtype, w_ne), offset: w_off, dynamic: None };
     let w_in = In { data: Data::Bytes(&w_bytes), dtype, offset: w_off, ne: w_ne, nb: w_op.nb };
-    let x = Strided::new(rng, [k, cols[0], cols[1], cols[2]], 3, 5);
+    // Columns of x padded and at an offset: of 3 and 5 floats, and of 4 and 8 (the 16-byte
+    // aligned columns the wide kernel needs).
+    let x_odd = Strided::new(rng, [k, cols[0], cols[1], cols[2]], 3, 5);
+    let x_vec4 = Strided::new(rng, [k, cols[0], cols[1], cols[2]], 4, 8);
     let out = Strided::new(rng, [n, cols[0], cols[1], cols[2]], 1, 7);
-    let x_bytes = f32_bytes(&x.data);
     for kind in mat_kinds(ks) {
         // The wide kernel takes rows of whole 32-value units only; the fast cooperative-matrix
         // one whole 32-value slices of rows aligned for its 16-byte loads (2-byte for the types
         // whose blocks are).
         let row_bytes = w_op.nb[1];
         let aligned = matches!(dtype, DType::Q6K | DType::Q8_0) || (row_bytes.is_multiple_of(16) && w_off % 16 == 0);
+        let wide = matches!(kind, MatKind::VecWide { .. });
         let refused = match kind {
             MatKind::VecWide { .. } => !k.is_multiple_of(32),
             MatKind::Coop(cm) => !(k.is_multiple_of(kernels::Tiles::fast(cm).bk as usize) && aligned),
             _ => false,
         };
+        if refused || wide {
+            assert!(vulkan_common::launch_mat(kind, &w_op, &x_odd.operand(), &out.operand(), None, None).is_err());
+        }
         if refused {
-            assert!(vulkan_common::launch_mat(kind, &w_op, &x.operand(), &out.operand(), None, None).is_err());
             continue;
         }
+        let x = if wide { &x_vec4 } else { &x_odd };
+        let x_bytes = f32_bytes(&x.data);
         let launch = vulkan_common::launch_mat(kind, &w_op, &x.operand(), &out.operand(), None, None).unwrap();
         let e = compare(ks, &Op::MatMul, &launch, [(&w_bytes, w_in), (&x_bytes, x.input())], &out, max);
         eprintln!("{:<24} K={k:<4} N={n:<3} cols={cols:?} max={max:?}: nmse {e:.3e}", launch.kernel.name());
@@ -271,22 +281,31 @@ fn subgroup_kernel_is_chosen_where_the_device_has_subgroup_arithmetic() {
     };
     let variants = Variants::for_device(info);
     if std::env::var("HRX_VK_NO_SUBGROUP").is_ok_and(|v| v == "1") {
-        assert_eq!(variants.mat_kinds(512, 1)[0], MatKind::Vec);
+        assert_eq!(variants.mat_kinds(WType::Q4K, 512, 64, 1)[0], MatKind::Vec);
         return;
     }
     // The wide kernel where subgroups are at most 64 lanes (and HRX_VK_MATVEC is not sg), the
     // subgroup one next, the portable one last.
-    let want = if variants.wide_matvec {
-        vec![MatKind::VecWide { subgroup }, MatKind::VecSg { subgroup }]
-    } else {
-        vec![MatKind::VecSg { subgroup }]
+    let want = |rows| {
+        let wide = variants.wide_matvec.then_some(MatKind::VecWide { subgroup, rows });
+        wide.into_iter().chain([MatKind::VecSg { subgroup }, MatKind::Vec]).collect::<Vec<_>>()
     };
-    assert_eq!(variants.mat_kinds(512, 1), [want, vec![MatKind::Vec]].concat());
+    // Rows per thread from the rows there are: 8 for many, 2 for a few.
+    assert_eq!(variants.mat_kinds(WType::Q4K, 512, 6144, 1), want(8));
+    assert_eq!(variants.mat_kinds(WType::Q4K, 512, 2048, 1), want(4));
+    assert_eq!(variants.mat_kinds(WType::Q4K, 512, 1024, 1), want(2));
+    assert_eq!(variants.mat_kinds(WType::Q4K, 512, 5, 1), want(2));
+    // Q6_K keeps 2 rows per thread.
+    let q6 = variants.mat_kinds(WType::Q6K, 512, 6144, 1);
+    assert!(!variants.wide_matvec || q6[0] == MatKind::VecWide { subgroup, rows: 2 }, "{q6:?}");
     // Rows not whole units of 32 values never take the wide kernel.
-    assert!(!variants.mat_kinds(520, 1).contains(&MatKind::VecWide { subgroup }));
+    assert!(!variants.mat_kinds(WType::Q4K, 520, 6144, 1).iter().any(|k| matches!(k, MatKind::VecWide { .. })));
     // Only the vector kernels have subgroup variants (the tiled one may have cooperative ones).
-    assert!(matches!(variants.mat_kinds(512, 64)[0], MatKind::Tiled | MatKind::Coop(_) | MatKind::CoopExact(_)));
-    assert_eq!(variants.mat_kinds(64, 1), [MatKind::Rows]);
+    assert!(matches!(
+        variants.mat_kinds(WType::Q4K, 512, 64, 64)[0],
+        MatKind::Tiled | MatKind::Coop(_) | MatKind::CoopExact(_)
+    ));
+    assert_eq!(variants.mat_kinds(WType::Q4K, 64, 64, 1), [MatKind::Rows]);
 }
 
 #[test]
@@ -337,7 +356,7 @@ fn coopmat_kernel_is_chosen_where_the_device_has_cooperative_matrices() {
     let Some(ks) = kernel_set() else { return };
     let info = ks.device().info();
     let variants = Variants::for_device(info);
-    let many = variants.mat_kinds(512, 64)[0];
+    let many = variants.mat_kinds(WType::Q4K, 512, 64, 64)[0];
     let switch = |name: &str| std::env::var(name).is_ok_and(|v| v == "1");
     match coop_variant(ks) {
         Some(_) if switch("HRX_VK_NO_COOPMAT") => {
@@ -360,7 +379,10 @@ fn coopmat_kernel_is_chosen_where_the_device_has_cooperative_matrices() {
         }
     }
     // Vector products never take them.
-    assert!(!variants.mat_kinds(512, 1).iter().any(|k| matches!(k, MatKind::Coop(_) | MatKind::CoopExact(_))));
+    assert!(!variants
+        .mat_kinds(WType::Q4K, 512, 64, 1)
+        .iter()
+        .any(|k| matches!(k, MatKind::Coop(_) | MatKind::CoopExact(_))));
     // A variant the kernels are not written for is refused at launch, not run.
     let odd = CoopMat { subgroup: 32, shape: hrx::backend::vulkan::CoopShape { m: 16, n: 16, k: 64 } };
     let w_op = Operand::contiguous(DType::F32, [64, 4, 1, 1], 0);
@@ -404,7 +426,7 @@ fn plans_for_a_device_name_its_kernel_variants() {
     let cm = variants.coopmat;
     assert_eq!(kernel(mat).subgroup, cm.map(|c| c.subgroup));
     assert_eq!(kernel(mat).shape, cm.map(|c| [c.shape.m, c.shape.n, c.shape.k]));
-    let selected = KernelId::MatMul(variants.mat_kinds(512, 64)[0], kernels::WType::Q4K);
+    let selected = KernelId::MatMul(variants.mat_kinds(WType::Q4K, 512, 64, 64)[0], kernels::WType::Q4K);
     assert_eq!(KernelId::from_plan(&kernel(mat)), Some(selected));
 }
 
@@ -439,9 +461,11 @@ fn coopmat_kernel_large_and_ragged_tiles() {
 }
 
 /// The wide mat-vec kernel at decode's row lengths: 64 threads per row taking one, two or three
-/// 32-value units each (K = 2048, 4096 with 128 threads, 6144), ragged row pairs, and weights
+/// 32-value units each (K = 2048, 4096 with 128 threads, 6144), ragged row groups of each
+/// number of rows per thread, and weights
 /// at an offset that is only 2-byte aligned for the types it reads by words (a Q4_K row must be
-/// 16-byte aligned: refused otherwise).
+/// 16-byte aligned: refused otherwise), x in padded columns at an offset (16-byte aligned ones:
+/// x is read as vec4s, and refused otherwise).
 #[test]
 fn wide_matvec_at_decode_shapes() {
     let Some(ks) = kernel_set() else { return };
@@ -449,16 +473,17 @@ fn wide_matvec_at_decode_shapes() {
         eprintln!("no subgroups of at most {WIDE_MAX_SUBGROUP} lanes: the wide kernel is not checked");
         return;
     };
-    let kind = MatKind::VecWide { subgroup };
     let mut rng = Rng::new(21);
     for (dtype, w_off) in [(DType::Q4K, 32), (DType::Q6K, 6), (DType::Q8_0, 2), (DType::F16, 2), (DType::Q5K, 4)] {
-        for (k, n) in [(2048, 19), (4096, 6), (6144, 5)] {
+        // Ragged rows for each rows-per-thread variant.
+        for (k, n, rows) in [(2048, 19, 2), (4096, 6, 4), (6144, 21, 8), (2048, 35, 8)] {
+            let kind = MatKind::VecWide { subgroup, rows };
             let mut w_bytes = vec![0u8; w_off];
             w_bytes.extend(quantized(&mut rng, dtype, k, n));
             let w_ne = [k, n, 1, 1];
             let w_op = Operand { dtype, ne: w_ne, nb: contiguous_strides(dtype, w_ne), offset: w_off, dynamic: None };
             let w_in = In { data: Data::Bytes(&w_bytes), dtype, offset: w_off, ne: w_ne, nb: w_op.nb };
-            let x = Strided::new(&mut rng, [k, 2, 1, 1], 0, 3);
+            let x = Strided::new(&mut rng, [k, 2, 1, 1], 4, 8);
             let out = Strided::new(&mut rng, [n, 2, 1, 1], 1, 0);
             let x_bytes = f32_bytes(&x.data);
             let launch = vulkan_common::launch_mat(kind, &w_op, &x.operand(), &out.operand(), None, None).unwrap();
@@ -467,10 +492,16 @@ fn wide_matvec_at_decode_shapes() {
             assert!(e < MAT_NMSE, "{} K={k} N={n}: nmse {e}", launch.kernel.name());
         }
     }
+    let kind = MatKind::VecWide { subgroup, rows: 2 };
     let misaligned = Operand { offset: 8, ..Operand::contiguous(DType::Q4K, [2048, 4, 1, 1], 0) };
     let x_op = Operand::contiguous(DType::F32, [2048, 1, 1, 1], 0);
     let d_op = Operand::contiguous(DType::F32, [4, 1, 1, 1], 0);
     assert!(vulkan_common::launch_mat(kind, &misaligned, &x_op, &d_op, None, None).is_err());
+    let w_op = Operand::contiguous(DType::Q4K, [2048, 4, 1, 1], 0);
+    let x_unaligned = Operand { offset: 12, ..x_op };
+    assert!(vulkan_common::launch_mat(kind, &w_op, &x_unaligned, &d_op, None, None).is_err());
+    assert!(vulkan_common::launch_mat(kind, &w_op, &x_op, &d_op, None, None).is_ok());
+    assert!(vulkan_common::launch_mat(MatKind::VecWide { subgroup, rows: 3 }, &w_op, &x_op, &d_op, None, None).is_err());
 }
 
 #[test]

@@ -295,11 +295,11 @@ fn write_profiles(graphs: &[RecordingStats], out: &mut dyn Write) -> std::io::Re
             p.runs,
             total / 1e6
         )?;
-        writeln!(out, "  {:<28} {:>14} {:>12} {:>7}", "kernel", "dispatches/run", "total ms", "share")?;
+        writeln!(out, "  {:<40} {:>14} {:>12} {:>7}", "kernel", "dispatches/run", "total ms", "share")?;
         for k in &p.kernels {
             writeln!(
                 out,
-                "  {:<28} {:>14} {:>12.3} {:>6.1}%",
+                "  {:<40} {:>14} {:>12.3} {:>6.1}%",
                 k.kernel,
                 k.dispatches,
                 k.nanos / 1e6,

@@ -69,7 +69,7 @@ pub fn run(
     if let Some(subgroup) = info.subgroup_matvec() {
         vec_kinds.push(MatKind::VecSg { subgroup });
         if subgroup <= WIDE_MAX_SUBGROUP {
-            vec_kinds.push(MatKind::VecWide { subgroup });
+            vec_kinds.extend([2, 4, 8].map(|rows| MatKind::VecWide { subgroup, rows }));
         }
     }
     let mut mat_kinds = vec![MatKind::Tiled];

@@ -160,12 +160,29 @@ impl Buffer {
 
     /// Writes f32 values (little-endian) at byte `offset`.
     pub fn write_f32(&self, offset: u64, values: &[f32]) -> Result<()> {
-        self.write(offset, &values.iter().flat_map(|v| v.to_le_bytes()).collect::<Vec<u8>>())
+        #[cfg(target_endian = "little")]
+        if let Some(p) = self.inner.alloc.mapped {
+            let bytes = std::mem::size_of_val(values);
+            self.check(offset, bytes, "write")?;
+            // SAFETY: as in `write`; on a little-endian host an f32's bytes in memory are its
+            // little-endian bytes, so the slice is copied as it lies (a prompt's inputs are
+            // megabytes: no converted copy of them first).
+            unsafe {
+                std::ptr::copy_nonoverlapping(values.as_ptr().cast::<u8>(), p.as_ptr().add(offset as usize), bytes)
+            };
+            return Ok(());
+        }
+        self.write(offset, &le_bytes(values, |v| v.to_le_bytes()))
     }
 
     /// Writes u32 values at byte `offset`.
     pub fn write_u32(&self, offset: u64, values: &[u32]) -> Result<()> {
-        self.write(offset, &values.iter().flat_map(|v| v.to_le_bytes()).collect::<Vec<u8>>())
+        self.write(offset, &le_bytes(values, |v| v.to_le_bytes()))
+    }
+
+    /// Writes i32 values at byte `offset`.
+    pub fn write_i32(&self, offset: u64, values: &[i32]) -> Result<()> {
+        self.write(offset, &le_bytes(values, |v| v.to_le_bytes()))
     }
 
     /// Reads `n` f32 values at byte `offset`.
@@ -184,6 +201,16 @@ impl Buffer {
         cmd.finish()?;
         cmd.submit_and_wait()
     }
+}
+
+/// The bytes of `values`, each as `bytes` gives it: filled in place (a prompt's inputs are
+/// megabytes; collecting a flat_map of them byte by byte took longer than the GPU's work).
+fn le_bytes<T: Copy, const N: usize>(values: &[T], bytes: impl Fn(T) -> [u8; N]) -> Vec<u8> {
+    let mut out = vec![0u8; values.len() * N];
+    for (chunk, &v) in out.chunks_exact_mut(N).zip(values) {
+        chunk.copy_from_slice(&bytes(v));
+    }
+    out
 }
 
 impl Drop for BufferInner {

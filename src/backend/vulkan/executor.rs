@@ -46,6 +46,17 @@ struct Dispatch {
     /// For a matrix split over row ranges: the rows of this piece (the grid's ne0).
     rows: Option<usize>,
     launch: Launch,
+    /// What its GPU time is profiled under (`profile_label`).
+    label: String,
+}
+
+/// The kernel's name, and for a product the weight's K x N: a product's time depends far more
+/// on its shape than on its kernel (`mul_mat_vec_wide_q4_k 2048x6144`).
+fn profile_label(kernel: KernelId, operands: &[Operand]) -> String {
+    match (kernel, operands.first()) {
+        (KernelId::MatMul(..), Some(w)) => format!("{} {}x{}", kernel.name(), w.ne[0], w.ne[1]),
+        _ => kernel.name(),
+    }
 }
 
 struct Recorded {
@@ -200,9 +211,7 @@ impl VulkanExecutor {
     /// Writes i32 values into run-time buffer `name` of `plan`, starting `offset` values in.
     pub fn write_i32(&self, plan: PlanId, name: &str, offset: usize, values: &[i32]) -> Result<()> {
         match self.named(plan, name)? {
-            (b, DType::I32) => {
-                b.write(4 * offset as u64, &values.iter().flat_map(|v| v.to_le_bytes()).collect::<Vec<u8>>())
-            }
+            (b, DType::I32) => b.write_i32(4 * offset as u64, values),
             (_, d) => Err(VkError::Invalid(format!("buffer {name:?} holds {d}, not i32"))),
         }
     }
@@ -421,7 +430,8 @@ fn record(
                 cmd.write_timestamp(pool, launches.len() as u32 + 1)?;
             }
             let grid_value = launch.grid_input.and_then(|k| node.inputs.get(k).copied()).unwrap_or(NodeId(i));
-            launches.push(Dispatch { grid_value, rows: piece.map(|(_, rows)| rows), launch });
+            let label = profile_label(launch.kernel, &operands);
+            launches.push(Dispatch { grid_value, rows: piece.map(|(_, rows)| rows), launch, label });
         }
     }
     // One barrier after the last dispatch, always: the readback copies below wait for it,
@@ -451,11 +461,8 @@ fn record(
     cmd.finish()?;
     let timing = match timestamps {
         Some(pool) => {
-            let times = KernelTimes::new(
-                launches.iter().map(|d| d.launch.kernel.name()),
-                info.timestamp_bits,
-                info.timestamp_period,
-            );
+            let times =
+                KernelTimes::new(launches.iter().map(|d| d.label.clone()), info.timestamp_bits, info.timestamp_period);
             // A query no dispatch wrote would never become available: every read would fail.
             if times.timestamps() != pool.queries() {
                 return Err(VkError::Invalid(format!(
@@ -475,7 +482,7 @@ fn record(
 /// Refuses a kernel variant the device cannot run (a plan made for another device).
 fn check_variant(kernel: KernelId, info: &DeviceInfo) -> std::result::Result<(), String> {
     let runs = match kernel {
-        KernelId::MatMul(MatKind::VecSg { subgroup } | MatKind::VecWide { subgroup }, _) => {
+        KernelId::MatMul(MatKind::VecSg { subgroup } | MatKind::VecWide { subgroup, .. }, _) => {
             info.subgroup_matvec() == Some(subgroup)
         }
         KernelId::MatMul(MatKind::Coop(cm) | MatKind::CoopExact(cm), _) => info.coopmat_matmul() == Some(cm),

@@ -9,7 +9,8 @@ use super::timestamps::valid_mask;
 /// One kernel's part of a graph's GPU time.
 #[derive(Clone, Debug, PartialEq)]
 pub struct KernelTime {
-    /// The kernel's name, as plans show it: `mul_mat_vec_sg_q4_k`, `flash_attn`, `rms_norm`.
+    /// The kernel's name, as plans show it: `flash_attn`, `rms_norm`; a product's with its
+    /// weight shape, `mul_mat_vec_sg_q4_k 2048x6144`.
     pub kernel: String,
     /// Its dispatches in one run of the graph.
     pub dispatches: usize,

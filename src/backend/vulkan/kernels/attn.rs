@@ -135,7 +135,7 @@ impl AttnCoop {
 }
 
 /// Fewest planned kv rows a split of `flash_attn_split` is given (its MIN_CHUNK).
-const SPLIT_MIN_ROWS: usize = 32;
+const SPLIT_MIN_ROWS: usize = 16;
 /// Most splits of a (head, query).
 const MAX_SPLITS: usize = 64;
 

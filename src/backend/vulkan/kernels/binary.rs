@@ -30,7 +30,7 @@ pub fn launch(op: BinaryOp, a: &Operand, b: &Operand, out: &Operand, dynamic: Op
     Ok(Launch {
         kernel: KernelId::Binary(op),
         push,
-        grid: Grid::Flat { per_group: 256 },
+        grid: Grid::ROW_CHUNKS,
         grid_input: None,
         slots: Vec::new(),
         scratch: 0,

@@ -35,9 +35,9 @@ pub enum MatKind {
     /// subgroupAdd: 128 / subgroup rows per workgroup.
     VecSg { subgroup: u32 },
     /// As `Vec` for decode on wide GPUs: a row split over 64 or 128 threads (several
-    /// subgroups of at most 64 lanes) taking 32 values each, two rows per thread
-    /// (`mul_mat_vec_wide.comp`), so that the whole matrix is in flight at once.
-    VecWide { subgroup: u32 },
+    /// subgroups of at most 64 lanes) taking 32 values each, `rows` (2, 4 or 8) rows per
+    /// thread (`mul_mat_vec_wide.comp`), so that the whole matrix is in flight at once.
+    VecWide { subgroup: u32, rows: u32 },
     /// 64 x 64 output tiles through shared memory, f32 throughout.
     Tiled,
     /// Tiles on cooperative matrices of the variant's shape: f16 operands (weights dequantized
@@ -55,10 +55,12 @@ pub enum MatKind {
 
 impl MatKind {
     /// Every kind, its variant unset (`KernelId::all` lists kernels from it).
-    pub const ALL: [MatKind; 7] = [
+    pub const ALL: [MatKind; 9] = [
         MatKind::Vec,
         MatKind::VecSg { subgroup: 0 },
-        MatKind::VecWide { subgroup: 0 },
+        MatKind::VecWide { subgroup: 0, rows: 2 },
+        MatKind::VecWide { subgroup: 0, rows: 4 },
+        MatKind::VecWide { subgroup: 0, rows: 8 },
         MatKind::Tiled,
         MatKind::Coop(CoopMat::UNSET),
         MatKind::CoopExact(CoopMat::UNSET),
@@ -73,7 +75,7 @@ impl MatKind {
     /// The subgroup size a variant is built around, where it is one.
     pub fn subgroup(self) -> Option<u32> {
         match self {
-            MatKind::VecSg { subgroup } | MatKind::VecWide { subgroup } => Some(subgroup),
+            MatKind::VecSg { subgroup } | MatKind::VecWide { subgroup, .. } => Some(subgroup),
             MatKind::Coop(cm) | MatKind::CoopExact(cm) => Some(cm.subgroup),
             MatKind::Vec | MatKind::Tiled | MatKind::Rows => None,
         }
@@ -93,7 +95,7 @@ impl MatKind {
         let coop = |subgroup, [m, n, k]: [u32; 3]| CoopMat { subgroup, shape: CoopShape { m, n, k } };
         Some(match (self, subgroup, shape) {
             (MatKind::VecSg { .. }, Some(subgroup), None) => MatKind::VecSg { subgroup },
-            (MatKind::VecWide { .. }, Some(subgroup), None) => MatKind::VecWide { subgroup },
+            (MatKind::VecWide { rows, .. }, Some(subgroup), None) => MatKind::VecWide { subgroup, rows },
             (MatKind::Coop(_), Some(s), Some(shape)) => MatKind::Coop(coop(s, shape)),
             (MatKind::CoopExact(_), Some(s), Some(shape)) => MatKind::CoopExact(coop(s, shape)),
             (MatKind::Vec | MatKind::Tiled | MatKind::Rows, None, None) => self,
@@ -213,16 +215,17 @@ impl Variants {
         }
     }
 
-    /// The matrix kernels for rows of `k` values and `cols` output columns, the device's best
-    /// first: the registry takes the first that accepts the operands (the wide mat-vec kernel
-    /// reads Q4_K blocks as 16-byte vectors, so it needs 16-byte aligned rows).
-    pub fn mat_kinds(&self, k: usize, cols: usize) -> Vec<MatKind> {
+    /// The matrix kernels for `n` rows of `k` values of type `wt` and `cols` output columns,
+    /// the device's best first: the registry takes the first that accepts the operands (the
+    /// wide mat-vec kernel reads Q4_K blocks as 16-byte vectors, so it needs 16-byte aligned
+    /// rows).
+    pub fn mat_kinds(&self, wt: WType, k: usize, n: usize, cols: usize) -> Vec<MatKind> {
         match MatKind::choose(k, cols) {
             MatKind::Vec => {
                 let mut kinds = Vec::new();
                 if let Some(subgroup) = self.subgroup_matvec {
                     if self.wide_matvec && k.is_multiple_of(32) {
-                        kinds.push(MatKind::VecWide { subgroup });
+                        kinds.push(MatKind::VecWide { subgroup, rows: wide_rows(wt, k, n) });
                     }
                     kinds.push(MatKind::VecSg { subgroup });
                 }
@@ -246,6 +249,33 @@ impl Variants {
     /// The variant tiled attention runs on the matrix units with, where it does.
     pub fn coop_attention(&self) -> Option<CoopMat> {
         self.coop_attention.filter(|_| self.tiled_attention)
+    }
+}
+
+/// Rows per thread of `mul_mat_vec_wide` for `n` rows of `k` values of type `wt`: the most (of
+/// 8, 4, 2) that still leave `WIDE_MIN_GROUPS` workgroups. Each load of x serves that many rows
+/// of w, and at two rows per thread the loads of x (and of the folded norm's weight or up) were
+/// several times the bytes of w, the products' bound at decode. Q6_K stays at 2: its blocks
+/// are read in many small pieces, and more rows per thread made its products slower (H200).
+pub fn wide_rows(wt: WType, k: usize, n: usize) -> u32 {
+    if wt == WType::Q6K {
+        return 2;
+    }
+    let per_group = 128 / wide_threads_per_row(k);
+    [8, 4].into_iter().find(|&r| n / (per_group * r as usize) >= WIDE_MIN_GROUPS).unwrap_or(2)
+}
+
+/// Workgroups `wide_rows` leaves a product at least: enough to fill a large GPU (132 units
+/// of 4 on the H200).
+const WIDE_MIN_GROUPS: usize = 256;
+
+/// Threads per row of `mul_mat_vec_wide`: 128 where rows are whole multiples of 128 units of
+/// 32 values, else 64 (every thread then takes the same number of units).
+fn wide_threads_per_row(k: usize) -> usize {
+    if (k / 32).is_multiple_of(128) {
+        128
+    } else {
+        64
     }
 }
 
@@ -314,10 +344,7 @@ pub fn launch(
             push.push(at);
         }
     }
-    // Threads per row of mul_mat_vec_wide: 128 where rows are whole multiples of 128 units of
-    // 32 values, else 64 (every thread then takes the same number of units).
-    let units = k / 32;
-    let tpr = if units.is_multiple_of(128) { 128 } else { 64 };
+    let tpr = wide_threads_per_row(k);
     push.push(if matches!(kind, MatKind::VecWide { .. }) { tpr as u32 } else { 0 });
     // The prologue: mode (0 none, 1 RMS norm, 2 SwiGLU), the float offset of its second input
     // (binding 4), the norm's epsilon.
@@ -346,14 +373,31 @@ pub fn launch(
     }
     let grid = match kind {
         MatKind::Vec => Grid::Mat { rows: 4, cols: 1 },
-        MatKind::VecWide { subgroup } => {
-            if !subgroup.is_power_of_two() || !(4..=WIDE_MAX_SUBGROUP).contains(&subgroup) || !k.is_multiple_of(32) {
-                return Err(VkError::Invalid(format!("mul_mat_vec_wide: subgroup size {subgroup}, K {k}")));
+        MatKind::VecWide { subgroup, rows } => {
+            if !subgroup.is_power_of_two()
+                || !(4..=WIDE_MAX_SUBGROUP).contains(&subgroup)
+                || !k.is_multiple_of(32)
+                || ![2, 4, 8].contains(&rows)
+            {
+                return Err(VkError::Invalid(format!(
+                    "mul_mat_vec_wide: subgroup size {subgroup}, K {k}, {rows} rows per thread"
+                )));
             }
             if wt == WType::Q4K && (!w.offset.is_multiple_of(16) || !w.nb[1].is_multiple_of(16)) {
                 return Err(VkError::Invalid("mul_mat_vec_wide: Q4_K rows must be 16-byte aligned".into()));
             }
-            Grid::Mat { rows: 128 / tpr * 2, cols: 1 }
+            // x and the producer's second input are read as vec4s.
+            let second = match prologue {
+                Some(Prologue::RmsNorm { weight, .. }) => Some(weight),
+                Some(Prologue::SwiGlu { up }) => Some(up),
+                None => None,
+            };
+            let vec4_columns =
+                |o: &Operand| o.offset.is_multiple_of(16) && o.nb[1..].iter().all(|b| b.is_multiple_of(16));
+            if !vec4_columns(x) || second.is_some_and(|o| !vec4_columns(&o)) {
+                return Err(VkError::Invalid("mul_mat_vec_wide: x must be in 16-byte aligned columns".into()));
+            }
+            Grid::Mat { rows: 128 / tpr * rows as usize, cols: 1 }
         }
         MatKind::VecSg { subgroup } => {
             if !subgroup.is_power_of_two() || !(4..=128).contains(&subgroup) {
@@ -411,11 +455,11 @@ mod tests {
         let position = |k: MatKind| match k {
             MatKind::Vec => 0,
             MatKind::VecSg { .. } => 1,
-            MatKind::VecWide { .. } => 2,
-            MatKind::Tiled => 3,
-            MatKind::Coop(_) => 4,
-            MatKind::CoopExact(_) => 5,
-            MatKind::Rows => 6,
+            MatKind::VecWide { rows, .. } => 1 + rows.ilog2() as usize,
+            MatKind::Tiled => 5,
+            MatKind::Coop(_) => 6,
+            MatKind::CoopExact(_) => 7,
+            MatKind::Rows => 8,
         };
         let positions: Vec<usize> = MatKind::ALL.iter().map(|&k| position(k)).collect();
         assert_eq!(positions, (0..MatKind::ALL.len()).collect::<Vec<_>>());

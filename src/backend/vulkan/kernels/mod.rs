@@ -152,7 +152,9 @@ impl KernelId {
         match self {
             KernelId::MatMul(MatKind::Vec, _) => "mul_mat_vec",
             KernelId::MatMul(MatKind::VecSg { .. }, _) => "mul_mat_vec_sg",
-            KernelId::MatMul(MatKind::VecWide { .. }, _) => "mul_mat_vec_wide",
+            KernelId::MatMul(MatKind::VecWide { rows: 2, .. }, _) => "mul_mat_vec_wide",
+            KernelId::MatMul(MatKind::VecWide { rows: 4, .. }, _) => "mul_mat_vec_wide4",
+            KernelId::MatMul(MatKind::VecWide { .. }, _) => "mul_mat_vec_wide8",
             KernelId::MatMul(MatKind::Tiled, _) => "mul_mat",
             KernelId::MatMul(MatKind::Coop(_), _) => "mul_mat_cm",
             KernelId::MatMul(MatKind::CoopExact(_), _) => "mul_mat_cm_exact",
@@ -337,6 +339,12 @@ enum Grid {
     Split { splits: usize },
 }
 
+impl Grid {
+    /// The row-wise elementwise kernels' grid (shaders/elementwise.glsl): x, chunks of
+    /// `ROW_CHUNK` (1,024) values of a row; y, the rows.
+    const ROW_CHUNKS: Grid = Grid::Mat { rows: 1024, cols: 1 };
+}
+
 impl Launch {
     /// The binding input `i` goes to.
     pub fn slot(&self, i: usize) -> u32 {
@@ -454,7 +462,7 @@ pub fn select(ops: Ops, ins: &[Operand], out: &Operand, dynamic: Option<Dyn>, va
         (Op::MatMul, Some(w)) => {
             let wt = WType::from_dtype(w.dtype)
                 .ok_or_else(|| VkError::Invalid(format!("no matrix kernel for {} weights", w.dtype)))?;
-            let kinds = variants.mat_kinds(w.ne[0], out.ne[1] * out.ne[2] * out.ne[3]);
+            let kinds = variants.mat_kinds(wt, w.ne[0], w.ne[1], out.ne[1] * out.ne[2] * out.ne[3]);
             kinds.into_iter().map(|kind| KernelId::MatMul(kind, wt)).collect()
         }
         (Op::RmsNorm { .. }, _) if ops.fused.is_some() => vec![KernelId::RmsNormRope],

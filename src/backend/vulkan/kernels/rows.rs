@@ -123,5 +123,12 @@ pub fn set_rows(dst: &Operand, src: &Operand, ids: &Operand, out: &Operand) -> R
     push.push(floats(out.nb[0], "destination stride")?);
     push.push(floats(out.nb[1], "destination stride")?);
     push.push(word(out.ne[1], "destination rows")?);
-    Ok(Launch { kernel: KernelId::SetRows, push, grid: Grid::Rows, grid_input: Some(1), slots: Vec::new(), scratch: 0 })
+    Ok(Launch {
+        kernel: KernelId::SetRows,
+        push,
+        grid: Grid::ROW_CHUNKS,
+        grid_input: Some(1),
+        slots: Vec::new(),
+        scratch: 0,
+    })
 }

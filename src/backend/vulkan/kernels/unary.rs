@@ -22,7 +22,7 @@ pub fn launch(op: UnaryOp, x: &Operand, out: &Operand, dynamic: Option<Dyn>) -> 
     Ok(Launch {
         kernel: KernelId::Unary(op),
         push,
-        grid: Grid::Flat { per_group: 256 },
+        grid: Grid::ROW_CHUNKS,
         grid_input: None,
         slots: Vec::new(),
         scratch: 0,
