@@ -9,7 +9,7 @@ use hrx::backend::DeviceChoice;
 use hrx::runtime::generate::{generate, GenerateConfig};
 use hrx::runtime::sampler::SamplerConfig;
 use hrx::runtime::session::{PromptPiece, Session};
-use hrx::runtime::text_model::{TextModel, TextOptions};
+use hrx::runtime::text_model::{TextModel, TextOptions, TokenInput};
 
 struct Variant {
     model: &'static str,
@@ -129,4 +129,31 @@ fn tiny_q8_matches_the_exact_math_reference() {
 fn small_q4km_matches_the_exact_math_reference() {
     check(&VARIANTS[2], Kernels::Reference);
     check(&VARIANTS[2], Kernels::Fast);
+}
+
+/// A text prompt after an image's rows (nonzero deepstack parts) gives the logits it gives in a
+/// fresh model: text rows are written without their deepstack part only where it is known to
+/// be zero, so what an image's rows left there is cleared first.
+#[test]
+fn text_after_image_rows_matches_a_fresh_model() {
+    let Some(oracle) = common::oracle() else { return };
+    let path = oracle.join("models/tiny/qwen3vl-tiny-F16.gguf");
+    let options =
+        || TextOptions { n_ctx: 64, chunk: 16, max_outputs: 1, kernels: Kernels::Fast, device: DeviceChoice::Cpu };
+    let mut fresh = TextModel::load(&path, options()).expect("model loads");
+    let mut used = TextModel::load(&path, options()).expect("model loads");
+    let width = used.params().wide_width();
+    assert!(width > used.params().n_embd, "the tiny model has deepstack layers");
+    let image_row: Vec<f32> = (0..width).map(|i| ((i * 7 % 13) as f32 - 6.0) / 3.0).collect();
+    let positions = |n: usize| (0..n).map(|t| [t as i32; 3]).collect::<Vec<_>>();
+    let with_image = [TokenInput::Embedding(&image_row), TokenInput::Text(11), TokenInput::Embedding(&image_row)];
+    used.forward(&with_image, &positions(3), 0, &[2]).expect("a prompt with image rows");
+    // Prompts shorter than, as long as, and longer than the image's: each row's deepstack part
+    // must read as zero.
+    for n in [2, 3, 5] {
+        let text: Vec<TokenInput> = (0..n).map(|t| TokenInput::Text(100 + t as u32)).collect();
+        let want = fresh.forward(&text, &positions(n), 0, &[n - 1]).expect("fresh");
+        let got = used.forward(&text, &positions(n), 0, &[n - 1]).expect("after the image");
+        assert_eq!(got, want, "{n} text tokens after an image's rows");
+    }
 }

@@ -56,6 +56,10 @@ pub struct TextModel {
     exec: Executor,
     prefill: (PlanId, TextGraph),
     decode: (PlanId, TextGraph),
+    /// Per input buffer (the decode plan's, the prefill plan's): how many of its first rows
+    /// are known to hold a zero deepstack part (none at first: fresh device memory need not
+    /// be zero; none after an image's rows).
+    deepstack_clean: [usize; 2],
 }
 
 /// The plans of a text model for `registry`, for `hrx plan` (built without binding weights).
@@ -122,6 +126,7 @@ impl TextModel {
             exec,
             prefill: (PlanId(0), prefill),
             decode: (PlanId(1), decode),
+            deepstack_clean: [0, 0],
         })
     }
 
@@ -219,18 +224,22 @@ impl TextModel {
                 }
             }
         };
+        // Text rows are written without their deepstack part where it is known to be zero
+        // already (`deepstack_clean`): a 512-token text prompt then writes 4 MB, not 16.
+        let text_only = inputs.iter().all(|i| matches!(i, TokenInput::Text(_)));
+        let row_width = if text_only { n_embd } else { width };
         // A prompt's rows on several threads: dequantizing them one by one took a third of a
         // GPU prefill's time.
-        let mut wide = vec![0f32; n * width];
+        let mut rows = vec![0f32; n * row_width];
         let threads =
             if n >= PARALLEL_ROWS { std::thread::available_parallelism().map_or(1, |t| t.get().min(8)) } else { 1 };
         let per_thread = n.div_ceil(threads);
         std::thread::scope(|s| {
-            let workers: Vec<_> = wide
-                .chunks_mut(per_thread * width)
+            let workers: Vec<_> = rows
+                .chunks_mut(per_thread * row_width)
                 .zip(inputs.chunks(per_thread))
                 .map(|(rows, ins)| {
-                    s.spawn(move || ins.iter().zip(rows.chunks_mut(width)).try_for_each(|(i, r)| fill(i, r)))
+                    s.spawn(move || ins.iter().zip(rows.chunks_mut(row_width)).try_for_each(|(i, r)| fill(i, r)))
                 })
                 .collect();
             workers.into_iter().try_for_each(|w| {
@@ -238,7 +247,24 @@ impl TextModel {
             })
         })?;
         let made = started.elapsed();
-        self.exec.write_f32(plan, text::INP_WIDE, 0, &wide)?;
+        let which = usize::from(n != 1);
+        if text_only {
+            for (t, row) in rows.chunks(n_embd).enumerate() {
+                self.exec.write_f32(plan, text::INP_WIDE, t * width, row)?;
+            }
+            let clean = self.deepstack_clean[which];
+            if clean < n && width > n_embd {
+                let zeros = vec![0f32; width - n_embd];
+                for t in clean..n {
+                    self.exec.write_f32(plan, text::INP_WIDE, t * width + n_embd, &zeros)?;
+                }
+            }
+            self.deepstack_clean[which] = clean.max(n);
+        } else {
+            self.exec.write_f32(plan, text::INP_WIDE, 0, &rows)?;
+            // The other plan's input may be the same buffer (plans of one size share it).
+            self.deepstack_clean = [0, 0];
+        }
         // Positions: component c of token t at c * max + t (the planned stride).
         for c in 0..3 {
             let column: Vec<i32> = positions.iter().map(|p| p[c]).collect();
