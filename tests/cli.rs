@@ -451,3 +451,24 @@ fn synth_projector_describes_and_bench_takes_depth() {
     assert_eq!(hrx(&["bench", "-m", t, "-p", "0", "-n", "0"]).status.code(), Some(2));
     let _ = std::fs::remove_dir_all(&dir);
 }
+
+/// Without -m and with the default model nowhere, describe says where it looked and how to add
+/// a folder: the folders searched, $HRX_MODELS among the ways.
+#[test]
+fn describe_without_a_model_names_the_folders_and_hrx_models() {
+    let dir = std::env::temp_dir().join(format!("hrx-no-model-{}", std::process::id()));
+    std::fs::create_dir_all(&dir).unwrap();
+    let out = Command::new(env!("CARGO_BIN_EXE_hrx"))
+        .args(["describe", "photo.png"])
+        .current_dir(&dir)
+        .env("HOME", &dir)
+        .env_remove("HRX_MODELS")
+        .env_remove("XDG_DATA_HOME")
+        .output()
+        .unwrap();
+    let err = stderr(&out);
+    assert!(!out.status.success(), "{err}");
+    assert!(err.contains("is not installed") && err.contains("$HRX_MODELS"), "{err}");
+    assert!(err.contains(&dir.join(".local/share/hrx/models").display().to_string()), "{err}");
+    std::fs::remove_dir_all(&dir).unwrap();
+}

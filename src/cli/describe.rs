@@ -65,7 +65,7 @@ fn model_files(
     let (Some(m), Some(p)) = found else {
         let dir_list = dirs.iter().map(|d| d.display().to_string()).collect::<Vec<_>>().join(", ");
         return Err(CliError::Failed(format!(
-            "no model given and the default model {} is not installed: put {} and {} (from {}) into one of: {dir_list}; or pass -m and --mmproj",
+            "no model given and the default model {} is not installed: put {} and {} (from {}) into one of: {dir_list} (folders in $HRX_MODELS, colon-separated, are searched too); or pass -m and --mmproj",
             entry.name, entry.model_file, entry.mmproj_file, entry.source
         )));
     };
