@@ -3,7 +3,9 @@
 // x [head_dim, heads, tokens, n3]: one dispatch for a per-head norm whose only consumer is a
 // RoPE (Qwen3's q/k norms). One workgroup per row (grid-stride over rows): the sum of squares
 // reduced in shared memory as in rms_norm.comp, then each thread turns pairs of the
-// normalized row and copies its unrotated tail.
+// normalized row and copies its unrotated tail. With a fused SET_ROWS (p.d_rows > 0) token t
+// goes to token slot ids[t] of the output (a KV cache; d_nb.z its row stride), and a token
+// whose id is out of range is not written.
 
 #include "common.glsl"
 
@@ -13,12 +15,16 @@ layout(local_size_x = 128) in;
 layout(set = 0, binding = 1) readonly buffer X { float x[]; };
 layout(set = 0, binding = 2) readonly buffer Wt { float wt[]; };
 layout(set = 0, binding = 3) readonly buffer Pos { int pos[]; };
+layout(set = 0, binding = 4) readonly buffer Ids { int ids[]; };
 layout(set = 0, binding = 5) writeonly buffer D { float d[]; };
 
 layout(push_constant) uniform Params {
 #include "rope_fields.glsl"
     uint w_off;    // norm weight offset (floats)
     float eps;
+    uint i_off;    // fused SET_ROWS: ids offset and stride (ints), output rows; 0 rows: none
+    uint i_nb0;
+    uint d_rows;
 } p;
 
 #include "rope_angle.glsl"
@@ -33,7 +39,15 @@ void main() {
     for (uint r = gl_WorkGroupID.x; r < rows; r += gl_NumWorkGroups.x) {
         uvec3 i = uvec3(r % ne.y, (r / ne.y) % ne.z, r / (ne.y * ne.z));
         uint xr = p.x_off + i.x * p.x_nb.y + i.y * p.x_nb.z + i.z * p.x_nb.w;
-        uint dr = p.d_off + i.x * p.d_nb.y + i.y * p.d_nb.z + i.z * p.d_nb.w;
+        uint slot = i.y;
+        if (p.d_rows > 0u) {
+            int id = ids[p.i_off + i.y * p.i_nb0];
+            if (id < 0 || uint(id) >= p.d_rows) {
+                continue;
+            }
+            slot = uint(id);
+        }
+        uint dr = p.d_off + i.x * p.d_nb.y + slot * p.d_nb.z + i.z * p.d_nb.w;
         float ss = 0.0;
         for (uint k = tid; k < ne.x; k += WG) {
             float v = x[xr + k * p.x_nb.x];

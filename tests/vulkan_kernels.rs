@@ -14,7 +14,7 @@ use hrx::backend::cpu::{execute, Kernels};
 use hrx::backend::vulkan::kernels::{
     self, CoopMat, Dyn, KernelId, KernelSet, Launch, MatKind, Operand, Ops, Variants, WType, WIDE_MAX_SUBGROUP,
 };
-use hrx::backend::vulkan::{CommandBuffer, DescriptorPool, Location};
+use hrx::backend::vulkan::{Buffer, CommandBuffer, DescriptorPool, Location};
 use hrx::graph::{contiguous_strides, Gelu, Op, RopeKind};
 use hrx::quant::{quantize_row, DType};
 use vulkan_common::{f32_bytes, nmse, run, upload, Rng};
@@ -845,54 +845,91 @@ fn rope_mrope_and_axial() {
 
 #[test]
 fn rms_norm_then_rope_in_one_kernel() {
-    // The executor records a per-head RMS_NORM and the ROPE consuming it as one dispatch.
+    // The executor records a per-head RMS_NORM folded into the ROPE consuming it as one
+    // dispatch; with the SET_ROWS that writes the rope's rows into a cache fused too (`slots`:
+    // the cache rows, ids scattered over them, one out of range), only the ids' rows change.
     let Some(ks) = kernel_set() else { return };
     let mut rng = Rng::new(25);
     let cases = [
-        (RopeKind::MropeInterleaved { sections: [24, 20, 20] }, 128, 128, 4, 9),
-        (RopeKind::MropeInterleaved { sections: [3, 2, 2] }, 24, 16, 2, 5),
-        (RopeKind::Axial2d, 40, 16, 3, 3),
-        (RopeKind::MropeInterleaved { sections: [11, 11, 10] }, 300, 64, 1, 2),
+        (RopeKind::MropeInterleaved { sections: [24, 20, 20] }, 128, 128, 4, 9, None),
+        (RopeKind::MropeInterleaved { sections: [24, 20, 20] }, 128, 128, 8, 1, Some(7)),
+        (RopeKind::MropeInterleaved { sections: [3, 2, 2] }, 24, 16, 2, 5, Some(12)),
+        (RopeKind::Axial2d, 40, 16, 3, 3, None),
+        (RopeKind::MropeInterleaved { sections: [11, 11, 10] }, 300, 64, 1, 2, Some(3)),
     ];
-    for (kind, hd, n_dims, heads, n) in cases {
+    for (kind, hd, n_dims, heads, n, slots) in cases {
         let comps = if matches!(kind, RopeKind::Axial2d) { 2 } else { 3 };
         let x = Strided::new(&mut rng, [hd, heads, n, 1], 2, 3);
         let w = Strided::new(&mut rng, [hd, 1, 1, 1], 0, 1);
-        let out = Strided::new(&mut rng, [hd, heads, n, 1], 1, 0);
         let pos: Vec<i32> = (0..n * comps).map(|_| (rng.next_u64() % 5000) as i32).collect();
+        // Token t to row ids[t] of the cache: distinct rows from the end, the last one past it.
+        let ids: Vec<i32> = match slots {
+            Some(rows) => {
+                (0..n).map(|t| if t + 1 == n && n > 1 { rows as i32 } else { (rows - 1 - t) as i32 }).collect()
+            }
+            None => Vec::new(),
+        };
+        let out = match slots {
+            Some(rows) => Strided::new(&mut rng, [hd * heads, rows, 1, 1], 0, 2),
+            None => Strided::new(&mut rng, [hd, heads, n, 1], 1, 0),
+        };
         let norm = Op::RmsNorm { eps: 1e-6 };
         let rope = Op::Rope { kind: kind.clone(), theta: 1_000_000.0, n_dims };
-        let launch = kernels::launch(
-            KernelId::RmsNormRope,
-            Ops { fused: Some(&rope), ..Ops::single(&norm) },
-            &[x.operand(), w.operand(), i32_operand([n, comps, 1, 1])],
-            &out.operand(),
-            None,
-        )
-        .unwrap();
-        let dev = ks.device();
         let pos_arg = i32_arg(&pos, [n, comps, 1, 1]);
-        let bufs =
-            [upload(dev, &f32_bytes(&x.data), 0), upload(dev, &f32_bytes(&w.data), 0), upload(dev, &pos_arg.bytes, 0)];
-        let out_buf = dev.buffer((out.data.len() * 4) as u64, Location::Device, "test output").unwrap();
-        out_buf.write_f32(0, &vec![f32::NAN; out.data.len()]).unwrap();
-        run(ks, &launch, &[], &[&bufs[0], &bufs[1], &bufs[2]], &out_buf, out.ne, Some([2, 1, 1]));
+        let ids_arg = i32_arg(&ids, [n, 1, 1, 1]);
+        let dev = ks.device();
+        let mut operands = vec![x.operand(), i32_operand([n, comps, 1, 1])];
+        let mut bufs = vec![upload(dev, &f32_bytes(&x.data), 0), upload(dev, &pos_arg.bytes, 0)];
+        if slots.is_some() {
+            operands.push(i32_operand([n, 1, 1, 1]));
+            bufs.push(upload(dev, &ids_arg.bytes, 0));
+        }
+        operands.push(w.operand());
+        bufs.push(upload(dev, &f32_bytes(&w.data), 0));
+        let set_rows = Op::SetRows;
+        let ops = Ops { node: &rope, folded: Some(&norm), fused: slots.map(|_| &set_rows) };
+        let launch = kernels::launch(KernelId::RmsNormRope, ops, &operands, &out.operand(), None).unwrap();
+        let out_buf = upload(dev, &f32_bytes(&out.data), 0);
+        let buf_refs: Vec<&Buffer> = bufs.iter().collect();
+        run(ks, &launch, &[], &buf_refs, &out_buf, x.ne, Some([2, 1, 1]));
         let got = out.gather(&out_buf.read_f32(0, out.data.len()).unwrap());
-        // The CPU reference: the norm into a contiguous value, then the rope.
+        // The CPU reference: the norm into a contiguous value, the rope, the rows written.
         let ne = [hd, heads, n, 1];
+        let contiguous = |data| In { data, dtype: DType::F32, offset: 0, ne, nb: contiguous_strides(DType::F32, ne) };
         let mut normed = vec![0.0; hd * heads * n];
         let mut o = Out { data: &mut normed, offset: 0, ne, nb: contiguous_strides(DType::F32, ne) };
         execute(&norm, &[x.input(), w.input()], &mut o, Kernels::Reference, 1).unwrap();
-        let normed_in =
-            In { data: Data::F32(&normed), dtype: DType::F32, offset: 0, ne, nb: contiguous_strides(DType::F32, ne) };
-        let mut want_store = vec![0.0; out.data.len()];
-        let mut o = Out { data: &mut want_store, offset: out.offset, ne: out.ne, nb: out.nb };
-        execute(&rope, &[normed_in, pos_arg.view], &mut o, Kernels::Reference, 1).unwrap();
+        let mut want_store = out.data.clone();
+        match slots {
+            Some(_) => {
+                let mut rotated = vec![0.0; hd * heads * n];
+                let mut o = Out { data: &mut rotated, offset: 0, ne, nb: contiguous_strides(DType::F32, ne) };
+                execute(&rope, &[contiguous(Data::F32(&normed)), pos_arg.view], &mut o, Kernels::Reference, 1).unwrap();
+                // SET_ROWS as the kernel does it: an id out of range writes nothing.
+                let width = hd * heads;
+                for (t, &id) in ids.iter().enumerate().filter(|(_, &id)| (id as usize) < out.ne[1]) {
+                    let row = (out.offset + id as usize * out.nb[1]) / 4;
+                    want_store[row..row + width].copy_from_slice(&rotated[t * width..(t + 1) * width]);
+                }
+            }
+            None => {
+                let mut o = Out { data: &mut want_store, offset: out.offset, ne: out.ne, nb: out.nb };
+                execute(&rope, &[contiguous(Data::F32(&normed)), pos_arg.view], &mut o, Kernels::Reference, 1).unwrap();
+            }
+        }
         let want = out.gather(&want_store);
-        assert!(got.iter().all(|v| v.is_finite()), "an element was not written");
         let e = nmse(&got, &want);
-        eprintln!("rms_norm_rope {kind:?} hd={hd} n_dims={n_dims} heads={heads} n={n}: nmse {e:.3e}");
-        assert!(e < ELEM_NMSE, "rms_norm_rope {kind:?}: nmse {e}");
+        eprintln!("rms_norm_rope {kind:?} hd={hd} n_dims={n_dims} heads={heads} n={n} into {slots:?}: nmse {e:.3e}");
+        assert!(e < ELEM_NMSE, "rms_norm_rope {kind:?} into {slots:?}: nmse {e}");
+        if slots.is_some() {
+            // Rows no id names keep their bytes exactly.
+            let untouched = |r: usize| !ids.contains(&(r as i32));
+            for (i, (g, w)) in got.iter().zip(&want).enumerate() {
+                if untouched(i / (hd * heads)) {
+                    assert_eq!(g.to_bits(), w.to_bits(), "row {} changed", i / (hd * heads));
+                }
+            }
+        }
     }
 }
 

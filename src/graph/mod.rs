@@ -158,6 +158,14 @@ impl Graph {
         &self.nodes[id.0].value
     }
 
+    /// The value whose bytes `id` is: `id` itself, or what a chain of RESHAPEs of it reads.
+    pub fn reshaped_from(&self, mut id: NodeId) -> NodeId {
+        while let (Op::Reshape, Some(&input)) = (&self.nodes[id.0].op, self.nodes[id.0].inputs.first()) {
+            id = input;
+        }
+        id
+    }
+
     /// Nodes that read `id`, in order.
     pub fn consumers(&self, id: NodeId) -> Vec<NodeId> {
         (0..self.nodes.len()).map(NodeId).filter(|&n| self.nodes[n.0].inputs.contains(&id)).collect()

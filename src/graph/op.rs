@@ -97,6 +97,11 @@ impl Op {
         }
     }
 
+    /// The input whose bytes the output is (SET_ROWS writes into `dst`), if any.
+    pub fn writes_into(&self) -> Option<usize> {
+        matches!(self, Op::SetRows).then_some(0)
+    }
+
     /// VIEW, RESHAPE, PERMUTE, TRANSPOSE: ops that write no bytes.
     pub fn is_layout(&self) -> bool {
         matches!(self, Op::View | Op::Reshape | Op::Permute { .. } | Op::Transpose)

@@ -126,7 +126,9 @@ impl Group {
 
     /// The values the dispatch reads, in the order kernels take them: `node`'s inputs (the
     /// folded producer's value replaced by the producer's first input), then the fused
-    /// reader's inputs other than `node`'s value, then the folded producer's other inputs.
+    /// reader's inputs other than `node`'s value (read as it is or reshaped) and the storage it
+    /// writes into (a SET_ROWS's destination: the output's own bytes), then the folded
+    /// producer's other inputs.
     pub fn inputs(&self, graph: &Graph) -> Vec<NodeId> {
         let folded = self.folded.map(|f| &graph.node(f).inputs);
         let mut ins: Vec<NodeId> = graph
@@ -139,7 +141,9 @@ impl Group {
             })
             .collect();
         if let Some(r) = self.fused {
-            ins.extend(graph.node(r).inputs.iter().filter(|&&i| i != self.node));
+            let reader = graph.node(r);
+            let dst = reader.op.writes_into().and_then(|i| reader.inputs.get(i).copied());
+            ins.extend(reader.inputs.iter().filter(|&&i| graph.reshaped_from(i) != self.node && Some(i) != dst));
         }
         if let Some(f) = folded {
             ins.extend(f.iter().skip(1));
@@ -577,7 +581,7 @@ fn candidate_fusions(
         if a != b || *a != registry.device() || reader_group.folded.is_some() || taken {
             continue;
         }
-        if uses[first.0] != 1 || !graph.node(reader).inputs.contains(&first) {
+        if uses[first.0] != 1 || !reads_once(graph, &uses, reader, first) {
             continue;
         }
         if let Some(fusion) = registry.group(graph, Group { fused: Some(reader), ..*group }) {
@@ -585,6 +589,21 @@ fn candidate_fusions(
         }
     }
     out
+}
+
+/// Whether `reader` reads `value` once: directly, or through RESHAPEs nothing else reads (a
+/// fused dispatch computes `value` and writes the reader's output; the reshapes are elided).
+fn reads_once(graph: &Graph, uses: &[usize], reader: NodeId, value: NodeId) -> bool {
+    let mut reads = graph.node(reader).inputs.iter().filter(|&&i| graph.reshaped_from(i) == value);
+    let (Some(&read), None) = (reads.next(), reads.next()) else { return false };
+    let mut id = read;
+    while id != value {
+        if uses[id.0] != 1 {
+            return false;
+        }
+        id = graph.node(id).inputs[0];
+    }
+    true
 }
 
 fn placement_str(p: &Placement) -> String {

@@ -269,3 +269,37 @@ fn transpose_and_permute_of_a_transient_alias_and_read_through_strides() {
     assert_eq!(exec.output(PlanId(0), out, &[]).unwrap(), &want);
     assert_eq!(exec.output(PlanId(0), out_p, &[]).unwrap(), &want);
 }
+
+/// x -> ADD -> RESHAPE -> SET_ROWS into a cache, as a layer's K rows are written; `spy`: a
+/// second reader of the reshape.
+fn rows_into_cache(spy: bool) -> (Graph, [NodeId; 4]) {
+    let mut g = Graph::new("cache");
+    let x = g.input("x", DType::F32, [4, 2, 3, 1], None).unwrap();
+    let ids = g.input("ids", DType::I32, [3, 1, 1, 1], None).unwrap();
+    let storage = g.external_storage("cache", DType::F32, 8 * 10 * 4, false);
+    let cache = g.external_window("cache", storage, 0, [8, 10, 1, 1], [4, 32, 320, 320], None).unwrap();
+    let sum = g.add(x, x, "sum").unwrap();
+    let rows = g.reshape(sum, [8, 3, 1, 1], "rows").unwrap();
+    let written = g.set_rows(cache, rows, ids, "write").unwrap();
+    g.mark_output(written);
+    if spy {
+        let copy = g.add(rows, rows, "spy").unwrap();
+        g.mark_output(copy);
+    }
+    (g, [x, ids, sum, written])
+}
+
+#[test]
+fn a_reader_through_a_reshape_fuses_and_binds_no_alias_nor_its_destination() {
+    let (g, [x, ids, sum, written]) = rows_into_cache(false);
+    let plan = Plan::new(g, &FusesAll { reserve: true }).unwrap();
+    assert_eq!(fused_pairs(&plan), vec![(sum, written)]);
+    let Placement::Run { group, .. } = plan.placements[sum.0] else { panic!("{:?}", plan.placements[sum.0]) };
+    // The ADD's inputs, then the SET_ROWS's ids: not the reshape, not the cache it writes.
+    assert_eq!((group.inputs(&plan.graph), group.output()), (vec![x, x, ids], written));
+    assert_eq!(plan.census().dispatches, 1);
+    // A reshape something else reads too keeps its value: no fusion.
+    let (g, [_, _, sum, _]) = rows_into_cache(true);
+    let plan = Plan::new(g, &FusesAll { reserve: true }).unwrap();
+    assert!(fused_pairs(&plan).iter().all(|&(first, _)| first != sum), "{:?}", plan.placements);
+}

@@ -61,10 +61,26 @@ impl Device {
             e
         };
         let req = memory::requirements(&shared.raw, raw);
-        let (type_index, map) =
-            memory::pick_type(&shared.memory_props, req.memory_type_bits, location, shared.map_device_memory)
-                .ok_or_else(|| destroy(VkError::NoMemoryType { what: format!("{what} ({location:?})") }))?;
-        let alloc = shared.allocator().allocate(&shared.raw, req, type_index, map, what).map_err(destroy)?;
+        let picked = memory::pick_type(&shared.memory_props, req.memory_type_bits, location, shared.map_device_memory);
+        let allocated =
+            picked.map(|(type_index, map)| shared.allocator().allocate(&shared.raw, req, type_index, map, what));
+        let alloc = match allocated {
+            Some(Ok(alloc)) => alloc,
+            failed => {
+                let e = destroy(match failed {
+                    Some(Err(e)) => e,
+                    _ => VkError::NoMemoryType { what: format!("{what} ({location:?})") },
+                });
+                // Device-local memory the host maps may be missing or a small heap (a 256 MiB
+                // BAR): inputs then go to host memory.
+                if location == Location::Input
+                    && matches!(e, VkError::OutOfMemory { .. } | VkError::NoMemoryType { .. })
+                {
+                    return self.buffer(size, Location::Host, what);
+                }
+                return Err(e);
+            }
+        };
         if let Err(e) = memory::bind(&shared.raw, raw, &alloc) {
             shared.allocator().free(&shared.raw, &alloc);
             return Err(destroy(e));
@@ -159,19 +175,17 @@ impl Buffer {
     }
 
     /// Writes f32 values (little-endian) at byte `offset`.
+    #[cfg(target_endian = "little")]
     pub fn write_f32(&self, offset: u64, values: &[f32]) -> Result<()> {
-        #[cfg(target_endian = "little")]
-        if let Some(p) = self.inner.alloc.mapped {
-            let bytes = std::mem::size_of_val(values);
-            self.check(offset, bytes, "write")?;
-            // SAFETY: as in `write`; on a little-endian host an f32's bytes in memory are its
-            // little-endian bytes, so the slice is copied as it lies (a prompt's inputs are
-            // megabytes: no converted copy of them first).
-            unsafe {
-                std::ptr::copy_nonoverlapping(values.as_ptr().cast::<u8>(), p.as_ptr().add(offset as usize), bytes)
-            };
-            return Ok(());
-        }
+        // SAFETY: the bytes of `values`, which outlive the view; on a little-endian host an
+        // f32's bytes in memory are its little-endian bytes, so they are written as they lie
+        // (a prompt's inputs are megabytes: no converted copy of them first).
+        let bytes = unsafe { std::slice::from_raw_parts(values.as_ptr().cast::<u8>(), std::mem::size_of_val(values)) };
+        self.write(offset, bytes)
+    }
+
+    #[cfg(not(target_endian = "little"))]
+    pub fn write_f32(&self, offset: u64, values: &[f32]) -> Result<()> {
         self.write(offset, &le_bytes(values, |v| v.to_le_bytes()))
     }
 
@@ -186,6 +200,18 @@ impl Buffer {
     }
 
     /// Reads `n` f32 values at byte `offset`.
+    #[cfg(target_endian = "little")]
+    pub fn read_f32(&self, offset: u64, n: usize) -> Result<Vec<f32>> {
+        let mut values = vec![0f32; n];
+        // SAFETY: the bytes of `values`, borrowed only for the copy; every bit pattern is an
+        // f32, and on a little-endian host its bytes are the little-endian ones read (a decode
+        // step's logits are 600 KB: read as they lie, no converting pass).
+        let bytes = unsafe { std::slice::from_raw_parts_mut(values.as_mut_ptr().cast::<u8>(), n * 4) };
+        self.read(offset, bytes)?;
+        Ok(values)
+    }
+
+    #[cfg(not(target_endian = "little"))]
     pub fn read_f32(&self, offset: u64, n: usize) -> Result<Vec<f32>> {
         let mut bytes = vec![0u8; n * 4];
         self.read(offset, &mut bytes)?;

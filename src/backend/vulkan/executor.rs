@@ -32,7 +32,7 @@ use super::memory::Location;
 use super::profile::{KernelTimes, Profile};
 use super::timestamps::TimestampPool;
 use crate::gguf::GgufFile;
-use crate::graph::{External, NodeId, Value};
+use crate::graph::{External, Graph, NodeId, Value};
 use crate::hrx::{runtime_ne, Device as Where, Loc, Placement, Plan};
 use crate::quant::DType;
 use std::sync::Arc;
@@ -283,9 +283,10 @@ impl VulkanExecutor {
 
 /// The words of one run: the symbols' values (binding 0 of every kernel, from byte 0) and
 /// three workgroup counts per dispatch (from `args_at`). Every workgroup of every kernel reads
-/// the symbols and every dispatch its counts, so they live in device memory: on a discrete
-/// GPU the host writes a staging copy and the recording starts by copying it over (one small
-/// transfer per run instead of reads of host memory across the bus per workgroup).
+/// the symbols and every dispatch its counts, so they live in device memory: the host writes
+/// them in place where it can map device memory, else into a staging copy that the recording
+/// starts by copying over (one small transfer per run instead of reads of host memory across
+/// the bus per workgroup).
 struct RunWords {
     local: Buffer,
     staging: Option<Buffer>,
@@ -296,13 +297,14 @@ impl RunWords {
     fn new(device: &Device, symbols: usize, dispatches: usize) -> Result<RunWords> {
         let args_at = (4 * symbols.max(1) as u64).next_multiple_of(16);
         let bytes = args_at + 12 * dispatches.max(1) as u64;
+        // Device memory the host writes in place where there is some; else a device copy of a
+        // host buffer.
+        let written = device.buffer(bytes, Location::Input, "run-time sizes")?;
+        if written.location() == Location::Input {
+            return Ok(RunWords { local: written, staging: None, args_at });
+        }
         let local = device.buffer(bytes, Location::Device, "run-time sizes")?;
-        let staging = if local.is_mapped() {
-            None
-        } else {
-            Some(device.buffer(bytes, Location::Host, "run-time sizes (staging)")?)
-        };
-        Ok(RunWords { local, staging, args_at })
+        Ok(RunWords { local, staging: Some(written), args_at })
     }
 
     /// The buffer `run` writes.
@@ -319,8 +321,31 @@ impl RunWords {
     }
 }
 
-/// Records `plan` once: a descriptor set and an indirect dispatch per dispatch the plan names,
-/// with the plan's kernels, fusions and row ranges.
+/// The workgroup counts of a dispatch whose grid is the same at every run-time size the plan
+/// allows but none (`grid_value`'s shape with each symbol at 1 and at its maximum: a decode
+/// step's one token), or None where the counts follow the run: such a dispatch is recorded
+/// with its counts, which the GPU then need not read from memory.
+fn fixed_grid(
+    graph: &Graph,
+    grid_value: NodeId,
+    piece: Option<(usize, usize)>,
+    launch: &Launch,
+    max_groups: [u32; 3],
+) -> Option<[u32; 3]> {
+    let at = |each: &dyn Fn(usize) -> usize| {
+        let symbols: Vec<usize> = graph.symbols.iter().map(|(_, max)| each(*max)).collect();
+        let mut ne = runtime_ne(graph, grid_value, &symbols);
+        if let Some((_, rows)) = piece {
+            ne[0] = rows;
+        }
+        launch.groups(ne, max_groups)
+    };
+    let largest = at(&|max| max);
+    (largest == at(&|_| 1)).then_some(largest)
+}
+
+/// Records `plan` once: a descriptor set and a dispatch (indirect where its grid follows the
+/// run) per dispatch the plan names, with the plan's kernels, fusions and row ranges.
 fn record(
     device: &Device,
     ks: &KernelSet,
@@ -425,11 +450,16 @@ fn record(
                 barriers += 1;
                 wait = false;
             }
-            cmd.dispatch_indirect(&pipeline, &set, &launch.push, args, args_at + 12 * launches.len() as u64)?;
+            let grid_value = launch.grid_input.and_then(|k| node.inputs.get(k).copied()).unwrap_or(NodeId(i));
+            match fixed_grid(graph, grid_value, piece, &launch, info.max_workgroup_count) {
+                Some(groups) => cmd.dispatch(&pipeline, &set, &launch.push, groups)?,
+                None => {
+                    cmd.dispatch_indirect(&pipeline, &set, &launch.push, args, args_at + 12 * launches.len() as u64)?
+                }
+            }
             if let Some(pool) = &timestamps {
                 cmd.write_timestamp(pool, launches.len() as u32 + 1)?;
             }
-            let grid_value = launch.grid_input.and_then(|k| node.inputs.get(k).copied()).unwrap_or(NodeId(i));
             let label = profile_label(launch.kernel, &operands);
             launches.push(Dispatch { grid_value, rows: piece.map(|(_, rows)| rows), launch, label });
         }
@@ -535,10 +565,10 @@ fn bind_window<'a>(
 }
 
 /// The buffer of one external storage: a weight uploaded from `files`, or a zeroed run-time
-/// buffer (in device memory when `gpu_written`, else host-visible).
+/// buffer (device memory when `gpu_written`, else input memory the host writes: `Location::Input`).
 fn storage(device: &Device, ext: &External, files: &[Arc<GgufFile>], gpu_written: bool) -> Result<Buffer> {
     if !ext.is_weight {
-        let location = if gpu_written { Location::Device } else { Location::Host };
+        let location = if gpu_written { Location::Device } else { Location::Input };
         let b = device.buffer(ext.bytes as u64, location, &ext.name)?;
         b.clear()?;
         return Ok(b);

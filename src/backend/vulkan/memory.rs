@@ -131,15 +131,23 @@ impl Allocator {
                 }
             }
         }
-        let size = if dedicated { req.size } else { self.block_size };
-        let info = vk::MemoryAllocateInfo::default().allocation_size(size).memory_type_index(type_index);
-        // SAFETY: a valid allocate info for a memory type of this device.
-        let memory = unsafe { raw.allocate_memory(&info, None) }.map_err(|e| match e {
-            vk::Result::ERROR_OUT_OF_DEVICE_MEMORY
-            | vk::Result::ERROR_OUT_OF_HOST_MEMORY
-            | vk::Result::ERROR_TOO_MANY_OBJECTS => VkError::OutOfMemory { what: what.to_owned(), bytes: size },
-            e => VkError::from_call("vkAllocateMemory", e),
-        })?;
+        let allocate = |size: u64| {
+            let info = vk::MemoryAllocateInfo::default().allocation_size(size).memory_type_index(type_index);
+            // SAFETY: a valid allocate info for a memory type of this device.
+            unsafe { raw.allocate_memory(&info, None) }.map_err(|e| match e {
+                vk::Result::ERROR_OUT_OF_DEVICE_MEMORY
+                | vk::Result::ERROR_OUT_OF_HOST_MEMORY
+                | vk::Result::ERROR_TOO_MANY_OBJECTS => VkError::OutOfMemory { what: what.to_owned(), bytes: size },
+                e => VkError::from_call("vkAllocateMemory", e),
+            })
+        };
+        // A block may not fit a small heap (a 256 MiB BAR) where the request alone does.
+        let wanted = if dedicated { req.size } else { self.block_size };
+        let (memory, size, dedicated) = match allocate(wanted) {
+            Ok(memory) => (memory, wanted, dedicated),
+            Err(VkError::OutOfMemory { .. }) if !dedicated => (allocate(req.size)?, req.size, true),
+            Err(e) => return Err(e),
+        };
         let mapped = if map {
             // SAFETY: host-visible memory just allocated, mapped whole, once.
             match unsafe { raw.map_memory(memory, 0, vk::WHOLE_SIZE, vk::MemoryMapFlags::empty()) } {
@@ -201,8 +209,13 @@ fn allocation(block: usize, b: &Block, offset: u64, size: u64) -> Allocation {
 pub enum Location {
     /// Memory the device reads at full speed (also host-mapped on unified-memory devices).
     Device,
-    /// Host-visible memory (staging, readback, small per-run parameters).
+    /// Host-visible memory (staging, readback).
     Host,
+    /// What the host writes before each run and the device reads during it (a step's token
+    /// rows, positions, sizes): device-local memory the host can map (a resizable BAR, unified
+    /// memory), so that kernels do not wait on the bus for every read. Where there is none, or
+    /// it is full, `Device::buffer` gives host memory (a Host buffer).
+    Input,
 }
 
 /// The memory type for `location` among the types allowed by `bits`, and whether to map it.
@@ -233,6 +246,7 @@ pub(crate) fn pick_type(
             (find(F::DEVICE_LOCAL, F::HOST_VISIBLE).or_else(|| find(F::DEVICE_LOCAL, F::empty()))?, false)
         }
         Location::Host => (find(host | F::HOST_CACHED, F::empty()).or_else(|| find(host, F::empty()))?, true),
+        Location::Input => (find(F::DEVICE_LOCAL | host, F::empty())?, true),
     };
     Some((index as u32, mapped))
 }
@@ -284,5 +298,9 @@ mod tests {
         assert_eq!(pick_type(&props, 0b111, Location::Host, false), Some((1, true)));
         assert_eq!(pick_type(&props, 0b001, Location::Host, false), None);
         assert_eq!(pick_type(&props, 0b001, Location::Device, true), Some((0, false)));
+        // Inputs: device-local memory the host maps, where there is some (else Buffer takes
+        // host memory).
+        assert_eq!(pick_type(&props, 0b111, Location::Input, false), Some((2, true)));
+        assert_eq!(pick_type(&props, 0b011, Location::Input, false), None);
     }
 }

@@ -218,7 +218,7 @@ impl KernelId {
             KernelId::GetRows(..) => rows::GET_PUSH_WORDS,
             KernelId::SetRows => rows::SET_PUSH_WORDS,
             KernelId::Rope => rope::PUSH_WORDS,
-            KernelId::RmsNormRope => rope::PUSH_WORDS + 2,
+            KernelId::RmsNormRope => rope::PUSH_WORDS + 5,
             KernelId::FlashAttn | KernelId::FlashAttnTiled(_) | KernelId::FlashAttnCm(_) => attn::PUSH_WORDS,
             KernelId::FlashAttnSplit => attn::PUSH_WORDS + 1,
             KernelId::Copy => 1,
@@ -465,7 +465,7 @@ pub fn select(ops: Ops, ins: &[Operand], out: &Operand, dynamic: Option<Dyn>, va
             let kinds = variants.mat_kinds(wt, w.ne[0], w.ne[1], out.ne[1] * out.ne[2] * out.ne[3]);
             kinds.into_iter().map(|kind| KernelId::MatMul(kind, wt)).collect()
         }
-        (Op::RmsNorm { .. }, _) if ops.fused.is_some() => vec![KernelId::RmsNormRope],
+        (Op::Rope { .. }, _) if matches!(ops.folded, Some(Op::RmsNorm { .. })) => vec![KernelId::RmsNormRope],
         _ if ops.folded.is_some() || ops.fused.is_some() => {
             return Err(VkError::Invalid(format!("no kernel runs {}", ops.names())));
         }
@@ -516,9 +516,7 @@ pub fn launch(kernel: KernelId, ops: Ops, ins: &[Operand], out: &Operand, dynami
             }
             l
         }
-        (KernelId::RmsNormRope, norm, None, Some(rope)) => {
-            launch_norm_rope(norm, rope, arg(0)?, arg(1)?, arg(2)?, out, dynamic)?
-        }
+        (KernelId::RmsNormRope, rope, Some(norm), fused) => launch_norm_rope(norm, rope, fused, ins, out, dynamic)?,
         (
             KernelId::FlashAttnTiled(_) | KernelId::FlashAttnCm(_) | KernelId::FlashAttnSplit,
             Op::Attention { scale },
@@ -559,27 +557,65 @@ fn op_launch(op: &Op, ins: &[Operand], out: &Operand, dynamic: Option<Dyn>) -> R
     }
 }
 
-/// RMS_NORM (`norm`: eps, inputs x and weight) followed by ROPE (`rope`: its positions
-/// `pos`) of the norm's output into `out`, as one kernel.
+/// ROPE (`rope`) of an RMS_NORM (`norm`, folded: computed as the rope loads its rows) as one
+/// kernel: `ins` are x and the positions, then, with a fused SET_ROWS (`scatter`), its ids,
+/// then the norm weight. With the SET_ROWS, token t's rotated heads (the rope's output,
+/// [head_dim, heads, tokens] reshaped to rows of head_dim * heads) go to row ids[t] of `out`,
+/// the SET_ROWS's destination (a KV cache), and nothing else is written.
 fn launch_norm_rope(
     norm: &Op,
     rope: &Op,
-    x: &Operand,
-    weight: &Operand,
-    pos: &Operand,
+    scatter: Option<&Op>,
+    ins: &[Operand],
     out: &Operand,
     dynamic: Option<Dyn>,
 ) -> Result<Launch> {
     let (Op::RmsNorm { eps }, Op::Rope { kind, theta, n_dims }) = (norm, rope) else {
         return Err(VkError::Invalid(format!("no fused kernel for {} then {}", norm.name(), rope.name())));
     };
+    let arg = |i: usize| ins.get(i).ok_or_else(|| VkError::Invalid(format!("rms_norm_rope needs input {i}")));
+    let (x, pos) = (arg(0)?, arg(1)?);
+    // The rope's output as the kernel writes it, and (ids offset, stride, destination rows).
+    let (rotated, ids, weight) = match scatter {
+        None => (*out, None, arg(2)?),
+        Some(Op::SetRows) => {
+            let ids = arg(2)?;
+            let width = x.ne[0] * x.ne[1];
+            if ids.dtype != DType::I32
+                || ids.ne != [x.ne[2], 1, 1, 1]
+                || x.ne[3] != 1
+                || out.dtype != DType::F32
+                || out.ne[0] != width
+                || out.ne[2] != 1
+                || out.ne[3] != 1
+                || out.nb[0] != 4
+            {
+                return Err(VkError::Invalid(format!(
+                    "rms_norm_rope: {:?} by ids {:?} into rows {:?}",
+                    x.ne, ids.ne, out.ne
+                )));
+            }
+            let nb = [4, 4 * x.ne[0], out.nb[1], out.nb[1] * out.ne[1]];
+            let rotated = Operand { nb, dynamic: x.dynamic, ..Operand::contiguous(DType::F32, x.ne, out.offset) };
+            let scatter =
+                [floats(ids.offset, "ids offset")?, floats(ids.nb[0], "ids stride")?, word(out.ne[1], "rows")?];
+            (rotated, Some(scatter), arg(3)?)
+        }
+        Some(other) => return Err(VkError::Invalid(format!("rms_norm_rope does not fuse {}", other.name()))),
+    };
+    let dynamic = if scatter.is_some() { x.dynamic } else { dynamic };
     // Each half of the fused kernel accepts what its own kernel accepts.
-    norm::launch(x, weight, *eps, out, dynamic)?;
-    let mut launch = rope::launch(kind, *theta, *n_dims, x, pos, out, dynamic)?;
+    norm::launch(x, weight, *eps, &rotated, dynamic)?;
+    let mut launch = rope::launch(kind, *theta, *n_dims, x, pos, &rotated, dynamic)?;
     launch.push.push(floats(weight.offset, "weight offset")?);
     launch.push.push(eps.to_bits());
+    // Rows 0: no scatter.
+    launch.push.extend(ids.unwrap_or([0, 0, 0]));
     launch.kernel = KernelId::RmsNormRope;
     launch.grid = Grid::Rows;
+    // The grid follows the rope's rows (the folded norm's value), not the destination's.
+    launch.grid_input = Some(0);
+    launch.slots = if ids.is_some() { vec![1, 3, 4, 2] } else { vec![1, 3, 2] };
     Ok(launch)
 }
 
