@@ -472,3 +472,45 @@ fn describe_without_a_model_names_the_folders_and_hrx_models() {
     assert!(err.contains(&dir.join(".local/share/hrx/models").display().to_string()), "{err}");
     std::fs::remove_dir_all(&dir).unwrap();
 }
+
+/// A device named by --device that does not exist is blamed on --device (even with
+/// HRX_DEVICE set), and the run goes on on the CPU.
+#[test]
+fn a_missing_device_is_blamed_on_the_flag_that_named_it() {
+    let Some(oracle) = common::oracle() else { return };
+    let m = oracle.join("models/tiny/qwen3vl-tiny-F16.gguf");
+    let out = Command::new(env!("CARGO_BIN_EXE_hrx"))
+        .args(["plan", "-m", m.to_str().unwrap(), "--device", "97", "--json"])
+        .env("HRX_DEVICE", "cpu")
+        .env_remove("RUST_LOG")
+        .output()
+        .unwrap();
+    assert!(out.status.success(), "{}", stderr(&out));
+    let err = stderr(&out);
+    assert!(err.contains("--device 97: ") && err.contains("running on the CPU"), "{err}");
+    assert!(!err.contains("HRX_DEVICE"), "{err}");
+}
+
+/// With no Vulkan device, a run under `auto` says nothing about it (hrx doctor does), unless
+/// RUST_LOG=info asks.
+#[test]
+fn a_machine_without_a_gpu_is_no_warning() {
+    let Some(oracle) = common::oracle() else { return };
+    let m = oracle.join("models/tiny/qwen3vl-tiny-F16.gguf");
+    let plan = |log: &str| {
+        let out = Command::new(env!("CARGO_BIN_EXE_hrx"))
+            .args(["plan", "-m", m.to_str().unwrap(), "--json"])
+            .env("VK_DRIVER_FILES", "/nonexistent/icd.json")
+            .env("VK_ICD_FILENAMES", "/nonexistent/icd.json")
+            .env("RUST_LOG", log)
+            .env_remove("HRX_DEVICE")
+            .output()
+            .unwrap();
+        assert!(out.status.success(), "{}", stderr(&out));
+        stderr(&out)
+    };
+    assert_eq!(plan("warn"), "");
+    let info = plan("info");
+    assert!(info.contains("no device") || info.contains("no Vulkan loader"), "{info}");
+    assert!(!info.contains("WARN"), "{info}");
+}
