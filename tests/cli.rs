@@ -472,3 +472,186 @@ fn describe_without_a_model_names_the_folders_and_hrx_models() {
     assert!(err.contains(&dir.join(".local/share/hrx/models").display().to_string()), "{err}");
     std::fs::remove_dir_all(&dir).unwrap();
 }
+
+/// The tiny oracle model's two files, as arguments.
+fn tiny_model(oracle: &std::path::Path) -> [String; 4] {
+    let dir = oracle.join("models/tiny");
+    [
+        "-m".into(),
+        dir.join("qwen3vl-tiny-F16.gguf").display().to_string(),
+        "--mmproj".into(),
+        dir.join("mmproj-qwen3vl-tiny-F16.gguf").display().to_string(),
+    ]
+}
+
+/// `hrx describe` with the tiny model on the CPU, standard input from `stdin`, `env` set.
+fn describe_tiny(oracle: &std::path::Path, args: &[&str], stdin: &[u8], env: &[(&str, &str)]) -> Output {
+    use std::io::Write;
+    let mut cmd = Command::new(env!("CARGO_BIN_EXE_hrx"));
+    cmd.arg("describe").args(args).args(tiny_model(oracle)).args(["--device", "cpu"]).env_remove("RUST_LOG");
+    for (k, v) in env {
+        cmd.env(k, v);
+    }
+    let mut child = cmd
+        .stdin(std::process::Stdio::piped())
+        .stdout(std::process::Stdio::piped())
+        .stderr(std::process::Stdio::piped())
+        .spawn()
+        .expect("run hrx");
+    // hrx may stop before it reads (a usage error): a closed pipe is its answer, not a failure.
+    let _ = child.stdin.take().expect("stdin").write_all(stdin);
+    child.wait_with_output().expect("hrx's output")
+}
+
+/// The token ids of a `--json` answer line.
+fn answer_tokens(line: &str) -> Vec<u32> {
+    let json: JsonValue = line.parse().unwrap_or_else(|e| panic!("{e:?}: {line}"));
+    common::cases::ids_of(&json["tokens"])
+}
+
+/// `hrx describe -` reads the image from standard input (within the file size limit:
+/// tests/image.rs); empty input is a clear error, and `-` can be given once.
+#[test]
+fn describe_reads_the_image_from_standard_input() {
+    let Some(oracle) = common::oracle() else { return };
+    let image = oracle.join("images/tiny-40x30.png");
+    let png = std::fs::read(&image).unwrap();
+    let from_file = describe_tiny(&oracle, &[image.to_str().unwrap(), "-n", "3", "--json"], b"", &[]);
+    assert!(from_file.status.success(), "{}", stderr(&from_file));
+    let piped = describe_tiny(&oracle, &["-", "-n", "3", "--json"], &png, &[]);
+    assert!(piped.status.success(), "{}", stderr(&piped));
+    let (file_out, piped_out) =
+        (String::from_utf8(from_file.stdout).unwrap(), String::from_utf8(piped.stdout).unwrap());
+    assert_eq!(answer_tokens(piped_out.trim()), answer_tokens(file_out.trim()), "the same image, the same answer");
+    assert!(piped_out.contains(r#""image":"-""#), "{piped_out}");
+    let text = describe_tiny(&oracle, &["-", "-n", "1"], &png, &[]);
+    assert!(String::from_utf8_lossy(&text.stdout).starts_with("standard input:\n"), "{text:?}");
+
+    let empty = describe_tiny(&oracle, &["-", "-n", "1"], b"", &[]);
+    assert_eq!(empty.status.code(), Some(1));
+    assert!(stderr(&empty).contains("standard input: empty (0 bytes)"), "{}", stderr(&empty));
+    let twice = describe_tiny(&oracle, &["-", "-"], &png, &[]);
+    assert_eq!(twice.status.code(), Some(2), "{}", stderr(&twice));
+}
+
+/// A failed image gets no `path:` header on standard output (only its error on stderr); a
+/// truncated JPEG says it is truncated; `RUST_LOG=info` shows describe's timings.
+#[test]
+fn describe_heads_only_the_answers_it_gives_and_logs_timings() {
+    let Some(oracle) = common::oracle() else { return };
+    let good = oracle.join("images/tiny-40x30.png");
+    let jpg = std::fs::read(oracle.join("images/pattern-333x517.jpg")).unwrap();
+    let cut = temp_file("cut-short.jpg", &jpg[..jpg.len() / 2]);
+    let (cut, good) = (cut.to_str().unwrap(), good.to_str().unwrap());
+    let out = describe_tiny(&oracle, &[cut, good, "-n", "2"], b"", &[("RUST_LOG", "info")]);
+    assert_eq!(out.status.code(), Some(1), "{}", stderr(&out));
+    let stdout = String::from_utf8(out.stdout.clone()).unwrap();
+    assert!(!stdout.contains(cut) && stdout.starts_with(&format!("{good}:\n")), "{stdout}");
+    let err = stderr(&out);
+    assert!(err.contains(&format!("hrx: error: {cut}: truncated JPEG")), "{err}");
+    assert!(!err.contains("fill whole buffer"), "{err}");
+    assert!(err.contains("read and encoded in") && err.contains("generated 2 tokens in"), "{err}");
+}
+
+/// llama.cpp's spellings work where they mean the same: -c/--ctx-size, -t, -s, -n/--n-predict,
+/// --image; -ngl is answered with one line on stderr and its value checked.
+#[test]
+fn llama_cpp_spellings_are_aliases() {
+    let Some(oracle) = common::oracle() else { return };
+    let image = oracle.join("images/tiny-40x30.png");
+    let image = image.to_str().unwrap();
+    let sampled = |args: &[&str]| {
+        let mut all = vec!["--json", "--temp", "1", "--ignore-eos"];
+        all.extend(args);
+        let out = describe_tiny(&oracle, &all, b"", &[]);
+        assert!(out.status.success(), "{args:?}: {}", stderr(&out));
+        (answer_tokens(String::from_utf8_lossy(&out.stdout).trim()), stderr(&out))
+    };
+    let (ours, _) = sampled(&[image, "--ctx", "2048", "--threads", "1", "--seed", "5", "--max-tokens", "4"]);
+    let (llama, err) =
+        sampled(&["--image", image, "-c", "2048", "-t", "1", "-s", "5", "--n-predict", "4", "-ngl", "99"]);
+    assert_eq!(llama, ours);
+    assert_eq!(ours.len(), 4);
+    assert_eq!(err.lines().filter(|l| l.contains("-ngl 99") && l.contains("places every layer")).count(), 1, "{err}");
+    let (sized, _) = sampled(&[image, "--ctx-size", "2048", "--seed=5", "-n", "4"]);
+    assert_eq!(sized, ours);
+    let small = describe_tiny(&oracle, &[image, "-c", "8"], b"", &[]);
+    assert!(stderr(&small).contains("the context holds 8 tokens"), "{}", stderr(&small));
+    let bad = describe_tiny(&oracle, &[image, "-ngl", "all"], b"", &[]);
+    assert_eq!(bad.status.code(), Some(2));
+    assert!(stderr(&bad).contains(r#"-ngl: cannot read "all""#), "{}", stderr(&bad));
+    let help = String::from_utf8(hrx(&["describe", "--help"]).stdout).unwrap();
+    for spelled in
+        ["-c, --ctx, --ctx-size N", "-t, --threads N", "-s, --seed S", "--n-predict N", "--image FILE", "-ngl"]
+    {
+        assert!(help.contains(spelled), "{spelled}: {help}");
+    }
+}
+
+/// An unknown option is refused by name with the nearest known spelling, before any model
+/// is loaded (the model paths here do not exist).
+#[test]
+fn an_unknown_option_suggests_the_nearest_known_one() {
+    let out = hrx(&["describe", "a.png", "-m", "/nonexistent.gguf", "--mmproj", "/x.gguf", "--tempurature", "0.5"]);
+    assert_eq!(out.status.code(), Some(2), "{}", stderr(&out));
+    assert!(stderr(&out).contains("unknown option --tempurature; did you mean --temperature?"), "{}", stderr(&out));
+    let out = hrx(&["generate", "-m", "/nonexistent.gguf", "-p", "hi", "--ctx-sise", "9"]);
+    assert!(stderr(&out).contains("unknown option --ctx-sise; did you mean --ctx-size?"), "{}", stderr(&out));
+    let out = hrx(&["doctor", "--frobnicate"]);
+    assert_eq!(out.status.code(), Some(2));
+    assert!(stderr(&out).contains("unknown option --frobnicate\n"), "{}", stderr(&out));
+}
+
+/// An image budget below the minimum is a usage error (exit 2) before any model is loaded
+/// (the model paths here do not exist), for describe and for generate --image.
+#[test]
+fn an_image_budget_below_the_minimum_is_a_usage_error() {
+    let model = ["-m", "/nonexistent.gguf", "--mmproj", "/nonexistent-mmproj.gguf"];
+    for command in [&["describe", "a.png"][..], &["generate", "--image", "a.png", "-p", "hi"]] {
+        let out = hrx(&[command, &model, &["--image-max-pixels", "100"]].concat());
+        assert_eq!(out.status.code(), Some(2), "{command:?}: {}", stderr(&out));
+        assert!(stderr(&out).contains("--image-max-pixels 100 is below --image-min-pixels 65536"), "{}", stderr(&out));
+    }
+}
+
+/// A device named by --device that does not exist is blamed on --device (even with
+/// HRX_DEVICE set), and the run goes on on the CPU.
+#[test]
+fn a_missing_device_is_blamed_on_the_flag_that_named_it() {
+    let Some(oracle) = common::oracle() else { return };
+    let m = oracle.join("models/tiny/qwen3vl-tiny-F16.gguf");
+    let out = Command::new(env!("CARGO_BIN_EXE_hrx"))
+        .args(["plan", "-m", m.to_str().unwrap(), "--device", "97", "--json"])
+        .env("HRX_DEVICE", "cpu")
+        .env_remove("RUST_LOG")
+        .output()
+        .unwrap();
+    assert!(out.status.success(), "{}", stderr(&out));
+    let err = stderr(&out);
+    assert!(err.contains("--device 97: ") && err.contains("running on the CPU"), "{err}");
+    assert!(!err.contains("HRX_DEVICE"), "{err}");
+}
+
+/// With no Vulkan device, a run under `auto` says nothing about it (hrx doctor does), unless
+/// RUST_LOG=info asks.
+#[test]
+fn a_machine_without_a_gpu_is_no_warning() {
+    let Some(oracle) = common::oracle() else { return };
+    let m = oracle.join("models/tiny/qwen3vl-tiny-F16.gguf");
+    let plan = |log: &str| {
+        let out = Command::new(env!("CARGO_BIN_EXE_hrx"))
+            .args(["plan", "-m", m.to_str().unwrap(), "--json"])
+            .env("VK_DRIVER_FILES", "/nonexistent/icd.json")
+            .env("VK_ICD_FILENAMES", "/nonexistent/icd.json")
+            .env("RUST_LOG", log)
+            .env_remove("HRX_DEVICE")
+            .output()
+            .unwrap();
+        assert!(out.status.success(), "{}", stderr(&out));
+        stderr(&out)
+    };
+    assert_eq!(plan("warn"), "");
+    let info = plan("info");
+    assert!(info.contains("no device") || info.contains("no Vulkan loader"), "{info}");
+    assert!(!info.contains("WARN"), "{info}");
+}

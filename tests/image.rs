@@ -5,7 +5,8 @@
 mod common;
 
 use hrx::image::{
-    decode_bytes, decode_file, preprocess, ImageError, ImageErrorKind, Limits, Patches, PreprocessConfig, RgbImage,
+    decode_bytes, decode_file, preprocess, read_from, ImageError, ImageErrorKind, Limits, Patches, PreprocessConfig,
+    RgbImage,
 };
 use std::path::{Path, PathBuf};
 use tinyjson::JsonValue;
@@ -416,6 +417,7 @@ fn corrupt_png() {
     assert!(matches!(err.kind, ImageErrorKind::Corrupt { format: "PNG", .. }), "{err}");
 }
 
+/// A JPEG cut short says so (jpeg-decoder's own words were "failed to fill whole buffer").
 #[test]
 fn truncated_jpeg_and_png() {
     for (source, keep) in [("photo-420.jpg", 2), ("photo-progressive.jpg", 2), ("rgb8.png", 2), ("photo-444.jpg", 5)] {
@@ -423,7 +425,12 @@ fn truncated_jpeg_and_png() {
         let path = tempdir("truncated").join(format!("truncated-{source}"));
         std::fs::write(&path, &bytes[..bytes.len() * (keep - 1) / keep]).unwrap();
         let err = decode_err(&path, &Limits::default());
-        assert!(matches!(err.kind, ImageErrorKind::Corrupt { .. }), "{err}");
+        if source.ends_with(".jpg") {
+            assert!(matches!(err.kind, ImageErrorKind::Truncated { format: "JPEG" }), "{err}");
+            assert!(err.to_string().contains("truncated JPEG"), "{err}");
+        } else {
+            assert!(matches!(err.kind, ImageErrorKind::Corrupt { .. }), "{err}");
+        }
     }
 }
 
@@ -453,6 +460,20 @@ fn limits_are_configurable() {
 
 /// Truncations and bit flips of every test image: each is decoded or refused, never a panic
 /// (a contained decoder panic counts as a failure here too).
+/// A stream (`hrx describe -`'s standard input) is read within the file size limit, however
+/// long it is: an endless one stops one byte past the limit; an empty one is refused.
+#[test]
+fn streams_are_read_within_the_file_size_limit() {
+    let limits = Limits { max_file_bytes: 100, ..Limits::default() };
+    assert_eq!(read_from("pipe", &[7u8; 100][..], &limits).unwrap(), vec![7u8; 100]);
+    let endless = read_from("pipe", std::io::repeat(0), &limits).unwrap_err();
+    assert!(matches!(endless.kind, ImageErrorKind::FileTooLarge { bytes: 101, max: 100 }), "{endless}");
+    assert_eq!(endless.to_string(), "pipe: more than the limit of 100 bytes");
+    let empty = read_from("standard input", std::io::empty(), &limits).unwrap_err();
+    assert!(matches!(empty.kind, ImageErrorKind::Empty), "{empty}");
+    assert_eq!(empty.to_string(), "standard input: empty (0 bytes): there is no image in it");
+}
+
 #[test]
 fn damaged_files_never_panic() {
     let mut files: Vec<PathBuf> = std::fs::read_dir(data_dir())

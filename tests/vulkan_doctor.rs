@@ -80,4 +80,7 @@ fn no_driver_is_a_clear_error_not_a_crash() {
     assert_eq!(code, 1);
     let parsed: tinyjson::JsonValue = json.trim().parse().expect("JSON even on failure");
     assert!(parsed["error"].get::<String>().is_some());
+    // HRX_DEVICE=cpu is the CPU backend, Vulkan or not.
+    let (_, text, _) = doctor(&[], &[none[0], none[1], ("HRX_DEVICE", "cpu")]);
+    assert!(text.contains("hrx would use its CPU backend (HRX_DEVICE=cpu)"), "{text}");
 }

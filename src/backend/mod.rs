@@ -9,7 +9,8 @@
 //! Choice `auto` (the default) takes the best Vulkan device when it is a GPU; on a machine
 //! whose only Vulkan device is a CPU implementation (Mesa's lavapipe) it keeps the CPU
 //! backend, which is faster there: lavapipe runs when asked for by index. Without a loader or
-//! device, or when the chosen one does not open, hrx warns and runs on the CPU.
+//! device hrx runs on the CPU (said at info level: `hrx doctor` is where it is news); a device
+//! that was named or found and does not open is a warning, and a CPU run.
 
 pub mod cpu;
 pub mod vulkan;
@@ -58,18 +59,35 @@ pub enum DeviceChoice {
     Auto,
     /// The CPU backend.
     Cpu,
-    /// Vulkan device N (`hrx doctor` lists them), whatever its kind.
-    Vulkan(usize),
+    /// Vulkan device N (`hrx doctor` lists them), whatever its kind, and who named it (a
+    /// device that does not open is blamed on that).
+    Vulkan(usize, ChosenBy),
+}
+
+/// Where a device choice was written: a command's `--device` or `HRX_DEVICE`.
+#[derive(Clone, Copy, Debug, PartialEq, Eq)]
+pub enum ChosenBy {
+    Flag,
+    Env,
+}
+
+impl fmt::Display for ChosenBy {
+    fn fmt(&self, f: &mut fmt::Formatter<'_>) -> fmt::Result {
+        f.write_str(match self {
+            ChosenBy::Flag => "--device",
+            ChosenBy::Env => "HRX_DEVICE",
+        })
+    }
 }
 
 impl DeviceChoice {
-    /// `auto` (or empty), `cpu`, or a device index.
-    pub fn parse(value: &str) -> Result<DeviceChoice, String> {
+    /// `auto` (or empty), `cpu`, or a device index, written in `by`; errors name `by`.
+    fn parse(value: &str, by: ChosenBy) -> Result<DeviceChoice, String> {
         match value.trim() {
             "" | "auto" => Ok(DeviceChoice::Auto),
             "cpu" => Ok(DeviceChoice::Cpu),
-            v => v.parse().map(DeviceChoice::Vulkan).map_err(|_| {
-                format!("device {value:?}: expected a Vulkan device index (see `hrx doctor`), `cpu` or `auto`")
+            v => v.parse().map(|i| DeviceChoice::Vulkan(i, by)).map_err(|_| {
+                format!("{by}: device {value:?}: expected a Vulkan device index (see `hrx doctor`), `cpu` or `auto`")
             }),
         }
     }
@@ -79,8 +97,8 @@ impl DeviceChoice {
     /// "hrx uses" line and the tests resolve the device through it.
     pub fn resolve(flag: Option<&str>) -> Result<DeviceChoice, String> {
         match (flag, std::env::var("HRX_DEVICE")) {
-            (Some(v), _) => DeviceChoice::parse(v).map_err(|e| format!("--device: {e}")),
-            (None, Ok(v)) => DeviceChoice::parse(&v).map_err(|e| format!("HRX_DEVICE: {e}")),
+            (Some(v), _) => DeviceChoice::parse(v, ChosenBy::Flag),
+            (None, Ok(v)) => DeviceChoice::parse(&v, ChosenBy::Env),
             (None, Err(_)) => Ok(DeviceChoice::Auto),
         }
     }
@@ -96,7 +114,7 @@ impl DeviceChoice {
                 let best = vulkan::pick(devices, &vulkan::Selection::Best)?;
                 Ok((devices[best].kind != DeviceKind::Cpu).then_some(best))
             }
-            DeviceChoice::Vulkan(i) => vulkan::pick(devices, &vulkan::Selection::Index(i)).map(Some),
+            DeviceChoice::Vulkan(i, _) => vulkan::pick(devices, &vulkan::Selection::Index(i)).map(Some),
         }
     }
 }
@@ -110,7 +128,10 @@ pub enum Backend {
 
 impl Backend {
     /// Opens the backend `choice` names; never fails: without a usable Vulkan device it
-    /// warns and returns the CPU backend with `kernels`.
+    /// returns the CPU backend with `kernels`. A device that was named and does not open is
+    /// a warning that blames `--device` or `HRX_DEVICE`; under `auto`, a machine without a
+    /// Vulkan loader or device is no news (logged at info level: `hrx doctor` says it), one
+    /// whose device fails to open is a warning.
     pub fn open(choice: DeviceChoice, kernels: Kernels) -> Backend {
         if choice == DeviceChoice::Cpu {
             return Backend::Cpu(kernels);
@@ -125,14 +146,14 @@ impl Backend {
                 }
             }
         });
-        match opened {
-            Ok(Some(d)) => Backend::Vulkan(d),
-            Ok(None) => Backend::Cpu(kernels),
-            Err(e) => {
-                log::warn!("no Vulkan device ({e}); running on the CPU");
-                Backend::Cpu(kernels)
-            }
+        match (opened, choice) {
+            (Ok(Some(d)), _) => return Backend::Vulkan(d),
+            (Ok(None), _) => {}
+            (Err(e), DeviceChoice::Vulkan(i, by)) => log::warn!("{by} {i}: {e}; running on the CPU"),
+            (Err(e @ (VkError::NoLoader(_) | VkError::NoDevice)), _) => log::info!("{e}; running on the CPU"),
+            (Err(e), _) => log::warn!("no usable Vulkan device ({e}); running on the CPU"),
         }
+        Backend::Cpu(kernels)
     }
 
     /// The kernel table plans are made with.

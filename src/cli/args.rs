@@ -17,11 +17,13 @@ impl std::error::Error for UsageError {}
 /// The arguments of one subcommand, consumed as the command asks for them.
 pub struct Args {
     items: Vec<Option<String>>,
+    /// Every spelling the command asked for: what an unknown option is compared with.
+    known: Vec<&'static str>,
 }
 
 impl Args {
     pub fn new(items: Vec<String>) -> Self {
-        Args { items: items.into_iter().map(Some).collect() }
+        Args { items: items.into_iter().map(Some).collect(), known: Vec::new() }
     }
 
     fn position_of(&self, names: &[&str]) -> Option<usize> {
@@ -31,7 +33,8 @@ impl Args {
     }
 
     /// Whether a boolean flag (any of its spellings) is present; removes it.
-    pub fn flag(&mut self, names: &[&str]) -> bool {
+    pub fn flag(&mut self, names: &[&'static str]) -> bool {
+        self.known.extend_from_slice(names);
         let mut found = false;
         while let Some(i) = self.position_of(names) {
             self.items[i] = None;
@@ -41,12 +44,18 @@ impl Args {
     }
 
     /// The value of `--name VALUE` or `--name=VALUE` (the last one wins); removes it.
-    pub fn value(&mut self, names: &[&str]) -> Result<Option<String>, UsageError> {
+    pub fn value(&mut self, names: &[&'static str]) -> Result<Option<String>, UsageError> {
         Ok(self.values(names)?.pop())
     }
 
     /// Every value of a repeatable option, in order.
-    pub fn values(&mut self, names: &[&str]) -> Result<Vec<String>, UsageError> {
+    pub fn values(&mut self, names: &[&'static str]) -> Result<Vec<String>, UsageError> {
+        Ok(self.spelled_values(names)?.into_iter().map(|(_, v)| v).collect())
+    }
+
+    /// Every value of an option with the spelling it was given with, in order.
+    fn spelled_values(&mut self, names: &[&'static str]) -> Result<Vec<(String, String)>, UsageError> {
+        self.known.extend_from_slice(names);
         let mut out = Vec::new();
         let mut i = 0;
         while i < self.items.len() {
@@ -60,13 +69,13 @@ impl Args {
             if names.contains(&item.as_str()) {
                 let value = self.items.get_mut(i + 1).and_then(Option::take);
                 match value {
-                    Some(v) => out.push(v),
+                    Some(v) => out.push((item, v)),
                     None => return Err(UsageError(format!("{item} needs a value"))),
                 }
                 self.items[i] = None;
             } else if let Some((name, v)) = item.split_once('=') {
                 if names.contains(&name) {
-                    out.push(v.to_owned());
+                    out.push((name.to_owned(), v.to_owned()));
                     self.items[i] = None;
                 }
             }
@@ -75,17 +84,18 @@ impl Args {
         Ok(out)
     }
 
-    /// A parsed option value.
-    pub fn parsed<T: std::str::FromStr>(&mut self, names: &[&str]) -> Result<Option<T>, UsageError> {
-        match self.value(names)? {
+    /// A parsed option value (the last one wins); an error names the spelling given.
+    pub fn parsed<T: std::str::FromStr>(&mut self, names: &[&'static str]) -> Result<Option<T>, UsageError> {
+        match self.spelled_values(names)?.pop() {
             None => Ok(None),
-            Some(v) => {
-                v.parse().map(Some).map_err(|_| UsageError(format!("{}: cannot read {v:?} as a value", names[0])))
+            Some((name, v)) => {
+                v.parse().map(Some).map_err(|_| UsageError(format!("{name}: cannot read {v:?} as a value")))
             }
         }
     }
 
-    /// The positionals left; an unknown `-x`/`--xyz` is an error.
+    /// The positionals left; an unknown `-x`/`--xyz` is an error that suggests the nearest
+    /// spelling the command knows.
     pub fn finish(self) -> Result<Vec<String>, UsageError> {
         let mut out = Vec::new();
         let mut after_dashdash = false;
@@ -95,13 +105,42 @@ impl Args {
             } else if item == "--" {
                 after_dashdash = true;
             } else if item.starts_with('-') && item.len() > 1 {
-                return Err(UsageError(format!("unknown option {item}")));
+                return Err(UsageError(unknown_option(&item, &self.known)));
             } else {
                 out.push(item);
             }
         }
         Ok(out)
     }
+}
+
+/// "unknown option --tempurature; did you mean --temperature?" when a known spelling is a
+/// likely typo of it (at most a third of the letters after the dashes off: `-x` gets no
+/// guess), else just the first part.
+fn unknown_option(item: &str, known: &[&str]) -> String {
+    let name = item.split_once('=').map_or(item, |(name, _)| name);
+    let letters = name.trim_start_matches('-').chars().count();
+    let nearest = known.iter().map(|k| (edit_distance(name, k), *k)).min();
+    match nearest {
+        Some((d, k)) if d <= letters / 3 => format!("unknown option {name}; did you mean {k}?"),
+        _ => format!("unknown option {name}"),
+    }
+}
+
+/// Levenshtein distance over characters: insertions, deletions and substitutions.
+fn edit_distance(a: &str, b: &str) -> usize {
+    let b: Vec<char> = b.chars().collect();
+    let mut row: Vec<usize> = (0..=b.len()).collect();
+    for (i, ca) in a.chars().enumerate() {
+        let mut diagonal = row[0];
+        row[0] = i + 1;
+        for (j, &cb) in b.iter().enumerate() {
+            let substituted = diagonal + usize::from(ca != cb);
+            diagonal = row[j + 1];
+            row[j + 1] = substituted.min(row[j] + 1).min(diagonal + 1);
+        }
+    }
+    row[b.len()]
 }
 
 #[cfg(test)]
@@ -125,7 +164,29 @@ mod tests {
     fn unknown_option_and_missing_value_are_errors() {
         assert!(args("x --bogus").finish().is_err());
         assert!(args("-n").value(&["-n"]).is_err());
-        assert!(args("-n abc").parsed::<u32>(&["-n"]).is_err());
+        let e = args("--n-predict abc").parsed::<u32>(&["-n", "--n-predict"]).unwrap_err();
+        assert_eq!(e.0, "--n-predict: cannot read \"abc\" as a value");
+    }
+
+    #[test]
+    fn an_unknown_option_suggests_the_nearest_known_one() {
+        let mut a = args("x --tempurature 0.5");
+        a.value(&["--temp", "--temperature"]).unwrap();
+        a.flag(&["--json"]);
+        let e = a.finish().unwrap_err().0;
+        assert_eq!(e, "unknown option --tempurature; did you mean --temperature?");
+        let mut a = args("--jsn=1");
+        a.flag(&["--json"]);
+        assert_eq!(a.finish().unwrap_err().0, "unknown option --jsn; did you mean --json?");
+        // Nothing close: no guess.
+        let mut a = args("--frobnicate");
+        a.flag(&["--json"]);
+        assert_eq!(a.finish().unwrap_err().0, "unknown option --frobnicate");
+        let mut a = args("-x");
+        a.value(&["-m"]).unwrap();
+        assert_eq!(a.finish().unwrap_err().0, "unknown option -x");
+        assert_eq!(edit_distance("kitten", "sitting"), 3);
+        assert_eq!(edit_distance("", "abc"), 3);
     }
 
     #[test]

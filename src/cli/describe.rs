@@ -1,22 +1,24 @@
 //! `hrx describe IMG [IMG...]`: one description per image, the model loaded once.
 
 use super::flags::{
-    ctx_help, text_options, GenerationDefaults, Help, ImageFlags, Placement, JSON, MMPROJ, MODEL, PROMPT, SYSTEM,
+    ctx_help, text_options, GenerationDefaults, Help, ImageFlags, Placement, IMAGE, JSON, MMPROJ, MODEL, PROMPT, SYSTEM,
 };
 use super::{CliError, Command};
 use crate::catalog::{locate, search_dirs, Catalog};
 use crate::cli::args::Args;
-use crate::image::PreprocessConfig;
+use crate::image::{self, Limits, PreprocessConfig};
 use crate::json::Json;
 use crate::runtime::describe::{Describer, ImageOptions};
 use crate::runtime::generate::GenerateConfig;
 use crate::runtime::sampler::SamplerConfig;
 use crate::runtime::text_model::TextOptions;
+use crate::runtime::RuntimeError;
 use std::io::Write;
 use std::path::{Path, PathBuf};
 
 fn help() -> String {
     let mut options = vec![
+        IMAGE.help("an image, like a positional IMAGE (llama.cpp's spelling; repeatable; these come first)"),
         PROMPT.help("what to ask (default: \"Describe this image.\")"),
         SYSTEM.help("a system turn"),
         JSON.help("one JSON object per image per line: {\"image\",\"prompt_ids\",\"tokens\",\"text\",\"stop\",\"timings\"} or {\"image\",\"error\"}"),
@@ -28,13 +30,14 @@ fn help() -> String {
         about: "Streams one description per image; the model is loaded once. Images: PNG, JPEG\n\
                 (EXIF orientation applied), WebP. Transparent pixels are composited on white, as\n\
                 the model's own processor does. A bad image is reported (exit code 1 at the end)\n\
-                and the next one is still described.\n\
+                and the next one is still described. IMAGE `-` is read from standard input (once,\n\
+                within the --max-image-mp and file size limits).\n\
                 \n\
                 Without -m, the default model of models.toml is looked for in ./models,\n\
                 $HRX_MODELS and ~/.local/share/hrx/models (`hrx models` lists them).",
         options,
-        footer:
-            "examples:\n  hrx describe photo.jpg\n  hrx describe a.png b.jpg -p 'What is written on the sign?' --json",
+        footer: "examples:\n  hrx describe photo.jpg\n  hrx describe a.png b.jpg -p 'What is written on the sign?' --json\n  \
+                 camera-snapshot | hrx describe -",
     }
     .render()
 }
@@ -140,15 +143,19 @@ fn run(mut args: Args, out: &mut dyn Write) -> Result<(), CliError> {
     let system = SYSTEM.string(&mut args)?;
     let flags = DescriberFlags::parse(&mut args)?;
     let json = JSON.present(&mut args);
-    let files = args.finish()?;
+    let mut files = IMAGE.strings(&mut args)?;
+    files.extend(args.finish()?);
     if files.is_empty() {
         return Err(CliError::usage("describe needs at least one IMAGE"));
+    }
+    if files.iter().filter(|f| *f == STDIN).count() > 1 {
+        return Err(CliError::usage("IMAGE - (standard input) can be given once"));
     }
     let mut d = flags.load()?;
     let config = flags.config;
     let mut failures = 0;
     for file in &files {
-        match describe_one(&mut d, Path::new(file), &prompt, system.as_deref(), &config, json, out) {
+        match describe_one(&mut d, file, &prompt, system.as_deref(), &config, json, out) {
             Ok(()) => {}
             Err(CliError::Io(e)) => return Err(CliError::Io(e)),
             Err(e) => {
@@ -167,9 +174,23 @@ fn run(mut args: Args, out: &mut dyn Write) -> Result<(), CliError> {
     }
 }
 
+/// The IMAGE that names standard input.
+const STDIN: &str = "-";
+
+/// An IMAGE argument's name for errors and its bytes: a file, or `-` for standard input.
+fn read_image(arg: &str, limits: &Limits) -> Result<(String, Vec<u8>), RuntimeError> {
+    if arg == STDIN {
+        let name = "standard input";
+        return Ok((name.to_owned(), image::read_from(name, std::io::stdin().lock(), limits)?));
+    }
+    Ok((arg.to_owned(), image::read_file(Path::new(arg), limits)?))
+}
+
+/// Describes the image `file` names; its `path:` header is written only once the image is
+/// encoded, so a failed image leaves nothing on standard output.
 fn describe_one(
     d: &mut Describer,
-    file: &Path,
+    file: &str,
     prompt: &str,
     system: Option<&str>,
     config: &GenerateConfig,
@@ -177,10 +198,12 @@ fn describe_one(
     out: &mut dyn Write,
 ) -> Result<(), CliError> {
     let t = std::time::Instant::now();
-    let images = d.encode_files_for(&[file], prompt, system)?;
+    let (name, bytes) = read_image(file, &d.image_limits())?;
+    let images = d.encode_images_for(&[(name.clone(), bytes)], prompt, system)?;
     let encode_seconds = t.elapsed().as_secs_f64();
+    log::info!("{name}: read and encoded in {encode_seconds:.3} s");
     if !json {
-        writeln!(out, "{}:", file.display())?;
+        writeln!(out, "{name}:")?;
     }
     let mut write_error = None;
     let (ids, g) =
@@ -188,10 +211,11 @@ fn describe_one(
     if let Some(e) = write_error {
         return Err(e.into());
     }
+    super::generate::log_timings(&g);
     if json {
         let mut j = super::generate::generation_json(&ids, &g);
         if let Json::Obj(fields) = &mut j {
-            fields.insert(0, ("image".into(), Json::str(file.display().to_string())));
+            fields.insert(0, ("image".into(), Json::str(file)));
             fields.push(("image_encode_seconds".into(), Json::Num(encode_seconds)));
         }
         writeln!(out, "{}", j.to_string_compact())?;

@@ -92,7 +92,12 @@ struct Report {
 
 impl Report {
     fn gather() -> Report {
-        let mut r = Report { loader_version: None, devices: Vec::new(), choice: None, selected: None, error: None };
+        // The choice first: HRX_DEVICE=cpu is the CPU backend whatever Vulkan offers.
+        let (choice, choice_error) = match DeviceChoice::resolve(None) {
+            Ok(c) => (Some(c), None),
+            Err(e) => (None, Some(Problem::Choice(e))),
+        };
+        let mut r = Report { loader_version: None, devices: Vec::new(), choice, selected: None, error: None };
         let instance = match Instance::new() {
             Ok(i) => i,
             Err(e) => {
@@ -108,14 +113,10 @@ impl Report {
                 return r;
             }
         }
-        let choice = match DeviceChoice::resolve(None) {
-            Ok(c) => c,
-            Err(e) => {
-                r.error = Some(Problem::Choice(e));
-                return r;
-            }
+        let Some(choice) = choice else {
+            r.error = choice_error;
+            return r;
         };
-        r.choice = Some(choice);
         match choice.pick(&r.devices) {
             Ok(i) => r.selected = i.map(|i| r.devices[i].index),
             Err(e) => r.error = Some(Problem::Vulkan(e)),
@@ -271,6 +272,9 @@ impl Report {
             }
         }
         writeln!(out)?;
+        if let Some(e) = &self.error {
+            writeln!(out, "no usable Vulkan device: {e}")?;
+        }
         match (self.selected, &self.error, self.choice) {
             (Some(i), _, _) => {
                 let name = self.devices.iter().find(|d| d.index == i).map_or("", |d| d.name.as_str());
@@ -279,13 +283,13 @@ impl Report {
                     "hrx would use device {i}: {name} (--device N, --device cpu or HRX_DEVICE to choose another)"
                 )
             }
-            (None, None, Some(DeviceChoice::Cpu)) => writeln!(out, "hrx would use its CPU backend (HRX_DEVICE=cpu)"),
+            (None, _, Some(DeviceChoice::Cpu)) => writeln!(out, "hrx would use its CPU backend (HRX_DEVICE=cpu)"),
             (None, None, _) => writeln!(
                 out,
                 "hrx would use its CPU backend: the only Vulkan device is a CPU implementation, slower than hrx's own \
                  (--device N runs on device N)"
             ),
-            (None, Some(e), _) => writeln!(out, "no usable Vulkan device: {e}\nhrx would run on the CPU backend only"),
+            (None, Some(_), _) => writeln!(out, "hrx would run on the CPU backend only"),
         }
     }
 

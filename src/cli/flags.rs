@@ -51,23 +51,29 @@ impl Flag {
 pub const MODEL: Flag = Flag { names: &["-m", "--model"], value: "FILE" };
 pub const MMPROJ: Flag = Flag { names: &["--mmproj"], value: "FILE" };
 pub const DEVICE: Flag = Flag { names: &["--device"], value: "D" };
-pub const THREADS: Flag = Flag { names: &["--threads"], value: "N" };
-pub const CTX: Flag = Flag { names: &["--ctx"], value: "N" };
+// Second spellings are llama.cpp's, where they mean the same: -t, -c/--ctx-size, -s,
+// --n-predict, --image, --temp (and OpenAI's --temperature).
+pub const THREADS: Flag = Flag { names: &["-t", "--threads"], value: "N" };
+pub const CTX: Flag = Flag { names: &["-c", "--ctx", "--ctx-size"], value: "N" };
 pub const JSON: Flag = Flag { names: &["--json"], value: "" };
 pub const PROMPT: Flag = Flag { names: &["-p", "--prompt"], value: "TEXT" };
 pub const SYSTEM: Flag = Flag { names: &["--system"], value: "TEXT" };
-pub const MAX_TOKENS: Flag = Flag { names: &["-n", "--max-tokens"], value: "N" };
-pub const TEMP: Flag = Flag { names: &["--temp"], value: "T" };
+pub const MAX_TOKENS: Flag = Flag { names: &["-n", "--max-tokens", "--n-predict"], value: "N" };
+pub const TEMP: Flag = Flag { names: &["--temp", "--temperature"], value: "T" };
 pub const TOP_K: Flag = Flag { names: &["--top-k"], value: "K" };
 pub const TOP_P: Flag = Flag { names: &["--top-p"], value: "P" };
 pub const MIN_P: Flag = Flag { names: &["--min-p"], value: "P" };
 pub const REPEAT_PENALTY: Flag = Flag { names: &["--repeat-penalty"], value: "R" };
-pub const SEED: Flag = Flag { names: &["--seed"], value: "S" };
+pub const SEED: Flag = Flag { names: &["-s", "--seed"], value: "S" };
 pub const STOP: Flag = Flag { names: &["--stop"], value: "STR" };
 pub const IGNORE_EOS: Flag = Flag { names: &["--ignore-eos"], value: "" };
 pub const IMAGE_MAX_PIXELS: Flag = Flag { names: &["--image-max-pixels"], value: "N" };
 pub const IMAGE_MIN_PIXELS: Flag = Flag { names: &["--image-min-pixels"], value: "N" };
 pub const MAX_IMAGE_MP: Flag = Flag { names: &["--max-image-mp"], value: "N" };
+pub const IMAGE: Flag = Flag { names: &["--image"], value: "FILE" };
+/// llama.cpp's layer offload count: accepted so its command lines run, and answered (hrx
+/// places every layer itself).
+pub const GPU_LAYERS: Flag = Flag { names: &["-ngl", "--gpu-layers", "--n-gpu-layers"], value: "N" };
 
 /// `--device` and `--threads`: where the model runs.
 pub struct Placement {
@@ -84,6 +90,10 @@ impl Placement {
                  or cpu; also HRX_DEVICE",
             ),
             THREADS.help("CPU threads (default: all cores)"),
+            GPU_LAYERS.help(
+                "llama.cpp's layer offload: accepted (an integer) and not needed, hrx places every \
+                 layer itself (all of them on the device --device picks)",
+            ),
         ]
     }
 
@@ -92,6 +102,9 @@ impl Placement {
         let threads = THREADS.parse(args)?;
         if threads == Some(0) {
             return Err(CliError::usage("--threads must be at least 1"));
+        }
+        if let Some(n) = GPU_LAYERS.parse::<i64>(args)? {
+            eprintln!("hrx: -ngl {n} is not needed: hrx places every layer itself (all on the device --device picks)");
         }
         Ok(Placement { device, threads })
     }
@@ -199,8 +212,14 @@ impl ImageFlags {
             }
             images.limits.max_pixels = (mp * 1e6) as u64;
         }
-        if images.max_pixels == 0 || images.max_pixels > 1 << 28 || images.min_pixels > images.max_pixels {
-            return Err(CliError::usage("--image-max-pixels must be in 1..=268435456 and at least --image-min-pixels"));
+        if images.max_pixels == 0 || images.max_pixels > 1 << 28 {
+            return Err(CliError::usage("--image-max-pixels must be in 1..=268435456"));
+        }
+        if images.min_pixels > images.max_pixels {
+            return Err(CliError::usage(format!(
+                "--image-max-pixels {} is below --image-min-pixels {} (the size smaller images are resized up to)",
+                images.max_pixels, images.min_pixels
+            )));
         }
         Ok(images)
     }

@@ -2,7 +2,7 @@
 //! keep them stable.
 
 use super::flags::{
-    ctx_help, text_options, Flag, GenerationDefaults, Help, Placement, IMAGE_MAX_PIXELS, JSON, MMPROJ, MODEL, PROMPT,
+    ctx_help, text_options, Flag, GenerationDefaults, Help, ImageFlags, Placement, IMAGE, JSON, MMPROJ, MODEL, PROMPT,
     SYSTEM,
 };
 use super::{CliError, Command};
@@ -10,7 +10,7 @@ use crate::cli::args::Args;
 use crate::image::PreprocessConfig;
 use crate::json::Json;
 use crate::runtime::chat::{self, Message};
-use crate::runtime::describe::{Describer, ImageOptions};
+use crate::runtime::describe::Describer;
 use crate::runtime::generate::{generate, Generation};
 use crate::runtime::session::{PromptPiece, Session};
 use crate::runtime::text_model::TextModel;
@@ -26,8 +26,8 @@ fn help() -> String {
         PROMPT_IDS.help("comma-separated token ids instead of text"),
         IMAGE.help("an image before the prompt text in the user turn (repeatable; needs --mmproj); its pads are expanded as HF's processor does"),
         MMPROJ.help("the vision projector GGUF"),
-        IMAGE_MAX_PIXELS.help(format!("image pixel budget (default {}, HF's; see hrx describe)", PreprocessConfig::HF_MAX_PIXELS)),
     ];
+    options.extend(ImageFlags::help(PreprocessConfig::HF_MAX_PIXELS));
     options.extend(GenerationDefaults::default().help(None));
     options.push(ctx_help());
     options.extend(Placement::help());
@@ -57,7 +57,6 @@ pub const COMMAND: Command = Command { name: "generate", summary: "generate text
 
 const RAW: Flag = Flag { names: &["--raw"], value: "" };
 const PROMPT_IDS: Flag = Flag { names: &["--prompt-ids"], value: "LIST" };
-const IMAGE: Flag = Flag { names: &["--image"], value: "FILE" };
 const DUMP_LOGITS: Flag = Flag { names: &["--dump-logits"], value: "FILE" };
 
 fn parse_ids(list: &str) -> Result<Vec<u32>, CliError> {
@@ -79,7 +78,7 @@ fn run(mut args: Args, out: &mut dyn Write) -> Result<(), CliError> {
     let dump_logits = DUMP_LOGITS.string(&mut args)?;
     let images = IMAGE.strings(&mut args)?;
     let mmproj = MMPROJ.string(&mut args)?;
-    let image_max_pixels = IMAGE_MAX_PIXELS.parse(&mut args)?.unwrap_or(PreprocessConfig::HF_MAX_PIXELS);
+    let image_options = ImageFlags::parse(&mut args, PreprocessConfig::HF_MAX_PIXELS)?;
     if !args.finish()?.is_empty() {
         return Err(CliError::usage("generate takes no positional arguments (use --prompt)"));
     }
@@ -91,7 +90,6 @@ fn run(mut args: Args, out: &mut dyn Write) -> Result<(), CliError> {
         let (Some(text), None, false) = (prompt, prompt_ids, raw) else {
             return Err(CliError::usage("--image goes with --prompt TEXT (chat template; not --raw or --prompt-ids)"));
         };
-        let image_options = ImageOptions { max_pixels: image_max_pixels, ..ImageOptions::default() };
         let mut d = Describer::load(Path::new(&model_path), Path::new(&mmproj), options, image_options)?;
         if let Some(n) = placement.threads {
             d.set_threads(n);
@@ -173,15 +171,20 @@ fn finish(
         writeln!(out, "{}", generation_json(ids, result).to_string_compact())?;
     } else {
         writeln!(out)?;
-        log::info!(
-            "prompt: {} tokens in {:.3} s; generated {} tokens in {:.3} s",
-            result.n_prompt,
-            result.prompt_seconds,
-            result.tokens.len(),
-            result.generate_seconds
-        );
     }
+    log_timings(result);
     Ok(())
+}
+
+/// The timings at info level (`RUST_LOG=info`), for every command that generates.
+pub(super) fn log_timings(g: &Generation) {
+    log::info!(
+        "prompt: {} tokens in {:.3} s; generated {} tokens in {:.3} s",
+        g.n_prompt,
+        g.prompt_seconds,
+        g.tokens.len(),
+        g.generate_seconds
+    );
 }
 
 pub fn generation_json(prompt_ids: &[u32], g: &Generation) -> Json {

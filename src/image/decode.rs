@@ -29,10 +29,20 @@ pub fn read_file(path: &Path, limits: &Limits) -> Result<Vec<u8>, ImageError> {
     let io = |e| ImageError::new(&name, ImageErrorKind::Io(e));
     let file = std::fs::File::open(path).map_err(io)?;
     limits.check_file_bytes(&name, file.metadata().map_err(io)?.len())?;
-    // `take` keeps the cap even if the file grows after the size check.
+    read_from(&name, file, limits)
+}
+
+/// The bytes of a stream (a pipe: standard input), within `limits.max_file_bytes`, never
+/// reading more than one byte past it; errors call it `name`.
+pub fn read_from(name: &str, reader: impl Read, limits: &Limits) -> Result<Vec<u8>, ImageError> {
+    // `take` keeps the cap on a stream of unknown length, and on a file that grew after its
+    // size was checked.
     let mut bytes = Vec::new();
-    file.take(limits.max_file_bytes.saturating_add(1)).read_to_end(&mut bytes).map_err(io)?;
-    limits.check_file_bytes(&name, bytes.len() as u64)?;
+    reader
+        .take(limits.max_file_bytes.saturating_add(1))
+        .read_to_end(&mut bytes)
+        .map_err(|e| ImageError::new(name, ImageErrorKind::Io(e)))?;
+    limits.check_file_bytes(name, bytes.len() as u64)?;
     Ok(bytes)
 }
 
@@ -83,6 +93,10 @@ fn contain_panics<T>(
 /// The error for data a decoder refused.
 pub(crate) fn corrupt(name: &str, format: Format, detail: impl std::fmt::Display) -> ImageError {
     ImageError::new(name, ImageErrorKind::Corrupt { format: format.name(), detail: detail.to_string() })
+}
+
+pub(crate) fn truncated(name: &str, format: Format) -> ImageError {
+    ImageError::new(name, ImageErrorKind::Truncated { format: format.name() })
 }
 
 /// Checks that a decoder returned exactly `width * height` pixels of `layout`.

@@ -15,7 +15,7 @@ pub struct ImageError {
 pub enum ImageErrorKind {
     /// The file could not be opened or read.
     Io(std::io::Error),
-    /// The file has no bytes at all.
+    /// The file (or stream) has no bytes at all.
     Empty,
     /// The file is larger than [`Limits::max_file_bytes`](super::Limits).
     FileTooLarge { bytes: u64, max: u64 },
@@ -25,7 +25,9 @@ pub enum ImageErrorKind {
     TooManyPixels { width: u64, height: u64, max_pixels: u64 },
     /// A width or height of zero.
     ZeroSize { width: u64, height: u64 },
-    /// The decoder rejected the data (corrupt, truncated, unsupported variant).
+    /// The data ends before the image does (a file cut short in a copy or a download).
+    Truncated { format: &'static str },
+    /// The decoder rejected the data (corrupt, unsupported variant).
     Corrupt { format: &'static str, detail: String },
     /// The decoder crate panicked on this input; the panic was contained.
     DecoderPanicked { format: &'static str },
@@ -64,7 +66,11 @@ impl fmt::Display for ImageErrorKind {
     fn fmt(&self, f: &mut fmt::Formatter<'_>) -> fmt::Result {
         match self {
             Self::Io(e) => write!(f, "cannot read the file: {}", one_line(&e.to_string())),
-            Self::Empty => write!(f, "the file is empty (0 bytes)"),
+            Self::Empty => write!(f, "empty (0 bytes): there is no image in it"),
+            // A stream is read one byte past the limit and no further: its size is unknown.
+            Self::FileTooLarge { bytes, max } if *bytes == max.saturating_add(1) => {
+                write!(f, "more than the limit of {max} bytes")
+            }
             Self::FileTooLarge { bytes, max } => write!(f, "the file has {bytes} bytes, more than the limit of {max}"),
             Self::UnknownFormat { looks_like: Some(what) } => {
                 write!(f, "not a PNG, JPEG or WebP image (the data looks like {what})")
@@ -76,6 +82,7 @@ impl fmt::Display for ImageErrorKind {
                 u128::from(*width) * u128::from(*height)
             ),
             Self::ZeroSize { width, height } => write!(f, "the image declares an empty size {width}x{height}"),
+            Self::Truncated { format } => write!(f, "truncated {format}: the data ends before the image does"),
             Self::Corrupt { format, detail } => write!(f, "corrupt or unsupported {format}: {}", one_line(detail)),
             Self::DecoderPanicked { format } => write!(f, "corrupt {format}: the decoder failed on this data"),
             Self::AspectRatio { height, width, max_ratio } => write!(

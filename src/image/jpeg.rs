@@ -8,7 +8,7 @@
 //! as it is in Pillow; jpeg-decoder reports a truncated scan as an error too.
 
 use super::convert::Layout;
-use super::decode::{checked, corrupt, Decoded};
+use super::decode::{checked, corrupt, truncated, Decoded};
 use super::error::ImageError;
 use super::format::Format;
 use super::orient::Orientation;
@@ -22,7 +22,7 @@ use zune_jpeg::JpegDecoder;
 /// the same headers first).
 pub(crate) fn probe(name: &str, bytes: &[u8], limits: &Limits) -> Result<(usize, usize, Orientation), ImageError> {
     let mut decoder = jpeg_decoder::Decoder::new(bytes);
-    decoder.read_info().map_err(|e| corrupt(name, Format::Jpeg, e))?;
+    decoder.read_info().map_err(|e| jpeg_error(name, e))?;
     let info = decoder.info().ok_or_else(|| corrupt(name, Format::Jpeg, "no frame header"))?;
     limits.check_size(name, u64::from(info.width), u64::from(info.height))?;
     let orientation = decoder.exif_data().map_or(Orientation::Normal, exif::orientation);
@@ -31,7 +31,7 @@ pub(crate) fn probe(name: &str, bytes: &[u8], limits: &Limits) -> Result<(usize,
 
 pub(crate) fn decode(name: &str, bytes: &[u8], limits: &Limits) -> Result<Decoded, ImageError> {
     let mut decoder = jpeg_decoder::Decoder::new(bytes);
-    decoder.read_info().map_err(|e| corrupt(name, Format::Jpeg, e))?;
+    decoder.read_info().map_err(|e| jpeg_error(name, e))?;
     let info = decoder.info().ok_or_else(|| corrupt(name, Format::Jpeg, "no frame header"))?;
     limits.check_size(name, u64::from(info.width), u64::from(info.height))?;
     let layout = match info.pixel_format {
@@ -40,9 +40,18 @@ pub(crate) fn decode(name: &str, bytes: &[u8], limits: &Limits) -> Result<Decode
         // CMYK/YCCK (and 16-bit lossless) go to zune, which converts them to RGB.
         _ => return decode_zune(name, bytes, limits),
     };
-    let samples = decoder.decode().map_err(|e| corrupt(name, Format::Jpeg, e))?;
+    let samples = decoder.decode().map_err(|e| jpeg_error(name, e))?;
     let orientation = decoder.exif_data().map_or(Orientation::Normal, exif::orientation);
     checked(name, Format::Jpeg, (usize::from(info.width), usize::from(info.height)), layout, samples, orientation)
+}
+
+/// jpeg-decoder reports data that ends early as the reader's error ("failed to fill whole
+/// buffer"): said as what it is.
+fn jpeg_error(name: &str, e: jpeg_decoder::Error) -> ImageError {
+    match e {
+        jpeg_decoder::Error::Io(io) if io.kind() == std::io::ErrorKind::UnexpectedEof => truncated(name, Format::Jpeg),
+        e => corrupt(name, Format::Jpeg, e),
+    }
 }
 
 fn decode_zune(name: &str, bytes: &[u8], limits: &Limits) -> Result<Decoded, ImageError> {

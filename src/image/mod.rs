@@ -32,7 +32,7 @@ mod resize;
 mod smart_resize;
 mod webp;
 
-pub use decode::{decode_bytes, decode_file, probe_bytes, read_file};
+pub use decode::{decode_bytes, decode_file, probe_bytes, read_file, read_from};
 pub use error::{ImageError, ImageErrorKind};
 pub use format::{sniff, Format};
 pub use limits::Limits;

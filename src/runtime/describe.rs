@@ -208,16 +208,27 @@ impl Describer {
         system: Option<&str>,
     ) -> Result<Vec<EncodedImage>, RuntimeError> {
         let limits = self.images.limits;
-        let mut files = Vec::with_capacity(paths.len());
-        for path in paths {
-            let name = path.display().to_string();
-            let bytes = image::read_file(path, &limits)?;
-            let size = image::probe_bytes(&name, &bytes, &limits)?;
-            files.push((name, bytes, size));
-        }
-        let sized: Vec<SizedImage> = files.iter().map(|(n, _, s)| (n.as_str(), *s)).collect();
-        self.check_prompt(&user_turn(paths.len(), text, system), &sized)?;
-        files.iter().map(|(name, bytes, _)| self.encode_bytes(name, bytes)).collect()
+        let files = paths
+            .iter()
+            .map(|path| Ok((path.display().to_string(), image::read_file(path, &limits)?)))
+            .collect::<Result<Vec<_>, RuntimeError>>()?;
+        self.encode_images_for(&files, text, system)
+    }
+
+    /// The same for images already read: (name for errors, the file's bytes).
+    pub fn encode_images_for(
+        &mut self,
+        files: &[(String, Vec<u8>)],
+        text: &str,
+        system: Option<&str>,
+    ) -> Result<Vec<EncodedImage>, RuntimeError> {
+        let limits = self.images.limits;
+        let sized = files
+            .iter()
+            .map(|(name, bytes)| Ok((name.as_str(), image::probe_bytes(name, bytes, &limits)?)))
+            .collect::<Result<Vec<SizedImage>, RuntimeError>>()?;
+        self.check_prompt(&user_turn(files.len(), text, system), &sized)?;
+        files.iter().map(|(name, bytes)| self.encode_bytes(name, bytes)).collect()
     }
 
     /// Decodes, preprocesses and encodes one image file.

@@ -3,10 +3,14 @@
 
 pub mod cases;
 
+use std::io::Write;
 use std::path::PathBuf;
 
 /// The oracle directory (`HRX_ORACLE`, default `../shared/oracle` next to the crate).
-/// Missing: under `CI=true` the test fails; elsewhere it says so loudly and the caller skips.
+/// Missing, the test fails: a skipped check must not read as a pass. With
+/// `HRX_ALLOW_NO_ORACLE=1` (never under `CI=true`) it returns None and the caller skips, after
+/// a line on stderr that the test harness does not hide and one in `$HRX_ORACLE_SKIPS` (the
+/// file `scripts/test` counts at the end).
 pub fn oracle() -> Option<PathBuf> {
     let dir = std::env::var_os("HRX_ORACLE")
         .map(PathBuf::from)
@@ -15,10 +19,18 @@ pub fn oracle() -> Option<PathBuf> {
         return Some(dir);
     }
     let msg = format!("ORACLE MISSING: {} has no README.md (set HRX_ORACLE)", dir.display());
-    if std::env::var("CI").is_ok_and(|v| v == "true") {
-        panic!("{msg}; under CI=true this is a failure");
+    let ci = std::env::var("CI").is_ok_and(|v| v == "true");
+    if ci || !std::env::var("HRX_ALLOW_NO_ORACLE").is_ok_and(|v| v == "1") {
+        panic!("{msg}; HRX_ALLOW_NO_ORACLE=1 skips the oracle checks instead (not under CI=true)");
     }
-    eprintln!("\n!!!!! {msg}: SKIPPING this test !!!!!\n");
+    let test = std::thread::current().name().unwrap_or("?").to_owned();
+    // eprintln! is captured for passing tests; a write to the stream itself is not.
+    let _ = writeln!(std::io::stderr(), "!!!!! {msg}: SKIPPING {test} !!!!!");
+    if let Some(log) = std::env::var_os("HRX_ORACLE_SKIPS") {
+        let line = format!("{}: {test}\n", env!("CARGO_CRATE_NAME"));
+        let appended = std::fs::OpenOptions::new().create(true).append(true).open(&log);
+        appended.and_then(|mut f| f.write_all(line.as_bytes())).expect("append to $HRX_ORACLE_SKIPS");
+    }
     None
 }
 

@@ -18,7 +18,7 @@ use std::sync::OnceLock;
 /// included (the tests are of the Vulkan backend; `cpu` names no Vulkan device).
 pub fn selection() -> Selection {
     match DeviceChoice::resolve(None).expect("HRX_DEVICE") {
-        DeviceChoice::Vulkan(i) => Selection::Index(i),
+        DeviceChoice::Vulkan(i, _) => Selection::Index(i),
         DeviceChoice::Auto => Selection::Best,
         DeviceChoice::Cpu => panic!("HRX_DEVICE=cpu names hrx's CPU backend: the Vulkan tests need a Vulkan device"),
     }
