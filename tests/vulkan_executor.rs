@@ -5,7 +5,7 @@
 mod vulkan_common;
 
 use hrx::backend::cpu::{CpuExecutor, Kernels};
-use hrx::backend::vulkan::{Device, DeviceOptions, VkError, VulkanExecutor, VulkanRegistry};
+use hrx::backend::vulkan::{Device, DeviceOptions, Location, VkError, VulkanExecutor, VulkanRegistry};
 use hrx::backend::PlanId;
 use hrx::gguf::{GgufFile, GgufWriter};
 use hrx::graph::{DynAxis, Gelu, Graph, NodeId};
@@ -421,4 +421,78 @@ fn products_fuse_with_their_add_only_where_the_output_is_clear_of_their_inputs()
             assert!(e < 1e-9, "through_gelu {through_gelu}: nmse {e}");
         }
     }
+}
+
+/// A layer's K path in miniature: RMS_NORM and ROPE of the heads of x, their rows written into
+/// a cache by SET_ROWS (one dispatch on the GPU); returns the graph and the cache after.
+fn rows_into_cache(max_t: usize, cache_rows: usize) -> (Graph, NodeId) {
+    let (hd, heads) = (16, 2);
+    let mut g = Graph::new("cache");
+    let t = g.symbol("tokens", max_t);
+    let tokens = DynAxis { axis: 1, sym: t, num: 1, den: 1 };
+    let x = g.input("x", DType::F32, [hd * heads, max_t, 1, 1], Some(tokens)).unwrap();
+    let positions = g.input("positions", DType::I32, [max_t, 3, 1, 1], Some(DynAxis { axis: 0, ..tokens })).unwrap();
+    let slots = g.input("slots", DType::I32, [max_t, 1, 1, 1], Some(DynAxis { axis: 0, ..tokens })).unwrap();
+    let norm = g.weight("norm", DType::F32, [hd, 1, 1, 1]).unwrap();
+    let storage = g.external_storage("cache", DType::F32, hd * heads * cache_rows * 4, false);
+    let row = 4 * hd * heads;
+    let cache = g
+        .external_window(
+            "cache",
+            storage,
+            0,
+            [hd * heads, cache_rows, 1, 1],
+            [4, row, row * cache_rows, row * cache_rows],
+            None,
+        )
+        .unwrap();
+    let heads_of = g.reshape(x, [hd, heads, max_t, 1], "heads").unwrap();
+    let normed = g.rms_norm(heads_of, norm, 1e-6, "k_norm").unwrap();
+    let kind = hrx::graph::RopeKind::MropeInterleaved { sections: [3, 3, 2] };
+    let rotated = g.rope(normed, positions, kind, 10_000.0, hd, "k_rope").unwrap();
+    let rows = g.reshape(rotated, [hd * heads, max_t, 1, 1], "rows").unwrap();
+    let written = g.set_rows(cache, rows, slots, "write").unwrap();
+    g.mark_output(written);
+    (g, written)
+}
+
+/// The cache the fused norm-rope-set_rows dispatch writes is device memory (never the host
+/// memory of inputs), and holds what the CPU writes; with device memory unmapped, as on a
+/// discrete GPU, where the two differ.
+#[test]
+fn a_cache_written_by_a_fused_dispatch_is_device_memory() {
+    let options = DeviceOptions { map_device_memory: false, ..vulkan_common::options("executor-cache") };
+    let Some(dev) = vulkan_common::device_with(options) else { return };
+    let (max_t, cache_rows) = (4, 6);
+    let (graph, written) = rows_into_cache(max_t, cache_rows);
+    let mut rng = Rng::new(5);
+    let mut w = GgufWriter::new();
+    let norm: Vec<u8> = rng.vec(16).iter().flat_map(|v| (1.0 + 0.1 * v).to_le_bytes()).collect();
+    w.add_tensor("norm", DType::F32, &[16], norm).unwrap();
+    let file = Arc::new(GgufFile::from_bytes("norm.gguf", w.to_bytes()).unwrap());
+    let plan = Plan::new(graph.clone(), &VulkanRegistry::PORTABLE).unwrap();
+    let fused = ("gpu".to_owned(), "rms_norm_rope (RMS_NORM+ROPE+SET_ROWS)".to_owned());
+    assert_eq!(plan.census().by_kernel.get(&fused), Some(&1), "{:?}", plan.census().by_kernel);
+    let mut gpu = VulkanExecutor::new(&dev, vec![plan], std::slice::from_ref(&file)).unwrap();
+    assert_eq!(gpu.location(PlanId(0), "cache").unwrap(), Location::Device);
+    assert_eq!(gpu.location(PlanId(0), "x").unwrap(), Location::Input);
+    let mut cpu = CpuExecutor::new(vec![Plan::new(graph, &CpuRegistry).unwrap()], &[file], Kernels::Reference).unwrap();
+    let t = 3;
+    let x: Vec<f32> = rng.vec(32 * t);
+    let positions: Vec<i32> =
+        [7, 8, 9, 0, 0, 0, 7, 8, 9, 0, 0, 0, 1, 2, 3, 0].iter().take(3 * max_t).copied().collect();
+    let slots = [5, 0, 2, 0];
+    gpu.write_f32(PlanId(0), "x", 0, &x).unwrap();
+    gpu.write_i32(PlanId(0), "positions", 0, &positions).unwrap();
+    gpu.write_i32(PlanId(0), "slots", 0, &slots).unwrap();
+    cpu.f32_buffer(PlanId(0), "x").unwrap()[..32 * t].copy_from_slice(&x);
+    cpu.i32_buffer(PlanId(0), "positions").unwrap().copy_from_slice(&positions);
+    cpu.i32_buffer(PlanId(0), "slots").unwrap().copy_from_slice(&slots);
+    gpu.run(PlanId(0), &[t]).unwrap();
+    cpu.run(PlanId(0), &[t]).unwrap();
+    let got = gpu.output(PlanId(0), written, &[t]).unwrap();
+    let want = cpu.output(PlanId(0), written, &[t]).unwrap();
+    assert_eq!(got.len(), 32 * cache_rows);
+    let e = nmse(&got, want);
+    assert!(e < 1e-8, "nmse {e}");
 }

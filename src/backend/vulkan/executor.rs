@@ -131,13 +131,15 @@ impl VulkanExecutor {
             }
             maps.push(map);
         }
-        // Storages some node writes (KV caches, outputs written into a caller's buffer) live
-        // in device memory; the other run-time buffers are inputs the host fills before each
-        // run, kept in host-visible memory and written in place (no staging copy per token).
+        // Storages some dispatch writes (KV caches, outputs written into a caller's buffer)
+        // live in device memory; the other run-time buffers are inputs the host fills before
+        // each run, written in place (no staging copy per token). A dispatch writes its group's
+        // output: a fused reader's (the SET_ROWS of a norm-rope writes the cache).
         let mut gpu_written = vec![false; keys.len()];
         for (plan, map) in plans.iter().zip(&maps) {
-            for (placement, loc) in plan.placements.iter().zip(&plan.locs) {
-                if let (Placement::Run { .. }, Some(Loc::External { storage, .. })) = (placement, loc) {
+            for placement in &plan.placements {
+                let Placement::Run { group, .. } = placement else { continue };
+                if let Some(Loc::External { storage, .. }) = plan.locs[group.output().0] {
                     gpu_written[map[storage.0]] = true;
                 }
             }
@@ -185,6 +187,11 @@ impl VulkanExecutor {
 
     fn recorded(&self, id: PlanId) -> Result<&Recorded> {
         self.plans.get(id.0).ok_or_else(|| VkError::Invalid(format!("no plan {}", id.0)))
+    }
+
+    /// Where run-time buffer `name` of `plan` lives (device memory when a dispatch writes it).
+    pub fn location(&self, plan: PlanId, name: &str) -> Result<Location> {
+        Ok(self.named(plan, name)?.0.location())
     }
 
     /// The buffer of external `name` of `plan`, and its dtype.

@@ -110,16 +110,18 @@ impl Allocator {
         Allocator { blocks: Vec::new(), block_size: BLOCK_SIZE.min((largest_heap / 8).max(16 << 20)) }
     }
 
-    /// Memory for `req` from memory type `type_index`; `map` for host-visible types.
+    /// Memory for `req` from memory type `type_index`; `map` for host-visible types; `own`:
+    /// an allocation of its own, not a share of a block.
     pub fn allocate(
         &mut self,
         raw: &ash::Device,
         req: vk::MemoryRequirements,
         type_index: u32,
         map: bool,
+        own: bool,
         what: &str,
     ) -> Result<Allocation> {
-        let dedicated = req.size > self.block_size / 2;
+        let dedicated = own || req.size > self.block_size / 2;
         if !dedicated {
             for (i, slot) in self.blocks.iter_mut().enumerate() {
                 let Some(b) = slot else { continue };
@@ -141,13 +143,8 @@ impl Allocator {
                 e => VkError::from_call("vkAllocateMemory", e),
             })
         };
-        // A block may not fit a small heap (a 256 MiB BAR) where the request alone does.
-        let wanted = if dedicated { req.size } else { self.block_size };
-        let (memory, size, dedicated) = match allocate(wanted) {
-            Ok(memory) => (memory, wanted, dedicated),
-            Err(VkError::OutOfMemory { .. }) if !dedicated => (allocate(req.size)?, req.size, true),
-            Err(e) => return Err(e),
-        };
+        let size = if dedicated { req.size } else { self.block_size };
+        let memory = allocate(size)?;
         let mapped = if map {
             // SAFETY: host-visible memory just allocated, mapped whole, once.
             match unsafe { raw.map_memory(memory, 0, vk::WHOLE_SIZE, vk::MemoryMapFlags::empty()) } {
