@@ -11,10 +11,11 @@ mod vision_shapes {
 use hrx::backend::cpu::Kernels;
 use hrx::backend::Backend;
 use hrx::gguf::{Value, ValueType};
-use hrx::hrx::CpuRegistry;
-use hrx::model::VisionParams;
+use hrx::graph::{Graph, NodeId};
+use hrx::hrx::{CpuRegistry, Device, Kernel, Registry};
+use hrx::model::{vision, VisionParams};
 use hrx::quant::DType;
-use hrx::runtime::vision_model::{plan_vision, VisionModel};
+use hrx::runtime::vision_model::{fit_patches, plan_vision, VisionModel};
 use hrx::runtime::RuntimeError;
 use vision_shapes::mmproj::{Mmproj, Random, Shape};
 use vision_shapes::naive;
@@ -114,6 +115,53 @@ fn the_plan_is_made_once_with_no_refusal_and_binds_the_pixels_from_their_buffer(
     assert_eq!(plan.graph.symbols, vec![("n_patches".to_owned(), 48)]);
     // A plan for a size that is not whole merge blocks is refused up front.
     assert!(plan_vision(&params, 47, &CpuRegistry).is_err());
+}
+
+/// The CPU's kernels, planned as for a device that binds at most this many bytes per value
+/// (a GPU's storage-buffer range).
+struct SmallWindows(usize);
+
+impl Registry for SmallWindows {
+    fn device(&self) -> Device {
+        CpuRegistry.device()
+    }
+    fn kernel(&self, graph: &Graph, id: NodeId) -> Option<Kernel> {
+        CpuRegistry.kernel(graph, id)
+    }
+    fn max_value_bytes(&self) -> Option<usize> {
+        Some(self.0)
+    }
+}
+
+fn largest_value(params: &VisionParams, patches: usize) -> usize {
+    vision::build(params, patches).expect("graph").graph.largest_run_value().expect("values").1
+}
+
+/// Issue 11 item 13: a device whose storage-buffer range cannot hold the values of the
+/// budget's largest image gets a plan for the most patches it can hold, not a failure.
+#[test]
+fn a_device_with_small_windows_gets_the_most_patches_it_can_bind() {
+    for s in [shape_a(), shape_b()] {
+        let params = VisionParams::from_gguf(&Mmproj::random(&s, 1).file("random.gguf")).expect("params");
+        let merge = params.merge_patches();
+        let asked = 1000 / merge * merge;
+        // No limit: every patch asked for (whole merge blocks).
+        assert_eq!(fit_patches(&params, 1000, &CpuRegistry).expect("fits"), (asked, None));
+        let whole = largest_value(&params, asked);
+        assert_eq!(fit_patches(&params, 1000, &SmallWindows(whole)).expect("fits"), (asked, None));
+        // A third of the largest value: fewer patches, every value within the limit, and one
+        // more merge block would not be.
+        let limit = whole / 3;
+        let (fitted, why) = fit_patches(&params, 1000, &SmallWindows(limit)).expect("fits");
+        assert!(fitted > 0 && fitted < asked && fitted.is_multiple_of(merge), "{fitted} of {asked}");
+        assert!(largest_value(&params, fitted) <= limit);
+        assert!(largest_value(&params, fitted + merge) > limit);
+        let why = why.expect("a reason");
+        assert_eq!((why.asked, why.bytes, why.max_bytes), (asked, whole, limit));
+        // Not even one merge block: an error at load, naming the limit.
+        let err = fit_patches(&params, 1000, &SmallWindows(8)).expect_err("nothing fits");
+        assert!(err.to_string().contains("more than the 8 bytes"), "{err}");
+    }
 }
 
 fn load_error(edit: impl FnOnce(&mut Mmproj)) -> String {

@@ -167,3 +167,51 @@ fn text_cases_match_hf_without_mapped_device_memory() {
     let backend = Backend::Vulkan(dev);
     check_text(&backend, &oracle, &model, tolerance(&backend, &model));
 }
+
+/// Issue 11 item 13: at HF's 16 MP budget the vision plan holds values (the pixel buffer:
+/// 384 MiB) larger than the storage-buffer range of lavapipe and many ARM GPUs (128 MiB). The
+/// budget is lowered at load to what the device binds, so an image runs instead of every image
+/// failing, and one within both budgets is described exactly as at the 1 MP default.
+#[test]
+fn images_at_the_hf_budget_run_where_the_storage_buffer_range_is_small() {
+    let Some((backend, oracle)) = setup() else { return };
+    let Backend::Vulkan(dev) = &backend else { unreachable!("setup opens a Vulkan device") };
+    let range = dev.info().max_storage_buffer_range as usize;
+    let (model, mmproj, ..) = MODELS[0];
+    let m = oracle.join("models");
+    let load = |max_pixels| {
+        let images = ImageOptions { max_pixels, ..ImageOptions::default() };
+        Describer::load_on(&m.join(model), &m.join(mmproj), options(), images, &backend).expect("models load")
+    };
+    let image = oracle.join("images").join("tie-400x272.png");
+    let describe = |d: &mut Describer| {
+        let encoded = d.encode_file(&image).expect("the image encodes");
+        d.run(std::slice::from_ref(&encoded), "Describe.", None, &config(8), |_| std::ops::ControlFlow::Continue(()))
+            .expect("the description runs")
+            .1
+    };
+    let mut hf = load(PreprocessConfig::HF_MAX_PIXELS);
+    let largest = hf.vision().plan().graph.largest_run_value().expect("values").1;
+    assert!(largest <= range, "the plan holds a value of {largest} bytes, over the range of {range}");
+    let patch = hf.vision().params().patch_size;
+    let full = hrx::model::vision::build(hf.vision().params(), PreprocessConfig::HF_MAX_PIXELS / (patch * patch))
+        .expect("the graph builds")
+        .graph
+        .largest_run_value()
+        .expect("values")
+        .1;
+    if full > range {
+        assert!(hf.max_pixels() < PreprocessConfig::HF_MAX_PIXELS, "the budget was not lowered");
+    } else {
+        assert_eq!(
+            hf.max_pixels(),
+            PreprocessConfig::HF_MAX_PIXELS,
+            "the budget was lowered on a device that holds it"
+        );
+    }
+    let at_hf = describe(&mut hf);
+    let at_default = describe(&mut load(PreprocessConfig::KIOSK_MAX_PIXELS));
+    assert_eq!(at_hf.tokens, at_default.tokens);
+    let err = max_abs_diff(&at_hf.prompt_logits, &at_default.prompt_logits);
+    assert!(err <= 1e-5, "logits differ by {err:.2e} between the two budgets");
+}

@@ -10,7 +10,7 @@ use crate::image::PreprocessConfig;
 use crate::json::Json;
 use crate::model::{TextParams, VisionParams};
 use crate::runtime::text_model::plan_text;
-use crate::runtime::vision_model::plan_vision;
+use crate::runtime::vision_model::{plan_vision, planned_patches};
 use crate::runtime::RuntimeError;
 use std::io::Write;
 
@@ -72,7 +72,7 @@ fn run(mut args: Args, out: &mut dyn Write) -> Result<(), CliError> {
     if let Some(path) = mmproj {
         let file = GgufFile::open(&path)?;
         let vision = VisionParams::from_gguf(&file).map_err(RuntimeError::from)?;
-        let max_patches = max_pixels / (vision.patch_size * vision.patch_size);
+        let max_patches = planned_patches(&vision, max_pixels / (vision.patch_size * vision.patch_size), &*registry)?;
         plans.push(plan_vision(&vision, max_patches, &*registry).map(|p| vec![p]));
     }
     let mut refused = None;

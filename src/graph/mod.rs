@@ -171,6 +171,24 @@ impl Graph {
         (0..self.nodes.len()).map(NodeId).filter(|&n| self.nodes[n.0].inputs.contains(&id)).collect()
     }
 
+    /// The largest value that is not (a window of) a weight, and the bytes it spans at the
+    /// planned maxima: what a device must bind as one window for the graph's run-time values.
+    /// Weights are left out: their size does not follow the planned shapes, and the backends
+    /// split products over weights larger than one window.
+    pub fn largest_run_value(&self) -> Option<(NodeId, usize)> {
+        let is_weight = |mut id: NodeId| {
+            while self.node(id).op.is_layout() {
+                id = self.node(id).inputs[0];
+            }
+            self.value(id).external.is_some_and(|(storage, _)| self.externals[storage.0].is_weight)
+        };
+        (0..self.nodes.len())
+            .map(NodeId)
+            .filter(|&id| !is_weight(id))
+            .map(|id| (id, self.value(id).extent_bytes()))
+            .max_by_key(|&(_, bytes)| bytes)
+    }
+
     pub fn symbol(&mut self, name: &str, max: usize) -> SymId {
         self.symbols.push((name.to_owned(), max));
         SymId(self.symbols.len() - 1)

@@ -223,6 +223,11 @@ pub trait Registry {
     fn group(&self, _graph: &Graph, _group: Group) -> Option<Fusion> {
         None
     }
+    /// The most bytes one value may span where the backend binds each value as one window
+    /// (a GPU's storage-buffer range, less the offset alignment), or None without such a limit.
+    fn max_value_bytes(&self) -> Option<usize> {
+        None
+    }
 }
 
 /// The CPU runs every compute op: the fallback that keeps every graph runnable.

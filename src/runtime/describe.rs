@@ -93,6 +93,19 @@ impl Describer {
         let patch = VisionParams::from_gguf(&file)?.patch_size;
         let max_patches = images.max_pixels / (patch * patch);
         let vision = VisionModel::load_on(file, max_patches, backend)?;
+        // A device that cannot hold the budget's largest image gets a plan for fewer patches
+        // (with a warning): images are resized to what it holds.
+        let mut images = images;
+        let merge = vision.params().merge_patches();
+        if vision.max_patches() < max_patches / merge * merge {
+            images.max_pixels = vision.max_patches() * patch * patch;
+        }
+        if images.max_pixels < images.min_pixels {
+            return Err(RuntimeError::Usage(format!(
+                "this device holds images of at most {} pixels, under the least the processor resizes to ({})",
+                images.max_pixels, images.min_pixels
+            )));
+        }
         if vision.params().wide_width() != text_model.params().wide_width() {
             return Err(RuntimeError::Model(ModelError {
                 file: mmproj.to_owned(),
@@ -191,6 +204,12 @@ impl Describer {
         let ids = chat::tokens(messages, true, tok).map_err(no_token)?;
         let pad = tok.token_id(chat::IMAGE_PAD).ok_or_else(|| no_token(chat::IMAGE_PAD))?;
         Ok((ids, pad))
+    }
+
+    /// The pixel budget images are resized within: the one asked for, or less where the
+    /// device cannot hold it.
+    pub fn max_pixels(&self) -> usize {
+        self.images.max_pixels
     }
 
     /// The limits images are read within.

@@ -27,6 +27,85 @@ pub fn plan_vision(params: &VisionParams, max_patches: usize, registry: &dyn Reg
     Ok(Plan::new(graph, registry)?)
 }
 
+/// Why a vision plan holds fewer patches than asked: at the asked size, its largest run-time
+/// value spans more bytes than the device binds as one window.
+#[derive(Clone, Debug, PartialEq)]
+pub struct PatchLimit {
+    pub asked: usize,
+    /// The node of that value and the bytes it spans.
+    pub value: String,
+    pub bytes: usize,
+    pub max_bytes: usize,
+}
+
+/// The most patches, whole merge blocks and at most `max_patches`, whose vision graph keeps
+/// every run-time value within what `registry`'s device binds as one window
+/// ([`Registry::max_value_bytes`]); and, when that is fewer than asked, why. The sizes come
+/// from the graph itself, so every model shape is fitted by its own largest value.
+pub fn fit_patches(
+    params: &VisionParams,
+    max_patches: usize,
+    registry: &dyn Registry,
+) -> Result<(usize, Option<PatchLimit>), RuntimeError> {
+    let merge = params.merge_patches();
+    let blocks = max_patches / merge;
+    if blocks == 0 {
+        return Err(RuntimeError::Usage(format!(
+            "a vision plan needs room for at least one {0}x{0} merge block",
+            params.merge
+        )));
+    }
+    let Some(max_bytes) = registry.max_value_bytes() else { return Ok((blocks * merge, None)) };
+    let largest = |blocks: usize| -> Result<(String, usize), RuntimeError> {
+        let VisionGraph { graph, .. } = vision::build(params, blocks * merge)?;
+        Ok(graph.largest_run_value().map_or((String::new(), 0), |(id, bytes)| (graph.node(id).name.clone(), bytes)))
+    };
+    let (value, bytes) = largest(blocks)?;
+    if bytes <= max_bytes {
+        return Ok((blocks * merge, None));
+    }
+    // Every run-time value grows with the patches: bisect for the most blocks that fit.
+    let (mut fits, mut fails) = (0, blocks);
+    while fails - fits > 1 {
+        let mid = fits + (fails - fits) / 2;
+        if largest(mid)?.1 <= max_bytes {
+            fits = mid;
+        } else {
+            fails = mid;
+        }
+    }
+    if fits == 0 {
+        return Err(RuntimeError::Usage(format!(
+            "the vision graph of one {0}x{0} merge block holds a value of more than the {max_bytes} bytes the device binds at once",
+            params.merge
+        )));
+    }
+    Ok((fits * merge, Some(PatchLimit { asked: blocks * merge, value, bytes, max_bytes })))
+}
+
+/// [`fit_patches`], with a warning where the device holds fewer patches than asked: the
+/// patches to plan for.
+pub fn planned_patches(
+    params: &VisionParams,
+    max_patches: usize,
+    registry: &dyn Registry,
+) -> Result<usize, RuntimeError> {
+    let (fitted, limit) = fit_patches(params, max_patches, registry)?;
+    if let Some(l) = limit {
+        let pixels = |patches: usize| patches * params.patch_size * params.patch_size;
+        log::warn!(
+            "the vision plan for images of {} pixels ({} patches) holds a value of {} bytes ({}), more than the {} this device binds at once: images are resized to at most {} pixels ({fitted} patches) instead",
+            pixels(l.asked),
+            l.asked,
+            l.bytes,
+            l.value,
+            l.max_bytes,
+            pixels(fitted)
+        );
+    }
+    Ok(fitted)
+}
+
 impl VisionModel {
     /// Opens an mmproj file and plans its encoder on the CPU with `kernels` for images of up to
     /// `max_patches` patches (rounded down to whole merge blocks).
@@ -34,16 +113,12 @@ impl VisionModel {
         Self::load_on(Arc::new(GgufFile::open(path)?), max_patches, &Backend::Cpu(kernels))
     }
 
-    /// On `backend`: planned for its registry, weights bound (uploaded) once.
+    /// On `backend`: planned for its registry, weights bound (uploaded) once. Where the
+    /// device cannot bind the values of `max_patches` patches ([`fit_patches`]), the plan is
+    /// for the most it can, with a warning: [`VisionModel::max_patches`] says how many.
     pub fn load_on(file: Arc<GgufFile>, max_patches: usize, backend: &Backend) -> Result<VisionModel, RuntimeError> {
         let params = VisionParams::from_gguf(&file)?;
-        let max_patches = max_patches / params.merge_patches() * params.merge_patches();
-        if max_patches == 0 {
-            return Err(RuntimeError::Usage(format!(
-                "a vision plan needs room for at least one {0}x{0} merge block",
-                params.merge
-            )));
-        }
+        let max_patches = planned_patches(&params, max_patches, &*backend.registry())?;
         let VisionGraph { graph, .. } = vision::build(&params, max_patches)?;
         let (backend, exec) = loader::load(&[graph], backend, &[file])?;
         Ok(VisionModel { params, max_patches, backend, exec, plan: PlanId(0) })

@@ -140,6 +140,9 @@ pub fn read_request<G>(
     }
     let mut body = buf.split_off(head_len);
     body.truncate(length);
+    // The whole body at once (its bytes are within the budget): growing it by doubling held
+    // up to 1.5 times its length while it moved, past the budget.
+    body.reserve_exact(length - body.len());
     while body.len() < length {
         read_some(stream, &mut body, deadline, limits.io_timeout)?;
         body.truncate(length);

@@ -87,6 +87,12 @@ impl Registry for VulkanRegistry {
         Device::Gpu
     }
 
+    /// A value is bound as a window starting at its offset aligned down (executor.rs,
+    /// `bind_window`), so it may take the range less one alignment.
+    fn max_value_bytes(&self) -> Option<usize> {
+        usize::try_from(self.max_range.saturating_sub(self.align)).ok()
+    }
+
     fn kernel(&self, graph: &Graph, id: NodeId) -> Option<Kernel> {
         let node = graph.node(id);
         if node.op.is_layout() || node.op == Op::External {
