@@ -383,6 +383,35 @@ fn every_bad_request_gets_a_json_error_with_its_status() {
     assert_eq!(server.get("/health").0, 200);
 }
 
+#[test]
+fn max_tokens_past_the_servers_cap_is_refused_naming_it() {
+    let Some(oracle) = common::oracle() else { return };
+    let server = Server::start(&oracle.join("models/tiny"), &["--max-tokens-cap", "8", "-n", "4"]);
+    let ask = |n: usize| {
+        server.post(
+            "/v1/chat/completions",
+            &format!(r#"{{"messages":[{{"role":"user","content":"hi"}}],"max_tokens":{n}}}"#),
+        )
+    };
+    let (status, body) = ask(9);
+    let message = string(&json(&body), &["error", "message"]);
+    assert_eq!(status, 400, "{body}");
+    assert!(message.contains("cap of 8") && message.contains("--max-tokens-cap"), "{message}");
+    let (status, body) = ask(8);
+    assert_eq!(status, 200, "{body}");
+    assert!(number(&json(&body), &["usage", "completion_tokens"]) <= 8.0, "{body}");
+    // A default answer longer than the cap is a usage error at start.
+    let (m, mm) =
+        (oracle.join("models/tiny/qwen3vl-tiny-F16.gguf"), oracle.join("models/tiny/mmproj-qwen3vl-tiny-F16.gguf"));
+    let out = Command::new(env!("CARGO_BIN_EXE_hrx"))
+        .args(["serve", "-m", m.to_str().unwrap(), "--mmproj", mm.to_str().unwrap()])
+        .args(["--max-tokens-cap", "8", "-n", "9", "--port", "0"])
+        .output()
+        .unwrap();
+    assert_eq!(out.status.code(), Some(2), "{}", String::from_utf8_lossy(&out.stderr));
+    assert!(String::from_utf8_lossy(&out.stderr).contains("--max-tokens-cap 8"));
+}
+
 /// "the context holds N tokens and M are needed": (N, M).
 fn context_numbers(message: &str) -> (f64, f64) {
     let numbers: Vec<f64> = message.split(|c: char| !c.is_ascii_digit()).filter_map(|w| w.parse().ok()).collect();

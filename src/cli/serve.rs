@@ -28,6 +28,9 @@ fn help() -> String {
         MEMORY_BUDGET.help(
             "MiB that chat requests in flight may hold together: bodies from their head on, decoded images (default 2048); past it, 503 with Retry-After before the body is read",
         ),
+        MAX_TOKENS_CAP.help(format!(
+            "the most tokens a request's max_tokens may ask for (default {DEFAULT_MAX_TOKENS_CAP}); more: 400 naming this cap"
+        )),
     ];
     options.extend(DescriberFlags::help());
     Help {
@@ -38,7 +41,8 @@ fn help() -> String {
                 \x20 POST /v1/chat/completions  OpenAI's chat format: system/user/assistant messages whose\n\
                 \x20                            content is a string or parts {\"type\":\"text\"} and\n\
                 \x20                            {\"type\":\"image_url\",\"image_url\":{\"url\":\"data:image/png;base64,...\"}};\n\
-                \x20                            max_tokens, temperature, top_p, top_k, seed, stop;\n\
+                \x20                            max_tokens (at most --max-tokens-cap), temperature, top_p,\n\
+                \x20                            top_k, seed, stop (what a request leaves out: the flags);\n\
                 \x20                            \"stream\": true for server-sent events ending with [DONE]\n\
                 \x20 GET /v1/models             the model's name\n\
                 \x20 GET /health                {\"status\":\"ok\"}\n\
@@ -68,6 +72,9 @@ const HEAD_TIMEOUT: Flag = Flag { names: &["--head-timeout"], value: "SECONDS" }
 const QUEUE: Flag = Flag { names: &["--queue"], value: "N" };
 const QUEUE_WAIT: Flag = Flag { names: &["--queue-wait"], value: "SECONDS" };
 const MEMORY_BUDGET: Flag = Flag { names: &["--memory-budget"], value: "MIB" };
+const MAX_TOKENS_CAP: Flag = Flag { names: &["--max-tokens-cap"], value: "N" };
+/// `--max-tokens-cap`'s default: a long answer, far short of filling a default context.
+const DEFAULT_MAX_TOKENS_CAP: usize = 2048;
 
 pub const COMMAND: Command = Command { name: "serve", summary: "serve an OpenAI-compatible chat API", help, run };
 
@@ -104,9 +111,16 @@ fn run(mut args: Args, out: &mut dyn Write) -> Result<(), CliError> {
         memory_budget,
         ..defaults
     };
+    let max_tokens: usize = MAX_TOKENS_CAP.parse(&mut args)?.unwrap_or(DEFAULT_MAX_TOKENS_CAP);
     let flags = DescriberFlags::parse(&mut args)?;
     if !args.finish()?.is_empty() {
         return Err(CliError::usage("serve takes no positional arguments"));
+    }
+    if max_tokens == 0 || flags.config.max_new_tokens > max_tokens {
+        return Err(CliError::usage(format!(
+            "--max-tokens-cap {max_tokens}: must be at least 1 and at least the default answer length ({} tokens, -n)",
+            flags.config.max_new_tokens
+        )));
     }
     let describer = flags.load()?;
     let listener =
@@ -114,6 +128,9 @@ fn run(mut args: Args, out: &mut dyn Write) -> Result<(), CliError> {
     let addr = listener.local_addr()?;
     writeln!(out, "hrx serve: listening on http://{addr} (model {})", flags.name)?;
     out.flush()?;
-    crate::serve::serve(listener, Arc::new(App::new(describer, flags.config, flags.name, file_folders, limits)));
+    crate::serve::serve(
+        listener,
+        Arc::new(App::new(describer, flags.config, max_tokens, flags.name, file_folders, limits)),
+    );
     Ok(())
 }

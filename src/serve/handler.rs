@@ -22,6 +22,8 @@ pub struct App {
     pub describer: Mutex<Describer>,
     /// Generation settings of requests that do not set them.
     pub defaults: GenerateConfig,
+    /// The most tokens a request may ask for (`max_tokens`; --max-tokens-cap).
+    pub max_tokens: usize,
     pub model_name: String,
     /// Folders (canonical) whose image files `file://` URLs may name; none: file URLs are off.
     pub file_folders: Vec<PathBuf>,
@@ -46,6 +48,7 @@ impl App {
     pub fn new(
         describer: Describer,
         defaults: GenerateConfig,
+        max_tokens: usize,
         model_name: String,
         file_folders: Vec<PathBuf>,
         limits: http::Limits,
@@ -53,6 +56,7 @@ impl App {
         App {
             describer: Mutex::new(describer),
             defaults,
+            max_tokens,
             model_name,
             file_folders,
             limits,
@@ -152,7 +156,8 @@ impl App {
                 Ok(200)
             }
             _ => {
-                let chat = openai::parse_chat(&request.body, &self.defaults, !self.file_folders.is_empty())?;
+                let chat =
+                    openai::parse_chat(&request.body, &self.defaults, self.max_tokens, !self.file_folders.is_empty())?;
                 let _turn = self.turns.take().map_err(|r| self.refusal(r))?;
                 self.chat(chat, stream)
             }

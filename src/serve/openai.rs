@@ -32,8 +32,13 @@ fn bad(message: impl Into<String>) -> HttpError {
     HttpError::new(400, message)
 }
 
-/// Reads a `POST /v1/chat/completions` body.
-pub fn parse_chat(body: &[u8], defaults: &GenerateConfig, allow_files: bool) -> Result<ChatRequest, HttpError> {
+/// Reads a `POST /v1/chat/completions` body; `max_tokens`: the most a request may ask for.
+pub fn parse_chat(
+    body: &[u8],
+    defaults: &GenerateConfig,
+    max_tokens: usize,
+    allow_files: bool,
+) -> Result<ChatRequest, HttpError> {
     let text = std::str::from_utf8(body).map_err(|_| bad("the request body is not UTF-8"))?;
     let value = json::parse_untrusted(text, 32).map_err(|e| bad(format!("the request body is not valid JSON: {e}")))?;
     let root: &Object = value.get().ok_or_else(|| bad("the request body must be a JSON object"))?;
@@ -48,7 +53,13 @@ pub fn parse_chat(body: &[u8], defaults: &GenerateConfig, allow_files: bool) -> 
 
     let mut config = defaults.clone();
     if let Some(n) = field("max_completion_tokens").or_else(|| field("max_tokens")) {
-        config.max_new_tokens = integer(n, "max_tokens", 1.0, 1e9)? as usize;
+        let n = integer(n, "max_tokens", 1.0, 1e9)? as usize;
+        if n > max_tokens {
+            return Err(bad(format!(
+                "max_tokens {n} is over this server's cap of {max_tokens} (hrx serve --max-tokens-cap)"
+            )));
+        }
+        config.max_new_tokens = n;
     }
     if let Some(t) = field("temperature") {
         config.sampler.temperature = number(t, "temperature", 0.0, 100.0)? as f32;
@@ -279,7 +290,7 @@ mod tests {
             {"role":"user","content":[{"type":"text","text":"And "},{"type":"image_url","image_url":"data:;base64,aGk="}]}],
             "max_tokens":7,"temperature":0.5,"top_p":0.9,"top_k":5,"seed":-1,"stop":["\n"],"stream":true,
             "stream_options":{"include_usage":true},"presence_penalty":0}"#;
-        let r = parse_chat(body, &defaults(), false).unwrap();
+        let r = parse_chat(body, &defaults(), 4096, false).unwrap();
         assert_eq!(r.messages.len(), 4);
         assert_eq!(r.messages[1].content, vec![Content::Image, Content::Text("What?".into())]);
         assert_eq!(r.messages[3].content, vec![Content::Text("And ".into()), Content::Image]);
@@ -307,14 +318,14 @@ mod tests {
             (b"\xff", "UTF-8"),
         ];
         for (body, want) in cases {
-            let e = parse_chat(body, &defaults(), false).unwrap_err();
+            let e = parse_chat(body, &defaults(), 4096, false).unwrap_err();
             assert!(e.status == 400 && e.message.contains(want), "{}: {}", String::from_utf8_lossy(body), e.message);
         }
         let many = format!(
             "{{\"messages\":[{{\"role\":\"user\",\"content\":[{}]}}]}}",
             vec![r#"{"type":"image_url","image_url":{"url":"data:;base64,aGk="}}"#; MAX_IMAGES + 1].join(",")
         );
-        assert!(parse_chat(many.as_bytes(), &defaults(), false).unwrap_err().message.contains("at most"));
+        assert!(parse_chat(many.as_bytes(), &defaults(), 4096, false).unwrap_err().message.contains("at most"));
     }
 
     #[test]
