@@ -58,6 +58,10 @@ impl Server {
         server
     }
 
+    fn raw_response(&self, request: &[u8]) -> String {
+        raw_response(&self.addr, request)
+    }
+
     fn raw(&self, request: &[u8]) -> (u16, String) {
         raw(&self.addr, request)
     }
@@ -412,6 +416,59 @@ fn max_tokens_past_the_servers_cap_is_refused_naming_it() {
     assert!(String::from_utf8_lossy(&out.stderr).contains("--max-tokens-cap 8"));
 }
 
+#[test]
+fn pages_of_an_allowed_origin_get_cors_headers_and_preflights() {
+    let Some(oracle) = common::oracle() else { return };
+    let server = Server::start(&oracle.join("models/tiny"), &["--cors-origin", "http://kiosk.local:8000", "-n", "2"]);
+    let allowed = "Access-Control-Allow-Origin: http://kiosk.local:8000\r\n";
+    let preflight = |origin: &str| {
+        server.raw_response(
+            format!("OPTIONS /v1/chat/completions HTTP/1.1\r\nOrigin: {origin}\r\nAccess-Control-Request-Method: POST\r\n\r\n")
+                .as_bytes(),
+        )
+    };
+    let ok = preflight("http://kiosk.local:8000");
+    assert!(ok.starts_with("HTTP/1.1 204"), "{ok}");
+    assert!(ok.contains(allowed) && ok.contains("Access-Control-Allow-Methods: POST, OPTIONS"), "{ok}");
+    assert!(ok.contains("Access-Control-Allow-Headers: Content-Type"), "{ok}");
+    // Another origin: the preflight says what the endpoint takes, and allows nothing.
+    let other = preflight("http://elsewhere.example");
+    assert!(other.starts_with("HTTP/1.1 204") && !other.contains("Access-Control"), "{other}");
+    // The answers themselves carry the header for the allowed origin only: plain, error, chat.
+    let get =
+        |origin: &str| server.raw_response(format!("GET /health HTTP/1.1\r\nOrigin: {origin}\r\n\r\n").as_bytes());
+    assert!(get("http://kiosk.local:8000").contains(allowed));
+    assert!(!get("http://elsewhere.example").contains("Access-Control"));
+    let missing = server.raw_response(b"GET /v1/nothing HTTP/1.1\r\nOrigin: http://kiosk.local:8000\r\n\r\n");
+    assert!(missing.starts_with("HTTP/1.1 404") && missing.contains(allowed), "{missing}");
+    for stream in [false, true] {
+        let body = format!(r#"{{"messages":[{{"role":"user","content":"hi"}}],"stream":{stream}}}"#);
+        let request = format!(
+            "POST /v1/chat/completions HTTP/1.1\r\nOrigin: http://kiosk.local:8000\r\nContent-Type: application/json\r\nContent-Length: {}\r\n\r\n{body}",
+            body.len()
+        );
+        let answer = server.raw_response(request.as_bytes());
+        assert!(answer.starts_with("HTTP/1.1 200") && answer.contains(allowed), "{answer}");
+    }
+    // An origin is scheme://host[:port]: anything else is a usage error at start.
+    let (m, mm) =
+        (oracle.join("models/tiny/qwen3vl-tiny-F16.gguf"), oracle.join("models/tiny/mmproj-qwen3vl-tiny-F16.gguf"));
+    let out = Command::new(env!("CARGO_BIN_EXE_hrx"))
+        .args([
+            "serve",
+            "-m",
+            m.to_str().unwrap(),
+            "--mmproj",
+            mm.to_str().unwrap(),
+            "--cors-origin",
+            "kiosk.local/app",
+        ])
+        .output()
+        .unwrap();
+    assert_eq!(out.status.code(), Some(2), "{}", String::from_utf8_lossy(&out.stderr));
+    assert!(String::from_utf8_lossy(&out.stderr).contains("--cors-origin kiosk.local/app"));
+}
+
 /// "the context holds N tokens and M are needed": (N, M).
 fn context_numbers(message: &str) -> (f64, f64) {
     let numbers: Vec<f64> = message.split(|c: char| !c.is_ascii_digit()).filter_map(|w| w.parse().ok()).collect();
@@ -467,7 +524,7 @@ fn a_client_that_hangs_up_stops_its_generation() {
     // after a moment (streaming or not): the server notices, stops generating, and says so in
     // its log (499, the tokens made); the model is free for the next request at once.
     let Some(oracle) = common::oracle() else { return };
-    let server = Server::start(&oracle.join("models/tiny"), &["--ctx", "32768"]);
+    let server = Server::start(&oracle.join("models/tiny"), &["--ctx", "32768", "--max-tokens-cap", "1000000"]);
     for (n, stream) in [(1, false), (2, true)] {
         let body = format!(
             r#"{{"messages":[{{"role":"user","content":"hang up {n}"}}],"max_tokens":1000000,"stream":{stream}}}"#

@@ -31,6 +31,9 @@ fn help() -> String {
         MAX_TOKENS_CAP.help(format!(
             "the most tokens a request's max_tokens may ask for (default {DEFAULT_MAX_TOKENS_CAP}); more: 400 naming this cap"
         )),
+        CORS_ORIGIN.help(
+            "let pages of ORIGIN (scheme://host[:port], or * for any) call the API from a browser: CORS headers and OPTIONS preflights (repeatable; default none)",
+        ),
     ];
     options.extend(DescriberFlags::help());
     Help {
@@ -46,6 +49,7 @@ fn help() -> String {
                 \x20                            \"stream\": true for server-sent events ending with [DONE]\n\
                 \x20 GET /v1/models             the model's name\n\
                 \x20 GET /health                {\"status\":\"ok\"}\n\
+                \x20 OPTIONS on each            a browser's preflight (CORS headers for --cors-origin pages)\n\
                 \x20 GET /metrics               Prometheus text: requests by outcome, queue depth, model\n\
                 \x20                            busy time, memory held by requests\n\
                 One request runs at a time; the others wait their turn in arrival order (--queue,\n\
@@ -73,6 +77,7 @@ const QUEUE: Flag = Flag { names: &["--queue"], value: "N" };
 const QUEUE_WAIT: Flag = Flag { names: &["--queue-wait"], value: "SECONDS" };
 const MEMORY_BUDGET: Flag = Flag { names: &["--memory-budget"], value: "MIB" };
 const MAX_TOKENS_CAP: Flag = Flag { names: &["--max-tokens-cap"], value: "N" };
+const CORS_ORIGIN: Flag = Flag { names: &["--cors-origin"], value: "ORIGIN" };
 /// `--max-tokens-cap`'s default: a long answer, far short of filling a default context.
 const DEFAULT_MAX_TOKENS_CAP: usize = 2048;
 
@@ -112,6 +117,12 @@ fn run(mut args: Args, out: &mut dyn Write) -> Result<(), CliError> {
         ..defaults
     };
     let max_tokens: usize = MAX_TOKENS_CAP.parse(&mut args)?.unwrap_or(DEFAULT_MAX_TOKENS_CAP);
+    let cors_origins = CORS_ORIGIN.strings(&mut args)?;
+    if let Some(bad) = cors_origins.iter().find(|o| !is_origin(o)) {
+        return Err(CliError::usage(format!(
+            "--cors-origin {bad}: not an origin (scheme://host[:port], as a browser sends it, or *)"
+        )));
+    }
     let flags = DescriberFlags::parse(&mut args)?;
     if !args.finish()?.is_empty() {
         return Err(CliError::usage("serve takes no positional arguments"));
@@ -130,7 +141,16 @@ fn run(mut args: Args, out: &mut dyn Write) -> Result<(), CliError> {
     out.flush()?;
     crate::serve::serve(
         listener,
-        Arc::new(App::new(describer, flags.config, max_tokens, flags.name, file_folders, limits)),
+        Arc::new(App::new(describer, flags.config, max_tokens, cors_origins, flags.name, file_folders, limits)),
     );
     Ok(())
+}
+
+/// `*`, or an origin as a browser's `Origin` header gives it: http(s)://host[:port], no path.
+fn is_origin(origin: &str) -> bool {
+    let rest = origin.strip_prefix("http://").or_else(|| origin.strip_prefix("https://"));
+    origin == "*"
+        || rest.is_some_and(|host| {
+            !host.is_empty() && host.bytes().all(|b| b.is_ascii_alphanumeric() || b".-:[]".contains(&b))
+        })
 }

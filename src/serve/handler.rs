@@ -24,6 +24,8 @@ pub struct App {
     pub defaults: GenerateConfig,
     /// The most tokens a request may ask for (`max_tokens`; --max-tokens-cap).
     pub max_tokens: usize,
+    /// Origins whose pages may call the API from a browser (`--cors-origin`; `*`: any).
+    pub cors_origins: Vec<String>,
     pub model_name: String,
     /// Folders (canonical) whose image files `file://` URLs may name; none: file URLs are off.
     pub file_folders: Vec<PathBuf>,
@@ -49,6 +51,7 @@ impl App {
         describer: Describer,
         defaults: GenerateConfig,
         max_tokens: usize,
+        cors_origins: Vec<String>,
         model_name: String,
         file_folders: Vec<PathBuf>,
         limits: http::Limits,
@@ -57,6 +60,7 @@ impl App {
             describer: Mutex::new(describer),
             defaults,
             max_tokens,
+            cors_origins,
             model_name,
             file_folders,
             limits,
@@ -78,22 +82,23 @@ impl App {
             }
             self.reserve(body_bytes(head.length), "its body and what parsing it makes").map(Some)
         };
-        let (line, result) = match http::read_request(&mut stream, &self.limits, accepted, admit) {
+        let (line, cors, result) = match http::read_request(&mut stream, &self.limits, accepted, admit) {
             Ok((request, _body)) => {
-                let result = self.route(&request, &mut stream);
+                let cors = self.cors(request.origin.as_deref());
+                let result = self.route(&request, &mut stream, &cors);
                 if request.path == CHAT {
                     self.count(&result);
                 }
-                (format!("{} {}", request.method, request.path), result)
+                (format!("{} {}", request.method, request.path), cors, result)
             }
-            Err(e) => ("-".into(), Err(e)),
+            Err(e) => ("-".into(), String::new(), Err(e)),
         };
         let outcome = match result {
             Ok(status) => Outcome { line, status, reason: None },
             Err(e) => {
                 // A client that hung up is not answered: there is nobody to read it.
                 if e.status != CLIENT_GONE {
-                    send_error(&mut stream, &e);
+                    send_error(&mut stream, &e, &cors);
                 }
                 Outcome { line, status: e.status, reason: Some(e.message) }
             }
@@ -130,8 +135,21 @@ impl App {
         }
     }
 
-    /// Answers a request, or says what is wrong with it (before anything was sent).
-    fn route(&self, request: &Request, stream: &mut TcpStream) -> Result<u16, HttpError> {
+    /// The CORS header lines of every response to a browser's page at `origin`: the origin
+    /// allowed where --cors-origin names it (or `*`), else none (the browser then keeps the
+    /// answer from the page).
+    fn cors(&self, origin: Option<&str>) -> String {
+        let Some(origin) = origin else { return String::new() };
+        match self.cors_origins.iter().find(|o| *o == "*" || o.eq_ignore_ascii_case(origin)) {
+            Some(o) if o == "*" => "Access-Control-Allow-Origin: *\r\n".to_owned(),
+            Some(o) => format!("Access-Control-Allow-Origin: {o}\r\nVary: Origin\r\n"),
+            None => String::new(),
+        }
+    }
+
+    /// Answers a request, or says what is wrong with it (before anything was sent); `cors`:
+    /// header lines every response carries.
+    fn route(&self, request: &Request, stream: &mut TcpStream, cors: &str) -> Result<u16, HttpError> {
         let allowed = match request.path.as_str() {
             "/health" | "/v1/models" | "/metrics" => "GET",
             CHAT => "POST",
@@ -144,22 +162,35 @@ impl App {
                 ))
             }
         };
+        if request.method == "OPTIONS" {
+            // A browser's preflight: what the endpoint takes and, for an allowed origin, that
+            // its page may send it (with a JSON body).
+            let mut headers = format!("Allow: {allowed}, OPTIONS\r\n");
+            if !cors.is_empty() {
+                headers += cors;
+                headers += &format!(
+                    "Access-Control-Allow-Methods: {allowed}, OPTIONS\r\nAccess-Control-Allow-Headers: Content-Type, Authorization\r\nAccess-Control-Max-Age: 600\r\n"
+                );
+            }
+            let _ = http::write_response(stream, 204, "text/plain", &headers, b"");
+            return Ok(204);
+        }
         if request.method != allowed {
             return Err(HttpError::new(405, format!("{} takes {allowed}, not {}", request.path, request.method)));
         }
         match request.path.as_str() {
-            "/health" => send_json(stream, 200, &Json::obj([("status", Json::str("ok"))])),
-            "/v1/models" => send_json(stream, 200, &openai::models(&self.model_name)),
+            "/health" => send_json(stream, 200, &Json::obj([("status", Json::str("ok"))]), cors),
+            "/v1/models" => send_json(stream, 200, &openai::models(&self.model_name), cors),
             "/metrics" => {
                 let text = admission::metrics(&self.turns, &self.budget, &self.counters);
-                let _ = http::write_response(stream, 200, "text/plain; version=0.0.4", "", text.as_bytes());
+                let _ = http::write_response(stream, 200, "text/plain; version=0.0.4", cors, text.as_bytes());
                 Ok(200)
             }
             _ => {
                 let chat =
                     openai::parse_chat(&request.body, &self.defaults, self.max_tokens, !self.file_folders.is_empty())?;
                 let _turn = self.turns.take().map_err(|r| self.refusal(r))?;
-                self.chat(chat, stream)
+                self.chat(chat, stream, cors)
             }
         }
     }
@@ -185,7 +216,7 @@ impl App {
         HttpError::new(503, message).with_retry_after(1)
     }
 
-    fn chat(&self, chat: ChatRequest, stream: &mut TcpStream) -> Result<u16, HttpError> {
+    fn chat(&self, chat: ChatRequest, stream: &mut TcpStream, cors: &str) -> Result<u16, HttpError> {
         let n = self.requests.fetch_add(1, Ordering::Relaxed);
         let created = SystemTime::now().duration_since(UNIX_EPOCH).map_or(0, |d| d.as_secs());
         let reply = Reply { id: format!("chatcmpl-{created:x}{n:04x}"), created, model: &self.model_name };
@@ -220,9 +251,9 @@ impl App {
                 return Err(gone(g.tokens.len()));
             }
             let answer = reply.completion(&g.text, g.stop, ids.len(), g.tokens.len());
-            return send_json(stream, 200, &answer);
+            return send_json(stream, 200, &answer, cors);
         }
-        let mut events = EventStream::new(stream);
+        let mut events = EventStream::new(stream, cors);
         let mut hang_up = HangUp::default();
         let result = d.run_messages(&chat.messages, &images, &chat.config, |text| {
             if !events.started() {
@@ -354,16 +385,17 @@ fn runtime(e: RuntimeError) -> HttpError {
     HttpError::new(status, e.to_string())
 }
 
-fn send_json(stream: &mut TcpStream, status: u16, body: &Json) -> Result<u16, HttpError> {
+/// `headers`: more header lines (each ending in CRLF), as for every answer below.
+fn send_json(stream: &mut TcpStream, status: u16, body: &Json, headers: &str) -> Result<u16, HttpError> {
     // A client gone before its answer is written is not an error to anyone.
-    let _ = http::write_response(stream, status, "application/json", "", body.to_string_compact().as_bytes());
+    let _ = http::write_response(stream, status, "application/json", headers, body.to_string_compact().as_bytes());
     Ok(status)
 }
 
-pub fn send_error(stream: &mut TcpStream, e: &HttpError) {
+pub fn send_error(stream: &mut TcpStream, e: &HttpError, headers: &str) {
     let mut headers = match e.status {
-        405 => "Allow: GET, POST\r\n".to_owned(),
-        _ => String::new(),
+        405 => format!("Allow: GET, POST, OPTIONS\r\n{headers}"),
+        _ => headers.to_owned(),
     };
     if let Some(seconds) = e.retry_after {
         headers += &format!("Retry-After: {seconds}\r\n");

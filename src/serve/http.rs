@@ -52,6 +52,8 @@ pub struct Request {
     pub method: String,
     /// The path without its query string.
     pub path: String,
+    /// The `Origin` header of a browser's request, if any.
+    pub origin: Option<String>,
     pub body: Vec<u8>,
 }
 
@@ -77,6 +79,7 @@ impl HttpError {
 pub fn reason(status: u16) -> &'static str {
     match status {
         200 => "OK",
+        204 => "No Content",
         400 => "Bad Request",
         404 => "Not Found",
         405 => "Method Not Allowed",
@@ -113,7 +116,7 @@ pub fn read_request<G>(
     stream.set_write_timeout(Some(limits.io_timeout)).map_err(internal)?;
     let mut buf = Vec::with_capacity(4096);
     let too_big = || HttpError::new(431, format!("the request head is over {MAX_HEAD_BYTES} bytes"));
-    let (head_len, method, path, length, expect_continue) = loop {
+    let (head_len, method, path, origin, length, expect_continue) = loop {
         read_some(stream, &mut buf, head_deadline, limits.io_timeout)?;
         let mut headers = [httparse::EMPTY_HEADER; MAX_HEADERS];
         let mut req = httparse::Request::new(&mut headers);
@@ -126,7 +129,13 @@ pub fn read_request<G>(
                 let path = req.path.unwrap_or_default();
                 let path = path.split_once('?').map_or(path, |(p, _)| p).to_owned();
                 let (length, expect_continue) = body_headers(req.headers, &method, limits)?;
-                break (n, method, path, length, expect_continue);
+                let origin = req
+                    .headers
+                    .iter()
+                    .find(|h| h.name.eq_ignore_ascii_case("origin"))
+                    .and_then(|h| std::str::from_utf8(h.value).ok())
+                    .map(|v| v.trim().to_owned());
+                break (n, method, path, origin, length, expect_continue);
             }
             Err(httparse::Error::TooManyHeaders) => {
                 return Err(HttpError::new(431, format!("the request has over {MAX_HEADERS} headers")))
@@ -147,7 +156,7 @@ pub fn read_request<G>(
         read_some(stream, &mut body, deadline, limits.io_timeout)?;
         body.truncate(length);
     }
-    Ok((Request { method, path, body }, admitted))
+    Ok((Request { method, path, origin, body }, admitted))
 }
 
 /// The body's length from the headers, and whether the client waits for `100 Continue`.
@@ -293,13 +302,15 @@ impl HangUp {
 /// write (a client that went away) silences the rest.
 pub struct EventStream<'a> {
     stream: &'a mut TcpStream,
+    headers: &'a str,
     started: bool,
     failed: bool,
 }
 
 impl<'a> EventStream<'a> {
-    pub fn new(stream: &'a mut TcpStream) -> Self {
-        EventStream { stream, started: false, failed: false }
+    /// `headers`: more header lines of the response (each ending in CRLF).
+    pub fn new(stream: &'a mut TcpStream, headers: &'a str) -> Self {
+        EventStream { stream, headers, started: false, failed: false }
     }
 
     pub fn started(&self) -> bool {
@@ -324,7 +335,11 @@ impl<'a> EventStream<'a> {
         let mut bytes = Vec::with_capacity(data.len() + 160);
         if !self.started {
             self.started = true;
-            bytes.extend_from_slice(b"HTTP/1.1 200 OK\r\nContent-Type: text/event-stream\r\nCache-Control: no-cache\r\nConnection: close\r\n\r\n");
+            bytes.extend_from_slice(
+                b"HTTP/1.1 200 OK\r\nContent-Type: text/event-stream\r\nCache-Control: no-cache\r\n",
+            );
+            bytes.extend_from_slice(self.headers.as_bytes());
+            bytes.extend_from_slice(b"Connection: close\r\n\r\n");
         }
         bytes.extend_from_slice(b"data: ");
         bytes.extend_from_slice(data.as_bytes());

@@ -119,5 +119,5 @@ impl Drop for Slot {
 fn refuse(stream: &mut TcpStream, max_open: usize) {
     let _ = stream.set_write_timeout(Some(Duration::from_secs(1)));
     let e = http::HttpError::new(503, format!("hrx serve has {max_open} connections open; try again"));
-    handler::send_error(stream, &e.with_retry_after(1));
+    handler::send_error(stream, &e.with_retry_after(1), "");
 }
