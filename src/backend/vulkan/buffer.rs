@@ -63,8 +63,7 @@ impl Device {
         let req = memory::requirements(&shared.raw, raw);
         let picked = memory::pick_type(&shared.memory_props, req.memory_type_bits, location, shared.map_device_memory);
         // Inputs are few and small: each gets memory of its own, sized to it, not a 256 MiB
-        // block of the memory the host maps on the device (that heap may be a 256 MiB BAR; loads
-        // that put 470 MiB of KV caches there by mistake took 25-36 s on the H200).
+        // block of the memory the host maps on the device (that heap may be a 256 MiB BAR).
         let own = location == Location::Input;
         let allocated =
             picked.map(|(type_index, map)| shared.allocator().allocate(&shared.raw, req, type_index, map, own, what));

@@ -133,18 +133,15 @@ impl Allocator {
                 }
             }
         }
-        let allocate = |size: u64| {
-            let info = vk::MemoryAllocateInfo::default().allocation_size(size).memory_type_index(type_index);
-            // SAFETY: a valid allocate info for a memory type of this device.
-            unsafe { raw.allocate_memory(&info, None) }.map_err(|e| match e {
-                vk::Result::ERROR_OUT_OF_DEVICE_MEMORY
-                | vk::Result::ERROR_OUT_OF_HOST_MEMORY
-                | vk::Result::ERROR_TOO_MANY_OBJECTS => VkError::OutOfMemory { what: what.to_owned(), bytes: size },
-                e => VkError::from_call("vkAllocateMemory", e),
-            })
-        };
         let size = if dedicated { req.size } else { self.block_size };
-        let memory = allocate(size)?;
+        let info = vk::MemoryAllocateInfo::default().allocation_size(size).memory_type_index(type_index);
+        // SAFETY: a valid allocate info for a memory type of this device.
+        let memory = unsafe { raw.allocate_memory(&info, None) }.map_err(|e| match e {
+            vk::Result::ERROR_OUT_OF_DEVICE_MEMORY
+            | vk::Result::ERROR_OUT_OF_HOST_MEMORY
+            | vk::Result::ERROR_TOO_MANY_OBJECTS => VkError::OutOfMemory { what: what.to_owned(), bytes: size },
+            e => VkError::from_call("vkAllocateMemory", e),
+        })?;
         let mapped = if map {
             // SAFETY: host-visible memory just allocated, mapped whole, once.
             match unsafe { raw.map_memory(memory, 0, vk::WHOLE_SIZE, vk::MemoryMapFlags::empty()) } {
