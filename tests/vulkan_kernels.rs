@@ -997,6 +997,17 @@ impl AttnCase {
     }
 }
 
+/// The split attention kernels whose heads hold `d` values on the device's subgroups (the
+/// narrow one only where they are wide enough: on lavapipe's 8 lanes, heads of up to 64).
+fn split_kernels(info: &hrx::backend::vulkan::DeviceInfo, d: usize) -> Vec<KernelId> {
+    let Some(subgroup) = info.subgroup_matvec() else { return Vec::new() };
+    [kernels::SplitWidth::Wide, kernels::SplitWidth::Narrow]
+        .into_iter()
+        .filter(|w| d <= w.max_head_dim(subgroup))
+        .map(KernelId::FlashAttnSplit)
+        .collect()
+}
+
 /// The attention kernels the test device runs for `d`: the one-query kernel, the split one
 /// where the device has subgroup arithmetic (lavapipe does), the tiled one of its head size
 /// (every tile fits lavapipe's 32 KiB) and, where the device has cooperative matrices, the
@@ -1004,8 +1015,8 @@ impl AttnCase {
 fn attn_kernels(ks: &KernelSet, d: usize) -> Vec<KernelId> {
     let info = ks.device().info();
     let mut kernels = vec![KernelId::FlashAttn];
-    if info.subgroup_matvec().is_some() && d.is_multiple_of(4) {
-        kernels.push(KernelId::FlashAttnSplit);
+    if d.is_multiple_of(4) {
+        kernels.extend(split_kernels(info, d));
     }
     let tile = kernels::AttnTile::for_head_dim(d).expect("a tile for every head size up to 256");
     if tile.shared_bytes() <= info.max_shared_memory {
@@ -1128,9 +1139,11 @@ fn split_attention_over_long_caches() {
         AttnCase::new((128, 4, 2, 1, 2000)).random_slots(&mut rng, 2000).gain(30.0),
     ];
     for case in cases {
-        // Twice: the second run starts from the counters the first left.
-        check_attention(ks, &mut rng, &case, KernelId::FlashAttnSplit);
-        check_attention(ks, &mut rng, &case, KernelId::FlashAttnSplit);
+        for kernel in split_kernels(ks.device().info(), case.d) {
+            // Twice: the second run starts from the counters the first left.
+            check_attention(ks, &mut rng, &case, kernel);
+            check_attention(ks, &mut rng, &case, kernel);
+        }
     }
 }
 
@@ -1216,7 +1229,10 @@ fn attention_over_many_queries_plans_the_tiled_kernel() {
         let want = match (coop, tiled, few) {
             (Some(tile), _, _) => KernelId::FlashAttnCm(tile),
             (None, true, _) => KernelId::FlashAttnTiled(tile),
-            (None, false, true) => KernelId::FlashAttnSplit,
+            (None, false, true) => match variants.subgroup_matvec.and_then(|s| kernels::SplitWidth::for_head(d, s)) {
+                Some(width) => KernelId::FlashAttnSplit(width),
+                None => KernelId::FlashAttn,
+            },
             (None, false, false) => KernelId::FlashAttn,
         };
         assert_eq!(got, want, "d={d} n_q={n_q}");

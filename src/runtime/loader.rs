@@ -19,7 +19,9 @@ pub fn plan_all(graphs: &[Graph], registry: &dyn Registry) -> Result<Vec<Plan>, 
 /// the backend it runs on: `backend`, or the CPU (with a warning naming the node) when a
 /// Vulkan plan leaves a node to the CPU (no kernel for an op or weight type).
 pub fn load(graphs: &[Graph], backend: &Backend, files: &[Arc<GgufFile>]) -> Result<(Backend, Executor), RuntimeError> {
+    let t0 = std::time::Instant::now();
     let plans = plan_all(graphs, &*backend.registry())?;
+    log::debug!("{} graphs planned in {:.3} s", graphs.len(), t0.elapsed().as_secs_f64());
     let (backend, plans) = match backend.cpu_node(&plans) {
         None => (backend.clone(), plans),
         Some(node) => {
@@ -29,6 +31,9 @@ pub fn load(graphs: &[Graph], backend: &Backend, files: &[Arc<GgufFile>]) -> Res
             (cpu, plans)
         }
     };
+    let t0 = std::time::Instant::now();
     let exec = backend.executor(plans, files)?;
+    // Weight uploads, pipelines and recordings: the rest of a cold start.
+    log::debug!("executor built in {:.3} s", t0.elapsed().as_secs_f64());
     Ok((backend, exec))
 }

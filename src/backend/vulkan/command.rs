@@ -297,6 +297,11 @@ impl CommandBuffer {
         self.commands == 0
     }
 
+    /// Begun and not yet finished.
+    pub fn is_recording(&self) -> bool {
+        self.state == State::Recording
+    }
+
     /// Runs the recording and waits for it to finish; may be called again (a replay).
     pub fn submit_and_wait(&self) -> Result<()> {
         self.expect(State::Ready, "a submission")?;

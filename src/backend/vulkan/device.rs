@@ -195,6 +195,11 @@ impl Device {
         self.shared.save_pipeline_cache();
     }
 
+    /// Memory objects asked of the driver since the device was opened.
+    pub fn driver_allocations(&self) -> usize {
+        self.shared.allocator().driver_allocations
+    }
+
     /// Where the pipeline cache is kept, if anywhere.
     pub fn pipeline_cache_path(&self) -> Option<&std::path::Path> {
         self.shared.cache_path.as_deref()

@@ -18,7 +18,7 @@
 //! Mixed plans (nodes left to the CPU) are refused, naming a node: the registry puts every
 //! node of both Qwen3-VL graphs on the GPU.
 
-use super::buffer::Buffer;
+use super::buffer::{Buffer, Uploader};
 use super::command::CommandBuffer;
 use super::descriptor::{DescriptorPool, Window};
 use super::device::Device;
@@ -147,17 +147,45 @@ impl VulkanExecutor {
         let storages = exts
             .iter()
             .zip(&gpu_written)
-            .map(|(ext, &written)| storage(device, ext, files, written))
+            .map(|(ext, &written)| storage(device, ext, written))
             .collect::<Result<Vec<_>>>()?;
         let arena_bytes = plans.iter().map(|p| p.arena_bytes).max().unwrap_or(0);
         let arena = device.buffer(arena_bytes as u64, Location::Device, "the arena")?;
         let ks = KernelSet::new(device);
+        let t0 = std::time::Instant::now();
+        let (chosen, filled) = std::thread::scope(|s| {
+            // The weights go up while the pipelines every plan uses are made, those on threads
+            // side by side (on an empty driver cache each takes 0.1-0.8 s to compile).
+            let filled = s.spawn(|| {
+                fill(device, &exts, &storages, files)?;
+                log::debug!(
+                    "{} storages filled (weights uploaded) in {:.3} s",
+                    storages.len(),
+                    t0.elapsed().as_secs_f64()
+                );
+                Ok(())
+            });
+            let chosen = plans
+                .iter()
+                .zip(&maps)
+                .map(|(plan, storage_of)| choose(device.info(), plan, storage_of, &storages, &arena))
+                .collect::<Result<Vec<_>>>()
+                .and_then(|chosen| {
+                    ks.prepare(chosen.iter().flatten().map(|c| c.launch.kernel))?;
+                    log::debug!("pipelines made in {:.3} s", t0.elapsed().as_secs_f64());
+                    Ok(chosen)
+                });
+            (chosen, filled.join().unwrap_or_else(|_| Err(VkError::Invalid("the upload thread panicked".into()))))
+        });
+        filled?;
+        let chosen = chosen?;
         let mut recorded = Vec::with_capacity(plans.len());
         let mut recordings = 0;
-        for (plan, storage_of) in plans.into_iter().zip(maps) {
-            recorded.push(record(device, &ks, plan, storage_of, &storages, &arena)?);
+        for ((plan, storage_of), chosen) in plans.into_iter().zip(maps).zip(chosen) {
+            recorded.push(record(device, &ks, plan, storage_of, chosen, &storages, &arena)?);
             recordings += 1;
         }
+        log::debug!("{recordings} plans recorded in {:.3} s", t0.elapsed().as_secs_f64());
         let max_groups = device.info().max_workgroup_count;
         Ok(VulkanExecutor { plans: recorded, storages, arena, max_groups, recordings })
     }
@@ -351,35 +379,33 @@ fn fixed_grid(
     (largest == at(&|_| 1)).then_some(largest)
 }
 
-/// Records `plan` once: a descriptor set and a dispatch (indirect where its grid follows the
-/// run) per dispatch the plan names, with the plan's kernels, fusions and row ranges.
-fn record(
-    device: &Device,
-    ks: &KernelSet,
-    plan: Plan,
-    storage_of: Vec<usize>,
-    storages: &[Buffer],
-    arena: &Buffer,
-) -> Result<Recorded> {
+/// One dispatch of a plan, chosen and bound at load before it is recorded: the kernels of
+/// every plan are known before any is recorded, so their pipelines are made together.
+struct Chosen<'a> {
+    launch: Launch,
+    /// The windows of its inputs, in the order the launch takes them, and of its output.
+    ins: Vec<Window<'a>>,
+    out: Window<'a>,
+    /// It waits for the dispatches before it (a barrier first).
+    wait: bool,
+    /// For a matrix split over row ranges: the piece's first row and rows.
+    piece: Option<(usize, usize)>,
+    grid_value: NodeId,
+    label: String,
+}
+
+/// Every dispatch `plan` names, in order, with the plan's kernels, fusions and row ranges.
+fn choose<'a>(
+    info: &DeviceInfo,
+    plan: &Plan,
+    storage_of: &[usize],
+    storages: &'a [Buffer],
+    arena: &'a Buffer,
+) -> Result<Vec<Chosen<'a>>> {
     let graph = &plan.graph;
-    let info = device.info();
     let (max_range, align) =
         (u64::from(info.max_storage_buffer_range), info.min_storage_buffer_offset_alignment.max(1));
-    let n_runs = plan.dispatches().len();
-    let words = RunWords::new(device, graph.symbols.len(), n_runs)?;
-    let (sizes, args, args_at) = (&words.local, &words.local, words.args_at);
-    let pool = DescriptorPool::new(device, n_runs.max(1) as u32, BINDINGS)?;
-    let mut cmd = CommandBuffer::new(device)?;
-    cmd.begin()?;
-    let mut barriers = usize::from(words.record_upload(&mut cmd)?);
-    // Profiling: timestamp 0 before the first dispatch, k + 1 after dispatch k (profile.rs).
-    let timestamps = if device.profiling() { Some(TimestampPool::new(device, n_runs as u32 + 1)?) } else { None };
-    if let Some(pool) = &timestamps {
-        cmd.reset_timestamps(pool)?;
-        cmd.write_timestamp(pool, 0)?;
-    }
-    let mut launches = Vec::with_capacity(n_runs);
-    let mut scratch: Vec<Buffer> = Vec::new();
+    let mut chosen = Vec::with_capacity(plan.dispatches().len());
     let mut hazards = Hazards::default();
     for (i, node) in graph.nodes.iter().enumerate() {
         let Placement::Run { kernel, group, .. } = &plan.placements[i] else { continue };
@@ -388,7 +414,7 @@ fn record(
             .ok_or_else(|| failed(format!("the plan names {kernel}, which this backend does not have")))?;
         check_variant(kernel_id, info).map_err(failed)?;
         // The buffer of value `id`, its byte offset there, and the value.
-        let locate = |id: NodeId| -> Result<(&Buffer, usize, Value)> {
+        let locate = |id: NodeId| -> Result<(&'a Buffer, usize, Value)> {
             let loc = plan.locs[id.0].ok_or_else(|| failed(format!("value {} has no address", id.0)))?;
             let (buf, offset) = match loc {
                 Loc::Arena { offset } => (arena, offset),
@@ -431,45 +457,85 @@ fn record(
             let operands: Vec<Operand> = bound_ins.iter().map(|(_, o)| *o).collect();
             let launch = kernels::launch(kernel_id, ops, &operands, &out_op, out.2.dyn_axis.map(Into::into))
                 .map_err(|e| failed(e.to_string()))?;
-            let pipeline = ks.pipeline(launch.kernel)?;
-            let sizes_window = Window { buffer: sizes, offset: 0, range: args_at };
-            // Each input at its binding; the bindings nothing takes hold the sizes.
-            let mut bound = vec![sizes_window; BINDINGS as usize];
-            for (k, (w, _)) in bound_ins.iter().enumerate() {
-                bound[launch.slot(k) as usize] = *w;
-            }
-            bound[OUTPUT_BINDING as usize] = out_window;
-            // Scratch of its own per dispatch that wants one: no dispatch waits on another's.
-            if launch.scratch > 0 {
-                let buffer = device.buffer(launch.scratch as u64, Location::Device, "kernel scratch")?;
-                buffer.clear()?;
-                scratch.push(buffer);
-            }
-            if let Some(buffer) = scratch.last().filter(|_| launch.scratch > 0) {
-                bound[SCRATCH_BINDING as usize] = Window { buffer, offset: 0, range: buffer.size() };
-            }
-            let set = pool.bind_windows(&pipeline, &bound)?;
-            // Profiling times each dispatch alone: a barrier before every one but the first.
-            // Between dispatches only compute waits for compute: the indirect arguments and run
-            // sizes were made visible once, by the barrier after their upload.
-            if wait || (timestamps.is_some() && !launches.is_empty()) {
-                cmd.compute_barrier()?;
-                barriers += 1;
-                wait = false;
-            }
             let grid_value = launch.grid_input.and_then(|k| node.inputs.get(k).copied()).unwrap_or(NodeId(i));
-            match fixed_grid(graph, grid_value, piece, &launch, info.max_workgroup_count) {
-                Some(groups) => cmd.dispatch(&pipeline, &set, &launch.push, groups)?,
-                None => {
-                    cmd.dispatch_indirect(&pipeline, &set, &launch.push, args, args_at + 12 * launches.len() as u64)?
-                }
-            }
-            if let Some(pool) = &timestamps {
-                cmd.write_timestamp(pool, launches.len() as u32 + 1)?;
-            }
             let label = profile_label(launch.kernel, &operands);
-            launches.push(Dispatch { grid_value, rows: piece.map(|(_, rows)| rows), launch, label });
+            chosen.push(Chosen {
+                launch,
+                ins: bound_ins.into_iter().map(|(w, _)| w).collect(),
+                out: out_window,
+                wait: std::mem::take(&mut wait),
+                piece,
+                grid_value,
+                label,
+            });
         }
+    }
+    Ok(chosen)
+}
+
+/// Records `plan` once: a descriptor set and a dispatch (indirect where its grid follows the
+/// run) per chosen dispatch, with pipelines from `ks`.
+fn record(
+    device: &Device,
+    ks: &KernelSet,
+    plan: Plan,
+    storage_of: Vec<usize>,
+    chosen: Vec<Chosen>,
+    storages: &[Buffer],
+    arena: &Buffer,
+) -> Result<Recorded> {
+    let graph = &plan.graph;
+    let info = device.info();
+    let n_runs = chosen.len();
+    let words = RunWords::new(device, graph.symbols.len(), n_runs)?;
+    let (sizes, args, args_at) = (&words.local, &words.local, words.args_at);
+    let pool = DescriptorPool::new(device, n_runs.max(1) as u32, BINDINGS)?;
+    let mut cmd = CommandBuffer::new(device)?;
+    cmd.begin()?;
+    let mut barriers = usize::from(words.record_upload(&mut cmd)?);
+    // Profiling: timestamp 0 before the first dispatch, k + 1 after dispatch k (profile.rs).
+    let timestamps = if device.profiling() { Some(TimestampPool::new(device, n_runs as u32 + 1)?) } else { None };
+    if let Some(pool) = &timestamps {
+        cmd.reset_timestamps(pool)?;
+        cmd.write_timestamp(pool, 0)?;
+    }
+    let mut launches = Vec::with_capacity(n_runs);
+    let mut scratch: Vec<Buffer> = Vec::new();
+    for c in chosen {
+        let Chosen { launch, ins, out, wait, piece, grid_value, label } = c;
+        let pipeline = ks.pipeline(launch.kernel)?;
+        let sizes_window = Window { buffer: sizes, offset: 0, range: args_at };
+        // Each input at its binding; the bindings nothing takes hold the sizes.
+        let mut bound = vec![sizes_window; BINDINGS as usize];
+        for (k, w) in ins.into_iter().enumerate() {
+            bound[launch.slot(k) as usize] = w;
+        }
+        bound[OUTPUT_BINDING as usize] = out;
+        // Scratch of its own per dispatch that wants one: no dispatch waits on another's.
+        if launch.scratch > 0 {
+            let buffer = device.buffer(launch.scratch as u64, Location::Device, "kernel scratch")?;
+            buffer.clear()?;
+            scratch.push(buffer);
+        }
+        if let Some(buffer) = scratch.last().filter(|_| launch.scratch > 0) {
+            bound[SCRATCH_BINDING as usize] = Window { buffer, offset: 0, range: buffer.size() };
+        }
+        let set = pool.bind_windows(&pipeline, &bound)?;
+        // Profiling times each dispatch alone: a barrier before every one but the first.
+        // Between dispatches only compute waits for compute: the indirect arguments and run
+        // sizes were made visible once, by the barrier after their upload.
+        if wait || (timestamps.is_some() && !launches.is_empty()) {
+            cmd.compute_barrier()?;
+            barriers += 1;
+        }
+        match fixed_grid(graph, grid_value, piece, &launch, info.max_workgroup_count) {
+            Some(groups) => cmd.dispatch(&pipeline, &set, &launch.push, groups)?,
+            None => cmd.dispatch_indirect(&pipeline, &set, &launch.push, args, args_at + 12 * launches.len() as u64)?,
+        }
+        if let Some(pool) = &timestamps {
+            cmd.write_timestamp(pool, launches.len() as u32 + 1)?;
+        }
+        launches.push(Dispatch { grid_value, rows: piece.map(|(_, rows)| rows), launch, label });
     }
     // One barrier after the last dispatch, always: the readback copies below wait for it,
     // and so does every command of the next replay (a barrier orders everything after it in
@@ -571,18 +637,25 @@ fn bind_window<'a>(
     Ok((Window { buffer: buf, offset: start, range }, operand))
 }
 
-/// The buffer of one external storage: a weight uploaded from `files`, or a zeroed run-time
-/// buffer (device memory when `gpu_written`, else input memory the host writes: `Location::Input`).
-fn storage(device: &Device, ext: &External, files: &[Arc<GgufFile>], gpu_written: bool) -> Result<Buffer> {
-    if !ext.is_weight {
-        let location = if gpu_written { Location::Device } else { Location::Input };
-        let b = device.buffer(ext.bytes as u64, location, &ext.name)?;
-        b.clear()?;
-        return Ok(b);
+/// The buffer of one external storage: a weight's (filled by `fill`), or a run-time buffer
+/// (device memory when `gpu_written`, else input memory the host writes: `Location::Input`).
+fn storage(device: &Device, ext: &External, gpu_written: bool) -> Result<Buffer> {
+    let location = if ext.is_weight || gpu_written { Location::Device } else { Location::Input };
+    device.buffer(ext.bytes as u64, location, &ext.name)
+}
+
+/// Uploads each weight storage's tensor from `files` (checked for dtype and size) and zeroes
+/// the run-time ones, through one staging buffer.
+fn fill(device: &Device, exts: &[&External], storages: &[Buffer], files: &[Arc<GgufFile>]) -> Result<()> {
+    let weight_bytes = exts.iter().filter(|e| e.is_weight).map(|e| e.bytes as u64).sum();
+    let mut up = Uploader::new(device, weight_bytes);
+    for (ext, b) in exts.iter().zip(storages) {
+        if ext.is_weight {
+            let (file, i) = crate::backend::find_weight(ext, files).map_err(VkError::Invalid)?;
+            up.write(b, 0, file.tensor_data(&file.tensors()[i]))?;
+        } else {
+            up.clear(b)?;
+        }
     }
-    let (file, i) = crate::backend::find_weight(ext, files).map_err(VkError::Invalid)?;
-    let t = &file.tensors()[i];
-    let b = device.buffer(ext.bytes as u64, Location::Device, &ext.name)?;
-    b.write(0, file.tensor_data(t))?;
-    Ok(b)
+    up.flush()
 }

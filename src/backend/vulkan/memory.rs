@@ -103,11 +103,18 @@ pub(crate) struct Allocation {
 pub(crate) struct Allocator {
     blocks: Vec<Option<Block>>,
     block_size: u64,
+    /// Memory objects asked of the driver so far (each costs a call that may take
+    /// milliseconds: counted for tests of how loads use them).
+    pub driver_allocations: usize,
 }
 
 impl Allocator {
     pub fn new(largest_heap: u64) -> Allocator {
-        Allocator { blocks: Vec::new(), block_size: BLOCK_SIZE.min((largest_heap / 8).max(16 << 20)) }
+        Allocator {
+            blocks: Vec::new(),
+            block_size: BLOCK_SIZE.min((largest_heap / 8).max(16 << 20)),
+            driver_allocations: 0,
+        }
     }
 
     /// Memory for `req` from memory type `type_index`; `map` for host-visible types; `own`:
@@ -135,6 +142,7 @@ impl Allocator {
         }
         let size = if dedicated { req.size } else { self.block_size };
         let info = vk::MemoryAllocateInfo::default().allocation_size(size).memory_type_index(type_index);
+        self.driver_allocations += 1;
         // SAFETY: a valid allocate info for a memory type of this device.
         let memory = unsafe { raw.allocate_memory(&info, None) }.map_err(|e| match e {
             vk::Result::ERROR_OUT_OF_DEVICE_MEMORY

@@ -113,7 +113,10 @@ impl Pipeline {
                 create = create.flags(vk::PipelineCreateFlags::CAPTURE_STATISTICS_KHR);
             }
             let info = [create];
+            let t0 = std::time::Instant::now();
             let created = d.create_compute_pipelines(shared.pipeline_cache, &info, None);
+            // Pipeline creation is where a cold start on an empty driver cache goes.
+            log::debug!("pipeline {}: created in {:.1} ms", spec.name, t0.elapsed().as_secs_f64() * 1e3);
             d.destroy_shader_module(module, None);
             let raw = match created {
                 Ok(p) => p[0],

@@ -139,19 +139,66 @@ const SPLIT_MIN_ROWS: usize = 16;
 /// Most splits of a (head, query).
 const MAX_SPLITS: usize = 64;
 
+/// The most splits of a (head, query): MAX_SPLITS, or fewer with HRX_VK_ATTN_SPLITS=N (a
+/// tuning probe, as HRX_VK_CM_TILES: `hrx bench` with each; read once, a bad value warned
+/// about and unset).
+fn max_splits() -> usize {
+    static SPLITS: std::sync::OnceLock<usize> = std::sync::OnceLock::new();
+    *SPLITS.get_or_init(|| {
+        let Ok(v) = std::env::var("HRX_VK_ATTN_SPLITS") else { return MAX_SPLITS };
+        match v.trim().parse::<usize>() {
+            Ok(n) if (1..=MAX_SPLITS).contains(&n) => n,
+            _ => {
+                log::warn!("HRX_VK_ATTN_SPLITS={v:?}: expected 1 to {MAX_SPLITS}; unset");
+                MAX_SPLITS
+            }
+        }
+    })
+}
+
+/// How much of a head each lane of `flash_attn_split` holds: its registers, and so how many
+/// of its workgroups a GPU keeps resident, grow with it.
+#[derive(Clone, Copy, Debug, PartialEq, Eq, Hash)]
+pub enum SplitWidth {
+    /// 8 vec4s: heads of up to 32 x the subgroup size values.
+    Wide,
+    /// 2 vec4s: heads of up to 8 x the subgroup size (256 on subgroups of 32).
+    Narrow,
+}
+
+impl SplitWidth {
+    /// The narrowest that holds heads of `head_dim` values on subgroups of `subgroup` lanes.
+    pub fn for_head(head_dim: usize, subgroup: u32) -> Option<SplitWidth> {
+        [SplitWidth::Narrow, SplitWidth::Wide].into_iter().find(|w| head_dim <= w.max_head_dim(subgroup))
+    }
+
+    /// The longest head it takes on subgroups of `subgroup` lanes (and MAX_HEAD_DIM at most).
+    pub fn max_head_dim(self, subgroup: u32) -> usize {
+        let vec4s = match self {
+            SplitWidth::Wide => 8,
+            SplitWidth::Narrow => 2,
+        };
+        (4 * vec4s * subgroup as usize).min(MAX_HEAD_DIM)
+    }
+}
+
 /// The attention kernel for `out`'s planned query count and head size on a device whose
 /// workgroups may use `shared_memory` bytes: for many queries, on the matrix units where the
 /// device's cooperative-matrix variant `coop` takes the heads, else tiled where the tile fits;
 /// for a few, the kv rows split over many workgroups where the device has subgroup arithmetic
-/// (`subgroups`), else the one-query kernel.
-pub fn choose(out: &Operand, shared_memory: u32, subgroups: bool, coop: Option<CoopMat>) -> KernelId {
+/// on subgroups of `subgroup` lanes (the narrowest split kernel that holds the heads), else
+/// the one-query kernel.
+pub fn choose(out: &Operand, shared_memory: u32, subgroup: Option<u32>, coop: Option<CoopMat>) -> KernelId {
     let many = out.ne[2] >= TILED_MIN_QUERIES;
     if let Some(tile) = coop.and_then(|cm| AttnCoop::new(cm, out.ne[0], shared_memory)).filter(|_| many) {
         return KernelId::FlashAttnCm(tile);
     }
     match AttnTile::for_head_dim(out.ne[0]) {
         Some(tile) if many && tile.shared_bytes() <= shared_memory => KernelId::FlashAttnTiled(tile),
-        _ if !many && subgroups => KernelId::FlashAttnSplit,
+        _ if !many => match subgroup.and_then(|s| SplitWidth::for_head(out.ne[0], s)) {
+            Some(width) => KernelId::FlashAttnSplit(width),
+            None => KernelId::FlashAttn,
+        },
         _ => KernelId::FlashAttn,
     }
 }
@@ -168,8 +215,8 @@ pub fn launch(kernel: KernelId, ins: &[Operand], scale: f32, out: &Operand, dyna
             (Grid::QueryTiles { queries: tile.queries() }, tile.class.max_head_dim())
         }
         // Splits over the planned kv rows; the kernel spreads the run-time ones over them.
-        KernelId::FlashAttnSplit => {
-            let splits = ins.get(1).map_or(1, |k| k.ne[2].div_ceil(SPLIT_MIN_ROWS).clamp(1, MAX_SPLITS));
+        KernelId::FlashAttnSplit(_) => {
+            let splits = ins.get(1).map_or(1, |k| k.ne[2].div_ceil(SPLIT_MIN_ROWS).clamp(1, max_splits()));
             (Grid::Split { splits }, MAX_HEAD_DIM)
         }
         other => return Err(VkError::Invalid(format!("{} is no attention kernel", other.name()))),
@@ -280,26 +327,38 @@ mod tests {
     #[test]
     fn many_queries_take_the_tiled_kernel_where_it_fits() {
         let out = |d, n_q| Operand::contiguous(DType::F32, [d, 16, n_q, 1], 0);
-        assert_eq!(choose(&out(64, 4096), 32768, false, None), KernelId::FlashAttnTiled(AttnTile::D64));
-        assert_eq!(choose(&out(128, 512), 49152, true, None), KernelId::FlashAttnTiled(AttnTile::D128));
-        assert_eq!(choose(&out(128, TILED_MIN_QUERIES - 1), 49152, false, None), KernelId::FlashAttn, "a decode step");
-        assert_eq!(choose(&out(128, 1), 49152, true, None), KernelId::FlashAttnSplit, "a decode step with subgroups");
-        assert_eq!(choose(&out(64, 4096), 16384, false, None), KernelId::FlashAttn, "Vulkan's guaranteed 16 KiB");
+        assert_eq!(choose(&out(64, 4096), 32768, None, None), KernelId::FlashAttnTiled(AttnTile::D64));
+        assert_eq!(choose(&out(128, 512), 49152, Some(32), None), KernelId::FlashAttnTiled(AttnTile::D128));
+        assert_eq!(choose(&out(128, TILED_MIN_QUERIES - 1), 49152, None, None), KernelId::FlashAttn, "a decode step");
+        let split = |w| KernelId::FlashAttnSplit(w);
+        assert_eq!(choose(&out(128, 1), 49152, Some(32), None), split(SplitWidth::Narrow), "a decode step");
+        assert_eq!(choose(&out(128, 1), 49152, Some(8), None), split(SplitWidth::Wide), "8 lanes: 64 values narrow");
+        assert_eq!(choose(&out(256, 1), 49152, Some(8), None), split(SplitWidth::Wide), "8 lanes x 8 vec4s");
+        assert_eq!(choose(&out(256, 1), 49152, Some(4), None), KernelId::FlashAttn, "no split kernel holds it");
+        assert_eq!(choose(&out(64, 4096), 16384, None, None), KernelId::FlashAttn, "Vulkan's guaranteed 16 KiB");
         // Cooperative matrices: many queries on them where the shape and heads allow.
         let nv = CoopMat { subgroup: 32, shape: crate::backend::vulkan::CoopShape { m: 16, n: 16, k: 16 } };
         let cm = |class| KernelId::FlashAttnCm(AttnCoop { class, cm: nv });
-        assert_eq!(choose(&out(128, 512), 49152, true, Some(nv)), cm(AttnTile::D128));
-        assert_eq!(choose(&out(64, 4096), 49152, true, Some(nv)), cm(AttnTile::D64));
-        assert_eq!(choose(&out(128, 1), 49152, true, Some(nv)), KernelId::FlashAttnSplit, "a decode step");
+        assert_eq!(choose(&out(128, 512), 49152, Some(32), Some(nv)), cm(AttnTile::D128));
+        assert_eq!(choose(&out(64, 4096), 49152, Some(32), Some(nv)), cm(AttnTile::D64));
+        assert_eq!(choose(&out(128, 1), 49152, Some(32), Some(nv)), split(SplitWidth::Narrow), "a decode step");
         assert_eq!(
-            choose(&out(256, 512), 65536, true, Some(nv)),
+            choose(&out(256, 512), 65536, Some(32), Some(nv)),
             KernelId::FlashAttnTiled(AttnTile::D256),
             "heads of 256"
         );
-        assert_eq!(choose(&out(66, 512), 49152, true, Some(nv)), KernelId::FlashAttnTiled(AttnTile::D128), "not vec4s");
-        assert_eq!(choose(&out(128, 512), 32768, true, Some(nv)), KernelId::FlashAttnTiled(AttnTile::D128), "32 KiB");
+        assert_eq!(
+            choose(&out(66, 512), 49152, Some(32), Some(nv)),
+            KernelId::FlashAttnTiled(AttnTile::D128),
+            "not vec4s"
+        );
+        assert_eq!(
+            choose(&out(128, 512), 32768, Some(32), Some(nv)),
+            KernelId::FlashAttnTiled(AttnTile::D128),
+            "32 KiB"
+        );
         let tall = CoopMat { shape: crate::backend::vulkan::CoopShape { m: 16, n: 8, k: 16 }, ..nv };
-        assert_eq!(choose(&out(128, 512), 49152, true, Some(tall)), KernelId::FlashAttnTiled(AttnTile::D128));
+        assert_eq!(choose(&out(128, 512), 49152, Some(32), Some(tall)), KernelId::FlashAttnTiled(AttnTile::D128));
         assert_eq!(AttnCoop { class: AttnTile::D128, cm: nv }.shared_bytes(), 35840);
     }
 

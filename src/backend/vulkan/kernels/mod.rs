@@ -15,7 +15,7 @@ mod rope;
 mod rows;
 mod unary;
 
-pub use attn::{AttnCoop, AttnTile, TILED_MIN_QUERIES};
+pub use attn::{AttnCoop, AttnTile, SplitWidth, TILED_MIN_QUERIES};
 pub use coop::{CoopMat, Tiles};
 pub use matmul::{MatKind, Prologue, Variants, WIDE_MAX_SUBGROUP};
 
@@ -78,7 +78,7 @@ pub enum KernelId {
     FlashAttnCm(AttnCoop),
     /// Attention for a few queries over long contexts: the kv rows of each (head, query) split
     /// over many workgroups, combined by the last to finish.
-    FlashAttnSplit,
+    FlashAttnSplit(SplitWidth),
     /// 16-byte words from input 1 to the output: the copy bandwidth `hrx bench --kernels`
     /// compares products with; no graph node runs it.
     Copy,
@@ -102,7 +102,8 @@ impl KernelId {
             KernelId::Rope,
             KernelId::RmsNormRope,
             KernelId::FlashAttn,
-            KernelId::FlashAttnSplit,
+            KernelId::FlashAttnSplit(SplitWidth::Wide),
+            KernelId::FlashAttnSplit(SplitWidth::Narrow),
             KernelId::Copy,
         ]);
         all.extend(AttnTile::ALL.map(KernelId::FlashAttnTiled));
@@ -170,7 +171,8 @@ impl KernelId {
             KernelId::FlashAttn => "flash_attn",
             KernelId::FlashAttnTiled(_) => "flash_attn_tiled",
             KernelId::FlashAttnCm(_) => "flash_attn_cm",
-            KernelId::FlashAttnSplit => "flash_attn_split",
+            KernelId::FlashAttnSplit(SplitWidth::Wide) => "flash_attn_split",
+            KernelId::FlashAttnSplit(SplitWidth::Narrow) => "flash_attn_split_narrow",
             KernelId::Copy => "copy",
         }
     }
@@ -220,7 +222,7 @@ impl KernelId {
             KernelId::Rope => rope::PUSH_WORDS,
             KernelId::RmsNormRope => rope::PUSH_WORDS + 5,
             KernelId::FlashAttn | KernelId::FlashAttnTiled(_) | KernelId::FlashAttnCm(_) => attn::PUSH_WORDS,
-            KernelId::FlashAttnSplit => attn::PUSH_WORDS + 1,
+            KernelId::FlashAttnSplit(_) => attn::PUSH_WORDS + 1,
             KernelId::Copy => 1,
         }
     }
@@ -267,10 +269,48 @@ impl KernelSet {
     }
 
     pub fn pipeline(&self, id: KernelId) -> Result<Pipeline> {
-        let mut map = self.pipelines.lock().unwrap_or_else(|e| e.into_inner());
-        if let Some(p) = map.get(&id) {
-            return Ok(p.clone());
+        if let Some(p) = self.made(id) {
+            return Ok(p);
         }
+        // Made outside the lock: pipelines of other kernels are made meanwhile (`prepare`).
+        let p = self.make(id)?;
+        let mut map = self.pipelines.lock().unwrap_or_else(|e| e.into_inner());
+        Ok(map.entry(id).or_insert(p).clone())
+    }
+
+    /// Makes the pipelines of `ids` that are not made yet, on up to one thread per core (the
+    /// driver compiles each; an empty driver cache makes that most of a cold start).
+    pub fn prepare(&self, ids: impl IntoIterator<Item = KernelId>) -> Result<()> {
+        let mut todo: Vec<KernelId> = Vec::new();
+        for id in ids {
+            if !todo.contains(&id) && self.made(id).is_none() {
+                todo.push(id);
+            }
+        }
+        let threads = std::thread::available_parallelism().map_or(1, |n| n.get()).min(todo.len());
+        let next = std::sync::atomic::AtomicUsize::new(0);
+        std::thread::scope(|s| {
+            let workers: Vec<_> = (0..threads)
+                .map(|_| {
+                    s.spawn(|| -> Result<()> {
+                        while let Some(&id) = todo.get(next.fetch_add(1, std::sync::atomic::Ordering::Relaxed)) {
+                            self.pipeline(id)?;
+                        }
+                        Ok(())
+                    })
+                })
+                .collect();
+            workers.into_iter().try_for_each(|w| {
+                w.join().unwrap_or_else(|_| Err(VkError::Invalid("a pipeline-making thread panicked".into())))
+            })
+        })
+    }
+
+    fn made(&self, id: KernelId) -> Option<Pipeline> {
+        self.pipelines.lock().unwrap_or_else(|e| e.into_inner()).get(&id).cloned()
+    }
+
+    fn make(&self, id: KernelId) -> Result<Pipeline> {
         let module = id.module();
         let spirv = shaders::spirv(&module)
             .ok_or_else(|| VkError::Pipeline { kernel: module.clone(), reason: "no such SPIR-V module".into() })?;
@@ -283,9 +323,7 @@ impl KernelSet {
             constants: &id.constants(),
             subgroup_size: id.subgroup_size(),
         };
-        let p = Pipeline::new(&self.device, &spec)?;
-        map.insert(id, p.clone());
-        Ok(p)
+        Pipeline::new(&self.device, &spec)
     }
 }
 
@@ -470,12 +508,7 @@ pub fn select(ops: Ops, ins: &[Operand], out: &Operand, dynamic: Option<Dyn>, va
             return Err(VkError::Invalid(format!("no kernel runs {}", ops.names())));
         }
         (Op::Attention { .. }, _) if variants.tiled_attention => {
-            vec![attn::choose(
-                out,
-                variants.shared_memory,
-                variants.subgroup_matvec.is_some(),
-                variants.coop_attention(),
-            )]
+            vec![attn::choose(out, variants.shared_memory, variants.subgroup_matvec, variants.coop_attention())]
         }
         (op, _) => vec![op_launch(op, ins, out, dynamic)?.kernel],
     };
@@ -518,7 +551,7 @@ pub fn launch(kernel: KernelId, ops: Ops, ins: &[Operand], out: &Operand, dynami
         }
         (KernelId::RmsNormRope, rope, Some(norm), fused) => launch_norm_rope(norm, rope, fused, ins, out, dynamic)?,
         (
-            KernelId::FlashAttnTiled(_) | KernelId::FlashAttnCm(_) | KernelId::FlashAttnSplit,
+            KernelId::FlashAttnTiled(_) | KernelId::FlashAttnCm(_) | KernelId::FlashAttnSplit(_),
             Op::Attention { scale },
             None,
             None,
