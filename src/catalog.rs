@@ -1,11 +1,21 @@
-//! models.toml: the registry of known models (compiled into the binary) and where their files
-//! are looked for. The file is a strict subset of TOML, parsed here: `key = value` lines,
-//! `[[model]]` entries, strings, numbers, booleans and comments.
+//! models.toml: the registry of known models (compiled into the binary, or the system copy in
+//! /etc/hrx) and where their files are looked for. The file is a strict subset of TOML, parsed
+//! here: `key = value` lines, `[[model]]` entries, strings, numbers, booleans and comments.
 
 use std::fmt;
+use std::io;
 use std::path::{Path, PathBuf};
 
 const BUILTIN: &str = include_str!("../models.toml");
+
+/// The system copy of models.toml, which the Debian package installs as a configuration file:
+/// on a box that cannot rebuild hrx, an administrator records the sha256 of the files they
+/// copied, or adds a model, here. When it exists it replaces the built-in registry whole.
+pub const SYSTEM_CATALOG: &str = "/etc/hrx/models.toml";
+
+/// Where the services' models go (the package's units run hrx as a dynamic user with no home,
+/// so neither ./models nor ~/.local/share is theirs): searched last.
+pub const SYSTEM_MODELS: &str = "/var/lib/hrx/models";
 
 #[derive(Clone, Debug, PartialEq)]
 pub struct ModelEntry {
@@ -45,6 +55,48 @@ impl fmt::Display for CatalogError {
 }
 
 impl std::error::Error for CatalogError {}
+
+/// Where the registry in use came from.
+#[derive(Clone, Debug, PartialEq)]
+pub enum CatalogSource {
+    Builtin,
+    File(PathBuf),
+}
+
+impl fmt::Display for CatalogSource {
+    fn fmt(&self, f: &mut fmt::Formatter<'_>) -> fmt::Result {
+        match self {
+            CatalogSource::Builtin => f.write_str("built into hrx"),
+            CatalogSource::File(p) => write!(f, "{}", p.display()),
+        }
+    }
+}
+
+/// A system models.toml that exists but cannot be used: hrx refuses it rather than quietly
+/// falling back to the built-in registry, so an administrator's edit is never ignored.
+#[derive(Debug)]
+pub enum LoadError {
+    Read { path: PathBuf, source: io::Error },
+    Parse { path: PathBuf, error: CatalogError },
+}
+
+impl fmt::Display for LoadError {
+    fn fmt(&self, f: &mut fmt::Formatter<'_>) -> fmt::Result {
+        match self {
+            LoadError::Read { path, source } => write!(f, "{}: {source}", path.display()),
+            LoadError::Parse { path, error } => write!(f, "{}: line {}: {}", path.display(), error.line, error.message),
+        }
+    }
+}
+
+impl std::error::Error for LoadError {
+    fn source(&self) -> Option<&(dyn std::error::Error + 'static)> {
+        match self {
+            LoadError::Read { source, .. } => Some(source),
+            LoadError::Parse { error, .. } => Some(error),
+        }
+    }
+}
 
 #[derive(Clone, Debug, PartialEq)]
 enum Scalar {
@@ -88,6 +140,23 @@ impl Catalog {
         // The built-in file is tested to parse (catalog tests); an empty catalog is the
         // harmless answer if it somehow did not.
         Catalog::parse(BUILTIN).unwrap_or(Catalog { default: String::new(), models: Vec::new() })
+    }
+
+    /// The registry hrx uses: the system copy ([`SYSTEM_CATALOG`]) when there is one, else the
+    /// built-in one.
+    pub fn load() -> Result<(Catalog, CatalogSource), LoadError> {
+        Catalog::load_from(Path::new(SYSTEM_CATALOG))
+    }
+
+    /// [`Catalog::load`] with the system copy at `system`.
+    pub fn load_from(system: &Path) -> Result<(Catalog, CatalogSource), LoadError> {
+        match std::fs::read_to_string(system) {
+            Ok(text) => Catalog::parse(&text)
+                .map(|c| (c, CatalogSource::File(system.to_owned())))
+                .map_err(|error| LoadError::Parse { path: system.to_owned(), error }),
+            Err(e) if e.kind() == io::ErrorKind::NotFound => Ok((Catalog::builtin(), CatalogSource::Builtin)),
+            Err(source) => Err(LoadError::Read { path: system.to_owned(), source }),
+        }
     }
 
     pub fn parse(text: &str) -> Result<Catalog, CatalogError> {
@@ -180,7 +249,7 @@ fn entry(line: usize, mut fields: Vec<(String, Scalar)>) -> Result<ModelEntry, C
 }
 
 /// Where model files are looked for, in order: ./models, each folder of $HRX_MODELS
-/// (colon-separated), ~/.local/share/hrx/models.
+/// (colon-separated), ~/.local/share/hrx/models, /var/lib/hrx/models.
 pub fn search_dirs() -> Vec<PathBuf> {
     let mut dirs = vec![PathBuf::from("models")];
     if let Some(v) = std::env::var_os("HRX_MODELS") {
@@ -189,6 +258,7 @@ pub fn search_dirs() -> Vec<PathBuf> {
     if let Some(home) = std::env::var_os("HOME") {
         dirs.push(Path::new(&home).join(".local/share/hrx/models"));
     }
+    dirs.push(PathBuf::from(SYSTEM_MODELS));
     dirs
 }
 
@@ -219,6 +289,32 @@ mod tests {
         assert_eq!(e.line, 2);
         let e = Catalog::parse("default = \"missing\"\n").unwrap_err();
         assert!(e.message.contains("names no"));
+    }
+
+    /// No system copy: the built-in registry. A system copy replaces it whole; one that does not
+    /// parse is an error naming the file and line, never a quiet fallback.
+    #[test]
+    fn the_system_copy_replaces_the_builtin_registry_and_its_errors_name_it() {
+        let dir = std::env::temp_dir().join(format!("hrx-catalog-{}", std::process::id()));
+        std::fs::create_dir_all(&dir).unwrap();
+        let path = dir.join("models.toml");
+        let (c, source) = Catalog::load_from(&path).unwrap();
+        assert_eq!((c, source), (Catalog::builtin(), CatalogSource::Builtin));
+        let own = BUILTIN.replace("default = \"qwen3-vl-2b-instruct\"", "default = \"qwen3-vl-4b-instruct\"");
+        std::fs::write(&path, own).unwrap();
+        let (c, source) = Catalog::load_from(&path).unwrap();
+        assert_eq!(c.default, "qwen3-vl-4b-instruct");
+        assert_eq!(source, CatalogSource::File(path.clone()));
+        std::fs::write(&path, "default = \"a\"\nnonsense\n").unwrap();
+        let e = Catalog::load_from(&path).unwrap_err();
+        assert!(matches!(e, LoadError::Parse { ref error, .. } if error.line == 2), "{e}");
+        assert!(e.to_string().starts_with(&format!("{}: line 2:", path.display())), "{e}");
+        std::fs::remove_dir_all(&dir).unwrap();
+    }
+
+    #[test]
+    fn the_services_model_folder_is_searched_last() {
+        assert_eq!(search_dirs().last().map(PathBuf::as_path), Some(Path::new("/var/lib/hrx/models")));
     }
 
     #[test]

@@ -34,7 +34,8 @@ fn help() -> String {
                 within the --max-image-mp and file size limits).\n\
                 \n\
                 Without -m, the default model of models.toml is looked for in ./models,\n\
-                $HRX_MODELS and ~/.local/share/hrx/models (`hrx models` lists them).",
+                $HRX_MODELS, ~/.local/share/hrx/models and /var/lib/hrx/models (`hrx models`\n\
+                lists them).",
         options,
         footer: "examples:\n  hrx describe photo.jpg\n  hrx describe a.png b.jpg -p 'What is written on the sign?' --json\n  \
                  camera-snapshot | hrx describe -",
@@ -61,7 +62,7 @@ fn model_files(
             "give both -m MODEL.gguf and --mmproj MMPROJ.gguf, or neither (to use the default model)",
         ));
     }
-    let catalog = Catalog::builtin();
+    let (catalog, _) = Catalog::load()?;
     let entry = catalog.default_entry().ok_or_else(|| CliError::Failed("models.toml has no default model".into()))?;
     let dirs = search_dirs();
     let found = (locate(&entry.model_file, &dirs), locate(&entry.mmproj_file, &dirs));

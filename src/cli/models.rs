@@ -13,13 +13,15 @@ hrx models: list the known models and whether their files are here
 
 usage: hrx models [--verify] [--json]
 
-Known models come from models.toml (built into hrx). Files are looked for in
-./models, then each folder of $HRX_MODELS (colon-separated), then
-~/.local/share/hrx/models. hrx never downloads: copy the files named here from
-each model's source into one of those folders.
+Known models come from models.toml: /etc/hrx/models.toml when it exists (the
+Debian package installs it), else the copy built into hrx. Files are looked for
+in ./models, then each folder of $HRX_MODELS (colon-separated), then
+~/.local/share/hrx/models, then /var/lib/hrx/models (where the services' models
+go). hrx never downloads: copy the files named here from each model's source
+into one of those folders.
 
   --verify   hash the files present and compare with the recorded sha256
-  --json     {\"default\":...,\"search_dirs\":[...],\"models\":[{\"name\",\"model_file\",\"model_path\",...}]}
+  --json     {\"catalog\":...,\"default\":...,\"search_dirs\":[...],\"models\":[{\"name\",\"model_file\",\"model_path\",...}]}
 
 example: hrx models --verify";
 
@@ -59,7 +61,7 @@ fn run(mut args: Args, out: &mut dyn Write) -> Result<(), CliError> {
     if !args.finish()?.is_empty() {
         return Err(CliError::usage("models takes no positional arguments"));
     }
-    let catalog = Catalog::builtin();
+    let (catalog, source) = Catalog::load()?;
     let dirs = search_dirs();
     let mut rows = Vec::new();
     for m in &catalog.models {
@@ -93,12 +95,14 @@ fn run(mut args: Args, out: &mut dyn Write) -> Result<(), CliError> {
     let dir_list: Vec<String> = dirs.iter().map(|d| d.display().to_string()).collect();
     if json {
         let j = Json::obj([
+            ("catalog", Json::str(source.to_string())),
             ("default", Json::str(&catalog.default)),
             ("search_dirs", Json::Arr(dir_list.iter().map(Json::str).collect())),
             ("models", Json::Arr(rows)),
         ]);
         writeln!(out, "{}", j.to_string_compact())?;
     } else {
+        writeln!(out, "models.toml: {source}")?;
         writeln!(out, "searched: {}", dir_list.join(", "))?;
     }
     Ok(())

@@ -111,6 +111,8 @@ macro_rules! drive {
         }
     }};
 }
+// For the x86 kernels (x86.rs); the portable ones here use the macro in place.
+#[cfg(target_arch = "x86_64")]
 pub(crate) use drive;
 
 /// One quantized activation row: `d` per block, `q` per value, `sums` per 16 values, `dsums32`
@@ -121,6 +123,8 @@ pub(crate) struct Q8Row<'a> {
     pub d: &'a [f32],
     pub q: &'a [i16],
     pub sums: &'a [i32],
+    // Only the x86 K-quant kernels read it; the portable ones use `sums`.
+    #[cfg_attr(not(target_arch = "x86_64"), allow(dead_code))]
     pub dsums32: &'a [f32],
 }
 
