@@ -624,3 +624,45 @@ fn a_bounded_queue_a_memory_budget_and_metrics() {
     assert!(waited.starts_with("HTTP/1.1 503") && waited.contains("--queue-wait"), "{waited}");
     assert_eq!(first.join().unwrap().0, 200);
 }
+
+#[test]
+fn requests_waiting_behind_the_one_on_the_model_cannot_starve_its_image_decode() {
+    // A budget of 8 MiB keeps 4 for decoding the images of the request on the model; bodies
+    // share the other 4. While a long answer holds the model, an image request (700x700, 3.3
+    // MiB to decode) waits, and so does a body of 1.4 MiB (3.9 MiB with what parsing it makes);
+    // a second such body is refused at its head. From one pool both bodies got in and left the
+    // image request, when its turn came, 0.3 MiB to decode in: a 503 after all its waiting.
+    let Some(oracle) = common::oracle() else { return };
+    let server = Server::start(&oracle.join("models/tiny"), &["--memory-budget", "8", "--ctx", "4096", "--ignore-eos"]);
+    let (_, page) = server.get("/metrics");
+    assert_eq!(metric(&page, "hrx_memory_decode_share_bytes"), (4 << 20) as f64, "{page}");
+    let long = r#"{"messages":[{"role":"user","content":"a long answer"}],"max_tokens":2000}"#;
+    let image = image_request(
+        &format!(
+            "data:image/png;base64,{}",
+            base64::engine::general_purpose::STANDARD.encode(common::black_png(700, 700))
+        ),
+        "",
+    );
+    let padded =
+        format!(r#"{{"messages":[{{"role":"user","content":"x"}}],"max_tokens":1}}{}"#, " ".repeat(1400 << 10));
+    let send = |body: String| {
+        let addr = server.addr.clone();
+        std::thread::spawn(move || raw(&addr, &chat_request(&body)))
+    };
+    let first = send(long.to_owned());
+    await_metric(&server, "hrx_model_busy", 1.0);
+    let second = send(image);
+    await_metric(&server, "hrx_queue_depth", 1.0);
+    let third = send(padded.clone());
+    await_metric(&server, "hrx_queue_depth", 2.0);
+    let fourth = server.raw_response(&chat_request(&padded));
+    assert!(fourth.starts_with("HTTP/1.1 503") && fourth.contains("--memory-budget"), "{fourth}");
+    assert_eq!(first.join().unwrap().0, 200);
+    let (status, answer) = second.join().unwrap();
+    assert_eq!(status, 200, "the image request decodes in its share: {answer}");
+    assert!(!string(&json(&answer), &["choices", "0", "message", "content"]).is_empty(), "{answer}");
+    assert_eq!(third.join().unwrap().0, 200);
+    let (_, page) = server.get("/metrics");
+    assert_eq!(metric(&page, "hrx_memory_reserved_bytes"), 0.0, "every reservation given back");
+}

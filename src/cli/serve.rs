@@ -26,7 +26,7 @@ fn help() -> String {
         QUEUE.help("chat requests that may wait for the model (default 64); past it, 503 with Retry-After"),
         QUEUE_WAIT.help("seconds a chat request may wait for the model (default 60); then 503 with Retry-After"),
         MEMORY_BUDGET.help(
-            "MiB that chat requests in flight may hold together: bodies from their head on, decoded images (default 2048); past it, 503 with Retry-After before the body is read",
+            "MiB that chat requests in flight may hold together: bodies from their head on, decoded images (default 2048); past it, 503 with Retry-After before the body is read. Half of it, at most 700 MB (100 MP at 7 bytes a pixel), is kept for decoding the images of the request on the model, so requests waiting behind it never starve it; bodies share the rest, and a request's images may hold at most the pixels the share decodes (else 400)",
         ),
         MAX_TOKENS_CAP.help(format!(
             "the most tokens a request's max_tokens may ask for (default {DEFAULT_MAX_TOKENS_CAP}); more: 400 naming this cap"
@@ -55,7 +55,8 @@ fn help() -> String {
                 One request runs at a time; the others wait their turn in arrival order (--queue,\n\
                 --queue-wait; past them 503 with Retry-After). A request is counted before any work:\n\
                 a prompt longer than the context (images counted from their headers) or images of\n\
-                over 100 MP together get 400 at once; a client that hangs up stops its generation.\n\
+                over 100 MP together (fewer under a --memory-budget below 1336) get 400 at once; a\n\
+                client that hangs up stops its generation.\n\
                 hrx never fetches http(s) image URLs. Request bodies are limited to 64 MiB, heads to\n\
                 16 KiB; slow clients time out, and idle connections cannot lock others out: /health\n\
                 and /metrics answer whatever the model is doing.\n\
