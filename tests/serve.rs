@@ -551,6 +551,37 @@ fn a_client_that_hangs_up_stops_its_generation() {
     assert_eq!(status, 200, "{body}");
 }
 
+#[test]
+fn a_streaming_client_that_stops_reading_stops_its_generation() {
+    // Asked for a long streamed answer, the client never reads: once the socket buffers hold
+    // what they can (the server keeps its own small), an event waits past --send-timeout and
+    // the server stops generating (499, the tokens made, in its log); the model is free for the
+    // next request at once. Before, the server's send buffer grew to 4 MiB, some 28,000 tokens
+    // of events, all generated for nobody before a write waited.
+    let Some(oracle) = common::oracle() else { return };
+    let server = Server::start(
+        &oracle.join("models/tiny"),
+        &["--ctx", "32768", "--max-tokens-cap", "1000000", "--send-timeout", "1", "--ignore-eos"],
+    );
+    let body = r#"{"messages":[{"role":"user","content":"never read"}],"max_tokens":1000000,"stream":true}"#;
+    let mut s = TcpStream::connect(&server.addr).unwrap();
+    s.write_all(&chat_request(body)).unwrap();
+    let line = server.log_line(" 499 ", Duration::from_secs(120));
+    let line = line.unwrap_or_else(|| panic!("no 499 in the log:\n{}", server.log.lock().unwrap()));
+    assert!(line.contains("the client stopped reading") && line.contains("--send-timeout"), "{line}");
+    let tokens: usize = line
+        .split("after ")
+        .nth(1)
+        .and_then(|r| r.split_whitespace().next())
+        .and_then(|t| t.parse().ok())
+        .unwrap_or_else(|| panic!("{line}"));
+    assert!(tokens < 8000, "stopped once the buffers were full, not megabytes later: {line}");
+    let (status, answer) =
+        server.post("/v1/chat/completions", r#"{"messages":[{"role":"user","content":"x"}],"max_tokens":1}"#);
+    assert_eq!(status, 200, "{answer}");
+    drop(s);
+}
+
 /// The value of metric `name` (with its labels) in a /metrics page.
 fn metric(page: &str, name: &str) -> f64 {
     page.lines()

@@ -1,7 +1,7 @@
 //! Routes a request and answers it; the model answers one chat request at a time.
 
 use super::admission::{self, Budget, Counters, Refusal, Turns};
-use super::http::{self, EventStream, HangUp, HttpError, Request};
+use super::http::{self, EventStream, HangUp, HttpError, Request, StreamFailure};
 use super::image_url::{self, ImageSource};
 use super::openai::{self, ChatRequest, Reply};
 use crate::image::{self, Limits};
@@ -265,7 +265,7 @@ impl App {
             let answer = reply.completion(&g.text, g.stop, ids.len(), g.tokens.len());
             return send_json(stream, 200, &answer, cors);
         }
-        let mut events = EventStream::new(stream, cors);
+        let mut events = EventStream::new(stream, cors, self.limits.send_timeout);
         let mut hang_up = HangUp::default();
         let result = d.run_messages(&chat.messages, &images, &chat.config, |text| {
             if !events.started() {
@@ -275,20 +275,22 @@ impl App {
             if !text.is_empty() {
                 events.send(&reply.chunk(Json::obj([("content", Json::str(text))]), None).to_string_compact());
             }
-            // A client that went away stops the generation: nobody reads the rest. A write
-            // fails once it has gone; one that hung up while its reads were buffered is looked
-            // for as well.
-            if hang_up.gone(events.stream()) {
-                return ControlFlow::Break(());
-            }
-            if events.failed() {
+            // A client that went away or stopped reading stops the generation: nobody reads the
+            // rest. A write fails once it has gone, or waits past the send timeout once it has
+            // stopped reading; one that hung up while its reads were buffered is looked for too.
+            if events.failure().is_some() || hang_up.gone(events.stream()) {
                 ControlFlow::Break(())
             } else {
                 ControlFlow::Continue(())
             }
         });
         match result {
-            Ok((_, g)) if g.stop == StopReason::Cancelled => return Err(gone(g.tokens.len())),
+            Ok((_, g)) if g.stop == StopReason::Cancelled => {
+                return Err(match events.failure() {
+                    Some(StreamFailure::Stalled) => stalled(g.tokens.len(), self.limits.send_timeout),
+                    _ => gone(g.tokens.len()),
+                })
+            }
             Ok((ids, g)) => {
                 events.send(&reply.chunk(Json::obj::<String>([]), Some(g.stop)).to_string_compact());
                 if chat.include_usage {
@@ -398,6 +400,18 @@ fn image_error(e: image::ImageError) -> HttpError {
 /// closed request") in the log; nothing is sent.
 fn gone(tokens: usize) -> HttpError {
     HttpError::new(CLIENT_GONE, format!("the client went away; generation stopped after {tokens} tokens"))
+}
+
+/// The outcome of a streamed request whose client stopped reading: an event waited `timeout` to
+/// be written, and the generation stopped (499 too: nobody reads the answer).
+fn stalled(tokens: usize, timeout: std::time::Duration) -> HttpError {
+    HttpError::new(
+        CLIENT_GONE,
+        format!(
+            "the client stopped reading: an event waited {} s to be sent (--send-timeout); generation stopped after {tokens} tokens",
+            timeout.as_secs_f64()
+        ),
+    )
 }
 
 const CLIENT_GONE: u16 = 499;
