@@ -34,7 +34,12 @@ impl Budget {
     /// `bytes` more for a body (anything but a decode), or None when they would take the total
     /// into the decode share.
     pub fn reserve(&self, bytes: u64) -> Option<Reservation<'_>> {
-        self.reserve_within(bytes, self.limit - self.decode_share)
+        self.reserve_within(bytes, self.body_limit())
+    }
+
+    /// What bodies may hold together: the limit less the decode share.
+    pub fn body_limit(&self) -> u64 {
+        self.limit - self.decode_share
     }
 
     /// `bytes` more for decoding the images of the request on the model (one at a time), from

@@ -84,7 +84,7 @@ impl App {
             self.budget
                 .reserve(bytes)
                 .map(Some)
-                .ok_or_else(|| self.over_budget(bytes, "its body and what parsing it makes"))
+                .ok_or_else(|| self.over_budget(bytes, "its body and what parsing it makes", self.budget.body_limit()))
         };
         let (line, cors, result) = match http::read_request(&mut stream, &self.limits, accepted, admit) {
             Ok((request, _body)) => {
@@ -111,15 +111,15 @@ impl App {
         outcome
     }
 
-    /// The 503 (with Retry-After) for `what`, which needs `bytes` more of the memory budget
-    /// than it has.
-    fn over_budget(&self, bytes: u64, what: &str) -> HttpError {
+    /// The 503 (with Retry-After) for `what`, which needs `bytes` more than the `limit` (of the
+    /// memory budget) it may take from leaves.
+    fn over_budget(&self, bytes: u64, what: &str, limit: u64) -> HttpError {
         Counters::add(&self.counters.over_budget);
-        let (used, limit) = (self.budget.used(), self.budget.limit());
+        let (used, budget, share) = (self.budget.used(), self.budget.limit(), self.budget.decode_share());
         HttpError::new(
             503,
             format!(
-                "hrx serve holds {used} of its {limit} bytes for requests in flight; {what} needs {bytes} more: try again shortly (--memory-budget)"
+                "hrx serve holds {used} bytes for requests in flight, of the {limit} this may take (--memory-budget {budget}, {share} of it kept for decoding the images of the request on the model); {what} needs {bytes} more: try again shortly"
             ),
         )
         .with_retry_after(1)
@@ -241,8 +241,10 @@ impl App {
         // waiting behind this one hold.
         let pixels: u64 = sized.iter().map(|(_, (w, h))| (w * h) as u64).sum();
         let bytes = DECODE_BYTES_PER_PIXEL * pixels;
-        let _decoded =
-            self.budget.reserve_decode(bytes).ok_or_else(|| self.over_budget(bytes, "decoding its images"))?;
+        let _decoded = self
+            .budget
+            .reserve_decode(bytes)
+            .ok_or_else(|| self.over_budget(bytes, "decoding its images", self.budget.limit()))?;
         let images = images
             .iter()
             .map(|i| d.encode_bytes(&i.name, &i.bytes).map_err(|e| i.error(runtime(e))))
