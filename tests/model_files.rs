@@ -1,6 +1,7 @@
 //! Model files whose data do not match their header or metadata are refused at load, each with
 //! one line naming the tensor and its bytes: overlapping or misplaced tensor data, a norm
-//! stored in a quantized type, a `block_count` that leaves layers unread, a relabelled type.
+//! stored in a quantized type, a `block_count` that leaves layers unread, a relabelled type
+//! (the last tensor's too, by the bytes it leaves unowned).
 //! (Each of these mutations of an oracle file used to load and run with wrong output.)
 
 mod common;
@@ -112,6 +113,33 @@ fn a_relabelled_tensor_type_is_refused_where_its_data_would_end() {
     let msg = err.to_string();
     assert!(msg.starts_with("probe.gguf: byte ") && msg.contains("tensor \""), "{msg}");
     assert!(msg.contains("should start at byte"), "{msg}");
+}
+
+#[test]
+fn the_last_tensor_relabelled_to_a_smaller_type_is_refused_by_the_bytes_left_over() {
+    let Some(oracle) = common::oracle() else { return };
+    // The last tensor of each file: F16 is allowed for both roles (a norm, the position
+    // table), so only the bytes it leaves unowned at the end of the file give it away.
+    for file in ["qwen3vl-tiny-F16.gguf", "mmproj-qwen3vl-tiny-F16.gguf"] {
+        let path = oracle.join("models/tiny").join(file);
+        let original = GgufFile::open(&path).unwrap();
+        let last = original.tensors().last().expect("tensors");
+        assert_eq!(last.dtype, DType::F32, "{file}: {}", last.name);
+        let err = GgufFile::from_bytes("probe.gguf", relabelled(&path, &last.name, DType::F16))
+            .err()
+            .unwrap_or_else(|| panic!("{file}: {} as F16 is refused", last.name));
+        match err.kind {
+            GgufErrorKind::TrailingData { end, file_len } => {
+                assert_eq!(file_len, original.file_len(), "{file}");
+                assert_eq!(end, last.file_offset + last.n_bytes / 2, "{file}: the F16 data end there (aligned)");
+            }
+            ref other => panic!("{file}: {other}"),
+        }
+        let msg = err.to_string();
+        let place =
+            format!("tensor {:?} (bytes {}..{})", last.name, last.file_offset, last.file_offset + last.n_bytes / 2);
+        assert!(msg.contains(&place) && msg.contains("belong to no tensor"), "{msg}");
+    }
 }
 
 #[test]

@@ -551,6 +551,37 @@ fn a_client_that_hangs_up_stops_its_generation() {
     assert_eq!(status, 200, "{body}");
 }
 
+#[test]
+fn a_streaming_client_that_stops_reading_stops_its_generation() {
+    // Asked for a long streamed answer, the client never reads: once the socket buffers hold
+    // what they can (the server keeps its own small), an event waits past --send-timeout and
+    // the server stops generating (499, the tokens made, in its log); the model is free for the
+    // next request at once. Before, the server's send buffer grew to 4 MiB, some 28,000 tokens
+    // of events, all generated for nobody before a write waited.
+    let Some(oracle) = common::oracle() else { return };
+    let server = Server::start(
+        &oracle.join("models/tiny"),
+        &["--ctx", "32768", "--max-tokens-cap", "1000000", "--send-timeout", "1", "--ignore-eos"],
+    );
+    let body = r#"{"messages":[{"role":"user","content":"never read"}],"max_tokens":1000000,"stream":true}"#;
+    let mut s = TcpStream::connect(&server.addr).unwrap();
+    s.write_all(&chat_request(body)).unwrap();
+    let line = server.log_line(" 499 ", Duration::from_secs(120));
+    let line = line.unwrap_or_else(|| panic!("no 499 in the log:\n{}", server.log.lock().unwrap()));
+    assert!(line.contains("the client stopped reading") && line.contains("--send-timeout"), "{line}");
+    let tokens: usize = line
+        .split("after ")
+        .nth(1)
+        .and_then(|r| r.split_whitespace().next())
+        .and_then(|t| t.parse().ok())
+        .unwrap_or_else(|| panic!("{line}"));
+    assert!(tokens < 8000, "stopped once the buffers were full, not megabytes later: {line}");
+    let (status, answer) =
+        server.post("/v1/chat/completions", r#"{"messages":[{"role":"user","content":"x"}],"max_tokens":1}"#);
+    assert_eq!(status, 200, "{answer}");
+    drop(s);
+}
+
 /// The value of metric `name` (with its labels) in a /metrics page.
 fn metric(page: &str, name: &str) -> f64 {
     page.lines()
@@ -623,4 +654,46 @@ fn a_bounded_queue_a_memory_budget_and_metrics() {
     let waited = raw_response(&impatient.addr, &chat_request(short));
     assert!(waited.starts_with("HTTP/1.1 503") && waited.contains("--queue-wait"), "{waited}");
     assert_eq!(first.join().unwrap().0, 200);
+}
+
+#[test]
+fn requests_waiting_behind_the_one_on_the_model_cannot_starve_its_image_decode() {
+    // A budget of 8 MiB keeps 4 for decoding the images of the request on the model; bodies
+    // share the other 4. While a long answer holds the model, an image request (700x700, 3.3
+    // MiB to decode) waits, and so does a body of 1.4 MiB (3.9 MiB with what parsing it makes);
+    // a second such body is refused at its head. From one pool both bodies got in and left the
+    // image request, when its turn came, 0.3 MiB to decode in: a 503 after all its waiting.
+    let Some(oracle) = common::oracle() else { return };
+    let server = Server::start(&oracle.join("models/tiny"), &["--memory-budget", "8", "--ctx", "4096", "--ignore-eos"]);
+    let (_, page) = server.get("/metrics");
+    assert_eq!(metric(&page, "hrx_memory_decode_share_bytes"), (4 << 20) as f64, "{page}");
+    let long = r#"{"messages":[{"role":"user","content":"a long answer"}],"max_tokens":2000}"#;
+    let image = image_request(
+        &format!(
+            "data:image/png;base64,{}",
+            base64::engine::general_purpose::STANDARD.encode(common::black_png(700, 700))
+        ),
+        "",
+    );
+    let padded =
+        format!(r#"{{"messages":[{{"role":"user","content":"x"}}],"max_tokens":1}}{}"#, " ".repeat(1400 << 10));
+    let send = |body: String| {
+        let addr = server.addr.clone();
+        std::thread::spawn(move || raw(&addr, &chat_request(&body)))
+    };
+    let first = send(long.to_owned());
+    await_metric(&server, "hrx_model_busy", 1.0);
+    let second = send(image);
+    await_metric(&server, "hrx_queue_depth", 1.0);
+    let third = send(padded.clone());
+    await_metric(&server, "hrx_queue_depth", 2.0);
+    let fourth = server.raw_response(&chat_request(&padded));
+    assert!(fourth.starts_with("HTTP/1.1 503") && fourth.contains("--memory-budget"), "{fourth}");
+    assert_eq!(first.join().unwrap().0, 200);
+    let (status, answer) = second.join().unwrap();
+    assert_eq!(status, 200, "the image request decodes in its share: {answer}");
+    assert!(!string(&json(&answer), &["choices", "0", "message", "content"]).is_empty(), "{answer}");
+    assert_eq!(third.join().unwrap().0, 200);
+    let (_, page) = server.get("/metrics");
+    assert_eq!(metric(&page, "hrx_memory_reserved_bytes"), 0.0, "every reservation given back");
 }

@@ -1,6 +1,6 @@
 //! The Vulkan device layer on a real device (lavapipe in CI): what it reports, buffers through
 //! mapped memory and through staging copies, the pipeline cache on disk (a corrupt file is
-//! ignored), and typed errors for misuse.
+//! ignored), typed errors for misuse, and a submission past its time-out.
 
 mod vulkan_common;
 
@@ -9,6 +9,9 @@ use hrx::backend::vulkan::{
     pick, CommandBuffer, DescriptorPool, Device, DeviceOptions, Instance, Location, Pipeline, PipelineSpec, Selection,
     VkError, Window,
 };
+use std::io::Read;
+use std::process::{Command, Stdio};
+use std::time::{Duration, Instant};
 
 #[test]
 fn reports_devices_and_picks_the_one_it_opens() {
@@ -141,4 +144,75 @@ fn a_bad_device_choice_is_an_error() {
     }
     let options = vulkan_common::options("choice");
     assert!(matches!(Device::new(&Selection::Index(1000), &options), Err(VkError::BadSelection { .. })));
+}
+
+/// Run in a process of its own by the test below (`--ignored`): a dispatch of 65535 x 65535
+/// workgroups that each return at once (rms_norm of no rows) takes lavapipe hours and a GPU a
+/// second or more, far past the 1 ms limit it is given.
+#[test]
+#[ignore = "the body of a_timed_out_submission_is_an_error_and_nothing_waits_for_the_gpu, in its own process"]
+fn hung_submission() {
+    let options = DeviceOptions { submit_timeout: Duration::from_millis(1), ..vulkan_common::options("hung") };
+    let Some(dev) = vulkan_common::device_with(options) else { return };
+    let ks = KernelSet::new(&dev);
+    let p = ks.pipeline(KernelId::RmsNorm).unwrap();
+    let bufs: Vec<_> = (0..BINDINGS).map(|_| dev.buffer(64, Location::Host, "b").unwrap()).collect();
+    let pool = DescriptorPool::new(&dev, 1, BINDINGS).unwrap();
+    let set = pool.bind(&p, &bufs.iter().collect::<Vec<_>>()).unwrap();
+    let mut cmd = CommandBuffer::new(&dev).unwrap();
+    cmd.begin().unwrap();
+    // Push constants: shape 0 (no rows), a static shape (dyn.x = 4), strides, offsets, eps.
+    let mut push = [0u32; 20];
+    push[4] = 4;
+    let max = dev.info().max_workgroup_count;
+    cmd.dispatch(&p, &set, &push, [max[0].min(65535), max[1].min(65535), 1]).unwrap();
+    cmd.finish().unwrap();
+    match cmd.submit_and_wait() {
+        Err(e @ VkError::Timeout { .. }) => assert!(e.to_string().contains("within 0.001 s"), "{e}"),
+        other => panic!("expected a time-out, got {other:?}"),
+    }
+    // Hung from now on: nothing is queued behind it, no mapped memory it may use is touched.
+    assert!(matches!(cmd.submit_and_wait(), Err(VkError::Hung { .. })));
+    assert!(matches!(bufs[0].write(0, &[0; 4]), Err(VkError::Hung { .. })));
+    let mut copy = CommandBuffer::new(&dev).unwrap();
+    copy.begin().unwrap();
+    copy.copy(&bufs[0], 0, &bufs[1], 0, 4).unwrap();
+    copy.finish().unwrap();
+    let hung = copy.submit_and_wait().unwrap_err();
+    assert!(hung.to_string().contains("an earlier submission did not finish within 0.001 s"), "{hung}");
+    // Dropping it all, the device last, waits for nothing.
+    drop((cmd, copy, set, pool, bufs, p, ks, dev));
+    println!("HUNG SUBMISSION DROPPED");
+}
+
+#[test]
+fn a_timed_out_submission_is_an_error_and_nothing_waits_for_the_gpu() {
+    if vulkan_common::device().is_none() {
+        return;
+    }
+    let mut child = Command::new(std::env::current_exe().expect("the test binary"))
+        .args(["hung_submission", "--exact", "--ignored", "--nocapture"])
+        .stdout(Stdio::piped())
+        .stderr(Stdio::piped())
+        .spawn()
+        .expect("run the test binary");
+    // The child is done in seconds; waiting for its GPU work instead would take hours. The
+    // bound only stops a hang from stalling the suite.
+    let deadline = Instant::now() + Duration::from_secs(300);
+    let status = loop {
+        if let Some(status) = child.try_wait().unwrap() {
+            break status;
+        }
+        if Instant::now() > deadline {
+            let _ = child.kill();
+            let _ = child.wait();
+            panic!("the process with a timed-out submission did not exit in 300 s: something waits for the GPU");
+        }
+        std::thread::sleep(Duration::from_millis(50));
+    };
+    let mut out = String::new();
+    child.stdout.take().unwrap().read_to_string(&mut out).unwrap();
+    child.stderr.take().unwrap().read_to_string(&mut out).unwrap();
+    assert!(status.success(), "{out}");
+    assert!(out.contains("HUNG SUBMISSION DROPPED") && out.contains("1 passed"), "{out}");
 }

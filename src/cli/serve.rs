@@ -23,10 +23,13 @@ fn help() -> String {
         ),
         HEAD_TIMEOUT
             .help("seconds a client has, from connecting, to send its request head (default 10; a trickle does not extend it)"),
+        SEND_TIMEOUT.help(
+            "seconds one event of a streamed answer may wait to be sent (default 15): a client that stops reading is cut off that long after the socket's buffers (some 160 KB) are full, and its generation stops (logged 499)",
+        ),
         QUEUE.help("chat requests that may wait for the model (default 64); past it, 503 with Retry-After"),
         QUEUE_WAIT.help("seconds a chat request may wait for the model (default 60); then 503 with Retry-After"),
         MEMORY_BUDGET.help(
-            "MiB that chat requests in flight may hold together: bodies from their head on, decoded images (default 2048); past it, 503 with Retry-After before the body is read",
+            "MiB that chat requests in flight may hold together: bodies from their head on, decoded images (default 2048); past it, 503 with Retry-After before the body is read. Half of it, at most 700 MB (100 MP at 7 bytes a pixel), is kept for decoding the images of the request on the model, so requests waiting behind it never starve it; bodies share the rest, and a request's images may hold at most the pixels the share decodes (else 400)",
         ),
         MAX_TOKENS_CAP.help(format!(
             "the most tokens a request's max_tokens may ask for (default {DEFAULT_MAX_TOKENS_CAP}); more: 400 naming this cap"
@@ -55,7 +58,8 @@ fn help() -> String {
                 One request runs at a time; the others wait their turn in arrival order (--queue,\n\
                 --queue-wait; past them 503 with Retry-After). A request is counted before any work:\n\
                 a prompt longer than the context (images counted from their headers) or images of\n\
-                over 100 MP together get 400 at once; a client that hangs up stops its generation.\n\
+                over 100 MP together (fewer under a --memory-budget below 1336) get 400 at once; a\n\
+                client that hangs up stops its generation.\n\
                 hrx never fetches http(s) image URLs. Request bodies are limited to 64 MiB, heads to\n\
                 16 KiB; slow clients time out, and idle connections cannot lock others out: /health\n\
                 and /metrics answer whatever the model is doing.\n\
@@ -73,6 +77,7 @@ const PORT: Flag = Flag { names: &["--port"], value: "N" };
 const ALLOW_FILES: Flag = Flag { names: &["--allow-files"], value: "DIR" };
 const MAX_CONNECTIONS: Flag = Flag { names: &["--max-connections"], value: "N" };
 const HEAD_TIMEOUT: Flag = Flag { names: &["--head-timeout"], value: "SECONDS" };
+const SEND_TIMEOUT: Flag = Flag { names: &["--send-timeout"], value: "SECONDS" };
 const QUEUE: Flag = Flag { names: &["--queue"], value: "N" };
 const QUEUE_WAIT: Flag = Flag { names: &["--queue-wait"], value: "SECONDS" };
 const MEMORY_BUDGET: Flag = Flag { names: &["--memory-budget"], value: "MIB" };
@@ -97,11 +102,14 @@ fn run(mut args: Args, out: &mut dyn Write) -> Result<(), CliError> {
     let defaults = Limits::default();
     let max_open: usize = MAX_CONNECTIONS.parse(&mut args)?.unwrap_or(defaults.max_open);
     let head_timeout: u64 = HEAD_TIMEOUT.parse(&mut args)?.unwrap_or(defaults.head_timeout.as_secs());
+    let send_timeout: u64 = SEND_TIMEOUT.parse(&mut args)?.unwrap_or(defaults.send_timeout.as_secs());
     let queue_len: usize = QUEUE.parse(&mut args)?.unwrap_or(defaults.queue_len);
     let queue_wait: f64 = QUEUE_WAIT.parse(&mut args)?.unwrap_or(defaults.queue_wait.as_secs_f64());
     let budget_mib: u64 = MEMORY_BUDGET.parse(&mut args)?.unwrap_or(defaults.memory_budget >> 20);
-    if max_open == 0 || head_timeout == 0 || budget_mib == 0 {
-        return Err(CliError::usage("--max-connections, --head-timeout and --memory-budget must be at least 1"));
+    if max_open == 0 || head_timeout == 0 || send_timeout == 0 || budget_mib == 0 {
+        return Err(CliError::usage(
+            "--max-connections, --head-timeout, --send-timeout and --memory-budget must be at least 1",
+        ));
     }
     if !(queue_wait.is_finite() && (0.0..=86_400.0).contains(&queue_wait)) {
         return Err(CliError::usage("--queue-wait must be 0 to 86400 seconds"));
@@ -111,6 +119,7 @@ fn run(mut args: Args, out: &mut dyn Write) -> Result<(), CliError> {
     let limits = Limits {
         max_open,
         head_timeout: Duration::from_secs(head_timeout),
+        send_timeout: Duration::from_secs(send_timeout),
         queue_len,
         queue_wait: Duration::from_secs_f64(queue_wait),
         memory_budget,

@@ -60,6 +60,12 @@ pub enum GgufErrorKind {
         end: u64,
         expected: u64,
     },
+    /// The file runs on past where the last tensor's padded data ends (`end`): bytes that no
+    /// tensor owns, as when the last tensor's type or shape was changed to a smaller one.
+    TrailingData {
+        end: u64,
+        file_len: u64,
+    },
 }
 
 impl fmt::Display for GgufErrorKind {
@@ -99,6 +105,12 @@ impl fmt::Display for GgufErrorKind {
                 f,
                 "data bytes {start}..{end} should start at byte {expected}, where the previous tensor's data ends \
                  (tensors overlap, are out of order or leave a gap)"
+            ),
+            TrailingData { end, file_len } => write!(
+                f,
+                "the tensor data end at byte {end} (padded), but the file has {file_len} bytes: {} belong to no tensor \
+                 (a type or shape that is too small)",
+                file_len.saturating_sub(*end)
             ),
         }
     }

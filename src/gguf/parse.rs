@@ -295,5 +295,16 @@ pub fn parse(bytes: &[u8]) -> Result<Header, ParseError> {
         // In range of the file, so no overflow.
         next = (info.offset + info.n_bytes).div_ceil(alignment) * alignment;
     }
+    // Writers pad the last tensor's data too (gguf-py, llama.cpp) or stop right after it: bytes
+    // past that padding are data no tensor owns, so some tensor's type or shape is wrong (the
+    // last one's, made smaller, which the layout check above cannot see).
+    let end = data_offset.saturating_add(next);
+    if file_len > end {
+        let context = match tensors.last() {
+            Some(t) => format!("tensor {:?} (bytes {}..{})", t.name, t.file_offset, t.file_offset + t.n_bytes),
+            None => "data section".to_owned(),
+        };
+        return Err(ParseError { offset: end, context, kind: Kind::TrailingData { end, file_len } });
+    }
     Ok(Header { version, metadata, tensors, alignment, data_offset })
 }

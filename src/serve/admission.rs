@@ -7,9 +7,15 @@ use std::sync::atomic::{AtomicU64, Ordering};
 use std::sync::{Condvar, Mutex, MutexGuard, PoisonError};
 use std::time::{Duration, Instant};
 
-/// Bytes the requests in flight hold, within a limit.
+/// Bytes the requests in flight hold, within a limit, a share of which only the request on the
+/// model may take, to decode its images. Bodies are reserved from their head on and decodes
+/// only once a request has the model, so from one pool the bodies of requests waiting behind it
+/// could leave no room for the decode of the one that runs (scripts/soak saw it): the share
+/// keeps that room. Decodes take turns with the model, so the share is never contended.
 pub struct Budget {
     limit: u64,
+    /// What bodies may not take: kept for the decode of the request on the model.
+    decode_share: u64,
     used: AtomicU64,
 }
 
@@ -20,15 +26,33 @@ pub struct Reservation<'a> {
 }
 
 impl Budget {
-    pub fn new(limit: u64) -> Budget {
-        Budget { limit, used: AtomicU64::new(0) }
+    /// `limit` bytes, `decode_share` of them (at most all) kept for decodes.
+    pub fn new(limit: u64, decode_share: u64) -> Budget {
+        Budget { limit, decode_share: decode_share.min(limit), used: AtomicU64::new(0) }
     }
 
-    /// `bytes` more, or None when they would take the total past the limit.
+    /// `bytes` more for a body (anything but a decode), or None when they would take the total
+    /// into the decode share.
     pub fn reserve(&self, bytes: u64) -> Option<Reservation<'_>> {
+        self.reserve_within(bytes, self.body_limit())
+    }
+
+    /// What bodies may hold together: the limit less the decode share.
+    pub fn body_limit(&self) -> u64 {
+        self.limit - self.decode_share
+    }
+
+    /// `bytes` more for decoding the images of the request on the model (one at a time), from
+    /// the whole limit: at most the decode share, they always fit whatever the requests waiting
+    /// behind it hold.
+    pub fn reserve_decode(&self, bytes: u64) -> Option<Reservation<'_>> {
+        self.reserve_within(bytes, self.limit)
+    }
+
+    fn reserve_within(&self, bytes: u64, limit: u64) -> Option<Reservation<'_>> {
         let mut used = self.used.load(Ordering::SeqCst);
         loop {
-            let total = used.checked_add(bytes).filter(|&t| t <= self.limit)?;
+            let total = used.checked_add(bytes).filter(|&t| t <= limit)?;
             match self.used.compare_exchange(used, total, Ordering::SeqCst, Ordering::SeqCst) {
                 Ok(_) => return Some(Reservation { budget: self, bytes }),
                 Err(now) => used = now,
@@ -42,6 +66,10 @@ impl Budget {
 
     pub fn limit(&self) -> u64 {
         self.limit
+    }
+
+    pub fn decode_share(&self) -> u64 {
+        self.decode_share
     }
 }
 
@@ -227,6 +255,12 @@ pub fn metrics(turns: &Turns, budget: &Budget, c: &Counters) -> String {
         &[("", budget.used().to_string())],
     );
     metric("hrx_memory_budget_bytes", "gauge", "The most they may hold.", &[("", budget.limit().to_string())]);
+    metric(
+        "hrx_memory_decode_share_bytes",
+        "gauge",
+        "Of the budget, what is kept for decoding the images of the request on the model.",
+        &[("", budget.decode_share().to_string())],
+    );
     out
 }
 
@@ -237,7 +271,7 @@ mod tests {
 
     #[test]
     fn a_budget_gives_what_it_has_and_takes_it_back() {
-        let b = Budget::new(100);
+        let b = Budget::new(100, 0);
         let a = b.reserve(60).unwrap();
         assert!(b.reserve(41).is_none());
         let c = b.reserve(40).unwrap();
@@ -247,6 +281,18 @@ mod tests {
         drop(c);
         assert!(b.reserve(100).is_some());
         assert!(b.reserve(u64::MAX).is_none());
+    }
+
+    #[test]
+    fn bodies_leave_the_decode_share_to_the_request_on_the_model() {
+        let b = Budget::new(100, 30);
+        let bodies = b.reserve(70).unwrap();
+        assert!(b.reserve(1).is_none(), "bodies stop at limit - share");
+        let decode = b.reserve_decode(30).expect("the share is there whatever the bodies hold");
+        assert!(b.reserve_decode(1).is_none(), "and no more than the limit");
+        drop((bodies, decode));
+        assert_eq!(b.used(), 0);
+        assert_eq!(Budget::new(10, 20).decode_share(), 10, "a share is at most the limit");
     }
 
     #[test]

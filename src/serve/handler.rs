@@ -1,7 +1,7 @@
 //! Routes a request and answers it; the model answers one chat request at a time.
 
-use super::admission::{self, Budget, Counters, Refusal, Reservation, Turns};
-use super::http::{self, EventStream, HangUp, HttpError, Request};
+use super::admission::{self, Budget, Counters, Refusal, Turns};
+use super::http::{self, EventStream, HangUp, HttpError, Request, StreamFailure};
 use super::image_url::{self, ImageSource};
 use super::openai::{self, ChatRequest, Reply};
 use crate::image::{self, Limits};
@@ -66,7 +66,7 @@ impl App {
             limits,
             requests: AtomicU64::new(0),
             turns: Turns::new(limits.queue_len, limits.queue_wait),
-            budget: Budget::new(limits.memory_budget),
+            budget: Budget::new(limits.memory_budget, decode_share(limits.memory_budget)),
             counters: Counters::default(),
         }
     }
@@ -80,7 +80,11 @@ impl App {
             if head.path != CHAT {
                 return Ok(None);
             }
-            self.reserve(body_bytes(head.length), "its body and what parsing it makes").map(Some)
+            let bytes = body_bytes(head.length);
+            self.budget
+                .reserve(bytes)
+                .map(Some)
+                .ok_or_else(|| self.over_budget(bytes, "its body and what parsing it makes", self.budget.body_limit()))
         };
         let (line, cors, result) = match http::read_request(&mut stream, &self.limits, accepted, admit) {
             Ok((request, _body)) => {
@@ -107,19 +111,24 @@ impl App {
         outcome
     }
 
-    /// `bytes` more of the memory budget, or 503 (with Retry-After) naming `what` needs them.
-    fn reserve(&self, bytes: u64, what: &str) -> Result<Reservation<'_>, HttpError> {
-        self.budget.reserve(bytes).ok_or_else(|| {
-            Counters::add(&self.counters.over_budget);
-            let (used, limit) = (self.budget.used(), self.budget.limit());
-            HttpError::new(
-                503,
-                format!(
-                    "hrx serve holds {used} of its {limit} bytes for requests in flight; {what} needs {bytes} more: try again shortly (--memory-budget)"
-                ),
-            )
-            .with_retry_after(1)
-        })
+    /// The 503 (with Retry-After) for `what`, which needs `bytes` more than the `limit` (of the
+    /// memory budget) it may take from leaves.
+    fn over_budget(&self, bytes: u64, what: &str, limit: u64) -> HttpError {
+        Counters::add(&self.counters.over_budget);
+        let (used, budget, share) = (self.budget.used(), self.budget.limit(), self.budget.decode_share());
+        HttpError::new(
+            503,
+            format!(
+                "hrx serve holds {used} bytes for requests in flight, of the {limit} this may take (--memory-budget {budget}, {share} of it kept for decoding the images of the request on the model); {what} needs {bytes} more: try again shortly"
+            ),
+        )
+        .with_retry_after(1)
+    }
+
+    /// The most pixels one request's images may declare together: what the decode share of the
+    /// memory budget holds, at most [`openai::MAX_REQUEST_PIXELS`].
+    fn max_request_pixels(&self) -> u64 {
+        self.budget.decode_share() / DECODE_BYTES_PER_PIXEL
     }
 
     /// Counts a chat request's outcome (refusals for the queue and the budget are counted where
@@ -226,11 +235,16 @@ impl App {
         // too many pixels, is refused before any pixel is decoded or any token runs.
         let mut d = self.describer.lock().unwrap_or_else(|poisoned| poisoned.into_inner());
         let images = read_images(&chat.images, &self.file_folders, &d.image_limits())?;
-        let sized = size_images(&d, &images)?;
+        let sized = size_images(&d, &images, self.max_request_pixels())?;
         d.check_prompt(&chat.messages, &sized).map_err(runtime)?;
-        // Decoding holds the image (up to 4 bytes a pixel) and its RGB copy (3).
+        // Within the decode share (the pixels are within what it holds), whatever the requests
+        // waiting behind this one hold.
         let pixels: u64 = sized.iter().map(|(_, (w, h))| (w * h) as u64).sum();
-        let _decoded = self.reserve(7 * pixels, "decoding its images")?;
+        let bytes = DECODE_BYTES_PER_PIXEL * pixels;
+        let _decoded = self
+            .budget
+            .reserve_decode(bytes)
+            .ok_or_else(|| self.over_budget(bytes, "decoding its images", self.budget.limit()))?;
         let images = images
             .iter()
             .map(|i| d.encode_bytes(&i.name, &i.bytes).map_err(|e| i.error(runtime(e))))
@@ -253,7 +267,7 @@ impl App {
             let answer = reply.completion(&g.text, g.stop, ids.len(), g.tokens.len());
             return send_json(stream, 200, &answer, cors);
         }
-        let mut events = EventStream::new(stream, cors);
+        let mut events = EventStream::new(stream, cors, self.limits.send_timeout);
         let mut hang_up = HangUp::default();
         let result = d.run_messages(&chat.messages, &images, &chat.config, |text| {
             if !events.started() {
@@ -263,20 +277,22 @@ impl App {
             if !text.is_empty() {
                 events.send(&reply.chunk(Json::obj([("content", Json::str(text))]), None).to_string_compact());
             }
-            // A client that went away stops the generation: nobody reads the rest. A write
-            // fails once it has gone; one that hung up while its reads were buffered is looked
-            // for as well.
-            if hang_up.gone(events.stream()) {
-                return ControlFlow::Break(());
-            }
-            if events.failed() {
+            // A client that went away or stopped reading stops the generation: nobody reads the
+            // rest. A write fails once it has gone, or waits past the send timeout once it has
+            // stopped reading; one that hung up while its reads were buffered is looked for too.
+            if events.failure().is_some() || hang_up.gone(events.stream()) {
                 ControlFlow::Break(())
             } else {
                 ControlFlow::Continue(())
             }
         });
         match result {
-            Ok((_, g)) if g.stop == StopReason::Cancelled => return Err(gone(g.tokens.len())),
+            Ok((_, g)) if g.stop == StopReason::Cancelled => {
+                return Err(match events.failure() {
+                    Some(StreamFailure::Stalled) => stalled(g.tokens.len(), self.limits.send_timeout),
+                    _ => gone(g.tokens.len()),
+                })
+            }
             Ok((ids, g)) => {
                 events.send(&reply.chunk(Json::obj::<String>([]), Some(g.stop)).to_string_compact());
                 if chat.include_usage {
@@ -290,6 +306,16 @@ impl App {
         events.send("[DONE]");
         Ok(200)
     }
+}
+
+/// Decoding holds an image (up to 4 bytes a pixel) and its RGB copy (3).
+const DECODE_BYTES_PER_PIXEL: u64 = 7;
+
+/// Of a memory budget of `limit` bytes, what is kept for decoding the images of the request on
+/// the model: what the most pixels a request may send decode to, at most half the budget (the
+/// rest is for the bodies of the requests in flight).
+fn decode_share(limit: u64) -> u64 {
+    (limit / 2).min(DECODE_BYTES_PER_PIXEL * openai::MAX_REQUEST_PIXELS)
 }
 
 /// What a chat body of `length` bytes may hold from its head until it is answered: the body,
@@ -338,8 +364,12 @@ fn read_images<'a>(
         .collect()
 }
 
-/// Each image's name and upright size from its header, within the request's pixel budget.
-fn size_images<'a>(d: &Describer, images: &'a [RequestImage]) -> Result<Vec<SizedImage<'a>>, HttpError> {
+/// Each image's name and upright size from its header, `max_pixels` for all of them together.
+fn size_images<'a>(
+    d: &Describer,
+    images: &'a [RequestImage],
+    max_pixels: u64,
+) -> Result<Vec<SizedImage<'a>>, HttpError> {
     let limits = d.image_limits();
     let mut pixels = 0u64;
     let mut sized = Vec::with_capacity(images.len());
@@ -347,12 +377,15 @@ fn size_images<'a>(d: &Describer, images: &'a [RequestImage]) -> Result<Vec<Size
         let (name, bytes) = (&i.name, &i.bytes);
         let (w, h) = image::probe_bytes(name, bytes, &limits).map_err(|e| i.error(image_error(e)))?;
         pixels += (w * h) as u64;
-        if pixels > openai::MAX_REQUEST_PIXELS {
+        if pixels > max_pixels {
+            let why = match max_pixels < openai::MAX_REQUEST_PIXELS {
+                true => " (what this server's --memory-budget lets one request decode)",
+                false => "",
+            };
             return Err(HttpError::new(
                 400,
                 format!(
-                    "the request's images hold more than {} pixels (at {name}): send fewer or smaller images",
-                    openai::MAX_REQUEST_PIXELS
+                    "the request's images hold more than {max_pixels} pixels{why} (at {name}): send fewer or smaller images"
                 ),
             ));
         }
@@ -369,6 +402,18 @@ fn image_error(e: image::ImageError) -> HttpError {
 /// closed request") in the log; nothing is sent.
 fn gone(tokens: usize) -> HttpError {
     HttpError::new(CLIENT_GONE, format!("the client went away; generation stopped after {tokens} tokens"))
+}
+
+/// The outcome of a streamed request whose client stopped reading: an event waited `timeout` to
+/// be written, and the generation stopped (499 too: nobody reads the answer).
+fn stalled(tokens: usize, timeout: std::time::Duration) -> HttpError {
+    HttpError::new(
+        CLIENT_GONE,
+        format!(
+            "the client stopped reading: an event waited {} s to be sent (--send-timeout); generation stopped after {tokens} tokens",
+            timeout.as_secs_f64()
+        ),
+    )
 }
 
 const CLIENT_GONE: u16 = 499;

@@ -14,6 +14,9 @@ pub struct Limits {
     pub max_body: usize,
     /// The longest a single read or write may wait.
     pub io_timeout: Duration,
+    /// The longest one event of a streamed answer may take to be written, all of it: a client
+    /// that stops reading fills the (small) socket buffers, and is cut off that long after.
+    pub send_timeout: Duration,
     /// The longest the request head may take to arrive, from the connection's accept: bytes
     /// trickling in do not extend it.
     pub head_timeout: Duration,
@@ -37,6 +40,7 @@ impl Default for Limits {
         Limits {
             max_body: 64 << 20,
             io_timeout: Duration::from_secs(15),
+            send_timeout: Duration::from_secs(15),
             head_timeout: Duration::from_secs(10),
             request_deadline: Duration::from_secs(120),
             max_open: 1024,
@@ -298,28 +302,50 @@ impl HangUp {
     }
 }
 
+/// The send buffer of an event stream: a client that stops reading leaves its events there
+/// and in its own receive buffer (about 130 KB on Linux), and only then does a write wait. Left
+/// to itself Linux grows a send buffer to 4 MiB, some 28,000 tokens of events: a long answer
+/// fitted, and was generated to the end for nobody. Events are small and come at the model's
+/// pace, so 16 KiB (32 once the kernel doubles it for its bookkeeping) never slows a reader.
+const EVENT_SEND_BUFFER: usize = 16 << 10;
+
+/// Why an event stream stopped sending.
+#[derive(Clone, Copy, Debug, PartialEq, Eq)]
+pub enum StreamFailure {
+    /// A write failed: the client has gone.
+    Gone,
+    /// An event was not all written within the send timeout: the client stopped reading.
+    Stalled,
+}
+
 /// A server-sent events response: the head goes out with the first event; the first failed
-/// write (a client that went away) silences the rest.
+/// write (a client that went away, or stopped reading) silences the rest.
 pub struct EventStream<'a> {
     stream: &'a mut TcpStream,
     headers: &'a str,
+    send_timeout: Duration,
     started: bool,
-    failed: bool,
+    failure: Option<StreamFailure>,
 }
 
 impl<'a> EventStream<'a> {
-    /// `headers`: more header lines of the response (each ending in CRLF).
-    pub fn new(stream: &'a mut TcpStream, headers: &'a str) -> Self {
-        EventStream { stream, headers, started: false, failed: false }
+    /// `headers`: more header lines of the response (each ending in CRLF); `send_timeout`: the
+    /// longest writing one event may take.
+    pub fn new(stream: &'a mut TcpStream, headers: &'a str, send_timeout: Duration) -> Self {
+        // Where it cannot be set the stream still works: a stall is only noticed later.
+        if let Err(e) = socket2::SockRef::from(&*stream).set_send_buffer_size(EVENT_SEND_BUFFER) {
+            log::debug!("an event stream keeps its send buffer: {e}");
+        }
+        EventStream { stream, headers, send_timeout, started: false, failure: None }
     }
 
     pub fn started(&self) -> bool {
         self.started
     }
 
-    /// A write failed: the client is gone.
-    pub fn failed(&self) -> bool {
-        self.failed
+    /// Why the stream stopped sending, if it did.
+    pub fn failure(&self) -> Option<StreamFailure> {
+        self.failure
     }
 
     /// The connection, to look for a client that hung up (`HangUp`).
@@ -327,9 +353,9 @@ impl<'a> EventStream<'a> {
         self.stream
     }
 
-    /// Sends `data: DATA` and a blank line.
+    /// Sends `data: DATA` and a blank line, within the send timeout.
     pub fn send(&mut self, data: &str) {
-        if self.failed {
+        if self.failure.is_some() {
             return;
         }
         let mut bytes = Vec::with_capacity(data.len() + 160);
@@ -344,8 +370,33 @@ impl<'a> EventStream<'a> {
         bytes.extend_from_slice(b"data: ");
         bytes.extend_from_slice(data.as_bytes());
         bytes.extend_from_slice(b"\n\n");
-        self.failed = self.stream.write_all(&bytes).and_then(|()| self.stream.flush()).is_err();
+        self.failure = match write_within(self.stream, &bytes, Instant::now() + self.send_timeout) {
+            Ok(()) => None,
+            Err(e) if matches!(e.kind(), io::ErrorKind::WouldBlock | io::ErrorKind::TimedOut) => {
+                Some(StreamFailure::Stalled)
+            }
+            Err(_) => Some(StreamFailure::Gone),
+        };
     }
+}
+
+/// Writes all of `bytes` by `deadline`: a socket's write timeout bounds each write, and a
+/// client taking a few bytes now and then would extend it for ever.
+fn write_within(stream: &mut TcpStream, mut bytes: &[u8], deadline: Instant) -> io::Result<()> {
+    while !bytes.is_empty() {
+        let left = deadline.saturating_duration_since(Instant::now());
+        if left.is_zero() {
+            return Err(io::ErrorKind::TimedOut.into());
+        }
+        stream.set_write_timeout(Some(left))?;
+        match stream.write(bytes) {
+            Ok(0) => return Err(io::ErrorKind::WriteZero.into()),
+            Ok(n) => bytes = &bytes[n..],
+            Err(e) if e.kind() == io::ErrorKind::Interrupted => {}
+            Err(e) => return Err(e),
+        }
+    }
+    Ok(())
 }
 
 #[cfg(test)]

@@ -5,8 +5,9 @@
 //! Connections that have not sent their request head cannot lock clients out: the head has a
 //! deadline from the accept that trickling bytes do not extend, and when `max_open`
 //! connections are open the one that has been sending its head the longest is closed to make
-//! room. Chat requests hold the memory budget from their head on (their bodies, then their
-//! decoded images) and wait for the model in a bounded first-come queue (admission.rs); other
+//! room. Chat requests hold the memory budget from their head on (their bodies; the request on
+//! the model its decoded images too, from a share bodies cannot take) and wait for the model in
+//! a bounded first-come queue (admission.rs); other
 //! requests need neither, so `/health` and `/metrics` answer whatever the model is doing.
 
 pub mod admission;

@@ -7,7 +7,9 @@ use hrx::backend::vulkan::kernels::{
     SCRATCH_BINDING,
 };
 use hrx::backend::vulkan::VkError;
-use hrx::backend::vulkan::{Buffer, CommandBuffer, DescriptorPool, Device, DeviceOptions, Location, Selection};
+use hrx::backend::vulkan::{
+    Buffer, CommandBuffer, DescriptorPool, Device, DeviceOptions, Location, Selection, SUBMIT_TIMEOUT,
+};
 use hrx::backend::DeviceChoice;
 use hrx::graph::Op;
 use std::path::PathBuf;
@@ -28,7 +30,12 @@ pub fn selection() -> Selection {
 pub fn options(tag: &str) -> DeviceOptions {
     let cache_dir = std::env::temp_dir().join(format!("hrx-vk-test-{tag}-{}", std::process::id()));
     let _ = std::fs::remove_dir_all(&cache_dir);
-    DeviceOptions { cache_dir: Some(cache_dir), map_device_memory: true, profile: false }
+    DeviceOptions {
+        cache_dir: Some(cache_dir),
+        map_device_memory: true,
+        profile: false,
+        submit_timeout: SUBMIT_TIMEOUT,
+    }
 }
 
 /// The test device, or None (after a loud message) where there is none. Under CI=true a

@@ -121,7 +121,10 @@ impl Buffer {
         Device { shared: Arc::clone(&self.inner.shared) }
     }
 
+    /// A range of this buffer that the host may touch: inside it, on a device with no hung
+    /// submission (which may still be using any buffer).
     fn check(&self, offset: u64, len: usize, what: &str) -> Result<()> {
+        self.inner.shared.usable()?;
         match offset.checked_add(len as u64) {
             Some(end) if end <= self.inner.size => Ok(()),
             _ => Err(VkError::Invalid(format!(
@@ -216,8 +219,9 @@ impl Buffer {
         self.check(offset, data.len(), "write")?;
         let Some(p) = self.inner.alloc.mapped else { return Ok(false) };
         // SAFETY: the range is inside this buffer's mapped allocation (checked above), the GPU
-        // is not using it (every submission is waited for), and `data` cannot overlap device
-        // memory mapped by this process for its own buffer.
+        // is not using it (every submission is waited for, and none is left running: `check`
+        // refuses a hung device), and `data` cannot overlap device memory mapped by this
+        // process for its own buffer.
         unsafe { std::ptr::copy_nonoverlapping(data.as_ptr(), p.as_ptr().add(offset as usize), data.len()) };
         Ok(true)
     }

@@ -28,7 +28,8 @@ pub struct CommandBuffer {
     keep: Vec<Arc<dyn Any + Send + Sync>>,
     state: State,
     commands: usize,
-    /// A submission timed out: the GPU may still run it, so drop waits for the fence.
+    /// A submission timed out: the GPU may still run it, so it is never re-recorded, and drop
+    /// leaves it (and what it uses) to the driver rather than wait for it.
     pending: AtomicBool,
 }
 
@@ -304,10 +305,8 @@ impl CommandBuffer {
 
     /// Runs the recording and waits for it to finish; may be called again (a replay).
     pub fn submit_and_wait(&self) -> Result<()> {
+        // After a time-out the device refuses every submission (`VkError::Hung`), this one's too.
         self.expect(State::Ready, "a submission")?;
-        if self.pending.load(Ordering::Acquire) {
-            return Err(VkError::Invalid("a command buffer whose last run timed out cannot be submitted again".into()));
-        }
         let result = self.shared.submit_and_wait(self.raw, self.fence, "a command buffer");
         if matches!(result, Err(VkError::Timeout { .. })) {
             self.pending.store(true, Ordering::Release);
@@ -318,12 +317,18 @@ impl CommandBuffer {
 
 impl Drop for CommandBuffer {
     fn drop(&mut self) {
-        // SAFETY: submissions are always waited for (after a time-out, here, without limit),
-        // so the buffer is not executing; the pool frees its command buffer.
+        if *self.pending.get_mut() {
+            // Still running, perhaps for ever (a hung GPU; lavapipe, until the work is done):
+            // waiting would hang whoever drops it, and destroying it, its pool, its fence or
+            // anything it uses while it runs is invalid. So they are all leaked, the device too
+            // (each kept object holds it, and so does this clone), and reclaimed at exit.
+            std::mem::forget(std::mem::take(&mut self.keep));
+            std::mem::forget(Arc::clone(&self.shared));
+            return;
+        }
+        // SAFETY: every submission was waited for and finished (one that did not is handled
+        // above), so the buffer is not executing; the pool frees its command buffer.
         unsafe {
-            if *self.pending.get_mut() {
-                let _ = self.shared.raw.wait_for_fences(&[self.fence], true, u64::MAX);
-            }
             self.shared.raw.destroy_fence(self.fence, None);
             self.shared.raw.destroy_command_pool(self.pool, None);
         }

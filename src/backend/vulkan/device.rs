@@ -10,10 +10,13 @@ use super::memory::Allocator;
 use super::select::{pick, Selection};
 use ash::vk;
 use std::path::PathBuf;
+use std::sync::atomic::{AtomicBool, Ordering};
 use std::sync::{Arc, Mutex, MutexGuard};
 use std::time::Duration;
 
-/// How long a submission may run before hrx reports the GPU as hung.
+/// How long a submission may run before hrx reports the GPU as hung, unless
+/// `HRX_VK_TIMEOUT=SECONDS` says otherwise (a large image on a CPU implementation such as
+/// lavapipe can need more).
 pub const SUBMIT_TIMEOUT: Duration = Duration::from_secs(120);
 
 /// How to open a device: where to keep the pipeline cache, memory and profiling.
@@ -27,12 +30,16 @@ pub struct DeviceOptions {
     /// Time every dispatch with GPU timestamps (`HRX_VK_PROFILE=1`): recordings write them
     /// and executors add them up per kernel. Off where the device cannot time (a warning).
     pub profile: bool,
+    /// How long a submission may run; past it the device is hung ([`VkError::Timeout`], then
+    /// [`VkError::Hung`] for everything after).
+    pub submit_timeout: Duration,
 }
 
 impl DeviceOptions {
     /// `HRX_CACHE_DIR` (else `$XDG_CACHE_HOME/hrx`, `~/.cache/hrx`) for the cache;
     /// `HRX_CACHE_DIR=` (empty) turns the disk cache off; `HRX_VK_PROFILE=1` for GPU
-    /// timestamps. (Which device is `backend::DeviceChoice`'s business.)
+    /// timestamps; `HRX_VK_TIMEOUT=SECONDS` for the submission limit (a malformed value is
+    /// warned about and the default kept). (Which device is `backend::DeviceChoice`'s business.)
     pub fn from_env() -> DeviceOptions {
         let cache_dir = match std::env::var_os("HRX_CACHE_DIR") {
             Some(d) if d.is_empty() => None,
@@ -40,8 +47,23 @@ impl DeviceOptions {
             None => cache::default_dir(),
         };
         let profile = std::env::var("HRX_VK_PROFILE").is_ok_and(|v| v == "1");
-        DeviceOptions { cache_dir, map_device_memory: true, profile }
+        let submit_timeout = std::env::var("HRX_VK_TIMEOUT").ok().map_or(SUBMIT_TIMEOUT, |v| {
+            parse_timeout(&v).unwrap_or_else(|| {
+                log::warn!(
+                    "HRX_VK_TIMEOUT={v:?}: expected a positive number of seconds; {} s",
+                    SUBMIT_TIMEOUT.as_secs()
+                );
+                SUBMIT_TIMEOUT
+            })
+        });
+        DeviceOptions { cache_dir, map_device_memory: true, profile, submit_timeout }
     }
+}
+
+/// A positive, finite number of seconds ("120", "0.5").
+fn parse_timeout(text: &str) -> Option<Duration> {
+    let seconds: f64 = text.trim().parse().ok()?;
+    (seconds > 0.0).then(|| Duration::try_from_secs_f64(seconds).ok()).flatten()
 }
 
 /// Everything the handles share; destroyed when the last handle goes.
@@ -61,6 +83,10 @@ pub(crate) struct Shared {
     allocator: Mutex<Allocator>,
     pub pipeline_cache: vk::PipelineCache,
     cache_path: Option<PathBuf>,
+    submit_timeout: Duration,
+    /// A submission ran past `submit_timeout` and may still be running: nothing is submitted
+    /// after it, and mapped memory, which it may be reading or writing, is not touched.
+    hung: AtomicBool,
     // Last: destroyed after the device (fields drop after `Drop::drop`, in order).
     _instance: Instance,
 }
@@ -169,6 +195,8 @@ impl Device {
             allocator: Mutex::new(Allocator::new(largest_heap)),
             pipeline_cache,
             cache_path,
+            submit_timeout: options.submit_timeout,
+            hung: AtomicBool::new(false),
             _instance: instance,
         };
         log::info!(
@@ -219,8 +247,20 @@ impl Shared {
         self.allocator.lock().unwrap_or_else(|p| p.into_inner())
     }
 
-    /// Submits `cmd` and waits for it: `fence` is reset first.
+    /// Whether the device can still be used: not after a submission timed out.
+    pub fn usable(&self) -> Result<()> {
+        match self.hung.load(Ordering::Acquire) {
+            true => Err(VkError::Hung { seconds: self.submit_timeout.as_secs_f64() }),
+            false => Ok(()),
+        }
+    }
+
+    /// Submits `cmd` and waits for it, at most the submission timeout: past it the device is
+    /// hung (see `usable`) and `cmd`'s owner must not destroy it nor what it uses. `fence` is
+    /// unsignalled when called, and again on success.
     pub fn submit_and_wait(&self, cmd: vk::CommandBuffer, fence: vk::Fence, what: &str) -> Result<()> {
+        // Work queued behind a hung submission would only time out in turn.
+        self.usable()?;
         let cmds = [cmd];
         let submit = [vk::SubmitInfo::default().command_buffers(&cmds)];
         {
@@ -230,13 +270,14 @@ impl Shared {
             // `cmd` is fully recorded and its resources are kept alive by its owner.
             unsafe { self.raw.queue_submit(*queue, &submit, fence) }.map_err(call("vkQueueSubmit"))?;
         }
-        let timeout = SUBMIT_TIMEOUT.as_nanos() as u64;
+        let timeout = u64::try_from(self.submit_timeout.as_nanos()).unwrap_or(u64::MAX);
         // SAFETY: the fence belongs to this device.
         let waited = unsafe { self.raw.wait_for_fences(&[fence], true, timeout) };
         match waited {
             Ok(()) => {}
             Err(vk::Result::TIMEOUT) => {
-                return Err(VkError::Timeout { during: what.to_owned(), seconds: SUBMIT_TIMEOUT.as_secs() })
+                self.hung.store(true, Ordering::Release);
+                return Err(VkError::Timeout { during: what.to_owned(), seconds: self.submit_timeout.as_secs_f64() });
             }
             Err(vk::Result::ERROR_DEVICE_LOST) => return Err(VkError::DeviceLost { during: what.to_owned() }),
             Err(e) => return Err(VkError::from_call("vkWaitForFences", e)),
@@ -258,8 +299,15 @@ impl Shared {
 impl Drop for Shared {
     fn drop(&mut self) {
         self.save_pipeline_cache();
+        // A timed-out submission keeps the device alive for good (its command buffer never lets
+        // go of it), so this is not reached then; if it were, the device is left to the driver,
+        // which reclaims it at exit: waiting for idle could take as long as the hung work runs.
+        if *self.hung.get_mut() {
+            return;
+        }
         // SAFETY: the last handle is gone, so no buffer, pipeline or command buffer of this
-        // device exists; waiting for idle makes destruction safe even after a failed wait.
+        // device exists and every submission finished; waiting for idle returns at once then,
+        // and makes destruction safe after a lost device too.
         unsafe {
             let _ = self.raw.device_wait_idle();
             self.raw.destroy_pipeline_cache(self.pipeline_cache, None);

@@ -19,8 +19,12 @@ pub enum VkError {
     NoMemoryType { what: String },
     /// The device was lost (driver reset, hang, crash): nothing on it can be used any more.
     DeviceLost { during: String },
-    /// A fence wait ran past its limit.
-    Timeout { during: String, seconds: u64 },
+    /// A fence wait ran past its limit (`DeviceOptions::submit_timeout`); the device is hung
+    /// from then on.
+    Timeout { during: String, seconds: f64 },
+    /// A submission timed out earlier and may still be running: nothing more is submitted to
+    /// the device, and its mapped memory is not touched.
+    Hung { seconds: f64 },
     /// A compute pipeline could not be made from its SPIR-V.
     Pipeline { kernel: String, reason: String },
     /// An argument the backend refuses: an operand a kernel does not handle, a copy out of a
@@ -71,7 +75,14 @@ impl fmt::Display for VkError {
             VkError::OutOfMemory { what, .. } => write!(f, "out of memory: {what}"),
             VkError::NoMemoryType { what } => write!(f, "no Vulkan memory type suits {what}"),
             VkError::DeviceLost { during } => write!(f, "the Vulkan device was lost during {during}"),
-            VkError::Timeout { during, seconds } => write!(f, "the GPU did not finish {during} within {seconds} s"),
+            VkError::Timeout { during, seconds } => write!(
+                f,
+                "the GPU did not finish {during} within {seconds} s (HRX_VK_TIMEOUT=SECONDS sets the limit)"
+            ),
+            VkError::Hung { seconds } => write!(
+                f,
+                "the Vulkan device is unusable: an earlier submission did not finish within {seconds} s and may still be running"
+            ),
             VkError::Pipeline { kernel, reason } => write!(f, "cannot create compute pipeline {kernel}: {reason}"),
             VkError::Invalid(m) => f.write_str(m),
             VkError::Call { call, result } => write!(f, "{call} failed: {result}"),

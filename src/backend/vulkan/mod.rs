@@ -43,7 +43,7 @@ mod timestamps;
 pub use buffer::Buffer;
 pub use command::CommandBuffer;
 pub use descriptor::{DescriptorPool, DescriptorSet, Window};
-pub use device::{Device, DeviceOptions};
+pub use device::{Device, DeviceOptions, SUBMIT_TIMEOUT};
 pub use error::{Result, VkError};
 pub use executor::{RecordingStats, VulkanExecutor};
 pub use info::{CoopShape, DeviceInfo, DeviceKind, Features, Heap};
