@@ -75,6 +75,9 @@ fn generate_rejects_bad_prompt_ids_and_settings() {
     assert_eq!(out.status.code(), Some(2));
     let out = hrx(&["generate", "-m", m, "-p", "hi", "--top-p", "0"]);
     assert_eq!(out.status.code(), Some(2));
+    let out = hrx(&["generate", "-m", m, "-p", "hi", "--presence-penalty", "2.5"]);
+    assert_eq!(out.status.code(), Some(2));
+    assert!(stderr(&out).contains("--presence-penalty 2.5 must be in [-2, 2]"), "{}", stderr(&out));
     let out = hrx(&["generate", "-m", m, "-p", "hi", "--ctx", "4", "-n", "4"]);
     assert_eq!(out.status.code(), Some(1));
     assert!(stderr(&out).contains("context"), "{}", stderr(&out));

@@ -206,8 +206,9 @@ fn describe_one(
         writeln!(out, "{name}:")?;
     }
     let mut write_error = None;
-    let (ids, g) =
-        d.run(&images, prompt, system, config, |text| super::generate::stream(json, &mut write_error, out, text))?;
+    let (ids, g) = d.run(&images, prompt, system, config, |delta| {
+        super::generate::stream(json, &mut write_error, out, delta.text)
+    })?;
     if let Some(e) = write_error {
         return Err(e.into());
     }

@@ -64,6 +64,8 @@ pub const TOP_K: Flag = Flag { names: &["--top-k"], value: "K" };
 pub const TOP_P: Flag = Flag { names: &["--top-p"], value: "P" };
 pub const MIN_P: Flag = Flag { names: &["--min-p"], value: "P" };
 pub const REPEAT_PENALTY: Flag = Flag { names: &["--repeat-penalty"], value: "R" };
+pub const FREQUENCY_PENALTY: Flag = Flag { names: &["--frequency-penalty"], value: "F" };
+pub const PRESENCE_PENALTY: Flag = Flag { names: &["--presence-penalty"], value: "F" };
 pub const SEED: Flag = Flag { names: &["-s", "--seed"], value: "S" };
 pub const STOP: Flag = Flag { names: &["--stop"], value: "STR" };
 pub const IGNORE_EOS: Flag = Flag { names: &["--ignore-eos"], value: "" };
@@ -151,6 +153,14 @@ impl GenerationDefaults {
             TOP_P.help(format!("keep the smallest set with probability >= P (default {})", s.top_p)),
             MIN_P.help(format!("drop tokens below P x the best one's probability (default {})", s.min_p)),
             REPEAT_PENALTY.help(format!("penalise recently seen tokens; 1 = off (default {})", s.repeat_penalty)),
+            FREQUENCY_PENALTY.help(format!(
+                "OpenAI's: lower a token's logit by F for each time the answer already has it; -2..2, 0 = off (default {})",
+                s.frequency_penalty
+            )),
+            PRESENCE_PENALTY.help(format!(
+                "OpenAI's: lower the logit of every token the answer already has by F; -2..2, 0 = off (default {})",
+                s.presence_penalty
+            )),
             SEED.help(format!("random seed for sampling (default {})", s.seed)),
             STOP.help("stop before this text (repeatable)"),
             IGNORE_EOS.help("keep going past end-of-generation tokens"),
@@ -166,6 +176,8 @@ impl GenerationDefaults {
             top_p: TOP_P.parse(args)?.unwrap_or(s.top_p),
             min_p: MIN_P.parse(args)?.unwrap_or(s.min_p),
             repeat_penalty: REPEAT_PENALTY.parse(args)?.unwrap_or(s.repeat_penalty),
+            frequency_penalty: FREQUENCY_PENALTY.parse(args)?.unwrap_or(s.frequency_penalty),
+            presence_penalty: PRESENCE_PENALTY.parse(args)?.unwrap_or(s.presence_penalty),
             seed: SEED.parse(args)?.unwrap_or(s.seed),
             ..s.clone()
         };
@@ -175,6 +187,7 @@ impl GenerationDefaults {
             sampler,
             stop_strings: STOP.strings(args)?,
             stop_at_eog: !IGNORE_EOS.present(args),
+            logprobs: None,
         })
     }
 }

@@ -98,7 +98,7 @@ fn run(mut args: Args, out: &mut dyn Write) -> Result<(), CliError> {
         let encoded = d.encode_files_for(&paths, &text, system.as_deref())?;
         let mut write_error = None;
         let (ids, result) =
-            d.run(&encoded, &text, system.as_deref(), &config, |t| stream(json, &mut write_error, out, t))?;
+            d.run(&encoded, &text, system.as_deref(), &config, |t| stream(json, &mut write_error, out, t.text))?;
         return finish(out, write_error, &ids, &result, json, dump_logits);
     }
     if mmproj.is_some() {
@@ -128,7 +128,7 @@ fn run(mut args: Args, out: &mut dyn Write) -> Result<(), CliError> {
     let pieces: Vec<PromptPiece> = ids.iter().map(|&id| PromptPiece::Token(id)).collect();
     let mut session = Session::new();
     let mut write_error = None;
-    let result = generate(&mut model, &mut session, &pieces, &config, |t| stream(json, &mut write_error, out, t))?;
+    let result = generate(&mut model, &mut session, &pieces, &config, |t| stream(json, &mut write_error, out, t.text))?;
     finish(out, write_error, &ids, &result, json, dump_logits)
 }
 
