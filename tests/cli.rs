@@ -200,6 +200,36 @@ fn describe_refuses_a_prompt_over_the_context_with_its_real_size() {
     assert!(!refused.status.success());
     let message = stderr(&refused);
     assert!(message.contains(&format!("the context holds 300 tokens and {prompt} are needed")), "{message}");
+    // Counted before decoding: the same file cut short after its header (its pixels could not
+    // be decoded) gets the same answer, not a decoding error.
+    let png = std::fs::read(&image).unwrap();
+    std::fs::write(&image, &png[..png.len().min(100)]).unwrap();
+    let cut = stderr(&describe("300"));
+    assert!(cut.contains(&format!("the context holds 300 tokens and {prompt} are needed")), "{cut}");
+    assert!(!stderr(&describe("4096")).contains("are needed"), "a roomy context decodes it, and fails there");
+
+    // generate --image has the same image budget (1 MP for a file models.toml does not list),
+    // so the same prompt.
+    let generated = hrx(&[
+        "generate",
+        "-m",
+        m.to_str().unwrap(),
+        "--mmproj",
+        mm.to_str().unwrap(),
+        "--image",
+        temp_file("big-1500x1000-again.png", &common::black_png(1500, 1000)).to_str().unwrap(),
+        "-p",
+        "Describe this image.",
+        "-n",
+        "1",
+        "--json",
+    ]);
+    assert!(generated.status.success(), "{}", stderr(&generated));
+    let answer: JsonValue = String::from_utf8(generated.stdout).unwrap().trim().parse().unwrap();
+    assert_eq!(answer["prompt_ids"].get::<Vec<JsonValue>>().unwrap().len(), prompt);
+    let help = String::from_utf8(hrx(&["generate", "--help"]).stdout).unwrap();
+    let help = help.split_whitespace().collect::<Vec<_>>().join(" ");
+    assert!(help.contains("about N pixels (default 1048576"), "{help}");
 }
 
 #[test]

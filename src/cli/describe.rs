@@ -10,6 +10,7 @@ use crate::image::{self, Limits, PreprocessConfig};
 use crate::json::Json;
 use crate::runtime::describe::{Describer, ImageOptions};
 use crate::runtime::generate::GenerateConfig;
+use crate::runtime::progress::Notice;
 use crate::runtime::sampler::SamplerConfig;
 use crate::runtime::text_model::TextOptions;
 use crate::runtime::RuntimeError;
@@ -138,6 +139,13 @@ impl DescriberFlags {
     }
 }
 
+/// Word on stderr of an image that takes over a second to read and encode, for the commands
+/// someone waits on at a terminal (describe, caption, generate; not serve, whose log is a line
+/// per connection).
+pub(super) fn stderr_notice() -> Notice {
+    Notice::to(|line| eprintln!("hrx: {line}"))
+}
+
 fn run(mut args: Args, out: &mut dyn Write) -> Result<(), CliError> {
     let prompt = PROMPT.string(&mut args)?.unwrap_or_else(|| "Describe this image.".to_owned());
     let system = SYSTEM.string(&mut args)?;
@@ -152,6 +160,7 @@ fn run(mut args: Args, out: &mut dyn Write) -> Result<(), CliError> {
         return Err(CliError::usage("IMAGE - (standard input) can be given once"));
     }
     let mut d = flags.load()?;
+    d.set_progress(stderr_notice());
     let config = flags.config;
     let mut failures = 0;
     for file in &files {

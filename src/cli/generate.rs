@@ -27,7 +27,7 @@ fn help() -> String {
         IMAGE.help("an image before the prompt text in the user turn (repeatable; needs --mmproj); its pads are expanded as HF's processor does"),
         MMPROJ.help("the vision projector GGUF"),
     ];
-    options.extend(ImageFlags::help(PreprocessConfig::HF_MAX_PIXELS));
+    options.extend(ImageFlags::help(PreprocessConfig::KIOSK_MAX_PIXELS));
     options.extend(GenerationDefaults::default().help(None));
     options.push(ctx_help());
     options.extend(Placement::help());
@@ -78,7 +78,7 @@ fn run(mut args: Args, out: &mut dyn Write) -> Result<(), CliError> {
     let dump_logits = DUMP_LOGITS.string(&mut args)?;
     let images = IMAGE.strings(&mut args)?;
     let mmproj = MMPROJ.string(&mut args)?;
-    let image_options = ImageFlags::parse(&mut args, PreprocessConfig::HF_MAX_PIXELS)?;
+    let image_options = ImageFlags::parse(&mut args, PreprocessConfig::KIOSK_MAX_PIXELS)?;
     if !args.finish()?.is_empty() {
         return Err(CliError::usage("generate takes no positional arguments (use --prompt)"));
     }
@@ -94,6 +94,7 @@ fn run(mut args: Args, out: &mut dyn Write) -> Result<(), CliError> {
         if let Some(n) = placement.threads {
             d.set_threads(n);
         }
+        d.set_progress(super::describe::stderr_notice());
         let paths: Vec<&Path> = images.iter().map(Path::new).collect();
         let encoded = d.encode_files_for(&paths, &text, system.as_deref())?;
         let mut write_error = None;

@@ -3,6 +3,7 @@
 
 use super::chat::{self, Content, Message};
 use super::generate::{generate, Delta, GenerateConfig, Generation};
+use super::progress::Notice;
 use super::session::{PromptPiece, Session};
 use super::text_model::{TextModel, TextOptions};
 use super::vision_model::VisionModel;
@@ -65,6 +66,8 @@ pub struct Describer {
     text: TextModel,
     vision: VisionModel,
     images: ImageOptions,
+    /// Where to say that an image is taking long (none: silent).
+    notice: Option<Notice>,
 }
 
 impl Describer {
@@ -123,7 +126,7 @@ impl Describer {
                 ),
             }));
         }
-        Ok(Describer { text: text_model, vision, images })
+        Ok(Describer { text: text_model, vision, images, notice: None })
     }
 
     pub fn text(&self) -> &TextModel {
@@ -132,6 +135,19 @@ impl Describer {
 
     pub fn vision(&self) -> &VisionModel {
         &self.vision
+    }
+
+    /// Says on `notice` when reading and encoding an image takes longer than its wait.
+    pub fn set_progress(&mut self, notice: Notice) {
+        self.notice = Some(notice);
+    }
+
+    /// Runs `work`, with word of it where a notice is set.
+    fn noting<T>(&mut self, name: &str, work: impl FnOnce(&mut Self) -> T) -> T {
+        match self.notice {
+            None => work(self),
+            Some(notice) => notice.around(&format!("encoding {name}"), || work(self)),
+        }
     }
 
     /// CPU threads of both models' kernels (the Vulkan executor takes none).
@@ -265,15 +281,20 @@ impl Describer {
 
     /// Decodes, preprocesses and encodes one image file within the describer's budget.
     pub fn encode_file(&mut self, path: &Path) -> Result<EncodedImage, RuntimeError> {
-        let rgb = image::decode_file(path, &self.images.limits)?;
-        self.encode_rgb(&path.display().to_string(), &rgb, self.images.max_pixels)
+        let name = path.display().to_string();
+        self.noting(&name, |d| {
+            let rgb = image::decode_file(path, &d.images.limits)?;
+            d.encode_rgb(&name, &rgb, d.images.max_pixels)
+        })
     }
 
     /// Decodes, preprocesses and encodes an image held in memory, resized within `max_pixels`
     /// (held within the describer's budget); errors call it `name`.
     pub fn encode_bytes(&mut self, name: &str, bytes: &[u8], max_pixels: usize) -> Result<EncodedImage, RuntimeError> {
-        let rgb = image::decode_bytes(name, bytes, &self.images.limits)?;
-        self.encode_rgb(name, &rgb, max_pixels)
+        self.noting(name, |d| {
+            let rgb = image::decode_bytes(name, bytes, &d.images.limits)?;
+            d.encode_rgb(name, &rgb, max_pixels)
+        })
     }
 
     fn encode_rgb(&mut self, name: &str, rgb: &RgbImage, max_pixels: usize) -> Result<EncodedImage, RuntimeError> {
