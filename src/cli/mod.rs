@@ -11,10 +11,12 @@ mod generate;
 mod inspect;
 mod models;
 mod plan;
+mod registry;
 mod serve;
 mod synth;
 mod tokenize;
 
+use crate::catalog::facts::Mismatch;
 use crate::gguf::GgufError;
 use crate::runtime::RuntimeError;
 use args::{Args, UsageError};
@@ -66,6 +68,8 @@ pub enum CliError {
     },
     /// Loading or running the model.
     Runtime(RuntimeError),
+    /// A file named as a models.toml entry's that is not that model.
+    NotTheModel(Mismatch),
     /// A failure hrx itself describes (no model, nothing to do).
     Failed(String),
     /// A failure already reported (e.g. per image): only the summary is printed.
@@ -106,6 +110,7 @@ impl fmt::Display for CliError {
             CliError::Io(e) => write!(f, "{e}"),
             CliError::Os { what, source } => write!(f, "{what}: {source}"),
             CliError::Runtime(e) => write!(f, "{e}"),
+            CliError::NotTheModel(e) => write!(f, "{e}"),
             CliError::Failed(m) | CliError::Quiet(m) | CliError::Partial(m) => f.write_str(m),
         }
     }
@@ -117,6 +122,7 @@ impl std::error::Error for CliError {
             CliError::Gguf(e) => Some(e),
             CliError::Io(e) | CliError::Os { source: e, .. } => Some(e),
             CliError::Runtime(e) => Some(e),
+            CliError::NotTheModel(e) => Some(e),
             CliError::Usage { .. } | CliError::Failed(_) | CliError::Quiet(_) | CliError::Partial(_) => None,
         }
     }
@@ -133,6 +139,12 @@ impl CliError {
     pub fn os(what: impl fmt::Display) -> impl FnOnce(io::Error) -> CliError {
         let what = what.to_string();
         move |source| CliError::Os { what, source }
+    }
+}
+
+impl From<Mismatch> for CliError {
+    fn from(e: Mismatch) -> Self {
+        CliError::NotTheModel(e)
     }
 }
 
