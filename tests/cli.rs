@@ -75,6 +75,9 @@ fn generate_rejects_bad_prompt_ids_and_settings() {
     assert_eq!(out.status.code(), Some(2));
     let out = hrx(&["generate", "-m", m, "-p", "hi", "--top-p", "0"]);
     assert_eq!(out.status.code(), Some(2));
+    let out = hrx(&["generate", "-m", m, "-p", "hi", "--presence-penalty", "2.5"]);
+    assert_eq!(out.status.code(), Some(2));
+    assert!(stderr(&out).contains("--presence-penalty 2.5 must be in [-2, 2]"), "{}", stderr(&out));
     let out = hrx(&["generate", "-m", m, "-p", "hi", "--ctx", "4", "-n", "4"]);
     assert_eq!(out.status.code(), Some(1));
     assert!(stderr(&out).contains("context"), "{}", stderr(&out));
@@ -97,18 +100,83 @@ fn models_finds_files_in_hrx_models() {
     let dir = std::env::temp_dir().join(format!("hrx-models-{}", std::process::id()));
     std::fs::create_dir_all(&dir).unwrap();
     std::fs::write(dir.join("Qwen3VL-2B-Instruct-Q4_K_M.gguf"), b"x").unwrap();
-    let out = Command::new(env!("CARGO_BIN_EXE_hrx"))
-        .args(["models", "--json", "--verify"])
-        .env("HRX_MODELS", &dir)
-        .output()
-        .unwrap();
-    assert!(out.status.success(), "{}", stderr(&out));
-    let json: JsonValue = String::from_utf8(out.stdout).unwrap().parse().unwrap();
-    let models: &Vec<JsonValue> = json["models"].get().unwrap();
-    let two_b = &models[0];
-    assert_eq!(two_b["model_state"].get::<String>().unwrap(), "present (no sha256 recorded)");
+    let models = |verify: bool| {
+        let mut args = vec!["models", "--json"];
+        args.extend(verify.then_some("--verify"));
+        let out = Command::new(env!("CARGO_BIN_EXE_hrx")).args(args).env("HRX_MODELS", &dir).output().unwrap();
+        let json: JsonValue = String::from_utf8(out.stdout).unwrap().parse().unwrap();
+        let two_b = json["models"].get::<Vec<JsonValue>>().unwrap()[0].clone();
+        (out.status.code(), two_b)
+    };
+    let (code, two_b) = models(false);
+    assert_eq!(code, Some(0));
+    assert_eq!(two_b["model_state"].get::<String>().unwrap(), "present");
     assert_eq!(two_b["mmproj_state"].get::<String>().unwrap(), "missing");
+    assert!(two_b["defaults"].get::<String>().unwrap().starts_with("temperature 0.7, top_p 0.8, top_k 20"));
+    // Verified, a file that is not a GGUF fails (exit 1), its line saying why.
+    let (code, two_b) = models(true);
+    assert_eq!(code, Some(1));
+    assert!(two_b["model_state"].get::<String>().unwrap().starts_with("MISMATCH: "), "{two_b:?}");
     std::fs::remove_dir_all(&dir).unwrap();
+}
+
+#[test]
+fn a_file_named_as_a_known_model_is_checked_against_models_toml_on_load_and_by_verify() {
+    // The oracle's 41 k-parameter tiny model under the 2B's names: not taken for the 2B, by any
+    // path (the default model, -m for describe and generate, models --verify), one line naming
+    // the field.
+    let Some(oracle) = common::oracle() else { return };
+    let dir = std::env::temp_dir().join(format!("hrx-impostor-{}", std::process::id()));
+    std::fs::create_dir_all(&dir).unwrap();
+    let (m, mm) = (dir.join("Qwen3VL-2B-Instruct-Q4_K_M.gguf"), dir.join("mmproj-Qwen3VL-2B-Instruct-F16.gguf"));
+    std::fs::copy(oracle.join("models/tiny/qwen3vl-tiny-F16.gguf"), &m).unwrap();
+    std::fs::copy(oracle.join("models/tiny/mmproj-qwen3vl-tiny-F16.gguf"), &mm).unwrap();
+    let image = oracle.join("images/tie-400x272.png");
+    let run =
+        |args: &[&str]| Command::new(env!("CARGO_BIN_EXE_hrx")).args(args).env("HRX_MODELS", &dir).output().unwrap();
+    let (ms, mms, img) = (m.to_str().unwrap(), mm.to_str().unwrap(), image.to_str().unwrap());
+    let want =
+        format!("{ms} is not models.toml's qwen3-vl-2b-instruct: its model_block_count is 2, models.toml records 28");
+    for args in [
+        &["describe", img][..],
+        &["describe", img, "-m", ms, "--mmproj", mms],
+        &["generate", "-m", ms, "-p", "hi"],
+        &["serve", "-m", ms, "--mmproj", mms, "--port", "0"],
+    ] {
+        let out = run(args);
+        assert_eq!(out.status.code(), Some(1), "{args:?}");
+        let err = stderr(&out);
+        assert_eq!(err.lines().count(), 1, "{err}");
+        assert!(err.contains(&want), "{args:?}: {err}");
+    }
+    let out = run(&["models", "--verify"]);
+    assert_eq!(out.status.code(), Some(1));
+    let listing = String::from_utf8_lossy(&out.stdout);
+    assert!(listing.contains("MISMATCH: its model_block_count is 2, models.toml records 28"), "{listing}");
+    assert!(listing.contains("MISMATCH: its mmproj_projection_dim is 64, models.toml records 2048"), "{listing}");
+    // Under a name models.toml does not know, the same file is hrx's to run with its own defaults.
+    let mine = dir.join("mine.gguf");
+    std::fs::rename(&m, &mine).unwrap();
+    let out = run(&["generate", "-m", mine.to_str().unwrap(), "-p", "hi", "-n", "1"]);
+    assert!(out.status.success(), "{}", stderr(&out));
+    std::fs::remove_dir_all(&dir).unwrap();
+}
+
+#[test]
+fn help_gives_the_real_defaults_of_known_models_and_of_other_files() {
+    for command in ["describe", "caption", "serve", "generate"] {
+        let help = String::from_utf8(hrx(&[command, "--help"]).stdout).unwrap();
+        let help = help.split_whitespace().collect::<Vec<_>>().join(" ");
+        for want in [
+            "0 = greedy (default 0.7 for the models of models.toml, else 0)",
+            "(default 20 for the models of models.toml, else 40)",
+            "(default 0.8 for the models of models.toml, else 0.95)",
+            "about N pixels (default 1048576;",
+        ] {
+            assert!(help.contains(want), "{command}: no {want:?} in {help}");
+        }
+        assert!(!help.contains("greedy (default 0)") && !help.contains("default: greedy"), "{command}");
+    }
 }
 
 /// Writes `bytes` to a temp file named `name` and returns its path.
@@ -197,6 +265,36 @@ fn describe_refuses_a_prompt_over_the_context_with_its_real_size() {
     assert!(!refused.status.success());
     let message = stderr(&refused);
     assert!(message.contains(&format!("the context holds 300 tokens and {prompt} are needed")), "{message}");
+    // Counted before decoding: the same file cut short after its header (its pixels could not
+    // be decoded) gets the same answer, not a decoding error.
+    let png = std::fs::read(&image).unwrap();
+    std::fs::write(&image, &png[..png.len().min(100)]).unwrap();
+    let cut = stderr(&describe("300"));
+    assert!(cut.contains(&format!("the context holds 300 tokens and {prompt} are needed")), "{cut}");
+    assert!(!stderr(&describe("4096")).contains("are needed"), "a roomy context decodes it, and fails there");
+
+    // generate --image has the same image budget (1 MP for a file models.toml does not list),
+    // so the same prompt.
+    let generated = hrx(&[
+        "generate",
+        "-m",
+        m.to_str().unwrap(),
+        "--mmproj",
+        mm.to_str().unwrap(),
+        "--image",
+        temp_file("big-1500x1000-again.png", &common::black_png(1500, 1000)).to_str().unwrap(),
+        "-p",
+        "Describe this image.",
+        "-n",
+        "1",
+        "--json",
+    ]);
+    assert!(generated.status.success(), "{}", stderr(&generated));
+    let answer: JsonValue = String::from_utf8(generated.stdout).unwrap().trim().parse().unwrap();
+    assert_eq!(answer["prompt_ids"].get::<Vec<JsonValue>>().unwrap().len(), prompt);
+    let help = String::from_utf8(hrx(&["generate", "--help"]).stdout).unwrap();
+    let help = help.split_whitespace().collect::<Vec<_>>().join(" ");
+    assert!(help.contains("about N pixels (default 1048576"), "{help}");
 }
 
 #[test]

@@ -52,6 +52,7 @@ fn check_case(d: &mut Describer, oracle: &Path, cases: &str, name: &str, tol: f6
         sampler: SamplerConfig::default(),
         stop_strings: vec![],
         stop_at_eog: false,
+        logprobs: None,
     };
     let (_, g) =
         d.run(std::slice::from_ref(&image), &text, None, &config, |_| std::ops::ControlFlow::Continue(())).unwrap();

@@ -352,6 +352,9 @@ fn every_bad_request_gets_a_json_error_with_its_status() {
     assert_eq!((status, string(&json(&body), &["status"])), (200, "ok".to_string()));
     let (status, body) = server.get("/v1/models");
     assert_eq!((status, string(&json(&body), &["data", "0", "id"])), (200, "qwen3vl-tiny-F16".to_string()));
+    let (status, body) = server.get("/v1/models/qwen3vl-tiny-F16");
+    assert_eq!((status, string(&json(&body), &["id"])), (200, "qwen3vl-tiny-F16".to_string()));
+    assert_eq!(string(&json(&body), &["object"]), "model");
 
     let user = |content: &str| format!(r#"{{"messages":[{{"role":"user","content":{content}}}]}}"#);
     let image = |url: &str| user(&format!(r#"[{{"type":"image_url","image_url":{{"url":"{url}"}}}}]"#));
@@ -365,6 +368,25 @@ fn every_bad_request_gets_a_json_error_with_its_status() {
         (400, server.post("/v1/chat/completions", &image(&text_as_png)), "image 1"),
         (400, server.post("/v1/chat/completions", &"[".repeat(100_000)), "deeper"),
         (404, server.get("/v1/completions"), "no such endpoint"),
+        (404, server.get("/v1/models/gpt-4o"), "no model \"gpt-4o\" here"),
+        (
+            400,
+            server.post(
+                "/v1/chat/completions",
+                r#"{"messages":[{"role":"user","content":"x"}],"tools":[{"type":"function","function":{"name":"f"}}]}"#,
+            ),
+            "tools is not supported",
+        ),
+        (
+            400,
+            server.post("/v1/chat/completions", r#"{"messages":[{"role":"user","content":"x"}],"tool_choice":"none"}"#),
+            "tool_choice is not supported",
+        ),
+        (
+            400,
+            server.post("/v1/chat/completions", r#"{"messages":[{"role":"user","content":"x"}],"logit_bias":{"1":5}}"#),
+            "logit_bias is not supported",
+        ),
         (405, server.get("/v1/chat/completions"), "takes POST"),
         (411, server.raw(b"POST /v1/chat/completions HTTP/1.1\r\nHost: x\r\n\r\n"), "Content-Length"),
         (
@@ -696,4 +718,138 @@ fn requests_waiting_behind_the_one_on_the_model_cannot_starve_its_image_decode()
     assert_eq!(third.join().unwrap().0, 200);
     let (_, page) = server.get("/metrics");
     assert_eq!(metric(&page, "hrx_memory_reserved_bytes"), 0.0, "every reservation given back");
+}
+
+/// A chat answer's `choices[0].logprobs.content` entries.
+fn logprob_entries(answer: &JsonValue) -> Vec<JsonValue> {
+    at(answer, &["choices", "0", "logprobs", "content"]).get::<Vec<JsonValue>>().expect("logprobs.content").clone()
+}
+
+/// An entry's (token, logprob).
+fn token_logprob(entry: &JsonValue) -> (String, f64) {
+    (string(entry, &["token"]), number(entry, &["logprob"]))
+}
+
+#[test]
+fn logprobs_come_with_plain_and_streamed_answers_in_openais_shape() {
+    let Some(oracle) = common::oracle() else { return };
+    let server = Server::start(&oracle.join("models/tiny"), &[]);
+    let body = |extra: &str| {
+        format!(
+            r#"{{"messages":[{{"role":"user","content":"hello there"}}],"max_tokens":8,"logprobs":true,"top_logprobs":3{extra}}}"#
+        )
+    };
+    let (status, text) = server.post("/v1/chat/completions", &body(""));
+    assert_eq!(status, 200, "{text}");
+    let answer = json(&text);
+    assert_eq!(string(&answer, &["choices", "0", "finish_reason"]), "length", "{text}");
+    assert!(matches!(at(&answer, &["choices", "0", "logprobs", "refusal"]), JsonValue::Null));
+    let entries = logprob_entries(&answer);
+    assert_eq!(entries.len() as f64, number(&answer, &["usage", "completion_tokens"]), "one entry per token");
+    let mut bytes = Vec::new();
+    for e in &entries {
+        let top = at(e, &["top_logprobs"]).get::<Vec<JsonValue>>().unwrap();
+        assert_eq!(top.len(), 3, "{e:?}");
+        let logprobs: Vec<f64> = top.iter().map(|t| number(t, &["logprob"])).collect();
+        assert!(logprobs.windows(2).all(|w| w[0] >= w[1]) && logprobs[0] < 0.0, "most likely first: {logprobs:?}");
+        // Greedy (the server's default here): the chosen token is the most likely one.
+        assert_eq!(token_logprob(e), token_logprob(&top[0]));
+        for b in at(e, &["bytes"]).get::<Vec<JsonValue>>().unwrap() {
+            bytes.push(*b.get::<f64>().unwrap() as u8);
+        }
+    }
+    let content = string(&answer, &["choices", "0", "message", "content"]);
+    // (A byte that starts no whole character is U+FFFD in the text, as the bytes' lossy UTF-8.)
+    assert_eq!(String::from_utf8_lossy(&bytes), content, "the tokens' bytes spell the answer");
+
+    // Streamed: each chunk carries its token's entry; together they are the plain answer's.
+    let (status, text) = server.post("/v1/chat/completions", &body(r#","stream":true"#));
+    assert_eq!(status, 200, "{text}");
+    let mut streamed = Vec::new();
+    for event in text.split("\n\n").filter_map(|e| e.strip_prefix("data: ")).filter(|e| *e != "[DONE]") {
+        let chunk = json(event);
+        if let JsonValue::Object(l) = at(&chunk, &["choices", "0", "logprobs"]) {
+            streamed.extend(l["content"].get::<Vec<JsonValue>>().unwrap().iter().cloned());
+        }
+    }
+    assert_eq!(streamed, entries);
+
+    // Not asked for: null, as OpenAI's.
+    let (_, text) =
+        server.post("/v1/chat/completions", r#"{"messages":[{"role":"user","content":"x"}],"max_tokens":2}"#);
+    assert!(matches!(at(&json(&text), &["choices", "0", "logprobs"]), JsonValue::Null), "{text}");
+}
+
+#[test]
+fn frequency_and_presence_penalties_follow_openais_formula() {
+    // Greedy with penalties: at each step the token chosen is the best of the model's logprobs
+    // less count x frequency_penalty and, for a token the answer already has, presence_penalty
+    // (the logprobs themselves are the model's, unpenalized).
+    let Some(oracle) = common::oracle() else { return };
+    let server = Server::start(&oracle.join("models/tiny"), &[]);
+    let ask = |penalties: &str| {
+        let body = format!(
+            r#"{{"messages":[{{"role":"user","content":"hello there"}}],"max_tokens":60,"logprobs":true,"top_logprobs":20{penalties}}}"#
+        );
+        let (status, text) = server.post("/v1/chat/completions", &body);
+        assert_eq!(status, 200, "{text}");
+        logprob_entries(&json(&text))
+    };
+    let plain = ask("");
+    let (frequency, presence) = (0.02, 0.05);
+    let penalized = ask(&format!(r#","frequency_penalty":{frequency},"presence_penalty":{presence}"#));
+    let mut counts: HashMap<String, f64> = HashMap::new();
+    let mut moved = 0;
+    for e in &penalized {
+        let (chosen, _) = token_logprob(e);
+        let score = |t: &JsonValue| {
+            let (token, logprob) = token_logprob(t);
+            let n = counts.get(&token).copied().unwrap_or(0.0);
+            logprob - n * frequency - if n > 0.0 { presence } else { 0.0 }
+        };
+        let top = at(e, &["top_logprobs"]).get::<Vec<JsonValue>>().unwrap();
+        let best = top.iter().map(score).fold(f64::NEG_INFINITY, f64::max);
+        let mine = top.iter().find(|t| string(t, &["token"]) == chosen).map(score);
+        assert!(mine.is_some_and(|m| m >= best - 1e-5), "{chosen:?} is not the best penalized token");
+        if string(&top[0], &["token"]) != chosen {
+            moved += 1;
+        }
+        *counts.entry(chosen).or_default() += 1.0;
+    }
+    assert!(moved > 0, "the penalties never changed a choice");
+    assert_ne!(plain, penalized);
+    let plain_distinct: std::collections::HashSet<String> = plain.iter().map(|e| token_logprob(e).0).collect();
+    assert!(
+        counts.len() > plain_distinct.len(),
+        "{} distinct tokens, {} without penalties",
+        counts.len(),
+        plain_distinct.len()
+    );
+}
+
+#[test]
+fn image_detail_low_resizes_to_512_by_512_and_high_to_the_servers_budget() {
+    let Some(oracle) = common::oracle() else { return };
+    let server = Server::start(&oracle.join("models/tiny"), &["-n", "1"]);
+    let url = format!(
+        "data:image/png;base64,{}",
+        base64::engine::general_purpose::STANDARD.encode(common::black_png(1024, 1024))
+    );
+    let prompt_tokens = |detail: &str| {
+        let body = format!(
+            r#"{{"messages":[{{"role":"user","content":[{{"type":"image_url","image_url":{{"url":"{url}"{detail}}}}}]}}]}}"#
+        );
+        let (status, text) = server.post("/v1/chat/completions", &body);
+        assert_eq!(status, 200, "{text}");
+        number(&json(&text), &["usage", "prompt_tokens"])
+    };
+    let (low, high, auto, none) = (
+        prompt_tokens(r#","detail":"low""#),
+        prompt_tokens(r#","detail":"high""#),
+        prompt_tokens(r#","detail":"auto""#),
+        prompt_tokens(""),
+    );
+    // Patches of 16 merged 2 x 2: 1024 x 1024 is 32 x 32 tokens at the 1 MP budget, 16 x 16 at 512 x 512.
+    assert_eq!(high - low, 1024.0 - 256.0, "low {low}, high {high}");
+    assert_eq!((auto, none), (high, high));
 }

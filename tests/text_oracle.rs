@@ -61,6 +61,7 @@ fn check(variant: &Variant, kernels: Kernels) {
             sampler: SamplerConfig::default(),
             stop_strings: vec![],
             stop_at_eog: false,
+            logprobs: None,
         };
         let out = generate(&mut model, &mut Session::new(), &pieces, &config, |_| std::ops::ControlFlow::Continue(()))
             .expect("generates");

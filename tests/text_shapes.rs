@@ -158,6 +158,7 @@ fn a_caller_can_stop_the_generation_between_tokens() {
         sampler: SamplerConfig::default(),
         stop_strings: vec![],
         stop_at_eog: false,
+        logprobs: None,
     };
     let whole =
         generate(&mut model, &mut Session::new(), &pieces, &config, |_| ControlFlow::Continue(())).expect("generates");

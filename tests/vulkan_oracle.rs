@@ -55,7 +55,13 @@ fn options() -> TextOptions {
 }
 
 fn config(max_new_tokens: usize) -> GenerateConfig {
-    GenerateConfig { max_new_tokens, sampler: SamplerConfig::default(), stop_strings: vec![], stop_at_eog: false }
+    GenerateConfig {
+        max_new_tokens,
+        sampler: SamplerConfig::default(),
+        stop_strings: vec![],
+        stop_at_eog: false,
+        logprobs: None,
+    }
 }
 
 fn check_text(backend: &Backend, oracle: &Path, (model, _, cases, _): &Model, tol: f64) {

@@ -112,6 +112,7 @@ fn run(mut args: Args, _out: &mut dyn Write) -> Result<(), CliError> {
     );
     if !todo.is_empty() {
         let mut d = flags.load()?;
+        d.set_progress(super::describe::stderr_notice());
         let job = Job { prompt: &prompt, system: system.as_deref(), config: &flags.config };
         let start = Instant::now();
         for (i, path) in todo.iter().enumerate() {

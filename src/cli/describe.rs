@@ -3,14 +3,14 @@
 use super::flags::{
     ctx_help, text_options, GenerationDefaults, Help, ImageFlags, Placement, IMAGE, JSON, MMPROJ, MODEL, PROMPT, SYSTEM,
 };
+use super::registry::{default_model_files, ModelSettings};
 use super::{CliError, Command};
-use crate::catalog::{locate, search_dirs, Catalog};
 use crate::cli::args::Args;
-use crate::image::{self, Limits, PreprocessConfig};
+use crate::image::{self, Limits};
 use crate::json::Json;
 use crate::runtime::describe::{Describer, ImageOptions};
 use crate::runtime::generate::GenerateConfig;
-use crate::runtime::sampler::SamplerConfig;
+use crate::runtime::progress::Notice;
 use crate::runtime::text_model::TextOptions;
 use crate::runtime::RuntimeError;
 use std::io::Write;
@@ -45,45 +45,15 @@ fn help() -> String {
 
 pub const COMMAND: Command = Command { name: "describe", summary: "describe images", help, run };
 
-/// What the default model's catalog entry sets: sampling defaults, image budget, name.
-type CatalogDefaults = (GenerationDefaults, usize, String);
-
-/// The model files: given, or the catalog default found in the search folders (then with its
-/// catalog settings).
-fn model_files(
-    model: Option<String>,
-    mmproj: Option<String>,
-) -> Result<(PathBuf, PathBuf, Option<CatalogDefaults>), CliError> {
-    if let (Some(m), Some(p)) = (&model, &mmproj) {
-        return Ok((m.into(), p.into(), None));
-    }
-    if model.is_some() || mmproj.is_some() {
-        return Err(CliError::usage(
+/// The model files: both given, or the default model of models.toml found in the search folders.
+fn model_files(model: Option<String>, mmproj: Option<String>) -> Result<(PathBuf, PathBuf), CliError> {
+    match (model, mmproj) {
+        (Some(m), Some(p)) => Ok((m.into(), p.into())),
+        (None, None) => default_model_files(),
+        _ => Err(CliError::usage(
             "give both -m MODEL.gguf and --mmproj MMPROJ.gguf, or neither (to use the default model)",
-        ));
+        )),
     }
-    let (catalog, _) = Catalog::load()?;
-    let entry = catalog.default_entry().ok_or_else(|| CliError::Failed("models.toml has no default model".into()))?;
-    let dirs = search_dirs();
-    let found = (locate(&entry.model_file, &dirs), locate(&entry.mmproj_file, &dirs));
-    let (Some(m), Some(p)) = found else {
-        let dir_list = dirs.iter().map(|d| d.display().to_string()).collect::<Vec<_>>().join(", ");
-        return Err(CliError::Failed(format!(
-            "no model given and the default model {} is not installed: put {} and {} (from {}) into one of: {dir_list} (folders in $HRX_MODELS, colon-separated, are searched too); or pass -m and --mmproj",
-            entry.name, entry.model_file, entry.mmproj_file, entry.source
-        )));
-    };
-    let defaults = GenerationDefaults {
-        sampler: SamplerConfig {
-            temperature: entry.temperature,
-            top_k: entry.top_k,
-            top_p: entry.top_p,
-            repeat_penalty: entry.repeat_penalty,
-            ..SamplerConfig::default()
-        },
-        max_tokens: entry.max_tokens,
-    };
-    Ok((m, p, Some((defaults, entry.image_max_pixels, entry.name.clone()))))
 }
 
 /// The flags that load a describer, shared by `describe`, `caption` and `serve`: model files
@@ -91,7 +61,7 @@ fn model_files(
 pub(super) struct DescriberFlags {
     pub model: PathBuf,
     pub mmproj: PathBuf,
-    /// What `serve` calls the model: the catalog name, else the model file's stem.
+    /// What `serve` calls the model: its models.toml entry's name, else the model file's stem.
     pub name: String,
     pub config: GenerateConfig,
     text: TextOptions,
@@ -105,8 +75,8 @@ impl DescriberFlags {
             MODEL.help("the text model GGUF (default: models.toml's default model)"),
             MMPROJ.help("the vision projector GGUF"),
         ];
-        lines.extend(ImageFlags::help(PreprocessConfig::KIOSK_MAX_PIXELS));
-        lines.extend(GenerationDefaults::default().help(Some("(default from models.toml for its model, else 256)")));
+        lines.extend(ImageFlags::help());
+        lines.extend(GenerationDefaults::help());
         lines.push(ctx_help());
         lines.extend(Placement::help());
         lines
@@ -114,17 +84,12 @@ impl DescriberFlags {
 
     /// Takes the flags out of `args` (before `args.finish()`, so typos fail before loading).
     pub fn parse(args: &mut Args) -> Result<DescriberFlags, CliError> {
-        let (model, mmproj, catalog) = model_files(MODEL.string(args)?, MMPROJ.string(args)?)?;
-        let (defaults, max_pixels, name) = match catalog {
-            Some((defaults, max_pixels, name)) => (defaults, max_pixels, name),
-            None => (
-                GenerationDefaults::default(),
-                PreprocessConfig::KIOSK_MAX_PIXELS,
-                model.file_stem().map(|s| s.to_string_lossy().into_owned()).unwrap_or_default(),
-            ),
-        };
-        let config = defaults.parse(args)?;
-        let images = ImageFlags::parse(args, max_pixels)?;
+        let (model, mmproj) = model_files(MODEL.string(args)?, MMPROJ.string(args)?)?;
+        let settings = ModelSettings::of_file(&model, Some(&mmproj))?;
+        let config = settings.defaults.parse(args)?;
+        let images = ImageFlags::parse(args, &settings)?;
+        let stem = || model.file_stem().map(|s| s.to_string_lossy().into_owned()).unwrap_or_default();
+        let name = settings.entry.clone().unwrap_or_else(stem);
         let placement = Placement::parse(args)?;
         let text = text_options(args, placement.device)?;
         Ok(DescriberFlags { model, mmproj, name, config, text, images, threads: placement.threads })
@@ -137,6 +102,13 @@ impl DescriberFlags {
         }
         Ok(d)
     }
+}
+
+/// Word on stderr of an image that takes over a second to read and encode, for the commands
+/// someone waits on at a terminal (describe, caption, generate; not serve, whose log is a line
+/// per connection).
+pub(super) fn stderr_notice() -> Notice {
+    Notice::to(|line| eprintln!("hrx: {line}"))
 }
 
 fn run(mut args: Args, out: &mut dyn Write) -> Result<(), CliError> {
@@ -153,6 +125,7 @@ fn run(mut args: Args, out: &mut dyn Write) -> Result<(), CliError> {
         return Err(CliError::usage("IMAGE - (standard input) can be given once"));
     }
     let mut d = flags.load()?;
+    d.set_progress(stderr_notice());
     let config = flags.config;
     let mut failures = 0;
     for file in &files {
@@ -207,8 +180,9 @@ fn describe_one(
         writeln!(out, "{name}:")?;
     }
     let mut write_error = None;
-    let (ids, g) =
-        d.run(&images, prompt, system, config, |text| super::generate::stream(json, &mut write_error, out, text))?;
+    let (ids, g) = d.run(&images, prompt, system, config, |delta| {
+        super::generate::stream(json, &mut write_error, out, delta.text)
+    })?;
     if let Some(e) = write_error {
         return Err(e.into());
     }

@@ -3,6 +3,7 @@
 //! it takes ([`Help`]), so what a command accepts and what its help says cannot drift apart.
 
 use super::args::Args;
+use super::registry::{default_text, ModelSettings};
 use super::CliError;
 use crate::backend::DeviceChoice;
 use crate::image::{Limits, PreprocessConfig};
@@ -64,6 +65,8 @@ pub const TOP_K: Flag = Flag { names: &["--top-k"], value: "K" };
 pub const TOP_P: Flag = Flag { names: &["--top-p"], value: "P" };
 pub const MIN_P: Flag = Flag { names: &["--min-p"], value: "P" };
 pub const REPEAT_PENALTY: Flag = Flag { names: &["--repeat-penalty"], value: "R" };
+pub const FREQUENCY_PENALTY: Flag = Flag { names: &["--frequency-penalty"], value: "F" };
+pub const PRESENCE_PENALTY: Flag = Flag { names: &["--presence-penalty"], value: "F" };
 pub const SEED: Flag = Flag { names: &["-s", "--seed"], value: "S" };
 pub const STOP: Flag = Flag { names: &["--stop"], value: "STR" };
 pub const IGNORE_EOS: Flag = Flag { names: &["--ignore-eos"], value: "" };
@@ -139,19 +142,32 @@ impl Default for GenerationDefaults {
 }
 
 impl GenerationDefaults {
-    /// Help lines of the generation flags; `max_tokens_default` says where `-n`'s default
-    /// comes from when it is not hrx's own.
-    pub fn help(&self, max_tokens_default: Option<&str>) -> Vec<(String, String)> {
-        let s = &self.sampler;
-        let n = max_tokens_default.map_or_else(|| format!("(default {})", self.max_tokens), str::to_owned);
+    /// Help lines of the generation flags, each with its real default: hrx's own and, where they
+    /// differ, that of the models models.toml lists (which a file that is one of them takes).
+    pub fn help() -> Vec<(String, String)> {
+        let s = GenerationDefaults::default();
+        let t = |f: fn(&SamplerConfig) -> f32| default_text(f(&s.sampler), |m| f(&m.defaults.sampler));
+        let n = default_text(s.max_tokens, |m| m.defaults.max_tokens);
+        let k = default_text(s.sampler.top_k, |m| m.defaults.sampler.top_k);
         vec![
-            MAX_TOKENS.help(format!("tokens to generate at most {n}")),
-            TEMP.help(format!("sampling temperature; 0 = greedy (default {})", s.temperature)),
-            TOP_K.help(format!("keep the K most likely tokens; 0 = all (default {})", s.top_k)),
-            TOP_P.help(format!("keep the smallest set with probability >= P (default {})", s.top_p)),
-            MIN_P.help(format!("drop tokens below P x the best one's probability (default {})", s.min_p)),
-            REPEAT_PENALTY.help(format!("penalise recently seen tokens; 1 = off (default {})", s.repeat_penalty)),
-            SEED.help(format!("random seed for sampling (default {})", s.seed)),
+            MAX_TOKENS.help(format!("tokens to generate at most ({n})")),
+            TEMP.help(format!("sampling temperature; 0 = greedy ({})", t(|c| c.temperature))),
+            TOP_K.help(format!("keep the K most likely tokens; 0 = all ({k})")),
+            TOP_P.help(format!("keep the smallest set with probability >= P ({})", t(|c| c.top_p))),
+            MIN_P.help(format!("drop tokens below P x the best one's probability ({})", t(|c| c.min_p))),
+            REPEAT_PENALTY.help(format!("penalise recently seen tokens; 1 = off ({})", t(|c| c.repeat_penalty))),
+            FREQUENCY_PENALTY.help(format!(
+                "OpenAI's: lower a token's logit by F for each time the answer already has it; -2..2, 0 = off ({})",
+                t(|c| c.frequency_penalty)
+            )),
+            PRESENCE_PENALTY.help(format!(
+                "OpenAI's: lower the logit of every token the answer already has by F; -2..2, 0 = off ({})",
+                t(|c| c.presence_penalty)
+            )),
+            SEED.help(format!(
+                "random seed for sampling ({})",
+                default_text(s.sampler.seed, |m| m.defaults.sampler.seed)
+            )),
             STOP.help("stop before this text (repeatable)"),
             IGNORE_EOS.help("keep going past end-of-generation tokens"),
         ]
@@ -166,6 +182,8 @@ impl GenerationDefaults {
             top_p: TOP_P.parse(args)?.unwrap_or(s.top_p),
             min_p: MIN_P.parse(args)?.unwrap_or(s.min_p),
             repeat_penalty: REPEAT_PENALTY.parse(args)?.unwrap_or(s.repeat_penalty),
+            frequency_penalty: FREQUENCY_PENALTY.parse(args)?.unwrap_or(s.frequency_penalty),
+            presence_penalty: PRESENCE_PENALTY.parse(args)?.unwrap_or(s.presence_penalty),
             seed: SEED.parse(args)?.unwrap_or(s.seed),
             ..s.clone()
         };
@@ -175,6 +193,7 @@ impl GenerationDefaults {
             sampler,
             stop_strings: STOP.strings(args)?,
             stop_at_eog: !IGNORE_EOS.present(args),
+            logprobs: None,
         })
     }
 }
@@ -183,17 +202,19 @@ impl GenerationDefaults {
 pub struct ImageFlags;
 
 impl ImageFlags {
-    /// Help lines; `max_pixels` is the default budget the command has.
-    pub fn help(max_pixels: usize) -> Vec<(String, String)> {
-        let why = if max_pixels == PreprocessConfig::KIOSK_MAX_PIXELS {
-            format!(" (~1 MP keeps a kiosk answer near a second; HF's own is {})", PreprocessConfig::HF_MAX_PIXELS)
-        } else {
-            String::new()
-        };
+    /// Help lines, with the real defaults: hrx's own and models.toml's models' where they differ.
+    pub fn help() -> Vec<(String, String)> {
+        let own = ModelSettings::own();
+        let why = format!("~1 MP keeps a kiosk answer near a second; HF's own is {}", PreprocessConfig::HF_MAX_PIXELS);
         vec![
-            IMAGE_MAX_PIXELS.help(format!("resize larger images down to about N pixels (default {max_pixels}{why})")),
-            IMAGE_MIN_PIXELS
-                .help(format!("resize smaller images up to N pixels (default {})", PreprocessConfig::HF_MIN_PIXELS)),
+            IMAGE_MAX_PIXELS.help(format!(
+                "resize larger images down to about N pixels ({}; {why})",
+                default_text(own.max_pixels, |m| m.max_pixels)
+            )),
+            IMAGE_MIN_PIXELS.help(format!(
+                "resize smaller images up to N pixels ({})",
+                default_text(own.min_pixels, |m| m.min_pixels)
+            )),
             MAX_IMAGE_MP.help(format!(
                 "refuse images whose header declares more than N megapixels, before decoding (default {})",
                 Limits::DEFAULT_MAX_PIXELS / 1_000_000
@@ -201,11 +222,13 @@ impl ImageFlags {
         ]
     }
 
-    /// The options from the flags, with `max_pixels` as the default budget.
-    pub fn parse(args: &mut Args, max_pixels: usize) -> Result<ImageOptions, CliError> {
-        let mut images = ImageOptions { max_pixels, ..ImageOptions::default() };
-        images.max_pixels = IMAGE_MAX_PIXELS.parse(args)?.unwrap_or(images.max_pixels);
-        images.min_pixels = IMAGE_MIN_PIXELS.parse(args)?.unwrap_or(images.min_pixels);
+    /// The options from the flags, with the budget of the model's `settings` as the default.
+    pub fn parse(args: &mut Args, settings: &ModelSettings) -> Result<ImageOptions, CliError> {
+        let mut images = ImageOptions {
+            max_pixels: IMAGE_MAX_PIXELS.parse(args)?.unwrap_or(settings.max_pixels),
+            min_pixels: IMAGE_MIN_PIXELS.parse(args)?.unwrap_or(settings.min_pixels),
+            ..ImageOptions::default()
+        };
         if let Some(mp) = MAX_IMAGE_MP.parse::<f64>(args)? {
             if !(mp > 0.0 && mp <= 1e4) {
                 return Err(CliError::usage("--max-image-mp must be in (0, 10000]"));

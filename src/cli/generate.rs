@@ -5,9 +5,9 @@ use super::flags::{
     ctx_help, text_options, Flag, GenerationDefaults, Help, ImageFlags, Placement, IMAGE, JSON, MMPROJ, MODEL, PROMPT,
     SYSTEM,
 };
+use super::registry::ModelSettings;
 use super::{CliError, Command};
 use crate::cli::args::Args;
-use crate::image::PreprocessConfig;
 use crate::json::Json;
 use crate::runtime::chat::{self, Message};
 use crate::runtime::describe::Describer;
@@ -27,8 +27,8 @@ fn help() -> String {
         IMAGE.help("an image before the prompt text in the user turn (repeatable; needs --mmproj); its pads are expanded as HF's processor does"),
         MMPROJ.help("the vision projector GGUF"),
     ];
-    options.extend(ImageFlags::help(PreprocessConfig::HF_MAX_PIXELS));
-    options.extend(GenerationDefaults::default().help(None));
+    options.extend(ImageFlags::help());
+    options.extend(GenerationDefaults::help());
     options.push(ctx_help());
     options.extend(Placement::help());
     options.push(JSON.help("print one JSON object: prompt_ids, tokens, text, stop, timings"));
@@ -71,14 +71,16 @@ fn run(mut args: Args, out: &mut dyn Write) -> Result<(), CliError> {
     let raw = RAW.present(&mut args);
     let system = SYSTEM.string(&mut args)?;
     let prompt_ids = PROMPT_IDS.string(&mut args)?;
-    let config = GenerationDefaults::default().parse(&mut args)?;
+    let mmproj = MMPROJ.string(&mut args)?;
+    // One rule for defaults, as describe's: a file that is a models.toml entry takes its.
+    let settings = ModelSettings::of_file(Path::new(&model_path), mmproj.as_deref().map(Path::new))?;
+    let config = settings.defaults.parse(&mut args)?;
     let placement = Placement::parse(&mut args)?;
     let options = text_options(&mut args, placement.device)?;
     let json = JSON.present(&mut args);
     let dump_logits = DUMP_LOGITS.string(&mut args)?;
     let images = IMAGE.strings(&mut args)?;
-    let mmproj = MMPROJ.string(&mut args)?;
-    let image_options = ImageFlags::parse(&mut args, PreprocessConfig::HF_MAX_PIXELS)?;
+    let image_options = ImageFlags::parse(&mut args, &settings)?;
     if !args.finish()?.is_empty() {
         return Err(CliError::usage("generate takes no positional arguments (use --prompt)"));
     }
@@ -94,11 +96,12 @@ fn run(mut args: Args, out: &mut dyn Write) -> Result<(), CliError> {
         if let Some(n) = placement.threads {
             d.set_threads(n);
         }
+        d.set_progress(super::describe::stderr_notice());
         let paths: Vec<&Path> = images.iter().map(Path::new).collect();
         let encoded = d.encode_files_for(&paths, &text, system.as_deref())?;
         let mut write_error = None;
         let (ids, result) =
-            d.run(&encoded, &text, system.as_deref(), &config, |t| stream(json, &mut write_error, out, t))?;
+            d.run(&encoded, &text, system.as_deref(), &config, |t| stream(json, &mut write_error, out, t.text))?;
         return finish(out, write_error, &ids, &result, json, dump_logits);
     }
     if mmproj.is_some() {
@@ -128,7 +131,7 @@ fn run(mut args: Args, out: &mut dyn Write) -> Result<(), CliError> {
     let pieces: Vec<PromptPiece> = ids.iter().map(|&id| PromptPiece::Token(id)).collect();
     let mut session = Session::new();
     let mut write_error = None;
-    let result = generate(&mut model, &mut session, &pieces, &config, |t| stream(json, &mut write_error, out, t))?;
+    let result = generate(&mut model, &mut session, &pieces, &config, |t| stream(json, &mut write_error, out, t.text))?;
     finish(out, write_error, &ids, &result, json, dump_logits)
 }
 

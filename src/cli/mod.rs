@@ -11,10 +11,12 @@ mod generate;
 mod inspect;
 mod models;
 mod plan;
+mod registry;
 mod serve;
 mod synth;
 mod tokenize;
 
+use crate::catalog::facts::Mismatch;
 use crate::catalog::LoadError;
 use crate::gguf::GgufError;
 use crate::runtime::RuntimeError;
@@ -69,6 +71,8 @@ pub enum CliError {
     Runtime(RuntimeError),
     /// The system models.toml exists but cannot be read or parsed.
     Catalog(LoadError),
+    /// A file named as a models.toml entry's that is not that model.
+    NotTheModel(Mismatch),
     /// A failure hrx itself describes (no model, nothing to do).
     Failed(String),
     /// A failure already reported (e.g. per image): only the summary is printed.
@@ -110,6 +114,7 @@ impl fmt::Display for CliError {
             CliError::Os { what, source } => write!(f, "{what}: {source}"),
             CliError::Runtime(e) => write!(f, "{e}"),
             CliError::Catalog(e) => write!(f, "{e}"),
+            CliError::NotTheModel(e) => write!(f, "{e}"),
             CliError::Failed(m) | CliError::Quiet(m) | CliError::Partial(m) => f.write_str(m),
         }
     }
@@ -122,6 +127,7 @@ impl std::error::Error for CliError {
             CliError::Io(e) | CliError::Os { source: e, .. } => Some(e),
             CliError::Runtime(e) => Some(e),
             CliError::Catalog(e) => Some(e),
+            CliError::NotTheModel(e) => Some(e),
             CliError::Usage { .. } | CliError::Failed(_) | CliError::Quiet(_) | CliError::Partial(_) => None,
         }
     }
@@ -144,6 +150,12 @@ impl CliError {
 impl From<LoadError> for CliError {
     fn from(e: LoadError) -> Self {
         CliError::Catalog(e)
+    }
+}
+
+impl From<Mismatch> for CliError {
+    fn from(e: Mismatch) -> Self {
+        CliError::NotTheModel(e)
     }
 }
 

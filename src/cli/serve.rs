@@ -46,11 +46,19 @@ fn help() -> String {
         about: "Loads the model once, then answers:\n\
                 \x20 POST /v1/chat/completions  OpenAI's chat format: system/user/assistant messages whose\n\
                 \x20                            content is a string or parts {\"type\":\"text\"} and\n\
-                \x20                            {\"type\":\"image_url\",\"image_url\":{\"url\":\"data:image/png;base64,...\"}};\n\
+                \x20                            {\"type\":\"image_url\",\"image_url\":{\"url\":\"data:image/png;base64,...\"}}\n\
+                \x20                            (\"detail\": \"low\" resizes to at most 512x512 pixels' worth,\n\
+                \x20                            \"high\" and \"auto\", the default, to --image-max-pixels);\n\
                 \x20                            max_tokens (at most --max-tokens-cap), temperature, top_p,\n\
-                \x20                            top_k, seed, stop (what a request leaves out: the flags);\n\
-                \x20                            \"stream\": true for server-sent events ending with [DONE]\n\
+                \x20                            top_k, seed, stop, frequency_penalty, presence_penalty (what\n\
+                \x20                            a request leaves out: the flags); logprobs and top_logprobs\n\
+                \x20                            (<= 20: the model's log-softmax, before penalties and\n\
+                \x20                            temperature); \"stream\": true for server-sent events ending\n\
+                \x20                            with [DONE]. Any other field (tools, tool_choice,\n\
+                \x20                            response_format, ...) is a 400 naming it; model is read and\n\
+                \x20                            changes nothing (one model here)\n\
                 \x20 GET /v1/models             the model's name\n\
+                \x20 GET /v1/models/{id}        the model, if id is its name (else 404)\n\
                 \x20 GET /health                {\"status\":\"ok\"}\n\
                 \x20 OPTIONS on each            a browser's preflight (CORS headers for --cors-origin pages)\n\
                 \x20 GET /metrics               Prometheus text: requests by outcome, queue depth, model\n\

@@ -2,7 +2,8 @@
 //! it with the vision tower, place its tokens in the chat template, and generate.
 
 use super::chat::{self, Content, Message};
-use super::generate::{generate, GenerateConfig, Generation};
+use super::generate::{generate, Delta, GenerateConfig, Generation};
+use super::progress::Notice;
 use super::session::{PromptPiece, Session};
 use super::text_model::{TextModel, TextOptions};
 use super::vision_model::VisionModel;
@@ -44,8 +45,13 @@ fn user_turn(images: usize, text: &str, system: Option<&str>) -> Vec<Message> {
     messages
 }
 
-/// An image known by its header: the name errors call it and its upright (width, height).
-pub type SizedImage<'a> = (&'a str, (usize, usize));
+/// An image known by its header: the name errors call it, its upright (width, height) and the
+/// pixel budget it is to be resized within (at most the describer's).
+pub struct SizedImage<'a> {
+    pub name: &'a str,
+    pub size: (usize, usize),
+    pub max_pixels: usize,
+}
 
 /// An image ready for the prompt: its wide embedding rows and merged grid.
 pub struct EncodedImage {
@@ -60,6 +66,8 @@ pub struct Describer {
     text: TextModel,
     vision: VisionModel,
     images: ImageOptions,
+    /// Where to say that an image is taking long (none: silent).
+    notice: Option<Notice>,
 }
 
 impl Describer {
@@ -118,7 +126,7 @@ impl Describer {
                 ),
             }));
         }
-        Ok(Describer { text: text_model, vision, images })
+        Ok(Describer { text: text_model, vision, images, notice: None })
     }
 
     pub fn text(&self) -> &TextModel {
@@ -129,14 +137,29 @@ impl Describer {
         &self.vision
     }
 
+    /// Says on `notice` when reading and encoding an image takes longer than its wait.
+    pub fn set_progress(&mut self, notice: Notice) {
+        self.notice = Some(notice);
+    }
+
+    /// Runs `work`, with word of it where a notice is set.
+    fn noting<T>(&mut self, name: &str, work: impl FnOnce(&mut Self) -> T) -> T {
+        match self.notice {
+            None => work(self),
+            Some(notice) => notice.around(&format!("encoding {name}"), || work(self)),
+        }
+    }
+
     /// CPU threads of both models' kernels (the Vulkan executor takes none).
     pub fn set_threads(&mut self, n: usize) {
         self.text.set_threads(n);
         self.vision.set_threads(n);
     }
 
-    /// The processor settings of this projector (images are RGB: three channels).
-    fn preprocess_config(&self) -> Result<PreprocessConfig, RuntimeError> {
+    /// The processor settings of this projector (images are RGB: three channels) for images
+    /// resized within `max_pixels`, held within the describer's budget (its vision plan holds
+    /// no larger image).
+    fn preprocess_config(&self, max_pixels: usize) -> Result<PreprocessConfig, RuntimeError> {
         let p = self.vision.params();
         let channels = |what: &str, n: usize| {
             RuntimeError::Usage(format!("the projector's {what} has {n} colour channels; images have 3"))
@@ -152,16 +175,17 @@ impl Describer {
             merge_size: p.merge,
             temporal_patch_size: p.n_temporal,
             min_pixels: self.images.min_pixels,
-            max_pixels: self.images.max_pixels,
+            max_pixels: max_pixels.min(self.images.max_pixels).max(self.images.min_pixels),
             image_mean: rgb(&p.image_mean, "image_mean")?,
             image_std: rgb(&p.image_std, "image_std")?,
         })
     }
 
-    /// The prompt tokens an image of this upright size takes (its merged grid after the
-    /// processor's resize), known before it is decoded; errors call it `name`.
-    pub fn image_tokens(&self, name: &str, (width, height): (usize, usize)) -> Result<usize, RuntimeError> {
-        let c = self.preprocess_config()?;
+    /// The prompt tokens an image takes (its merged grid after the processor's resize), known
+    /// from its header before it is decoded.
+    pub fn image_tokens(&self, image: &SizedImage) -> Result<usize, RuntimeError> {
+        let (name, (width, height)) = (image.name, image.size);
+        let c = self.preprocess_config(image.max_pixels)?;
         let factor = c.patch_size * c.merge_size;
         let (h, w) =
             image::smart_resize(height, width, factor, c.min_pixels, c.max_pixels).map_err(|e| e.named(name))?;
@@ -181,8 +205,8 @@ impl Describer {
             )));
         }
         let mut needed = ids.len() - pads;
-        for &(name, size) in images {
-            needed += self.image_tokens(name, size)?;
+        for image in images {
+            needed += self.image_tokens(image)?;
         }
         let n_ctx = self.text.options().n_ctx;
         if needed > n_ctx {
@@ -210,6 +234,11 @@ impl Describer {
     /// device cannot hold it.
     pub fn max_pixels(&self) -> usize {
         self.images.max_pixels
+    }
+
+    /// The size smaller images are resized up to.
+    pub fn min_pixels(&self) -> usize {
+        self.images.min_pixels
     }
 
     /// The limits images are read within.
@@ -241,29 +270,35 @@ impl Describer {
         text: &str,
         system: Option<&str>,
     ) -> Result<Vec<EncodedImage>, RuntimeError> {
-        let limits = self.images.limits;
+        let (limits, max_pixels) = (self.images.limits, self.images.max_pixels);
         let sized = files
             .iter()
-            .map(|(name, bytes)| Ok((name.as_str(), image::probe_bytes(name, bytes, &limits)?)))
+            .map(|(name, bytes)| Ok(SizedImage { name, size: image::probe_bytes(name, bytes, &limits)?, max_pixels }))
             .collect::<Result<Vec<SizedImage>, RuntimeError>>()?;
         self.check_prompt(&user_turn(files.len(), text, system), &sized)?;
-        files.iter().map(|(name, bytes)| self.encode_bytes(name, bytes)).collect()
+        files.iter().map(|(name, bytes)| self.encode_bytes(name, bytes, max_pixels)).collect()
     }
 
-    /// Decodes, preprocesses and encodes one image file.
+    /// Decodes, preprocesses and encodes one image file within the describer's budget.
     pub fn encode_file(&mut self, path: &Path) -> Result<EncodedImage, RuntimeError> {
-        let rgb = image::decode_file(path, &self.images.limits)?;
-        self.encode_rgb(&path.display().to_string(), &rgb)
+        let name = path.display().to_string();
+        self.noting(&name, |d| {
+            let rgb = image::decode_file(path, &d.images.limits)?;
+            d.encode_rgb(&name, &rgb, d.images.max_pixels)
+        })
     }
 
-    /// Decodes, preprocesses and encodes an image held in memory; errors call it `name`.
-    pub fn encode_bytes(&mut self, name: &str, bytes: &[u8]) -> Result<EncodedImage, RuntimeError> {
-        let rgb = image::decode_bytes(name, bytes, &self.images.limits)?;
-        self.encode_rgb(name, &rgb)
+    /// Decodes, preprocesses and encodes an image held in memory, resized within `max_pixels`
+    /// (held within the describer's budget); errors call it `name`.
+    pub fn encode_bytes(&mut self, name: &str, bytes: &[u8], max_pixels: usize) -> Result<EncodedImage, RuntimeError> {
+        self.noting(name, |d| {
+            let rgb = image::decode_bytes(name, bytes, &d.images.limits)?;
+            d.encode_rgb(name, &rgb, max_pixels)
+        })
     }
 
-    fn encode_rgb(&mut self, name: &str, rgb: &RgbImage) -> Result<EncodedImage, RuntimeError> {
-        let patches = image::preprocess(rgb, &self.preprocess_config()?).map_err(|e| e.named(name))?;
+    fn encode_rgb(&mut self, name: &str, rgb: &RgbImage, max_pixels: usize) -> Result<EncodedImage, RuntimeError> {
+        let patches = image::preprocess(rgb, &self.preprocess_config(max_pixels)?).map_err(|e| e.named(name))?;
         self.encode_patches(&patches)
     }
 
@@ -322,7 +357,7 @@ impl Describer {
         text: &str,
         system: Option<&str>,
         config: &GenerateConfig,
-        on_text: impl FnMut(&str) -> std::ops::ControlFlow<()>,
+        on_text: impl FnMut(&Delta) -> std::ops::ControlFlow<()>,
     ) -> Result<(Vec<u32>, Generation), RuntimeError> {
         let (ids, pieces) = self.prompt(images, text, system)?;
         let generation = generate(&mut self.text, &mut Session::new(), &pieces, config, on_text)?;
@@ -335,7 +370,7 @@ impl Describer {
         messages: &[Message],
         images: &[EncodedImage],
         config: &GenerateConfig,
-        on_text: impl FnMut(&str) -> std::ops::ControlFlow<()>,
+        on_text: impl FnMut(&Delta) -> std::ops::ControlFlow<()>,
     ) -> Result<(Vec<u32>, Generation), RuntimeError> {
         let (ids, pieces) = self.prompt_messages(messages, images)?;
         let generation = generate(&mut self.text, &mut Session::new(), &pieces, config, on_text)?;

@@ -1,7 +1,7 @@
 //! The generation loop: prefill, then sample and decode one token at a time, streaming text
 //! that is complete UTF-8 and not the start of a stop string.
 
-use super::sampler::{Sampler, SamplerConfig};
+use super::sampler::{Sampler, SamplerConfig, TokenLogprob};
 use super::session::{PromptPiece, Session};
 use super::text_model::TextModel;
 use super::RuntimeError;
@@ -17,6 +17,16 @@ pub struct GenerateConfig {
     pub stop_strings: Vec<String>,
     /// Stop at end-of-generation tokens (the greedy oracle runs do not).
     pub stop_at_eog: bool,
+    /// Log-probabilities of each generated token with this many alternatives (None: none).
+    pub logprobs: Option<usize>,
+}
+
+/// What one step of generation gives `on_text`: the text that became final (often empty while
+/// a character or a possible stop string is incomplete) and, when asked for, the logprob entry
+/// of the token just generated (none for the last call, which flushes held-back text).
+pub struct Delta<'a> {
+    pub text: &'a str,
+    pub logprob: Option<&'a TokenLogprob>,
 }
 
 #[derive(Clone, Copy, Debug, PartialEq, Eq)]
@@ -48,6 +58,9 @@ pub struct Generation {
     pub stop: StopReason,
     /// Logits at the last prompt position.
     pub prompt_logits: Vec<f32>,
+    /// With `GenerateConfig::logprobs`: an entry per generated token but an end-of-generation
+    /// one (which has no text).
+    pub logprobs: Vec<TokenLogprob>,
     pub n_prompt: usize,
     pub prompt_seconds: f64,
     pub generate_seconds: f64,
@@ -86,13 +99,14 @@ impl StopFilter<'_> {
     }
 }
 
-/// Prefills `pieces` and generates; `on_text` receives text as it becomes final.
+/// Prefills `pieces` and generates; `on_text` receives text as it becomes final, once per
+/// generated token and once at the end.
 pub fn generate(
     model: &mut TextModel,
     session: &mut Session,
     pieces: &[PromptPiece],
     config: &GenerateConfig,
-    mut on_text: impl FnMut(&str) -> ControlFlow<()>,
+    mut on_text: impl FnMut(&Delta) -> ControlFlow<()>,
 ) -> Result<Generation, RuntimeError> {
     let t0 = Instant::now();
     let prompt_logits = session.feed(model, pieces)?;
@@ -104,6 +118,7 @@ pub fn generate(
     let t1 = Instant::now();
     let mut sampler = Sampler::new(config.sampler.clone());
     let mut tokens = Vec::new();
+    let mut logprobs = Vec::new();
     let mut text = String::new();
     let mut stop = StopReason::Length;
     let mut logits = prompt_logits.clone();
@@ -124,7 +139,10 @@ pub fn generate(
             .map_err(|source| RuntimeError::Tokenizer { file: model.file().path().to_owned(), source })?;
         let (shown, hit) = filter.push(&piece);
         text.push_str(&shown);
-        if on_text(&shown).is_break() {
+        if let Some(top) = config.logprobs {
+            logprobs.push(TokenLogprob::new(&logits, id, top));
+        }
+        if on_text(&Delta { text: &shown, logprob: logprobs.last() }).is_break() {
             stop = StopReason::Cancelled;
             break;
         }
@@ -146,13 +164,14 @@ pub fn generate(
         let tail = rest + &filter.pending;
         text.push_str(&tail);
         // The last text: nothing is left to stop.
-        let _ = on_text(&tail);
+        let _ = on_text(&Delta { text: &tail, logprob: None });
     }
     Ok(Generation {
         tokens,
         text,
         stop,
         prompt_logits,
+        logprobs,
         n_prompt,
         prompt_seconds,
         generate_seconds: t1.elapsed().as_secs_f64(),

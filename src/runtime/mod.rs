@@ -6,6 +6,7 @@ pub mod chat;
 pub mod describe;
 pub mod generate;
 pub mod loader;
+pub mod progress;
 pub mod sampler;
 pub mod session;
 pub mod text_model;

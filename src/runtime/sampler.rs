@@ -1,7 +1,9 @@
 //! Choosing the next token from logits: greedy, or temperature with top-k, top-p and min-p
-//! filters, with a repetition penalty and a seeded generator (runs are reproducible).
+//! filters, with a repetition penalty, OpenAI's frequency and presence penalties and a seeded
+//! generator (runs are reproducible); and the log-probabilities of a step (`logprobs`).
 
 use crate::rng::SplitMix64;
+use std::collections::HashMap;
 
 #[derive(Clone, Debug, PartialEq)]
 pub struct SamplerConfig {
@@ -17,6 +19,12 @@ pub struct SamplerConfig {
     pub repeat_penalty: f32,
     /// How many recent tokens the penalty looks at.
     pub repeat_last_n: usize,
+    /// OpenAI's: subtracted from a token's logit once per time this sampler has already chosen
+    /// it (0 = off; -2..=2).
+    pub frequency_penalty: f32,
+    /// OpenAI's: subtracted once from the logit of every token this sampler has already chosen
+    /// (0 = off; -2..=2).
+    pub presence_penalty: f32,
     pub seed: u64,
 }
 
@@ -29,6 +37,8 @@ impl Default for SamplerConfig {
             min_p: 0.05,
             repeat_penalty: 1.0,
             repeat_last_n: 64,
+            frequency_penalty: 0.0,
+            presence_penalty: 0.0,
             seed: 0,
         }
     }
@@ -49,6 +59,13 @@ impl SamplerConfig {
         if !(self.repeat_penalty > 0.0 && self.repeat_penalty.is_finite()) {
             return Err(format!("--repeat-penalty {} must be > 0", self.repeat_penalty));
         }
+        for (flag, x) in
+            [("--frequency-penalty", self.frequency_penalty), ("--presence-penalty", self.presence_penalty)]
+        {
+            if !(-2.0..=2.0).contains(&x) {
+                return Err(format!("{flag} {x} must be in [-2, 2]"));
+            }
+        }
         Ok(())
     }
 }
@@ -56,6 +73,9 @@ impl SamplerConfig {
 pub struct Sampler {
     config: SamplerConfig,
     rng: SplitMix64,
+    /// How often each token has been chosen by this sampler: the frequency and presence
+    /// penalties count the answer's own tokens, as OpenAI's do, not the prompt's.
+    chosen: HashMap<u32, u32>,
 }
 
 /// Index of the largest value (the first of equal ones, as argmax in torch).
@@ -69,16 +89,75 @@ pub fn argmax(logits: &[f32]) -> usize {
     best
 }
 
+/// A chosen token's log-probability under the model at its step, and the `top` most likely
+/// tokens of that step with theirs, most likely first (the lower id first among equals). They
+/// are the log-softmax of the model's logits, before penalties, temperature and filters: what
+/// the model thinks of each token, the same whatever the sampling settings (OpenAI's
+/// `logprobs`).
+#[derive(Clone, Debug, PartialEq)]
+pub struct TokenLogprob {
+    pub id: u32,
+    pub logprob: f32,
+    pub top: Vec<(u32, f32)>,
+}
+
+/// The log-probability of an impossible token (a logit of -inf): OpenAI's stand-in, since JSON
+/// has no infinities.
+pub const LEAST_LOGPROB: f32 = -9999.0;
+
+impl TokenLogprob {
+    /// `id`'s entry at a step with these logits, with the `top` most likely tokens.
+    pub fn new(logits: &[f32], id: u32, top: usize) -> TokenLogprob {
+        let max = logits.iter().copied().filter(|l| l.is_finite()).fold(f32::NEG_INFINITY, f32::max);
+        let sum: f64 = logits.iter().filter(|l| l.is_finite()).map(|&l| f64::from(l - max).exp()).sum();
+        let log_total = f64::from(max) + sum.ln();
+        let logprob = |l: f32| {
+            let x = (f64::from(l) - log_total) as f32;
+            // NaN and -inf (a broken or masked logit) both read as impossible.
+            if x >= LEAST_LOGPROB {
+                x
+            } else {
+                LEAST_LOGPROB
+            }
+        };
+        // The best `top` by one pass, kept sorted: top is small (at most 20).
+        let mut best: Vec<(u32, f32)> = Vec::with_capacity(top + 1);
+        for (i, &l) in logits.iter().enumerate().filter(|(_, l)| !l.is_nan()) {
+            if top == 0 || (best.len() == top && best.last().is_some_and(|&(_, worst)| l <= worst)) {
+                continue;
+            }
+            let at = best.partition_point(|&(_, b)| b >= l);
+            best.insert(at, (i as u32, l));
+            best.truncate(top);
+        }
+        let chosen = logits.get(id as usize).copied().unwrap_or(f32::NEG_INFINITY);
+        TokenLogprob { id, logprob: logprob(chosen), top: best.into_iter().map(|(i, l)| (i, logprob(l))).collect() }
+    }
+}
+
 impl Sampler {
     pub fn new(config: SamplerConfig) -> Sampler {
         let rng = SplitMix64(config.seed);
-        Sampler { config, rng }
+        Sampler { config, rng, chosen: HashMap::new() }
     }
 
     /// The next token given the logits and the tokens so far.
     pub fn sample(&mut self, logits: &[f32], history: &[u32]) -> u32 {
+        let id = self.choose(logits, history);
+        *self.chosen.entry(id).or_default() += 1;
+        id
+    }
+
+    fn choose(&mut self, logits: &[f32], history: &[u32]) -> u32 {
         let c = &self.config;
         let mut logits = logits.to_vec();
+        if c.frequency_penalty != 0.0 || c.presence_penalty != 0.0 {
+            for (&id, &n) in &self.chosen {
+                if let Some(l) = logits.get_mut(id as usize) {
+                    *l -= n as f32 * c.frequency_penalty + c.presence_penalty;
+                }
+            }
+        }
         if c.repeat_penalty != 1.0 {
             let start = history.len().saturating_sub(c.repeat_last_n);
             let mut seen: Vec<u32> = history[start..].to_vec();
@@ -172,6 +251,45 @@ mod tests {
         for _ in 0..50 {
             assert!(s.sample(&logits, &[]) < 2);
         }
+    }
+
+    #[test]
+    fn frequency_and_presence_penalties_count_the_samplers_own_choices() {
+        let logits = [1.0, 0.9, 0.0];
+        // Greedy: token 0 until its penalty passes the 0.1 gap, then 1; the prompt's tokens
+        // (history) do not count.
+        let run = |frequency_penalty, presence_penalty| {
+            let config = SamplerConfig { frequency_penalty, presence_penalty, ..SamplerConfig::default() };
+            let mut s = Sampler::new(config);
+            (0..4).map(|_| s.sample(&logits, &[0, 0, 0])).collect::<Vec<_>>()
+        };
+        assert_eq!(run(0.0, 0.0), [0, 0, 0, 0]);
+        // Presence: once chosen, each token is 0.15 down, whatever the count.
+        assert_eq!(run(0.0, 0.15), [0, 1, 0, 0]);
+        // Frequency: 0.06 per choice, so 0 wins twice (1.0, 0.94) then loses to 0.9 at 0.88.
+        assert_eq!(run(0.06, 0.0), [0, 0, 1, 0]);
+        // A negative penalty makes repeats more likely: here it holds off the frequency one.
+        assert_eq!(run(0.25, 0.0), [0, 1, 0, 1]);
+        assert_eq!(run(0.25, -0.5), [0, 0, 0, 1]);
+        let bad = SamplerConfig { presence_penalty: 2.5, ..SamplerConfig::default() };
+        assert!(bad.validate().unwrap_err().contains("--presence-penalty"));
+    }
+
+    #[test]
+    fn logprobs_are_the_log_softmax_of_the_logits_with_the_top_tokens() {
+        let logits = [0.0f32, 2.0, 1.0, f32::NEG_INFINITY, 2.0];
+        let e = TokenLogprob::new(&logits, 2, 3);
+        let total: f64 = [0.0f64, 2.0, 1.0, 2.0].iter().map(|l| l.exp()).sum();
+        let want = |l: f64| (l - total.ln()) as f32;
+        assert_eq!(e.id, 2);
+        assert!((e.logprob - want(1.0)).abs() < 1e-6, "{e:?}");
+        let ids: Vec<u32> = e.top.iter().map(|&(i, _)| i).collect();
+        assert_eq!(ids, [1, 4, 2], "most likely first, the lower id first among equals");
+        assert!((e.top[0].1 - want(2.0)).abs() < 1e-6);
+        assert_eq!(TokenLogprob::new(&logits, 3, 0), TokenLogprob { id: 3, logprob: LEAST_LOGPROB, top: vec![] });
+        let all = TokenLogprob::new(&logits, 0, 10);
+        assert_eq!(all.top.len(), 5);
+        assert_eq!(all.top[4], (3, LEAST_LOGPROB));
     }
 
     #[test]

@@ -3,18 +3,19 @@
 use super::admission::{self, Budget, Counters, Refusal, Turns};
 use super::http::{self, EventStream, HangUp, HttpError, Request, StreamFailure};
 use super::image_url::{self, ImageSource};
-use super::openai::{self, ChatRequest, Reply};
+use super::openai::{self, ChatImage, ChatRequest, Reply};
 use crate::image::{self, Limits};
 use crate::json::Json;
 use crate::runtime::describe::{Describer, SizedImage};
 use crate::runtime::generate::{GenerateConfig, StopReason};
+use crate::runtime::sampler::TokenLogprob;
 use crate::runtime::RuntimeError;
 use std::borrow::Cow;
 use std::net::TcpStream;
 use std::ops::ControlFlow;
 use std::path::{Path, PathBuf};
 use std::sync::atomic::{AtomicU64, Ordering};
-use std::sync::Mutex;
+use std::sync::{Arc, Mutex};
 use std::time::{Instant, SystemTime, UNIX_EPOCH};
 
 /// What every connection shares: the model behind its lock and the server's settings.
@@ -161,12 +162,13 @@ impl App {
     fn route(&self, request: &Request, stream: &mut TcpStream, cors: &str) -> Result<u16, HttpError> {
         let allowed = match request.path.as_str() {
             "/health" | "/v1/models" | "/metrics" => "GET",
+            path if path.starts_with(MODELS) => "GET",
             CHAT => "POST",
             path => {
                 return Err(HttpError::new(
                     404,
                     format!(
-                        "no such endpoint {path}: hrx serves POST /v1/chat/completions, GET /v1/models, GET /health, GET /metrics"
+                        "no such endpoint {path}: hrx serves POST /v1/chat/completions, GET /v1/models, GET /v1/models/{{id}}, GET /health, GET /metrics"
                     ),
                 ))
             }
@@ -190,6 +192,16 @@ impl App {
         match request.path.as_str() {
             "/health" => send_json(stream, 200, &Json::obj([("status", Json::str("ok"))]), cors),
             "/v1/models" => send_json(stream, 200, &openai::models(&self.model_name), cors),
+            path if path.starts_with(MODELS) => {
+                let id = path.strip_prefix(MODELS).unwrap_or_default();
+                if id != self.model_name {
+                    return Err(HttpError::new(
+                        404,
+                        format!("no model {id:?} here: this server has one, {:?}", self.model_name),
+                    ));
+                }
+                send_json(stream, 200, &openai::model(&self.model_name), cors)
+            }
             "/metrics" => {
                 let text = admission::metrics(&self.turns, &self.budget, &self.counters);
                 let _ = http::write_response(stream, 200, "text/plain; version=0.0.4", cors, text.as_bytes());
@@ -235,11 +247,11 @@ impl App {
         // too many pixels, is refused before any pixel is decoded or any token runs.
         let mut d = self.describer.lock().unwrap_or_else(|poisoned| poisoned.into_inner());
         let images = read_images(&chat.images, &self.file_folders, &d.image_limits())?;
-        let sized = size_images(&d, &images, self.max_request_pixels())?;
+        let sized = size_images(&d, &images, &chat.images, self.max_request_pixels())?;
         d.check_prompt(&chat.messages, &sized).map_err(runtime)?;
         // Within the decode share (the pixels are within what it holds), whatever the requests
         // waiting behind this one hold.
-        let pixels: u64 = sized.iter().map(|(_, (w, h))| (w * h) as u64).sum();
+        let pixels: u64 = sized.iter().map(|s| (s.size.0 * s.size.1) as u64).sum();
         let bytes = DECODE_BYTES_PER_PIXEL * pixels;
         let _decoded = self
             .budget
@@ -247,8 +259,12 @@ impl App {
             .ok_or_else(|| self.over_budget(bytes, "decoding its images", self.budget.limit()))?;
         let images = images
             .iter()
-            .map(|i| d.encode_bytes(&i.name, &i.bytes).map_err(|e| i.error(runtime(e))))
+            .zip(&sized)
+            .map(|(i, s)| d.encode_bytes(&i.name, &i.bytes, s.max_pixels).map_err(|e| i.error(runtime(e))))
             .collect::<Result<Vec<_>, _>>()?;
+        // The vocabulary apart from the model: tokens are named while the model runs.
+        let tokenizer = Arc::clone(d.text().tokenizer());
+        let logprobs = |entries: &[TokenLogprob]| chat.config.logprobs.map(|_| openai::logprobs(entries, &tokenizer));
         if !chat.stream {
             // A client that hung up stops the generation: nobody is waiting for the answer.
             let mut hang_up = HangUp::default();
@@ -264,18 +280,22 @@ impl App {
             if g.stop == StopReason::Cancelled {
                 return Err(gone(g.tokens.len()));
             }
-            let answer = reply.completion(&g.text, g.stop, ids.len(), g.tokens.len());
+            let answer = reply.completion(&g.text, g.stop, (ids.len(), g.tokens.len()), logprobs(&g.logprobs));
             return send_json(stream, 200, &answer, cors);
         }
         let mut events = EventStream::new(stream, cors, self.limits.send_timeout);
         let mut hang_up = HangUp::default();
-        let result = d.run_messages(&chat.messages, &images, &chat.config, |text| {
+        let result = d.run_messages(&chat.messages, &images, &chat.config, |delta| {
             if !events.started() {
                 let role = Json::obj([("role", Json::str("assistant")), ("content", Json::str(""))]);
-                events.send(&reply.chunk(role, None).to_string_compact());
+                events.send(&reply.chunk(role, None, None).to_string_compact());
             }
-            if !text.is_empty() {
-                events.send(&reply.chunk(Json::obj([("content", Json::str(text))]), None).to_string_compact());
+            // A token whose text is held back (an unfinished character or stop string) still
+            // has its logprobs sent, with an empty content.
+            if !delta.text.is_empty() || delta.logprob.is_some() {
+                let content = Json::obj([("content", Json::str(delta.text))]);
+                let entry = delta.logprob.and_then(|e| logprobs(std::slice::from_ref(e)));
+                events.send(&reply.chunk(content, entry, None).to_string_compact());
             }
             // A client that went away or stopped reading stops the generation: nobody reads the
             // rest. A write fails once it has gone, or waits past the send timeout once it has
@@ -294,7 +314,7 @@ impl App {
                 })
             }
             Ok((ids, g)) => {
-                events.send(&reply.chunk(Json::obj::<String>([]), Some(g.stop)).to_string_compact());
+                events.send(&reply.chunk(Json::obj::<String>([]), None, Some(g.stop)).to_string_compact());
                 if chat.include_usage {
                     events.send(&reply.usage_chunk(ids.len(), g.tokens.len()).to_string_compact());
                 }
@@ -343,14 +363,14 @@ impl RequestImage<'_> {
 
 /// The request's images: data URLs as sent, files (under `folders`) read once.
 fn read_images<'a>(
-    images: &'a [ImageSource],
+    images: &'a [ChatImage],
     folders: &[PathBuf],
     limits: &Limits,
 ) -> Result<Vec<RequestImage<'a>>, HttpError> {
     images
         .iter()
         .enumerate()
-        .map(|(i, source)| match source {
+        .map(|(i, image)| match &image.source {
             ImageSource::Bytes(bytes) => Ok(RequestImage {
                 name: format!("image {}", i + 1),
                 bytes: Cow::Borrowed(bytes.as_slice()),
@@ -364,16 +384,18 @@ fn read_images<'a>(
         .collect()
 }
 
-/// Each image's name and upright size from its header, `max_pixels` for all of them together.
+/// Each image's name and upright size from its header, `max_pixels` for all of them together,
+/// and the budget its `detail` asks for.
 fn size_images<'a>(
     d: &Describer,
     images: &'a [RequestImage],
+    requested: &[ChatImage],
     max_pixels: u64,
 ) -> Result<Vec<SizedImage<'a>>, HttpError> {
     let limits = d.image_limits();
     let mut pixels = 0u64;
     let mut sized = Vec::with_capacity(images.len());
-    for i in images {
+    for (i, asked) in images.iter().zip(requested) {
         let (name, bytes) = (&i.name, &i.bytes);
         let (w, h) = image::probe_bytes(name, bytes, &limits).map_err(|e| i.error(image_error(e)))?;
         pixels += (w * h) as u64;
@@ -389,7 +411,8 @@ fn size_images<'a>(
                 ),
             ));
         }
-        sized.push((name.as_str(), (w, h)));
+        let budget = asked.detail.max_pixels(d.min_pixels(), d.max_pixels());
+        sized.push(SizedImage { name, size: (w, h), max_pixels: budget });
     }
     Ok(sized)
 }
@@ -419,6 +442,8 @@ fn stalled(tokens: usize, timeout: std::time::Duration) -> HttpError {
 const CLIENT_GONE: u16 = 499;
 
 const CHAT: &str = "/v1/chat/completions";
+/// `GET /v1/models/{id}`: the model of that id.
+const MODELS: &str = "/v1/models/";
 
 /// A bad image or prompt is the client's (400); anything else is the server's (500).
 fn runtime(e: RuntimeError) -> HttpError {

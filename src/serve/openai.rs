@@ -1,11 +1,17 @@
 //! OpenAI's chat-completions format: requests read into the chat template's messages and
 //! sampling settings, and the JSON of answers, stream chunks, model lists and errors.
+//!
+//! No field is ignored: one this server does not read is refused by name (400), so a client
+//! never believes a setting took effect when it did not. A field set to `null` is taken as left
+//! out, as OpenAI takes it.
 
 use super::http::HttpError;
 use super::image_url::{self, ImageSource};
 use crate::json::{self, Json};
 use crate::runtime::chat::{Content, Message};
 use crate::runtime::generate::{GenerateConfig, StopReason};
+use crate::runtime::sampler::TokenLogprob;
+use crate::tokenizer::Tokenizer;
 use std::collections::HashMap;
 use tinyjson::JsonValue;
 
@@ -14,22 +20,97 @@ pub const MAX_IMAGES: usize = 16;
 /// The most pixels all of a request's images may declare together (each is also within the
 /// image limits): two of the largest images the decoder takes, about 700 MB of decoding.
 pub const MAX_REQUEST_PIXELS: u64 = 2 * crate::image::Limits::DEFAULT_MAX_PIXELS;
+/// `top_logprobs` at most, as OpenAI allows.
+pub const MAX_TOP_LOGPROBS: usize = 20;
+/// The pixel budget of an image sent with `"detail": "low"`: OpenAI's low detail is a 512 x 512
+/// image; here about 256 image tokens (patch 16, 2 x 2 merge).
+pub const LOW_DETAIL_PIXELS: usize = 512 * 512;
 
 /// A chat request: the conversation (its `Content::Image`s take `images` in order) and the
 /// generation settings, the server's defaults overridden by the request's fields.
 #[derive(Debug)]
 pub struct ChatRequest {
     pub messages: Vec<Message>,
-    pub images: Vec<ImageSource>,
+    pub images: Vec<ChatImage>,
     pub config: GenerateConfig,
     pub stream: bool,
     pub include_usage: bool,
+}
+
+/// An image of a request: where its bytes are and how closely to look at it.
+#[derive(Debug, PartialEq)]
+pub struct ChatImage {
+    pub source: ImageSource,
+    pub detail: Detail,
+}
+
+/// `image_url.detail`: the pixel budget an image is resized within.
+#[derive(Clone, Copy, Debug, PartialEq, Eq)]
+pub enum Detail {
+    /// At most [`LOW_DETAIL_PIXELS`] (never under the server's --image-min-pixels).
+    Low,
+    /// The server's budget (--image-max-pixels): what its vision plan holds.
+    High,
+    /// The default: the server's budget, as `High` (an image smaller than it keeps its size).
+    Auto,
+}
+
+impl Detail {
+    /// The pixel budget for an image with this detail, on a server whose budget is
+    /// `min_pixels..=max_pixels`.
+    pub fn max_pixels(self, min_pixels: usize, max_pixels: usize) -> usize {
+        match self {
+            Detail::Low => LOW_DETAIL_PIXELS.max(min_pixels).min(max_pixels),
+            Detail::High | Detail::Auto => max_pixels,
+        }
+    }
 }
 
 type Object = HashMap<String, JsonValue>;
 
 fn bad(message: impl Into<String>) -> HttpError {
     HttpError::new(400, message)
+}
+
+/// The request fields this server reads. `model` is read and changes nothing: the server has
+/// one model, which every answer names.
+const FIELDS: &[&str] = &[
+    "model",
+    "messages",
+    "max_tokens",
+    "max_completion_tokens",
+    "temperature",
+    "top_p",
+    "top_k",
+    "seed",
+    "stop",
+    "n",
+    "stream",
+    "stream_options",
+    "logprobs",
+    "top_logprobs",
+    "frequency_penalty",
+    "presence_penalty",
+];
+
+/// The 400 for an object's first field (by name, so the answer is the same every time) that is
+/// not one of `known` and not null; `at`: where the object is ("" for the request itself).
+fn refuse_unknown(object: &Object, known: &[&str], at: &str) -> Result<(), HttpError> {
+    let mut unknown: Vec<&str> = object
+        .iter()
+        .filter(|(k, v)| !known.contains(&k.as_str()) && !matches!(v, JsonValue::Null))
+        .map(|(k, _)| k.as_str())
+        .collect();
+    unknown.sort_unstable();
+    let Some(&name) = unknown.first() else { return Ok(()) };
+    let why = match name {
+        "tools" | "tool_choice" | "parallel_tool_calls" | "functions" | "function_call" | "tool_calls" => {
+            "hrx serve does not call tools".to_owned()
+        }
+        "response_format" => "structured output is not implemented yet".to_owned(),
+        _ => format!("this server reads {}", known.join(", ")),
+    };
+    Err(bad(format!("{at}{name} is not supported: {why}")))
 }
 
 /// Reads a `POST /v1/chat/completions` body; `max_tokens`: the most a request may ask for.
@@ -42,6 +123,7 @@ pub fn parse_chat(
     let text = std::str::from_utf8(body).map_err(|_| bad("the request body is not UTF-8"))?;
     let value = json::parse_untrusted(text, 32).map_err(|e| bad(format!("the request body is not valid JSON: {e}")))?;
     let root: &Object = value.get().ok_or_else(|| bad("the request body must be a JSON object"))?;
+    refuse_unknown(root, FIELDS, "")?;
     let field = |name: &str| root.get(name).filter(|v| !matches!(v, JsonValue::Null));
     let list: &Vec<JsonValue> =
         field("messages").and_then(|v| v.get()).ok_or_else(|| bad("messages must be an array of messages"))?;
@@ -49,7 +131,8 @@ pub fn parse_chat(
         return Err(bad("messages is empty"));
     }
     let mut images = Vec::new();
-    let messages = list.iter().map(|m| message(m, &mut images, allow_files)).collect::<Result<Vec<_>, _>>()?;
+    let messages =
+        list.iter().enumerate().map(|(i, m)| message(m, i, &mut images, allow_files)).collect::<Result<Vec<_>, _>>()?;
 
     let mut config = defaults.clone();
     if let Some(n) = field("max_completion_tokens").or_else(|| field("max_tokens")) {
@@ -72,6 +155,12 @@ pub fn parse_chat(
     if let Some(k) = field("top_k") {
         config.sampler.top_k = integer(k, "top_k", 0.0, 1e9)? as usize;
     }
+    if let Some(f) = field("frequency_penalty") {
+        config.sampler.frequency_penalty = number(f, "frequency_penalty", -2.0, 2.0)? as f32;
+    }
+    if let Some(p) = field("presence_penalty") {
+        config.sampler.presence_penalty = number(p, "presence_penalty", -2.0, 2.0)? as f32;
+    }
     if let Some(s) = field("seed") {
         // Any integer a double holds exactly; negative seeds wrap, as C's do.
         config.sampler.seed = integer(s, "seed", -9.007e15, 9.007e15)? as i64 as u64;
@@ -84,20 +173,42 @@ pub fn parse_chat(
             return Err(bad("n must be 1: hrx answers once per request"));
         }
     }
+    let logprobs = match field("logprobs") {
+        None => false,
+        Some(v) => *v.get::<bool>().ok_or_else(|| bad("logprobs must be true or false"))?,
+    };
+    let top = match field("top_logprobs") {
+        None => 0,
+        Some(_) if !logprobs => return Err(bad("top_logprobs needs \"logprobs\": true")),
+        Some(n) => integer(n, "top_logprobs", 0.0, MAX_TOP_LOGPROBS as f64)? as usize,
+    };
+    config.logprobs = logprobs.then_some(top);
     let stream = match field("stream") {
         None => false,
         Some(v) => *v.get::<bool>().ok_or_else(|| bad("stream must be true or false"))?,
     };
-    let include_usage = field("stream_options")
-        .and_then(|o| o.get::<Object>())
-        .and_then(|o| o.get("include_usage"))
-        .and_then(|v| v.get::<bool>())
-        .is_some_and(|&b| b);
+    let include_usage = match field("stream_options") {
+        None => false,
+        Some(o) => {
+            let o: &Object = o.get().ok_or_else(|| bad("stream_options must be an object"))?;
+            refuse_unknown(o, &["include_usage"], "stream_options.")?;
+            match o.get("include_usage") {
+                None | Some(JsonValue::Null) => false,
+                Some(v) => *v.get::<bool>().ok_or_else(|| bad("stream_options.include_usage must be true or false"))?,
+            }
+        }
+    };
     Ok(ChatRequest { messages, images, config, stream, include_usage })
 }
 
-fn message(value: &JsonValue, images: &mut Vec<ImageSource>, allow_files: bool) -> Result<Message, HttpError> {
+fn message(
+    value: &JsonValue,
+    index: usize,
+    images: &mut Vec<ChatImage>,
+    allow_files: bool,
+) -> Result<Message, HttpError> {
     let m: &Object = value.get().ok_or_else(|| bad("each message must be an object"))?;
+    refuse_unknown(m, &["role", "content"], &format!("messages[{index}]."))?;
     let role = m.get("role").and_then(|r| r.get::<String>()).ok_or_else(|| bad("each message needs a role"))?;
     let role = match role.as_str() {
         "system" | "developer" => "system",
@@ -109,38 +220,54 @@ fn message(value: &JsonValue, images: &mut Vec<ImageSource>, allow_files: bool) 
         None | Some(JsonValue::Null) => Vec::new(),
         Some(JsonValue::String(s)) => vec![Content::Text(s.clone())],
         Some(JsonValue::Array(parts)) => {
-            parts.iter().map(|p| part(p, images, allow_files)).collect::<Result<_, _>>()?
+            parts.iter().map(|p| part(p, index, images, allow_files)).collect::<Result<_, _>>()?
         }
         Some(_) => return Err(bad("a message's content must be a string or an array of parts")),
     };
     Ok(Message { role: role.to_owned(), content })
 }
 
-fn part(value: &JsonValue, images: &mut Vec<ImageSource>, allow_files: bool) -> Result<Content, HttpError> {
+fn part(value: &JsonValue, index: usize, images: &mut Vec<ChatImage>, allow_files: bool) -> Result<Content, HttpError> {
     let p: &Object = value.get().ok_or_else(|| bad("each content part must be an object"))?;
     let kind = p.get("type").and_then(|t| t.get::<String>()).map(String::as_str);
+    let at = format!("messages[{index}].content[].");
     match kind {
         Some("text") => {
+            refuse_unknown(p, &["type", "text"], &at)?;
             let text =
                 p.get("text").and_then(|t| t.get::<String>()).ok_or_else(|| bad("a text part needs \"text\""))?;
             Ok(Content::Text(text.clone()))
         }
         Some("image_url") => {
-            let url = match p.get("image_url") {
-                Some(JsonValue::String(url)) => Some(url),
-                Some(JsonValue::Object(o)) => o.get("url").and_then(|u| u.get::<String>()),
-                _ => None,
+            refuse_unknown(p, &["type", "image_url"], &at)?;
+            let (url, detail) = match p.get("image_url") {
+                Some(JsonValue::String(url)) => (Some(url), Detail::Auto),
+                Some(JsonValue::Object(o)) => {
+                    refuse_unknown(o, &["url", "detail"], &format!("{at}image_url."))?;
+                    (o.get("url").and_then(|u| u.get::<String>()), detail(o.get("detail"))?)
+                }
+                _ => (None, Detail::Auto),
             };
             let url = url.ok_or_else(|| bad("an image_url part needs \"image_url\": {\"url\": ...}"))?;
             if images.len() == MAX_IMAGES {
                 return Err(bad(format!("a request may carry at most {MAX_IMAGES} images")));
             }
-            images.push(image_url::resolve(url, allow_files)?);
+            images.push(ChatImage { source: image_url::resolve(url, allow_files)?, detail });
             Ok(Content::Image)
         }
         other => {
             Err(bad(format!("content parts of type {:?} are not supported (text, image_url)", other.unwrap_or(""))))
         }
+    }
+}
+
+fn detail(value: Option<&JsonValue>) -> Result<Detail, HttpError> {
+    match value {
+        None | Some(JsonValue::Null) => Ok(Detail::Auto),
+        Some(JsonValue::String(s)) if s == "low" => Ok(Detail::Low),
+        Some(JsonValue::String(s)) if s == "high" => Ok(Detail::High),
+        Some(JsonValue::String(s)) if s == "auto" => Ok(Detail::Auto),
+        Some(_) => Err(bad("image_url.detail must be \"low\", \"high\" or \"auto\"")),
     }
 }
 
@@ -207,13 +334,21 @@ impl Reply<'_> {
         ]
     }
 
-    /// The whole answer (`chat.completion`).
-    pub fn completion(&self, text: &str, stop: StopReason, prompt_tokens: usize, completion_tokens: usize) -> Json {
+    /// The whole answer (`chat.completion`); `logprobs`: the choice's (see [`logprobs`]), or
+    /// None when the request did not ask.
+    pub fn completion(
+        &self,
+        text: &str,
+        stop: StopReason,
+        (prompt_tokens, completion_tokens): (usize, usize),
+        logprobs: Option<Json>,
+    ) -> Json {
         let mut fields = self.head("chat.completion");
         let message = Json::obj([("role", Json::str("assistant")), ("content", Json::str(text))]);
         let choice = Json::obj([
             ("index", Json::Int(0)),
             ("message", message),
+            ("logprobs", logprobs.unwrap_or(Json::Null)),
             ("finish_reason", Json::str(finish_reason(stop))),
         ]);
         fields.push(("choices".into(), Json::Arr(vec![choice])));
@@ -221,11 +356,17 @@ impl Reply<'_> {
         Json::Obj(fields)
     }
 
-    /// One `chat.completion.chunk` with a delta (`{}` for the last, which has the reason).
-    pub fn chunk(&self, delta: Json, finish: Option<StopReason>) -> Json {
+    /// One `chat.completion.chunk` with a delta (`{}` for the last, which has the reason) and
+    /// the logprobs of the tokens it carries, when asked for.
+    pub fn chunk(&self, delta: Json, logprobs: Option<Json>, finish: Option<StopReason>) -> Json {
         let mut fields = self.head("chat.completion.chunk");
         let reason = finish.map_or(Json::Null, |s| Json::str(finish_reason(s)));
-        let choice = Json::obj([("index", Json::Int(0)), ("delta", delta), ("finish_reason", reason)]);
+        let choice = Json::obj([
+            ("index", Json::Int(0)),
+            ("delta", delta),
+            ("logprobs", logprobs.unwrap_or(Json::Null)),
+            ("finish_reason", reason),
+        ]);
         fields.push(("choices".into(), Json::Arr(vec![choice])));
         Json::Obj(fields)
     }
@@ -239,15 +380,50 @@ impl Reply<'_> {
     }
 }
 
-/// `GET /v1/models`.
-pub fn models(name: &str) -> Json {
-    let model = Json::obj([
+/// A choice's `logprobs`, OpenAI's shape: `{"content":[{"token","logprob","bytes",
+/// "top_logprobs":[{"token","logprob","bytes"}...]}...],"refusal":null}`, a token's text being
+/// its bytes as UTF-8 (a piece of a character reads as U+FFFD there; `bytes` has it exactly).
+pub fn logprobs(entries: &[TokenLogprob], tokenizer: &Tokenizer) -> Json {
+    let token = |id: u32, logprob: f32| {
+        // A head may have more rows than the vocabulary has tokens (padding): such an id has no
+        // bytes, and reads as its number rather than failing the answer.
+        let (text, bytes) = match tokenizer.token_to_bytes(id) {
+            Ok(b) => {
+                (String::from_utf8_lossy(b).into_owned(), Json::Arr(b.iter().map(|&x| Json::Int(x.into())).collect()))
+            }
+            Err(_) => (format!("<token {id}>"), Json::Null),
+        };
+        vec![
+            ("token".to_owned(), Json::str(text)),
+            ("logprob".to_owned(), Json::Num(f64::from(logprob))),
+            ("bytes".to_owned(), bytes),
+        ]
+    };
+    let content = entries
+        .iter()
+        .map(|e| {
+            let mut fields = token(e.id, e.logprob);
+            let top = e.top.iter().map(|&(id, l)| Json::Obj(token(id, l))).collect();
+            fields.push(("top_logprobs".to_owned(), Json::Arr(top)));
+            Json::Obj(fields)
+        })
+        .collect();
+    Json::obj([("content", Json::Arr(content)), ("refusal", Json::Null)])
+}
+
+/// The model object of `GET /v1/models` and `GET /v1/models/{id}`.
+pub fn model(name: &str) -> Json {
+    Json::obj([
         ("id", Json::str(name)),
         ("object", Json::str("model")),
         ("created", Json::Int(0)),
         ("owned_by", Json::str("hrx")),
-    ]);
-    Json::obj([("object", Json::str("list")), ("data", Json::Arr(vec![model]))])
+    ])
+}
+
+/// `GET /v1/models`.
+pub fn models(name: &str) -> Json {
+    Json::obj([("object", Json::str("list")), ("data", Json::Arr(vec![model(name)]))])
 }
 
 /// OpenAI's error object.
@@ -278,6 +454,7 @@ mod tests {
             sampler: SamplerConfig::default(),
             stop_strings: Vec::new(),
             stop_at_eog: true,
+            logprobs: None,
         }
     }
 
@@ -299,6 +476,58 @@ mod tests {
         assert_eq!((r.config.sampler.temperature, r.config.sampler.top_p), (0.5, 0.9));
         assert_eq!(r.config.stop_strings, vec!["\n".to_string()]);
         assert!(r.stream && r.include_usage);
+        assert_eq!(r.config.logprobs, None);
+        assert_eq!(r.images[0].detail, Detail::Auto);
+    }
+
+    #[test]
+    fn logprobs_penalties_and_detail_are_read() {
+        let body = br#"{"messages":[{"role":"user","content":[
+            {"type":"image_url","image_url":{"url":"data:;base64,aGk=","detail":"low"}},
+            {"type":"image_url","image_url":{"url":"data:;base64,aGk=","detail":"high"}},
+            {"type":"image_url","image_url":{"url":"data:;base64,aGk=","detail":null}}]}],
+            "logprobs":true,"top_logprobs":3,"frequency_penalty":0.5,"presence_penalty":-1.5,"tools":null}"#;
+        let r = parse_chat(body, &defaults(), 4096, false).unwrap();
+        assert_eq!(r.config.logprobs, Some(3));
+        assert_eq!((r.config.sampler.frequency_penalty, r.config.sampler.presence_penalty), (0.5, -1.5));
+        let details: Vec<Detail> = r.images.iter().map(|i| i.detail).collect();
+        assert_eq!(details, [Detail::Low, Detail::High, Detail::Auto]);
+        let r = parse_chat(br#"{"messages":[{"role":"user","content":"x"}],"logprobs":true}"#, &defaults(), 9, false);
+        assert_eq!(r.unwrap().config.logprobs, Some(0));
+        // Budgets: low is 512 x 512 within the server's; high and auto are the server's.
+        assert_eq!(Detail::Low.max_pixels(65_536, 1 << 20), 262_144);
+        assert_eq!(Detail::Low.max_pixels(65_536, 100_000), 100_000);
+        assert_eq!(Detail::Low.max_pixels(300_000, 1 << 20), 300_000);
+        assert_eq!((Detail::High.max_pixels(0, 1 << 20), Detail::Auto.max_pixels(0, 5)), (1 << 20, 5));
+    }
+
+    #[test]
+    fn fields_it_does_not_read_are_refused_by_name() {
+        let user = r#""messages":[{"role":"user","content":"x"}]"#;
+        let cases = [
+            (format!(r#"{{{user},"tools":[{{"type":"function"}}]}}"#), "tools is not supported: hrx serve does not call tools"),
+            (format!(r#"{{{user},"tool_choice":"auto"}}"#), "tool_choice is not supported: hrx serve does not call tools"),
+            (format!(r#"{{{user},"response_format":{{"type":"json_object"}}}}"#), "response_format is not supported"),
+            (format!(r#"{{{user},"user":"u1","logit_bias":{{}}}}"#), "logit_bias is not supported: this server reads model, messages"),
+            (r#"{"messages":[{"role":"user","content":"x","name":"bob"}]}"#.to_owned(), "messages[0].name is not supported"),
+            (
+                r#"{"messages":[{"role":"user","content":[{"type":"image_url","image_url":{"url":"data:;base64,aGk=","size":1}}]}]}"#.to_owned(),
+                "messages[0].content[].image_url.size is not supported",
+            ),
+            (format!(r#"{{{user},"stream_options":{{"include_obfuscation":true}}}}"#), "stream_options.include_obfuscation"),
+            (format!(r#"{{{user},"top_logprobs":2}}"#), "top_logprobs needs \"logprobs\": true"),
+            (format!(r#"{{{user},"logprobs":true,"top_logprobs":21}}"#), "top_logprobs must be an integer in [0, 20]"),
+            (format!(r#"{{{user},"frequency_penalty":2.5}}"#), "frequency_penalty must be a number in [-2, 2]"),
+            (format!(r#"{{{user},"presence_penalty":"x"}}"#), "presence_penalty"),
+            (
+                r#"{"messages":[{"role":"user","content":[{"type":"image_url","image_url":{"url":"data:;base64,aGk=","detail":"max"}}]}]}"#.to_owned(),
+                "image_url.detail must be",
+            ),
+        ];
+        for (body, want) in cases {
+            let e = parse_chat(body.as_bytes(), &defaults(), 4096, false).unwrap_err();
+            assert!(e.status == 400 && e.message.contains(want), "{body}: {}", e.message);
+        }
     }
 
     #[test]
@@ -331,15 +560,15 @@ mod tests {
     #[test]
     fn answers_and_chunks_have_openais_shape() {
         let r = Reply { id: "chatcmpl-1".into(), created: 5, model: "m" };
-        let c = r.completion("hi", StopReason::Length, 10, 2).to_string_compact();
+        let c = r.completion("hi", StopReason::Length, (10, 2), None).to_string_compact();
         assert_eq!(
             c,
-            r#"{"id":"chatcmpl-1","object":"chat.completion","created":5,"model":"m","choices":[{"index":0,"message":{"role":"assistant","content":"hi"},"finish_reason":"length"}],"usage":{"prompt_tokens":10,"completion_tokens":2,"total_tokens":12}}"#
+            r#"{"id":"chatcmpl-1","object":"chat.completion","created":5,"model":"m","choices":[{"index":0,"message":{"role":"assistant","content":"hi"},"logprobs":null,"finish_reason":"length"}],"usage":{"prompt_tokens":10,"completion_tokens":2,"total_tokens":12}}"#
         );
-        let k = r.chunk(Json::obj([("content", Json::str("x"))]), None).to_string_compact();
+        let k = r.chunk(Json::obj([("content", Json::str("x"))]), None, None).to_string_compact();
         assert!(
             k.contains(r#""object":"chat.completion.chunk""#)
-                && k.ends_with(r#""delta":{"content":"x"},"finish_reason":null}]}"#),
+                && k.ends_with(r#""delta":{"content":"x"},"logprobs":null,"finish_reason":null}]}"#),
             "{k}"
         );
     }

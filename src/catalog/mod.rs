@@ -2,11 +2,15 @@
 //! /etc/hrx) and where their files are looked for. The file is a strict subset of TOML, parsed
 //! here: `key = value` lines, `[[model]]` entries, strings, numbers, booleans and comments.
 
+pub mod facts;
+
+use crate::gguf::GgufFile;
+use facts::{FileFacts, Mismatch};
 use std::fmt;
 use std::io;
 use std::path::{Path, PathBuf};
 
-const BUILTIN: &str = include_str!("../models.toml");
+const BUILTIN: &str = include_str!("../../models.toml");
 
 /// The system copy of models.toml, which the Debian package installs as a configuration file:
 /// on a box that cannot rebuild hrx, an administrator records the sha256 of the files they
@@ -34,6 +38,22 @@ pub struct ModelEntry {
     pub max_tokens: usize,
     pub image_max_pixels: usize,
     pub image_min_pixels: usize,
+    /// What is recorded of each file (`model_block_count`, `mmproj_projection_dim`, ...).
+    pub model_facts: FileFacts,
+    pub mmproj_facts: FileFacts,
+}
+
+impl ModelEntry {
+    /// Whether `file`, at `path` (named as this entry's model file), is this entry's model:
+    /// every recorded fact holds.
+    pub fn check_model(&self, file: &GgufFile, path: &Path) -> Result<(), Mismatch> {
+        facts::check(&self.model_facts, file, path, &self.name, "model_")
+    }
+
+    /// The same for its projector.
+    pub fn check_mmproj(&self, file: &GgufFile, path: &Path) -> Result<(), Mismatch> {
+        facts::check(&self.mmproj_facts, file, path, &self.name, "mmproj_")
+    }
 }
 
 #[derive(Clone, Debug, PartialEq)]
@@ -208,6 +228,13 @@ impl Catalog {
     pub fn default_entry(&self) -> Option<&ModelEntry> {
         self.get(&self.default)
     }
+
+    /// The entry whose model file has the name of the file at `path` (whatever its folder):
+    /// the file is that model if its facts hold too ([`ModelEntry::check_model`]).
+    pub fn by_model_file(&self, path: &Path) -> Option<&ModelEntry> {
+        let name = path.file_name()?;
+        self.models.iter().find(|m| std::ffi::OsStr::new(&m.model_file) == name)
+    }
 }
 
 fn entry(line: usize, mut fields: Vec<(String, Scalar)>) -> Result<ModelEntry, CatalogError> {
@@ -221,12 +248,31 @@ fn entry(line: usize, mut fields: Vec<(String, Scalar)>) -> Result<ModelEntry, C
     let (name, description, source) = (string("name")?, string("description")?, string("source")?);
     let (model_file, mmproj_file) = (string("model_file")?, string("mmproj_file")?);
     let (model_sha256, mmproj_sha256) = (string("model_sha256")?, string("mmproj_sha256")?);
+    let mut facts = |prefix: &str| -> Result<FileFacts, CatalogError> {
+        // Absent where not known: only what a source states is recorded (models.toml says which).
+        let mut count = |name: &str| match take(&format!("{prefix}{name}")) {
+            None => Ok(None),
+            Some(Scalar::Num(x)) if x >= 1.0 && x.fract() == 0.0 && x < 2f64.powi(53) => Ok(Some(x as u64)),
+            Some(_) => Err(err(format!("{prefix}{name} must be a positive integer"))),
+        };
+        let (size, block_count, embedding_length) = (count("size")?, count("block_count")?, count("embedding_length")?);
+        let (vocab_size, projection_dim) = (count("vocab_size")?, count("projection_dim")?);
+        let architecture = match take(&format!("{prefix}architecture")) {
+            None => None,
+            Some(Scalar::Str(s)) => Some(s),
+            Some(_) => return Err(err(format!("{prefix}architecture must be a string"))),
+        };
+        Ok(FileFacts { size, architecture, block_count, embedding_length, vocab_size, projection_dim })
+    };
+    let (model_facts, mmproj_facts) = (facts("model_")?, facts("mmproj_")?);
     let mut number = |key: &str| match take(key) {
         Some(Scalar::Num(x)) if x >= 0.0 => Ok(x),
         Some(_) => Err(err(format!("{key} must be a non-negative number"))),
         None => Err(err(format!("[[model]] needs {key}"))),
     };
     let e = ModelEntry {
+        model_facts,
+        mmproj_facts,
         temperature: number("temperature")? as f32,
         top_p: number("top_p")? as f32,
         top_k: number("top_k")? as usize,
@@ -278,6 +324,27 @@ mod tests {
         let d = c.default_entry().expect("default entry");
         assert!(d.model_file.ends_with(".gguf") && d.mmproj_file.starts_with("mmproj"));
         assert!(d.image_max_pixels >= d.image_min_pixels);
+    }
+
+    #[test]
+    fn facts_are_read_where_recorded_and_bad_ones_named() {
+        let c = Catalog::parse(BUILTIN).unwrap();
+        let d = c.default_entry().unwrap();
+        assert_eq!(d.model_facts.block_count, Some(28));
+        assert_eq!(d.model_facts.architecture.as_deref(), Some("qwen3vl"));
+        assert_eq!((d.model_facts.size, d.mmproj_facts.projection_dim), (None, Some(2048)));
+        let entry = |extra: &str| {
+            format!(
+                "default = \"a\"\n[[model]]\nname = \"a\"\ndescription = \"\"\nsource = \"\"\nmodel_file = \"m\"\nmmproj_file = \"p\"\nmodel_sha256 = \"\"\nmmproj_sha256 = \"\"\ntemperature = 0\ntop_p = 1\ntop_k = 0\nrepeat_penalty = 1\nmax_tokens = 1\nimage_max_pixels = 1\nimage_min_pixels = 1\n{extra}"
+            )
+        };
+        assert_eq!(Catalog::parse(&entry("model_size = 12")).unwrap().models[0].model_facts.size, Some(12));
+        let e = Catalog::parse(&entry("model_block_count = 2.5")).unwrap_err();
+        assert!(e.message.contains("model_block_count must be a positive integer"), "{e}");
+        let e = Catalog::parse(&entry("mmproj_architecture = 3")).unwrap_err();
+        assert!(e.message.contains("mmproj_architecture must be a string"), "{e}");
+        let e = Catalog::parse(&entry("model_blocks = 3")).unwrap_err();
+        assert!(e.message.contains("unknown key \"model_blocks\""), "{e}");
     }
 
     #[test]
