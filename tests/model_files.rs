@@ -8,7 +8,7 @@ mod common;
 
 use hrx::gguf::{GgufErrorKind, GgufFile, GgufWriter, TensorInfo, Value};
 use hrx::model::{TextParams, VisionParams};
-use hrx::quant::{quantize_row, DType};
+use hrx::quant::{quantize_row, DType, FILE_DTYPES};
 use std::path::Path;
 
 /// `path` rewritten through the writer: every key and tensor copied, with `key` set to `value`
@@ -83,19 +83,79 @@ fn a_norm_in_a_quantized_type_is_refused() {
     assert!(msg.contains("tensor \"v.blk.0.ln1.weight\" (bytes ") && msg.contains("is Q8_0, expected F32"), "{msg}");
 }
 
+/// Where tensor `t`'s entry in the table of `bytes` keeps its first dimension: a tensor info is
+/// its name (u64 length, bytes), n_dims (u32), the dims (u64 each), the type (u32), the offset.
+fn dims_at(bytes: &[u8], t: &TensorInfo) -> usize {
+    let mut key = (t.name.len() as u64).to_le_bytes().to_vec();
+    key.extend_from_slice(t.name.as_bytes());
+    let at = bytes.windows(key.len()).position(|w| w == key).expect("tensor info found");
+    at + key.len() + 4
+}
+
 /// The bytes of `path` with tensor `name`'s type field set to `dtype` (nothing else changed).
 fn relabelled(path: &Path, name: &str, dtype: DType) -> Vec<u8> {
     let mut bytes = std::fs::read(path).unwrap();
     let file = GgufFile::open(path).unwrap();
     let t = file.tensor(name).expect("tensor present");
-    // A tensor info: name (u64 length, bytes), n_dims (u32), dims (u64 each), type (u32).
-    let mut key = (name.len() as u64).to_le_bytes().to_vec();
-    key.extend_from_slice(name.as_bytes());
-    let at = bytes.windows(key.len()).position(|w| w == key).expect("tensor info found");
-    let type_at = at + key.len() + 4 + 8 * t.n_dims;
+    let type_at = dims_at(&bytes, t) + 8 * t.n_dims;
     assert_eq!(u32::from_le_bytes(bytes[type_at..type_at + 4].try_into().unwrap()), t.dtype.ggml_id());
     bytes[type_at..type_at + 4].copy_from_slice(&dtype.ggml_id().to_le_bytes());
     bytes
+}
+
+/// Every change of one field of one tensor's entry in the table (its type to every other type,
+/// its data offset by -32, +1 and +32 bytes, each dimension doubled, halved and plus one) in the
+/// tiny text model and its projector is refused at load, but one kind: a type relabelled to one
+/// of the same bytes per row (F16 and BF16, say), which no reader can tell from the bytes
+/// (llama.cpp loads it too). Issue 11's mutated model files had 15 that loaded and ran with
+/// wrong output (overlapping data, relabelled types, unread layers): this is the recount, with
+/// `--nocapture` the counts.
+#[test]
+fn every_mutation_of_the_tensor_table_is_refused_but_same_size_relabels() {
+    let Some(oracle) = common::oracle() else { return };
+    let tiny = oracle.join("models/tiny");
+    for (file, text) in [("qwen3vl-tiny-F16.gguf", true), ("mmproj-qwen3vl-tiny-F16.gguf", false)] {
+        let path = tiny.join(file);
+        let original = std::fs::read(&path).unwrap();
+        let parsed = GgufFile::open(&path).unwrap();
+        let loads = |bytes: Vec<u8>| match GgufFile::from_bytes(file, bytes) {
+            Err(_) => false,
+            Ok(f) if text => TextParams::from_gguf(&f).is_ok(),
+            Ok(f) => VisionParams::from_gguf(&f).is_ok(),
+        };
+        let (mut tried, mut refused, mut relabels) = (0, 0, Vec::new());
+        for t in parsed.tensors() {
+            let dims = dims_at(&original, t);
+            let (type_at, offset_at) = (dims + 8 * t.n_dims, dims + 8 * t.n_dims + 4);
+            let mut mutations: Vec<(usize, Vec<u8>, Option<DType>)> = Vec::new();
+            for d in FILE_DTYPES.iter().filter(|&&d| d != t.dtype) {
+                mutations.push((type_at, d.ggml_id().to_le_bytes().to_vec(), Some(*d)));
+            }
+            for offset in [t.offset.wrapping_sub(32), t.offset + 1, t.offset + 32] {
+                mutations.push((offset_at, offset.to_le_bytes().to_vec(), None));
+            }
+            for (i, &n) in t.shape().iter().enumerate() {
+                for m in [n * 2, n / 2, n + 1] {
+                    mutations.push((dims + 8 * i, m.to_le_bytes().to_vec(), None));
+                }
+            }
+            for (at, value, dtype) in mutations {
+                let mut bytes = original.clone();
+                bytes[at..at + value.len()].copy_from_slice(&value);
+                tried += 1;
+                if !loads(bytes) {
+                    refused += 1;
+                    continue;
+                }
+                let same_size = dtype.is_some_and(|d| d.row_bytes(t.ne[0]) == t.dtype.row_bytes(t.ne[0]));
+                assert!(same_size, "{file}: {} loads with {value:?} at byte {at} ({dtype:?})", t.name);
+                relabels.push(format!("{} {} -> {}", t.name, t.dtype, dtype.map_or(String::new(), |d| d.to_string())));
+            }
+        }
+        eprintln!("{file}: {tried} mutations, {refused} refused, {} loaded: {relabels:?}", relabels.len());
+        assert_eq!(tried, refused + relabels.len());
+        assert!(refused > 0 && tried > 200, "{file}: {tried} tried");
+    }
 }
 
 #[test]

@@ -34,6 +34,7 @@ pub(crate) fn decode(name: &str, bytes: &[u8], limits: &Limits) -> Result<Decode
     limits.check_size(name, header.width.into(), header.height.into())?;
     let source = header.color_type;
     let mut reader = decoder.read_info().map_err(bad)?;
+    check_palette(name, reader.info())?;
     let size = reader.output_buffer_size().ok_or_else(|| corrupt(name, Format::Png, "image too large for memory"))?;
     let mut samples = vec![0; size];
     // The first frame: the IDAT image, which is also what Pillow shows for an APNG.
@@ -59,4 +60,22 @@ pub(crate) fn decode(name: &str, bytes: &[u8], limits: &Limits) -> Result<Decode
     let orientation = reader.info().exif_metadata.as_deref().map_or(Orientation::Normal, exif::orientation);
     let size = (frame.width as usize, frame.height as usize);
     checked(name, Format::Png, size, layout, samples, orientation)
+}
+
+/// A PLTE chunk of whole RGB entries (1 to 256 of them) and, for a palette image, a tRNS chunk of
+/// at most one alpha per entry, as the PNG spec has them: the `png` crate (0.18) expands palettes
+/// assuming both and panics on a file where they do not hold (found by scripts/fuzz).
+fn check_palette(name: &str, info: &::png::Info) -> Result<(), ImageError> {
+    let Some(palette) = info.palette.as_deref() else { return Ok(()) };
+    if palette.is_empty() || palette.len() % 3 != 0 || palette.len() > 3 * 256 {
+        let detail = format!("a PLTE chunk of {} bytes, not 1 to 256 RGB entries", palette.len());
+        return Err(corrupt(name, Format::Png, detail));
+    }
+    match info.trns.as_deref() {
+        Some(trns) if info.color_type == ColorType::Indexed && trns.len() > palette.len() / 3 => {
+            let detail = format!("a tRNS chunk of {} entries for a palette of {}", trns.len(), palette.len() / 3);
+            Err(corrupt(name, Format::Png, detail))
+        }
+        _ => Ok(()),
+    }
 }
