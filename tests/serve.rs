@@ -85,12 +85,14 @@ impl Server {
     }
 
     fn get(&self, path: &str) -> (u16, String) {
-        self.raw(format!("GET {path} HTTP/1.1\r\nHost: x\r\n\r\n").as_bytes())
+        self.raw(format!("GET {path} HTTP/1.1\r\nHost: x\r\nConnection: close\r\n\r\n").as_bytes())
     }
 }
 
 /// Sends raw bytes (from another thread, so an early answer such as a 413 is read while the
-/// body is still going out); returns the status and the body.
+/// body is still going out); returns the status and the body. The response is read until the
+/// server closes: requests that it answers whole say `Connection: close` (it keeps HTTP/1.1
+/// connections otherwise).
 fn raw(addr: &str, request: &[u8]) -> (u16, String) {
     let text = raw_response(addr, request);
     let status = text.get(9..12).and_then(|s| s.parse().ok()).unwrap_or_else(|| panic!("no status in {text:?}"));
@@ -117,15 +119,18 @@ fn raw_response(addr: &str, request: &[u8]) -> String {
 
 /// A chat request's bytes.
 fn chat_request(body: &str) -> Vec<u8> {
-    format!("POST /v1/chat/completions HTTP/1.1\r\nHost: x\r\nContent-Length: {}\r\n\r\n{body}", body.len())
-        .into_bytes()
+    format!(
+        "POST /v1/chat/completions HTTP/1.1\r\nHost: x\r\nConnection: close\r\nContent-Length: {}\r\n\r\n{body}",
+        body.len()
+    )
+    .into_bytes()
 }
 
 fn post(addr: &str, path: &str, body: &str) -> (u16, String) {
     raw(
         addr,
         format!(
-            "POST {path} HTTP/1.1\r\nHost: x\r\nContent-Type: application/json\r\nContent-Length: {}\r\n\r\n{body}",
+            "POST {path} HTTP/1.1\r\nHost: x\r\nConnection: close\r\nContent-Type: application/json\r\nContent-Length: {}\r\n\r\n{body}",
             body.len()
         )
         .as_bytes(),
@@ -445,7 +450,7 @@ fn pages_of_an_allowed_origin_get_cors_headers_and_preflights() {
     let allowed = "Access-Control-Allow-Origin: http://kiosk.local:8000\r\n";
     let preflight = |origin: &str| {
         server.raw_response(
-            format!("OPTIONS /v1/chat/completions HTTP/1.1\r\nOrigin: {origin}\r\nAccess-Control-Request-Method: POST\r\n\r\n")
+            format!("OPTIONS /v1/chat/completions HTTP/1.1\r\nConnection: close\r\nOrigin: {origin}\r\nAccess-Control-Request-Method: POST\r\n\r\n")
                 .as_bytes(),
         )
     };
@@ -457,16 +462,18 @@ fn pages_of_an_allowed_origin_get_cors_headers_and_preflights() {
     let other = preflight("http://elsewhere.example");
     assert!(other.starts_with("HTTP/1.1 204") && !other.contains("Access-Control"), "{other}");
     // The answers themselves carry the header for the allowed origin only: plain, error, chat.
-    let get =
-        |origin: &str| server.raw_response(format!("GET /health HTTP/1.1\r\nOrigin: {origin}\r\n\r\n").as_bytes());
+    let get = |origin: &str| {
+        server.raw_response(format!("GET /health HTTP/1.1\r\nConnection: close\r\nOrigin: {origin}\r\n\r\n").as_bytes())
+    };
     assert!(get("http://kiosk.local:8000").contains(allowed));
     assert!(!get("http://elsewhere.example").contains("Access-Control"));
-    let missing = server.raw_response(b"GET /v1/nothing HTTP/1.1\r\nOrigin: http://kiosk.local:8000\r\n\r\n");
+    let missing = server
+        .raw_response(b"GET /v1/nothing HTTP/1.1\r\nConnection: close\r\nOrigin: http://kiosk.local:8000\r\n\r\n");
     assert!(missing.starts_with("HTTP/1.1 404") && missing.contains(allowed), "{missing}");
     for stream in [false, true] {
         let body = format!(r#"{{"messages":[{{"role":"user","content":"hi"}}],"stream":{stream}}}"#);
         let request = format!(
-            "POST /v1/chat/completions HTTP/1.1\r\nOrigin: http://kiosk.local:8000\r\nContent-Type: application/json\r\nContent-Length: {}\r\n\r\n{body}",
+            "POST /v1/chat/completions HTTP/1.1\r\nConnection: close\r\nOrigin: http://kiosk.local:8000\r\nContent-Type: application/json\r\nContent-Length: {}\r\n\r\n{body}",
             body.len()
         );
         let answer = server.raw_response(request.as_bytes());
@@ -852,4 +859,97 @@ fn image_detail_low_resizes_to_512_by_512_and_high_to_the_servers_budget() {
     // Patches of 16 merged 2 x 2: 1024 x 1024 is 32 x 32 tokens at the 1 MP budget, 16 x 16 at 512 x 512.
     assert_eq!(high - low, 1024.0 - 256.0, "low {low}, high {high}");
     assert_eq!((auto, none), (high, high));
+}
+
+/// One response read off a kept connection: its status, head and body (by Content-Length).
+fn read_one(s: &mut TcpStream) -> (u16, String, String) {
+    let mut data = Vec::new();
+    let mut byte = [0u8; 1];
+    while !data.ends_with(b"\r\n\r\n") {
+        assert_eq!(s.read(&mut byte).expect("a response head"), 1, "closed after {:?}", String::from_utf8_lossy(&data));
+        data.push(byte[0]);
+    }
+    let head = String::from_utf8(data).unwrap();
+    let length: usize = head
+        .lines()
+        .find_map(|l| l.strip_prefix("Content-Length: "))
+        .and_then(|n| n.trim().parse().ok())
+        .unwrap_or_else(|| panic!("no Content-Length in {head}"));
+    let mut body = vec![0u8; length];
+    s.read_exact(&mut body).unwrap();
+    (head[9..12].parse().unwrap(), head, String::from_utf8(body).unwrap())
+}
+
+#[test]
+fn a_kept_connection_carries_request_after_request_and_an_idle_one_ends_at_the_head_deadline() {
+    let Some(oracle) = common::oracle() else { return };
+    let server = Server::start(&oracle.join("models/tiny"), &["--head-timeout", "2", "-n", "2"]);
+    let connect = |server: &Server| {
+        let s = TcpStream::connect(&server.addr).unwrap();
+        s.set_read_timeout(Some(Duration::from_secs(60))).unwrap();
+        s
+    };
+    let chat = |extra: &str| {
+        let body = format!(r#"{{"messages":[{{"role":"user","content":"hi"}}]{extra}}}"#);
+        format!("POST /v1/chat/completions HTTP/1.1\r\nHost: x\r\nContent-Length: {}\r\n\r\n{body}", body.len())
+    };
+    let mut s = connect(&server);
+    // A plain answer, then a chat, then two requests sent in one write: all on one connection.
+    s.write_all(b"GET /health HTTP/1.1\r\nHost: x\r\n\r\n").unwrap();
+    let (status, head, _) = read_one(&mut s);
+    assert!(status == 200 && head.contains("Connection: keep-alive"), "{head}");
+    s.write_all(chat("").as_bytes()).unwrap();
+    let (status, _, body) = read_one(&mut s);
+    assert_eq!(status, 200, "{body}");
+    assert_eq!(number(&json(&body), &["usage", "completion_tokens"]), 2.0);
+    s.write_all(b"GET /v1/models HTTP/1.1\r\n\r\nGET /v1/nothing HTTP/1.1\r\n\r\n").unwrap();
+    assert_eq!(read_one(&mut s).0, 200);
+    let (status, head, _) = read_one(&mut s);
+    assert!(
+        status == 404 && head.contains("Connection: keep-alive"),
+        "an error after a whole request keeps it too: {head}"
+    );
+    // A stream of events ends its connection.
+    s.write_all(chat(r#","stream":true"#).as_bytes()).unwrap();
+    let mut rest = String::new();
+    s.read_to_string(&mut rest).unwrap();
+    assert!(rest.contains("Connection: close") && rest.trim_end().ends_with("data: [DONE]"), "{rest}");
+
+    // A client's Connection: close, and HTTP/1.0 without keep-alive, end it after the answer.
+    for request in ["GET /health HTTP/1.1\r\nConnection: close\r\n\r\n", "GET /health HTTP/1.0\r\n\r\n"] {
+        let mut s = connect(&server);
+        s.write_all(request.as_bytes()).unwrap();
+        let mut all = String::new();
+        s.read_to_string(&mut all).unwrap();
+        assert!(all.starts_with("HTTP/1.1 200") && all.contains("Connection: close"), "{all}");
+    }
+
+    // Kept and idle: closed at the 2 s head deadline from the end of its answer, without a 408.
+    let mut idle = connect(&server);
+    idle.write_all(b"GET /health HTTP/1.1\r\n\r\n").unwrap();
+    assert_eq!(read_one(&mut idle).0, 200);
+    let t = Instant::now();
+    let mut after = Vec::new();
+    idle.read_to_end(&mut after).unwrap();
+    assert!(after.is_empty(), "{:?}", String::from_utf8_lossy(&after));
+    assert!(t.elapsed() < Duration::from_secs(10), "closed after {:?}", t.elapsed());
+
+    // Idle kept connections cannot lock others out: past --max-connections the one that has
+    // waited longest is closed to make room, and a new client is answered at once. (A server
+    // of its own: connections still closing from the checks above count as open.)
+    let server = Server::start(&oracle.join("models/tiny"), &["--max-connections", "3"]);
+    let kept: Vec<TcpStream> = (0..3)
+        .map(|_| {
+            let mut s = connect(&server);
+            s.write_all(b"GET /health HTTP/1.1\r\n\r\n").unwrap();
+            assert_eq!(read_one(&mut s).0, 200);
+            s
+        })
+        .collect();
+    let t = Instant::now();
+    let (status, body) = server.get("/health");
+    assert_eq!(status, 200, "{body}");
+    assert!(t.elapsed() < Duration::from_secs(1), "/health took {:?}", t.elapsed());
+    assert!(server.log_line("to make room", Duration::from_secs(5)).is_some(), "{}", server.log.lock().unwrap());
+    drop(kept);
 }

@@ -21,8 +21,9 @@ fn help() -> String {
         MAX_CONNECTIONS.help(
             "connections open at once (default 1024); past it the one that has been sending its request head the longest is closed",
         ),
-        HEAD_TIMEOUT
-            .help("seconds a client has, from connecting, to send its request head (default 10; a trickle does not extend it)"),
+        HEAD_TIMEOUT.help(
+            "seconds a client has, from connecting or from its last answer on a kept connection, to send its request head (default 10; a trickle does not extend it)",
+        ),
         SEND_TIMEOUT.help(
             "seconds one event of a streamed answer may wait to be sent (default 15): a client that stops reading is cut off that long after the socket's buffers (some 160 KB) are full, and its generation stops (logged 499)",
         ),
@@ -70,8 +71,11 @@ fn help() -> String {
                 client that hangs up stops its generation.\n\
                 hrx never fetches http(s) image URLs. Request bodies are limited to 64 MiB, heads to\n\
                 16 KiB; slow clients time out, and idle connections cannot lock others out: /health\n\
-                and /metrics answer whatever the model is doing.\n\
-                Prints `listening on http://HOST:PORT` once ready, then one line per connection on\n\
+                and /metrics answer whatever the model is doing. Connections persist for clients\n\
+                that reuse them (HTTP/1.1 keep-alive; not after a stream of events, or a request\n\
+                not read whole): one waiting for its next request has --head-timeout from its last\n\
+                answer and is the first closed to make room past --max-connections.\n\
+                Prints `listening on http://HOST:PORT` once ready, then one line per request on\n\
                 stderr: client address, request, status, seconds, and the reason of every refusal.\n\
                 Sampling flags apply when a request does not say.",
         options,

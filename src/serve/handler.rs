@@ -39,12 +39,30 @@ pub struct App {
     counters: Counters,
 }
 
-/// What became of a connection, for the log: its request line (`-` when none arrived), the
-/// status sent, and for errors the reason given to the client.
+/// What became of a request, for the log: its request line (`-` when none arrived), the status
+/// sent, and for errors the reason given to the client.
 pub struct Outcome {
     pub line: String,
     pub status: u16,
     pub reason: Option<String>,
+}
+
+/// A response sent: its status, and whether the connection may carry the client's next request
+/// (not after a stream of events, which ends with the connection).
+#[derive(Clone, Copy, Debug)]
+pub struct Sent {
+    pub status: u16,
+    pub open: bool,
+}
+
+/// What a connection's thread tells the server about it as it goes.
+pub trait Watch {
+    /// It waits for its next request head from `since` (the server may close it to make room).
+    fn waiting(&self, stream: &TcpStream, since: Instant);
+    /// A request head is in: it is busy with the request.
+    fn working(&self);
+    /// A request was answered or refused, its wait having begun at `since`.
+    fn answered(&self, outcome: &Outcome, since: Instant);
 }
 
 impl App {
@@ -72,44 +90,61 @@ impl App {
         }
     }
 
-    /// Reads one request from the connection (accepted at `accepted`; `on_head` is called once
-    /// its head is in), answers it and closes. A chat request's body is read only within the
-    /// memory budget (its bytes are held until the answer is out).
-    pub fn handle(&self, mut stream: TcpStream, accepted: Instant, on_head: impl FnOnce()) -> Outcome {
-        let admit = |head: &http::Head| {
-            on_head();
-            if head.path != CHAT {
-                return Ok(None);
+    /// Answers the requests of a connection accepted at `accepted`, one after the other while
+    /// the client keeps it (each wait for a request head held to `--head-timeout` from the end of
+    /// the last answer, as the first is from the accept), then closes it. A chat request's body
+    /// is read only within the memory budget (its bytes are held until the answer is out).
+    pub fn handle(&self, mut stream: TcpStream, accepted: Instant, watch: &impl Watch) {
+        let mut pending = Vec::new();
+        let mut since = accepted;
+        for served in 0usize.. {
+            if served > 0 {
+                watch.waiting(&stream, since);
             }
-            let bytes = body_bytes(head.length);
-            self.budget
-                .reserve(bytes)
-                .map(Some)
-                .ok_or_else(|| self.over_budget(bytes, "its body and what parsing it makes", self.budget.body_limit()))
-        };
-        let (line, cors, result) = match http::read_request(&mut stream, &self.limits, accepted, admit) {
-            Ok((request, _body)) => {
-                let cors = self.cors(request.origin.as_deref());
-                let result = self.route(&request, &mut stream, &cors);
-                if request.path == CHAT {
-                    self.count(&result);
+            let admit = |head: &http::Head| {
+                watch.working();
+                if head.path != CHAT {
+                    return Ok(None);
                 }
-                (format!("{} {}", request.method, request.path), cors, result)
-            }
-            Err(e) => ("-".into(), String::new(), Err(e)),
-        };
-        let outcome = match result {
-            Ok(status) => Outcome { line, status, reason: None },
-            Err(e) => {
+                let bytes = body_bytes(head.length);
+                self.budget.reserve(bytes).map(Some).ok_or_else(|| {
+                    self.over_budget(bytes, "its body and what parsing it makes", self.budget.body_limit())
+                })
+            };
+            // A kept connection the client closes, or leaves quiet past the deadline, before a
+            // byte of its next request just ends.
+            let read = http::read_request(&mut stream, &mut pending, &self.limits, since, served > 0, admit);
+            let (line, cors, keep_alive, result) = match read {
+                Ok(None) => break,
+                Ok(Some((request, _body))) => {
+                    let cors = self.cors(request.origin.as_deref());
+                    let result = self.route(&request, &mut stream, &cors);
+                    if request.path == CHAT {
+                        self.count(&result);
+                    }
+                    (format!("{} {}", request.method, request.path), cors, request.keep_alive, result)
+                }
+                // The request was not read whole: what follows on the connection is not a request.
+                Err(e) => ("-".into(), String::new(), false, Err(e)),
+            };
+            let (outcome, open) = match result {
+                Ok(sent) => (Outcome { line, status: sent.status, reason: None }, sent.open),
                 // A client that hung up is not answered: there is nobody to read it.
-                if e.status != CLIENT_GONE {
-                    send_error(&mut stream, &e, &cors);
+                Err(e) if e.status == CLIENT_GONE => {
+                    (Outcome { line, status: e.status, reason: Some(e.message) }, false)
                 }
-                Outcome { line, status: e.status, reason: Some(e.message) }
+                Err(e) => {
+                    send_error(&mut stream, &e, &cors, keep_alive);
+                    (Outcome { line, status: e.status, reason: Some(e.message) }, keep_alive)
+                }
+            };
+            watch.answered(&outcome, since);
+            if !open {
+                break;
             }
-        };
+            since = Instant::now();
+        }
         http::close_gently(&mut stream);
-        outcome
     }
 
     /// The 503 (with Retry-After) for `what`, which needs `bytes` more than the `limit` (of the
@@ -134,7 +169,7 @@ impl App {
 
     /// Counts a chat request's outcome (refusals for the queue and the budget are counted where
     /// they happen).
-    fn count(&self, result: &Result<u16, HttpError>) {
+    fn count(&self, result: &Result<Sent, HttpError>) {
         let c = &self.counters;
         match result {
             Ok(_) => Counters::add(&c.answered),
@@ -159,7 +194,8 @@ impl App {
 
     /// Answers a request, or says what is wrong with it (before anything was sent); `cors`:
     /// header lines every response carries.
-    fn route(&self, request: &Request, stream: &mut TcpStream, cors: &str) -> Result<u16, HttpError> {
+    fn route(&self, request: &Request, stream: &mut TcpStream, cors: &str) -> Result<Sent, HttpError> {
+        let keep = request.keep_alive;
         let allowed = match request.path.as_str() {
             "/health" | "/v1/models" | "/metrics" => "GET",
             path if path.starts_with(MODELS) => "GET",
@@ -183,15 +219,15 @@ impl App {
                     "Access-Control-Allow-Methods: {allowed}, OPTIONS\r\nAccess-Control-Allow-Headers: Content-Type, Authorization\r\nAccess-Control-Max-Age: 600\r\n"
                 );
             }
-            let _ = http::write_response(stream, 204, "text/plain", &headers, b"");
-            return Ok(204);
+            let _ = http::write_response(stream, 204, "text/plain", &headers, keep, b"");
+            return Ok(Sent { status: 204, open: keep });
         }
         if request.method != allowed {
             return Err(HttpError::new(405, format!("{} takes {allowed}, not {}", request.path, request.method)));
         }
         match request.path.as_str() {
-            "/health" => send_json(stream, 200, &Json::obj([("status", Json::str("ok"))]), cors),
-            "/v1/models" => send_json(stream, 200, &openai::models(&self.model_name), cors),
+            "/health" => send_json(stream, 200, &Json::obj([("status", Json::str("ok"))]), cors, keep),
+            "/v1/models" => send_json(stream, 200, &openai::models(&self.model_name), cors, keep),
             path if path.starts_with(MODELS) => {
                 let id = path.strip_prefix(MODELS).unwrap_or_default();
                 if id != self.model_name {
@@ -200,18 +236,18 @@ impl App {
                         format!("no model {id:?} here: this server has one, {:?}", self.model_name),
                     ));
                 }
-                send_json(stream, 200, &openai::model(&self.model_name), cors)
+                send_json(stream, 200, &openai::model(&self.model_name), cors, keep)
             }
             "/metrics" => {
                 let text = admission::metrics(&self.turns, &self.budget, &self.counters);
-                let _ = http::write_response(stream, 200, "text/plain; version=0.0.4", cors, text.as_bytes());
-                Ok(200)
+                let _ = http::write_response(stream, 200, "text/plain; version=0.0.4", cors, keep, text.as_bytes());
+                Ok(Sent { status: 200, open: keep })
             }
             _ => {
                 let chat =
                     openai::parse_chat(&request.body, &self.defaults, self.max_tokens, !self.file_folders.is_empty())?;
                 let _turn = self.turns.take().map_err(|r| self.refusal(r))?;
-                self.chat(chat, stream, cors)
+                self.chat(chat, stream, cors, keep)
             }
         }
     }
@@ -237,7 +273,9 @@ impl App {
         HttpError::new(503, message).with_retry_after(1)
     }
 
-    fn chat(&self, chat: ChatRequest, stream: &mut TcpStream, cors: &str) -> Result<u16, HttpError> {
+    /// Answers a chat request; `keep`: whether a plain answer leaves the connection open (a
+    /// stream of events ends with it).
+    fn chat(&self, chat: ChatRequest, stream: &mut TcpStream, cors: &str, keep: bool) -> Result<Sent, HttpError> {
         let n = self.requests.fetch_add(1, Ordering::Relaxed);
         let created = SystemTime::now().duration_since(UNIX_EPOCH).map_or(0, |d| d.as_secs());
         let reply = Reply { id: format!("chatcmpl-{created:x}{n:04x}"), created, model: &self.model_name };
@@ -281,7 +319,7 @@ impl App {
                 return Err(gone(g.tokens.len()));
             }
             let answer = reply.completion(&g.text, g.stop, (ids.len(), g.tokens.len()), logprobs(&g.logprobs));
-            return send_json(stream, 200, &answer, cors);
+            return send_json(stream, 200, &answer, cors, keep);
         }
         let mut events = EventStream::new(stream, cors, self.limits.send_timeout);
         let mut hang_up = HangUp::default();
@@ -324,7 +362,7 @@ impl App {
             Err(e) => events.send(&openai::error(&runtime(e)).to_string_compact()),
         }
         events.send("[DONE]");
-        Ok(200)
+        Ok(Sent { status: 200, open: false })
     }
 }
 
@@ -455,14 +493,16 @@ fn runtime(e: RuntimeError) -> HttpError {
     HttpError::new(status, e.to_string())
 }
 
-/// `headers`: more header lines (each ending in CRLF), as for every answer below.
-fn send_json(stream: &mut TcpStream, status: u16, body: &Json, headers: &str) -> Result<u16, HttpError> {
+/// `headers`: more header lines (each ending in CRLF), as for every answer below; `keep`:
+/// whether the connection stays open after it.
+fn send_json(stream: &mut TcpStream, status: u16, body: &Json, headers: &str, keep: bool) -> Result<Sent, HttpError> {
     // A client gone before its answer is written is not an error to anyone.
-    let _ = http::write_response(stream, status, "application/json", headers, body.to_string_compact().as_bytes());
-    Ok(status)
+    let _ =
+        http::write_response(stream, status, "application/json", headers, keep, body.to_string_compact().as_bytes());
+    Ok(Sent { status, open: keep })
 }
 
-pub fn send_error(stream: &mut TcpStream, e: &HttpError, headers: &str) {
+pub fn send_error(stream: &mut TcpStream, e: &HttpError, headers: &str, keep: bool) {
     let mut headers = match e.status {
         405 => format!("Allow: GET, POST, OPTIONS\r\n{headers}"),
         _ => headers.to_owned(),
@@ -475,6 +515,7 @@ pub fn send_error(stream: &mut TcpStream, e: &HttpError, headers: &str) {
         e.status,
         "application/json",
         &headers,
+        keep,
         openai::error(e).to_string_compact().as_bytes(),
     );
 }

@@ -1,5 +1,8 @@
-//! Just enough HTTP/1.1 for a local API: one request per connection (every response closes
-//! it), heads parsed by httparse within size and time limits, bodies by Content-Length only.
+//! Just enough HTTP/1.1 for a local API: persistent connections (a client may send its next
+//! request on the connection of the last, as HTTP/1.1 clients and browsers do; HTTP/1.0 ones
+//! with `Connection: keep-alive`), heads parsed by httparse within size and time limits, bodies
+//! by Content-Length only. A connection waiting for its next request is held to the same head
+//! deadline as a new one, from the end of the last answer.
 
 use std::io::{self, Read, Write};
 use std::net::{Shutdown, TcpStream};
@@ -58,6 +61,9 @@ pub struct Request {
     pub path: String,
     /// The `Origin` header of a browser's request, if any.
     pub origin: Option<String>,
+    /// Whether the client keeps the connection for another request (HTTP/1.1 unless it sends
+    /// `Connection: close`; HTTP/1.0 only with `Connection: keep-alive`).
+    pub keep_alive: bool,
     pub body: Vec<u8>,
 }
 
@@ -106,45 +112,58 @@ pub struct Head<'a> {
     pub length: usize,
 }
 
-/// Reads one request from `stream` (whose timeouts this sets), accepted at `accepted`. Once
-/// the head is in, `admit` decides whether to read the body (an error is the answer instead);
-/// what it gives back comes with the request.
+/// Reads one request from `stream` (whose timeouts this sets), the wait for it starting at
+/// `since` (the accept, or the end of the last answer on the connection); `pending` holds what
+/// was read past the last request (a pipelined next one) and keeps what is read past this one.
+/// Once the head is in, `admit` decides whether to read the body (an error is the answer
+/// instead); what it gives back comes with the request. With `idle_ends`, a connection that
+/// ends or goes quiet before a byte of a request is no error: None (a kept connection the client
+/// is done with).
 pub fn read_request<G>(
     stream: &mut TcpStream,
+    pending: &mut Vec<u8>,
     limits: &Limits,
-    accepted: Instant,
+    since: Instant,
+    idle_ends: bool,
     admit: impl FnOnce(&Head) -> Result<G, HttpError>,
-) -> Result<(Request, G), HttpError> {
-    let head_deadline = accepted + limits.head_timeout;
-    let deadline = accepted + limits.request_deadline;
+) -> Result<Option<(Request, G)>, HttpError> {
+    let head_deadline = since + limits.head_timeout;
+    let deadline = since + limits.request_deadline;
     stream.set_write_timeout(Some(limits.io_timeout)).map_err(internal)?;
-    let mut buf = Vec::with_capacity(4096);
+    let mut buf = std::mem::take(pending);
+    buf.reserve(4096);
     let too_big = || HttpError::new(431, format!("the request head is over {MAX_HEAD_BYTES} bytes"));
-    let (head_len, method, path, origin, length, expect_continue) = loop {
-        read_some(stream, &mut buf, head_deadline, limits.io_timeout)?;
+    let (head_len, method, path, origin, length, expect_continue, keep_alive) = loop {
         let mut headers = [httparse::EMPTY_HEADER; MAX_HEADERS];
         let mut req = httparse::Request::new(&mut headers);
         match req.parse(&buf) {
             Ok(httparse::Status::Partial) if buf.len() > MAX_HEAD_BYTES => return Err(too_big()),
-            Ok(httparse::Status::Partial) => continue,
+            Ok(httparse::Status::Partial) => {}
             Ok(httparse::Status::Complete(n)) if n > MAX_HEAD_BYTES => return Err(too_big()),
             Ok(httparse::Status::Complete(n)) => {
                 let method = req.method.unwrap_or_default().to_owned();
                 let path = req.path.unwrap_or_default();
                 let path = path.split_once('?').map_or(path, |(p, _)| p).to_owned();
                 let (length, expect_continue) = body_headers(req.headers, &method, limits)?;
-                let origin = req
-                    .headers
-                    .iter()
-                    .find(|h| h.name.eq_ignore_ascii_case("origin"))
-                    .and_then(|h| std::str::from_utf8(h.value).ok())
-                    .map(|v| v.trim().to_owned());
-                break (n, method, path, origin, length, expect_continue);
+                let header = |name: &str| {
+                    req.headers
+                        .iter()
+                        .find(|h| h.name.eq_ignore_ascii_case(name))
+                        .and_then(|h| std::str::from_utf8(h.value).ok())
+                        .map(|v| v.trim().to_owned())
+                };
+                let origin = header("origin");
+                let keep_alive = keeps_alive(req.version, header("connection").as_deref());
+                break (n, method, path, origin, length, expect_continue, keep_alive);
             }
             Err(httparse::Error::TooManyHeaders) => {
                 return Err(HttpError::new(431, format!("the request has over {MAX_HEADERS} headers")))
             }
             Err(e) => return Err(HttpError::new(400, format!("malformed HTTP request: {e}"))),
+        }
+        match read_some(stream, &mut buf, head_deadline, limits.io_timeout) {
+            Err(_) if idle_ends && buf.is_empty() => return Ok(None),
+            read => read?,
         }
     };
     let admitted = admit(&Head { method: &method, path: &path, length })?;
@@ -152,15 +171,25 @@ pub fn read_request<G>(
         stream.write_all(b"HTTP/1.1 100 Continue\r\n\r\n").map_err(internal)?;
     }
     let mut body = buf.split_off(head_len);
-    body.truncate(length);
     // The whole body at once (its bytes are within the budget): growing it by doubling held
     // up to 1.5 times its length while it moved, past the budget.
-    body.reserve_exact(length - body.len());
+    body.reserve_exact(length.saturating_sub(body.len()));
     while body.len() < length {
         read_some(stream, &mut body, deadline, limits.io_timeout)?;
-        body.truncate(length);
     }
-    Ok((Request { method, path, origin, body }, admitted))
+    // What came past the body is the start of the next request.
+    *pending = body.split_off(length);
+    Ok(Some((Request { method, path, origin, keep_alive, body }, admitted)))
+}
+
+/// Whether a client keeps its connection: HTTP/1.1's default is to, HTTP/1.0's not to; a
+/// `Connection` header's `close` or `keep-alive` token says otherwise.
+fn keeps_alive(version: Option<u8>, connection: Option<&str>) -> bool {
+    let has = |token: &str| connection.is_some_and(|c| c.split(',').any(|t| t.trim().eq_ignore_ascii_case(token)));
+    if has("close") {
+        return false;
+    }
+    version == Some(1) || has("keep-alive")
 }
 
 /// The body's length from the headers, and whether the client waits for `100 Continue`.
@@ -227,16 +256,18 @@ fn internal(e: io::Error) -> HttpError {
     HttpError::new(500, e.to_string())
 }
 
-/// Writes a whole response with `Connection: close`.
+/// Writes a whole response, saying whether the connection stays open for another request.
 pub fn write_response(
     stream: &mut impl Write,
     status: u16,
     content_type: &str,
     extra_headers: &str,
+    keep_alive: bool,
     body: &[u8],
 ) -> io::Result<()> {
+    let connection = if keep_alive { "keep-alive" } else { "close" };
     let head = format!(
-        "HTTP/1.1 {status} {}\r\nContent-Type: {content_type}\r\nContent-Length: {}\r\n{extra_headers}Connection: close\r\n\r\n",
+        "HTTP/1.1 {status} {}\r\nContent-Type: {content_type}\r\nContent-Length: {}\r\n{extra_headers}Connection: {connection}\r\n\r\n",
         reason(status),
         body.len()
     );
@@ -404,6 +435,16 @@ mod tests {
     use super::*;
     use std::net::TcpListener;
 
+    /// Reads a request from `server` as the server does (no admission), `pending` as left.
+    fn next(
+        server: &mut TcpStream,
+        pending: &mut Vec<u8>,
+        limits: &Limits,
+        idle_ends: bool,
+    ) -> Result<Option<Request>, HttpError> {
+        read_request(server, pending, limits, Instant::now(), idle_ends, |_| Ok(())).map(|r| r.map(|(r, ())| r))
+    }
+
     /// Sends `raw` to a fresh loopback connection and reads it as a request.
     fn parse(raw: &[u8], limits: Limits) -> Result<Request, HttpError> {
         let listener = TcpListener::bind("127.0.0.1:0").unwrap();
@@ -411,7 +452,37 @@ mod tests {
         client.write_all(raw).unwrap();
         client.shutdown(Shutdown::Write).unwrap();
         let (mut server, _) = listener.accept().unwrap();
-        read_request(&mut server, &limits, Instant::now(), |_| Ok(())).map(|(r, ())| r)
+        next(&mut server, &mut Vec::new(), &limits, false).map(|r| r.expect("a request"))
+    }
+
+    #[test]
+    fn pipelined_requests_are_read_one_after_the_other_and_a_quiet_end_is_no_error() {
+        let listener = TcpListener::bind("127.0.0.1:0").unwrap();
+        let mut client = TcpStream::connect(listener.local_addr().unwrap()).unwrap();
+        // Two requests in one write, the second's body cut across the first's.
+        client
+            .write_all(b"POST /a HTTP/1.1\r\nContent-Length: 3\r\n\r\nabcGET /b HTTP/1.1\r\nConnection: close\r\n\r\n")
+            .unwrap();
+        client.shutdown(Shutdown::Write).unwrap();
+        let (mut server, _) = listener.accept().unwrap();
+        let (d, mut pending) = (Limits::default(), Vec::new());
+        let a = next(&mut server, &mut pending, &d, false).unwrap().unwrap();
+        assert_eq!((a.path.as_str(), a.body.as_slice(), a.keep_alive), ("/a", &b"abc"[..], true));
+        let b = next(&mut server, &mut pending, &d, true).unwrap().unwrap();
+        assert_eq!((b.path.as_str(), b.keep_alive), ("/b", false));
+        // The client is done: the end of its stream before a byte of a request is no error when
+        // idle connections may end, and is one otherwise.
+        assert!(next(&mut server, &mut pending, &d, true).unwrap().is_none());
+        assert_eq!(next(&mut server, &mut pending, &d, false).unwrap_err().status, 400);
+    }
+
+    #[test]
+    fn connections_persist_as_http_versions_and_the_connection_header_say() {
+        assert!(keeps_alive(Some(1), None));
+        assert!(!keeps_alive(Some(1), Some("Close")));
+        assert!(!keeps_alive(Some(0), None));
+        assert!(keeps_alive(Some(0), Some("Keep-Alive")));
+        assert!(!keeps_alive(Some(1), Some("keep-alive, close")));
     }
 
     #[test]
@@ -442,7 +513,7 @@ mod tests {
         let (mut server, _) = listener.accept().unwrap();
         let limits = Limits { io_timeout: Duration::from_millis(100), ..Limits::default() };
         let t = Instant::now();
-        assert_eq!(read_request(&mut server, &limits, t, |_| Ok(())).unwrap_err().status, 408);
+        assert_eq!(read_request(&mut server, &mut Vec::new(), &limits, t, false, |_| Ok(())).unwrap_err().status, 408);
         assert!(t.elapsed() < Duration::from_secs(5));
     }
 
@@ -471,7 +542,7 @@ mod tests {
             head_seen = true;
             Ok(())
         };
-        assert_eq!(read_request(&mut server, &limits, t, seen).unwrap_err().status, 408);
+        assert_eq!(read_request(&mut server, &mut Vec::new(), &limits, t, false, seen).unwrap_err().status, 408);
         assert!(t.elapsed() < Duration::from_millis(900), "{:?}", t.elapsed());
         assert!(!head_seen);
         drop(server);

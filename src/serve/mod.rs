@@ -5,9 +5,11 @@
 //! Connections that have not sent their request head cannot lock clients out: the head has a
 //! deadline from the accept that trickling bytes do not extend, and when `max_open`
 //! connections are open the one that has been sending its head the longest is closed to make
-//! room. Chat requests hold the memory budget from their head on (their bodies; the request on
-//! the model its decoded images too, from a share bodies cannot take) and wait for the model in
-//! a bounded first-come queue (admission.rs); other
+//! room. A connection kept for a client's next request is one of those while it waits: the same
+//! deadline from the end of its last answer, and closed first to make room when it has waited
+//! longest. Chat requests hold the memory budget from their head on (their bodies; the request
+//! on the model its decoded images too, from a share bodies cannot take) and wait for the model
+//! in a bounded first-come queue (admission.rs); other
 //! requests need neither, so `/health` and `/metrics` answer whatever the model is doing.
 
 pub mod admission;
@@ -16,7 +18,7 @@ pub mod http;
 pub mod image_url;
 pub mod openai;
 
-use handler::App;
+use handler::{App, Outcome, Watch};
 use std::collections::BTreeMap;
 use std::net::{Shutdown, SocketAddr, TcpListener, TcpStream};
 use std::sync::atomic::{AtomicUsize, Ordering};
@@ -58,11 +60,8 @@ pub fn serve(listener: TcpListener, app: Arc<App>) {
         // Generation runs on this thread: give it the main thread's stack size.
         let spawned = std::thread::Builder::new().stack_size(8 << 20).spawn(move || {
             let _slot = slot;
-            let outcome = app.handle(stream, accepted, || heads.leave(id));
+            app.handle(stream, accepted, &Connection { id, peer, heads: &heads });
             heads.leave(id);
-            let reason = outcome.reason.map_or(String::new(), |r| format!(": {r}"));
-            let seconds = accepted.elapsed().as_secs_f64();
-            eprintln!("hrx serve: {peer} {} {} {seconds:.2} s{reason}", outcome.line, outcome.status);
         });
         if let Err(e) = spawned {
             log::warn!("starting a connection thread: {e}");
@@ -70,14 +69,39 @@ pub fn serve(listener: TcpListener, app: Arc<App>) {
     }
 }
 
-/// A connection still sending its request head: a handle to close it, who, since when.
+/// A connection as its thread tells of it: in the list of those waiting for a head while it
+/// waits, and a log line per request.
+struct Connection<'a> {
+    id: u64,
+    peer: String,
+    heads: &'a Heads,
+}
+
+impl Watch for Connection<'_> {
+    fn waiting(&self, stream: &TcpStream, since: Instant) {
+        self.heads.enter(self.id, stream, self.peer.clone(), since);
+    }
+
+    fn working(&self) {
+        self.heads.leave(self.id);
+    }
+
+    fn answered(&self, outcome: &Outcome, since: Instant) {
+        let reason = outcome.reason.as_ref().map_or(String::new(), |r| format!(": {r}"));
+        let seconds = since.elapsed().as_secs_f64();
+        eprintln!("hrx serve: {} {} {} {seconds:.2} s{reason}", self.peer, outcome.line, outcome.status);
+    }
+}
+
+/// A connection waiting for (or still sending) a request head: a handle to close it, who, and
+/// since when (its accept, or the end of its last answer).
 struct Waiting {
     stream: Option<TcpStream>,
     peer: String,
-    accepted: Instant,
+    since: Instant,
 }
 
-/// The connections still sending their request head, oldest first (ids grow with accepts).
+/// The connections waiting for a request head, by id.
 #[derive(Default)]
 struct Heads(Mutex<BTreeMap<u64, Waiting>>);
 
@@ -86,21 +110,25 @@ impl Heads {
         self.0.lock().unwrap_or_else(PoisonError::into_inner)
     }
 
-    fn enter(&self, id: u64, stream: &TcpStream, peer: String, accepted: Instant) {
-        self.lock().insert(id, Waiting { stream: stream.try_clone().ok(), peer, accepted });
+    fn enter(&self, id: u64, stream: &TcpStream, peer: String, since: Instant) {
+        self.lock().insert(id, Waiting { stream: stream.try_clone().ok(), peer, since });
     }
 
     fn leave(&self, id: u64) {
         self.lock().remove(&id);
     }
 
-    /// Shuts the oldest one down (its read fails, its thread ends); its address and age.
+    /// Shuts down the one that has waited longest (its read fails, its thread ends): a kept
+    /// connection's wait counts from its last answer, not its accept. Its address and wait.
     fn close_oldest(&self) -> Option<(String, Duration)> {
-        let (_, w) = self.lock().pop_first()?;
+        let mut waiting = self.lock();
+        let id = waiting.iter().min_by_key(|(_, w)| w.since).map(|(&id, _)| id)?;
+        let w = waiting.remove(&id)?;
+        drop(waiting);
         if let Some(s) = w.stream {
             let _ = s.shutdown(Shutdown::Both);
         }
-        Some((w.peer, w.accepted.elapsed()))
+        Some((w.peer, w.since.elapsed()))
     }
 }
 
@@ -120,5 +148,5 @@ impl Drop for Slot {
 fn refuse(stream: &mut TcpStream, max_open: usize) {
     let _ = stream.set_write_timeout(Some(Duration::from_secs(1)));
     let e = http::HttpError::new(503, format!("hrx serve has {max_open} connections open; try again"));
-    handler::send_error(stream, &e.with_retry_after(1), "");
+    handler::send_error(stream, &e.with_retry_after(1), "", false);
 }
