@@ -1137,10 +1137,36 @@ fn split_attention_over_long_caches() {
         AttnCase::new((128, 2, 2, 1, 4096)).run(1, 300).slots(vec![299]),
         AttnCase::new((256, 2, 1, 2, 700)).random_slots(&mut rng, 700).max([5, 1, 1]),
         AttnCase::new((128, 4, 2, 1, 2000)).random_slots(&mut rng, 2000).gain(30.0),
+        // Groups of 4 and of 3 heads.
+        AttnCase::new((64, 8, 2, 2, 900)).random_slots(&mut rng, 900),
+        AttnCase::new((64, 3, 1, 1, 600)).random_slots(&mut rng, 600),
     ];
     for case in cases {
         for kernel in split_kernels(ks.device().info(), case.d) {
             // Twice: the second run starts from the counters the first left.
+            check_attention(ks, &mut rng, &case, kernel);
+            check_attention(ks, &mut rng, &case, kernel);
+        }
+    }
+}
+
+/// Prompt chunks deep in a long cache, every attention kernel of the head size (the tiled and
+/// matrix-unit ones stream thousands of kv rows through each tile), run twice.
+#[test]
+fn attention_of_a_prompt_chunk_over_a_long_cache() {
+    let Some(ks) = kernel_set() else { return };
+    let mut rng = Rng::new(33);
+    let prefill = |n_q: usize, n_kv: usize| (0..n_q).map(|t| (n_kv - n_q + t) as i32).collect::<Vec<i32>>();
+    let cases = [
+        AttnCase::new((128, 4, 2, 40, 2000)).slots(prefill(40, 2000)).aligned(),
+        AttnCase::new((64, 2, 1, 70, 1500)).random_slots(&mut rng, 1500).gain(20.0),
+        // Fewer rows at run time than planned: fewer splits, the others skip.
+        AttnCase::new((128, 2, 2, 64, 4096)).run(50, 900).slots(prefill(64, 900)).aligned(),
+        // Not causal: every query sees every row.
+        AttnCase::new((64, 2, 1, 20, 1200)).aligned(),
+    ];
+    for case in cases {
+        for kernel in attn_kernels(ks, case.d) {
             check_attention(ks, &mut rng, &case, kernel);
             check_attention(ks, &mut rng, &case, kernel);
         }

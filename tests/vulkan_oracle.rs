@@ -82,6 +82,12 @@ fn check_text(backend: &Backend, oracle: &Path, (model, _, cases, _): &Model, to
             plan.graph.name,
             stats.kernels
         );
+        // Every layer's split attention (decode) shares one scratch buffer.
+        let split = stats.kernels.iter().filter(|k| k.starts_with("flash_attn_split")).count();
+        if split > 0 {
+            assert!(split > 1, "{}: a split attention per layer", plan.graph.name);
+            assert_eq!(stats.scratch_buffers, 1, "{}: {split} split attentions", plan.graph.name);
+        }
     }
     for name in ["T1", "T2", "T3"] {
         let case = Case::load(&oracle.join("cases").join(cases), name);

@@ -142,7 +142,7 @@ pub fn run(
     let pipeline = kernels.pipeline(launch.kernel).unwrap();
     let pool = DescriptorPool::new(dev, 1, BINDINGS).unwrap();
     // Each input at its binding, the output at its own, scratch where the kernel wants some.
-    let scratch = dev.buffer(launch.scratch.max(4) as u64, Location::Device, "scratch").unwrap();
+    let scratch = dev.buffer(launch.scratch.bytes.max(4) as u64, Location::Device, "scratch").unwrap();
     scratch.clear().unwrap();
     let mut bound = vec![&sizes; BINDINGS as usize];
     for (k, &b) in ins.iter().enumerate() {

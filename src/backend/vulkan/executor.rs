@@ -26,7 +26,8 @@ use super::error::{Result, VkError};
 use super::hazard::{Access, Hazards};
 use super::info::DeviceInfo;
 use super::kernels::{
-    self, KernelId, KernelSet, Launch, MatKind, Operand, Ops, BINDINGS, MAX_INPUTS, OUTPUT_BINDING, SCRATCH_BINDING,
+    self, KernelId, KernelSet, Launch, MatKind, Operand, Ops, Scratch, BINDINGS, MAX_INPUTS, OUTPUT_BINDING,
+    SCRATCH_BINDING,
 };
 use super::memory::Location;
 use super::profile::{KernelTimes, Profile};
@@ -61,7 +62,7 @@ fn profile_label(kernel: KernelId, operands: &[Operand]) -> String {
 
 struct Recorded {
     /// The scratch memory of the dispatches that use some, kept alive with the recording.
-    _scratch: Vec<Buffer>,
+    scratch: Vec<Buffer>,
     plan: Plan,
     /// The plan's external ids mapped to indices into `storages`.
     storage_of: Vec<usize>,
@@ -86,6 +87,8 @@ pub struct RecordingStats {
     pub kernels: Vec<String>,
     /// While profiling, one between every two dispatches (see profile.rs).
     pub barriers: usize,
+    /// Scratch buffers the recording holds (dispatches of one layout ordered by barriers share).
+    pub scratch_buffers: usize,
     pub profile: Option<Profile>,
 }
 
@@ -208,6 +211,7 @@ impl VulkanExecutor {
                 dispatches: r.launches.len(),
                 kernels: r.launches.iter().map(|d| d.launch.kernel.name()).collect(),
                 barriers: r.barriers,
+                scratch_buffers: r.scratch.len(),
                 profile: r.timing.as_ref().map(|(_, times)| times.profile()),
             })
             .collect()
@@ -500,7 +504,8 @@ fn record(
         cmd.write_timestamp(pool, 0)?;
     }
     let mut launches = Vec::with_capacity(n_runs);
-    let mut scratch: Vec<Buffer> = Vec::new();
+    // Scratch buffers by layout, each with the barrier count at its last dispatch.
+    let mut scratch: Vec<(Scratch, usize, Buffer)> = Vec::new();
     for c in chosen {
         let Chosen { launch, ins, out, wait, piece, grid_value, label } = c;
         let pipeline = ks.pipeline(launch.kernel)?;
@@ -511,16 +516,6 @@ fn record(
             bound[launch.slot(k) as usize] = w;
         }
         bound[OUTPUT_BINDING as usize] = out;
-        // Scratch of its own per dispatch that wants one: no dispatch waits on another's.
-        if launch.scratch > 0 {
-            let buffer = device.buffer(launch.scratch as u64, Location::Device, "kernel scratch")?;
-            buffer.clear()?;
-            scratch.push(buffer);
-        }
-        if let Some(buffer) = scratch.last().filter(|_| launch.scratch > 0) {
-            bound[SCRATCH_BINDING as usize] = Window { buffer, offset: 0, range: buffer.size() };
-        }
-        let set = pool.bind_windows(&pipeline, &bound)?;
         // Profiling times each dispatch alone: a barrier before every one but the first.
         // Between dispatches only compute waits for compute: the indirect arguments and run
         // sizes were made visible once, by the barrier after their upload.
@@ -528,6 +523,24 @@ fn record(
             cmd.compute_barrier()?;
             barriers += 1;
         }
+        // Scratch: a buffer of the same layout whose last dispatch a barrier has ordered
+        // before this one (the attention of every layer shares one), else one of its own.
+        if launch.scratch.bytes > 0 {
+            let free = scratch.iter().position(|(layout, last, _)| *layout == launch.scratch && *last < barriers);
+            let at = match free {
+                Some(at) => at,
+                None => {
+                    let buffer = device.buffer(launch.scratch.bytes as u64, Location::Device, "kernel scratch")?;
+                    buffer.clear()?;
+                    scratch.push((launch.scratch, barriers, buffer));
+                    scratch.len() - 1
+                }
+            };
+            scratch[at].1 = barriers;
+            let buffer = &scratch[at].2;
+            bound[SCRATCH_BINDING as usize] = Window { buffer, offset: 0, range: buffer.size() };
+        }
+        let set = pool.bind_windows(&pipeline, &bound)?;
         match fixed_grid(graph, grid_value, piece, &launch, info.max_workgroup_count) {
             Some(groups) => cmd.dispatch(&pipeline, &set, &launch.push, groups)?,
             None => cmd.dispatch_indirect(&pipeline, &set, &launch.push, args, args_at + 12 * launches.len() as u64)?,
@@ -579,7 +592,8 @@ fn record(
         }
         None => None,
     };
-    Ok(Recorded { plan, storage_of, words, launches, barriers, cmd, readback, timing, _scratch: scratch })
+    let scratch = scratch.into_iter().map(|(_, _, buffer)| buffer).collect();
+    Ok(Recorded { plan, storage_of, words, launches, barriers, cmd, readback, timing, scratch })
 }
 
 /// Refuses a kernel variant the device cannot run (a plan made for another device).

@@ -7,7 +7,7 @@
 //! with Q K^T and P V on the matrix units (f16 operands, f32 sums).
 
 use super::coop::CoopMat;
-use super::{dyn_words, expect_f32, floats, word, Dyn, Grid, KernelId, Launch, Operand};
+use super::{dyn_words, expect_f32, floats, word, Dyn, Grid, KernelId, Launch, Operand, Scratch};
 use crate::backend::vulkan::error::{Result, VkError};
 use crate::quant::DType;
 
@@ -228,7 +228,7 @@ pub fn launch(kernel: KernelId, ins: &[Operand], scale: f32, out: &Operand, dyna
         return Err(VkError::Invalid(format!("flash_attn: {} inputs, not q, k, v (and slots)", ins.len())));
     }
     let mut push = push_words(q, k, v, slots.first(), scale, out, dynamic, max_head_dim)?;
-    let mut scratch = 0;
+    let mut scratch = Scratch::default();
     if let Grid::Split { splits } = grid {
         if !out.ne[0].is_multiple_of(4) {
             return Err(VkError::Invalid(format!("flash_attn_split: head_dim {} is not whole vec4s", out.ne[0])));
@@ -237,8 +237,9 @@ pub fn launch(kernel: KernelId, ins: &[Operand], scale: f32, out: &Operand, dyna
         // A record (max, sum, head_dim outputs) per (query, head, split), then a counter per
         // (query, head).
         let pairs = out.ne[1] * out.ne[2];
-        scratch = 4 * (pairs * splits * (2 + out.ne[0]) + pairs);
-        word(scratch / 4, "scratch")?;
+        let counters = 4 * pairs * splits * (2 + out.ne[0]);
+        scratch = Scratch { bytes: counters + 4 * pairs, counters };
+        word(scratch.bytes / 4, "scratch")?;
     }
     Ok(Launch { kernel, push, grid, grid_input: None, slots: Vec::new(), scratch })
 }

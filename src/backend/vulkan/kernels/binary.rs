@@ -1,7 +1,9 @@
 //! Elementwise ADD, MUL (b broadcast over a by repetition) and SWIGLU (silu(gate) * up) over
 //! strided f32 operands: `binary.comp`.
 
-use super::{expect_f32, floats, shape_words, stride_words, word, BinaryOp, Dyn, Grid, KernelId, Launch, Operand};
+use super::{
+    expect_f32, floats, shape_words, stride_words, word, BinaryOp, Dyn, Grid, KernelId, Launch, Operand, Scratch,
+};
 use crate::backend::vulkan::error::{Result, VkError};
 
 /// Words of `binary.comp`'s push constants.
@@ -33,6 +35,6 @@ pub fn launch(op: BinaryOp, a: &Operand, b: &Operand, out: &Operand, dynamic: Op
         grid: Grid::ROW_CHUNKS,
         grid_input: None,
         slots: Vec::new(),
-        scratch: 0,
+        scratch: Scratch::default(),
     })
 }

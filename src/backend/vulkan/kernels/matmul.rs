@@ -8,7 +8,7 @@
 //! `mul_mat_cm_exact.comp` (f32-accurate) ([`Variants`]).
 
 use super::coop::{CoopMat, Tiles};
-use super::{dyn_words, expect_f32, floats, word, Dyn, Grid, KernelId, Launch, Operand, WType};
+use super::{dyn_words, expect_f32, floats, word, Dyn, Grid, KernelId, Launch, Operand, Scratch, WType};
 use crate::backend::vulkan::error::{Result, VkError};
 use crate::backend::vulkan::info::CoopShape;
 use crate::backend::vulkan::info::DeviceInfo;
@@ -422,7 +422,14 @@ pub fn launch(
         MatKind::CoopExact(cm) => coop_grid(cm, Tiles::exact())?,
         MatKind::Rows => Grid::Mat { rows: 64, cols: 1 },
     };
-    Ok(Launch { kernel: KernelId::MatMul(kind, wt), push, grid, grid_input: None, slots: Vec::new(), scratch: 0 })
+    Ok(Launch {
+        kernel: KernelId::MatMul(kind, wt),
+        push,
+        grid,
+        grid_input: None,
+        slots: Vec::new(),
+        scratch: Scratch::default(),
+    })
 }
 
 /// The alignment of rows of w that `mul_mat_cm` reads in 16-value chunks (shaders/wtype.glsl's

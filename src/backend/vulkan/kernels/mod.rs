@@ -32,8 +32,8 @@ use std::sync::Mutex;
 pub const BINDINGS: u32 = 7;
 /// The binding of a kernel's output.
 pub const OUTPUT_BINDING: u32 = 5;
-/// The binding of a kernel's scratch memory (`Launch::scratch` bytes, read and written by one
-/// dispatch only; zeroed once, left as the kernel leaves it).
+/// The binding of a kernel's scratch memory (`Launch::scratch`: zeroed once; its counters left
+/// zero by every dispatch, so dispatches ordered by a barrier may share it).
 pub const SCRATCH_BINDING: u32 = 6;
 /// Inputs a kernel can take (bindings 1..=MAX_INPUTS).
 pub const MAX_INPUTS: usize = 4;
@@ -359,8 +359,17 @@ pub struct Launch {
     pub grid_input: Option<usize>,
     /// The binding of each input, in the order the launch took them; empty: 1, 2, 3...
     pub slots: Vec<u32>,
-    /// Bytes of scratch memory the dispatch uses (`SCRATCH_BINDING`); 0: none.
-    pub scratch: usize,
+    /// The scratch memory the dispatch uses (`SCRATCH_BINDING`).
+    pub scratch: Scratch,
+}
+
+/// Scratch memory of a dispatch: `bytes` in all (0: none), of which those from `counters` on
+/// must be zero when it starts and are zero again when it ends (the rest it writes before it
+/// reads). Dispatches with the same two can share a buffer where a barrier orders them.
+#[derive(Clone, Copy, Debug, Default, PartialEq, Eq, Hash)]
+pub struct Scratch {
+    pub bytes: usize,
+    pub counters: usize,
 }
 
 #[derive(Clone, Copy, Debug, PartialEq)]

@@ -1,6 +1,6 @@
 //! RMS_NORM (`rms_norm.comp`) and LAYER_NORM (`layer_norm.comp`) along ne0 over strided f32 rows.
 
-use super::{expect_f32, floats, shape_words, stride_words, Dyn, Grid, KernelId, Launch, Operand};
+use super::{expect_f32, floats, shape_words, stride_words, Dyn, Grid, KernelId, Launch, Operand, Scratch};
 use crate::backend::vulkan::error::{Result, VkError};
 
 /// Words of `rms_norm.comp`'s push constants.
@@ -23,7 +23,14 @@ pub fn launch(x: &Operand, weight: &Operand, eps: f32, out: &Operand, dynamic: O
     push.push(floats(weight.offset, "weight offset")?);
     push.push(floats(out.offset, "output offset")?);
     push.push(eps.to_bits());
-    Ok(Launch { kernel: KernelId::RmsNorm, push, grid: Grid::Rows, grid_input: None, slots: Vec::new(), scratch: 0 })
+    Ok(Launch {
+        kernel: KernelId::RmsNorm,
+        push,
+        grid: Grid::Rows,
+        grid_input: None,
+        slots: Vec::new(),
+        scratch: Scratch::default(),
+    })
 }
 
 /// Words of `layer_norm.comp`'s push constants.
@@ -60,5 +67,12 @@ pub fn layer_norm(
     push.push(floats(bias.offset, "bias offset")?);
     push.push(floats(out.offset, "output offset")?);
     push.push(eps.to_bits());
-    Ok(Launch { kernel: KernelId::LayerNorm, push, grid: Grid::Rows, grid_input: None, slots: Vec::new(), scratch: 0 })
+    Ok(Launch {
+        kernel: KernelId::LayerNorm,
+        push,
+        grid: Grid::Rows,
+        grid_input: None,
+        slots: Vec::new(),
+        scratch: Scratch::default(),
+    })
 }

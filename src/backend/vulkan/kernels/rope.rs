@@ -1,7 +1,7 @@
 //! ROPE (NeoX pairing) over strided f32 rows with i32 positions: `rope.comp`. The frequency of
 //! each pair and the position component it turns with follow `cpu::reference::rope_frequency`.
 
-use super::{expect_f32, floats, shape_words, stride_words, word, Dyn, Grid, KernelId, Launch, Operand};
+use super::{expect_f32, floats, shape_words, stride_words, word, Dyn, Grid, KernelId, Launch, Operand, Scratch};
 use crate::backend::vulkan::error::{Result, VkError};
 use crate::graph::RopeKind;
 use crate::quant::DType;
@@ -65,6 +65,6 @@ pub fn launch(
         grid: Grid::Flat { per_group: 256 },
         grid_input: None,
         slots: Vec::new(),
-        scratch: 0,
+        scratch: Scratch::default(),
     })
 }

@@ -2,7 +2,7 @@
 //! weight type read by bytes) and SET_ROWS (`set_rows.comp`, f32 rows into a storage such as a
 //! KV cache).
 
-use super::{dyn_words, expect_f32, floats, shape_words, word, Dyn, Grid, KernelId, Launch, Operand, WType};
+use super::{dyn_words, expect_f32, floats, shape_words, word, Dyn, Grid, KernelId, Launch, Operand, Scratch, WType};
 use crate::backend::vulkan::error::{Result, VkError};
 use crate::quant::DType;
 
@@ -86,7 +86,7 @@ pub fn get_rows(
         grid: Grid::Rows,
         grid_input: None,
         slots: Vec::new(),
-        scratch: 0,
+        scratch: Scratch::default(),
     })
 }
 
@@ -129,6 +129,6 @@ pub fn set_rows(dst: &Operand, src: &Operand, ids: &Operand, out: &Operand) -> R
         grid: Grid::ROW_CHUNKS,
         grid_input: Some(1),
         slots: Vec::new(),
-        scratch: 0,
+        scratch: Scratch::default(),
     })
 }

@@ -1,7 +1,9 @@
 //! Elementwise one-input ops over strided f32 operands: CONT (a copy), GELU (tanh form) and
 //! GELU_ERF (exact): `unary.comp`.
 
-use super::{expect_f32, floats, shape_words, stride_words, word, Dyn, Grid, KernelId, Launch, Operand, UnaryOp};
+use super::{
+    expect_f32, floats, shape_words, stride_words, word, Dyn, Grid, KernelId, Launch, Operand, Scratch, UnaryOp,
+};
 use crate::backend::vulkan::error::{Result, VkError};
 
 /// Words of `unary.comp`'s push constants.
@@ -25,6 +27,6 @@ pub fn launch(op: UnaryOp, x: &Operand, out: &Operand, dynamic: Option<Dyn>) -> 
         grid: Grid::ROW_CHUNKS,
         grid_input: None,
         slots: Vec::new(),
-        scratch: 0,
+        scratch: Scratch::default(),
     })
 }
