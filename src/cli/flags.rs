@@ -194,6 +194,7 @@ impl GenerationDefaults {
             stop_strings: STOP.strings(args)?,
             stop_at_eog: !IGNORE_EOS.present(args),
             logprobs: None,
+            json: None,
         })
     }
 }

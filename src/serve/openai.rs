@@ -311,7 +311,8 @@ pub struct Reply<'a> {
 pub fn finish_reason(stop: StopReason) -> &'static str {
     match stop {
         StopReason::EndOfGeneration | StopReason::StopString | StopReason::Cancelled => "stop",
-        StopReason::Length | StopReason::ContextFull => "length",
+        // A JSON answer cut short by the limit is whole (closed the shortest way), and cut.
+        StopReason::Length | StopReason::ContextFull | StopReason::LengthClosed => "length",
     }
 }
 
@@ -455,6 +456,7 @@ mod tests {
             stop_strings: Vec::new(),
             stop_at_eog: true,
             logprobs: None,
+            json: None,
         }
     }
 
