@@ -162,7 +162,16 @@ fn run(mut args: Args, out: &mut dyn Write) -> Result<(), CliError> {
     out.flush()?;
     crate::serve::serve(
         listener,
-        Arc::new(App::new(describer, flags.config, max_tokens, cors_origins, flags.name, file_folders, limits)),
+        Arc::new(App::new(
+            describer,
+            flags.config,
+            flags.schema_prompt,
+            max_tokens,
+            cors_origins,
+            flags.name,
+            file_folders,
+            limits,
+        )),
     );
     Ok(())
 }

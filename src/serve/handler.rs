@@ -23,6 +23,9 @@ pub struct App {
     pub describer: Mutex<Describer>,
     /// Generation settings of requests that do not set them.
     pub defaults: GenerateConfig,
+    /// Whether a JSON answer's schema is told the model in the system turn (not
+    /// --no-schema-prompt).
+    pub schema_prompt: bool,
     /// The most tokens a request may ask for (`max_tokens`; --max-tokens-cap).
     pub max_tokens: usize,
     /// Origins whose pages may call the API from a browser (`--cors-origin`; `*`: any).
@@ -69,6 +72,7 @@ impl App {
     pub fn new(
         describer: Describer,
         defaults: GenerateConfig,
+        schema_prompt: bool,
         max_tokens: usize,
         cors_origins: Vec<String>,
         model_name: String,
@@ -78,6 +82,7 @@ impl App {
         App {
             describer: Mutex::new(describer),
             defaults,
+            schema_prompt,
             max_tokens,
             cors_origins,
             model_name,
@@ -275,7 +280,10 @@ impl App {
 
     /// Answers a chat request; `keep`: whether a plain answer leaves the connection open (a
     /// stream of events ends with it).
-    fn chat(&self, chat: ChatRequest, stream: &mut TcpStream, cors: &str, keep: bool) -> Result<Sent, HttpError> {
+    fn chat(&self, mut chat: ChatRequest, stream: &mut TcpStream, cors: &str, keep: bool) -> Result<Sent, HttpError> {
+        if let Some(c) = chat.config.json.as_ref().filter(|_| self.schema_prompt) {
+            c.instruct(&mut chat.messages);
+        }
         let n = self.requests.fetch_add(1, Ordering::Relaxed);
         let created = SystemTime::now().duration_since(UNIX_EPOCH).map_or(0, |d| d.as_secs());
         let reply = Reply { id: format!("chatcmpl-{created:x}{n:04x}"), created, model: &self.model_name };

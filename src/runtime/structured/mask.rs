@@ -53,10 +53,13 @@ impl TokenSet {
                 u64::MAX => {}
                 0 => chunk.fill(f32::NEG_INFINITY),
                 _ => {
-                    for (j, l) in chunk.iter_mut().enumerate() {
-                        if w & (1 << j) == 0 {
+                    // Only the refused ones: a string refuses a few tokens of most words.
+                    let mut refused = !w;
+                    while refused != 0 {
+                        if let Some(l) = chunk.get_mut(refused.trailing_zeros() as usize) {
                             *l = f32::NEG_INFINITY;
                         }
+                        refused &= refused - 1;
                     }
                 }
             }

@@ -11,6 +11,7 @@ pub mod grammar;
 pub mod mask;
 pub mod schema;
 
+use super::chat::{Content, Message};
 use crate::json::Json;
 use crate::tokenizer::Tokenizer;
 use grammar::Stack;
@@ -58,6 +59,15 @@ impl JsonConstraint {
         match system {
             Some(s) if !s.is_empty() => format!("{s}\n\n{}", self.instruction),
             _ => self.instruction.clone(),
+        }
+    }
+
+    /// Tells the model the schema in `messages`' system turn: after its text, or in a new
+    /// system turn first.
+    pub fn instruct(&self, messages: &mut Vec<Message>) {
+        match messages.first_mut() {
+            Some(m) if m.role == "system" => m.content.push(Content::Text(format!("\n\n{}", self.instruction))),
+            _ => messages.insert(0, Message::text("system", &self.instruction)),
         }
     }
 
