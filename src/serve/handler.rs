@@ -23,7 +23,7 @@ pub struct App {
     pub describer: Mutex<Describer>,
     /// Generation settings of requests that do not set them.
     pub defaults: GenerateConfig,
-    /// Whether a JSON answer's schema is told the model in the system turn (not
+    /// Whether a JSON answer's schema is told the model in the system turn (true unless
     /// --no-schema-prompt).
     pub schema_prompt: bool,
     /// The most tokens a request may ask for (`max_tokens`; --max-tokens-cap).
@@ -72,7 +72,6 @@ impl App {
     pub fn new(
         describer: Describer,
         defaults: GenerateConfig,
-        schema_prompt: bool,
         max_tokens: usize,
         cors_origins: Vec<String>,
         model_name: String,
@@ -82,7 +81,7 @@ impl App {
         App {
             describer: Mutex::new(describer),
             defaults,
-            schema_prompt,
+            schema_prompt: true,
             max_tokens,
             cors_origins,
             model_name,

@@ -125,7 +125,7 @@ impl Document<'_> {
         let n = self.tokenizer.n_vocab();
         if self.closing.is_none() {
             let mask = self.c.masks.of(g, trie, n, &self.stack);
-            if mask.max_close as usize + 1 <= left {
+            if (mask.max_close as usize) < left {
                 if complete && mask.allowed.is_empty() && eog.is_empty() {
                     return Next::Done;
                 }

@@ -219,7 +219,7 @@ impl Compiler<'_, '_> {
         let keywords: Vec<&str> = pairs
             .iter()
             .map(|(k, _)| k.as_str())
-            .filter(|k| !ANNOTATIONS.contains(k) && !(root && matches!(*k, "$schema" | "$defs" | "definitions")))
+            .filter(|k| !(ANNOTATIONS.contains(k) || (root && matches!(*k, "$schema" | "$defs" | "definitions"))))
             .collect();
         let has = |k: &str| keywords.contains(&k);
         if let Some(Json::Str(target)) = get(pairs, "$ref") {
@@ -361,12 +361,18 @@ impl Compiler<'_, '_> {
             (None, Some(v)) => vec![v],
             (None, None) => Vec::new(),
         };
-        let fits = |v: &Json| match (kind, v) {
-            (None, _) => true,
-            (Some("string"), Json::Str(_)) | (Some("boolean"), Json::Bool(_)) | (Some("null"), Json::Null) => true,
-            (Some("integer"), Json::Int(_)) | (Some("number"), Json::Int(_) | Json::Num(_)) => true,
-            (Some("object"), Json::Obj(_)) | (Some("array"), Json::Arr(_)) => true,
-            _ => false,
+        let fits = |v: &Json| {
+            matches!(
+                (kind, v),
+                (None, _)
+                    | (Some("string"), Json::Str(_))
+                    | (Some("boolean"), Json::Bool(_))
+                    | (Some("null"), Json::Null)
+                    | (Some("integer"), Json::Int(_))
+                    | (Some("number"), Json::Int(_) | Json::Num(_))
+                    | (Some("object"), Json::Obj(_))
+                    | (Some("array"), Json::Arr(_))
+            )
         };
         let mut alts: Vec<Vec<u8>> = Vec::new();
         for v in values.into_iter().filter(|v| fits(v)) {
