@@ -91,9 +91,10 @@ struct Caches {
     stacks: HashMap<Stack, Arc<StackMask>>,
 }
 
-/// Entries kept before a cache starts over (a frame's is some 20 KB on Qwen's vocabulary).
-const MAX_FRAMES: usize = 2048;
-const MAX_STACKS: usize = 1024;
+/// Entries kept before a cache starts over (each some 20 KB on Qwen's vocabulary: at most
+/// about 30 MB a schema).
+const MAX_FRAMES: usize = 1024;
+const MAX_STACKS: usize = 512;
 
 /// The masks of one schema over one vocabulary.
 pub struct Masks {
