@@ -104,7 +104,12 @@ impl DescriberFlags {
     /// Takes `--json-schema` (describe and caption): the answers are JSON documents of it, and
     /// the system turn, unless --no-schema-prompt, gives the model the schema after `system`.
     pub fn with_json_schema(&mut self, args: &mut Args, system: Option<String>) -> Result<Option<String>, CliError> {
-        let Some(c) = json_schema(args)? else { return Ok(system) };
+        let Some(c) = json_schema(args)? else {
+            if !self.schema_prompt {
+                return Err(CliError::usage("--no-schema-prompt goes with --json-schema"));
+            }
+            return Ok(system);
+        };
         if !self.config.stop_strings.is_empty() {
             return Err(CliError::usage("--stop cannot go with --json-schema: a stop string could cut the document"));
         }

@@ -22,6 +22,9 @@ pub const MAX_DEPTH: usize = 12;
 /// back exactly enough, and a model cannot write digits forever.
 pub const MAX_DIGITS: u8 = 15;
 pub const MAX_EXPONENT_DIGITS: u8 = 2;
+/// The most properties of an object, values of an enum, and `$ref`s inside one another.
+pub const MAX_PROPERTIES: usize = 4096;
+pub const MAX_REF_CHAIN: usize = 64;
 /// The widest integer range (`minimum` / `maximum` default to it): 15 digits.
 pub const INTEGER_LIMIT: i64 = 999_999_999_999_999;
 
@@ -335,6 +338,9 @@ impl Compiler<'_, '_> {
         if props.is_empty() && !closed {
             return Ok(ANY_OBJECT);
         }
+        if props.len() > MAX_PROPERTIES {
+            return Err(err(at, format!("more than {MAX_PROPERTIES} properties are not supported")));
+        }
         let mut out = Vec::with_capacity(props.len());
         for (name, value) in props {
             let value = self.node(value, &format!("{at}.properties.{name}"), depth, false)?;
@@ -384,6 +390,9 @@ impl Compiler<'_, '_> {
         if alts.is_empty() {
             return Err(err(at, "no value of enum or const has the schema's type"));
         }
+        if alts.len() > MAX_PROPERTIES {
+            return Err(err(at, format!("an enum of more than {MAX_PROPERTIES} values is not supported")));
+        }
         self.push(Node::Literals(alts))
     }
 
@@ -394,6 +403,9 @@ impl Compiler<'_, '_> {
         let Some(&(_, def)) = self.defs.iter().find(|(name, _)| name == target) else {
             return Err(err(at, format!("$ref {target:?} is not one of the root's $defs (#/$defs/NAME)")));
         };
+        if self.resolving.len() == MAX_REF_CHAIN {
+            return Err(err(at, format!("$refs nest deeper than {MAX_REF_CHAIN}")));
+        }
         self.resolving.push(target.to_owned());
         let id = self.node(def, &format!("{at}($ref {target})"), depth, false);
         self.resolving.pop();
@@ -459,5 +471,11 @@ mod tests {
         assert!(e.unwrap_err().message.contains("refers to itself"));
         let deep = format!("{}{{}}{}", r#"{"type":"array","items":"#.repeat(13), "}".repeat(13));
         assert!(compile(&deep).unwrap_err().message.contains("deeper than 12"));
+        let chain: Vec<String> = (0..100).map(|i| format!(r##""d{i}":{{"$ref":"#/$defs/d{}"}}"##, i + 1)).collect();
+        let chain = format!(r##"{{"$defs":{{{},"d100":{{}}}},"$ref":"#/$defs/d0"}}"##, chain.join(","));
+        assert!(compile(&chain).unwrap_err().message.contains("$refs nest deeper than 64"));
+        let wide: Vec<String> = (0..5000).map(|i| format!(r#""p{i}":{{}}"#)).collect();
+        let wide = format!(r#"{{"type":"object","properties":{{{}}}}}"#, wide.join(","));
+        assert!(compile(&wide).unwrap_err().message.contains("more than 4096 properties"));
     }
 }
