@@ -753,3 +753,90 @@ fn a_machine_without_a_gpu_is_no_warning() {
     assert!(info.contains("no device") || info.contains("no Vulkan loader"), "{info}");
     assert!(!info.contains("WARN"), "{info}");
 }
+
+/// Writes `text` to a schema file of its own under the target folder.
+fn schema_file(name: &str, text: &str) -> std::path::PathBuf {
+    let dir = std::path::PathBuf::from(env!("CARGO_TARGET_TMPDIR")).join("schemas");
+    std::fs::create_dir_all(&dir).unwrap();
+    let path = dir.join(format!("{name}.json"));
+    std::fs::write(&path, text).unwrap();
+    path
+}
+
+#[test]
+fn each_unsupported_schema_keyword_is_a_wrong_command_line_naming_it() {
+    let Some(oracle) = common::oracle() else { return };
+    let model = oracle.join("models/tiny");
+    let (m, mm) = (model.join("qwen3vl-tiny-F16.gguf"), model.join("mmproj-qwen3vl-tiny-F16.gguf"));
+    let image = oracle.join("images/tie-400x272.png");
+    for (i, (keyword, schema)) in common::schemas::UNSUPPORTED.iter().enumerate() {
+        let file = schema_file(&format!("unsupported-{i}"), schema);
+        let out = hrx(&[
+            "describe",
+            image.to_str().unwrap(),
+            "-m",
+            m.to_str().unwrap(),
+            "--mmproj",
+            mm.to_str().unwrap(),
+            "--json-schema",
+            file.to_str().unwrap(),
+        ]);
+        assert_eq!(out.status.code(), Some(2), "{keyword}: {}", stderr(&out));
+        let e = stderr(&out);
+        assert!(e.contains("--json-schema") && e.contains(keyword), "{keyword}: {e}");
+    }
+    let bad = schema_file("not-json", "{\"type\":");
+    let out = hrx(&["describe", "x.png", "-m", m.to_str().unwrap(), "--mmproj", mm.to_str().unwrap(), "--json-schema"]
+        .iter()
+        .copied()
+        .chain([bad.to_str().unwrap()])
+        .collect::<Vec<_>>());
+    assert_eq!(out.status.code(), Some(2));
+    assert!(stderr(&out).contains("is not JSON"), "{}", stderr(&out));
+}
+
+#[test]
+fn describe_and_caption_with_a_schema_give_the_answer_as_a_json_value() {
+    let Some(oracle) = common::oracle() else { return };
+    let model = oracle.join("models/tiny");
+    let (m, mm) = (model.join("qwen3vl-tiny-F16.gguf"), model.join("mmproj-qwen3vl-tiny-F16.gguf"));
+    let image = oracle.join("images/tie-400x272.png");
+    let schema = schema_file(
+        "door",
+        r#"{"type":"object","properties":{"person":{"type":"boolean"},"count":{"type":"integer","minimum":0,"maximum":9}},"required":["person","count"],"additionalProperties":false}"#,
+    );
+    let common_args = [
+        "-m",
+        m.to_str().unwrap(),
+        "--mmproj",
+        mm.to_str().unwrap(),
+        "--json-schema",
+        schema.to_str().unwrap(),
+        "--temp",
+        "1",
+        "--top-k",
+        "0",
+        "-n",
+        "24",
+    ];
+    let out = hrx(&[&["describe", image.to_str().unwrap(), "--json"][..], &common_args].concat());
+    assert!(out.status.success(), "{}", stderr(&out));
+    let record: JsonValue = String::from_utf8(out.stdout).unwrap().trim().parse().unwrap();
+    let answer: &std::collections::HashMap<String, JsonValue> = record["json"].get().expect("json is an object");
+    assert!(matches!(answer["person"], JsonValue::Boolean(_)), "{answer:?}");
+    let count = *answer["count"].get::<f64>().unwrap();
+    assert!((0.0..=9.0).contains(&count) && count.fract() == 0.0, "{answer:?}");
+    let text: &String = record["text"].get().unwrap();
+    assert_eq!(text.parse::<JsonValue>().unwrap(), record["json"]);
+
+    let output = std::path::PathBuf::from(env!("CARGO_TARGET_TMPDIR")).join("schema-captions.jsonl");
+    let out = hrx(&[&["caption", image.to_str().unwrap(), "-o", output.to_str().unwrap()][..], &common_args].concat());
+    assert!(out.status.success(), "{}", stderr(&out));
+    let line: JsonValue = std::fs::read_to_string(&output).unwrap().trim().parse().unwrap();
+    assert!(matches!(line["json"]["person"], JsonValue::Boolean(_)), "{line:?}");
+
+    // A stop string could cut the document: refused.
+    let out = hrx(&[&["describe", image.to_str().unwrap(), "--stop", "}"][..], &common_args].concat());
+    assert_eq!(out.status.code(), Some(2));
+    assert!(stderr(&out).contains("--stop cannot go with --json-schema"), "{}", stderr(&out));
+}

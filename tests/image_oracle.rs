@@ -53,6 +53,7 @@ fn check_case(d: &mut Describer, oracle: &Path, cases: &str, name: &str, tol: f6
         stop_strings: vec![],
         stop_at_eog: false,
         logprobs: None,
+        json: None,
     };
     let (_, g) =
         d.run(std::slice::from_ref(&image), &text, None, &config, |_| std::ops::ControlFlow::Continue(())).unwrap();

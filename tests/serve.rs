@@ -953,3 +953,49 @@ fn a_kept_connection_carries_request_after_request_and_an_idle_one_ends_at_the_h
     assert!(server.log_line("to make room", Duration::from_secs(5)).is_some(), "{}", server.log.lock().unwrap());
     drop(kept);
 }
+
+#[test]
+fn json_answers_follow_their_schema_plain_and_streamed_and_unsupported_keywords_are_400() {
+    let Some(oracle) = common::oracle() else { return };
+    let server = Server::start(&oracle.join("models/tiny"), &["--temp", "1", "--top-k", "0", "-n", "40"]);
+    let ask = |format: &str, extra: &str| {
+        format!(
+            r#"{{"messages":[{{"role":"user","content":"Is anyone at the door?"}}],"response_format":{format}{extra}}}"#
+        )
+    };
+    let schema = r#"{"type":"json_schema","json_schema":{"name":"door","strict":true,"schema":{"type":"object","properties":{"answer":{"enum":["yes","no"]},"who":{"type":"string","maxLength":8}},"required":["answer","who"],"additionalProperties":false}}}"#;
+    for seed in 0..3 {
+        let (status, body) = server.post("/v1/chat/completions", &ask(schema, &format!(r#","seed":{seed}"#)));
+        assert_eq!(status, 200, "{body}");
+        let answer = json(&string(&json(&body), &["choices", "0", "message", "content"]));
+        assert!(["yes", "no"].contains(&string(&answer, &["answer"]).as_str()), "{answer:?}");
+        assert!(string(&answer, &["who"]).chars().count() <= 8, "{answer:?}");
+    }
+    // Streamed: the chunks make one object; a limit that cuts it closes it, finish_reason length.
+    let (status, body) =
+        server.post("/v1/chat/completions", &ask(r#"{"type":"json_object"}"#, r#","stream":true,"max_tokens":6"#));
+    assert_eq!(status, 200, "{body}");
+    let events: Vec<JsonValue> =
+        body.split("\n\n").filter_map(|e| e.strip_prefix("data: ")).filter(|e| *e != "[DONE]").map(json).collect();
+    let text: String = events
+        .iter()
+        .filter_map(|c| match &c["choices"][0]["delta"] {
+            JsonValue::Object(d) => d.get("content").and_then(|t| t.get::<String>()).cloned(),
+            _ => None,
+        })
+        .collect();
+    assert!(matches!(json(&text), JsonValue::Object(_)), "{text:?}");
+    let finish = string(&events[events.len() - 1], &["choices", "0", "finish_reason"]);
+    assert!(["stop", "length"].contains(&finish.as_str()), "{finish}");
+
+    for (keyword, s) in common::schemas::UNSUPPORTED {
+        let format = format!(r#"{{"type":"json_schema","json_schema":{{"name":"x","schema":{s}}}}}"#);
+        let (status, body) = server.post("/v1/chat/completions", &ask(&format, ""));
+        assert_eq!(status, 400, "{keyword}: {body}");
+        let message = string(&json(&body), &["error", "message"]);
+        assert!(
+            message.contains(keyword) && message.starts_with("response_format.json_schema.schema"),
+            "{keyword}: {message}"
+        );
+    }
+}

@@ -62,6 +62,7 @@ fn check(variant: &Variant, kernels: Kernels) {
             stop_strings: vec![],
             stop_at_eog: false,
             logprobs: None,
+            json: None,
         };
         let out = generate(&mut model, &mut Session::new(), &pieces, &config, |_| std::ops::ControlFlow::Continue(()))
             .expect("generates");

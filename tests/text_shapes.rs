@@ -159,6 +159,7 @@ fn a_caller_can_stop_the_generation_between_tokens() {
         stop_strings: vec![],
         stop_at_eog: false,
         logprobs: None,
+        json: None,
     };
     let whole =
         generate(&mut model, &mut Session::new(), &pieces, &config, |_| ControlFlow::Continue(())).expect("generates");

@@ -61,6 +61,7 @@ fn config(max_new_tokens: usize) -> GenerateConfig {
         stop_strings: vec![],
         stop_at_eog: false,
         logprobs: None,
+        json: None,
     }
 }
 

@@ -1,11 +1,13 @@
 //! `hrx bench`: prompt processing and generation speed, cold start and peak memory.
 
-use super::flags::{Flag, Help, Placement, JSON, MMPROJ, MODEL};
+use super::flags::{json_schema, Flag, Help, Placement, JSON, JSON_SCHEMA, MMPROJ, MODEL};
 use super::{CliError, Command};
 use crate::backend::vulkan::{Profile, RecordingStats};
 use crate::cli::args::Args;
 use crate::json::Json;
+use crate::runtime::sampler::argmax;
 use crate::runtime::session::{PromptPiece, Session};
+use crate::runtime::structured::{JsonConstraint, Next};
 use crate::runtime::text_model::{TextModel, TextOptions};
 use crate::runtime::RuntimeError;
 use std::io::Write;
@@ -27,6 +29,11 @@ fn help() -> String {
              (prefill), in GB/s of weight bytes and TFLOP/s beside the device's copy bandwidth",
         ),
         ONLY.help("with --kernels: only the kernels whose name contains TEXT (e.g. mul_mat_cm)"),
+        JSON_SCHEMA.help(
+            "also run tg constrained to the schema in FILE (greedy, a new document whenever one \
+             ends) and time the mask of each step: its share of a step (the first, untimed round \
+             fills the mask caches, and is printed apart)",
+        ),
     ];
     options.extend(Placement::help());
     options.push(JSON.help("one JSON object with every number"));
@@ -102,8 +109,12 @@ fn run(mut args: Args, out: &mut dyn Write) -> Result<(), CliError> {
     let mmproj = MMPROJ.string(&mut args)?;
     let image_size: usize = IMAGE_SIZE.parse(&mut args)?.unwrap_or(448);
     let json = JSON.present(&mut args);
+    let schema = json_schema(&mut args)?;
     if !args.finish()?.is_empty() {
         return Err(CliError::usage("bench takes no positional arguments"));
+    }
+    if schema.is_some() && n_gen == 0 {
+        return Err(CliError::usage("--json-schema times the mask of tg steps: give -n N"));
     }
     if kernels {
         let only = only.unwrap_or_default();
@@ -136,7 +147,9 @@ fn run(mut args: Args, out: &mut dyn Write) -> Result<(), CliError> {
     if depth > 0 {
         at_depth.feed(&mut model, &tokens(0, depth))?;
     }
-    let (mut pp, mut tg) = (Vec::new(), Vec::new());
+    let (mut pp, mut tg, mut tg_json, mut mask_share, mut mask_ms) =
+        (Vec::new(), Vec::new(), Vec::new(), Vec::new(), Vec::new());
+    let mut cold_mask_ms = None;
     // One untimed round first, as llama-bench warms up: first runs pay for first touches.
     for rep in 0..=reps {
         if n_prompt > 0 {
@@ -154,9 +167,18 @@ fn run(mut args: Args, out: &mut dyn Write) -> Result<(), CliError> {
             }
             tg.push(n_gen as f64 / t.elapsed().as_secs_f64());
         }
+        if let Some(c) = &schema {
+            let (seconds, mask_seconds) = constrained_tg(&mut model, &at_depth, c, n_gen, token(depth))?;
+            tg_json.push(n_gen as f64 / seconds);
+            mask_share.push(100.0 * mask_seconds / seconds);
+            mask_ms.push(1e3 * mask_seconds / n_gen as f64);
+        }
         if rep == 0 {
             pp.clear();
             tg.clear();
+            cold_mask_ms = mask_ms.pop();
+            tg_json.clear();
+            mask_share.clear();
         }
     }
     // Each Vulkan graph's dispatches and barriers per run (none on the CPU).
@@ -168,6 +190,7 @@ fn run(mut args: Args, out: &mut dyn Write) -> Result<(), CliError> {
     // A test's tokens/s (mean, sd), or None when it was not asked for.
     let rate = |xs: &[f64]| (!xs.is_empty()).then(|| mean_sd(xs));
     let (pp_rate, tg_rate) = (rate(&pp), rate(&tg));
+    let constrained = rate(&tg_json).zip(rate(&mask_ms)).zip(rate(&mask_share));
     let rate_json = |tokens: usize, r: Option<(f64, f64)>| {
         r.map_or(Json::Null, |(mean, sd)| {
             Json::obj([
@@ -192,6 +215,20 @@ fn run(mut args: Args, out: &mut dyn Write) -> Result<(), CliError> {
             ("cold_start_seconds", Json::Num(cold_start)),
             ("pp", rate_json(n_prompt, pp_rate)),
             ("tg", rate_json(n_gen, tg_rate)),
+            (
+                "tg_json_schema",
+                constrained.map_or(Json::Null, |((rate, (ms, ms_sd)), (share, share_sd))| {
+                    Json::obj([
+                        ("tokens_per_second", Json::Num(rate.0)),
+                        ("sd", Json::Num(rate.1)),
+                        ("mask_ms_per_token", Json::Num(ms)),
+                        ("mask_ms_sd", Json::Num(ms_sd)),
+                        ("mask_share_percent", Json::Num(share)),
+                        ("mask_share_sd", Json::Num(share_sd)),
+                        ("first_round_mask_ms_per_token", cold_mask_ms.map_or(Json::Null, Json::Num)),
+                    ])
+                }),
+            ),
             ("peak_rss_bytes", peak.map_or(Json::Null, |p| Json::Int(p.into()))),
             (
                 "image_encode",
@@ -218,6 +255,15 @@ fn run(mut args: Args, out: &mut dyn Write) -> Result<(), CliError> {
         if let Some((mean, sd)) = tg_rate {
             writeln!(out, "tg{n_gen}{at}: {mean:.2} ± {sd:.2} tokens/s")?;
         }
+        if let Some(((rate, (ms, ms_sd)), (share, share_sd))) = constrained {
+            writeln!(
+                out,
+                "tg{n_gen}{at} with --json-schema: {:.2} ± {:.2} tokens/s; mask {ms:.3} ± {ms_sd:.3} ms a token, {share:.1} ± {share_sd:.1} % of a step (first round, filling the caches: {:.3} ms a token)",
+                rate.0,
+                rate.1,
+                cold_mask_ms.unwrap_or(f64::NAN)
+            )?;
+        }
         if let Some((side, mean, sd)) = encode {
             writeln!(out, "image encode {side}x{side}: {mean:.3} ± {sd:.3} s")?;
         }
@@ -233,6 +279,40 @@ fn run(mut args: Args, out: &mut dyn Write) -> Result<(), CliError> {
         write_profiles(&graphs, out)?;
     }
     Ok(())
+}
+
+/// `n_gen` greedy tokens after `first` constrained to `c`, a new document whenever one ends:
+/// the seconds they take and the seconds of those spent on masks.
+fn constrained_tg(
+    model: &mut TextModel,
+    at_depth: &Session,
+    c: &JsonConstraint,
+    n_gen: usize,
+    first: u32,
+) -> Result<(f64, f64), RuntimeError> {
+    let tokenizer = std::sync::Arc::clone(model.tokenizer());
+    let mut session = at_depth.clone();
+    let mut logits = session.feed(model, &[PromptPiece::Token(first)])?;
+    let mut document = c.start(&tokenizer);
+    // No limit on a document here: the budget is what the context leaves, well past any.
+    let left = 1 << 20;
+    let (t, mut mask_seconds) = (Instant::now(), 0.0);
+    for _ in 0..n_gen {
+        let m = Instant::now();
+        while document.mask(&mut logits, left, &[]) == Next::Done {
+            document = c.start(&tokenizer);
+        }
+        mask_seconds += m.elapsed().as_secs_f64();
+        // Choosing the token is the sampler's work, which an unconstrained step does too.
+        let id = argmax(&logits) as u32;
+        let m = Instant::now();
+        if !document.take(id) {
+            return Err(RuntimeError::Usage(format!("internal: token {id} does not fit the JSON document")));
+        }
+        mask_seconds += m.elapsed().as_secs_f64();
+        logits = session.step(model, id)?;
+    }
+    Ok((t.elapsed().as_secs_f64(), mask_seconds))
 }
 
 /// One Vulkan graph's recording, for --json.

@@ -1,8 +1,8 @@
 //! `hrx caption DIR|FILE|@LIST... -o OUT.jsonl`: caption many images unattended, one JSON line
 //! per image, resumable.
 
-use super::describe::DescriberFlags;
-use super::flags::{Flag, Help, PROMPT, SYSTEM};
+use super::describe::{answer_json, DescriberFlags};
+use super::flags::{json_schema_help, Flag, Help, PROMPT, SYSTEM};
 use super::{CliError, Command};
 use crate::caption::discover::find_images;
 use crate::caption::journal::{self, Journal};
@@ -21,6 +21,7 @@ fn help() -> String {
         RETRY_FAILED.help("with --resume, caption again the images FILE has only errors for"),
         PROMPT.help("what to ask (default: \"Describe this image.\")"),
         SYSTEM.help("a system turn"),
+        json_schema_help(),
     ];
     options.extend(DescriberFlags::help());
     Help {
@@ -32,6 +33,7 @@ fn help() -> String {
                 one a line. Images are captioned in sorted order with the model loaded once. Each\n\
                 result is appended to the output and flushed at once:\n\
                 \x20 {\"image\":PATH,\"caption\":TEXT,\"tokens\":N,\"seconds\":S}  or  {\"image\":PATH,\"error\":MESSAGE}\n\
+                (with --json-schema, also \"json\": the answer as a JSON value, after \"caption\").\n\
                 A bad image never stops the batch; its error is recorded once, and --resume skips it\n\
                 (--retry-failed tries it again). Images are one image however they are named (x.png,\n\
                 ./x.png, /abs/x.png). With --resume a last line cut short by a killed job is removed.\n\
@@ -61,7 +63,8 @@ fn run(mut args: Args, _out: &mut dyn Write) -> Result<(), CliError> {
     }
     let prompt = PROMPT.string(&mut args)?.unwrap_or_else(|| "Describe this image.".to_owned());
     let system = SYSTEM.string(&mut args)?;
-    let flags = DescriberFlags::parse(&mut args)?;
+    let mut flags = DescriberFlags::parse(&mut args)?;
+    let system = flags.with_json_schema(&mut args, system)?;
     let inputs = args.finish()?;
     if inputs.is_empty() {
         return Err(CliError::usage("caption needs at least one DIR, FILE or @LIST"));
@@ -160,12 +163,16 @@ impl Job<'_> {
         let t = Instant::now();
         let images = d.encode_files_for(&[path], self.prompt, self.system)?;
         let (_, g) = d.run(&images, self.prompt, self.system, self.config, |_| std::ops::ControlFlow::Continue(()))?;
-        Ok(Json::obj([
-            ("image", Json::str(path.display().to_string())),
-            ("caption", Json::str(g.text.trim())),
-            ("tokens", Json::Int(g.tokens.len() as i128)),
-            ("seconds", Json::Num((t.elapsed().as_secs_f64() * 1000.0).round() / 1000.0)),
-        ]))
+        let mut fields = vec![
+            ("image".to_owned(), Json::str(path.display().to_string())),
+            ("caption".to_owned(), Json::str(g.text.trim())),
+        ];
+        if self.config.json.is_some() {
+            fields.push(("json".to_owned(), answer_json(&g.text)));
+        }
+        fields.push(("tokens".to_owned(), Json::Int(g.tokens.len() as i128)));
+        fields.push(("seconds".to_owned(), Json::Num((t.elapsed().as_secs_f64() * 1000.0).round() / 1000.0)));
+        Ok(Json::Obj(fields))
     }
 }
 

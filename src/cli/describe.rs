@@ -1,7 +1,8 @@
 //! `hrx describe IMG [IMG...]`: one description per image, the model loaded once.
 
 use super::flags::{
-    ctx_help, text_options, GenerationDefaults, Help, ImageFlags, Placement, IMAGE, JSON, MMPROJ, MODEL, PROMPT, SYSTEM,
+    ctx_help, json_schema, json_schema_help, no_schema_prompt_help, text_options, GenerationDefaults, Help, ImageFlags,
+    Placement, IMAGE, JSON, MMPROJ, MODEL, NO_SCHEMA_PROMPT, PROMPT, SYSTEM,
 };
 use super::registry::{default_model_files, ModelSettings};
 use super::{CliError, Command};
@@ -21,7 +22,8 @@ fn help() -> String {
         IMAGE.help("an image, like a positional IMAGE (llama.cpp's spelling; repeatable; these come first)"),
         PROMPT.help("what to ask (default: \"Describe this image.\")"),
         SYSTEM.help("a system turn"),
-        JSON.help("one JSON object per image per line: {\"image\",\"prompt_ids\",\"tokens\",\"text\",\"stop\",\"timings\"} or {\"image\",\"error\"}"),
+        JSON.help("one JSON object per image per line: {\"image\",\"prompt_ids\",\"tokens\",\"text\",\"stop\",\"timings\"} or {\"image\",\"error\"}; with --json-schema also \"json\", the answer as a JSON value"),
+        json_schema_help(),
     ];
     options.extend(DescriberFlags::help());
     Help {
@@ -64,6 +66,8 @@ pub(super) struct DescriberFlags {
     /// What `serve` calls the model: its models.toml entry's name, else the model file's stem.
     pub name: String,
     pub config: GenerateConfig,
+    /// With a schema, whether the system turn tells the model it (not `--no-schema-prompt`).
+    pub schema_prompt: bool,
     text: TextOptions,
     images: ImageOptions,
     threads: Option<usize>,
@@ -77,6 +81,7 @@ impl DescriberFlags {
         ];
         lines.extend(ImageFlags::help());
         lines.extend(GenerationDefaults::help());
+        lines.push(no_schema_prompt_help());
         lines.push(ctx_help());
         lines.extend(Placement::help());
         lines
@@ -87,12 +92,33 @@ impl DescriberFlags {
         let (model, mmproj) = model_files(MODEL.string(args)?, MMPROJ.string(args)?)?;
         let settings = ModelSettings::of_file(&model, Some(&mmproj))?;
         let config = settings.defaults.parse(args)?;
+        let schema_prompt = !NO_SCHEMA_PROMPT.present(args);
         let images = ImageFlags::parse(args, &settings)?;
         let stem = || model.file_stem().map(|s| s.to_string_lossy().into_owned()).unwrap_or_default();
         let name = settings.entry.clone().unwrap_or_else(stem);
         let placement = Placement::parse(args)?;
         let text = text_options(args, placement.device)?;
-        Ok(DescriberFlags { model, mmproj, name, config, text, images, threads: placement.threads })
+        Ok(DescriberFlags { model, mmproj, name, config, schema_prompt, text, images, threads: placement.threads })
+    }
+
+    /// Takes `--json-schema` (describe and caption): the answers are JSON documents of it, and
+    /// the system turn, unless --no-schema-prompt, gives the model the schema after `system`.
+    pub fn with_json_schema(&mut self, args: &mut Args, system: Option<String>) -> Result<Option<String>, CliError> {
+        let Some(c) = json_schema(args)? else {
+            if !self.schema_prompt {
+                return Err(CliError::usage("--no-schema-prompt goes with --json-schema"));
+            }
+            return Ok(system);
+        };
+        if !self.config.stop_strings.is_empty() {
+            return Err(CliError::usage("--stop cannot go with --json-schema: a stop string could cut the document"));
+        }
+        let system = match self.schema_prompt {
+            true => Some(c.system_with_instruction(system.as_deref())),
+            false => system,
+        };
+        self.config.json = Some(c);
+        Ok(system)
     }
 
     pub fn load(&self) -> Result<Describer, CliError> {
@@ -114,7 +140,8 @@ pub(super) fn stderr_notice() -> Notice {
 fn run(mut args: Args, out: &mut dyn Write) -> Result<(), CliError> {
     let prompt = PROMPT.string(&mut args)?.unwrap_or_else(|| "Describe this image.".to_owned());
     let system = SYSTEM.string(&mut args)?;
-    let flags = DescriberFlags::parse(&mut args)?;
+    let mut flags = DescriberFlags::parse(&mut args)?;
+    let system = flags.with_json_schema(&mut args, system)?;
     let json = JSON.present(&mut args);
     let mut files = IMAGE.strings(&mut args)?;
     files.extend(args.finish()?);
@@ -146,6 +173,12 @@ fn run(mut args: Args, out: &mut dyn Write) -> Result<(), CliError> {
         0 => Ok(()),
         n => Err(CliError::Quiet(format!("{n} of {} images failed", files.len()))),
     }
+}
+
+/// A JSON answer as a value of the record, keys in their order (null were it not JSON, which a
+/// constrained answer always is).
+pub(super) fn answer_json(text: &str) -> Json {
+    crate::json::parse_ordered(text, 64).unwrap_or(Json::Null)
 }
 
 /// The IMAGE that names standard input.
@@ -192,6 +225,9 @@ fn describe_one(
         if let Json::Obj(fields) = &mut j {
             fields.insert(0, ("image".into(), Json::str(file)));
             fields.push(("image_encode_seconds".into(), Json::Num(encode_seconds)));
+            if config.json.is_some() {
+                fields.push(("json".into(), answer_json(&g.text)));
+            }
         }
         writeln!(out, "{}", j.to_string_compact())?;
     } else {

@@ -10,7 +10,9 @@ use crate::image::{Limits, PreprocessConfig};
 use crate::runtime::describe::ImageOptions;
 use crate::runtime::generate::GenerateConfig;
 use crate::runtime::sampler::SamplerConfig;
+use crate::runtime::structured::JsonConstraint;
 use crate::runtime::text_model::TextOptions;
+use std::sync::Arc;
 
 /// A flag: its spellings and the value it takes ("" for a switch).
 pub struct Flag {
@@ -74,6 +76,8 @@ pub const IMAGE_MAX_PIXELS: Flag = Flag { names: &["--image-max-pixels"], value:
 pub const IMAGE_MIN_PIXELS: Flag = Flag { names: &["--image-min-pixels"], value: "N" };
 pub const MAX_IMAGE_MP: Flag = Flag { names: &["--max-image-mp"], value: "N" };
 pub const IMAGE: Flag = Flag { names: &["--image"], value: "FILE" };
+pub const JSON_SCHEMA: Flag = Flag { names: &["--json-schema"], value: "FILE" };
+pub const NO_SCHEMA_PROMPT: Flag = Flag { names: &["--no-schema-prompt"], value: "" };
 /// llama.cpp's layer offload count: accepted so its command lines run, and answered (hrx
 /// places every layer itself).
 pub const GPU_LAYERS: Flag = Flag { names: &["-ngl", "--gpu-layers", "--n-gpu-layers"], value: "N" };
@@ -194,8 +198,37 @@ impl GenerationDefaults {
             stop_strings: STOP.strings(args)?,
             stop_at_eog: !IGNORE_EOS.present(args),
             logprobs: None,
+            json: None,
         })
     }
+}
+
+/// `--json-schema FILE`: answers that are JSON documents of the schema in FILE.
+pub fn json_schema_help() -> (String, String) {
+    JSON_SCHEMA.help(
+        "answer with a JSON document of the schema in FILE, decoding constrained token by token \
+         (README: Structured output lists what a schema may use; anything else is refused by name)",
+    )
+}
+
+/// `--no-schema-prompt`: the help line.
+pub fn no_schema_prompt_help() -> (String, String) {
+    NO_SCHEMA_PROMPT.help(
+        "with a schema, do not add the system line that gives the model the schema (by default \
+         it is added after --system, as the model card advises for JSON answers)",
+    )
+}
+
+/// Reads `--json-schema FILE`; a file that is not JSON, or a schema hrx cannot guarantee, is a
+/// wrong command line (exit 2), naming the keyword.
+pub fn json_schema(args: &mut Args) -> Result<Option<Arc<JsonConstraint>>, CliError> {
+    let Some(path) = JSON_SCHEMA.string(args)? else { return Ok(None) };
+    let text = std::fs::read_to_string(&path).map_err(CliError::os(format!("--json-schema {path}")))?;
+    let value = crate::json::parse_ordered(&text, 64)
+        .map_err(|e| CliError::usage(format!("--json-schema {path} is not JSON: {e}")))?;
+    let constraint = JsonConstraint::from_schema(&value, "schema")
+        .map_err(|e| CliError::usage(format!("--json-schema {path}: {e}")))?;
+    Ok(Some(Arc::new(constraint)))
 }
 
 /// The image budget and limits: `--image-max-pixels`, `--image-min-pixels`, `--max-image-mp`.

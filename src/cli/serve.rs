@@ -160,10 +160,10 @@ fn run(mut args: Args, out: &mut dyn Write) -> Result<(), CliError> {
     let addr = listener.local_addr()?;
     writeln!(out, "hrx serve: listening on http://{addr} (model {})", flags.name)?;
     out.flush()?;
-    crate::serve::serve(
-        listener,
-        Arc::new(App::new(describer, flags.config, max_tokens, cors_origins, flags.name, file_folders, limits)),
-    );
+    let schema_prompt = flags.schema_prompt;
+    let mut app = App::new(describer, flags.config, max_tokens, cors_origins, flags.name, file_folders, limits);
+    app.schema_prompt = schema_prompt;
+    crate::serve::serve(listener, Arc::new(app));
     Ok(())
 }
 

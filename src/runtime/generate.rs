@@ -3,10 +3,12 @@
 
 use super::sampler::{Sampler, SamplerConfig, TokenLogprob};
 use super::session::{PromptPiece, Session};
+use super::structured::{JsonConstraint, Next};
 use super::text_model::TextModel;
 use super::RuntimeError;
 use crate::tokenizer::StreamDecoder;
 use std::ops::ControlFlow;
+use std::sync::Arc;
 use std::time::Instant;
 
 #[derive(Clone, Debug)]
@@ -19,6 +21,9 @@ pub struct GenerateConfig {
     pub stop_at_eog: bool,
     /// Log-probabilities of each generated token with this many alternatives (None: none).
     pub logprobs: Option<usize>,
+    /// The answer is a JSON document of this schema (constrained decoding); no stop strings
+    /// then (one could cut the document).
+    pub json: Option<Arc<JsonConstraint>>,
 }
 
 /// What one step of generation gives `on_text`: the text that became final (often empty while
@@ -37,6 +42,9 @@ pub enum StopReason {
     ContextFull,
     /// The caller's `on_text` asked to stop (a streaming client that went away).
     Cancelled,
+    /// A JSON answer the token limit (or the context) cut short: its last tokens were the
+    /// shortest way to close the document, which is whole.
+    LengthClosed,
 }
 
 impl StopReason {
@@ -47,6 +55,7 @@ impl StopReason {
             StopReason::StopString => "stop_string",
             StopReason::ContextFull => "context_full",
             StopReason::Cancelled => "cancelled",
+            StopReason::LengthClosed => "length_closed",
         }
     }
 }
@@ -126,13 +135,47 @@ pub fn generate(
     // Borrow the tokenizer apart from the model: decoding and running interleave.
     let tokenizer = std::sync::Arc::clone(model.tokenizer());
     let mut decoder = StreamDecoder::new(&tokenizer);
+    // A JSON answer must close within what the limit and the context leave: every sampled
+    // token takes a slot but the last.
+    let budget = config.max_new_tokens.min(model.options().n_ctx.saturating_sub(n_prompt) + 1);
+    let mut document = config.json.as_deref().map(|c| c.start(&tokenizer));
+    if let Some(d) = &document {
+        if !config.stop_strings.is_empty() {
+            return Err(RuntimeError::Usage(
+                "stop strings cannot go with a JSON schema: one could cut the document".into(),
+            ));
+        }
+        if d.close_len() > budget {
+            return Err(RuntimeError::Usage(format!(
+                "the shortest JSON document of the schema takes up to {} tokens, and the answer may have {budget} (raise the token limit)",
+                d.close_len()
+            )));
+        }
+    }
+    let eog: &[u32] = if config.stop_at_eog { tokenizer.eog() } else { &[] };
     while tokens.len() < config.max_new_tokens {
+        // The model's own logits stay for the logprobs; the sample is of the masked ones.
+        let raw = (document.is_some() && config.logprobs.is_some()).then(|| logits.clone());
+        if let Some(d) = &mut document {
+            if d.mask(&mut logits, budget - tokens.len(), eog) == Next::Done {
+                stop = if d.forced { StopReason::LengthClosed } else { StopReason::EndOfGeneration };
+                break;
+            }
+        }
         let id = sampler.sample(&logits, &history);
         tokens.push(id);
         history.push(id);
         if config.stop_at_eog && tokenizer.is_eog(id) {
-            stop = StopReason::EndOfGeneration;
+            stop = match &document {
+                Some(d) if d.forced => StopReason::LengthClosed,
+                _ => StopReason::EndOfGeneration,
+            };
             break;
+        }
+        if let Some(d) = &mut document {
+            if !d.take(id) {
+                return Err(RuntimeError::Usage(format!("internal: token {id} does not fit the JSON document")));
+            }
         }
         let piece = decoder
             .push(id)
@@ -140,7 +183,7 @@ pub fn generate(
         let (shown, hit) = filter.push(&piece);
         text.push_str(&shown);
         if let Some(top) = config.logprobs {
-            logprobs.push(TokenLogprob::new(&logits, id, top));
+            logprobs.push(TokenLogprob::new(raw.as_deref().unwrap_or(&logits), id, top));
         }
         if on_text(&Delta { text: &shown, logprob: logprobs.last() }).is_break() {
             stop = StopReason::Cancelled;
@@ -158,6 +201,13 @@ pub fn generate(
             break;
         }
         logits = session.step(model, id)?;
+    }
+    // A JSON answer is whole when the limit or the context ends it (its budget saw to that):
+    // say whether the limit cut it short.
+    if let Some(d) = &document {
+        if matches!(stop, StopReason::Length | StopReason::ContextFull) {
+            stop = if d.forced { StopReason::LengthClosed } else { StopReason::EndOfGeneration };
+        }
     }
     if !matches!(stop, StopReason::StopString | StopReason::Cancelled) {
         let (rest, _) = filter.push(&decoder.finish());

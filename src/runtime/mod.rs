@@ -1,6 +1,6 @@
 //! Running the model: plans bound to a backend (`loader`), the text model and the vision
 //! encoder ready to run, sessions (KV slots, positions), the sampler, the chat template and the
-//! generation loop. `model/` describes Qwen3-VL (parameters, graphs); this module runs it.
+//! generation loop, and constrained decoding for structured (JSON) answers. `model/` describes Qwen3-VL (parameters, graphs); this module runs it.
 
 pub mod chat;
 pub mod describe;
@@ -9,6 +9,7 @@ pub mod loader;
 pub mod progress;
 pub mod sampler;
 pub mod session;
+pub mod structured;
 pub mod text_model;
 pub mod vision_model;
 

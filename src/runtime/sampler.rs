@@ -176,9 +176,20 @@ impl Sampler {
         if cand.is_empty() {
             return 0;
         }
-        cand.sort_by(|a, b| b.1.total_cmp(&a.1).then(a.0.cmp(&b.0)));
-        if c.top_k > 0 {
+        let order = |a: &(usize, f32), b: &(usize, f32)| b.1.total_cmp(&a.1).then(a.0.cmp(&b.0));
+        if c.top_k > 0 && c.top_k < cand.len() {
+            // The best k first (the same k, in the same order, as sorting all of them).
+            cand.select_nth_unstable_by(c.top_k - 1, order);
             cand.truncate(c.top_k);
+        }
+        // Without filters the order does not matter: sorting the whole vocabulary (a masked
+        // JSON step keeps most of it) would cost more than the step.
+        let filtered = c.top_k > 0 || c.top_p < 1.0 || c.min_p > 0.0;
+        if filtered {
+            cand.sort_by(order);
+        } else {
+            let best = (0..cand.len()).min_by(|&i, &j| order(&cand[i], &cand[j])).unwrap_or(0);
+            cand.swap(0, best);
         }
         let max = cand[0].1;
         let mut probs: Vec<f64> =

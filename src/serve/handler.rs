@@ -9,6 +9,7 @@ use crate::json::Json;
 use crate::runtime::describe::{Describer, SizedImage};
 use crate::runtime::generate::{GenerateConfig, StopReason};
 use crate::runtime::sampler::TokenLogprob;
+use crate::runtime::structured::JsonConstraint;
 use crate::runtime::RuntimeError;
 use std::borrow::Cow;
 use std::net::TcpStream;
@@ -23,6 +24,13 @@ pub struct App {
     pub describer: Mutex<Describer>,
     /// Generation settings of requests that do not set them.
     pub defaults: GenerateConfig,
+    /// Whether a JSON answer's schema is told the model in the system turn (true unless
+    /// --no-schema-prompt).
+    pub schema_prompt: bool,
+    /// The schemas of recent requests, most recent last, with the masks they filled: a
+    /// client sends the same schema again and again, and a schema's first answer pays for
+    /// walking the vocabulary (milliseconds a token where strings have a maxLength).
+    schemas: Mutex<Vec<Arc<JsonConstraint>>>,
     /// The most tokens a request may ask for (`max_tokens`; --max-tokens-cap).
     pub max_tokens: usize,
     /// Origins whose pages may call the API from a browser (`--cors-origin`; `*`: any).
@@ -78,6 +86,8 @@ impl App {
         App {
             describer: Mutex::new(describer),
             defaults,
+            schema_prompt: true,
+            schemas: Mutex::new(Vec::new()),
             max_tokens,
             cors_origins,
             model_name,
@@ -145,6 +155,21 @@ impl App {
             since = Instant::now();
         }
         http::close_gently(&mut stream);
+    }
+
+    /// `c`, or the same schema of a recent request with the masks it filled.
+    fn known_schema(&self, c: Arc<JsonConstraint>) -> Arc<JsonConstraint> {
+        let mut known = self.schemas.lock().unwrap_or_else(|poisoned| poisoned.into_inner());
+        // The instruction holds the whole schema, compact: the same text is the same schema.
+        let c = match known.iter().position(|k| k.instruction() == c.instruction()) {
+            Some(i) => known.remove(i),
+            None => c,
+        };
+        known.push(Arc::clone(&c));
+        if known.len() > KNOWN_SCHEMAS {
+            known.remove(0);
+        }
+        c
     }
 
     /// The 503 (with Retry-After) for `what`, which needs `bytes` more than the `limit` (of the
@@ -275,7 +300,14 @@ impl App {
 
     /// Answers a chat request; `keep`: whether a plain answer leaves the connection open (a
     /// stream of events ends with it).
-    fn chat(&self, chat: ChatRequest, stream: &mut TcpStream, cors: &str, keep: bool) -> Result<Sent, HttpError> {
+    fn chat(&self, mut chat: ChatRequest, stream: &mut TcpStream, cors: &str, keep: bool) -> Result<Sent, HttpError> {
+        if let Some(c) = chat.config.json.take() {
+            let c = self.known_schema(c);
+            if self.schema_prompt {
+                c.instruct(&mut chat.messages);
+            }
+            chat.config.json = Some(c);
+        }
         let n = self.requests.fetch_add(1, Ordering::Relaxed);
         let created = SystemTime::now().duration_since(UNIX_EPOCH).map_or(0, |d| d.as_secs());
         let reply = Reply { id: format!("chatcmpl-{created:x}{n:04x}"), created, model: &self.model_name };
@@ -365,6 +397,9 @@ impl App {
         Ok(Sent { status: 200, open: false })
     }
 }
+
+/// Schemas whose masks are kept (each up to some 30 MB of them on Qwen's vocabulary).
+const KNOWN_SCHEMAS: usize = 2;
 
 /// Decoding holds an image (up to 4 bytes a pixel) and its RGB copy (3).
 const DECODE_BYTES_PER_PIXEL: u64 = 7;

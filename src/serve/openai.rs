@@ -11,8 +11,10 @@ use crate::json::{self, Json};
 use crate::runtime::chat::{Content, Message};
 use crate::runtime::generate::{GenerateConfig, StopReason};
 use crate::runtime::sampler::TokenLogprob;
+use crate::runtime::structured::JsonConstraint;
 use crate::tokenizer::Tokenizer;
 use std::collections::HashMap;
+use std::sync::Arc;
 use tinyjson::JsonValue;
 
 /// The most images one request may carry.
@@ -91,6 +93,7 @@ const FIELDS: &[&str] = &[
     "top_logprobs",
     "frequency_penalty",
     "presence_penalty",
+    "response_format",
 ];
 
 /// The 400 for an object's first field (by name, so the answer is the same every time) that is
@@ -107,7 +110,6 @@ fn refuse_unknown(object: &Object, known: &[&str], at: &str) -> Result<(), HttpE
         "tools" | "tool_choice" | "parallel_tool_calls" | "functions" | "function_call" | "tool_calls" => {
             "hrx serve does not call tools".to_owned()
         }
-        "response_format" => "structured output is not implemented yet".to_owned(),
         _ => format!("this server reads {}", known.join(", ")),
     };
     Err(bad(format!("{at}{name} is not supported: {why}")))
@@ -198,7 +200,58 @@ pub fn parse_chat(
             }
         }
     };
+    if let Some(format) = field("response_format") {
+        config.json = response_format(format, text)?.map(Arc::new);
+        if config.json.is_some() && !config.stop_strings.is_empty() {
+            return Err(bad("stop cannot go with a JSON response_format: a stop string could cut the document"));
+        }
+    }
     Ok(ChatRequest { messages, images, config, stream, include_usage })
+}
+
+/// `response_format`: `{"type":"text"}` (the default), `{"type":"json_object"}`, or
+/// `{"type":"json_schema","json_schema":{"name":..,"schema":{..},"strict":..}}`; `body`: the
+/// request's text, read again for the schema with its keys in order (its properties are
+/// written in that order).
+fn response_format(value: &JsonValue, body: &str) -> Result<Option<JsonConstraint>, HttpError> {
+    let o: &Object = value.get().ok_or_else(|| bad("response_format must be an object"))?;
+    match o.get("type").and_then(|t| t.get::<String>()).map(String::as_str) {
+        Some("text") => {
+            refuse_unknown(o, &["type"], "response_format.")?;
+            Ok(None)
+        }
+        Some("json_object") => {
+            refuse_unknown(o, &["type"], "response_format.")?;
+            Ok(Some(JsonConstraint::any_object()))
+        }
+        Some("json_schema") => {
+            refuse_unknown(o, &["type", "json_schema"], "response_format.")?;
+            let spec: &Object = o
+                .get("json_schema")
+                .and_then(|j| j.get())
+                .ok_or_else(|| bad("response_format.json_schema must be an object with a schema"))?;
+            refuse_unknown(spec, &["name", "description", "schema", "strict"], "response_format.json_schema.")?;
+            if spec.get("name").is_some_and(|n| n.get::<String>().is_none()) {
+                return Err(bad("response_format.json_schema.name must be a string"));
+            }
+            if spec.get("strict").is_some_and(|n| !matches!(n, JsonValue::Boolean(_) | JsonValue::Null)) {
+                return Err(bad("response_format.json_schema.strict must be true or false"));
+            }
+            // The same body parsed in order; it parsed once, so it does again.
+            let ordered = json::parse_ordered(body, 32).map_err(|e| bad(format!("the request body: {e}")))?;
+            let schema = ["response_format", "json_schema", "schema"]
+                .iter()
+                .try_fold(&ordered, |v, key| match v {
+                    Json::Obj(pairs) => pairs.iter().rev().find(|(k, _)| k == key).map(|(_, v)| v),
+                    _ => None,
+                })
+                .ok_or_else(|| bad("response_format.json_schema needs a schema"))?;
+            let c = JsonConstraint::from_schema(schema, "response_format.json_schema.schema")
+                .map_err(|e| bad(e.to_string()))?;
+            Ok(Some(c))
+        }
+        _ => Err(bad("response_format.type must be \"text\", \"json_object\" or \"json_schema\"")),
+    }
 }
 
 fn message(
@@ -311,7 +364,8 @@ pub struct Reply<'a> {
 pub fn finish_reason(stop: StopReason) -> &'static str {
     match stop {
         StopReason::EndOfGeneration | StopReason::StopString | StopReason::Cancelled => "stop",
-        StopReason::Length | StopReason::ContextFull => "length",
+        // A JSON answer cut short by the limit is whole (closed the shortest way), and cut.
+        StopReason::Length | StopReason::ContextFull | StopReason::LengthClosed => "length",
     }
 }
 
@@ -455,6 +509,7 @@ mod tests {
             stop_strings: Vec::new(),
             stop_at_eog: true,
             logprobs: None,
+            json: None,
         }
     }
 
@@ -507,7 +562,12 @@ mod tests {
         let cases = [
             (format!(r#"{{{user},"tools":[{{"type":"function"}}]}}"#), "tools is not supported: hrx serve does not call tools"),
             (format!(r#"{{{user},"tool_choice":"auto"}}"#), "tool_choice is not supported: hrx serve does not call tools"),
-            (format!(r#"{{{user},"response_format":{{"type":"json_object"}}}}"#), "response_format is not supported"),
+            (format!(r#"{{{user},"response_format":{{"type":"json_object","x":1}}}}"#), "response_format.x is not supported"),
+            (format!(r#"{{{user},"response_format":{{"type":"xml"}}}}"#), "response_format.type must be"),
+            (
+                format!(r#"{{{user},"response_format":{{"type":"json_object"}},"stop":"}}"}}"#),
+                "stop cannot go with a JSON response_format",
+            ),
             (format!(r#"{{{user},"user":"u1","logit_bias":{{}}}}"#), "logit_bias is not supported: this server reads model, messages"),
             (r#"{"messages":[{"role":"user","content":"x","name":"bob"}]}"#.to_owned(), "messages[0].name is not supported"),
             (
@@ -528,6 +588,39 @@ mod tests {
             let e = parse_chat(body.as_bytes(), &defaults(), 4096, false).unwrap_err();
             assert!(e.status == 400 && e.message.contains(want), "{body}: {}", e.message);
         }
+    }
+
+    #[test]
+    fn response_formats_are_read_and_each_unsupported_keyword_named() {
+        let user = r#""messages":[{"role":"user","content":"x"}]"#;
+        let with = |format: &str| format!(r#"{{{user},"response_format":{format}}}"#);
+        let r = parse_chat(with(r#"{"type":"text"}"#).as_bytes(), &defaults(), 9, false).unwrap();
+        assert!(r.config.json.is_none());
+        let r = parse_chat(with(r#"{"type":"json_object"}"#).as_bytes(), &defaults(), 9, false).unwrap();
+        assert!(r.config.json.unwrap().instruction().contains("JSON object"));
+        let schema = |s: &str| {
+            with(&format!(r#"{{"type":"json_schema","json_schema":{{"name":"n","strict":true,"schema":{s}}}}}"#))
+        };
+        let r = parse_chat(
+            schema(r#"{"type":"object","properties":{"z":{"type":"string"},"a":{"type":"integer"}}}"#).as_bytes(),
+            &defaults(),
+            9,
+            false,
+        )
+        .unwrap();
+        // The schema the model is told keeps the order it was written in.
+        assert!(r
+            .config
+            .json
+            .unwrap()
+            .instruction()
+            .ends_with(r#"{"type":"object","properties":{"z":{"type":"string"},"a":{"type":"integer"}}}"#));
+        let e =
+            parse_chat(schema(r#"{"type":"string","pattern":"^a"}"#).as_bytes(), &defaults(), 9, false).unwrap_err();
+        assert_eq!(
+            (e.status, e.message.as_str()),
+            (400, "response_format.json_schema.schema: the keyword pattern is not supported on type string")
+        );
     }
 
     #[test]

@@ -16,14 +16,17 @@ mod nfc_tables;
 mod pretokenize;
 mod ranges;
 mod special;
+pub mod trie;
 mod unicode_tables;
 
 use std::collections::HashMap;
+use std::sync::OnceLock;
 
 use bpe::Bpe;
 use byte_level::ByteAlphabet;
 use decode::TokenBytes;
 use special::{AddedTokens, Segment};
+use trie::VocabTrie;
 
 pub use decode::StreamDecoder;
 pub use error::TokenizerError;
@@ -51,6 +54,8 @@ pub struct Tokenizer {
     /// Ids that end a generation.
     eog: Vec<u32>,
     nfc: bool,
+    /// Built on first use (constrained decoding): tens of milliseconds, not every run needs it.
+    trie: OnceLock<VocabTrie>,
 }
 
 /// The 256 single-byte tokens of the byte-level alphabet, in byte order (the smallest
@@ -110,6 +115,7 @@ impl Tokenizer {
             eos,
             eog: eos.into_iter().collect(),
             nfc: true,
+            trie: OnceLock::new(),
         })
     }
 
@@ -185,6 +191,19 @@ impl Tokenizer {
     /// Whether `id` ends a generation (EOS, and end-of-turn tokens the metadata names).
     pub fn is_eog(&self, id: u32) -> bool {
         self.eog.contains(&id)
+    }
+
+    /// The ids that end a generation.
+    pub fn eog(&self) -> &[u32] {
+        &self.eog
+    }
+
+    /// The byte trie of the tokens that stand for bytes (not added or unused ones).
+    pub fn trie(&self) -> &VocabTrie {
+        self.trie.get_or_init(|| {
+            let normal = self.types.iter().zip(0u32..).filter(|(&ty, _)| !is_added(ty) && ty != TYPE_UNUSED);
+            VocabTrie::new(&self.bytes, normal.map(|(_, id)| id))
+        })
     }
 
     /// Whether `id` is a control token (`<|im_end|>`, ...), which a reader of the output

@@ -2,6 +2,7 @@
 #![allow(dead_code)] // each test binary uses its own subset
 
 pub mod cases;
+pub mod schemas;
 
 use std::io::Write;
 use std::path::PathBuf;
