@@ -145,6 +145,12 @@ fn rope_rotates_pairs_by_position_and_leaves_position_zero_alone() {
     let pi =
         In { data: Data::I32(&pos), dtype: DType::I32, offset: 0, ne: [n, 3, 1, 1], nb: [4, 4 * n, 12 * n, 12 * n] };
     for kind in [RopeKind::MropeInterleaved { sections: [2, 1, 1] }, RopeKind::Axial2d] {
+        // The fast kernel computes the reference's values exactly, on every dimension or on
+        // the first half (the rest passed through).
+        for n_dims in [d, d / 2] {
+            let op = Op::Rope { kind: kind.clone(), theta: 1e4, n_dims };
+            assert_eq!(compare(&op, &[f32_in(&x, [d, heads, n, 1]), pi], [d, heads, n, 1]), 0.0, "{op:?}");
+        }
         let op = Op::Rope { kind, theta: 1e4, n_dims: d };
         let y = run(&op, &[f32_in(&x, [d, heads, n, 1]), pi], [d, heads, n, 1]);
         for h in 0..heads {
