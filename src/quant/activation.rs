@@ -1,8 +1,9 @@
 //! The fast dot path: the activation vector is quantized once to integer blocks, then each
 //! weight row is dotted with integer arithmetic per sub-block and one float multiply-add per
 //! block. llama.cpp rounds activations to 8 bits (Q8_0 / Q8_K); that moves the logits of the
-//! oracle models by 1-4e-2. 16-bit integers cost the same integer multiply-adds and keep the
-//! error near 1e-4, so hrx uses them.
+//! oracle models by 1-4e-2. 16-bit integers keep the error near 1e-4, so hrx uses them; the
+//! AVX-512 decode kernels (x86_bytes.rs) multiply them as two byte planes with 8-bit
+//! instructions, exactly.
 //!
 //! [`ActivationRows`] holds several activation rows for a matrix product: its
 //! [`matmul`](ActivationRows::matmul) checks every length once, then runs the kernels of the
@@ -43,8 +44,9 @@ enum Repr {
     /// each 16 consecutive `q`, which multiplies a sub-block's min, and `dsums32` the sum of
     /// each 32 times their `d` (the rounded activation's sum, for the SIMD kernels' mins).
     /// Rows follow each other in every vector. Scales stay f32: this format never leaves
-    /// memory, so there is no reason to lose precision.
-    Q8 { d: Vec<f32>, q: Vec<i16>, sums: Vec<i32>, dsums32: Vec<f32> },
+    /// memory, so there is no reason to lose precision. `lo` and `hi` are `q` split into bytes,
+    /// `q = 256 · hi + lo`, for the byte-product kernels (x86_bytes.rs).
+    Q8 { d: Vec<f32>, q: Vec<i16>, sums: Vec<i32>, dsums32: Vec<f32>, lo: Vec<u8>, hi: Vec<i8> },
 }
 
 /// Weight rows of `row_bytes` (> 0) bytes each, back to back in `data` (a whole number of
@@ -116,7 +118,7 @@ macro_rules! drive {
 pub(crate) use drive;
 
 /// One quantized activation row: `d` per block, `q` per value, `sums` per 16 values, `dsums32`
-/// per 32 values. The kernels take lengths as checked: a row of `nb` weight blocks of
+/// per 32 values, `lo` and `hi` per value (`q = 256 · hi + lo`). The kernels take lengths as checked: a row of `nb` weight blocks of
 /// `block_len` values meets exactly `nb * block_len` values here.
 #[derive(Clone, Copy)]
 pub(crate) struct Q8Row<'a> {
@@ -126,6 +128,11 @@ pub(crate) struct Q8Row<'a> {
     // Only the x86 K-quant kernels read it; the portable ones use `sums`.
     #[cfg_attr(not(target_arch = "x86_64"), allow(dead_code))]
     pub dsums32: &'a [f32],
+    // Only the AVX-512 byte-product kernels read them.
+    #[cfg_attr(not(target_arch = "x86_64"), allow(dead_code))]
+    pub lo: &'a [u8],
+    #[cfg_attr(not(target_arch = "x86_64"), allow(dead_code))]
+    pub hi: &'a [i8],
 }
 
 impl ActivationQ {
@@ -207,16 +214,18 @@ impl ActivationRows {
     /// Row `i` of a Q8 activation (empty slices for F32 ones).
     fn q8_row(&self, i: usize) -> Q8Row<'_> {
         match &self.repr {
-            Repr::Q8 { d, q, sums, dsums32 } => {
+            Repr::Q8 { d, q, sums, dsums32, lo, hi } => {
                 let nb = self.k / self.dtype.block_len();
                 Q8Row {
                     d: &d[i * nb..(i + 1) * nb],
                     q: &q[i * self.k..(i + 1) * self.k],
                     sums: &sums[i * self.k / SUM_LEN..(i + 1) * self.k / SUM_LEN],
                     dsums32: &dsums32[i * self.k / 32..(i + 1) * self.k / 32],
+                    lo: &lo[i * self.k..(i + 1) * self.k],
+                    hi: &hi[i * self.k..(i + 1) * self.k],
                 }
             }
-            Repr::F32(_) => Q8Row { d: &[], q: &[], sums: &[], dsums32: &[] },
+            Repr::F32(_) => Q8Row { d: &[], q: &[], sums: &[], dsums32: &[], lo: &[], hi: &[] },
         }
     }
 }
@@ -286,7 +295,9 @@ fn quantize_q8(dtype: DType, x: &[f32], k: usize, m: usize) -> ActivationRows {
     }
     let per_block = dtype.block_len() / 32;
     let dsums32 = sums.chunks_exact(2).enumerate().map(|(c, s)| d[c / per_block] * (s[0] + s[1]) as f32).collect();
-    ActivationRows { dtype, k, m, repr: Repr::Q8 { d, q, sums, dsums32 } }
+    let lo = q.iter().map(|&v| v as u8).collect();
+    let hi = q.iter().map(|&v| (v >> 8) as i8).collect();
+    ActivationRows { dtype, k, m, repr: Repr::Q8 { d, q, sums, dsums32, lo, hi } }
 }
 
 /// Approximate `Σ row[i] * x[i]` for a `dtype` row and an activation from
@@ -443,7 +454,8 @@ fn quantize_i16_block(x: &[f32], q: &mut [i16]) -> f32 {
     let d = amax / 32767.0;
     let inv = 1.0 / d;
     for (q, &v) in q.iter_mut().zip(x) {
-        *q = round_half_away(v * inv).clamp(-32767.0, 32767.0) as i16;
+        // Through i32: LLVM vectorizes a saturating f32 -> i32 conversion, not one to i16.
+        *q = round_half_away(v * inv).clamp(-32767.0, 32767.0) as i32 as i16;
     }
     d
 }

@@ -31,6 +31,8 @@ mod simd;
 #[cfg(target_arch = "x86_64")]
 mod x86;
 #[cfg(target_arch = "x86_64")]
+mod x86_bytes;
+#[cfg(target_arch = "x86_64")]
 mod x86_gemm;
 
 pub use activation::{

@@ -23,6 +23,7 @@ use std::arch::x86_64::*;
 
 use super::activation::{drive, min_sum, Q8Row, Rows, GROUP, SUM_LEN, TILE_BYTES};
 use super::block::{visit_blocks, BlockVisitor, Unpacked};
+use super::x86_bytes::{q4_k as q4_k_bytes, q6_k as q6_k_bytes};
 use super::x86_gemm::{q8_gemm_512, GEMM_MIN_ROWS};
 use super::{float, DType};
 
@@ -64,7 +65,7 @@ fn load_i16x16(a: &[i16; 16]) -> __m256i {
 
 #[inline]
 #[target_feature(enable = "avx2")]
-fn load_f32x8(a: &[f32; 8]) -> __m256 {
+pub(super) fn load_f32x8(a: &[f32; 8]) -> __m256 {
     // SAFETY: reads exactly the 32 bytes of `a`; loadu has no alignment requirement.
     unsafe { _mm256_loadu_ps(a.as_ptr()) }
 }
@@ -449,10 +450,10 @@ fn bf16_rows<const R: usize>(row: &[u8], xs: &[&[f32]; R]) -> [f32; R] {
 
 // ---------------------------------------------------------------- AVX-512 kernels
 //
-// [`Simd::Avx512`](super::Simd::Avx512): the same sums as the AVX2 kernels, 32 i16 a
-// register, `vpdpwssd` (AVX512-VNNI) fusing the multiply-add and the accumulation. Each
-// i32 lane of a block's accumulators sums at most 16 products: Q6_K's 16 · 4096 · 32767 =
-// 2147418112 < 2^31, so no format needs a flush inside a block.
+// [`Simd::Avx512`](super::Simd::Avx512): the same sums as the AVX2 kernels. Q4_K and Q6_K
+// rows take the byte-plane kernels (x86_bytes.rs) below [`GEMM_MIN_ROWS`] activation rows
+// and the tiled ones (x86_gemm.rs) from there; Q8_0 and F16 rows have kernels here, 32 i16 a
+// register with `vpdpwssd` (AVX512-VNNI) fusing the multiply-add and the accumulation.
 
 #[inline]
 #[target_feature(enable = "avx512f")]
@@ -478,8 +479,8 @@ pub(crate) fn q8_matmul_512(dtype: DType, rows: Rows, acts: &[Q8Row], out: &mut 
         return q8_gemm_512(dtype, rows, acts, out);
     }
     match dtype {
-        DType::Q4K => drive!(q4_k_512(), rows, acts, out, 8),
-        DType::Q6K => drive!(q6_k_512(), rows, acts, out, 8),
+        DType::Q4K => drive!(q4_k_bytes(), rows, acts, out, 4),
+        DType::Q6K => drive!(q6_k_bytes(), rows, acts, out, 4),
         DType::Q8_0 => drive!(q8_0_512(), rows, acts, out),
         _ => q8_matmul(dtype, rows, acts, out),
     }
@@ -539,79 +540,6 @@ pub(super) fn q4_k_weights_512(blk: &[u8; 144], j: usize, scales: __m512i) -> [_
 #[target_feature(enable = "avx512f,avx2")]
 pub(super) fn q4_k_scales_512(sc: [u8; 8]) -> __m512i {
     _mm512_castsi128_si512(_mm_cvtepu8_epi16(_mm_cvtsi64_si128(i64::from_le_bytes(sc))))
-}
-
-#[inline]
-#[target_feature(enable = "avx512f,avx512bw,avx512vnni,avx2,fma,f16c")]
-fn q4_k_512<const R: usize>(row: &[u8], acts: &[Q8Row; R]) -> [f32; R] {
-    let blocks = row.as_chunks::<144>().0;
-    let q = act_blocks::<256, R>(acts);
-    let dsums: [&[[f32; 8]]; R] = std::array::from_fn(|r| acts[r].dsums32.as_chunks::<8>().0);
-    // With several rows their chains hide vpdpwssd's latency; one row takes two.
-    let hi_slot = if R >= 4 { 0 } else { 1 };
-    let mut facc = [_mm512_setzero_ps(); R];
-    for (b, blk) in blocks.iter().enumerate() {
-        let (d, dmin) = f16x2(sub(blk, 0));
-        let (sc, mn) = scales_k4(sub(blk, 4));
-        let scales = q4_k_scales_512(sc);
-        let mut iacc = [[_mm512_setzero_si512(); 2]; R];
-        for j in 0..4 {
-            let [w_lo, w_hi] = q4_k_weights_512(blk, j, scales);
-            for r in 0..R {
-                let a = &q[r][b];
-                iacc[r][0] = dpwssd(iacc[r][0], w_lo, sub(a, 64 * j));
-                iacc[r][hi_slot] = dpwssd(iacc[r][hi_slot], w_hi, sub(a, 64 * j + 32));
-            }
-        }
-        // dmin · min_j (exact: an f16 times a 6-bit integer) in lanes 0..8, zeros above.
-        let mins = _mm256_cvtepi32_ps(_mm256_cvtepu8_epi32(_mm_cvtsi64_si128(i64::from_le_bytes(mn))));
-        let mins = _mm512_zextps256_ps512(_mm256_mul_ps(mins, _mm256_set1_ps(dmin)));
-        for r in 0..R {
-            let i = _mm512_cvtepi32_ps(_mm512_add_epi32(iacc[r][0], iacc[r][1]));
-            facc[r] = _mm512_fmadd_ps(i, _mm512_set1_ps(d * acts[r].d[b]), facc[r]);
-            let dsum = _mm512_zextps256_ps512(load_f32x8(&dsums[r][b]));
-            facc[r] = _mm512_fnmadd_ps(mins, dsum, facc[r]);
-        }
-    }
-    let mut out = [0f32; R];
-    for r in 0..R {
-        out[r] = _mm512_reduce_add_ps(facc[r]);
-    }
-    out
-}
-
-#[inline]
-#[target_feature(enable = "avx512f,avx512bw,avx512vnni,avx2,fma,f16c")]
-fn q6_k_512<const R: usize>(row: &[u8], acts: &[Q8Row; R]) -> [f32; R] {
-    let blocks = row.as_chunks::<210>().0;
-    let q = act_blocks::<256, R>(acts);
-    let mut facc = [_mm512_setzero_ps(); R];
-    for (b, blk) in blocks.iter().enumerate() {
-        let d = _mm512_cvtph_ps(_mm256_set1_epi16(i16::from_le_bytes(*sub(blk, 208))));
-        let scales = q6_k_scales_512(blk);
-        let mut iacc = [[_mm512_setzero_si512(); 2]; R];
-        // With several rows their chains hide vpdpwssd's latency; one row takes two.
-        let slots = if R >= 4 { 1 } else { 2 };
-        for h in 0..2 {
-            let v = q6_k_quants(blk, h);
-            for (g, &v) in v.iter().enumerate() {
-                let w = q6_k_weights_512(v, scales, 8 * h + 2 * g);
-                for r in 0..R {
-                    let a = &q[r][b];
-                    iacc[r][g % slots] = dpwssd(iacc[r][g % slots], w, sub(a, 128 * h + 32 * g));
-                }
-            }
-        }
-        for r in 0..R {
-            let i = _mm512_cvtepi32_ps(_mm512_add_epi32(iacc[r][0], iacc[r][1]));
-            facc[r] = _mm512_fmadd_ps(i, _mm512_mul_ps(d, _mm512_set1_ps(acts[r].d[b])), facc[r]);
-        }
-    }
-    let mut out = [0f32; R];
-    for r in 0..R {
-        out[r] = _mm512_reduce_add_ps(facc[r]);
-    }
-    out
 }
 
 #[inline]

@@ -5,7 +5,7 @@
 use super::reference;
 use super::tensor::{Data, In, Out};
 use super::KernelError;
-use crate::graph::Op;
+use crate::graph::{Op, RopeKind};
 use crate::quant::{self, DType};
 use std::sync::{Mutex, PoisonError};
 
@@ -14,9 +14,10 @@ pub fn execute(op: &Op, ins: &[In], out: &mut Out, threads: usize) -> Option<Res
         Op::MatMul => matmul(ins.first()?, ins.get(1)?, out, threads),
         Op::Attention { scale } => attention(ins.first()?, ins.get(1)?, ins.get(2)?, ins.get(3), *scale, out, threads),
         Op::RmsNorm { eps } => rms_norm(ins.first()?, ins.get(1)?, *eps, out),
+        Op::Rope { kind, theta, n_dims } => rope(ins.first()?, ins.get(1)?, kind, *theta, *n_dims, out),
         Op::Add => binary(ins.first()?, ins.get(1)?, out, |a, b| a + b),
         Op::Mul => binary(ins.first()?, ins.get(1)?, out, |a, b| a * b),
-        Op::SwiGlu => binary(ins.first()?, ins.get(1)?, out, |g, u| reference::silu(g) * u),
+        Op::SwiGlu => binary(ins.first()?, ins.get(1)?, out, |g, u| silu(g) * u),
         _ => None,
     }
 }
@@ -167,11 +168,54 @@ fn rms_norm(x: &In, weight: &In, eps: f32, out: &mut Out) -> Option<Result<(), K
     for r in 0..n_rows {
         let (i1, i2, i3) = super::tensor::row_coords(r, &x.ne);
         let xs = x.row_f32(i1, i2, i3, &mut xbuf);
-        let ss: f32 = xs.iter().map(|v| v * v).sum();
+        // In `dot`'s eight partial sums: one running sum is a chain of dependent adds.
+        let ss = dot(xs, xs);
         let scale = 1.0 / (ss / n as f32 + eps).sqrt();
         for ((o, &v), &g) in data[r * n..(r + 1) * n].iter_mut().zip(xs).zip(&w) {
             *o = v * scale * g;
         }
+    }
+    Some(Ok(()))
+}
+
+/// The reference's rotary embedding, the same f64 operations in the same order (so the same
+/// values), on contiguous rows: the angles once per token, every head's row as a slice
+/// rather than element by element through four-index addressing.
+fn rope(
+    x: &In,
+    pos: &In,
+    kind: &RopeKind,
+    theta: f32,
+    n_dims: usize,
+    out: &mut Out,
+) -> Option<Result<(), KernelError>> {
+    let d = out.ne[0];
+    if !out_is_matrix(out) || x.ne != out.ne || n_dims > d || !n_dims.is_multiple_of(2) {
+        return None;
+    }
+    let half = n_dims / 2;
+    let freqs: Vec<(usize, f64)> = (0..half).map(|j| reference::rope_frequency(kind, theta, n_dims, j)).collect();
+    let mut trig = vec![(0f64, 0f64); half];
+    let n_rows = out.n_rows();
+    let data = &mut out.data[out.offset / 4..][..n_rows * d];
+    for (r, o) in data.chunks_exact_mut(d).enumerate() {
+        let (h, t, i3) = super::tensor::row_coords(r, &out.ne);
+        // Rows run through the heads of a token first: every head turns by its angles.
+        if h == 0 {
+            for (tj, &(comp, inv_freq)) in trig.iter_mut().zip(&freqs) {
+                *tj = (f64::from(pos.i32_at([t, comp, 0, 0])) * inv_freq).sin_cos();
+            }
+        }
+        let x = x.f32_row(h, t, i3)?;
+        let (o_lo, o_hi) = o.split_at_mut(half);
+        let (x_lo, x_hi) = x.split_at(half);
+        for ((((o_a, o_b), &a), &b), &(sin, cos)) in o_lo.iter_mut().zip(o_hi.iter_mut()).zip(x_lo).zip(x_hi).zip(&trig)
+        {
+            let (a, b) = (f64::from(a), f64::from(b));
+            *o_a = (a * cos - b * sin) as f32;
+            *o_b = (b * cos + a * sin) as f32;
+        }
+        o[n_dims..].copy_from_slice(&x[n_dims..]);
     }
     Some(Ok(()))
 }
@@ -307,8 +351,13 @@ fn attend_body(heads: Heads, queries: &[(usize, usize)], kv_len: &[usize], scale
                 oi.iter_mut().for_each(|o| *o *= correction);
                 max[i] = m;
             }
-            for (&s, vrow) in scores[..n].iter().zip(values.chunks_exact(d)) {
-                let p = (s - m).exp();
+            // The block's weights first, in a loop the compiler vectorizes, then their sum and
+            // the values in order.
+            let weights = &mut scores[..n];
+            for s in weights.iter_mut() {
+                *s = exp_nonpositive(*s - m);
+            }
+            for (&p, vrow) in weights.iter().zip(values.chunks_exact(d)) {
                 total[i] += p;
                 for (o, &vv) in oi.iter_mut().zip(vrow) {
                     *o += p * vv;
@@ -322,9 +371,70 @@ fn attend_body(heads: Heads, queries: &[(usize, usize)], kv_len: &[usize], scale
     }
 }
 
+/// `e^x` for the softmax's `x ≤ 0`, within 2 ulp of `f32::exp` (0 below -87.34, where e^x
+/// leaves the normal range), in operations the compiler vectorizes (libm's `expf` is a
+/// call per value): `e^x = 2^n · e^r` with `n = round(x / ln 2)`, `|r| ≤ ln 2 / 2`, `r`
+/// taken off in two parts (the first exact in f32), `e^r` by Cephes' degree-7 polynomial.
+#[inline(always)]
+fn exp_nonpositive(x: f32) -> f32 {
+    const LN2_HI: f32 = 0.693_359_4;
+    const LN2_LO: f32 = -2.121_944_4e-4;
+    let n = (x * std::f32::consts::LOG2_E).round();
+    let r = x - n * LN2_HI - n * LN2_LO;
+    let mut p = 1.987_569_1e-4f32;
+    for c in [1.398_199_9e-3, 8.333_452e-3, 4.166_579_6e-2, 0.166_666_65, 0.5] {
+        p = p * r + c;
+    }
+    let e_r = p * r * r + r + 1.0;
+    // 2^n from its exponent bits; n ≥ -126 above the cut-off.
+    let two_n = f32::from_bits(((n.max(-126.0) as i32 + 127) as u32) << 23);
+    if x < -87.336_54 {
+        0.0
+    } else {
+        e_r * two_n
+    }
+}
+
+/// `x · sigmoid(x)` as [`reference::silu`] computes it, to a few ulp, through
+/// [`exp_nonpositive`] of `-|x|` (so that the compiler can vectorize it): for x ≥ 0,
+/// `x / (1 + e^-x)`; below, `x · e^x / (1 + e^x)`.
+#[inline(always)]
+fn silu(x: f32) -> f32 {
+    let e = exp_nonpositive(-x.abs());
+    if x >= 0.0 {
+        x / (1.0 + e)
+    } else {
+        x * e / (1.0 + e)
+    }
+}
+
 #[cfg(test)]
 mod tests {
     use super::*;
+
+    #[test]
+    fn silu_matches_the_reference() {
+        let mut x = -100f32;
+        while x < 100.0 {
+            let (got, want) = (silu(x), reference::silu(x));
+            // A few ulp, or nothing to speak of where e^x leaves the normal range.
+            assert!((got - want).abs() <= 8.0 * f32::EPSILON * want.abs() + 1e-30, "silu({x}): {got} vs {want}");
+            x += 0.0173;
+        }
+    }
+
+    #[test]
+    fn exp_nonpositive_is_within_two_ulp_of_exp() {
+        let mut x = 0f32;
+        while x > -90.0 {
+            let (got, want) = (exp_nonpositive(x), x.exp());
+            let ulp = (want.to_bits() as i64 - got.to_bits() as i64).abs();
+            assert!(want < f32::MIN_POSITIVE || ulp <= 2, "e^{x}: {got} vs {want} ({ulp} ulp)");
+            x -= 0.0137;
+        }
+        assert_eq!(exp_nonpositive(0.0), 1.0);
+        assert_eq!(exp_nonpositive(-100.0), 0.0);
+    }
 
     #[test]
     fn rows_below_the_planned_maximum_are_still_a_matrix() {
