@@ -9,7 +9,10 @@
 // does ROWS rows with one load of x per unit (more rows: fewer loads of x per row of w, and
 // fewer workgroups). Partial sums are reduced with subgroupAdd, then across the row's
 // subgroups through shared memory. A workgroup of 128 threads computes
-// 128 / T row groups of ROWS rows; grid-stride loops over row groups (x) and columns (y).
+// 128 / T row groups of ROWS rows for COLS columns (specialization constant 0: a few
+// sequences decoded together, each weight unit loaded once for all of them); grid-stride
+// loops over row groups (x) and groups of COLS columns (y). Columns past the last are
+// computed as the last one and not stored.
 // Needs subgroups of at most T lanes whose size divides T, and x (and the producer's second
 // input) at 16-byte aligned offsets (the launch checks both).
 //
@@ -33,14 +36,20 @@
 #endif
 
 layout(local_size_x = 128) in;
+layout(constant_id = 0) const uint COLS = 1u;
 
 layout(set = 0, binding = 1) readonly buffer W4 { uvec4 w_vec4[]; };
 layout(set = 0, binding = 2) readonly buffer X4 { vec4 x_vec4[]; };
 // The folded producer's second input: the norm weight, or up.
 layout(set = 0, binding = 4) readonly buffer P4 { vec4 pv_vec4[]; };
 
-// Per subgroup: a partial sum per row, then the sum of squares of x (PRO_RMS_NORM).
-shared float partial[WG / 4u][ROWS + 1u];
+// Per subgroup and column: a partial sum per row, then the sum of squares of x (PRO_RMS_NORM).
+const uint SLOT = ROWS + 1u;
+shared float partial[WG / 4u][COLS * SLOT];
+
+// This thread's sums: row r of column c at c * ROWS + r; the squares of column c's x.
+float acc[ROWS * COLS];
+float ss[COLS];
 
 vec4 nibbles_lo(uint q) {
     return vec4(uvec4(q, q >> 8u, q >> 16u, q >> 24u) & 0xFu);
@@ -87,7 +96,7 @@ void unit_fetch(uint row0, uint rows, uint u, out uvec4 raw[ROWS][RAW]) {
     }
 }
 
-void unit_rows(uvec4 raw[ROWS][RAW], uint row0, uint rows, uint u, vec4 xv[8], inout float acc[ROWS]) {
+void unit_rows(uvec4 raw[ROWS][RAW], uint row0, uint rows, uint u, vec4 xv[8], uint col) {
     uint c = (u % 8u) / 2u;
     float sum_l = dot(xv[0] + xv[1] + xv[2] + xv[3], vec4(1.0));
     float sum_h = dot(xv[4] + xv[5] + xv[6] + xv[7], vec4(1.0));
@@ -100,7 +109,7 @@ void unit_rows(uvec4 raw[ROWS][RAW], uint row0, uint rows, uint u, vec4 xv[8], i
             dl += dot(nibbles_lo(raw[r][1][i]), xv[i]);
             dh += dot(nibbles_hi(raw[r][1][i]), xv[4u + i]);
         }
-        acc[r] += s0.x * dl + s1.x * dh - (s0.y * sum_l + s1.y * sum_h);
+        acc[col * ROWS + r] += s0.x * dl + s1.x * dh - (s0.y * sum_l + s1.y * sum_h);
     }
 }
 #elif defined(W_Q6_K)
@@ -125,7 +134,7 @@ void unit_fetch(uint row0, uint rows, uint u, out uvec4 raw[ROWS][RAW]) {
     }
 }
 
-void unit_rows(uvec4 raw[ROWS][RAW], uint row0, uint rows, uint u, vec4 xv[8], inout float acc[ROWS]) {
+void unit_rows(uvec4 raw[ROWS][RAW], uint row0, uint rows, uint u, vec4 xv[8], uint col) {
     uint l0 = (u % 4u) * 8u;
     [[unroll]] for (uint r = 0u; r < ROWS; r++) {
         uvec2 qa = raw[r][0].xy;
@@ -142,7 +151,7 @@ void unit_rows(uvec4 raw[ROWS][RAW], uint row0, uint rows, uint u, vec4 xv[8], i
             uint q1 = (lo1[t] & 0x0F0F0F0Fu) | (((qh.y >> (2u * t)) & 0x03030303u) << 4u);
             sum += scales[t] * (dot(u8x4(q0) - 32.0, xv[2u * t]) + dot(u8x4(q1) - 32.0, xv[2u * t + 1u]));
         }
-        acc[r] += unpackHalf2x16(raw[r][2].x).x * sum;
+        acc[col * ROWS + r] += unpackHalf2x16(raw[r][2].x).x * sum;
     }
 }
 #elif defined(W_Q8_0)
@@ -162,13 +171,13 @@ void unit_fetch(uint row0, uint rows, uint u, out uvec4 raw[ROWS][RAW]) {
     }
 }
 
-void unit_rows(uvec4 raw[ROWS][RAW], uint row0, uint rows, uint u, vec4 xv[8], inout float acc[ROWS]) {
+void unit_rows(uvec4 raw[ROWS][RAW], uint row0, uint rows, uint u, vec4 xv[8], uint col) {
     [[unroll]] for (uint r = 0u; r < ROWS; r++) {
         float sum = 0.0;
         [[unroll]] for (uint i = 0u; i < 8u; i++) {
             sum += dot(i8x4(raw[r][i / 4u][i % 4u]), xv[i]);
         }
-        acc[r] += unpackHalf2x16(raw[r][2].x).x * sum;
+        acc[col * ROWS + r] += unpackHalf2x16(raw[r][2].x).x * sum;
     }
 }
 #else
@@ -186,48 +195,50 @@ void unit_fetch(uint row0, uint rows, uint u, out uvec4 raw[ROWS][RAW]) {
     }
 }
 
-void unit_rows(uvec4 raw[ROWS][RAW], uint row0, uint rows, uint u, vec4 xv[8], inout float acc[ROWS]) {
+void unit_rows(uvec4 raw[ROWS][RAW], uint row0, uint rows, uint u, vec4 xv[8], uint col) {
     [[unroll]] for (uint r = 0u; r < ROWS; r++) {
         uint row = p.w_off + min(row0 + r, rows - 1u) * p.w_nb1;
         float sum = 0.0;
         [[unroll]] for (uint i = 0u; i < 8u; i++) {
             sum += dot(load_w4(row, 32u * u + 4u * i), xv[i]);
         }
-        acc[r] += sum;
+        acc[col * ROWS + r] += sum;
     }
 }
 #endif
 
-// Unit u of the column at float offset xo against rows row0..: x and the producer's second
-// input loaded, then the weights, and only then anything computed from them (the producer
-// applied to x, the dot products), so that all of a unit's loads are in flight at once; ss
-// gathers the squares of the x loaded (PRO_RMS_NORM).
-void unit_dot(uint row0, uint rows, uint u, uint xo, inout float acc[ROWS], inout float ss) {
-    vec4 xv[8];
-    vec4 pw[8];
-    [[unroll]] for (uint i = 0u; i < 8u; i++) {
-        xv[i] = x_vec4[(xo + unit_k(u, i)) >> 2u];
-    }
-    // The norm weight, or up laid out as the gate.
-    uint pw_at = p.pro_mode == PRO_RMS_NORM ? p.pro_off : p.pro_off + xo - p.x_nb.x;
-    if (p.pro_mode != PRO_NONE) {
-        [[unroll]] for (uint i = 0u; i < 8u; i++) {
-            pw[i] = pv_vec4[(pw_at + unit_k(u, i)) >> 2u];
-        }
-    }
+// Unit u against rows row0.. for the COLS columns at float offsets xo: the weights loaded
+// once, then per column x and the producer's second input, and only then anything computed
+// from them (the producer applied to x, the dot products), so that a unit's loads are in
+// flight together; ss gathers the squares of the x loaded (PRO_RMS_NORM).
+void unit_dot(uint row0, uint rows, uint u, uint xo[COLS]) {
     uvec4 raw[ROWS][RAW];
     unit_fetch(row0, rows, u, raw);
-    if (p.pro_mode == PRO_RMS_NORM) {
+    [[unroll]] for (uint c = 0u; c < COLS; c++) {
+        vec4 xv[8];
+        vec4 pw[8];
         [[unroll]] for (uint i = 0u; i < 8u; i++) {
-            ss += dot(xv[i], xv[i]);
-            xv[i] *= pw[i];
+            xv[i] = x_vec4[(xo[c] + unit_k(u, i)) >> 2u];
         }
-    } else if (p.pro_mode == PRO_SWIGLU) {
-        [[unroll]] for (uint i = 0u; i < 8u; i++) {
-            xv[i] = xv[i] / (1.0 + exp(-xv[i])) * pw[i];
+        // The norm weight, or up laid out as the gate.
+        uint pw_at = p.pro_mode == PRO_RMS_NORM ? p.pro_off : p.pro_off + xo[c] - p.x_nb.x;
+        if (p.pro_mode != PRO_NONE) {
+            [[unroll]] for (uint i = 0u; i < 8u; i++) {
+                pw[i] = pv_vec4[(pw_at + unit_k(u, i)) >> 2u];
+            }
         }
+        if (p.pro_mode == PRO_RMS_NORM) {
+            [[unroll]] for (uint i = 0u; i < 8u; i++) {
+                ss[c] += dot(xv[i], xv[i]);
+                xv[i] *= pw[i];
+            }
+        } else if (p.pro_mode == PRO_SWIGLU) {
+            [[unroll]] for (uint i = 0u; i < 8u; i++) {
+                xv[i] = xv[i] / (1.0 + exp(-xv[i])) * pw[i];
+            }
+        }
+        unit_rows(raw, row0, rows, u, xv, c);
     }
-    unit_rows(raw, row0, rows, u, xv, acc);
 }
 
 void main() {
@@ -243,40 +254,51 @@ void main() {
     // The subgroups of a row group: [first, first + count).
     uint sg_count = tpr / gl_SubgroupSize;
     uint sg_first = rg * sg_count;
-    for (uint c = gl_WorkGroupID.y; c < cols; c += gl_NumWorkGroups.y) {
-        uvec2 off = column_offsets(c, ne);
+    for (uint c0 = gl_WorkGroupID.y * COLS; c0 < cols; c0 += gl_NumWorkGroups.y * COLS) {
+        uint xo[COLS];
+        [[unroll]] for (uint c = 0u; c < COLS; c++) {
+            xo[c] = column_offsets(min(c0 + c, cols - 1u), ne).x;
+        }
         for (uint g = gl_WorkGroupID.x; g < n_groups; g += gl_NumWorkGroups.x) {
             uint row0 = g * rows_per_wg + rg * ROWS;
-            float acc[ROWS];
-            [[unroll]] for (uint r = 0u; r < ROWS; r++) {
-                acc[r] = 0.0;
+            [[unroll]] for (uint i = 0u; i < ROWS * COLS; i++) {
+                acc[i] = 0.0;
             }
-            float ss = 0.0;
+            [[unroll]] for (uint c = 0u; c < COLS; c++) {
+                ss[c] = 0.0;
+            }
             for (uint u = t; u < units; u += tpr) {
-                unit_dot(row0, ne.x, u, off.x, acc, ss);
+                unit_dot(row0, ne.x, u, xo);
             }
-            [[unroll]] for (uint r = 0u; r < ROWS; r++) {
-                float s = subgroupAdd(acc[r]);
-                if (gl_SubgroupInvocationID == 0u) {
-                    partial[gl_SubgroupID][r] = s;
+            [[unroll]] for (uint c = 0u; c < COLS; c++) {
+                [[unroll]] for (uint r = 0u; r < ROWS; r++) {
+                    float s = subgroupAdd(acc[c * ROWS + r]);
+                    if (gl_SubgroupInvocationID == 0u) {
+                        partial[gl_SubgroupID][c * SLOT + r] = s;
+                    }
+                }
+                if (p.pro_mode == PRO_RMS_NORM) {
+                    float squares = subgroupAdd(ss[c]);
+                    if (gl_SubgroupInvocationID == 0u) {
+                        partial[gl_SubgroupID][c * SLOT + ROWS] = squares;
+                    }
                 }
             }
-            ss = subgroupAdd(ss);
-            if (gl_SubgroupInvocationID == 0u) {
-                partial[gl_SubgroupID][ROWS] = ss;
-            }
             barrier();
-            if (t < ROWS && row0 + t < ne.x) {
+            // Thread t of the row group stores row t % ROWS of column t / ROWS.
+            uint c = t / ROWS;
+            uint r = t % ROWS;
+            if (c < COLS && c0 + c < cols && row0 + r < ne.x) {
                 float s = 0.0;
                 float squares = 0.0;
                 for (uint i = 0u; i < sg_count; i++) {
-                    s += partial[sg_first + i][t];
-                    squares += partial[sg_first + i][ROWS];
+                    s += partial[sg_first + i][c * SLOT + r];
+                    squares += partial[sg_first + i][c * SLOT + ROWS];
                 }
                 if (p.pro_mode == PRO_RMS_NORM) {
                     s *= inversesqrt(squares / float(p.K) + p.pro_eps);
                 }
-                uint at = off.y + row0 + t;
+                uint at = column_offsets(c0 + c, ne).y + row0 + r;
                 d[at] = with_residual(s, at);
             }
             barrier();

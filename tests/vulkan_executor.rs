@@ -74,43 +74,50 @@ fn weights_of(rng: &mut Rng, width: usize, ff: usize) -> Arc<GgufFile> {
     Arc::new(GgufFile::from_bytes("block.gguf", w.to_bytes()).unwrap())
 }
 
-/// A decode step of the block on the device's own kernels: the norm and the SwiGLU are folded
-/// into the products that read them (the wide mat-vec kernel computes them as it loads x), the
-/// residual ADD into the down product, and the result matches the CPU executor.
+/// A decode step of the block on the device's own kernels, for one sequence and for a few
+/// decoded together (5: the wide kernel's 8-column variant, run for 1, 3 and 5): the norm and
+/// the SwiGLU are folded into the products that read them (the wide mat-vec kernel computes
+/// them as it loads x), the residual ADD into the down product, and the result matches the
+/// CPU executor.
 #[test]
 fn a_decode_block_folds_its_norm_and_swiglu_into_the_products() {
     let Some(dev) = vulkan_common::device() else { return };
     let registry = VulkanRegistry::for_device(dev.info());
     let (width, ff) = (512, 1024);
-    let (graph, out) = block_of(width, ff, 1);
-    let plan = Plan::new(graph.clone(), &registry).unwrap();
-    let census = plan.census();
-    let kernels: Vec<&String> = census.by_kernel.keys().map(|(_, k)| k).collect();
-    eprintln!("{kernels:?}");
-    if !kernels.iter().any(|k| k.starts_with("mul_mat_vec_wide")) {
-        eprintln!("no wide mat-vec kernel on {}: nothing folds", dev.info().name);
-        assert_eq!(census.fused, 0);
-        return;
-    }
-    // norm into gate and up, swiglu and the residual add into down: 8 compute nodes, 5
-    // dispatches (gate, up, down, the scale, the last product).
-    assert!(kernels.iter().any(|k| k.ends_with("(RMS_NORM+MUL_MAT)")), "{kernels:?}");
-    assert!(kernels.iter().any(|k| k.ends_with("(SWIGLU+MUL_MAT+ADD)")), "{kernels:?}");
-    assert_eq!((census.dispatches, census.fused), (5, 3), "{kernels:?}");
-    let mut rng = Rng::new(23);
-    let file = weights_of(&mut rng, width, ff);
-    let mut gpu = VulkanExecutor::new(&dev, vec![plan], std::slice::from_ref(&file)).unwrap();
-    assert_eq!(gpu.recording_stats()[0].dispatches, 5);
-    let mut cpu = CpuExecutor::new(vec![Plan::new(graph, &CpuRegistry).unwrap()], &[file], Kernels::Reference).unwrap();
-    for _ in 0..3 {
-        let x: Vec<f32> = rng.vec(width);
-        gpu.write_f32(PlanId(0), "x", 0, &x).unwrap();
-        cpu.f32_buffer(PlanId(0), "x").unwrap().copy_from_slice(&x);
-        gpu.run(PlanId(0), &[1]).unwrap();
-        cpu.run(PlanId(0), &[1]).unwrap();
-        let e = nmse(&gpu.output(PlanId(0), out, &[1]).unwrap(), cpu.output(PlanId(0), out, &[1]).unwrap());
-        eprintln!("folded decode block: nmse {e:.3e}");
-        assert!(e < 1e-9, "nmse {e}");
+    for sequences in [1, 5] {
+        let (graph, out) = block_of(width, ff, sequences);
+        let plan = Plan::new(graph.clone(), &registry).unwrap();
+        let census = plan.census();
+        let kernels: Vec<&String> = census.by_kernel.keys().map(|(_, k)| k).collect();
+        eprintln!("{kernels:?}");
+        if !kernels.iter().any(|k| k.starts_with("mul_mat_vec_wide")) {
+            eprintln!("no wide mat-vec kernel on {}: nothing folds", dev.info().name);
+            assert_eq!(census.fused, 0);
+            return;
+        }
+        // norm into gate and up, swiglu and the residual add into down: 8 compute nodes, 5
+        // dispatches (gate, up, down, the scale, the last product).
+        assert!(kernels.iter().any(|k| k.ends_with("(RMS_NORM+MUL_MAT)")), "{kernels:?}");
+        assert!(kernels.iter().any(|k| k.ends_with("(SWIGLU+MUL_MAT+ADD)")), "{kernels:?}");
+        let batched = kernels.iter().filter(|k| k.contains("_x8")).count();
+        assert_eq!(batched, if sequences == 1 { 0 } else { kernels.len() - 1 }, "{kernels:?}");
+        assert_eq!((census.dispatches, census.fused), (5, 3), "{kernels:?}");
+        let mut rng = Rng::new(23);
+        let file = weights_of(&mut rng, width, ff);
+        let mut gpu = VulkanExecutor::new(&dev, vec![plan], std::slice::from_ref(&file)).unwrap();
+        assert_eq!(gpu.recording_stats()[0].dispatches, 5);
+        let mut cpu =
+            CpuExecutor::new(vec![Plan::new(graph, &CpuRegistry).unwrap()], &[file], Kernels::Reference).unwrap();
+        for n in [1, 3, 5].into_iter().filter(|&n| n <= sequences) {
+            let x: Vec<f32> = rng.vec(width * n);
+            gpu.write_f32(PlanId(0), "x", 0, &x).unwrap();
+            cpu.f32_buffer(PlanId(0), "x").unwrap()[..x.len()].copy_from_slice(&x);
+            gpu.run(PlanId(0), &[n]).unwrap();
+            cpu.run(PlanId(0), &[n]).unwrap();
+            let e = nmse(&gpu.output(PlanId(0), out, &[n]).unwrap(), cpu.output(PlanId(0), out, &[n]).unwrap());
+            eprintln!("folded decode block, {n} of {sequences} columns: nmse {e:.3e}");
+            assert!(e < 1e-9, "nmse {e}");
+        }
     }
 }
 

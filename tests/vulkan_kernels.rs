@@ -158,13 +158,17 @@ fn mat_kinds(ks: &KernelSet) -> Vec<MatKind> {
         info.subgroup_matvec()
             .filter(|&s| s <= WIDE_MAX_SUBGROUP)
             .into_iter()
-            .flat_map(|subgroup| [2, 4, 8].map(|rows| MatKind::VecWide { subgroup, rows })),
+            .flat_map(|subgroup| WIDE_VARIANTS.map(|(rows, cols)| MatKind::VecWide { subgroup, rows, cols })),
     );
     if let Some(cm) = coop_variant(ks) {
         kinds.extend([MatKind::Coop(cm), MatKind::CoopExact(cm)]);
     }
     kinds
 }
+
+/// The wide mat-vec kernel's (rows per thread, columns per workgroup) the tests run: every
+/// row and every column count, not every pair (each is a pipeline of its own).
+const WIDE_VARIANTS: [(u32, u32); 6] = [(2, 1), (4, 1), (8, 1), (2, 2), (4, 4), (2, 8)];
 
 /// The NMSE a matrix kernel must stay under.
 fn mat_tolerance(kind: MatKind) -> f64 {
@@ -287,7 +291,7 @@ fn subgroup_kernel_is_chosen_where_the_device_has_subgroup_arithmetic() {
     // The wide kernel where subgroups are at most 64 lanes (and HRX_VK_MATVEC is not sg), the
     // subgroup one next, the portable one last.
     let want = |rows| {
-        let wide = variants.wide_matvec.then_some(MatKind::VecWide { subgroup, rows });
+        let wide = variants.wide_matvec.then_some(MatKind::VecWide { subgroup, rows, cols: 1 });
         wide.into_iter().chain([MatKind::VecSg { subgroup }, MatKind::Vec]).collect::<Vec<_>>()
     };
     // Rows per thread from the rows there are: 8 for many, 2 for a few.
@@ -297,7 +301,15 @@ fn subgroup_kernel_is_chosen_where_the_device_has_subgroup_arithmetic() {
     assert_eq!(variants.mat_kinds(WType::Q4K, 512, 5, 1), want(2));
     // Q6_K keeps 2 rows per thread.
     let q6 = variants.mat_kinds(WType::Q6K, 512, 6144, 1);
-    assert!(!variants.wide_matvec || q6[0] == MatKind::VecWide { subgroup, rows: 2 }, "{q6:?}");
+    assert!(!variants.wide_matvec || q6[0] == MatKind::VecWide { subgroup, rows: 2, cols: 1 }, "{q6:?}");
+    // A few sequences decoded together: every column in one workgroup, fewer rows per thread
+    // for more columns (at most 16 sums a thread).
+    if variants.wide_matvec {
+        let first = |cols| variants.mat_kinds(WType::Q4K, 512, 6144, cols)[0];
+        assert_eq!(first(2), MatKind::VecWide { subgroup, rows: 8, cols: 2 });
+        assert_eq!(first(3), MatKind::VecWide { subgroup, rows: 4, cols: 4 });
+        assert_eq!(first(8), MatKind::VecWide { subgroup, rows: 2, cols: 8 });
+    }
     // Rows not whole units of 32 values never take the wide kernel.
     assert!(!variants.mat_kinds(WType::Q4K, 520, 6144, 1).iter().any(|k| matches!(k, MatKind::VecWide { .. })));
     // Only the vector kernels have subgroup variants (the tiled one may have cooperative ones).
@@ -475,24 +487,28 @@ fn wide_matvec_at_decode_shapes() {
     };
     let mut rng = Rng::new(21);
     for (dtype, w_off) in [(DType::Q4K, 32), (DType::Q6K, 6), (DType::Q8_0, 2), (DType::F16, 2), (DType::Q5K, 4)] {
-        // Ragged rows for each rows-per-thread variant.
-        for (k, n, rows) in [(2048, 19, 2), (4096, 6, 4), (6144, 21, 8), (2048, 35, 8)] {
-            let kind = MatKind::VecWide { subgroup, rows };
+        // Ragged rows for each rows-per-thread variant, and ragged column groups (one
+        // workgroup column, so it loops over them) for each columns-per-workgroup one.
+        for (k, n, rows, cols) in
+            [(2048, 19, 2, 1), (4096, 6, 4, 1), (6144, 21, 8, 1), (2048, 35, 8, 2), (2048, 21, 4, 4), (4096, 9, 2, 8)]
+        {
+            let kind = MatKind::VecWide { subgroup, rows, cols };
+            let columns = if cols == 1 { 2 } else { 2 * cols as usize - 1 };
             let mut w_bytes = vec![0u8; w_off];
             w_bytes.extend(quantized(&mut rng, dtype, k, n));
             let w_ne = [k, n, 1, 1];
             let w_op = Operand { dtype, ne: w_ne, nb: contiguous_strides(dtype, w_ne), offset: w_off, dynamic: None };
             let w_in = In { data: Data::Bytes(&w_bytes), dtype, offset: w_off, ne: w_ne, nb: w_op.nb };
-            let x = Strided::new(&mut rng, [k, 2, 1, 1], 4, 8);
-            let out = Strided::new(&mut rng, [n, 2, 1, 1], 1, 0);
+            let x = Strided::new(&mut rng, [k, columns, 1, 1], 4, 8);
+            let out = Strided::new(&mut rng, [n, columns, 1, 1], 1, 0);
             let x_bytes = f32_bytes(&x.data);
             let launch = vulkan_common::launch_mat(kind, &w_op, &x.operand(), &out.operand(), None, None).unwrap();
             let e = compare(ks, &Op::MatMul, &launch, [(&w_bytes, w_in), (&x_bytes, x.input())], &out, Some([2, 1, 1]));
-            eprintln!("{:<24} K={k} N={n}: nmse {e:.3e}", launch.kernel.name());
-            assert!(e < MAT_NMSE, "{} K={k} N={n}: nmse {e}", launch.kernel.name());
+            eprintln!("{:<24} K={k} N={n} columns={columns}: nmse {e:.3e}", launch.kernel.name());
+            assert!(e < MAT_NMSE, "{} K={k} N={n} columns={columns}: nmse {e}", launch.kernel.name());
         }
     }
-    let kind = MatKind::VecWide { subgroup, rows: 2 };
+    let kind = MatKind::VecWide { subgroup, rows: 2, cols: 1 };
     let misaligned = Operand { offset: 8, ..Operand::contiguous(DType::Q4K, [2048, 4, 1, 1], 0) };
     let x_op = Operand::contiguous(DType::F32, [2048, 1, 1, 1], 0);
     let d_op = Operand::contiguous(DType::F32, [4, 1, 1, 1], 0);
@@ -501,7 +517,10 @@ fn wide_matvec_at_decode_shapes() {
     let x_unaligned = Operand { offset: 12, ..x_op };
     assert!(vulkan_common::launch_mat(kind, &w_op, &x_unaligned, &d_op, None, None).is_err());
     assert!(vulkan_common::launch_mat(kind, &w_op, &x_op, &d_op, None, None).is_ok());
-    assert!(vulkan_common::launch_mat(MatKind::VecWide { subgroup, rows: 3 }, &w_op, &x_op, &d_op, None, None).is_err());
+    for (rows, cols) in [(3, 1), (2, 3), (2, 16)] {
+        let odd = MatKind::VecWide { subgroup, rows, cols };
+        assert!(vulkan_common::launch_mat(odd, &w_op, &x_op, &d_op, None, None).is_err(), "{odd:?}");
+    }
 }
 
 #[test]

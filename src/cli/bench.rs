@@ -26,7 +26,7 @@ fn help() -> String {
         KERNELS.help(
             "instead: time each matrix kernel the device has on every weight shape of the model's \
              products (and the projector's, with --mmproj), one column (decode) and -p columns \
-             (prefill), in GB/s of weight bytes and TFLOP/s beside the device's copy bandwidth",
+             (prefill; up to 32, the vector kernels too: sequences decoded together), in GB/s of weight bytes and TFLOP/s beside the device's copy bandwidth",
         ),
         ONLY.help("with --kernels: only the kernels whose name contains TEXT (e.g. mul_mat_cm)"),
         JSON_SCHEMA.help(

@@ -4,7 +4,7 @@
 
 use super::CliError;
 use crate::backend::vulkan::bench::{copy_bandwidth, time_matmul, MatCase, MatTiming};
-use crate::backend::vulkan::kernels::{KernelId, KernelSet, MatKind, WType, WIDE_MAX_SUBGROUP};
+use crate::backend::vulkan::kernels::{wide_cols, KernelId, KernelSet, MatKind, WType, WIDE_MAX_SUBGROUP, WIDE_ROWS};
 use crate::backend::{Backend, DeviceChoice};
 use crate::gguf::GgufFile;
 use crate::graph::Op;
@@ -18,6 +18,9 @@ use std::io::Write;
 
 /// Bytes copied to measure the copy bandwidth: far more than any last-level cache.
 const COPY_BYTES: u64 = 1 << 30;
+
+/// Most columns (-p) the vector kernels are timed at too: sequences decoded together.
+const BATCH_MAX_COLS: usize = 32;
 
 /// The distinct (weight type, K, N) of every product the model's graphs plan (the text
 /// decoder, and the vision encoder with `mmproj`).
@@ -64,21 +67,31 @@ pub fn run(
         |e: crate::backend::vulkan::VkError| CliError::Failed(format!("bench --kernels on {}: {e}", info.name));
     let ks = KernelSet::new(&dev);
     let copy = copy_bandwidth(&dev, &ks, COPY_BYTES).map_err(failed)?;
-    // Every kernel the device has, for one column and for many.
-    let mut vec_kinds = vec![MatKind::Vec];
-    if let Some(subgroup) = info.subgroup_matvec() {
-        vec_kinds.push(MatKind::VecSg { subgroup });
-        if subgroup <= WIDE_MAX_SUBGROUP {
-            vec_kinds.extend([2, 4, 8].map(|rows| MatKind::VecWide { subgroup, rows }));
+    // Every kernel the device has: the vector ones for one column and for -p (the columns of a
+    // few sequences decoded together), the tiled ones for -p.
+    let vec_kinds = |m: usize| {
+        let mut kinds = vec![MatKind::Vec];
+        if let Some(subgroup) = info.subgroup_matvec() {
+            kinds.push(MatKind::VecSg { subgroup });
+            if subgroup <= WIDE_MAX_SUBGROUP {
+                let cols = wide_cols(m);
+                kinds.extend(WIDE_ROWS.map(|rows| MatKind::VecWide { subgroup, rows, cols }));
+            }
         }
-    }
+        kinds
+    };
     let mut mat_kinds = vec![MatKind::Tiled];
     if let Some(cm) = info.coopmat_matmul() {
         mat_kinds.extend([MatKind::Coop(cm), MatKind::CoopExact(cm)]);
     }
+    let mut runs = vec![(1, vec_kinds(1))];
+    if (2..=BATCH_MAX_COLS).contains(&columns) {
+        runs.push((columns, vec_kinds(columns)));
+    }
+    runs.push((columns, mat_kinds));
     let mut timings: Vec<MatTiming> = Vec::new();
     for &(dtype, k, n) in &shapes {
-        for (m, kinds) in [(1, &vec_kinds), (columns, &mat_kinds)] {
+        for &(m, ref kinds) in &runs {
             let named =
                 |k: MatKind| WType::from_dtype(dtype).is_some_and(|w| KernelId::MatMul(k, w).name().contains(only));
             for &kind in kinds.iter().filter(|&&k| named(k)) {

@@ -36,8 +36,10 @@ pub enum MatKind {
     VecSg { subgroup: u32 },
     /// As `Vec` for decode on wide GPUs: a row split over 64 or 128 threads (several
     /// subgroups of at most 64 lanes) taking 32 values each, `rows` (2, 4 or 8) rows per
-    /// thread (`mul_mat_vec_wide.comp`), so that the whole matrix is in flight at once.
-    VecWide { subgroup: u32, rows: u32 },
+    /// thread (`mul_mat_vec_wide.comp`), so that the whole matrix is in flight at once; each
+    /// unit of weights loaded once for `cols` (1, 2, 4 or 8) columns (sequences decoded
+    /// together).
+    VecWide { subgroup: u32, rows: u32, cols: u32 },
     /// 64 x 64 output tiles through shared memory, f32 throughout.
     Tiled,
     /// Tiles on cooperative matrices of the variant's shape: f16 operands (weights dequantized
@@ -55,17 +57,15 @@ pub enum MatKind {
 
 impl MatKind {
     /// Every kind, its variant unset (`KernelId::all` lists kernels from it).
-    pub const ALL: [MatKind; 9] = [
-        MatKind::Vec,
-        MatKind::VecSg { subgroup: 0 },
-        MatKind::VecWide { subgroup: 0, rows: 2 },
-        MatKind::VecWide { subgroup: 0, rows: 4 },
-        MatKind::VecWide { subgroup: 0, rows: 8 },
-        MatKind::Tiled,
-        MatKind::Coop(CoopMat::UNSET),
-        MatKind::CoopExact(CoopMat::UNSET),
-        MatKind::Rows,
-    ];
+    pub fn all() -> Vec<MatKind> {
+        let wide =
+            WIDE_ROWS.into_iter().flat_map(|rows| WIDE_COLS.map(|cols| MatKind::VecWide { subgroup: 0, rows, cols }));
+        [MatKind::Vec, MatKind::VecSg { subgroup: 0 }]
+            .into_iter()
+            .chain(wide)
+            .chain([MatKind::Tiled, MatKind::Coop(CoopMat::UNSET), MatKind::CoopExact(CoopMat::UNSET), MatKind::Rows])
+            .collect()
+    }
 
     /// Up to this many output columns the vector (or rows) kernel is used.
     pub const VEC_MAX_COLS: usize = 8;
@@ -95,7 +95,7 @@ impl MatKind {
         let coop = |subgroup, [m, n, k]: [u32; 3]| CoopMat { subgroup, shape: CoopShape { m, n, k } };
         Some(match (self, subgroup, shape) {
             (MatKind::VecSg { .. }, Some(subgroup), None) => MatKind::VecSg { subgroup },
-            (MatKind::VecWide { rows, .. }, Some(subgroup), None) => MatKind::VecWide { subgroup, rows },
+            (MatKind::VecWide { rows, cols, .. }, Some(subgroup), None) => MatKind::VecWide { subgroup, rows, cols },
             (MatKind::Coop(_), Some(s), Some(shape)) => MatKind::Coop(coop(s, shape)),
             (MatKind::CoopExact(_), Some(s), Some(shape)) => MatKind::CoopExact(coop(s, shape)),
             (MatKind::Vec | MatKind::Tiled | MatKind::Rows, None, None) => self,
@@ -225,7 +225,8 @@ impl Variants {
                 let mut kinds = Vec::new();
                 if let Some(subgroup) = self.subgroup_matvec {
                     if self.wide_matvec && k.is_multiple_of(32) {
-                        kinds.push(MatKind::VecWide { subgroup, rows: wide_rows(wt, k, n) });
+                        let cols = wide_cols(cols);
+                        kinds.push(MatKind::VecWide { subgroup, rows: wide_rows(wt, k, n, cols), cols });
                     }
                     kinds.push(MatKind::VecSg { subgroup });
                 }
@@ -252,19 +253,35 @@ impl Variants {
     }
 }
 
-/// Rows per thread of `mul_mat_vec_wide` for `n` rows of `k` values of type `wt`: the most (of
-/// 8, 4, 2) that still leave `WIDE_MIN_GROUPS` workgroups. Each load of x serves that many rows
+/// Rows per thread of `mul_mat_vec_wide` (the families of shaders/modules.txt).
+pub const WIDE_ROWS: [u32; 3] = [2, 4, 8];
+/// Columns per workgroup of `mul_mat_vec_wide` (its specialization constant 0).
+pub const WIDE_COLS: [u32; 4] = [1, 2, 4, 8];
+/// Sums a thread of `mul_mat_vec_wide` keeps at most (rows x columns): more rows per thread
+/// for more columns would spill registers.
+const WIDE_MAX_SUMS: u32 = 16;
+
+/// Columns per workgroup of `mul_mat_vec_wide` for a product planned for `cols` columns: all of
+/// them where a variant holds them (the fewest that do), so each weight is read once.
+pub fn wide_cols(cols: usize) -> u32 {
+    WIDE_COLS.into_iter().find(|&c| c as usize >= cols).unwrap_or(WIDE_COLS[WIDE_COLS.len() - 1])
+}
+
+/// Rows per thread of `mul_mat_vec_wide` for `n` rows of `k` values of type `wt`, `cols`
+/// columns per workgroup: the most (of 8, 4, 2) that still leave `WIDE_MIN_GROUPS` workgroups
+/// and at most `WIDE_MAX_SUMS` sums per thread. Each load of x serves that many rows
 /// of w, and at two rows per thread the loads of x (and of the folded norm's weight or up) were
 /// several times the bytes of w, the products' bound at decode. Q6_K stays at 2 but where 4
 /// leave far more workgroups than the GPU holds (a vocabulary head): its blocks are read in
 /// many small pieces, and more rows per thread made its other products slower (H200; the
 /// 151,936-row head 260 -> 222 us at 4, 233 at 8).
-pub fn wide_rows(wt: WType, k: usize, n: usize) -> u32 {
+pub fn wide_rows(wt: WType, k: usize, n: usize, cols: u32) -> u32 {
     let per_group = 128 / wide_threads_per_row(k);
+    let most = (WIDE_MAX_SUMS / cols).max(2);
     if wt == WType::Q6K {
-        return if n / (per_group * 4) >= 16 * WIDE_MIN_GROUPS { 4 } else { 2 };
+        return if n / (per_group * 4) >= 16 * WIDE_MIN_GROUPS { 4.min(most) } else { 2 };
     }
-    [8, 4].into_iter().find(|&r| n / (per_group * r as usize) >= WIDE_MIN_GROUPS).unwrap_or(2)
+    [8, 4].into_iter().find(|&r| r <= most && n / (per_group * r as usize) >= WIDE_MIN_GROUPS).unwrap_or(2)
 }
 
 /// Workgroups `wide_rows` leaves a product at least: enough to fill a large GPU (132 units
@@ -375,14 +392,15 @@ pub fn launch(
     }
     let grid = match kind {
         MatKind::Vec => Grid::Mat { rows: 4, cols: 1 },
-        MatKind::VecWide { subgroup, rows } => {
+        MatKind::VecWide { subgroup, rows, cols } => {
             if !subgroup.is_power_of_two()
                 || !(4..=WIDE_MAX_SUBGROUP).contains(&subgroup)
                 || !k.is_multiple_of(32)
-                || ![2, 4, 8].contains(&rows)
+                || !WIDE_ROWS.contains(&rows)
+                || !WIDE_COLS.contains(&cols)
             {
                 return Err(VkError::Invalid(format!(
-                    "mul_mat_vec_wide: subgroup size {subgroup}, K {k}, {rows} rows per thread"
+                    "mul_mat_vec_wide: subgroup size {subgroup}, K {k}, {rows} rows per thread, {cols} columns"
                 )));
             }
             if wt == WType::Q4K && (!w.offset.is_multiple_of(16) || !w.nb[1].is_multiple_of(16)) {
@@ -399,7 +417,7 @@ pub fn launch(
             if !vec4_columns(x) || second.is_some_and(|o| !vec4_columns(&o)) {
                 return Err(VkError::Invalid("mul_mat_vec_wide: x must be in 16-byte aligned columns".into()));
             }
-            Grid::Mat { rows: 128 / tpr * rows as usize, cols: 1 }
+            Grid::Mat { rows: 128 / tpr * rows as usize, cols: cols as usize }
         }
         MatKind::VecSg { subgroup } => {
             if !subgroup.is_power_of_two() || !(4..=128).contains(&subgroup) {
@@ -457,20 +475,21 @@ fn coop_grid(cm: CoopMat, tiles: Tiles) -> Result<Grid> {
 mod tests {
     use super::MatKind;
 
-    /// `ALL` holds every kind: a kind added to the enum but not to `ALL` fails here (the match
-    /// is exhaustive, so a new kind must be given a position too).
+    /// `all` holds every kind once: a kind added to the enum but not to `all` fails here (the
+    /// match is exhaustive, so a new kind must be given a position too).
     #[test]
     fn all_lists_every_kind_once() {
+        let wide = |rows: u32, cols: u32| 2 + 4 * (rows.ilog2() as usize - 1) + cols.ilog2() as usize;
         let position = |k: MatKind| match k {
             MatKind::Vec => 0,
             MatKind::VecSg { .. } => 1,
-            MatKind::VecWide { rows, .. } => 1 + rows.ilog2() as usize,
-            MatKind::Tiled => 5,
-            MatKind::Coop(_) => 6,
-            MatKind::CoopExact(_) => 7,
-            MatKind::Rows => 8,
+            MatKind::VecWide { rows, cols, .. } => wide(rows, cols),
+            MatKind::Tiled => 14,
+            MatKind::Coop(_) => 15,
+            MatKind::CoopExact(_) => 16,
+            MatKind::Rows => 17,
         };
-        let positions: Vec<usize> = MatKind::ALL.iter().map(|&k| position(k)).collect();
-        assert_eq!(positions, (0..MatKind::ALL.len()).collect::<Vec<_>>());
+        let positions: Vec<usize> = MatKind::all().iter().map(|&k| position(k)).collect();
+        assert_eq!(positions, (0..MatKind::all().len()).collect::<Vec<_>>());
     }
 }

@@ -17,7 +17,7 @@ mod unary;
 
 pub use attn::{AttnCoop, AttnTile, SplitWidth, TILED_MIN_QUERIES};
 pub use coop::{CoopMat, Tiles};
-pub use matmul::{MatKind, Prologue, Variants, WIDE_MAX_SUBGROUP};
+pub use matmul::{wide_cols, wide_rows, MatKind, Prologue, Variants, WIDE_COLS, WIDE_MAX_SUBGROUP, WIDE_ROWS};
 
 use super::device::Device;
 use super::error::{Result, VkError};
@@ -90,7 +90,7 @@ impl KernelId {
     pub fn all() -> Vec<KernelId> {
         let mut all = Vec::new();
         for w in WType::ALL {
-            all.extend(MatKind::ALL.map(|kind| KernelId::MatMul(kind, w)));
+            all.extend(MatKind::all().into_iter().map(|kind| KernelId::MatMul(kind, w)));
             all.extend([KernelId::GetRows(w, false), KernelId::GetRows(w, true)]);
         }
         all.extend([BinaryOp::Add, BinaryOp::Mul, BinaryOp::SwiGlu].map(KernelId::Binary));
@@ -206,6 +206,7 @@ impl KernelId {
             KernelId::GetRows(w, true) => format!("get_rows_weighted_{}", w.suffix()),
             KernelId::FlashAttnTiled(tile) => format!("flash_attn_tiled_{}", tile.suffix()),
             KernelId::FlashAttnCm(tile) => format!("flash_attn_cm_{}", tile.class.suffix()),
+            KernelId::MatMul(MatKind::VecWide { cols, .. }, _) if cols > 1 => format!("{}_x{cols}", self.module()),
             other => other.module(),
         }
     }
@@ -236,6 +237,7 @@ impl KernelId {
             KernelId::MatMul(kind @ (MatKind::Coop(_) | MatKind::CoopExact(_)), _) => {
                 kind.coop_tiles().map_or_else(Vec::new, |(cm, tiles)| tiles.constants(cm))
             }
+            KernelId::MatMul(MatKind::VecWide { cols, .. }, _) => vec![cols],
             KernelId::FlashAttnTiled(tile) => tile.constants(),
             KernelId::FlashAttnCm(tile) => tile.constants(),
             _ => Vec::new(),
