@@ -4,7 +4,10 @@ use std::io::{self, Write};
 use std::process::ExitCode;
 
 fn main() -> ExitCode {
-    env_logger::Builder::from_env(env_logger::Env::default().default_filter_or("warn")).init();
+    // Milliseconds in the log's time stamps: RUST_LOG=hrx=debug shows where a start-up goes.
+    env_logger::Builder::from_env(env_logger::Env::default().default_filter_or("warn"))
+        .format_timestamp_millis()
+        .init();
     // args() would panic on an argument that is not UTF-8; say which one instead.
     let argv: Result<Vec<String>, _> = std::env::args_os().skip(1).map(|a| a.into_string()).collect();
     let argv = match argv {

@@ -95,12 +95,29 @@ impl Describer {
                 images.min_pixels, images.max_pixels
             )));
         }
-        let text_model = TextModel::load_on(model, text, backend)?;
-        // Plan the encoder once, for the largest image the budget lets through.
-        let file = Arc::new(GgufFile::open(mmproj)?);
-        let patch = VisionParams::from_gguf(&file)?.patch_size;
-        let max_patches = images.max_pixels / (patch * patch);
-        let vision = VisionModel::load_on(file, max_patches, backend)?;
+        // The two models load side by side (file reads, uploads and pipelines of each overlap
+        // the other's); the text model's error, if any, is the one reported.
+        let (text_model, vision) = std::thread::scope(|s| {
+            let vision = s.spawn(|| {
+                let t0 = std::time::Instant::now();
+                // Plan the encoder once, for the largest image the budget lets through.
+                let file = Arc::new(GgufFile::open(mmproj)?);
+                let patch = VisionParams::from_gguf(&file)?.patch_size;
+                let max_patches = images.max_pixels / (patch * patch);
+                let vision = VisionModel::load_on(file, max_patches, backend)?;
+                log::debug!("vision model loaded in {:.3} s", t0.elapsed().as_secs_f64());
+                Ok::<_, RuntimeError>((vision, patch, max_patches))
+            });
+            let t0 = std::time::Instant::now();
+            let text_model = TextModel::load_on(model, text, backend);
+            log::debug!("text model loaded in {:.3} s", t0.elapsed().as_secs_f64());
+            let vision = vision
+                .join()
+                .unwrap_or_else(|_| Err(RuntimeError::Usage("the thread loading the vision model failed".into())));
+            (text_model, vision)
+        });
+        let text_model = text_model?;
+        let (vision, patch, max_patches) = vision?;
         // A device that cannot hold the budget's largest image gets a plan for fewer patches
         // (with a warning): images are resized to what it holds.
         let mut images = images;
