@@ -220,11 +220,33 @@ impl Buffer {
         let Some(p) = self.inner.alloc.mapped else { return Ok(false) };
         // SAFETY: the range is inside this buffer's mapped allocation (checked above), the GPU
         // is not using it (every submission is waited for, and none is left running: `check`
-        // refuses a hung device), and `data` cannot overlap device memory mapped by this
-        // process for its own buffer.
-        unsafe { std::ptr::copy_nonoverlapping(data.as_ptr(), p.as_ptr().add(offset as usize), data.len()) };
+        // refuses a hung device), no other reference to mapped memory lives past the call that
+        // makes it (writes and reads of one range come from one thread: the executor's run
+        // and the uploader are sequential), and `data` cannot overlap it.
+        let dst = unsafe { std::slice::from_raw_parts_mut(p.as_ptr().add(offset as usize), data.len()) };
+        copy_on_threads(dst, data);
         Ok(true)
     }
+}
+
+/// Copies of at least this many bytes are spread over threads.
+const PARALLEL_COPY: usize = 8 << 20;
+
+/// `dst.copy_from_slice(src)`, on several threads for large copies: a model's weights go from
+/// the file's mapping to mapped device or staging memory at several times one core's rate
+/// (one thread copied the 2B model's 1.1 GB in 0.24 s on the H200's host).
+fn copy_on_threads(dst: &mut [u8], src: &[u8]) {
+    let threads = std::thread::available_parallelism().map_or(1, |n| n.get().min(8));
+    if src.len() < PARALLEL_COPY || threads < 2 {
+        dst.copy_from_slice(src);
+        return;
+    }
+    let per = src.len().div_ceil(threads);
+    std::thread::scope(|s| {
+        for (d, c) in dst.chunks_mut(per).zip(src.chunks(per)) {
+            s.spawn(move || d.copy_from_slice(c));
+        }
+    });
 }
 
 /// Writes into buffers through one staging buffer, many copies per submission: a model's
