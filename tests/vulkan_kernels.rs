@@ -1270,8 +1270,10 @@ fn attention_over_many_queries_plans_the_tiled_kernel() {
         let tiled = n_q >= kernels::TILED_MIN_QUERIES
             && variants.tiled_attention
             && tile.shared_bytes() <= info.max_shared_memory;
-        // A few queries: kv rows split over workgroups where the device has subgroups.
-        let few = n_q < kernels::TILED_MIN_QUERIES && variants.tiled_attention && variants.subgroup_matvec.is_some();
+        // A few queries: kv rows split over workgroups where the device has subgroups of 8 or
+        // more lanes.
+        let split = variants.subgroup_matvec.filter(|&s| s >= kernels::SPLIT_MIN_SUBGROUP);
+        let few = n_q < kernels::TILED_MIN_QUERIES && variants.tiled_attention && split.is_some();
         // Many queries on the matrix units where the device has them.
         let coop = variants
             .coop_attention()
@@ -1280,7 +1282,7 @@ fn attention_over_many_queries_plans_the_tiled_kernel() {
         let want = match (coop, tiled, few) {
             (Some(tile), _, _) => KernelId::FlashAttnCm(tile),
             (None, true, _) => KernelId::FlashAttnTiled(tile),
-            (None, false, true) => match variants.subgroup_matvec.and_then(|s| kernels::SplitWidth::for_head(d, s)) {
+            (None, false, true) => match split.and_then(|s| kernels::SplitWidth::for_head(d, s)) {
                 Some(width) => KernelId::FlashAttnSplit(width),
                 None => KernelId::FlashAttn,
             },
