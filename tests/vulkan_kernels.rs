@@ -245,7 +245,7 @@ fn the_device_has_the_subgroup_size_the_run_asked_for() {
         Err(_) => assert!(size.is_power_of_two(), "{}: subgroups of {size}", info.name),
     }
     let (min, max) = info.subgroup_sizes;
-    assert!(min <= size && size <= max, "{}: subgroups of {size} outside {min}..={max}", info.name);
+    assert!((min..=max).contains(&size), "{}: subgroups of {size} outside {min}..={max}", info.name);
     // The subgroup kernels are built around the device's size, wherever they run.
     let variants = Variants::for_device(info);
     assert!(variants.subgroup_matvec.is_none_or(|s| s == size), "{variants:?}");
