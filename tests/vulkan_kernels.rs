@@ -233,6 +233,28 @@ fn kernel_set() -> Option<&'static KernelSet> {
     SHARED.get_or_init(|| vulkan_common::device().map(|d| KernelSet::new(&d))).as_ref()
 }
 
+/// The device runs subgroups of the size this run asked for: scripts/test runs this binary at
+/// each subgroup size lavapipe can be given (LP_NATIVE_VECTOR_WIDTH) with HRX_EXPECT_SUBGROUP
+/// set, so that a driver ignoring the width fails here rather than testing its default size
+/// again. Without it, the size must be one the kernels' variants are built from.
+#[test]
+fn the_device_has_the_subgroup_size_the_run_asked_for() {
+    let Some(ks) = kernel_set() else { return };
+    let info = ks.device().info();
+    let size = info.subgroup_size;
+    match std::env::var("HRX_EXPECT_SUBGROUP") {
+        Ok(want) => {
+            assert_eq!(size.to_string(), want, "{}: subgroups of {size}, HRX_EXPECT_SUBGROUP={want}", info.name)
+        }
+        Err(_) => assert!(size.is_power_of_two(), "{}: subgroups of {size}", info.name),
+    }
+    let (min, max) = info.subgroup_sizes;
+    assert!((min..=max).contains(&size), "{}: subgroups of {size} outside {min}..={max}", info.name);
+    // The subgroup kernels are built around the device's size, wherever they run.
+    let variants = Variants::for_device(info);
+    assert!(variants.subgroup_matvec.is_none_or(|s| s == size), "{variants:?}");
+}
+
 #[test]
 fn matmul_float_weights_odd_shapes() {
     let Some(ks) = kernel_set() else { return };
@@ -1017,9 +1039,12 @@ impl AttnCase {
 }
 
 /// The split attention kernels whose heads hold `d` values on the device's subgroups (the
-/// narrow one only where they are wide enough: on lavapipe's 8 lanes, heads of up to 64).
+/// narrow one only where they are wide enough: on lavapipe's 8 lanes, heads of up to 64; none
+/// on subgroups below `SPLIT_MIN_SUBGROUP`).
 fn split_kernels(info: &hrx::backend::vulkan::DeviceInfo, d: usize) -> Vec<KernelId> {
-    let Some(subgroup) = info.subgroup_matvec() else { return Vec::new() };
+    let Some(subgroup) = info.subgroup_matvec().filter(|&s| s >= kernels::SPLIT_MIN_SUBGROUP) else {
+        return Vec::new();
+    };
     [kernels::SplitWidth::Wide, kernels::SplitWidth::Narrow]
         .into_iter()
         .filter(|w| d <= w.max_head_dim(subgroup))
@@ -1264,8 +1289,10 @@ fn attention_over_many_queries_plans_the_tiled_kernel() {
         let tiled = n_q >= kernels::TILED_MIN_QUERIES
             && variants.tiled_attention
             && tile.shared_bytes() <= info.max_shared_memory;
-        // A few queries: kv rows split over workgroups where the device has subgroups.
-        let few = n_q < kernels::TILED_MIN_QUERIES && variants.tiled_attention && variants.subgroup_matvec.is_some();
+        // A few queries: kv rows split over workgroups where the device has subgroups of 8 or
+        // more lanes.
+        let split = variants.subgroup_matvec.filter(|&s| s >= kernels::SPLIT_MIN_SUBGROUP);
+        let few = n_q < kernels::TILED_MIN_QUERIES && variants.tiled_attention && split.is_some();
         // Many queries on the matrix units where the device has them.
         let coop = variants
             .coop_attention()
@@ -1274,7 +1301,7 @@ fn attention_over_many_queries_plans_the_tiled_kernel() {
         let want = match (coop, tiled, few) {
             (Some(tile), _, _) => KernelId::FlashAttnCm(tile),
             (None, true, _) => KernelId::FlashAttnTiled(tile),
-            (None, false, true) => match variants.subgroup_matvec.and_then(|s| kernels::SplitWidth::for_head(d, s)) {
+            (None, false, true) => match split.and_then(|s| kernels::SplitWidth::for_head(d, s)) {
                 Some(width) => KernelId::FlashAttnSplit(width),
                 None => KernelId::FlashAttn,
             },

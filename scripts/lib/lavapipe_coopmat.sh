@@ -103,11 +103,16 @@ _lavapipe_exec() {
   "$r/usr/lib64/ld-linux-x86-64.so.2" --library-path "$r/usr/lib/x86_64-linux-gnu:$r/lib/x86_64-linux-gnu" "$@"
 }
 
-# lavapipe_coopmat_run BINARY ARGS...: BINARY (built on Debian 12) on lavapipe with
-# cooperative matrices, as the only Vulkan device (the kernels on them are the default there).
+# lavapipe_run BINARY ARGS...: BINARY (built on Debian 12) on Mesa 26.1's lavapipe, as the
+# only Vulkan device.
+lavapipe_run() {
+  VK_DRIVER_FILES="$(cd "$LAVAPIPE_DIR" && pwd)/lvp_icd.json" HRX_DEVICE=0 _lavapipe_exec "$@"
+}
+
+# lavapipe_coopmat_run BINARY ARGS...: as lavapipe_run, where the tests fail without
+# cooperative matrices (the kernels on them are the default there).
 lavapipe_coopmat_run() {
-  VK_DRIVER_FILES="$(cd "$LAVAPIPE_DIR" && pwd)/lvp_icd.json" HRX_DEVICE=0 HRX_EXPECT_COOPMAT=1 \
-    _lavapipe_exec "$@"
+  HRX_EXPECT_COOPMAT=1 lavapipe_run "$@"
 }
 
 # The test executable of tests/NAME.rs, built (release) if needed.

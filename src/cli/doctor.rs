@@ -182,17 +182,17 @@ impl Report {
             let stage = if d.subgroup_in_compute { "" } else { " (not in compute shaders)" };
             writeln!(
                 out,
-                "    subgroups       size {}, ops: {ops}{stage}; matrix-vector kernels: {matvec}",
-                d.subgroup_size
+                "    subgroups       size {} ({} to {} where required), ops: {ops}{stage}; matrix-vector kernels: {matvec}",
+                d.subgroup_size, d.subgroup_sizes.0, d.subgroup_sizes.1
             )?;
             let matmat = match (d.coopmat_matmul(), variants.coopmat, variants.exact) {
                 (_, Some(cm), false) => format!(
-                    "cooperative matrices {}, f16 operands, f32 sums (mul_mat_cm, flash_attn_cm; HRX_VK_EXACT=1: f32-exact mul_mat_cm_exact; HRX_VK_NO_COOPMAT=1: f32 tiles)",
-                    cm.shape
+                    "cooperative matrices {} on subgroups of {}, f16 operands, f32 sums (mul_mat_cm, flash_attn_cm; HRX_VK_EXACT=1: f32-exact mul_mat_cm_exact; HRX_VK_NO_COOPMAT=1: f32 tiles)",
+                    cm.shape, cm.subgroup
                 ),
                 (_, Some(cm), true) => format!(
-                    "cooperative matrices {}, f32-exact split operands (mul_mat_cm_exact, HRX_VK_EXACT=1)",
-                    cm.shape
+                    "cooperative matrices {} on subgroups of {}, f32-exact split operands (mul_mat_cm_exact, HRX_VK_EXACT=1)",
+                    cm.shape, cm.subgroup
                 ),
                 (Some(cm), None, _) => {
                     format!("portable f32 tiles (mul_mat, HRX_VK_NO_COOPMAT=1; cooperative matrices {} without it)", cm.shape)
@@ -327,6 +327,10 @@ impl Report {
                     ),
                     ("unified_memory", Json::Bool(d.unified_memory)),
                     ("subgroup_size", Json::Int(d.subgroup_size.into())),
+                    (
+                        "subgroup_sizes",
+                        Json::Arr(vec![Json::Int(d.subgroup_sizes.0.into()), Json::Int(d.subgroup_sizes.1.into())]),
+                    ),
                     ("subgroup_ops", Json::Arr(d.subgroup_ops.iter().map(|s| Json::str(*s)).collect())),
                     ("subgroup_in_compute", Json::Bool(d.subgroup_in_compute)),
                     ("subgroup_matvec", Json::Bool(d.subgroup_matvec().is_some())),

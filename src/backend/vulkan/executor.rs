@@ -27,7 +27,7 @@ use super::hazard::{Access, Hazards};
 use super::info::DeviceInfo;
 use super::kernels::{
     self, KernelId, KernelSet, Launch, MatKind, Operand, Ops, Scratch, BINDINGS, MAX_INPUTS, OUTPUT_BINDING,
-    SCRATCH_BINDING,
+    SCRATCH_BINDING, SPLIT_MIN_SUBGROUP,
 };
 use super::memory::Location;
 use super::profile::{KernelTimes, Profile};
@@ -603,6 +603,8 @@ fn check_variant(kernel: KernelId, info: &DeviceInfo) -> std::result::Result<(),
             info.subgroup_matvec() == Some(subgroup)
         }
         KernelId::MatMul(MatKind::Coop(cm) | MatKind::CoopExact(cm), _) => info.coopmat_matmul() == Some(cm),
+        KernelId::FlashAttnCm(tile) => info.coopmat_matmul() == Some(tile.cm),
+        KernelId::FlashAttnSplit(_) => info.subgroup_matvec().is_some_and(|s| s >= SPLIT_MIN_SUBGROUP),
         _ => true,
     };
     if runs {

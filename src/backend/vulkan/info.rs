@@ -84,8 +84,8 @@ pub struct Features {
     /// The Vulkan memory model (Vulkan 1.2's vulkanMemoryModel), which cooperative-matrix
     /// shaders declare.
     pub memory_model: bool,
-    /// A compute pipeline can require the device's default subgroup size with full
-    /// subgroups (subgroupSizeControl, computeFullSubgroups, compute among the stages).
+    /// A compute pipeline can require any subgroup size of `DeviceInfo::subgroup_sizes` with
+    /// full subgroups (subgroupSizeControl, computeFullSubgroups, compute among the stages).
     pub full_subgroups: bool,
 }
 
@@ -112,6 +112,10 @@ pub struct DeviceInfo {
     pub unified_memory: bool,
     /// Subgroup size and supported subgroup operations (0 and empty where unknown).
     pub subgroup_size: u32,
+    /// The smallest and largest subgroup size a pipeline may require (minSubgroupSize and
+    /// maxSubgroupSize: 32 and 64 on AMD's RDNA, whose default is 64); the default size twice
+    /// where the device has no subgroup size control.
+    pub subgroup_sizes: (u32, u32),
     pub subgroup_ops: Vec<&'static str>,
     /// Compute shaders may use the subgroup operations (the compute stage is among those
     /// the device supports them in).
@@ -154,21 +158,27 @@ impl DeviceInfo {
 
     /// The cooperative-matrix variant of the matrix-matrix products (`mul_mat_cm_*` and
     /// `mul_mat_cm_exact_*`, workgroups of four subgroups), where the device runs them: f16
-    /// cooperative matrices, f16 arithmetic, the Vulkan memory model, full subgroups of a fixed
-    /// size from 8 to 64 (on a Vulkan 1.3 device), and a listed shape whose kernels fit the
-    /// shared memory (`CoopMat::choose`: 16 x 16 x 16 where listed, 8 x 8 x 8 on lavapipe).
-    /// Whether hrx uses them is `Variants::for_device`'s choice.
+    /// cooperative matrices, f16 arithmetic, the Vulkan memory model, full subgroups of a size
+    /// the pipeline requires (on a Vulkan 1.3 device), and a listed shape whose kernels fit the
+    /// shared memory at one of the subgroup sizes the device allows (`CoopMat::choose`: 16 x 16
+    /// x 16 where listed, 8 x 8 x 8 on lavapipe; on RDNA subgroups of 32, as 64 would take
+    /// 128 x 128 tiles, more than its 64 KiB). Whether hrx uses them is `Variants::for_device`'s
+    /// choice.
     pub fn coopmat_matmul(&self) -> Option<CoopMat> {
         let f = &self.features;
-        let s = self.subgroup_size;
-        let size_ok = s.is_power_of_two() && (8..=64).contains(&s) && self.max_workgroup_invocations >= 4 * s;
         // Vulkan 1.3: the features it needs are core, enabled without further extensions.
         let core = self.api_version >= (1, 3, 0);
         let usable = core && f.float16 && f.memory_model && f.full_subgroups && self.subgroup_in_compute;
-        if !(usable && size_ok) {
+        if !usable {
             return None;
         }
-        CoopMat::choose(&f.coopmat_f16_shapes, s, self.max_shared_memory)
+        // The default size first (the kernels were measured at it), then the others the
+        // device lets a pipeline require; `CoopMat::choose` keeps those its kernels take.
+        let (min, max) = self.subgroup_sizes;
+        let allowed = |s: u32| (min..=max).contains(&s) && 4 * s <= self.max_workgroup_invocations;
+        let others = (0..=7).map(|b| 1u32 << b).filter(|&s| s != self.subgroup_size);
+        let candidates: Vec<u32> = std::iter::once(self.subgroup_size).chain(others).filter(|&s| allowed(s)).collect();
+        CoopMat::choose(&f.coopmat_f16_shapes, &candidates, self.max_shared_memory)
     }
 
     /// Whether dispatches can be timed on the compute queue (`HRX_VK_PROFILE`).
@@ -253,6 +263,7 @@ pub(crate) fn query(
     features.int64 = base.shader_int64 == vk::TRUE;
 
     let mut subgroup_size = 0;
+    let mut subgroup_sizes = (0, 0);
     let mut subgroup_ops = Vec::new();
     let mut subgroup_in_compute = false;
     let mut driver_name = None;
@@ -309,9 +320,13 @@ pub(crate) fn query(
         }
         // SAFETY: as for the features.
         unsafe { instance.get_physical_device_properties2(pd, &mut p2) };
-        features.full_subgroups = sizes_controlled
-            && size_props.required_subgroup_size_stages.contains(vk::ShaderStageFlags::COMPUTE)
-            && (size_props.min_subgroup_size..=size_props.max_subgroup_size).contains(&subgroup.subgroup_size);
+        features.full_subgroups =
+            sizes_controlled && size_props.required_subgroup_size_stages.contains(vk::ShaderStageFlags::COMPUTE);
+        subgroup_sizes = if with_size_control && size_props.min_subgroup_size > 0 {
+            (size_props.min_subgroup_size, size_props.max_subgroup_size)
+        } else {
+            (subgroup.subgroup_size, subgroup.subgroup_size)
+        };
         if coopmat_on {
             features.coopmat_f16_shapes = f16_coopmat_shapes(entry, instance, pd)?;
         }
@@ -359,6 +374,7 @@ pub(crate) fn query(
         heaps,
         unified_memory,
         subgroup_size,
+        subgroup_sizes,
         subgroup_ops,
         subgroup_in_compute,
         max_shared_memory: limits.max_compute_shared_memory_size,
@@ -423,6 +439,7 @@ impl DeviceInfo {
             heaps: vec![],
             unified_memory: false,
             subgroup_size: 32,
+            subgroup_sizes: (32, 32),
             subgroup_ops: vec![],
             subgroup_in_compute: false,
             max_shared_memory: 32768,
@@ -436,6 +453,41 @@ impl DeviceInfo {
             timestamp_bits: 64,
             timestamp_period: 1.0,
             extensions: vec![],
+        }
+    }
+
+    /// An RDNA-like device (RADV on Strix Halo): subgroups of 64 by default, 32 to 64 a pipeline
+    /// may require, 64 KiB of shared memory, 16 x 16 x 16 f16 matrices.
+    pub(crate) fn rdna(subgroup: u32) -> DeviceInfo {
+        let features = Features {
+            coopmat_f16_shapes: vec![CoopShape { m: 16, n: 16, k: 16 }],
+            float16: true,
+            memory_model: true,
+            full_subgroups: true,
+            cooperative_matrix: true,
+            subgroup_size_control: true,
+            ..Features::default()
+        };
+        DeviceInfo {
+            kind: DeviceKind::Integrated,
+            vendor_id: 0x1002,
+            unified_memory: true,
+            subgroup_size: subgroup,
+            subgroup_sizes: (32, 64),
+            subgroup_ops: vec![
+                "basic",
+                "vote",
+                "arithmetic",
+                "ballot",
+                "shuffle",
+                "shuffle_relative",
+                "clustered",
+                "quad",
+            ],
+            subgroup_in_compute: true,
+            max_shared_memory: 65536,
+            features,
+            ..DeviceInfo::fake(0, DeviceKind::Integrated)
         }
     }
 }
@@ -471,11 +523,35 @@ mod tests {
         assert_eq!(without(|d| d.features.float16 = false), None);
         assert_eq!(without(|d| d.features.coopmat_f16_shapes.clear()), None);
         assert_eq!(without(|d| d.api_version = (1, 2, 0)), None);
-        assert_eq!(without(|d| d.subgroup_size = 128), None);
+        assert_eq!(
+            without(|d| {
+                d.subgroup_size = 128;
+                d.subgroup_sizes = (128, 128);
+            }),
+            None
+        );
         assert_eq!(without(|d| d.max_workgroup_invocations = 64), None, "four subgroups of 32");
         // 45 KiB for 128 x 128 tiles of 16 x 16 x 16; 16 x 8 x 16's 128 x 64 tiles take 32.5.
         assert_eq!(without(|d| d.max_shared_memory = 40960).map(|c| c.shape), Some(CoopShape { m: 16, n: 8, k: 16 }));
         assert_eq!(without(|d| d.max_shared_memory = 32768), None);
+    }
+
+    #[test]
+    fn rdna_takes_cooperative_matrices_at_a_subgroup_size_whose_tiles_fit() {
+        let sixteen = CoopShape { m: 16, n: 16, k: 16 };
+        // Subgroups of 64 would take 128 x 128 tiles (77 KiB): the pipelines require 32.
+        let wave64 = DeviceInfo::rdna(64);
+        assert_eq!(wave64.coopmat_matmul(), Some(CoopMat { subgroup: 32, shape: sixteen }));
+        // RADV_PERFTEST=cswave32 makes 32 the default: the same variant.
+        assert_eq!(DeviceInfo::rdna(32).coopmat_matmul(), Some(CoopMat { subgroup: 32, shape: sixteen }));
+        // Without a size the pipeline may require that fits, none.
+        let only64 = DeviceInfo { subgroup_sizes: (64, 64), ..DeviceInfo::rdna(64) };
+        assert_eq!(only64.coopmat_matmul(), None);
+        // With the shared memory for them, the default size wins.
+        let big = DeviceInfo { max_shared_memory: 98304, ..DeviceInfo::rdna(64) };
+        assert_eq!(big.coopmat_matmul(), Some(CoopMat { subgroup: 64, shape: sixteen }));
+        // The subgroup kernels run at the default size, which their grids follow.
+        assert_eq!(wave64.subgroup_matvec(), Some(64));
     }
 
     #[test]

@@ -29,18 +29,24 @@ impl CoopMat {
         s.is_power_of_two() && (8..=64).contains(&s) && sides && Tiles::fast(self).stages_evenly(self)
     }
 
-    /// The best variant for a device with these shapes, subgroup size and shared memory: the
-    /// largest supported shape (most products per instruction, then the squarest) whose
-    /// kernels fit the shared memory. None where none does.
-    pub fn choose(shapes: &[CoopShape], subgroup: u32, max_shared: u32) -> Option<CoopMat> {
+    /// The best variant for a device with these shapes, subgroup sizes (those a pipeline may
+    /// require, the preferred first) and shared memory: the largest supported shape (most
+    /// products per instruction, then the squarest) whose kernels fit the shared memory, at the
+    /// first subgroup size where they do. None where none does.
+    pub fn choose(shapes: &[CoopShape], subgroups: &[u32], max_shared: u32) -> Option<CoopMat> {
         let fits =
             |cm: &CoopMat| [Tiles::fast(*cm), Tiles::exact()].iter().all(|t| t.shared_bytes(cm.shape) <= max_shared);
-        shapes.iter().map(|&shape| CoopMat { subgroup, shape }).filter(|cm| cm.supported() && fits(cm)).max_by_key(
-            |cm| {
+        let variants = subgroups
+            .iter()
+            .enumerate()
+            .flat_map(|(rank, &subgroup)| shapes.iter().map(move |&shape| (rank, CoopMat { subgroup, shape })));
+        variants
+            .filter(|(_, cm)| cm.supported() && fits(cm))
+            .max_by_key(|&(rank, cm)| {
                 let s = cm.shape;
-                (s.m * s.n * s.k, s.m.min(s.n), s.m)
-            },
-        )
+                (s.m * s.n * s.k, s.m.min(s.n), s.m, std::cmp::Reverse(rank))
+            })
+            .map(|(_, cm)| cm)
     }
 }
 
@@ -179,20 +185,20 @@ mod tests {
     #[test]
     fn the_largest_shape_that_fits_wins() {
         let nvidia = [shape(16, 8, 16), shape(16, 16, 16), shape(16, 8, 8)];
-        let best = CoopMat::choose(&nvidia, 32, 49152).unwrap();
+        let best = CoopMat::choose(&nvidia, &[32], 49152).unwrap();
         assert_eq!(best.shape, shape(16, 16, 16));
         assert_eq!(Tiles::fast(best).shared_bytes(best.shape), 2 * (64 + 64) * 72 * 2 + 4 * 16 * 20 * 4);
         // lavapipe: 8 x 8 x 8 only, 32 KiB.
-        let lvp = CoopMat::choose(&[shape(8, 8, 8)], 8, 32768).unwrap();
+        let lvp = CoopMat::choose(&[shape(8, 8, 8)], &[8], 32768).unwrap();
         assert_eq!((lvp.subgroup, lvp.shape), (8, shape(8, 8, 8)));
         assert_eq!(Tiles::fast(lvp).constants(lvp), vec![32, 8, 8, 8, 16, 16, 64, 2, 0]);
         // 16 x 16 x 16 does not fit 40 KiB: the next shape that does, or none (32 KiB).
         let small = [shape(16, 16, 16), shape(8, 8, 16)];
-        assert_eq!(CoopMat::choose(&small, 32, 40960).map(|c| c.shape), Some(shape(8, 8, 16)));
-        assert_eq!(CoopMat::choose(&[shape(16, 16, 16)], 32, 32768), None);
+        assert_eq!(CoopMat::choose(&small, &[32], 40960).map(|c| c.shape), Some(shape(8, 8, 16)));
+        assert_eq!(CoopMat::choose(&[shape(16, 16, 16)], &[32], 32768), None);
         // Shapes the kernels are not written for.
-        assert_eq!(CoopMat::choose(&[shape(16, 16, 64), shape(4, 4, 4)], 32, 1 << 20), None);
-        assert_eq!(CoopMat::choose(&[shape(16, 16, 16)], 128, 1 << 20), None);
+        assert_eq!(CoopMat::choose(&[shape(16, 16, 64), shape(4, 4, 4)], &[32], 1 << 20), None);
+        assert_eq!(CoopMat::choose(&[shape(16, 16, 16)], &[128], 1 << 20), None);
     }
 
     #[test]

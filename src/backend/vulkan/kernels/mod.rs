@@ -37,6 +37,9 @@ pub const OUTPUT_BINDING: u32 = 5;
 pub const SCRATCH_BINDING: u32 = 6;
 /// Inputs a kernel can take (bindings 1..=MAX_INPUTS).
 pub const MAX_INPUTS: usize = 4;
+/// Fewest lanes a subgroup of `flash_attn_split` has: its shared memory holds the partial
+/// outputs of 16 subgroups (MAXSG), a workgroup of 128 threads in subgroups of 8.
+pub const SPLIT_MIN_SUBGROUP: u32 = 8;
 
 pub use super::shaders::WType;
 
@@ -519,7 +522,8 @@ pub fn select(ops: Ops, ins: &[Operand], out: &Operand, dynamic: Option<Dyn>, va
             return Err(VkError::Invalid(format!("no kernel runs {}", ops.names())));
         }
         (Op::Attention { .. }, _) if variants.tiled_attention => {
-            vec![attn::choose(out, variants.shared_memory, variants.subgroup_matvec, variants.coop_attention())]
+            let split = variants.subgroup_matvec.filter(|&s| s >= SPLIT_MIN_SUBGROUP);
+            vec![attn::choose(out, variants.shared_memory, split, variants.coop_attention())]
         }
         (op, _) => vec![op_launch(op, ins, out, dynamic)?.kernel],
     };
@@ -688,6 +692,81 @@ mod tests {
         }
         for (module, _) in shaders::MODULES.iter() {
             assert!(all.iter().any(|k| k.module() == *module), "module {module} is no kernel's");
+        }
+    }
+
+    /// Shared memory of the kernels whose tiles are variants (the others declare fixed sizes
+    /// within lavapipe's 32 KiB, on which every one of them runs in CI).
+    fn variant_shared_bytes(k: KernelId) -> u32 {
+        match k {
+            KernelId::MatMul(kind, _) => kind.coop_tiles().map_or(0, |(cm, tiles)| tiles.shared_bytes(cm.shape)),
+            KernelId::FlashAttnTiled(tile) => tile.shared_bytes(),
+            KernelId::FlashAttnCm(tile) => tile.shared_bytes(),
+            _ => 0,
+        }
+    }
+
+    /// The Qwen3-VL-2B products and attention (text decode, a 512-token prefill, the vision
+    /// tower over 4,096 patches: a 1024 x 1024 image) on RDNA-like devices, subgroups of 64 or
+    /// 32 by default: each takes a kernel the device runs, at a subgroup size it allows, within
+    /// its 64 KiB; prefill products on its matrix units.
+    #[test]
+    fn the_2b_shapes_take_kernels_that_fit_rdna() {
+        use crate::backend::vulkan::DeviceInfo;
+        use crate::model::synth::{TextSpec, VisionSpec};
+        let (t, v) = (TextSpec::qwen3vl_2b(), VisionSpec::qwen3vl_2b());
+        let (e, ff, vocab) = (t.n_embd, t.n_ff, t.n_vocab);
+        let q_width = t.n_head * t.head_dim;
+        let kv_width = t.n_head_kv * t.head_dim;
+        let text = [(e, q_width), (e, kv_width), (q_width, e), (e, ff), (ff, e), (e, vocab)];
+        let vision = [(v.n_embd, 3 * v.n_embd), (v.n_embd, v.n_embd), (v.n_embd, v.n_ff), (v.n_ff, v.n_embd)];
+        let patches = 4096;
+        for default in [64, 32] {
+            let info = DeviceInfo::rdna(default);
+            let variants = Variants::for_device(&info);
+            let (min, max) = info.subgroup_sizes;
+            let fits = |k: KernelId| {
+                let sized = match k {
+                    // Built around the default size, which they run at without requiring it.
+                    KernelId::MatMul(MatKind::VecSg { subgroup } | MatKind::VecWide { subgroup, .. }, _) => {
+                        subgroup == info.subgroup_size
+                    }
+                    _ => k.subgroup_size().is_none_or(|s| (min..=max).contains(&s)),
+                };
+                assert!(sized, "subgroups of {default}: {} at subgroup {:?}", k.name(), k.subgroup());
+                let bytes = variant_shared_bytes(k);
+                assert!(bytes <= info.max_shared_memory, "subgroups of {default}: {} takes {bytes} bytes", k.name());
+            };
+            let product = |wt: DType, (k, n): (usize, usize), cols: usize| {
+                let w = Operand::contiguous(wt, [k, n, 1, 1], 0);
+                let x = Operand::contiguous(DType::F32, [k, cols, 1, 1], 0);
+                let out = Operand::contiguous(DType::F32, [n, cols, 1, 1], 0);
+                let kernel = select(Ops::single(&Op::MatMul), &[w, x], &out, None, &variants).unwrap();
+                fits(kernel);
+                kernel
+            };
+            for shape in text {
+                for wt in [DType::Q4K, DType::Q6K] {
+                    assert!(matches!(product(wt, shape, 1), KernelId::MatMul(MatKind::VecWide { .. }, _)));
+                    assert!(matches!(product(wt, shape, 512), KernelId::MatMul(MatKind::Coop(_), _)));
+                }
+            }
+            for shape in vision {
+                assert!(matches!(product(DType::F16, shape, patches), KernelId::MatMul(MatKind::Coop(_), _)));
+            }
+            let attention = |d: usize, heads: usize, kv_heads: usize, queries: usize, kv_rows: usize| {
+                let q = Operand::contiguous(DType::F32, [d, heads, queries, 1], 0);
+                let kv = Operand::contiguous(DType::F32, [d, kv_heads, kv_rows, 1], 0);
+                let op = Op::Attention { scale: 0.1 };
+                let kernel = select(Ops::single(&op), &[q, kv, kv], &q, None, &variants).unwrap();
+                fits(kernel);
+                kernel
+            };
+            let (d, heads, kv_heads) = (t.head_dim, t.n_head, t.n_head_kv);
+            assert!(matches!(attention(d, heads, kv_heads, 1, 4096), KernelId::FlashAttnSplit(_)));
+            assert!(matches!(attention(d, heads, kv_heads, 512, 512), KernelId::FlashAttnCm(_)));
+            let vd = v.n_embd / v.n_head;
+            assert!(matches!(attention(vd, v.n_head, v.n_head, patches, patches), KernelId::FlashAttnCm(_)));
         }
     }
 
