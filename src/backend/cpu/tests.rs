@@ -86,7 +86,7 @@ fn attention_and_norm_fast_match_reference() {
             ne: [n_q, 1, 1, 1],
             nb: [4, 4 * n_q, 4 * n_q, 4 * n_q],
         };
-        let op = Op::Attention { scale: 0.3 };
+        let op = Op::Attention { scale: 0.3, segment: n_kv };
         let causal = compare(&op, &[qi, ki, vi, si], [d, heads, n_q, 1]);
         let full = compare(&op, &[qi, ki, vi], [d, heads, n_q, 1]);
         assert!(causal < 1e-10 && full < 1e-10, "attention d={d}: {causal:.2e} {full:.2e}");
@@ -94,6 +94,50 @@ fn attention_and_norm_fast_match_reference() {
         let w = rng.vec(d);
         let e = compare(&Op::RmsNorm { eps: 1e-6 }, &[qi, f32_in(&w, [d, 1, 1, 1])], [d, heads, n_q, 1]);
         assert!(e < 1e-10, "rms_norm d={d}: {e:.2e}");
+    }
+}
+
+#[test]
+fn attention_fast_matches_reference_over_several_sequences() {
+    let mut rng = Rng(5);
+    let (d, heads, kv_heads, segment) = (16, 4, 2, 40);
+    // A batch of decode steps (sequence s at its own depth) and a chunk ending sequence 0 and
+    // starting sequence 1 (20 queries each, over two blocks of tokens).
+    let cases: [Vec<i32>; 2] = [vec![7, 40 + 39, 80, 120 + 21], (20..60).collect()];
+    for slots in cases {
+        let (n_q, n_kv) = (slots.len(), 4 * segment);
+        let (q, k, v) = (rng.vec(d * heads * n_q), rng.vec(d * kv_heads * n_kv), rng.vec(d * kv_heads * n_kv));
+        let si = In {
+            data: Data::I32(&slots),
+            dtype: DType::I32,
+            offset: 0,
+            ne: [n_q, 1, 1, 1],
+            nb: [4, 4 * n_q, 4 * n_q, 4 * n_q],
+        };
+        let ins = [f32_in(&q, [d, heads, n_q, 1]), f32_in(&k, [d, kv_heads, n_kv, 1]), f32_in(&v, [d, kv_heads, n_kv, 1]), si];
+        let op = Op::Attention { scale: 0.3, segment };
+        let e = compare(&op, &ins, [d, heads, n_q, 1]);
+        assert!(e < 1e-10, "slots {slots:?}: {e:.2e}");
+        // Each query alone (its sequence's rows only) gives the same numbers.
+        let all = run(&op, &ins, [d, heads, n_q, 1]);
+        for (t, &slot) in slots.iter().enumerate() {
+            let start = slot as usize - slot as usize % segment;
+            let one = [slot - start as i32];
+            let qt = &q[t * d * heads..][..d * heads];
+            let kv = |x: &[f32]| x[start * d * kv_heads..][..segment * d * kv_heads].to_vec();
+            let (ks, vs) = (kv(&k), kv(&v));
+            let alone = run(
+                &Op::Attention { scale: 0.3, segment },
+                &[
+                    f32_in(qt, [d, heads, 1, 1]),
+                    f32_in(&ks, [d, kv_heads, segment, 1]),
+                    f32_in(&vs, [d, kv_heads, segment, 1]),
+                    In { data: Data::I32(&one), dtype: DType::I32, offset: 0, ne: [1, 1, 1, 1], nb: [4; 4] },
+                ],
+                [d, heads, 1, 1],
+            );
+            assert_eq!(&all[t * d * heads..][..d * heads], &alone[..], "query {t} at slot {slot}");
+        }
     }
 }
 
