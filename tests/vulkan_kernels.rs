@@ -957,7 +957,19 @@ struct AttnCase {
 
 impl AttnCase {
     fn new((d, heads, kv_heads, n_q, n_kv): (usize, usize, usize, usize, usize)) -> AttnCase {
-        AttnCase { d, heads, kv_heads, n_q, n_kv, slots: None, segment: None, run: None, max: None, gain: 1.0, aligned: false }
+        AttnCase {
+            d,
+            heads,
+            kv_heads,
+            n_q,
+            n_kv,
+            slots: None,
+            segment: None,
+            run: None,
+            max: None,
+            gain: 1.0,
+            aligned: false,
+        }
     }
 
     fn aligned(self) -> AttnCase {

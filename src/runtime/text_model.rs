@@ -131,17 +131,7 @@ impl TextModel {
             })
         })?;
         log::info!("text model on {}", backend.describe());
-        Ok(TextModel {
-            params,
-            tokenizer,
-            file,
-            options,
-            backend,
-            token_embd,
-            exec,
-            graphs,
-            deepstack_clean: [0; 3],
-        })
+        Ok(TextModel { params, tokenizer, file, options, backend, token_embd, exec, graphs, deepstack_clean: [0; 3] })
     }
 
     pub fn params(&self) -> &TextParams {

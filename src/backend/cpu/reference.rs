@@ -250,8 +250,9 @@ pub fn attention(
             let weights: Vec<f64> = scores.iter().map(|s| (s - max).exp()).collect();
             let total: f64 = weights.iter().sum();
             for i in 0..d {
-                let y: f64 = rows.clone().zip(&weights).map(|(j, w)| w * f64::from(v.f32_at([i, kh, j, 0]))).sum::<f64>()
-                    / total;
+                let y: f64 =
+                    rows.clone().zip(&weights).map(|(j, w)| w * f64::from(v.f32_at([i, kh, j, 0]))).sum::<f64>()
+                        / total;
                 out.set([i, h, t, 0], y as f32);
             }
         }

@@ -114,7 +114,12 @@ fn attention_fast_matches_reference_over_several_sequences() {
             ne: [n_q, 1, 1, 1],
             nb: [4, 4 * n_q, 4 * n_q, 4 * n_q],
         };
-        let ins = [f32_in(&q, [d, heads, n_q, 1]), f32_in(&k, [d, kv_heads, n_kv, 1]), f32_in(&v, [d, kv_heads, n_kv, 1]), si];
+        let ins = [
+            f32_in(&q, [d, heads, n_q, 1]),
+            f32_in(&k, [d, kv_heads, n_kv, 1]),
+            f32_in(&v, [d, kv_heads, n_kv, 1]),
+            si,
+        ];
         let op = Op::Attention { scale: 0.3, segment };
         let e = compare(&op, &ins, [d, heads, n_q, 1]);
         assert!(e < 1e-10, "slots {slots:?}: {e:.2e}");

@@ -353,10 +353,18 @@ mod tests {
         const ONE: (usize, usize) = (4096, 4096);
         assert_eq!(choose(&out(64, 4096), ONE, 32768, None, None), KernelId::FlashAttnTiled(AttnTile::D64));
         assert_eq!(choose(&out(128, 512), ONE, 49152, Some(32), None), KernelId::FlashAttnTiled(AttnTile::D128));
-        assert_eq!(choose(&out(128, TILED_MIN_QUERIES - 1), ONE, 49152, None, None), KernelId::FlashAttn, "a decode step");
+        assert_eq!(
+            choose(&out(128, TILED_MIN_QUERIES - 1), ONE, 49152, None, None),
+            KernelId::FlashAttn,
+            "a decode step"
+        );
         let split = |w| KernelId::FlashAttnSplit(w);
         assert_eq!(choose(&out(128, 1), ONE, 49152, Some(32), None), split(SplitWidth::Narrow), "a decode step");
-        assert_eq!(choose(&out(128, 1), ONE, 49152, Some(8), None), split(SplitWidth::Wide), "8 lanes: 64 values narrow");
+        assert_eq!(
+            choose(&out(128, 1), ONE, 49152, Some(8), None),
+            split(SplitWidth::Wide),
+            "8 lanes: 64 values narrow"
+        );
         assert_eq!(choose(&out(256, 1), ONE, 49152, Some(8), None), split(SplitWidth::Wide), "8 lanes x 8 vec4s");
         assert_eq!(choose(&out(256, 1), ONE, 49152, Some(4), None), KernelId::FlashAttn, "no split kernel holds it");
         assert_eq!(choose(&out(64, 4096), ONE, 16384, None, None), KernelId::FlashAttn, "Vulkan's guaranteed 16 KiB");

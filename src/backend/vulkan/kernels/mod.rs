@@ -518,7 +518,8 @@ pub fn select(ops: Ops, ins: &[Operand], out: &Operand, dynamic: Option<Dyn>, va
         }
         (Op::Attention { segment, .. }, _) if variants.tiled_attention => {
             let kv_rows = ins.get(1).map_or(0, |k| k.ne[2]);
-            let (shared, subgroup, coop) = (variants.shared_memory, variants.subgroup_matvec, variants.coop_attention());
+            let (shared, subgroup, coop) =
+                (variants.shared_memory, variants.subgroup_matvec, variants.coop_attention());
             vec![attn::choose(out, (kv_rows, *segment), shared, subgroup, coop)]
         }
         (op, _) => vec![op_launch(op, ins, out, dynamic)?.kernel],
