@@ -2,7 +2,7 @@
 //! per image, resumable.
 
 use super::describe::{answer_json, DescriberFlags};
-use super::flags::{json_schema_help, Flag, Help, PROMPT, SYSTEM};
+use super::flags::{self, json_schema_help, Flag, Help, BATCH, PROMPT, SYSTEM};
 use super::{CliError, Command};
 use crate::caption::discover::find_images;
 use crate::caption::journal::{self, Journal};
@@ -62,9 +62,7 @@ fn help() -> String {
 const OUTPUT: Flag = Flag { names: &["-o", "--output"], value: "FILE" };
 const RESUME: Flag = Flag { names: &["--resume"], value: "" };
 const RETRY_FAILED: Flag = Flag { names: &["--retry-failed"], value: "" };
-const BATCH: Flag = Flag { names: &["--batch"], value: "N" };
-/// The most captions --batch takes (each holds a KV cache of --ctx slots).
-const MAX_BATCH: usize = 256;
+
 
 pub const COMMAND: Command =
     Command { name: "caption", summary: "caption a batch of images into JSON Lines", help, run };
@@ -78,10 +76,7 @@ fn run(mut args: Args, _out: &mut dyn Write) -> Result<(), CliError> {
     }
     let prompt = PROMPT.string(&mut args)?.unwrap_or_else(|| "Describe this image.".to_owned());
     let system = SYSTEM.string(&mut args)?;
-    let batch: Option<usize> = BATCH.parse(&mut args)?;
-    if batch.is_some_and(|n| n == 0 || n > MAX_BATCH) {
-        return Err(CliError::usage(format!("--batch must be in 1..={MAX_BATCH}")));
-    }
+    let batch = flags::batch(&mut args)?;
     let mut flags = DescriberFlags::parse(&mut args)?;
     let system = flags.with_json_schema(&mut args, system)?;
     let inputs = args.finish()?;
