@@ -63,7 +63,6 @@ const OUTPUT: Flag = Flag { names: &["-o", "--output"], value: "FILE" };
 const RESUME: Flag = Flag { names: &["--resume"], value: "" };
 const RETRY_FAILED: Flag = Flag { names: &["--retry-failed"], value: "" };
 
-
 pub const COMMAND: Command =
     Command { name: "caption", summary: "caption a batch of images into JSON Lines", help, run };
 
