@@ -106,6 +106,30 @@ fn batched_captions_match_one_at_a_time_on_vulkan() {
     batch_agrees_with_one_at_a_time(&index, "vulkan");
 }
 
+/// Without --batch the job takes the default for the machine's memory and the model (1 to 16,
+/// said in the summary), and captions as one at a time does.
+#[test]
+fn the_default_batch_is_said_and_captions_alike() {
+    let Some(oracle) = common::oracle() else { return };
+    let dir = scratch("default");
+    let images = oracle.join("images");
+    let args = ["--device", "cpu", "-n", "6", "--ignore-eos", images.to_str().unwrap()];
+    let one = dir.join("one.jsonl");
+    run_job(&oracle, MODELS[0], &[&args[..], &["--batch", "1"]].concat(), &one, "cpu", 1);
+    let out = dir.join("default.jsonl");
+    let run = caption(&oracle, MODELS[0], &[&args[..], &["-o", out.to_str().unwrap()]].concat());
+    let err = String::from_utf8_lossy(&run.stderr);
+    assert_eq!(run.status.code(), Some(0), "{err}");
+    let batch: usize = err
+        .rsplit("; batch ")
+        .next()
+        .and_then(|n| n.trim().parse().ok())
+        .unwrap_or_else(|| panic!("no batch in the summary: {err}"));
+    assert!((1..=16).contains(&batch), "{err}");
+    assert_eq!(records(&out), records(&one));
+    std::fs::remove_dir_all(&dir).unwrap();
+}
+
 /// Images from 40x30 to 448x448 pixels (9 to 196 prompt tokens of image) and captions of very
 /// different lengths (stop strings that end some of them after a few tokens, others not at
 /// all) in batches of 2 and 4: each caption is the one it gets alone.
