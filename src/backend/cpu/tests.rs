@@ -26,6 +26,12 @@ fn f32_in(data: &[f32], ne: [usize; 4]) -> In<'_> {
     In { data: Data::F32(data), dtype: DType::F32, offset: 0, ne, nb: strides(DType::F32, ne) }
 }
 
+/// A vector of i32 (slots, row ids).
+fn i32_in(data: &[i32]) -> In<'_> {
+    let n = data.len();
+    In { data: Data::I32(data), dtype: DType::I32, offset: 0, ne: [n, 1, 1, 1], nb: [4, 4 * n, 4 * n, 4 * n] }
+}
+
 fn nmse(a: &[f32], b: &[f32]) -> f64 {
     let err: f64 = a.iter().zip(b).map(|(x, y)| f64::from(x - y).powi(2)).sum();
     let norm: f64 = b.iter().map(|y| f64::from(*y).powi(2)).sum();
@@ -79,13 +85,7 @@ fn attention_and_norm_fast_match_reference() {
         let slots: Vec<i32> = (0..n_q).map(|i| (n_kv - n_q + i) as i32).collect();
         let qi = f32_in(&q, [d, heads, n_q, 1]);
         let (ki, vi) = (f32_in(&k, [d, kv_heads, n_kv, 1]), f32_in(&v, [d, kv_heads, n_kv, 1]));
-        let si = In {
-            data: Data::I32(&slots),
-            dtype: DType::I32,
-            offset: 0,
-            ne: [n_q, 1, 1, 1],
-            nb: [4, 4 * n_q, 4 * n_q, 4 * n_q],
-        };
+        let si = i32_in(&slots);
         let op = Op::Attention { scale: 0.3, segment: n_kv };
         let causal = compare(&op, &[qi, ki, vi, si], [d, heads, n_q, 1]);
         let full = compare(&op, &[qi, ki, vi], [d, heads, n_q, 1]);
@@ -107,13 +107,7 @@ fn attention_fast_matches_reference_over_several_sequences() {
     for slots in cases {
         let (n_q, n_kv) = (slots.len(), 4 * segment);
         let (q, k, v) = (rng.vec(d * heads * n_q), rng.vec(d * kv_heads * n_kv), rng.vec(d * kv_heads * n_kv));
-        let si = In {
-            data: Data::I32(&slots),
-            dtype: DType::I32,
-            offset: 0,
-            ne: [n_q, 1, 1, 1],
-            nb: [4, 4 * n_q, 4 * n_q, 4 * n_q],
-        };
+        let si = i32_in(&slots);
         let ins = [
             f32_in(&q, [d, heads, n_q, 1]),
             f32_in(&k, [d, kv_heads, n_kv, 1]),
@@ -137,7 +131,7 @@ fn attention_fast_matches_reference_over_several_sequences() {
                     f32_in(qt, [d, heads, 1, 1]),
                     f32_in(&ks, [d, kv_heads, segment, 1]),
                     f32_in(&vs, [d, kv_heads, segment, 1]),
-                    In { data: Data::I32(&one), dtype: DType::I32, offset: 0, ne: [1, 1, 1, 1], nb: [4; 4] },
+                    i32_in(&one),
                 ],
                 [d, heads, 1, 1],
             );
