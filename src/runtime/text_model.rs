@@ -183,12 +183,12 @@ impl TextModel {
         if positions.len() != n || outputs.iter().any(|&o| o >= n) {
             return Err(RuntimeError::Usage("forward: positions or outputs do not match the inputs".into()));
         }
+        // The sequence of the first slot (past the cache: the last), whose n_ctx slots the
+        // tokens must fit.
         let n_ctx = self.options.n_ctx;
-        if first_slot / n_ctx >= self.options.n_seq {
-            return Err(RuntimeError::Usage(format!("forward: slot {first_slot} is outside the cache")));
-        }
-        if first_slot % n_ctx + n > n_ctx {
-            return Err(RuntimeError::ContextFull { needed: first_slot % n_ctx + n, n_ctx });
+        let start = (first_slot / n_ctx).min(self.options.n_seq - 1) * n_ctx;
+        if first_slot - start + n > n_ctx {
+            return Err(RuntimeError::ContextFull { needed: first_slot - start + n, n_ctx });
         }
         let step = if n == 1 { Step::Decode } else { Step::Prefill };
         let slots: Vec<i32> = (first_slot..first_slot + n).map(|s| s as i32).collect();
