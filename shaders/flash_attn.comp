@@ -1,7 +1,7 @@
 #version 450
 // Fused attention: out[:, h, t] = softmax(q[:, h, t] . k[:, kh, j] * scale over j) v[:, kh, j],
 // kh = h / (heads / kv_heads) (grouped K/V heads). Causal with slots: query t sees kv rows
-// 0..=slots[t]; otherwise every kv row (the run-time length). One workgroup per (head, query),
+// first(t)..=slots[t] (its sequence's); otherwise every kv row (the run-time length). One workgroup per (head, query),
 // kv rows in chunks of WG with an online softmax (running max and sum), head_dim <= 256.
 
 #include "common.glsl"
@@ -52,6 +52,7 @@ void main() {
         uint t = wi / ne.y;
         uint kh = h / group;
         uint n_kv = limit(t, ne.z, n_kv_all);
+        uint j_first = first(t, ne.z, n_kv_all);
         uint qb = p.q_off + h * p.q_nb1 + t * p.q_nb2;
         for (uint i = tid; i < hd; i += WG) {
             qs[i] = q[qb + i];
@@ -65,7 +66,7 @@ void main() {
         for (uint c = 0u; c < PER; c++) {
             acc[c] = 0.0;
         }
-        for (uint j0 = 0u; j0 < n_kv; j0 += WG) {
+        for (uint j0 = j_first; j0 < n_kv; j0 += WG) {
             uint j = j0 + tid;
             uint rows = min(WG, n_kv - j0);
             float dot_qk = 0.0;

@@ -127,12 +127,20 @@ void main() {
         uint qb = p.q_off + h * p.q_nb1;
         // The kv rows the tile needs: the most any of its queries sees (alike in every thread,
         // so the loop below is uniform across the workgroup).
+        // From the first row any of them sees (a tile may straddle two sequences: each row
+        // masks the other's).
         uint n_tile = 0u;
+        uint f_tile = n_kv_all;
         [[unroll]] for (uint r = 0u; r < BR; r++) {
             n_tile = max(n_tile, limit(t0 + r, n_q, n_kv_all));
+            if (t0 + r < n_q) {
+                f_tile = min(f_tile, first(t0 + r, n_q, n_kv_all));
+            }
         }
+        f_tile = min(f_tile, n_tile);
         uint t_row = t0 + sg * R + row;
         uint lim = limit(t_row, n_q, n_kv_all);
+        uint fst = first(t_row, n_q, n_kv_all);
 
         // This subgroup's queries as A fragments, R x R of Q at a time through p_buf.
         coopmat<float16_t, gl_ScopeSubgroup, R, R, gl_MatrixUseA> qf[DM / R];
@@ -166,7 +174,7 @@ void main() {
         }
         float m = NEG;
         float l = 0.0; // this lane's part of its row's sum
-        for (uint j0 = 0u; j0 < n_tile; j0 += BC) {
+        for (uint j0 = f_tile; j0 < n_tile; j0 += BC) {
             // Everyone is past the previous step's reads of the tiles.
             barrier();
             load_kv(kb, vb, j0, min(BC, n_tile - j0), hd, kv_aligned);
@@ -187,7 +195,7 @@ void main() {
             // The online softmax of this lane's row, over columns part, part + LPR, ...
             float mx = m;
             for (uint c = part; c < BC; c += LPR) {
-                if (j0 + c < lim) {
+                if (j0 + c >= fst && j0 + c < lim) {
                     mx = max(mx, s_buf[s_base + row * LDS + c]);
                 }
             }
@@ -199,7 +207,7 @@ void main() {
             float sum = 0.0;
             for (uint c = part; c < BC; c += LPR) {
                 // Masked entries are zero outright: their scores are not below m.
-                float pj = j0 + c < lim ? exp2(s_buf[s_base + row * LDS + c] - mx) : 0.0;
+                float pj = j0 + c >= fst && j0 + c < lim ? exp2(s_buf[s_base + row * LDS + c] - mx) : 0.0;
                 p_buf[p_base + row * LDP4 + c / 4u][c % 4u] = float16_t(pj);
                 sum += pj;
             }

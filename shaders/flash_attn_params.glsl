@@ -24,6 +24,7 @@ layout(push_constant) uniform Params {
     uint kv_den;
     uint s_off;     // slots offset (ints); 0xFFFFFFFF: no slots (not causal)
     float scale;
+    uint segment;   // kv rows per sequence: a causal query sees its own sequence's rows
 #if defined(ATTN_SPLITS)
     uint splits;    // most workgroups per (head, query)
 #endif
@@ -37,7 +38,21 @@ uint kv_rows() {
     return min(p.n_kv, syms[p.kv_sym] * p.kv_num / p.kv_den);
 }
 
-// The kv rows query t sees of n_kv (0 past the run-time query count n_q).
+// The first kv row query t sees: its sequence's first (0 past the run-time query count n_q;
+// never past limit(t)).
+uint first(uint t, uint n_q, uint n_kv) {
+    if (t >= n_q || p.s_off == 0xFFFFFFFFu) {
+        return 0u;
+    }
+    int s = slots[p.s_off + t];
+    if (s < 0) {
+        return 0u;
+    }
+    uint f = uint(s) - uint(s) % max(p.segment, 1u);
+    return min(f, n_kv);
+}
+
+// The end of the kv rows query t sees of n_kv (0 past the run-time query count n_q).
 uint limit(uint t, uint n_q, uint n_kv) {
     if (t >= n_q) {
         return 0u;

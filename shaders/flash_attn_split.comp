@@ -82,13 +82,16 @@ void main() {
         uint t = hq / ne.y;
         uint kh = h / group;
         uint n_kv = limit(t, ne.z, n_kv_all);
+        // The query's own rows (its sequence's) are split.
+        uint j_first = first(t, ne.z, n_kv_all);
+        uint len = n_kv - j_first;
         // Splits of at least MIN_CHUNK rows: a short context takes fewer (the others skip).
-        uint chunk = max(MIN_CHUNK, (n_kv + p.splits - 1u) / p.splits);
-        uint n_splits = max(1u, (n_kv + chunk - 1u) / chunk);
+        uint chunk = max(MIN_CHUNK, (len + p.splits - 1u) / p.splits);
+        uint n_splits = max(1u, (len + chunk - 1u) / chunk);
         if (s >= n_splits) {
             continue;
         }
-        uint j0 = s * chunk;
+        uint j0 = j_first + s * chunk;
         uint j1 = min(j0 + chunk, n_kv);
         uint qb = p.q_off + h * p.q_nb1 + t * p.q_nb2;
         vec4 qv[MAXV];

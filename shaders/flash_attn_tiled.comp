@@ -93,13 +93,22 @@ void main() {
         uint vb = p.v_off + (h / group) * p.v_nb1;
         // The kv rows the tile needs: the most any of its queries sees (every thread computes
         // it alike, so the loop below is uniform across the workgroup).
+        // From the first row any of them sees (a tile may straddle two sequences: each row
+        // masks the other's).
         uint n_tile = 0u;
+        uint f_tile = n_kv_all;
         for (uint r = 0u; r < BR; r++) {
             n_tile = max(n_tile, limit(t0 + r, n_q, n_kv_all));
+            if (t0 + r < n_q) {
+                f_tile = min(f_tile, first(t0 + r, n_q, n_kv_all));
+            }
         }
+        f_tile = min(f_tile, n_tile);
         uint lim[RM];
+        uint fst[RM];
         for (uint i = 0u; i < RM; i++) {
             lim[i] = limit(t0 + ty * RM + i, n_q, n_kv_all);
+            fst[i] = first(t0 + ty * RM + i, n_q, n_kv_all);
         }
         uint qb = p.q_off + h * p.q_nb1;
         for (uint e = tid; e < BR * DM; e += 64u) {
@@ -108,7 +117,7 @@ void main() {
             uint t = t0 + r;
             qs[r * DM4 + i / 4u][i % 4u] = t < n_q && i < hd ? q[qb + t * p.q_nb2 + i] * qscale : 0.0;
         }
-        load_k(kb, 0u, min(BC, n_tile), hd);
+        load_k(kb, f_tile, min(BC, n_tile - f_tile), hd);
         barrier();
 
         float m[RM];
@@ -121,7 +130,7 @@ void main() {
                 acc[i * DV + c] = vec4(0.0);
             }
         }
-        for (uint j0 = 0u; j0 < n_tile; j0 += BC) {
+        for (uint j0 = f_tile; j0 < n_tile; j0 += BC) {
             // S = Q K^T for this thread's block.
             float s[RM * CN];
             for (uint x = 0u; x < RM * CN; x++) {
@@ -143,7 +152,8 @@ void main() {
             for (uint i = 0u; i < RM; i++) {
                 float mx = NEG;
                 for (uint c = 0u; c < CN; c++) {
-                    if (j0 + tx + TX * c < lim[i]) {
+                    uint j = j0 + tx + TX * c;
+                    if (j >= fst[i] && j < lim[i]) {
                         mx = max(mx, s[i * CN + c]);
                     }
                 }
@@ -163,7 +173,7 @@ void main() {
                 for (uint c = 0u; c < CN; c++) {
                     uint col = tx + TX * c;
                     // Masked entries are zero outright: their scores are not below m.
-                    float pj = j0 + col < lim[i] ? exp2(s[i * CN + c] - mx) : 0.0;
+                    float pj = j0 + col >= fst[i] && j0 + col < lim[i] ? exp2(s[i * CN + c] - mx) : 0.0;
                     ps[row * PROW + col] = pj;
                     sum += pj;
                 }

@@ -14,8 +14,10 @@ fn caption(args: &[&str], model: &Path) -> Output {
 fn caption_in(dir: Option<&Path>, args: &[&str], model: &Path) -> Output {
     let m = model.join("qwen3vl-tiny-F16.gguf");
     let mm = model.join("mmproj-qwen3vl-tiny-F16.gguf");
-    let mut all: Vec<&str> =
-        vec!["caption", "-m", m.to_str().unwrap(), "--mmproj", mm.to_str().unwrap(), "-n", "3", "--ignore-eos"];
+    let mut all = vec!["caption", "-m", m.to_str().unwrap(), "--mmproj", mm.to_str().unwrap()];
+    // One image at a time: records in sorted order (tests/caption_batch.rs has the batches,
+    // whose records come in the order captions end).
+    all.extend(["-n", "3", "--ignore-eos", "--batch", "1"]);
     all.extend(args);
     let mut command = Command::new(env!("CARGO_BIN_EXE_hrx"));
     if let Some(dir) = dir {

@@ -840,3 +840,31 @@ fn describe_and_caption_with_a_schema_give_the_answer_as_a_json_value() {
     assert_eq!(out.status.code(), Some(2));
     assert!(stderr(&out).contains("--stop cannot go with --json-schema"), "{}", stderr(&out));
 }
+
+/// `hrx bench --batch 1,3`: a row per batch size, as llama-batched-bench's: B prompts of PP
+/// tokens and TG tokens of each, N_KV = B x (PP + TG), positive times and rates.
+#[test]
+fn bench_batch_prints_a_row_per_batch_size() {
+    let Some(oracle) = common::oracle() else { return };
+    let model = oracle.join("models/tiny/qwen3vl-tiny-F16.gguf");
+    let args =
+        ["bench", "-m", model.to_str().unwrap(), "--batch", "1,3", "-p", "8", "-n", "3", "--device", "cpu", "--json"];
+    let run = Command::new(env!("CARGO_BIN_EXE_hrx")).args(args).output().unwrap();
+    assert!(run.status.success(), "{}", String::from_utf8_lossy(&run.stderr));
+    let v: JsonValue = String::from_utf8_lossy(&run.stdout).trim().parse().unwrap();
+    let rows: &Vec<JsonValue> = v["batches"].get().unwrap();
+    assert_eq!(rows.len(), 2);
+    for (row, b) in rows.iter().zip([1.0, 3.0]) {
+        let num = |k: &str| *row[k].get::<f64>().unwrap();
+        assert_eq!((num("b"), num("pp"), num("tg"), num("n_kv")), (b, 8.0, 3.0, b * 11.0));
+        for k in ["t_pp", "s_pp", "t_tg", "s_tg", "t", "s"] {
+            assert!(num(k) > 0.0, "{k}: {row:?}");
+        }
+    }
+    let bad = Command::new(env!("CARGO_BIN_EXE_hrx"))
+        .args(["bench", "-m", model.to_str().unwrap(), "--batch", "2,0"])
+        .output()
+        .unwrap();
+    assert_eq!(bad.status.code(), Some(2));
+    assert!(String::from_utf8_lossy(&bad.stderr).contains("--batch"));
+}

@@ -16,9 +16,11 @@ fn write(spec: &TextSpec, name: &str) -> PathBuf {
 }
 
 fn last_logits(path: &std::path::Path, kernels: Kernels, chunk: usize, prompt: &[u32]) -> Vec<f32> {
-    let mut model =
-        TextModel::load(path, TextOptions { n_ctx: 64, chunk, max_outputs: 1, kernels, device: DeviceChoice::Cpu })
-            .expect("loads");
+    let mut model = TextModel::load(
+        path,
+        TextOptions { n_ctx: 64, n_seq: 1, chunk, max_outputs: 1, kernels, device: DeviceChoice::Cpu },
+    )
+    .expect("loads");
     let pieces: Vec<PromptPiece> = prompt.iter().map(|&t| PromptPiece::Token(t)).collect();
     Session::new().feed(&mut model, &pieces).expect("runs")
 }
@@ -149,7 +151,14 @@ fn a_caller_can_stop_the_generation_between_tokens() {
     let path = write(&spec, "cancel");
     let mut model = TextModel::load(
         &path,
-        TextOptions { n_ctx: 64, chunk: 8, max_outputs: 1, kernels: Kernels::Fast, device: DeviceChoice::Cpu },
+        TextOptions {
+            n_ctx: 64,
+            n_seq: 1,
+            chunk: 8,
+            max_outputs: 1,
+            kernels: Kernels::Fast,
+            device: DeviceChoice::Cpu,
+        },
     )
     .expect("loads");
     let pieces: Vec<PromptPiece> = [5u32, 17, 40].iter().map(|&t| PromptPiece::Token(t)).collect();

@@ -986,6 +986,8 @@ struct AttnCase {
     n_q: usize,
     n_kv: usize,
     slots: Option<Vec<i32>>,
+    /// Kv rows per sequence (the whole cache when None).
+    segment: Option<usize>,
     run: Option<(usize, usize)>,
     max: Option<[u32; 3]>,
     gain: f32,
@@ -996,7 +998,19 @@ struct AttnCase {
 
 impl AttnCase {
     fn new((d, heads, kv_heads, n_q, n_kv): (usize, usize, usize, usize, usize)) -> AttnCase {
-        AttnCase { d, heads, kv_heads, n_q, n_kv, slots: None, run: None, max: None, gain: 1.0, aligned: false }
+        AttnCase {
+            d,
+            heads,
+            kv_heads,
+            n_q,
+            n_kv,
+            slots: None,
+            segment: None,
+            run: None,
+            max: None,
+            gain: 1.0,
+            aligned: false,
+        }
     }
 
     fn aligned(self) -> AttnCase {
@@ -1015,6 +1029,12 @@ impl AttnCase {
         self.slots(slots)
     }
 
+    /// Causal over sequences of `segment` rows: query t sees its sequence's rows up to slots[t].
+    fn segments(self, segment: usize, slots: Vec<i32>) -> AttnCase {
+        assert!(self.n_kv.is_multiple_of(segment));
+        AttnCase { segment: Some(segment), ..self.slots(slots) }
+    }
+
     fn run(self, n_q: usize, n_kv: usize) -> AttnCase {
         AttnCase { run: Some((n_q, n_kv)), ..self }
     }
@@ -1029,7 +1049,11 @@ impl AttnCase {
 
     fn name(&self, kernel: KernelId) -> String {
         let (d, h, kvh, n_q, n_kv) = (self.d, self.heads, self.kv_heads, self.n_q, self.n_kv);
-        let causal = if self.slots.is_some() { "causal" } else { "full" };
+        let causal = match (&self.slots, self.segment) {
+            (Some(_), Some(segment)) => format!("causal in sequences of {segment}"),
+            (Some(_), None) => "causal".into(),
+            (None, _) => "full".into(),
+        };
         let (run, max, gain, aligned) = (self.run, self.max, self.gain, self.aligned);
         format!(
             "{} d={d} heads={h}/{kvh} n_q={n_q} n_kv={n_kv} {causal} run={run:?} max={max:?} gain={gain} aligned={aligned}",
@@ -1090,7 +1114,7 @@ fn check_attention(ks: &KernelSet, rng: &mut Rng, case: &AttnCase, kernel: Kerne
     };
     let (k, v) = (cache(rng), cache(rng));
     let out = Strided::new(rng, [d, heads, n_q, 1], 3, 1);
-    let op = Op::Attention { scale: 1.0 / (d as f32).sqrt() };
+    let op = Op::Attention { scale: 1.0 / (d as f32).sqrt(), segment: case.segment.unwrap_or(n_kv) };
     // Queries (symbol 0) and kv rows (symbol 1) at their run-time lengths.
     let (run_q, run_kv) = case.run.unwrap_or((n_q, n_kv));
     let dynamic = case.run.map(|_| Dyn { axis: 2, sym: 0, num: 1, den: 1 });
@@ -1144,6 +1168,33 @@ fn check_attention(ks: &KernelSet, rng: &mut Rng, case: &AttnCase, kernel: Kerne
 fn check_attention_kernels(ks: &KernelSet, rng: &mut Rng, case: AttnCase) {
     for kernel in attn_kernels(ks, case.d) {
         check_attention(ks, rng, &case, kernel);
+    }
+}
+
+/// Queries of several sequences in one call, as a batch of decode steps (one query per
+/// sequence, each at its own depth) and a prompt chunk that ends one sequence and starts the
+/// next give them: each sees only its own sequence's rows.
+#[test]
+fn attention_over_several_sequences_in_one_call() {
+    let Some(ks) = kernel_set() else { return };
+    let mut rng = Rng::new(41);
+    let mut decode = |n_seq: usize, segment: usize| -> Vec<i32> {
+        (0..n_seq).map(|s| (s * segment) as i32 + (rng.next_u64() % segment as u64) as i32).collect()
+    };
+    let (five, eight, three) = (decode(5, 100), decode(8, 256), decode(3, 70));
+    // The last 20 slots of sequence 0 then the first 20 of sequence 1; a chunk over three.
+    let straddle: Vec<i32> = (44..84).collect();
+    let three_seqs: Vec<i32> = (10..40).chain(64..80).chain(128 + 50..128 + 64).collect();
+    let cases = [
+        AttnCase::new((64, 4, 2, 5, 500)).segments(100, five),
+        AttnCase::new((128, 4, 2, 8, 8 * 256)).segments(256, eight).aligned(),
+        AttnCase::new((80, 3, 1, 3, 210)).segments(70, three),
+        AttnCase::new((64, 4, 2, 40, 192)).segments(64, straddle.clone()),
+        AttnCase::new((128, 2, 1, 40, 128)).segments(64, straddle).aligned(),
+        AttnCase::new((64, 2, 2, 60, 192)).segments(64, three_seqs).aligned(),
+    ];
+    for case in cases {
+        check_attention_kernels(ks, &mut rng, case);
     }
 }
 
@@ -1281,7 +1332,7 @@ fn attention_over_many_queries_plans_the_tiled_kernel() {
         let kv = Operand::contiguous(DType::F32, [d, 2, 300, 1], 0);
         (vec![q, kv, kv, i32_operand([n_q, 1, 1, 1])], q)
     };
-    let op = Op::Attention { scale: 0.125 };
+    let op = Op::Attention { scale: 0.125, segment: 300 };
     for (d, n_q) in [(64, 4096), (128, 512), (80, 8), (128, 7), (64, 1)] {
         let (ins, out) = ops(d, n_q);
         let got = kernels::select(Ops::single(&op), &ins, &out, None, &variants).unwrap();
@@ -1339,7 +1390,7 @@ fn time_attention(ks: &KernelSet, (d, heads, kv_heads, n): (usize, usize, usize,
     let slots: Vec<i32> = (0..n as i32).collect();
     let slot_buf = upload(dev, &slots.iter().flat_map(|x| x.to_le_bytes()).collect::<Vec<u8>>(), 0);
     let kv = Operand::contiguous(DType::F32, [d, kv_heads, n, 1], 0);
-    let attn = Op::Attention { scale: 1.0 / (d as f32).sqrt() };
+    let attn = Op::Attention { scale: 1.0 / (d as f32).sqrt(), segment: n };
     let mut outs = Vec::new();
     for kernel in attn_kernels(ks, d) {
         let n_q = if kernel == KernelId::FlashAttn { slice } else { n };

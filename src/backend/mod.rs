@@ -195,6 +195,20 @@ impl Backend {
         })
     }
 
+    /// Bytes of memory plans and weights may take: the device's local memory, or on the CPU
+    /// what the system has available (`MemAvailable` of /proc/meminfo; None where unknown).
+    pub fn memory_bytes(&self) -> Option<u64> {
+        match self {
+            Backend::Vulkan(d) => Some(d.info().device_local_bytes()).filter(|&b| b > 0),
+            Backend::Cpu(_) => {
+                let info = std::fs::read_to_string("/proc/meminfo").ok()?;
+                let line = info.lines().find_map(|l| l.strip_prefix("MemAvailable:"))?;
+                let kib: u64 = line.trim().trim_end_matches("kB").trim().parse().ok()?;
+                kib.checked_mul(1024)
+            }
+        }
+    }
+
     /// For logs and reports: `cpu (fast kernels)`, `vulkan: NVIDIA H200 (discrete)`.
     pub fn describe(&self) -> String {
         match self {

@@ -1,6 +1,6 @@
 //! `hrx bench`: prompt processing and generation speed, cold start and peak memory.
 
-use super::flags::{json_schema, Flag, Help, Placement, JSON, JSON_SCHEMA, MMPROJ, MODEL};
+use super::flags::{json_schema, Flag, Help, Placement, JSON, JSON_SCHEMA, MAX_BATCH, MMPROJ, MODEL};
 use super::{CliError, Command};
 use crate::backend::vulkan::{Profile, RecordingStats};
 use crate::cli::args::Args;
@@ -29,6 +29,11 @@ fn help() -> String {
              (prefill; up to 32, the vector kernels too: sequences decoded together), in GB/s of weight bytes and TFLOP/s beside the device's copy bandwidth",
         ),
         ONLY.help("with --kernels: only the kernels whose name contains TEXT (e.g. mul_mat_cm)"),
+        BATCHES.help(
+            "instead: for each number B of sequences, B prompts of -p tokens prefilled one after \
+             another, then -n steps decoding a token of each of the B together; prompt, decode and \
+             total tokens/s as llama-batched-bench prints them (its -npp, -ntg, -npl)",
+        ),
         JSON_SCHEMA.help(
             "also run tg constrained to the schema in FILE (greedy, a new document whenever one \
              ends) and time the mask of each step: its share of a step (the first, untimed round \
@@ -39,7 +44,8 @@ fn help() -> String {
     options.push(JSON.help("one JSON object with every number"));
     Help {
         title: "hrx bench: measure speed and memory",
-        usage: "hrx bench -m MODEL.gguf [--mmproj MMPROJ.gguf [--image-size N]] [-p N] [-n N] [-r N] [--threads N] [--device D] [--json]",
+        usage: "hrx bench -m MODEL.gguf [--mmproj MMPROJ.gguf [--image-size N]] [-p N] [-n N] [-r N] [--threads N] [--device D] [--json]\n\
+                \x20      hrx bench -m MODEL.gguf --batch 1,2,4,8 [-p N] [-n N] [--threads N] [--device D] [--json]",
         about: "Measures, like llama-bench: cold start (open the file, build and plan the graphs,\n\
                 bind the weights), prompt processing (pp: a prompt of N tokens in one go, tokens/s),\n\
                 token generation (tg: N tokens one at a time after a short prompt, tokens/s), and\n\
@@ -81,6 +87,17 @@ const REPS: Flag = Flag { names: &["-r"], value: "N" };
 const DEPTH: Flag = Flag { names: &["-d"], value: "N" };
 const KERNELS: Flag = Flag { names: &["--kernels"], value: "" };
 const ONLY: Flag = Flag { names: &["--only"], value: "TEXT" };
+const BATCHES: Flag = Flag { names: &["--batch"], value: "B,B,..." };
+
+/// `--batch 1,2,4,8`: each size in 1..=MAX_BATCH.
+fn batch_sizes(list: &str) -> Result<Vec<usize>, CliError> {
+    list.split(',')
+        .map(|b| match b.trim().parse::<usize>() {
+            Ok(n) if (1..=MAX_BATCH).contains(&n) => Ok(n),
+            _ => Err(CliError::usage(format!("--batch {list:?}: each size must be in 1..={MAX_BATCH}"))),
+        })
+        .collect()
+}
 
 fn mean_sd(xs: &[f64]) -> (f64, f64) {
     let n = xs.len().max(1) as f64;
@@ -110,8 +127,16 @@ fn run(mut args: Args, out: &mut dyn Write) -> Result<(), CliError> {
     let image_size: usize = IMAGE_SIZE.parse(&mut args)?.unwrap_or(448);
     let json = JSON.present(&mut args);
     let schema = json_schema(&mut args)?;
+    let batches = BATCHES.string(&mut args)?.map(|list| batch_sizes(&list)).transpose()?;
     if !args.finish()?.is_empty() {
         return Err(CliError::usage("bench takes no positional arguments"));
+    }
+    if let Some(sizes) = batches {
+        if kernels || schema.is_some() || mmproj.is_some() || depth > 0 {
+            return Err(CliError::usage("--batch goes with -p, -n, --device, --threads and --json only"));
+        }
+        let b = super::bench_batch::Batches { n_prompt, n_gen, sizes };
+        return super::bench_batch::run(Path::new(&model_path), TextOptions::on(device), threads, &b, json, out);
     }
     if schema.is_some() && n_gen == 0 {
         return Err(CliError::usage("--json-schema times the mask of tg steps: give -n N"));

@@ -2,16 +2,20 @@
 //! per image, resumable.
 
 use super::describe::{answer_json, DescriberFlags};
-use super::flags::{json_schema_help, Flag, Help, PROMPT, SYSTEM};
+use super::flags::{self, json_schema_help, Flag, Help, BATCH, PROMPT, SYSTEM};
 use super::{CliError, Command};
 use crate::caption::discover::find_images;
 use crate::caption::journal::{self, Journal};
 use crate::cli::args::Args;
 use crate::json::Json;
-use crate::runtime::describe::Describer;
-use crate::runtime::generate::GenerateConfig;
+use crate::runtime::batch::{Batch, Finished, MAX_DEFAULT_SEQUENCES};
+use crate::runtime::describe::{Describer, Prepared};
+use crate::runtime::generate::{GenerateConfig, Generation};
+use crate::runtime::RuntimeError;
 use std::io::Write;
 use std::path::{Path, PathBuf};
+use std::sync::atomic::{AtomicUsize, Ordering};
+use std::sync::Arc;
 use std::time::Instant;
 
 fn help() -> String {
@@ -22,6 +26,11 @@ fn help() -> String {
         PROMPT.help("what to ask (default: \"Describe this image.\")"),
         SYSTEM.help("a system turn"),
         json_schema_help(),
+        BATCH.help(format!(
+            "captions decoded together, each in its own KV cache of --ctx slots (default: as many\n\
+             as a quarter of the device's memory left by the model files holds caches for, 1 to {MAX_DEFAULT_SEQUENCES};\n\
+             on the CPU, of the memory the system has available); 1 captions one image after another"
+        )),
     ];
     options.extend(DescriberFlags::help());
     Help {
@@ -30,8 +39,11 @@ fn help() -> String {
                 \x20                  [-m MODEL.gguf --mmproj MMPROJ.gguf] [options]",
         about: "Folders are searched recursively for PNG, JPEG and WebP files (by extension or by\n\
                 their first bytes; links to folders are not followed); @LIST reads paths from a file,\n\
-                one a line. Images are captioned in sorted order with the model loaded once. Each\n\
-                result is appended to the output and flushed at once:\n\
+                one a line. Images are started in sorted order with the model loaded once, read and\n\
+                preprocessed on other threads ahead of the model; with --batch above 1 several captions\n\
+                are decoded together, and a finished one makes room for the next image at once. Each\n\
+                result is appended to the output and flushed as soon as it is known (in the order the\n\
+                captions end):\n\
                 \x20 {\"image\":PATH,\"caption\":TEXT,\"tokens\":N,\"seconds\":S}  or  {\"image\":PATH,\"error\":MESSAGE}\n\
                 (with --json-schema, also \"json\": the answer as a JSON value, after \"caption\").\n\
                 A bad image never stops the batch; its error is recorded once, and --resume skips it\n\
@@ -63,6 +75,7 @@ fn run(mut args: Args, _out: &mut dyn Write) -> Result<(), CliError> {
     }
     let prompt = PROMPT.string(&mut args)?.unwrap_or_else(|| "Describe this image.".to_owned());
     let system = SYSTEM.string(&mut args)?;
+    let batch = flags::batch(&mut args)?;
     let mut flags = DescriberFlags::parse(&mut args)?;
     let system = flags.with_json_schema(&mut args, system)?;
     let inputs = args.finish()?;
@@ -102,6 +115,7 @@ fn run(mut args: Args, _out: &mut dyn Write) -> Result<(), CliError> {
         eprintln!("hrx: error: {problem}");
         journal.record(&failure(path, problem)).map_err(in_output)?;
         tally.failed += 1;
+        tally.problems += 1;
     }
     eprintln!(
         "hrx caption: {} images to caption, {} already in {}{}",
@@ -114,41 +128,65 @@ fn run(mut args: Args, _out: &mut dyn Write) -> Result<(), CliError> {
         }
     );
     if !todo.is_empty() {
-        let mut d = flags.load()?;
+        let (mut d, n_seq) = flags.load_batched(batch)?;
+        tally.batch = n_seq;
         d.set_progress(super::describe::stderr_notice());
         let job = Job { prompt: &prompt, system: system.as_deref(), config: &flags.config };
-        let start = Instant::now();
-        for (i, path) in todo.iter().enumerate() {
-            let t = Instant::now();
-            let entry = match job.caption(&mut d, path) {
-                Ok(entry) => {
-                    tally.done += 1;
-                    entry
-                }
-                Err(e) => {
-                    tally.failed += 1;
-                    eprintln!("hrx: error: {e}");
-                    failure(path, &e.to_string())
-                }
-            };
-            journal.record(&entry).map_err(in_output)?;
-            let left = todo.len() - i - 1;
-            let eta = start.elapsed().as_secs_f64() / (i + 1) as f64 * left as f64;
-            eprintln!(
-                "[{}/{}] {} — {:.1} s, ETA {}",
-                i + 1,
-                todo.len(),
-                path.display(),
-                t.elapsed().as_secs_f64(),
-                duration(eta)
-            );
+        let (total, start) = (todo.len(), Instant::now());
+        let mut progress = Progress { output: &output, journal: &mut journal, tally: &mut tally, total, start };
+        if n_seq == 1 {
+            for path in &todo {
+                let t = Instant::now();
+                let entry = job.caption(&mut d, path);
+                progress.report(path, entry, t)?;
+            }
+        } else {
+            job.caption_batched(&mut d, &todo, &mut progress)?;
         }
-        tally.seconds = start.elapsed().as_secs_f64();
+        tally.seconds = progress.start.elapsed().as_secs_f64();
     }
     eprintln!("{}", tally.summary());
     match tally.failed {
         0 => Ok(()),
         n => Err(CliError::Partial(format!("{n} images failed in this run (see {})", output.display()))),
+    }
+}
+
+/// Records each result as it is known and says so on stderr.
+struct Progress<'a> {
+    output: &'a Path,
+    journal: &'a mut Journal,
+    tally: &'a mut Tally,
+    total: usize,
+    start: Instant,
+}
+
+impl Progress<'_> {
+    /// Records the caption (or the error) of the image at `path`, begun at `t`.
+    fn report(&mut self, path: &Path, entry: Result<Json, RuntimeError>, t: Instant) -> Result<(), CliError> {
+        let entry = match entry {
+            Ok(entry) => {
+                self.tally.done += 1;
+                entry
+            }
+            Err(e) => {
+                self.tally.failed += 1;
+                eprintln!("hrx: error: {e}");
+                failure(path, &e.to_string())
+            }
+        };
+        self.journal.record(&entry).map_err(CliError::os(self.output.display()))?;
+        let n = self.tally.done + self.tally.failed - self.tally.problems;
+        let left = self.total.saturating_sub(n);
+        let eta = self.start.elapsed().as_secs_f64() / n.max(1) as f64 * left as f64;
+        eprintln!(
+            "[{n}/{}] {} — {:.1} s, ETA {}",
+            self.total,
+            path.display(),
+            t.elapsed().as_secs_f64(),
+            duration(eta)
+        );
+        Ok(())
     }
 }
 
@@ -159,10 +197,15 @@ struct Job<'a> {
 }
 
 impl Job<'_> {
-    fn caption(&self, d: &mut Describer, path: &Path) -> Result<Json, crate::runtime::RuntimeError> {
+    fn caption(&self, d: &mut Describer, path: &Path) -> Result<Json, RuntimeError> {
         let t = Instant::now();
         let images = d.encode_files_for(&[path], self.prompt, self.system)?;
         let (_, g) = d.run(&images, self.prompt, self.system, self.config, |_| std::ops::ControlFlow::Continue(()))?;
+        Ok(self.entry(path, &g, t))
+    }
+
+    /// The record of a caption of the image at `path`, begun at `t`.
+    fn entry(&self, path: &Path, g: &Generation, t: Instant) -> Json {
         let mut fields = vec![
             ("image".to_owned(), Json::str(path.display().to_string())),
             ("caption".to_owned(), Json::str(g.text.trim())),
@@ -172,9 +215,81 @@ impl Job<'_> {
         }
         fields.push(("tokens".to_owned(), Json::Int(g.tokens.len() as i128)));
         fields.push(("seconds".to_owned(), Json::Num((t.elapsed().as_secs_f64() * 1000.0).round() / 1000.0)));
-        Ok(Json::Obj(fields))
+        Json::Obj(fields)
+    }
+
+    /// Captions `todo` with up to n_seq of them decoded together: the images read and
+    /// preprocessed on other threads into a bounded queue, each encoded and its prompt
+    /// prefilled into a free sequence as one frees up, every caption under way decoded a
+    /// token a step in one call.
+    fn caption_batched(&self, d: &mut Describer, todo: &[&PathBuf], progress: &mut Progress) -> Result<(), CliError> {
+        let preparer = d.preparer()?;
+        let n_seq = d.text().options().n_seq;
+        let workers = std::thread::available_parallelism().map_or(1, |n| n.get()).clamp(1, PREPARE_THREADS);
+        let next = AtomicUsize::new(0);
+        std::thread::scope(|s| {
+            let (tx, rx) = std::sync::mpsc::sync_channel(2 * n_seq);
+            for _ in 0..workers {
+                let (tx, next, preparer) = (tx.clone(), &next, &preparer);
+                s.spawn(move || loop {
+                    let i = next.fetch_add(1, Ordering::Relaxed);
+                    let Some(path) = todo.get(i) else { break };
+                    if tx.send((i, preparer.prepare(path))).is_err() {
+                        break;
+                    }
+                });
+            }
+            drop(tx);
+            // Dropped on any return: the workers' sends fail and they stop.
+            let mut incoming = rx.into_iter();
+            let tokenizer = Arc::clone(d.text().tokenizer());
+            let mut batch = Batch::new(d.text(), &tokenizer, self.config);
+            loop {
+                while batch.has_room() {
+                    let Some((i, prepared)) = incoming.next() else { break };
+                    let t = Instant::now();
+                    match self.start(d, &mut batch, prepared, (i, t)) {
+                        Ok(None) => {}
+                        Ok(Some(f)) => progress.report(todo[i], Ok(self.entry(todo[i], &f.generation, t)), t)?,
+                        Err(e) => progress.report(todo[i], Err(e), t)?,
+                    }
+                }
+                if batch.is_empty() {
+                    return Ok(());
+                }
+                match batch.step(d.text_mut()) {
+                    Ok(done) => {
+                        for Finished { tag: (i, t), generation } in done {
+                            progress.report(todo[i], Ok(self.entry(todo[i], &generation, t)), t)?;
+                        }
+                    }
+                    Err(e) => {
+                        let message = e.to_string();
+                        for (i, t) in batch.abandon() {
+                            progress.report(todo[i], Err(RuntimeError::Usage(message.clone())), t)?;
+                        }
+                    }
+                }
+            }
+        })
+    }
+
+    /// Encodes a prepared image and starts its caption in `batch`.
+    fn start(
+        &self,
+        d: &mut Describer,
+        batch: &mut Batch<(usize, Instant)>,
+        prepared: Result<Prepared, RuntimeError>,
+        tag: (usize, Instant),
+    ) -> Result<Option<Finished<(usize, Instant)>>, RuntimeError> {
+        let images = [d.encode_prepared(prepared?, self.prompt, self.system)?];
+        let (_, pieces) = d.prompt(&images, self.prompt, self.system)?;
+        batch.start(d.text_mut(), &pieces, tag)
     }
 }
+
+/// Threads reading and preprocessing images ahead of the model (at most).
+const PREPARE_THREADS: usize = 4;
 
 fn failure(path: &Path, message: &str) -> Json {
     Json::obj([("image", Json::str(path.display().to_string())), ("error", Json::str(message))])
@@ -187,7 +302,11 @@ struct Tally {
     failed: usize,
     skipped: usize,
     failed_before: usize,
+    /// Of `failed`: the files found not to be images before the run.
+    problems: usize,
     seconds: f64,
+    /// Captions decoded together.
+    batch: usize,
 }
 
 impl Tally {
@@ -199,6 +318,9 @@ impl Tally {
         // The rate counts captions only: failures are quick and would flatter it.
         if self.done > 0 && self.seconds > 0.0 {
             s += &format!("; {:.1} images/minute", self.done as f64 * 60.0 / self.seconds);
+        }
+        if self.batch > 0 {
+            s += &format!("; batch {}", self.batch);
         }
         s
     }

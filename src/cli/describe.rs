@@ -6,9 +6,13 @@ use super::flags::{
 };
 use super::registry::{default_model_files, ModelSettings};
 use super::{CliError, Command};
+use crate::backend::Backend;
 use crate::cli::args::Args;
+use crate::gguf::GgufFile;
 use crate::image::{self, Limits};
 use crate::json::Json;
+use crate::model::TextParams;
+use crate::runtime::batch::default_sequences;
 use crate::runtime::describe::{Describer, ImageOptions};
 use crate::runtime::generate::GenerateConfig;
 use crate::runtime::progress::Notice;
@@ -122,7 +126,28 @@ impl DescriberFlags {
     }
 
     pub fn load(&self) -> Result<Describer, CliError> {
-        let mut d = Describer::load(&self.model, &self.mmproj, self.text, self.images.clone())?;
+        self.load_on(&Backend::open(self.text.device, self.text.kernels))
+    }
+
+    /// Loads with `batch` sequences decoded together (None: the default for the device's
+    /// memory and the model, [`default_sequences`]); returns the describer and the batch.
+    pub fn load_batched(&mut self, batch: Option<usize>) -> Result<(Describer, usize), CliError> {
+        let backend = Backend::open(self.text.device, self.text.kernels);
+        let n_seq = match batch {
+            Some(n) => n,
+            None => {
+                let params = TextParams::from_gguf(&GgufFile::open(&self.model)?).map_err(RuntimeError::from)?;
+                let size = |path: &Path| std::fs::metadata(path).map_or(0, |m| m.len());
+                let weights = size(&self.model) + size(&self.mmproj);
+                backend.memory_bytes().map_or(1, |memory| default_sequences(&params, self.text.n_ctx, memory, weights))
+            }
+        };
+        self.text.n_seq = n_seq;
+        Ok((self.load_on(&backend)?, n_seq))
+    }
+
+    fn load_on(&self, backend: &Backend) -> Result<Describer, CliError> {
+        let mut d = Describer::load_on(&self.model, &self.mmproj, self.text, self.images.clone(), backend)?;
         if let Some(n) = self.threads {
             d.set_threads(n);
         }

@@ -59,6 +59,9 @@ pub const DEVICE: Flag = Flag { names: &["--device"], value: "D" };
 pub const THREADS: Flag = Flag { names: &["-t", "--threads"], value: "N" };
 pub const CTX: Flag = Flag { names: &["-c", "--ctx", "--ctx-size"], value: "N" };
 pub const JSON: Flag = Flag { names: &["--json"], value: "" };
+pub const BATCH: Flag = Flag { names: &["--batch"], value: "N" };
+/// The most sequences --batch takes (each holds a KV cache of --ctx slots).
+pub const MAX_BATCH: usize = 256;
 pub const PROMPT: Flag = Flag { names: &["-p", "--prompt"], value: "TEXT" };
 pub const SYSTEM: Flag = Flag { names: &["--system"], value: "TEXT" };
 pub const MAX_TOKENS: Flag = Flag { names: &["-n", "--max-tokens", "--n-predict"], value: "N" };
@@ -115,6 +118,16 @@ impl Placement {
         }
         Ok(Placement { device, threads })
     }
+}
+
+/// `--batch N`: sequences decoded together (None when not given), refused outside
+/// 1..=MAX_BATCH.
+pub fn batch(args: &mut Args) -> Result<Option<usize>, CliError> {
+    let batch: Option<usize> = BATCH.parse(args)?;
+    if batch.is_some_and(|n| n == 0 || n > MAX_BATCH) {
+        return Err(CliError::usage(format!("--batch must be in 1..={MAX_BATCH}")));
+    }
+    Ok(batch)
 }
 
 /// `--ctx`: the context the KV cache is planned for.

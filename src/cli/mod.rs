@@ -2,6 +2,7 @@
 
 pub mod args;
 mod bench;
+mod bench_batch;
 mod bench_kernels;
 mod caption;
 mod describe;

@@ -1,6 +1,6 @@
 //! `hrx plan`: how the dispatcher plans each graph of a model, with its census.
 
-use super::flags::{ctx_help, text_options, Help, Placement, IMAGE_MAX_PIXELS, JSON, MMPROJ, MODEL};
+use super::flags::{self, ctx_help, text_options, Help, Placement, BATCH, IMAGE_MAX_PIXELS, JSON, MMPROJ, MODEL};
 use super::{CliError, Command};
 use crate::backend::Backend;
 use crate::cli::args::Args;
@@ -23,6 +23,7 @@ fn help() -> String {
         )),
         IMAGE_MAX_PIXELS.help("the image pixel budget the vision graph is planned for"),
         ctx_help(),
+        BATCH.help("also plan the batched decode step of N sequences (text-batch: a token of each, in a KV cache of N x --ctx slots), as `hrx caption --batch N` runs it (default 1: no batched graph)"),
     ];
     options.extend(Placement::help());
     options.push(JSON.help(
@@ -31,15 +32,16 @@ fn help() -> String {
     ));
     Help {
         title: "hrx plan: show how each graph of a model is planned",
-        usage: "hrx plan -m MODEL.gguf [--mmproj MMPROJ.gguf [--image-max-pixels N]] [--ctx N] [--device D] [--json]",
-        about: "Builds the model's graphs (text prefill chunk, text decode step, and the vision\n\
-                encoder with --mmproj), imports and plans them exactly as a run on the same device\n\
-                would, and prints per graph: nodes, where compute nodes run (cpu/gpu), nodes fused\n\
-                into another's dispatch, layout nodes elided as aliases, external windows skipped\n\
-                (bound from their tensor), refusals, the arena size, the census of (device, op)\n\
-                counts, and every kernel the executor records with its dispatches per run: the\n\
-                device's variants, fused pairs as `kernel (OP+OP)`, products split over row ranges.\n\
-                Nothing is executed. Exit code 1 when a graph is refused (its refusals are listed).",
+        usage: "hrx plan -m MODEL.gguf [--mmproj MMPROJ.gguf [--image-max-pixels N]] [--ctx N] [--batch N] [--device D] [--json]",
+        about: "Builds the model's graphs (text prefill chunk, text decode step, with --batch the\n\
+                batched decode step, and the vision encoder with --mmproj), imports and plans them\n\
+                exactly as a run on the same device would, and prints per graph: nodes, where compute\n\
+                nodes run (cpu/gpu), nodes fused into another's dispatch, layout nodes elided as\n\
+                aliases, external windows skipped (bound from their tensor), refusals, the arena size,\n\
+                the census of (device, op) counts, and every kernel the executor records with its\n\
+                dispatches per run: the device's variants, fused pairs as `kernel (OP+OP)`, products\n\
+                split over row ranges. Nothing is executed. Exit code 1 when a graph is refused (its\n\
+                refusals are listed).",
         options,
         footer: "HRX_LOG_DISPATCH=1 also logs every node's placement to standard error.\n\
                  \n\
@@ -56,7 +58,8 @@ fn run(mut args: Args, out: &mut dyn Write) -> Result<(), CliError> {
     let json = JSON.present(&mut args);
     let max_pixels: usize = IMAGE_MAX_PIXELS.parse(&mut args)?.unwrap_or(PreprocessConfig::KIOSK_MAX_PIXELS);
     let placement = Placement::parse(&mut args)?;
-    let options = text_options(&mut args, placement.device)?;
+    let mut options = text_options(&mut args, placement.device)?;
+    options.n_seq = flags::batch(&mut args)?.unwrap_or(1);
     if !args.finish()?.is_empty() {
         return Err(CliError::usage("plan takes no positional arguments"));
     }

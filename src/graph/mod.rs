@@ -515,13 +515,14 @@ impl Graph {
         Ok(self.f32_out(Op::Cont, vec![x], v.ne, v.dyn_axis, name))
     }
 
-    /// q: [d, n_head, n_q], k/v: [d, n_kv_head, n_kv]; `slots` (causal) i32 [n_q].
+    /// q: [d, n_head, n_q], k/v: [d, n_kv_head, n_kv]; `causal`: the slots (i32 [n_q]) and
+    /// the kv rows per sequence (a divisor of n_kv), see [`Op::Attention`].
     pub fn attention(
         &mut self,
         q: NodeId,
         k: NodeId,
         v: NodeId,
-        slots: Option<NodeId>,
+        causal: Option<(NodeId, usize)>,
         scale: f32,
         name: &str,
     ) -> Result<NodeId> {
@@ -537,14 +538,19 @@ impl Graph {
             return err(name, format!("attention q {} k {} v {}", qv.shape_str(), kv.shape_str(), vv.shape_str()));
         }
         let mut inputs = vec![q, k, v];
-        if let Some(s) = slots {
+        let mut segment = kv.ne[2];
+        if let Some((s, rows)) = causal {
             self.expect_i32_ids(s, name)?;
             if self.value(s).ne[0] != qv.ne[2] {
                 return err(name, format!("{} slots for {} queries", self.value(s).ne[0], qv.ne[2]));
             }
+            if rows == 0 || !kv.ne[2].is_multiple_of(rows) {
+                return err(name, format!("{} kv rows are no whole sequences of {rows}", kv.ne[2]));
+            }
             inputs.push(s);
+            segment = rows;
         }
-        Ok(self.f32_out(Op::Attention { scale }, inputs, qv.ne, qv.dyn_axis, name))
+        Ok(self.f32_out(Op::Attention { scale, segment }, inputs, qv.ne, qv.dyn_axis, name))
     }
 
     /// Makes compute node `id` write its output into a window of an external storage (for

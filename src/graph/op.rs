@@ -67,9 +67,11 @@ pub enum Op {
     Cont,
     /// `[q, k, v]` or `[q, k, v, slots]`: softmax(q k^T * scale) v per head, with grouped
     /// K/V heads (q head h reads kv head h / (n_head / n_kv_head)). q: [d, n_head, n_q],
-    /// k/v: [d, n_kv_head, n_kv]. With `slots` (i32 [n_q], causal): query i sees kv rows
-    /// 0..=slots[i]. Without: every query sees all n_kv rows.
-    Attention { scale: f32 },
+    /// k/v: [d, n_kv_head, n_kv]. With `slots` (i32 [n_q], causal): the kv rows are
+    /// sequences of `segment` rows each, and query i at slot s sees rows
+    /// s - s % segment ..= s (its own sequence's, up to itself). Without: every query sees all
+    /// n_kv rows (`segment` is then n_kv and has no effect).
+    Attention { scale: f32, segment: usize },
 }
 
 impl Op {

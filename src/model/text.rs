@@ -29,12 +29,16 @@ pub fn cache_v(layer: usize) -> String {
 /// Sizes a text graph is planned for.
 #[derive(Clone, Copy, Debug, PartialEq, Eq)]
 pub struct TextShape {
+    /// The graph's name: "text-prefill", "text-decode", "text-batch".
+    pub name: &'static str,
     /// Tokens per call (a prefill chunk, or 1 for decode).
     pub max_tokens: usize,
     /// Positions whose logits are computed per call.
     pub max_outputs: usize,
-    /// KV cache length.
+    /// KV slots per sequence.
     pub n_ctx: usize,
+    /// Sequences the KV cache holds, `n_ctx` slots each (a query attends its own's).
+    pub n_seq: usize,
 }
 
 /// A built text graph and the ids the runtime needs.
@@ -53,6 +57,7 @@ struct Builder<'a> {
     positions: NodeId,
     slots: NodeId,
     n_ctx: usize,
+    n_seq: usize,
 }
 
 impl Builder<'_> {
@@ -81,24 +86,25 @@ impl Builder<'_> {
         self.g.rope(y, self.positions, kind, p.rope_theta, hd, &format!("blk.{il}.{which}_rope"))
     }
 
-    /// Writes this call's K or V rows into the layer's cache and returns the whole cache as
-    /// [head_dim, n_head_kv, n_ctx] for attention.
+    /// Writes this call's K or V rows into the layer's cache and returns the whole cache (every
+    /// sequence's slots, one after another) as [head_dim, n_head_kv, n_ctx * n_seq] for
+    /// attention.
     fn cache(&mut self, name: &str, rows: NodeId, n: usize) -> Result<NodeId> {
         let (hd, nkv) = (self.p.head_dim, self.p.n_head_kv);
-        let row = hd * nkv;
-        let storage = self.g.external_storage(name, DType::F32, row * self.n_ctx * 4, false);
+        let (row, slots) = (hd * nkv, self.n_ctx * self.n_seq);
+        let storage = self.g.external_storage(name, DType::F32, row * slots * 4, false);
         let cache = self.g.external_window(
             name,
             storage,
             0,
-            [row, self.n_ctx, 1, 1],
-            [4, row * 4, row * 4 * self.n_ctx, row * 4 * self.n_ctx],
+            [row, slots, 1, 1],
+            [4, row * 4, row * 4 * slots, row * 4 * slots],
             None,
         )?;
         let flat = self.g.reshape(rows, [row, n, 1, 1], &format!("{name}.rows"))?;
         let written = self.g.set_rows(cache, flat, self.slots, &format!("{name}.write"))?;
-        let nb = [4, hd * 4, row * 4, row * 4 * self.n_ctx];
-        self.g.view(written, [hd, nkv, self.n_ctx, 1], nb, 0, None, &format!("{name}.heads"))
+        let nb = [4, hd * 4, row * 4, row * 4 * slots];
+        self.g.view(written, [hd, nkv, slots, 1], nb, 0, None, &format!("{name}.heads"))
     }
 
     fn attention(&mut self, il: usize, x: NodeId, n: usize) -> Result<NodeId> {
@@ -115,7 +121,8 @@ impl Builder<'_> {
         let k_all = self.cache(&cache_k(il), k, n)?;
         let v_all = self.cache(&cache_v(il), v, n)?;
         let scale = 1.0 / (p.head_dim as f32).sqrt();
-        let att = self.g.attention(q, k_all, v_all, Some(self.slots), scale, &format!("blk.{il}.attn"))?;
+        let att =
+            self.g.attention(q, k_all, v_all, Some((self.slots, self.n_ctx)), scale, &format!("blk.{il}.attn"))?;
         let att = self.g.reshape(att, [p.head_dim * p.n_head, n, 1, 1], &format!("blk.{il}.attn_flat"))?;
         let wo = self.w(&format!("blk.{il}.attn_output.weight"), &[p.head_dim * p.n_head, p.n_embd])?;
         self.g.matmul(wo, att, &format!("blk.{il}.attn_out"))
@@ -138,7 +145,7 @@ impl Builder<'_> {
 /// Builds the text decoder for `shape`.
 pub fn build(p: &TextParams, shape: TextShape) -> Result<TextGraph> {
     let n = shape.max_tokens;
-    let mut g = Graph::new(if n == 1 { "text-decode" } else { "text-prefill" });
+    let mut g = Graph::new(shape.name);
     let n_tokens = g.symbol("n_tokens", n);
     let n_outputs = g.symbol("n_outputs", shape.max_outputs);
     let tokens = DynAxis { axis: 1, sym: n_tokens, num: 1, den: 1 };
@@ -157,7 +164,7 @@ pub fn build(p: &TextParams, shape: TextShape) -> Result<TextGraph> {
         Some(DynAxis { axis: 0, sym: n_outputs, num: 1, den: 1 }),
     )?;
 
-    let mut b = Builder { g, p, tokens, positions, slots, n_ctx: shape.n_ctx };
+    let mut b = Builder { g, p, tokens, positions, slots, n_ctx: shape.n_ctx, n_seq: shape.n_seq };
     let mut x = inp;
     for il in 0..p.n_layer {
         let att = b.attention(il, x, n)?;

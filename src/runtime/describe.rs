@@ -61,6 +61,36 @@ pub struct EncodedImage {
     pub resized_hw: (usize, usize),
 }
 
+/// Reads and preprocesses image files for a describer, apart from it (on other threads, ahead
+/// of the encoder): the limits, pixel budget and processor settings of the describer's.
+#[derive(Clone, Debug)]
+pub struct Preparer {
+    limits: Limits,
+    config: PreprocessConfig,
+}
+
+/// An image file read and preprocessed ahead of its encoding: its upright size from the
+/// header, and its patches or why they could not be made (said after the prompt's size is
+/// checked, as for a file encoded at once).
+pub struct Prepared {
+    pub name: String,
+    size: (usize, usize),
+    patches: Result<Patches, RuntimeError>,
+}
+
+impl Preparer {
+    /// Reads the file and its header; decodes and preprocesses it.
+    pub fn prepare(&self, path: &Path) -> Result<Prepared, RuntimeError> {
+        let name = path.display().to_string();
+        let bytes = image::read_file(path, &self.limits)?;
+        let size = image::probe_bytes(&name, &bytes, &self.limits)?;
+        let patches = image::decode_bytes(&name, &bytes, &self.limits)
+            .and_then(|rgb| image::preprocess(&rgb, &self.config).map_err(|e| e.named(&name)))
+            .map_err(RuntimeError::from);
+        Ok(Prepared { name, size, patches })
+    }
+}
+
 /// The text model and the vision tower, loaded once for many images.
 pub struct Describer {
     text: TextModel,
@@ -148,6 +178,30 @@ impl Describer {
 
     pub fn text(&self) -> &TextModel {
         &self.text
+    }
+
+    pub fn text_mut(&mut self) -> &mut TextModel {
+        &mut self.text
+    }
+
+    /// What prepares images for this describer on other threads.
+    pub fn preparer(&self) -> Result<Preparer, RuntimeError> {
+        Ok(Preparer { limits: self.images.limits, config: self.preprocess_config(self.images.max_pixels)? })
+    }
+
+    /// Encodes an image `preparer` made, for a user turn of `text` (after `system`): a prompt
+    /// that would not fit the context is refused from the header's size first.
+    pub fn encode_prepared(
+        &mut self,
+        prepared: Prepared,
+        text: &str,
+        system: Option<&str>,
+    ) -> Result<EncodedImage, RuntimeError> {
+        let Prepared { name, size, patches } = prepared;
+        let sized = SizedImage { name: &name, size, max_pixels: self.images.max_pixels };
+        self.check_prompt(&user_turn(1, text, system), &[sized])?;
+        let patches = patches?;
+        self.noting(&name, |d| d.encode_patches(&patches))
     }
 
     pub fn vision(&self) -> &VisionModel {

@@ -3,11 +3,12 @@
 
 use super::sampler::{Sampler, SamplerConfig, TokenLogprob};
 use super::session::{PromptPiece, Session};
-use super::structured::{JsonConstraint, Next};
+use super::structured::{Document, JsonConstraint, Next};
 use super::text_model::TextModel;
 use super::RuntimeError;
-use crate::tokenizer::StreamDecoder;
+use crate::tokenizer::{StreamDecoder, Tokenizer};
 use std::ops::ControlFlow;
+use std::path::{Path, PathBuf};
 use std::sync::Arc;
 use std::time::Instant;
 
@@ -108,6 +109,170 @@ impl StopFilter<'_> {
     }
 }
 
+/// One sequence's generation after its prompt: sampler, stop filter, stream decoder, JSON
+/// constraint and what it made so far. Both the one-sequence loop ([`generate`]) and the
+/// batched one ([`super::batch`]) drive it: logits in, the next token to feed or a stop out.
+pub struct Decoding<'a> {
+    config: &'a GenerateConfig,
+    tokenizer: &'a Tokenizer,
+    /// The model file, named in a tokenizer error.
+    file: PathBuf,
+    sampler: Sampler,
+    filter: StopFilter<'a>,
+    decoder: StreamDecoder<'a>,
+    document: Option<Document<'a>>,
+    /// The prompt's text tokens and those generated (the sampler's repetition window).
+    history: Vec<u32>,
+    /// Tokens a JSON answer may take, its closing ones included.
+    budget: usize,
+    tokens: Vec<u32>,
+    logprobs: Vec<TokenLogprob>,
+    text: String,
+    stop: StopReason,
+}
+
+/// What a sequence made: its tokens, text, logprobs and why it stopped.
+pub struct Made {
+    pub tokens: Vec<u32>,
+    pub text: String,
+    pub logprobs: Vec<TokenLogprob>,
+    pub stop: StopReason,
+}
+
+impl<'a> Decoding<'a> {
+    /// The state after a prompt of `n_prompt` slots, whose text tokens were `history`, in a
+    /// sequence of `n_ctx` slots, with the vocabulary of the model in `file`.
+    pub fn new(
+        config: &'a GenerateConfig,
+        (tokenizer, file): (&'a Tokenizer, &Path),
+        history: Vec<u32>,
+        n_prompt: usize,
+        n_ctx: usize,
+    ) -> Result<Decoding<'a>, RuntimeError> {
+        // A JSON answer must close within what the limit and the context leave: every sampled
+        // token takes a slot but the last.
+        let budget = config.max_new_tokens.min(n_ctx.saturating_sub(n_prompt) + 1);
+        let document = config.json.as_deref().map(|c| c.start(tokenizer));
+        if let Some(d) = &document {
+            if !config.stop_strings.is_empty() {
+                return Err(RuntimeError::Usage(
+                    "stop strings cannot go with a JSON schema: one could cut the document".into(),
+                ));
+            }
+            if d.close_len() > budget {
+                return Err(RuntimeError::Usage(format!(
+                    "the shortest JSON document of the schema takes up to {} tokens, and the answer may have {budget} (raise the token limit)",
+                    d.close_len()
+                )));
+            }
+        }
+        Ok(Decoding {
+            config,
+            tokenizer,
+            file: file.to_owned(),
+            sampler: Sampler::new(config.sampler.clone()),
+            filter: StopFilter { stops: &config.stop_strings, pending: String::new() },
+            decoder: StreamDecoder::new(tokenizer),
+            document,
+            history,
+            budget,
+            tokens: Vec::new(),
+            logprobs: Vec::new(),
+            text: String::new(),
+            stop: StopReason::Length,
+        })
+    }
+
+    /// Samples from `logits` (of the last token fed) and hands the token's text to `on_text`;
+    /// returns the token to feed next, or None when the sequence stopped (`full`: its cache
+    /// has no slot left for another).
+    pub fn step(
+        &mut self,
+        mut logits: Vec<f32>,
+        full: bool,
+        on_text: &mut dyn FnMut(&Delta) -> ControlFlow<()>,
+    ) -> Result<Option<u32>, RuntimeError> {
+        let config = self.config;
+        if self.tokens.len() >= config.max_new_tokens {
+            self.stop = StopReason::Length;
+            return Ok(None);
+        }
+        let eog: &[u32] = if config.stop_at_eog { self.tokenizer.eog() } else { &[] };
+        // The model's own logits stay for the logprobs; the sample is of the masked ones.
+        let raw = (self.document.is_some() && config.logprobs.is_some()).then(|| logits.clone());
+        if let Some(d) = &mut self.document {
+            if d.mask(&mut logits, self.budget - self.tokens.len(), eog) == Next::Done {
+                self.stop = if d.forced { StopReason::LengthClosed } else { StopReason::EndOfGeneration };
+                return Ok(None);
+            }
+        }
+        let id = self.sampler.sample(&logits, &self.history);
+        self.tokens.push(id);
+        self.history.push(id);
+        if config.stop_at_eog && self.tokenizer.is_eog(id) {
+            self.stop = match &self.document {
+                Some(d) if d.forced => StopReason::LengthClosed,
+                _ => StopReason::EndOfGeneration,
+            };
+            return Ok(None);
+        }
+        if let Some(d) = &mut self.document {
+            if !d.take(id) {
+                return Err(RuntimeError::Usage(format!("internal: token {id} does not fit the JSON document")));
+            }
+        }
+        let piece =
+            self.decoder.push(id).map_err(|source| RuntimeError::Tokenizer { file: self.file.clone(), source })?;
+        let (shown, hit) = self.filter.push(&piece);
+        self.text.push_str(&shown);
+        if let Some(top) = config.logprobs {
+            self.logprobs.push(TokenLogprob::new(raw.as_deref().unwrap_or(&logits), id, top));
+        }
+        if on_text(&Delta { text: &shown, logprob: self.logprobs.last() }).is_break() {
+            self.stop = StopReason::Cancelled;
+            return Ok(None);
+        }
+        if hit {
+            self.stop = StopReason::StopString;
+            return Ok(None);
+        }
+        if self.tokens.len() == config.max_new_tokens {
+            self.stop = StopReason::Length;
+            return Ok(None);
+        }
+        if full {
+            self.stop = StopReason::ContextFull;
+            return Ok(None);
+        }
+        Ok(Some(id))
+    }
+
+    /// After the last step: flushes held-back text to `on_text` and says what was made.
+    pub fn finish(self, on_text: &mut dyn FnMut(&Delta) -> ControlFlow<()>) -> Made {
+        let Decoding { document, mut stop, mut filter, decoder, mut text, tokens, logprobs, .. } = self;
+        // A JSON answer is whole when the limit or the context ends it (its budget saw to
+        // that): say whether the limit cut it short.
+        if let Some(d) = &document {
+            if matches!(stop, StopReason::Length | StopReason::ContextFull) {
+                stop = if d.forced { StopReason::LengthClosed } else { StopReason::EndOfGeneration };
+            }
+        }
+        if !matches!(stop, StopReason::StopString | StopReason::Cancelled) {
+            let (rest, _) = filter.push(&decoder.finish());
+            let tail = rest + &filter.pending;
+            text.push_str(&tail);
+            // The last text: nothing is left to stop.
+            let _ = on_text(&Delta { text: &tail, logprob: None });
+        }
+        Made { tokens, text, logprobs, stop }
+    }
+}
+
+/// The text tokens of a prompt (the sampler's repetition window starts with them).
+pub fn prompt_tokens(pieces: &[PromptPiece]) -> Vec<u32> {
+    pieces.iter().filter_map(|p| if let PromptPiece::Token(t) = p { Some(*t) } else { None }).collect()
+}
+
 /// Prefills `pieces` and generates; `on_text` receives text as it becomes final, once per
 /// generated token and once at the end.
 pub fn generate(
@@ -121,101 +286,17 @@ pub fn generate(
     let prompt_logits = session.feed(model, pieces)?;
     let prompt_seconds = t0.elapsed().as_secs_f64();
     let n_prompt = session.n_past;
-    let mut history: Vec<u32> =
-        pieces.iter().filter_map(|p| if let PromptPiece::Token(t) = p { Some(*t) } else { None }).collect();
-
     let t1 = Instant::now();
-    let mut sampler = Sampler::new(config.sampler.clone());
-    let mut tokens = Vec::new();
-    let mut logprobs = Vec::new();
-    let mut text = String::new();
-    let mut stop = StopReason::Length;
-    let mut logits = prompt_logits.clone();
-    let mut filter = StopFilter { stops: &config.stop_strings, pending: String::new() };
     // Borrow the tokenizer apart from the model: decoding and running interleave.
-    let tokenizer = std::sync::Arc::clone(model.tokenizer());
-    let mut decoder = StreamDecoder::new(&tokenizer);
-    // A JSON answer must close within what the limit and the context leave: every sampled
-    // token takes a slot but the last.
-    let budget = config.max_new_tokens.min(model.options().n_ctx.saturating_sub(n_prompt) + 1);
-    let mut document = config.json.as_deref().map(|c| c.start(&tokenizer));
-    if let Some(d) = &document {
-        if !config.stop_strings.is_empty() {
-            return Err(RuntimeError::Usage(
-                "stop strings cannot go with a JSON schema: one could cut the document".into(),
-            ));
-        }
-        if d.close_len() > budget {
-            return Err(RuntimeError::Usage(format!(
-                "the shortest JSON document of the schema takes up to {} tokens, and the answer may have {budget} (raise the token limit)",
-                d.close_len()
-            )));
-        }
-    }
-    let eog: &[u32] = if config.stop_at_eog { tokenizer.eog() } else { &[] };
-    while tokens.len() < config.max_new_tokens {
-        // The model's own logits stay for the logprobs; the sample is of the masked ones.
-        let raw = (document.is_some() && config.logprobs.is_some()).then(|| logits.clone());
-        if let Some(d) = &mut document {
-            if d.mask(&mut logits, budget - tokens.len(), eog) == Next::Done {
-                stop = if d.forced { StopReason::LengthClosed } else { StopReason::EndOfGeneration };
-                break;
-            }
-        }
-        let id = sampler.sample(&logits, &history);
-        tokens.push(id);
-        history.push(id);
-        if config.stop_at_eog && tokenizer.is_eog(id) {
-            stop = match &document {
-                Some(d) if d.forced => StopReason::LengthClosed,
-                _ => StopReason::EndOfGeneration,
-            };
-            break;
-        }
-        if let Some(d) = &mut document {
-            if !d.take(id) {
-                return Err(RuntimeError::Usage(format!("internal: token {id} does not fit the JSON document")));
-            }
-        }
-        let piece = decoder
-            .push(id)
-            .map_err(|source| RuntimeError::Tokenizer { file: model.file().path().to_owned(), source })?;
-        let (shown, hit) = filter.push(&piece);
-        text.push_str(&shown);
-        if let Some(top) = config.logprobs {
-            logprobs.push(TokenLogprob::new(raw.as_deref().unwrap_or(&logits), id, top));
-        }
-        if on_text(&Delta { text: &shown, logprob: logprobs.last() }).is_break() {
-            stop = StopReason::Cancelled;
-            break;
-        }
-        if hit {
-            stop = StopReason::StopString;
-            break;
-        }
-        if tokens.len() == config.max_new_tokens {
-            break;
-        }
-        if session.is_full(model) {
-            stop = StopReason::ContextFull;
-            break;
-        }
+    let tokenizer = Arc::clone(model.tokenizer());
+    let n_ctx = model.options().n_ctx;
+    let vocab = (&*tokenizer, model.file().path());
+    let mut decoding = Decoding::new(config, vocab, prompt_tokens(pieces), n_prompt, n_ctx)?;
+    let mut logits = prompt_logits.clone();
+    while let Some(id) = decoding.step(logits, session.is_full(model), &mut on_text)? {
         logits = session.step(model, id)?;
     }
-    // A JSON answer is whole when the limit or the context ends it (its budget saw to that):
-    // say whether the limit cut it short.
-    if let Some(d) = &document {
-        if matches!(stop, StopReason::Length | StopReason::ContextFull) {
-            stop = if d.forced { StopReason::LengthClosed } else { StopReason::EndOfGeneration };
-        }
-    }
-    if !matches!(stop, StopReason::StopString | StopReason::Cancelled) {
-        let (rest, _) = filter.push(&decoder.finish());
-        let tail = rest + &filter.pending;
-        text.push_str(&tail);
-        // The last text: nothing is left to stop.
-        let _ = on_text(&Delta { text: &tail, logprob: None });
-    }
+    let Made { tokens, text, logprobs, stop } = decoding.finish(&mut on_text);
     Ok(Generation {
         tokens,
         text,

@@ -2,6 +2,7 @@
 //! encoder ready to run, sessions (KV slots, positions), the sampler, the chat template and the
 //! generation loop, and constrained decoding for structured (JSON) answers. `model/` describes Qwen3-VL (parameters, graphs); this module runs it.
 
+pub mod batch;
 pub mod chat;
 pub mod describe;
 pub mod generate;

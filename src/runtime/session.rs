@@ -1,5 +1,5 @@
-//! A conversation's state on a text model: how many KV slots are used and where the M-RoPE
-//! positions continue.
+//! A conversation's state on a text model: which sequence of the KV cache it has, how many of
+//! its slots are used and where the M-RoPE positions continue.
 
 use super::text_model::{TextModel, TokenInput};
 use super::RuntimeError;
@@ -37,6 +37,8 @@ pub struct Layout<'a> {
 
 #[derive(Clone, Debug)]
 pub struct Session {
+    /// The first KV slot of its sequence (n_ctx slots from there are its).
+    pub base: usize,
     /// KV slots used so far.
     pub n_past: usize,
     /// M-RoPE position of the next text token.
@@ -50,8 +52,25 @@ impl Default for Session {
 }
 
 impl Session {
+    /// A conversation in the first sequence of the cache.
     pub fn new() -> Session {
-        Session { n_past: 0, next_position: 0 }
+        Session::at(0)
+    }
+
+    /// A conversation in the sequence whose slots start at `base`.
+    pub fn at(base: usize) -> Session {
+        Session { base, n_past: 0, next_position: 0 }
+    }
+
+    /// The KV slot the next token takes.
+    pub fn next_slot(&self) -> usize {
+        self.base + self.n_past
+    }
+
+    /// Counts a token decoded at [`Session::next_slot`] (by a batched step).
+    pub fn advance(&mut self) {
+        self.n_past += 1;
+        self.next_position += 1;
     }
 
     /// Inputs and their [t, h, w] positions, as the reference's rope-index function assigns
@@ -106,7 +125,7 @@ impl Session {
             let end = (start + chunk).min(inputs.len());
             let last = end == inputs.len();
             let outputs: &[usize] = if last { &[end - start - 1] } else { &[] };
-            logits = model.forward(&inputs[start..end], &positions[start..end], self.n_past, outputs)?;
+            logits = model.forward(&inputs[start..end], &positions[start..end], self.next_slot(), outputs)?;
             self.n_past += end - start;
             start = end;
         }
@@ -117,9 +136,8 @@ impl Session {
     /// Decodes one text token at the next slot and position; returns its logits.
     pub fn step(&mut self, model: &mut TextModel, token: u32) -> Result<Vec<f32>, RuntimeError> {
         let pos = self.next_position;
-        let logits = model.forward(&[TokenInput::Text(token)], &[[pos; 3]], self.n_past, &[0])?;
-        self.n_past += 1;
-        self.next_position += 1;
+        let logits = model.forward(&[TokenInput::Text(token)], &[[pos; 3]], self.next_slot(), &[0])?;
+        self.advance();
         Ok(logits)
     }
 

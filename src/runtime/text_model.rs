@@ -1,5 +1,5 @@
-//! The text decoder ready to run: parameters, tokenizer, the prefill and decode plans made once,
-//! and the executor that replays them.
+//! The text decoder ready to run: parameters, tokenizer, the prefill and decode plans (and, for
+//! several sequences, the batched decode plan) made once, and the executor that replays them.
 
 use super::{loader, RuntimeError};
 use crate::backend::cpu::Kernels;
@@ -16,8 +16,11 @@ use std::sync::Arc;
 /// Run-time options of the text model.
 #[derive(Clone, Copy, Debug)]
 pub struct TextOptions {
-    /// KV cache length (tokens of prompt + generation).
+    /// KV slots per sequence (tokens of prompt + generation).
     pub n_ctx: usize,
+    /// Sequences the KV cache holds (n_ctx slots each); above 1 a batched decode plan decodes
+    /// a token of each at once.
+    pub n_seq: usize,
     /// Tokens per prefill call.
     pub chunk: usize,
     /// Positions per prefill call whose logits can be asked for (the arena holds
@@ -32,7 +35,7 @@ pub struct TextOptions {
 impl TextOptions {
     /// The defaults (context 4096, chunks of 256 tokens), on `device`.
     pub fn on(device: DeviceChoice) -> TextOptions {
-        TextOptions { n_ctx: 4096, chunk: 256, max_outputs: 1, kernels: Kernels::from_env(), device }
+        TextOptions { n_ctx: 4096, n_seq: 1, chunk: 256, max_outputs: 1, kernels: Kernels::from_env(), device }
     }
 }
 
@@ -45,6 +48,17 @@ pub enum TokenInput<'a> {
     Embedding(&'a [f32]),
 }
 
+/// The plans of a text model: their `PlanId`s are their indices.
+#[derive(Clone, Copy, Debug, PartialEq, Eq)]
+enum Step {
+    /// A chunk of one sequence's prompt.
+    Prefill = 0,
+    /// One token of one sequence.
+    Decode = 1,
+    /// One token of each of up to n_seq sequences.
+    Batch = 2,
+}
+
 pub struct TextModel {
     params: TextParams,
     tokenizer: Arc<Tokenizer>,
@@ -54,12 +68,12 @@ pub struct TextModel {
     /// The embedding table, found once at load (every call reads rows of it).
     token_embd: TensorInfo,
     exec: Executor,
-    prefill: (PlanId, TextGraph),
-    decode: (PlanId, TextGraph),
-    /// Per input buffer (the decode plan's, the prefill plan's): how many of its first rows
-    /// are known to hold a zero deepstack part (none at first: fresh device memory need not
-    /// be zero; none after an image's rows).
-    deepstack_clean: [usize; 2],
+    /// The graphs of the plans, by `Step`.
+    graphs: Vec<TextGraph>,
+    /// Per plan's input buffer (by `Step`): how many of its first rows are known to hold a
+    /// zero deepstack part (none at first: fresh device memory need not be zero; none after an
+    /// image's rows).
+    deepstack_clean: [usize; 3],
 }
 
 /// The plans of a text model for `registry`, for `hrx plan` (built without binding weights).
@@ -68,21 +82,22 @@ pub fn plan_text(
     options: &TextOptions,
     registry: &dyn Registry,
 ) -> Result<Vec<Plan>, RuntimeError> {
-    let (prefill, decode) = build_graphs(params, options)?;
-    loader::plan_all(&[prefill.graph, decode.graph], registry)
+    let graphs: Vec<_> = build_graphs(params, options)?.into_iter().map(|g| g.graph).collect();
+    loader::plan_all(&graphs, registry)
 }
 
-fn build_graphs(params: &TextParams, options: &TextOptions) -> Result<(TextGraph, TextGraph), RuntimeError> {
-    let prefill = text::build(
-        params,
-        TextShape {
-            max_tokens: options.chunk,
-            max_outputs: options.max_outputs.clamp(1, options.chunk),
-            n_ctx: options.n_ctx,
-        },
-    )?;
-    let decode = text::build(params, TextShape { max_tokens: 1, max_outputs: 1, n_ctx: options.n_ctx })?;
-    Ok((prefill, decode))
+/// The graphs of the plans, by `Step`: prefill, decode and, for several sequences, the batch.
+fn build_graphs(params: &TextParams, options: &TextOptions) -> Result<Vec<TextGraph>, RuntimeError> {
+    let (n_ctx, n_seq) = (options.n_ctx, options.n_seq);
+    let shape = |name, max_tokens, max_outputs| TextShape { name, max_tokens, max_outputs, n_ctx, n_seq };
+    let mut graphs = vec![
+        text::build(params, shape("text-prefill", options.chunk, options.max_outputs.clamp(1, options.chunk)))?,
+        text::build(params, shape("text-decode", 1, 1))?,
+    ];
+    if n_seq > 1 {
+        graphs.push(text::build(params, shape("text-batch", n_seq, n_seq))?);
+    }
+    Ok(graphs)
 }
 
 /// Prompts of at least this many tokens have their input rows made on several threads.
@@ -101,12 +116,12 @@ impl TextModel {
         let tokenizer = Arc::new(
             Tokenizer::from_gguf(&file).map_err(|source| RuntimeError::Tokenizer { file: path.to_owned(), source })?,
         );
-        if options.chunk == 0 || options.n_ctx == 0 {
-            return Err(RuntimeError::Usage("context and chunk sizes must be at least 1".into()));
+        if options.chunk == 0 || options.n_ctx == 0 || options.n_seq == 0 {
+            return Err(RuntimeError::Usage("context, sequence and chunk counts must be at least 1".into()));
         }
-        let (prefill, decode) = build_graphs(&params, &options)?;
-        let (backend, exec) =
-            loader::load(&[prefill.graph.clone(), decode.graph.clone()], backend, &[Arc::clone(&file)])?;
+        let graphs = build_graphs(&params, &options)?;
+        let plain: Vec<_> = graphs.iter().map(|g| g.graph.clone()).collect();
+        let (backend, exec) = loader::load(&plain, backend, &[Arc::clone(&file)])?;
         // TextParams checked every tensor the graphs read, the embedding table among them.
         let token_embd = file.tensor(text::TOKEN_EMBD).cloned().ok_or_else(|| {
             RuntimeError::Model(ModelError {
@@ -116,18 +131,7 @@ impl TextModel {
             })
         })?;
         log::info!("text model on {}", backend.describe());
-        Ok(TextModel {
-            params,
-            tokenizer,
-            file,
-            options,
-            backend,
-            token_embd,
-            exec,
-            prefill: (PlanId(0), prefill),
-            decode: (PlanId(1), decode),
-            deepstack_clean: [0, 0],
-        })
+        Ok(TextModel { params, tokenizer, file, options, backend, token_embd, exec, graphs, deepstack_clean: [0; 3] })
     }
 
     pub fn params(&self) -> &TextParams {
@@ -156,7 +160,7 @@ impl TextModel {
         self.exec.recordings()
     }
 
-    /// Dispatches and barriers of the prefill and decode recordings (Vulkan; empty on the CPU).
+    /// Dispatches and barriers of the recordings, by plan (Vulkan; empty on the CPU).
     pub fn recording_stats(&self) -> Vec<crate::backend::vulkan::RecordingStats> {
         self.exec.recording_stats()
     }
@@ -165,9 +169,9 @@ impl TextModel {
         self.exec.set_threads(n);
     }
 
-    /// Runs `inputs` at KV slots `first_slot..` with M-RoPE `positions` ([t, h, w] per
-    /// token); returns the logits of the tokens whose indices are in `outputs`
-    /// (n_vocab values each, in that order).
+    /// Runs `inputs` at KV slots `first_slot..` (all in one sequence's) with M-RoPE
+    /// `positions` ([t, h, w] per token); returns the logits of the tokens whose indices are
+    /// in `outputs` (n_vocab values each, in that order).
     pub fn forward(
         &mut self,
         inputs: &[TokenInput],
@@ -179,13 +183,76 @@ impl TextModel {
         if positions.len() != n || outputs.iter().any(|&o| o >= n) {
             return Err(RuntimeError::Usage("forward: positions or outputs do not match the inputs".into()));
         }
-        if first_slot + n > self.options.n_ctx {
-            return Err(RuntimeError::ContextFull { needed: first_slot + n, n_ctx: self.options.n_ctx });
+        // The sequence of the first slot (past the cache: the last), whose n_ctx slots the
+        // tokens must fit.
+        let n_ctx = self.options.n_ctx;
+        let start = (first_slot / n_ctx).min(self.options.n_seq - 1) * n_ctx;
+        if first_slot - start + n > n_ctx {
+            return Err(RuntimeError::ContextFull { needed: first_slot - start + n, n_ctx });
         }
-        let (plan, graph) = if n == 1 { (&self.decode.0, &self.decode.1) } else { (&self.prefill.0, &self.prefill.1) };
-        let (plan, logits_node) = (*plan, graph.logits);
-        let max = if n == 1 { 1 } else { self.options.chunk };
-        let max_outputs = if n == 1 { 1 } else { self.options.max_outputs.clamp(1, max) };
+        let step = if n == 1 { Step::Decode } else { Step::Prefill };
+        let slots: Vec<i32> = (first_slot..first_slot + n).map(|s| s as i32).collect();
+        self.run(step, inputs, positions, &slots, outputs)
+    }
+
+    /// Decodes `tokens[i]` at KV slot `slots[i]` and position `positions[i]` (text: all
+    /// three components alike), one token of each of up to n_seq sequences (each slot in
+    /// its own sequence's); returns each token's logits (n_vocab values each, in order).
+    pub fn forward_batch(
+        &mut self,
+        tokens: &[u32],
+        positions: &[i32],
+        slots: &[usize],
+    ) -> Result<Vec<f32>, RuntimeError> {
+        let (n, n_ctx) = (tokens.len(), self.options.n_ctx);
+        if positions.len() != n || slots.len() != n || n > self.options.n_seq {
+            return Err(RuntimeError::Usage(format!(
+                "forward_batch: {n} tokens, {} positions, {} slots for {} sequences",
+                positions.len(),
+                slots.len(),
+                self.options.n_seq
+            )));
+        }
+        let mut seen = vec![false; self.options.n_seq];
+        for &s in slots {
+            match seen.get_mut(s / n_ctx) {
+                Some(seen) if !*seen => *seen = true,
+                _ => {
+                    return Err(RuntimeError::Usage(format!(
+                        "forward_batch: slot {s} is outside the cache or a second token of its sequence"
+                    )))
+                }
+            }
+        }
+        // One sequence alone runs the one-token plan (a batch of one is a decode step).
+        let step = if n == 1 { Step::Decode } else { Step::Batch };
+        let inputs: Vec<TokenInput> = tokens.iter().map(|&t| TokenInput::Text(t)).collect();
+        let positions: Vec<[i32; 3]> = positions.iter().map(|&p| [p; 3]).collect();
+        let slots: Vec<i32> = slots.iter().map(|&s| s as i32).collect();
+        let outputs: Vec<usize> = (0..n).collect();
+        self.run(step, &inputs, &positions, &slots, &outputs)
+    }
+
+    /// Runs `step`'s plan on the inputs, their positions and KV slots; the logits of `outputs`.
+    fn run(
+        &mut self,
+        step: Step,
+        inputs: &[TokenInput],
+        positions: &[[i32; 3]],
+        slots: &[i32],
+        outputs: &[usize],
+    ) -> Result<Vec<f32>, RuntimeError> {
+        let n = inputs.len();
+        let graph = self
+            .graphs
+            .get(step as usize)
+            .ok_or_else(|| RuntimeError::Usage(format!("forward: no {step:?} plan for one sequence")))?;
+        let (plan, logits_node) = (PlanId(step as usize), graph.logits);
+        let (max, max_outputs) = match step {
+            Step::Decode => (1, 1),
+            Step::Prefill => (self.options.chunk, self.options.max_outputs.clamp(1, self.options.chunk)),
+            Step::Batch => (self.options.n_seq, self.options.n_seq),
+        };
         if n > max || outputs.len() > max_outputs {
             return Err(RuntimeError::Usage(format!(
                 "forward: {n} tokens ({} outputs) exceed the plan's {max} ({max_outputs})",
@@ -253,7 +320,7 @@ impl TextModel {
             })?;
         }
         let made = started.elapsed();
-        let which = usize::from(n != 1);
+        let which = step as usize;
         if text_only {
             for (t, row) in rows.chunks(n_embd).enumerate() {
                 self.exec.write_f32(plan, text::INP_WIDE, t * width, row)?;
@@ -268,16 +335,15 @@ impl TextModel {
             self.deepstack_clean[which] = clean.max(n);
         } else {
             self.exec.write_f32(plan, text::INP_WIDE, 0, &rows)?;
-            // The other plan's input may be the same buffer (plans of one size share it).
-            self.deepstack_clean = [0, 0];
+            // The other plans' input may be the same buffer (plans of one size share it).
+            self.deepstack_clean = [0; 3];
         }
         // Positions: component c of token t at c * max + t (the planned stride).
         for c in 0..3 {
             let column: Vec<i32> = positions.iter().map(|p| p[c]).collect();
             self.exec.write_i32(plan, text::POSITIONS, c * max, &column)?;
         }
-        let slots: Vec<i32> = (0..n).map(|t| (first_slot + t) as i32).collect();
-        self.exec.write_i32(plan, text::KV_SLOTS, 0, &slots)?;
+        self.exec.write_i32(plan, text::KV_SLOTS, 0, slots)?;
         let ids: Vec<i32> = outputs.iter().map(|&o| o as i32).collect();
         self.exec.write_i32(plan, text::OUT_IDS, 0, &ids)?;
         let symbols = [n, outputs.len()];

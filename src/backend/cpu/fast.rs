@@ -7,12 +7,15 @@ use super::tensor::{Data, In, Out};
 use super::KernelError;
 use crate::graph::{Op, RopeKind};
 use crate::quant::{self, DType};
+use std::ops::Range;
 use std::sync::{Mutex, PoisonError};
 
 pub fn execute(op: &Op, ins: &[In], out: &mut Out, threads: usize) -> Option<Result<(), KernelError>> {
     match op {
         Op::MatMul => matmul(ins.first()?, ins.get(1)?, out, threads),
-        Op::Attention { scale } => attention(ins.first()?, ins.get(1)?, ins.get(2)?, ins.get(3), *scale, out, threads),
+        Op::Attention { scale, segment } => {
+            attention(ins.first()?, ins.get(1)?, ins.get(2)?, ins.get(3), (*scale, *segment), out, threads)
+        }
         Op::RmsNorm { eps } => rms_norm(ins.first()?, ins.get(1)?, *eps, out),
         Op::Rope { kind, theta, n_dims } => rope(ins.first()?, ins.get(1)?, kind, *theta, *n_dims, out),
         Op::Add => binary(ins.first()?, ins.get(1)?, out, |a, b| a + b),
@@ -250,7 +253,7 @@ fn attention(
     k: &In,
     v: &In,
     slots: Option<&In>,
-    scale: f32,
+    (scale, segment): (f32, usize),
     out: &mut Out,
     threads: usize,
 ) -> Option<Result<(), KernelError>> {
@@ -259,24 +262,27 @@ fn attention(
     }
     let (d, n_head, n_q, n_kv_head) = (q.ne[0], q.ne[1], q.ne[2], k.ne[1]);
     let group = n_head / n_kv_head;
-    let mut kv_len = Vec::with_capacity(n_q);
-    for t in 0..n_q {
-        kv_len.push(match slots {
-            Some(s) => match reference::row_id(s.i32_at([t, 0, 0, 0]), k.ne[2], "kv slot") {
-                Ok(r) => r + 1,
-                Err(e) => return Some(Err(e)),
-            },
-            None => k.ne[2],
-        });
+    let kv = match (0..n_q).map(|t| reference::kv_range(slots, t, k.ne[2], segment)).collect::<Result<Vec<_>, _>>() {
+        Ok(kv) => kv,
+        Err(e) => return Some(Err(e)),
+    };
+    // Blocks of consecutive tokens of one sequence (one first kv row): each query's kv rows
+    // are then cut into the same blocks of keys whatever else is in the call (a batch of
+    // sequences gives the same numbers as each alone).
+    let mut blocks: Vec<Range<usize>> = Vec::new();
+    for (t, rows) in kv.iter().enumerate() {
+        match blocks.last_mut() {
+            Some(b) if b.len() < ATTN_TOKENS && kv[b.start].start == rows.start => b.end = t + 1,
+            _ => blocks.push(t..t + 1),
+        }
     }
     let data = Mutex::new(&mut out.data[out.offset / 4..][..n_q * n_head * d]);
-    let items = (0..n_q.div_ceil(ATTN_TOKENS)).flat_map(|b| (0..n_kv_head).map(move |kh| (b, kh)));
-    par_items(threads, items, |(b, kh)| {
-        let tokens = b * ATTN_TOKENS..((b + 1) * ATTN_TOKENS).min(n_q);
+    let items = blocks.iter().flat_map(|b| (0..n_kv_head).map(move |kh| (b.clone(), kh)));
+    par_items(threads, items, |(tokens, kh)| {
         let queries: Vec<(usize, usize)> =
             tokens.flat_map(|t| (kh * group..(kh + 1) * group).map(move |h| (t, h))).collect();
         let mut o = vec![0f32; queries.len() * d];
-        attend(Heads { q, k, v, kv_head: kh }, &queries, &kv_len, scale, &mut o);
+        attend(Heads { q, k, v, kv_head: kh }, &queries, &kv, scale, &mut o);
         let mut data = data.lock().unwrap_or_else(PoisonError::into_inner);
         for (&(t, h), row) in queries.iter().zip(o.chunks_exact(d)) {
             data[(t * n_head + h) * d..][..d].copy_from_slice(row);
@@ -294,26 +300,26 @@ struct Heads<'a, 'b> {
 }
 
 /// `out` (a row of head_dim per query) = softmax(q · K^T · scale) · V for each (token, head)
-/// of `queries`, over the first `kv_len[token]` K/V rows.
-fn attend(heads: Heads, queries: &[(usize, usize)], kv_len: &[usize], scale: f32, out: &mut [f32]) {
+/// of `queries` (tokens whose kv rows start alike), over the K/V rows `kv[token]`.
+fn attend(heads: Heads, queries: &[(usize, usize)], kv: &[Range<usize>], scale: f32, out: &mut [f32]) {
     #[cfg(target_arch = "x86_64")]
     if quant::Simd::detect() != quant::Simd::Scalar {
         // SAFETY: every level above Scalar has AVX2 and FMA (`Simd::detect` checked this CPU).
-        return unsafe { attend_avx2(heads, queries, kv_len, scale, out) };
+        return unsafe { attend_avx2(heads, queries, kv, scale, out) };
     }
-    attend_body(heads, queries, kv_len, scale, out)
+    attend_body(heads, queries, kv, scale, out)
 }
 
 /// [`attend_body`] compiled for AVX2: the same operations in the same order (the lanes of
 /// [`dot`] are explicit), in wider registers.
 #[cfg(target_arch = "x86_64")]
 #[target_feature(enable = "avx2,fma")]
-fn attend_avx2(heads: Heads, queries: &[(usize, usize)], kv_len: &[usize], scale: f32, out: &mut [f32]) {
-    attend_body(heads, queries, kv_len, scale, out)
+fn attend_avx2(heads: Heads, queries: &[(usize, usize)], kv: &[Range<usize>], scale: f32, out: &mut [f32]) {
+    attend_body(heads, queries, kv, scale, out)
 }
 
 #[inline(always)]
-fn attend_body(heads: Heads, queries: &[(usize, usize)], kv_len: &[usize], scale: f32, out: &mut [f32]) {
+fn attend_body(heads: Heads, queries: &[(usize, usize)], kv: &[Range<usize>], scale: f32, out: &mut [f32]) {
     let Heads { q, k, v, kv_head } = heads;
     let d = q.ne[0];
     let mut buf = Vec::new();
@@ -323,10 +329,11 @@ fn attend_body(heads: Heads, queries: &[(usize, usize)], kv_len: &[usize], scale
     }
     let mut max = vec![f32::NEG_INFINITY; queries.len()];
     let mut total = vec![0f32; queries.len()];
-    let longest = queries.iter().map(|&(t, _)| kv_len[t]).max().unwrap_or(0);
+    let first = queries.iter().map(|&(t, _)| kv[t].start).min().unwrap_or(0);
+    let longest = queries.iter().map(|&(t, _)| kv[t].end).max().unwrap_or(0);
     let (mut keys, mut values) = (Vec::with_capacity(ATTN_KEYS * d), Vec::with_capacity(ATTN_KEYS * d));
     let mut scores = [0f32; ATTN_KEYS];
-    for j0 in (0..longest).step_by(ATTN_KEYS) {
+    for j0 in (first..longest).step_by(ATTN_KEYS) {
         let j1 = (j0 + ATTN_KEYS).min(longest);
         keys.clear();
         values.clear();
@@ -335,7 +342,7 @@ fn attend_body(heads: Heads, queries: &[(usize, usize)], kv_len: &[usize], scale
             values.extend_from_slice(&v.row_f32(kv_head, j, 0, &mut buf)[..d]);
         }
         for (i, &(t, _)) in queries.iter().enumerate() {
-            let n = kv_len[t].min(j1).saturating_sub(j0);
+            let n = kv[t].end.min(j1).saturating_sub(j0);
             if n == 0 {
                 continue;
             }

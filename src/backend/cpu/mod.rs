@@ -333,7 +333,9 @@ pub fn execute(op: &Op, ins: &[In], out: &mut Out, kernels: Kernels, threads: us
             reference::unary(arg(0)?, out, |x| x);
             Ok(())
         }
-        Op::Attention { scale } => reference::attention(arg(0)?, arg(1)?, arg(2)?, ins.get(3), *scale, out),
+        Op::Attention { scale, segment } => {
+            reference::attention(arg(0)?, arg(1)?, arg(2)?, ins.get(3), *scale, *segment, out)
+        }
         Op::External | Op::View | Op::Reshape | Op::Permute { .. } | Op::Transpose => {
             Err(KernelError::Fault(format!("{} is not a compute op", op.name())))
         }

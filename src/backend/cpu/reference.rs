@@ -206,18 +206,41 @@ pub fn unary(x: &In, out: &mut Out, f: impl Fn(f32) -> f32) {
     each_index(out.ne, |i| out.set(i, f(x.f32_at(i))));
 }
 
+/// The kv rows `first..end` query `t` sees: with slots, those of its sequence (`segment` rows
+/// each) up to its own slot; without, all of them.
+pub fn kv_range(
+    slots: Option<&In>,
+    t: usize,
+    n_kv: usize,
+    segment: usize,
+) -> Result<std::ops::Range<usize>, KernelError> {
+    match slots {
+        Some(s) => {
+            let slot = row_id(s.i32_at([t, 0, 0, 0]), n_kv, "kv slot")?;
+            Ok(slot - slot % segment.max(1)..slot + 1)
+        }
+        None => Ok(0..n_kv),
+    }
+}
+
 /// q: [d, n_head, n_q], k/v: [d, n_kv_head, n_kv]; causal through `slots` when given.
-pub fn attention(q: &In, k: &In, v: &In, slots: Option<&In>, scale: f32, out: &mut Out) -> Result<(), KernelError> {
+pub fn attention(
+    q: &In,
+    k: &In,
+    v: &In,
+    slots: Option<&In>,
+    scale: f32,
+    segment: usize,
+    out: &mut Out,
+) -> Result<(), KernelError> {
     let (d, n_head, n_q) = (q.ne[0], q.ne[1], q.ne[2]);
     let group = n_head / k.ne[1];
     for t in 0..n_q {
-        let n_kv = match slots {
-            Some(s) => row_id(s.i32_at([t, 0, 0, 0]), k.ne[2], "kv slot")? + 1,
-            None => k.ne[2],
-        };
+        let rows = kv_range(slots, t, k.ne[2], segment)?;
         for h in 0..n_head {
             let kh = h / group;
-            let scores: Vec<f64> = (0..n_kv)
+            let scores: Vec<f64> = rows
+                .clone()
                 .map(|j| {
                     (0..d).map(|i| f64::from(q.f32_at([i, h, t, 0])) * f64::from(k.f32_at([i, kh, j, 0]))).sum::<f64>()
                         * f64::from(scale)
@@ -227,7 +250,9 @@ pub fn attention(q: &In, k: &In, v: &In, slots: Option<&In>, scale: f32, out: &m
             let weights: Vec<f64> = scores.iter().map(|s| (s - max).exp()).collect();
             let total: f64 = weights.iter().sum();
             for i in 0..d {
-                let y: f64 = (0..n_kv).map(|j| weights[j] * f64::from(v.f32_at([i, kh, j, 0]))).sum::<f64>() / total;
+                let y: f64 =
+                    rows.clone().zip(&weights).map(|(j, w)| w * f64::from(v.f32_at([i, kh, j, 0]))).sum::<f64>()
+                        / total;
                 out.set([i, h, t, 0], y as f32);
             }
         }

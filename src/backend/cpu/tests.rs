@@ -26,6 +26,12 @@ fn f32_in(data: &[f32], ne: [usize; 4]) -> In<'_> {
     In { data: Data::F32(data), dtype: DType::F32, offset: 0, ne, nb: strides(DType::F32, ne) }
 }
 
+/// A vector of i32 (slots, row ids).
+fn i32_in(data: &[i32]) -> In<'_> {
+    let n = data.len();
+    In { data: Data::I32(data), dtype: DType::I32, offset: 0, ne: [n, 1, 1, 1], nb: [4, 4 * n, 4 * n, 4 * n] }
+}
+
 fn nmse(a: &[f32], b: &[f32]) -> f64 {
     let err: f64 = a.iter().zip(b).map(|(x, y)| f64::from(x - y).powi(2)).sum();
     let norm: f64 = b.iter().map(|y| f64::from(*y).powi(2)).sum();
@@ -79,14 +85,8 @@ fn attention_and_norm_fast_match_reference() {
         let slots: Vec<i32> = (0..n_q).map(|i| (n_kv - n_q + i) as i32).collect();
         let qi = f32_in(&q, [d, heads, n_q, 1]);
         let (ki, vi) = (f32_in(&k, [d, kv_heads, n_kv, 1]), f32_in(&v, [d, kv_heads, n_kv, 1]));
-        let si = In {
-            data: Data::I32(&slots),
-            dtype: DType::I32,
-            offset: 0,
-            ne: [n_q, 1, 1, 1],
-            nb: [4, 4 * n_q, 4 * n_q, 4 * n_q],
-        };
-        let op = Op::Attention { scale: 0.3 };
+        let si = i32_in(&slots);
+        let op = Op::Attention { scale: 0.3, segment: n_kv };
         let causal = compare(&op, &[qi, ki, vi, si], [d, heads, n_q, 1]);
         let full = compare(&op, &[qi, ki, vi], [d, heads, n_q, 1]);
         assert!(causal < 1e-10 && full < 1e-10, "attention d={d}: {causal:.2e} {full:.2e}");
@@ -94,6 +94,49 @@ fn attention_and_norm_fast_match_reference() {
         let w = rng.vec(d);
         let e = compare(&Op::RmsNorm { eps: 1e-6 }, &[qi, f32_in(&w, [d, 1, 1, 1])], [d, heads, n_q, 1]);
         assert!(e < 1e-10, "rms_norm d={d}: {e:.2e}");
+    }
+}
+
+#[test]
+fn attention_fast_matches_reference_over_several_sequences() {
+    let mut rng = Rng(5);
+    let (d, heads, kv_heads, segment) = (16, 4, 2, 40);
+    // A batch of decode steps (sequence s at its own depth) and a chunk ending sequence 0 and
+    // starting sequence 1 (20 queries each, over two blocks of tokens).
+    let cases: [Vec<i32>; 2] = [vec![7, 40 + 39, 80, 120 + 21], (20..60).collect()];
+    for slots in cases {
+        let (n_q, n_kv) = (slots.len(), 4 * segment);
+        let (q, k, v) = (rng.vec(d * heads * n_q), rng.vec(d * kv_heads * n_kv), rng.vec(d * kv_heads * n_kv));
+        let si = i32_in(&slots);
+        let ins = [
+            f32_in(&q, [d, heads, n_q, 1]),
+            f32_in(&k, [d, kv_heads, n_kv, 1]),
+            f32_in(&v, [d, kv_heads, n_kv, 1]),
+            si,
+        ];
+        let op = Op::Attention { scale: 0.3, segment };
+        let e = compare(&op, &ins, [d, heads, n_q, 1]);
+        assert!(e < 1e-10, "slots {slots:?}: {e:.2e}");
+        // Each query alone (its sequence's rows only) gives the same numbers.
+        let all = run(&op, &ins, [d, heads, n_q, 1]);
+        for (t, &slot) in slots.iter().enumerate() {
+            let start = slot as usize - slot as usize % segment;
+            let one = [slot - start as i32];
+            let qt = &q[t * d * heads..][..d * heads];
+            let kv = |x: &[f32]| x[start * d * kv_heads..][..segment * d * kv_heads].to_vec();
+            let (ks, vs) = (kv(&k), kv(&v));
+            let alone = run(
+                &Op::Attention { scale: 0.3, segment },
+                &[
+                    f32_in(qt, [d, heads, 1, 1]),
+                    f32_in(&ks, [d, kv_heads, segment, 1]),
+                    f32_in(&vs, [d, kv_heads, segment, 1]),
+                    i32_in(&one),
+                ],
+                [d, heads, 1, 1],
+            );
+            assert_eq!(&all[t * d * heads..][..d * heads], &alone[..], "query {t} at slot {slot}");
+        }
     }
 }
 

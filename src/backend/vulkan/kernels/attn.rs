@@ -12,7 +12,7 @@ use crate::backend::vulkan::error::{Result, VkError};
 use crate::quant::DType;
 
 /// Words of the attention kernels' push constants.
-pub const PUSH_WORDS: usize = 27;
+pub const PUSH_WORDS: usize = 28;
 /// Largest head dimension the kernels hold.
 pub const MAX_HEAD_DIM: usize = 256;
 /// From this many planned queries on, the tiled kernel runs (where a tile fits): below it most
@@ -182,14 +182,23 @@ impl SplitWidth {
     }
 }
 
-/// The attention kernel for `out`'s planned query count and head size on a device whose
-/// workgroups may use `shared_memory` bytes: for many queries, on the matrix units where the
-/// device's cooperative-matrix variant `coop` takes the heads, else tiled where the tile fits;
-/// for a few, the kv rows split over many workgroups where the device has subgroup arithmetic
-/// on subgroups of `subgroup` lanes (the narrowest split kernel that holds the heads), else
-/// the one-query kernel.
-pub fn choose(out: &Operand, shared_memory: u32, subgroup: Option<u32>, coop: Option<CoopMat>) -> KernelId {
-    let many = out.ne[2] >= TILED_MIN_QUERIES;
+/// The attention kernel for `out`'s planned query count and head size over `kv_rows` kv rows
+/// in sequences of `segment`, on a device whose workgroups may use `shared_memory` bytes: for
+/// many queries, on the matrix units where the device's cooperative-matrix variant `coop`
+/// takes the heads, else tiled where the tile fits; for a few, the kv rows split over many
+/// workgroups where the device has subgroup arithmetic on subgroups of `subgroup` lanes (the
+/// narrowest split kernel that holds the heads), else the one-query kernel. A plan of no more
+/// queries than sequences is a batch of decode steps (a query per sequence): a tile would
+/// span several sequences' rows, so it takes a per-query kernel.
+pub fn choose(
+    out: &Operand,
+    (kv_rows, segment): (usize, usize),
+    shared_memory: u32,
+    subgroup: Option<u32>,
+    coop: Option<CoopMat>,
+) -> KernelId {
+    let sequences = kv_rows / segment.max(1);
+    let many = out.ne[2] >= TILED_MIN_QUERIES && out.ne[2] > sequences;
     if let Some(tile) = coop.and_then(|cm| AttnCoop::new(cm, out.ne[0], shared_memory)).filter(|_| many) {
         return KernelId::FlashAttnCm(tile);
     }
@@ -203,8 +212,15 @@ pub fn choose(out: &Operand, shared_memory: u32, subgroup: Option<u32>, coop: Op
     }
 }
 
-/// `kernel` (`FlashAttn` or `FlashAttnTiled`) on `ins`: q, k, v and, causal, the slots.
-pub fn launch(kernel: KernelId, ins: &[Operand], scale: f32, out: &Operand, dynamic: Option<Dyn>) -> Result<Launch> {
+/// `kernel` (an attention kernel) on `ins`: q, k, v and, causal, the slots, whose kv rows are
+/// sequences of `segment`.
+pub fn launch(
+    kernel: KernelId,
+    ins: &[Operand],
+    (scale, segment): (f32, usize),
+    out: &Operand,
+    dynamic: Option<Dyn>,
+) -> Result<Launch> {
     let (grid, max_head_dim) = match kernel {
         KernelId::FlashAttn => (Grid::Rows, MAX_HEAD_DIM),
         KernelId::FlashAttnTiled(tile) => (Grid::QueryTiles { queries: tile.queries() }, tile.max_head_dim()),
@@ -214,9 +230,11 @@ pub fn launch(kernel: KernelId, ins: &[Operand], scale: f32, out: &Operand, dyna
             }
             (Grid::QueryTiles { queries: tile.queries() }, tile.class.max_head_dim())
         }
-        // Splits over the planned kv rows; the kernel spreads the run-time ones over them.
+        // Splits over the most kv rows a query sees (its sequence's); the kernel spreads the
+        // run-time ones over them.
         KernelId::FlashAttnSplit(_) => {
-            let splits = ins.get(1).map_or(1, |k| k.ne[2].div_ceil(SPLIT_MIN_ROWS).clamp(1, max_splits()));
+            let most = ins.get(1).map_or(1, |k| k.ne[2].min(segment));
+            let splits = most.div_ceil(SPLIT_MIN_ROWS).clamp(1, max_splits());
             (Grid::Split { splits }, MAX_HEAD_DIM)
         }
         other => return Err(VkError::Invalid(format!("{} is no attention kernel", other.name()))),
@@ -227,7 +245,11 @@ pub fn launch(kernel: KernelId, ins: &[Operand], scale: f32, out: &Operand, dyna
     if slots.len() > 1 {
         return Err(VkError::Invalid(format!("flash_attn: {} inputs, not q, k, v (and slots)", ins.len())));
     }
+    if segment == 0 || !k.ne[2].is_multiple_of(segment) {
+        return Err(VkError::Invalid(format!("flash_attn: {} kv rows in sequences of {segment}", k.ne[2])));
+    }
     let mut push = push_words(q, k, v, slots.first(), scale, out, dynamic, max_head_dim)?;
+    push.push(word(segment, "segment")?);
     let mut scratch = Scratch::default();
     if let Grid::Split { splits } = grid {
         if !out.ne[0].is_multiple_of(4) {
@@ -244,7 +266,7 @@ pub fn launch(kernel: KernelId, ins: &[Operand], scale: f32, out: &Operand, dyna
     Ok(Launch { kernel, push, grid, grid_input: None, slots: Vec::new(), scratch })
 }
 
-/// The push constants both kernels read, for heads of at most `max_head_dim` values.
+/// The push constants every attention kernel reads but the segment, for heads of at most `max_head_dim` values.
 #[allow(clippy::too_many_arguments)] // the node's operands, each checked by name
 fn push_words(
     q: &Operand,
@@ -328,39 +350,66 @@ mod tests {
     #[test]
     fn many_queries_take_the_tiled_kernel_where_it_fits() {
         let out = |d, n_q| Operand::contiguous(DType::F32, [d, 16, n_q, 1], 0);
-        assert_eq!(choose(&out(64, 4096), 32768, None, None), KernelId::FlashAttnTiled(AttnTile::D64));
-        assert_eq!(choose(&out(128, 512), 49152, Some(32), None), KernelId::FlashAttnTiled(AttnTile::D128));
-        assert_eq!(choose(&out(128, TILED_MIN_QUERIES - 1), 49152, None, None), KernelId::FlashAttn, "a decode step");
+        const ONE: (usize, usize) = (4096, 4096);
+        assert_eq!(choose(&out(64, 4096), ONE, 32768, None, None), KernelId::FlashAttnTiled(AttnTile::D64));
+        assert_eq!(choose(&out(128, 512), ONE, 49152, Some(32), None), KernelId::FlashAttnTiled(AttnTile::D128));
+        assert_eq!(
+            choose(&out(128, TILED_MIN_QUERIES - 1), ONE, 49152, None, None),
+            KernelId::FlashAttn,
+            "a decode step"
+        );
         let split = |w| KernelId::FlashAttnSplit(w);
-        assert_eq!(choose(&out(128, 1), 49152, Some(32), None), split(SplitWidth::Narrow), "a decode step");
-        assert_eq!(choose(&out(128, 1), 49152, Some(8), None), split(SplitWidth::Wide), "8 lanes: 64 values narrow");
-        assert_eq!(choose(&out(256, 1), 49152, Some(8), None), split(SplitWidth::Wide), "8 lanes x 8 vec4s");
-        assert_eq!(choose(&out(256, 1), 49152, Some(4), None), KernelId::FlashAttn, "no split kernel holds it");
-        assert_eq!(choose(&out(64, 4096), 16384, None, None), KernelId::FlashAttn, "Vulkan's guaranteed 16 KiB");
+        assert_eq!(choose(&out(128, 1), ONE, 49152, Some(32), None), split(SplitWidth::Narrow), "a decode step");
+        assert_eq!(
+            choose(&out(128, 1), ONE, 49152, Some(8), None),
+            split(SplitWidth::Wide),
+            "8 lanes: 64 values narrow"
+        );
+        assert_eq!(choose(&out(256, 1), ONE, 49152, Some(8), None), split(SplitWidth::Wide), "8 lanes x 8 vec4s");
+        assert_eq!(choose(&out(256, 1), ONE, 49152, Some(4), None), KernelId::FlashAttn, "no split kernel holds it");
+        assert_eq!(choose(&out(64, 4096), ONE, 16384, None, None), KernelId::FlashAttn, "Vulkan's guaranteed 16 KiB");
         // Cooperative matrices: many queries on them where the shape and heads allow.
         let nv = CoopMat { subgroup: 32, shape: crate::backend::vulkan::CoopShape { m: 16, n: 16, k: 16 } };
         let cm = |class| KernelId::FlashAttnCm(AttnCoop { class, cm: nv });
-        assert_eq!(choose(&out(128, 512), 49152, Some(32), Some(nv)), cm(AttnTile::D128));
-        assert_eq!(choose(&out(64, 4096), 49152, Some(32), Some(nv)), cm(AttnTile::D64));
-        assert_eq!(choose(&out(128, 1), 49152, Some(32), Some(nv)), split(SplitWidth::Narrow), "a decode step");
+        assert_eq!(choose(&out(128, 512), ONE, 49152, Some(32), Some(nv)), cm(AttnTile::D128));
+        assert_eq!(choose(&out(64, 4096), ONE, 49152, Some(32), Some(nv)), cm(AttnTile::D64));
+        assert_eq!(choose(&out(128, 1), ONE, 49152, Some(32), Some(nv)), split(SplitWidth::Narrow), "a decode step");
         assert_eq!(
-            choose(&out(256, 512), 65536, Some(32), Some(nv)),
+            choose(&out(256, 512), ONE, 65536, Some(32), Some(nv)),
             KernelId::FlashAttnTiled(AttnTile::D256),
             "heads of 256"
         );
         assert_eq!(
-            choose(&out(66, 512), 49152, Some(32), Some(nv)),
+            choose(&out(66, 512), ONE, 49152, Some(32), Some(nv)),
             KernelId::FlashAttnTiled(AttnTile::D128),
             "not vec4s"
         );
         assert_eq!(
-            choose(&out(128, 512), 32768, Some(32), Some(nv)),
+            choose(&out(128, 512), ONE, 32768, Some(32), Some(nv)),
             KernelId::FlashAttnTiled(AttnTile::D128),
             "32 KiB"
         );
         let tall = CoopMat { shape: crate::backend::vulkan::CoopShape { m: 16, n: 8, k: 16 }, ..nv };
-        assert_eq!(choose(&out(128, 512), 49152, Some(32), Some(tall)), KernelId::FlashAttnTiled(AttnTile::D128));
+        assert_eq!(choose(&out(128, 512), ONE, 49152, Some(32), Some(tall)), KernelId::FlashAttnTiled(AttnTile::D128));
         assert_eq!(AttnCoop { class: AttnTile::D128, cm: nv }.shared_bytes(), 35840);
+    }
+
+    #[test]
+    fn a_batch_of_decode_steps_takes_a_per_query_kernel() {
+        let out = |n_q| Operand::contiguous(DType::F32, [128, 16, n_q, 1], 0);
+        let nv = CoopMat { subgroup: 32, shape: crate::backend::vulkan::CoopShape { m: 16, n: 16, k: 16 } };
+        let split = KernelId::FlashAttnSplit(SplitWidth::Narrow);
+        // 16 queries over 16 sequences: one each.
+        assert_eq!(choose(&out(16), (16 * 512, 512), 49152, Some(32), Some(nv)), split);
+        assert_eq!(choose(&out(16), (16 * 512, 512), 49152, None, None), KernelId::FlashAttn);
+        // A prefill chunk over the same cache: many queries per sequence, tiles.
+        assert!(matches!(choose(&out(256), (16 * 512, 512), 49152, Some(32), Some(nv)), KernelId::FlashAttnCm(_)));
+        // Splits over a sequence's rows, not the whole cache's.
+        let (q, kv) = (out(4), Operand::contiguous(DType::F32, [128, 2, 4 * 64, 1], 0));
+        let slots = Operand::contiguous(DType::I32, [4, 1, 1, 1], 0);
+        let l = launch(split, &[q, kv, kv, slots], (0.1, 64), &q, None).unwrap();
+        assert_eq!(l.grid, Grid::Split { splits: 4 });
+        assert!(launch(split, &[q, kv, kv, slots], (0.1, 100), &q, None).is_err(), "256 rows are no sequences of 100");
     }
 
     #[test]
@@ -368,14 +417,14 @@ mod tests {
         let f32_op = |ne| Operand::contiguous(DType::F32, ne, 0);
         let (q, kv) = (f32_op([80, 4, 40, 1]), f32_op([80, 2, 100, 1]));
         let tiled = |tile| KernelId::FlashAttnTiled(tile);
-        assert!(launch(tiled(AttnTile::D128), &[q, kv, kv], 0.1, &q, None).is_ok());
-        assert!(launch(tiled(AttnTile::D64), &[q, kv, kv], 0.1, &q, None).is_err(), "80 values in a 64 tile");
-        assert!(launch(tiled(AttnTile::D128), &[q, kv], 0.1, &q, None).is_err());
+        assert!(launch(tiled(AttnTile::D128), &[q, kv, kv], (0.1, 100), &q, None).is_ok());
+        assert!(launch(tiled(AttnTile::D64), &[q, kv, kv], (0.1, 100), &q, None).is_err(), "80 values in a 64 tile");
+        assert!(launch(tiled(AttnTile::D128), &[q, kv], (0.1, 100), &q, None).is_err());
         let slots = Operand::contiguous(DType::I32, [40, 1, 1, 1], 0);
-        assert!(launch(tiled(AttnTile::D128), &[q, kv, kv, slots], 0.1, &q, None).is_ok());
-        assert!(launch(tiled(AttnTile::D128), &[q, kv, kv, slots, slots], 0.1, &q, None).is_err());
-        assert!(launch(KernelId::RmsNorm, &[q, kv, kv], 0.1, &q, None).is_err());
-        let l = launch(tiled(AttnTile::D128), &[q, kv, kv], 0.1, &q, None).unwrap();
+        assert!(launch(tiled(AttnTile::D128), &[q, kv, kv, slots], (0.1, 100), &q, None).is_ok());
+        assert!(launch(tiled(AttnTile::D128), &[q, kv, kv, slots, slots], (0.1, 100), &q, None).is_err());
+        assert!(launch(KernelId::RmsNorm, &[q, kv, kv], (0.1, 100), &q, None).is_err());
+        let l = launch(tiled(AttnTile::D128), &[q, kv, kv], (0.1, 100), &q, None).unwrap();
         // 4 heads x 2 tiles of 24 queries (of 40), in a grid clamped to 5.
         assert_eq!(l.groups([80, 4, 40, 1], [65535; 3]), [8, 1, 1]);
         assert_eq!(l.groups([80, 4, 40, 1], [5, 1, 1]), [5, 1, 1]);

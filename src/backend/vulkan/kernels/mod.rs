@@ -521,9 +521,11 @@ pub fn select(ops: Ops, ins: &[Operand], out: &Operand, dynamic: Option<Dyn>, va
         _ if ops.folded.is_some() || ops.fused.is_some() => {
             return Err(VkError::Invalid(format!("no kernel runs {}", ops.names())));
         }
-        (Op::Attention { .. }, _) if variants.tiled_attention => {
+        (Op::Attention { segment, .. }, _) if variants.tiled_attention => {
+            let kv_rows = ins.get(1).map_or(0, |k| k.ne[2]);
             let split = variants.subgroup_matvec.filter(|&s| s >= SPLIT_MIN_SUBGROUP);
-            vec![attn::choose(out, variants.shared_memory, split, variants.coop_attention())]
+            let (shared, coop) = (variants.shared_memory, variants.coop_attention());
+            vec![attn::choose(out, (kv_rows, *segment), shared, split, coop)]
         }
         (op, _) => vec![op_launch(op, ins, out, dynamic)?.kernel],
     };
@@ -567,10 +569,10 @@ pub fn launch(kernel: KernelId, ops: Ops, ins: &[Operand], out: &Operand, dynami
         (KernelId::RmsNormRope, rope, Some(norm), fused) => launch_norm_rope(norm, rope, fused, ins, out, dynamic)?,
         (
             KernelId::FlashAttnTiled(_) | KernelId::FlashAttnCm(_) | KernelId::FlashAttnSplit(_),
-            Op::Attention { scale },
+            Op::Attention { scale, segment },
             None,
             None,
-        ) => attn::launch(kernel, ins, *scale, out, dynamic)?,
+        ) => attn::launch(kernel, ins, (*scale, *segment), out, dynamic)?,
         (_, op, None, None) => op_launch(op, ins, out, dynamic)?,
         _ => return Err(VkError::Invalid(format!("{} does not run {}", kernel.name(), ops.names()))),
     };
@@ -600,7 +602,7 @@ fn op_launch(op: &Op, ins: &[Operand], out: &Operand, dynamic: Option<Dyn>) -> R
         Op::GetRowsWeighted => rows::get_rows(arg(0)?, arg(1)?, Some(arg(2)?), out, dynamic),
         Op::SetRows => rows::set_rows(arg(0)?, arg(1)?, arg(2)?, out),
         Op::Rope { kind, theta, n_dims } => rope::launch(kind, *theta, *n_dims, arg(0)?, arg(1)?, out, dynamic),
-        Op::Attention { scale } => attn::launch(KernelId::FlashAttn, ins, *scale, out, dynamic),
+        Op::Attention { scale, segment } => attn::launch(KernelId::FlashAttn, ins, (*scale, *segment), out, dynamic),
         other => Err(VkError::Invalid(format!("no Vulkan kernel for {}", other.name()))),
     }
 }

@@ -1,0 +1,124 @@
+//! `hrx bench --batch 1,2,4,8`: prompt, decode and total tokens/s for each number of sequences
+//! decoded together, as llama-batched-bench prints them (its -npp, -ntg, -npl): B prompts of
+//! PP tokens prefilled one after another, then TG batched steps of a token for each of the B.
+
+use super::CliError;
+use crate::json::Json;
+use crate::runtime::session::{PromptPiece, Session};
+use crate::runtime::text_model::{TextModel, TextOptions};
+use std::io::Write;
+use std::path::Path;
+use std::time::Instant;
+
+/// One batch size's run: its times in seconds.
+struct Row {
+    batch: usize,
+    t_pp: f64,
+    t_tg: f64,
+}
+
+/// What to run: prompt and generated tokens per sequence, the batch sizes.
+pub struct Batches {
+    pub n_prompt: usize,
+    pub n_gen: usize,
+    pub sizes: Vec<usize>,
+}
+
+/// Loads the model once for the largest batch and times each batch size after one untimed
+/// warm-up round of the largest.
+pub fn run(
+    model: &Path,
+    options: TextOptions,
+    threads: Option<usize>,
+    b: &Batches,
+    json: bool,
+    out: &mut dyn Write,
+) -> Result<(), CliError> {
+    let n_seq = b.sizes.iter().copied().max().unwrap_or(1);
+    let n_ctx = b.n_prompt + b.n_gen + 1;
+    let options = TextOptions { n_ctx, n_seq, chunk: b.n_prompt.clamp(1, 512), ..options };
+    let mut model = TextModel::load(model, options)?;
+    if let Some(n) = threads {
+        model.set_threads(n);
+    }
+    let mut rows = Vec::new();
+    for &batch in std::iter::once(&n_seq).chain(&b.sizes) {
+        rows.push(time_batch(&mut model, batch, b)?);
+    }
+    rows.remove(0);
+    let (pp, tg) = (b.n_prompt as f64, b.n_gen as f64);
+    let rate = |tokens: f64, seconds: f64| if seconds > 0.0 { tokens / seconds } else { 0.0 };
+    if json {
+        let rows = rows.iter().map(|r| {
+            let (n, t) = (r.batch as f64, r.t_pp + r.t_tg);
+            Json::obj([
+                ("pp", Json::Int(b.n_prompt as i128)),
+                ("tg", Json::Int(b.n_gen as i128)),
+                ("b", Json::Int(r.batch as i128)),
+                ("n_kv", Json::Int((r.batch * (b.n_prompt + b.n_gen)) as i128)),
+                ("t_pp", Json::Num(r.t_pp)),
+                ("s_pp", Json::Num(rate(n * pp, r.t_pp))),
+                ("t_tg", Json::Num(r.t_tg)),
+                ("s_tg", Json::Num(rate(n * tg, r.t_tg))),
+                ("t", Json::Num(t)),
+                ("s", Json::Num(rate(n * (pp + tg), t))),
+            ])
+        });
+        let all =
+            Json::obj([("backend", Json::str(model.backend().describe())), ("batches", Json::Arr(rows.collect()))]);
+        writeln!(out, "{}", all.to_string_compact())?;
+        return Ok(());
+    }
+    writeln!(out, "hrx batched bench on {}", model.backend().describe())?;
+    writeln!(
+        out,
+        "|    PP |     TG |    B |   N_KV |   T_PP s | S_PP t/s |   T_TG s | S_TG t/s |      T s |    S t/s |"
+    )?;
+    writeln!(
+        out,
+        "|-------|--------|------|--------|----------|----------|----------|----------|----------|----------|"
+    )?;
+    for r in &rows {
+        let (n, t) = (r.batch as f64, r.t_pp + r.t_tg);
+        writeln!(
+            out,
+            "| {:5} | {:6} | {:4} | {:6} | {:8.3} | {:8.2} | {:8.3} | {:8.2} | {:8.3} | {:8.2} |",
+            b.n_prompt,
+            b.n_gen,
+            r.batch,
+            r.batch * (b.n_prompt + b.n_gen),
+            r.t_pp,
+            rate(n * pp, r.t_pp),
+            r.t_tg,
+            rate(n * tg, r.t_tg),
+            t,
+            rate(n * (pp + tg), t)
+        )?;
+    }
+    Ok(())
+}
+
+/// Prefills `batch` prompts (each its own sequence, its own tokens), then decodes the
+/// generated tokens of all of them together.
+fn time_batch(model: &mut TextModel, batch: usize, b: &Batches) -> Result<Row, CliError> {
+    let (n_ctx, n_vocab) = (model.options().n_ctx, model.params().n_vocab as u64);
+    let token = |i: usize| ((i as u64 * 2_654_435_761 + 11) % n_vocab) as u32;
+    let mut sessions: Vec<Session> = (0..batch).map(|s| Session::at(s * n_ctx)).collect();
+    let t = Instant::now();
+    if b.n_prompt > 0 {
+        for (s, session) in sessions.iter_mut().enumerate() {
+            let prompt: Vec<PromptPiece> = (0..b.n_prompt).map(|i| PromptPiece::Token(token(s * n_ctx + i))).collect();
+            session.feed(model, &prompt)?;
+        }
+    }
+    let t_pp = t.elapsed().as_secs_f64();
+    let t = Instant::now();
+    for i in 0..b.n_gen {
+        let tokens: Vec<u32> = (0..batch).map(|s| token(s * n_ctx + b.n_prompt + i)).collect();
+        let positions: Vec<i32> = sessions.iter().map(|s| s.next_position).collect();
+        let slots: Vec<usize> = sessions.iter().map(Session::next_slot).collect();
+        model.forward_batch(&tokens, &positions, &slots)?;
+        sessions.iter_mut().for_each(Session::advance);
+    }
+    Ok(Row { batch, t_pp, t_tg: t.elapsed().as_secs_f64() })
+}
