@@ -23,7 +23,7 @@ fn help() -> String {
         )),
         IMAGE_MAX_PIXELS.help("the image pixel budget the vision graph is planned for"),
         ctx_help(),
-        BATCH.help("also plan the batched decode step of N sequences (text-batch: a token of each, in a KV cache of N x --ctx slots), as `hrx caption --batch N` runs it (default 1: no batched graph)"),
+        BATCH.help("also plan the batched decode steps of up to N sequences (a text-batch graph for 2, 4, 8, ... below N and for N: a token of each, in a KV cache of N x --ctx slots; a step runs the smallest that holds its sequences), as `hrx caption --batch N` runs it (default 1: no batched graph)"),
     ];
     options.extend(Placement::help());
     options.push(JSON.help(

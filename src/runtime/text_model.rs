@@ -48,15 +48,38 @@ pub enum TokenInput<'a> {
     Embedding(&'a [f32]),
 }
 
-/// The plans of a text model: their `PlanId`s are their indices.
+/// The plans of a text model, by `PlanId` (`Step::plan`).
 #[derive(Clone, Copy, Debug, PartialEq, Eq)]
 enum Step {
     /// A chunk of one sequence's prompt.
-    Prefill = 0,
+    Prefill,
     /// One token of one sequence.
-    Decode = 1,
-    /// One token of each of up to n_seq sequences.
-    Batch = 2,
+    Decode,
+    /// One token of each of up to `batch_sizes(n_seq)[i]` sequences.
+    Batch(usize),
+}
+
+impl Step {
+    fn plan(self) -> usize {
+        match self {
+            Step::Prefill => 0,
+            Step::Decode => 1,
+            Step::Batch(i) => 2 + i,
+        }
+    }
+}
+
+/// The sizes of the batched decode plans for `n_seq` sequences: the powers of two from 2 below
+/// it, and n_seq. A step of a few sequences runs the smallest that holds them: its products
+/// then read each weight once for just those columns (a plan for 32 columns takes the tiled
+/// kernels, whose time hardly falls with fewer).
+fn batch_sizes(n_seq: usize) -> Vec<usize> {
+    let mut sizes: Vec<usize> =
+        std::iter::successors(Some(2usize), |s| s.checked_mul(2)).take_while(|&s| s < n_seq).collect();
+    if n_seq > 1 {
+        sizes.push(n_seq);
+    }
+    sizes
 }
 
 pub struct TextModel {
@@ -70,10 +93,10 @@ pub struct TextModel {
     exec: Executor,
     /// The graphs of the plans, by `Step`.
     graphs: Vec<TextGraph>,
-    /// Per plan's input buffer (by `Step`): how many of its first rows are known to hold a
-    /// zero deepstack part (none at first: fresh device memory need not be zero; none after an
-    /// image's rows).
-    deepstack_clean: [usize; 3],
+    /// Per plan's input buffer (by `Step::plan`): how many of its first rows are known to hold
+    /// a zero deepstack part (none at first: fresh device memory need not be zero; none after
+    /// an image's rows).
+    deepstack_clean: Vec<usize>,
 }
 
 /// The plans of a text model for `registry`, for `hrx plan` (built without binding weights).
@@ -94,8 +117,8 @@ fn build_graphs(params: &TextParams, options: &TextOptions) -> Result<Vec<TextGr
         text::build(params, shape("text-prefill", options.chunk, options.max_outputs.clamp(1, options.chunk)))?,
         text::build(params, shape("text-decode", 1, 1))?,
     ];
-    if n_seq > 1 {
-        graphs.push(text::build(params, shape("text-batch", n_seq, n_seq))?);
+    for size in batch_sizes(n_seq) {
+        graphs.push(text::build(params, shape("text-batch", size, size))?);
     }
     Ok(graphs)
 }
@@ -131,7 +154,8 @@ impl TextModel {
             })
         })?;
         log::info!("text model on {}", backend.describe());
-        Ok(TextModel { params, tokenizer, file, options, backend, token_embd, exec, graphs, deepstack_clean: [0; 3] })
+        let deepstack_clean = vec![0; graphs.len()];
+        Ok(TextModel { params, tokenizer, file, options, backend, token_embd, exec, graphs, deepstack_clean })
     }
 
     pub fn params(&self) -> &TextParams {
@@ -225,7 +249,12 @@ impl TextModel {
             }
         }
         // One sequence alone runs the one-token plan (a batch of one is a decode step).
-        let step = if n == 1 { Step::Decode } else { Step::Batch };
+        // The smallest batched plan that holds them (n <= n_seq: checked above).
+        let step = match batch_sizes(self.options.n_seq).iter().position(|&size| size >= n) {
+            _ if n == 1 => Step::Decode,
+            Some(i) => Step::Batch(i),
+            None => return Err(RuntimeError::Usage(format!("forward_batch: no plan for {n} sequences"))),
+        };
         let inputs: Vec<TokenInput> = tokens.iter().map(|&t| TokenInput::Text(t)).collect();
         let positions: Vec<[i32; 3]> = positions.iter().map(|&p| [p; 3]).collect();
         let slots: Vec<i32> = slots.iter().map(|&s| s as i32).collect();
@@ -245,13 +274,16 @@ impl TextModel {
         let n = inputs.len();
         let graph = self
             .graphs
-            .get(step as usize)
+            .get(step.plan())
             .ok_or_else(|| RuntimeError::Usage(format!("forward: no {step:?} plan for one sequence")))?;
-        let (plan, logits_node) = (PlanId(step as usize), graph.logits);
+        let (plan, logits_node) = (PlanId(step.plan()), graph.logits);
         let (max, max_outputs) = match step {
             Step::Decode => (1, 1),
             Step::Prefill => (self.options.chunk, self.options.max_outputs.clamp(1, self.options.chunk)),
-            Step::Batch => (self.options.n_seq, self.options.n_seq),
+            Step::Batch(i) => {
+                let size = batch_sizes(self.options.n_seq).get(i).copied().unwrap_or(0);
+                (size, size)
+            }
         };
         if n > max || outputs.len() > max_outputs {
             return Err(RuntimeError::Usage(format!(
@@ -320,7 +352,7 @@ impl TextModel {
             })?;
         }
         let made = started.elapsed();
-        let which = step as usize;
+        let which = step.plan();
         if text_only {
             for (t, row) in rows.chunks(n_embd).enumerate() {
                 self.exec.write_f32(plan, text::INP_WIDE, t * width, row)?;
@@ -336,7 +368,7 @@ impl TextModel {
         } else {
             self.exec.write_f32(plan, text::INP_WIDE, 0, &rows)?;
             // The other plans' input may be the same buffer (plans of one size share it).
-            self.deepstack_clean = [0; 3];
+            self.deepstack_clean.iter_mut().for_each(|c| *c = 0);
         }
         // Positions: component c of token t at c * max + t (the planned stride).
         for c in 0..3 {
@@ -360,5 +392,18 @@ impl TextModel {
             (started.elapsed() - ran).as_secs_f64() * 1e3
         );
         Ok(logits)
+    }
+}
+
+#[cfg(test)]
+mod tests {
+    use super::batch_sizes;
+
+    #[test]
+    fn batched_plans_double_up_to_the_sequences() {
+        assert_eq!(batch_sizes(1), Vec::<usize>::new());
+        assert_eq!(batch_sizes(2), [2]);
+        assert_eq!(batch_sizes(12), [2, 4, 8, 12]);
+        assert_eq!(batch_sizes(16), [2, 4, 8, 16]);
     }
 }

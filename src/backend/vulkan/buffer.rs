@@ -236,8 +236,11 @@ const PARALLEL_COPY: usize = 8 << 20;
 /// the file's mapping to mapped device or staging memory at several times one core's rate
 /// (one thread copied the 2B model's 1.1 GB in 0.24 s on the H200's host).
 fn copy_on_threads(dst: &mut [u8], src: &[u8]) {
-    let threads = std::thread::available_parallelism().map_or(1, |n| n.get().min(8));
-    if src.len() < PARALLEL_COPY || threads < 2 {
+    // The size first: `available_parallelism` reads cgroup files (tens of microseconds),
+    // and a prompt's rows are hundreds of small writes.
+    let threads =
+        if src.len() < PARALLEL_COPY { 1 } else { std::thread::available_parallelism().map_or(1, |n| n.get().min(8)) };
+    if threads < 2 {
         dst.copy_from_slice(src);
         return;
     }

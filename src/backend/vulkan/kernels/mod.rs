@@ -759,7 +759,7 @@ mod tests {
             let attention = |d: usize, heads: usize, kv_heads: usize, queries: usize, kv_rows: usize| {
                 let q = Operand::contiguous(DType::F32, [d, heads, queries, 1], 0);
                 let kv = Operand::contiguous(DType::F32, [d, kv_heads, kv_rows, 1], 0);
-                let op = Op::Attention { scale: 0.1 };
+                let op = Op::Attention { scale: 0.1, segment: kv_rows };
                 let kernel = select(Ops::single(&op), &[q, kv, kv], &q, None, &variants).unwrap();
                 fits(kernel);
                 kernel
@@ -779,8 +779,15 @@ mod tests {
     #[test]
     fn a_plan_names_enough_to_rebuild_each_variant() {
         let cm = CoopMat { subgroup: 8, shape: CoopShape { m: 8, n: 8, k: 8 } };
-        let kinds =
-            [MatKind::Tiled, MatKind::VecSg { subgroup: 32 }, MatKind::Coop(cm), MatKind::CoopExact(cm), MatKind::Rows];
+        let kinds = [
+            MatKind::Tiled,
+            MatKind::VecSg { subgroup: 32 },
+            MatKind::VecWide { subgroup: 32, rows: 4, cols: 1 },
+            MatKind::VecWide { subgroup: 32, rows: 2, cols: 8 },
+            MatKind::Coop(cm),
+            MatKind::CoopExact(cm),
+            MatKind::Rows,
+        ];
         for kind in kinds {
             let id = KernelId::MatMul(kind, WType::Q4K);
             assert_eq!(KernelId::from_plan(&planned(id)), Some(id), "{kind:?}");
