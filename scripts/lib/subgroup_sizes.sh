@@ -31,9 +31,14 @@ subgroup_size_run() {
     return 1
   fi
   echo "subgroup_sizes: tests/vulkan_kernels.rs on $driver lavapipe, subgroups of $lanes ($bits-bit vectors)" >&2
+  # lavapipe at a width other than its native one is several times slower: one submission of
+  # the large tile test took over the default 120 s limit at 16 lanes on a 2-core CI machine
+  # (the device then counts as hung and every later test of the binary fails); 600 s still
+  # ends a real hang.
+  local timeout="${HRX_VK_TIMEOUT:-600}"
   case "$driver" in
-    system) LP_NATIVE_VECTOR_WIDTH=$bits HRX_EXPECT_SUBGROUP=$lanes "$bin" "$@" || return 1 ;;
-    mesa26) LP_NATIVE_VECTOR_WIDTH=$bits HRX_EXPECT_SUBGROUP=$lanes lavapipe_run "$bin" "$@" || return 1 ;;
+    system) HRX_VK_TIMEOUT=$timeout LP_NATIVE_VECTOR_WIDTH=$bits HRX_EXPECT_SUBGROUP=$lanes "$bin" "$@" || return 1 ;;
+    mesa26) HRX_VK_TIMEOUT=$timeout LP_NATIVE_VECTOR_WIDTH=$bits HRX_EXPECT_SUBGROUP=$lanes lavapipe_run "$bin" "$@" || return 1 ;;
     *)
       echo "subgroup_sizes: no driver $driver" >&2
       return 2
