@@ -7,9 +7,7 @@ use hrx::backend::vulkan::kernels::{
     SCRATCH_BINDING,
 };
 use hrx::backend::vulkan::VkError;
-use hrx::backend::vulkan::{
-    Buffer, CommandBuffer, DescriptorPool, Device, DeviceOptions, Location, Selection, SUBMIT_TIMEOUT,
-};
+use hrx::backend::vulkan::{Buffer, CommandBuffer, DescriptorPool, Device, DeviceOptions, Location, Selection};
 use hrx::backend::DeviceChoice;
 use hrx::graph::Op;
 use std::path::PathBuf;
@@ -26,16 +24,13 @@ pub fn selection() -> Selection {
     }
 }
 
-/// Options for tests: the pipeline cache in a fresh temporary folder.
+/// Options for tests: the pipeline cache in a fresh temporary folder; the submission limit
+/// from `HRX_VK_TIMEOUT` as for every command (scripts/lib/subgroup_sizes.sh raises it for
+/// lavapipe at widths where one submission can take minutes).
 pub fn options(tag: &str) -> DeviceOptions {
     let cache_dir = std::env::temp_dir().join(format!("hrx-vk-test-{tag}-{}", std::process::id()));
     let _ = std::fs::remove_dir_all(&cache_dir);
-    DeviceOptions {
-        cache_dir: Some(cache_dir),
-        map_device_memory: true,
-        profile: false,
-        submit_timeout: SUBMIT_TIMEOUT,
-    }
+    DeviceOptions { cache_dir: Some(cache_dir), map_device_memory: true, profile: false, ..DeviceOptions::from_env() }
 }
 
 /// The test device, or None (after a loud message) where there is none. Under CI=true a
