@@ -72,9 +72,11 @@ uvec2 load8_at2(uint off) {
 }
 
 // Each weight type gives: unit_k(u, i), the index along K of the i-th of the 8 groups of 4
-// values of unit u, in the order unit_rows reads them; unit_fetch, the loads of unit u of
-// ROWS rows into RAW uvec4s per row (nothing computed from them); unit_rows, their dot with
-// the unit's x into acc.
+// values of unit u; unit_fetch, the loads of unit u of ROWS rows into RAW uvec4s per row
+// (nothing computed from them); unit_q, the 4 values of group i of one row from them before
+// scaling; CLASSES runs of consecutive groups that share a scale, and class_scale(raw, u, j),
+// the multiplier and bias of run j: its groups add multiplier * dot(q, x) - bias * sum(x).
+// Scaling the sums, not the values, is one multiply per run and row instead of one per value.
 #if defined(W_Q4_K)
 // Unit u: qs bytes 16j..16j+15 of block b = u / 8 (j = u % 8): their low nibbles are values
 // 64c + 16h .. +15 (c = j / 2, h = j % 2) of sub-block 2c (groups 0-3), their high nibbles
@@ -96,21 +98,17 @@ void unit_fetch(uint row0, uint rows, uint u, out uvec4 raw[ROWS][RAW]) {
     }
 }
 
-void unit_rows(uvec4 raw[ROWS][RAW], uint row0, uint rows, uint u, vec4 xv[8], uint col) {
-    uint c = (u % 8u) / 2u;
-    float sum_l = dot(xv[0] + xv[1] + xv[2] + xv[3], vec4(1.0));
-    float sum_h = dot(xv[4] + xv[5] + xv[6] + xv[7], vec4(1.0));
-    [[unroll]] for (uint r = 0u; r < ROWS; r++) {
-        vec2 s0 = q4_k_scale_bias(raw[r][0], 2u * c);
-        vec2 s1 = q4_k_scale_bias(raw[r][0], 2u * c + 1u);
-        float dl = 0.0;
-        float dh = 0.0;
-        [[unroll]] for (uint i = 0u; i < 4u; i++) {
-            dl += dot(nibbles_lo(raw[r][1][i]), xv[i]);
-            dh += dot(nibbles_hi(raw[r][1][i]), xv[4u + i]);
-        }
-        acc[col * ROWS + r] += s0.x * dl + s1.x * dh - (s0.y * sum_l + s1.y * sum_h);
-    }
+// Groups 0-3: low nibbles, sub-block 2c; 4-7: high nibbles, sub-block 2c + 1.
+#define CLASSES 2u
+#define HAS_BIAS
+
+vec4 unit_q(uvec4 raw[RAW], uint row, uint u, uint i) {
+    uint q = raw[1][i % 4u];
+    return i < 4u ? nibbles_lo(q) : nibbles_hi(q);
+}
+
+vec2 class_scale(uvec4 raw[RAW], uint u, uint j) {
+    return q4_k_scale_bias(raw[0], 2u * ((u % 8u) / 2u) + j);
 }
 #elif defined(W_Q6_K)
 // Unit u: values l0..l0+7 (l0 = 8 (u % 4)) of the four quarters t of half n = (u % 8) / 4 of
@@ -134,25 +132,23 @@ void unit_fetch(uint row0, uint rows, uint u, out uvec4 raw[ROWS][RAW]) {
     }
 }
 
-void unit_rows(uvec4 raw[ROWS][RAW], uint row0, uint rows, uint u, vec4 xv[8], uint col) {
-    uint l0 = (u % 4u) * 8u;
-    [[unroll]] for (uint r = 0u; r < ROWS; r++) {
-        uvec2 qa = raw[r][0].xy;
-        uvec2 qb = raw[r][0].zw;
-        uvec2 qh = raw[r][1].xy;
-        // Scales 8n + l0 / 16 + 2t of the 16 at 192: bytes 0, 2, 4, 6 (or 1, 3, 5, 7).
-        uvec2 sc = (raw[r][1].zw >> (8u * (l0 / 16u))) & 0x00FF00FFu;
-        float scales[4] = float[4](float(int(sc.x << 24) >> 24), float(int(sc.x << 8) >> 24), float(int(sc.y << 24) >> 24), float(int(sc.y << 8) >> 24));
-        uint lo[4] = uint[4](qa.x, qb.x, qa.x >> 4u, qb.x >> 4u);
-        uint lo1[4] = uint[4](qa.y, qb.y, qa.y >> 4u, qb.y >> 4u);
-        float sum = 0.0;
-        [[unroll]] for (uint t = 0u; t < 4u; t++) {
-            uint q0 = (lo[t] & 0x0F0F0F0Fu) | (((qh.x >> (2u * t)) & 0x03030303u) << 4u);
-            uint q1 = (lo1[t] & 0x0F0F0F0Fu) | (((qh.y >> (2u * t)) & 0x03030303u) << 4u);
-            sum += scales[t] * (dot(u8x4(q0) - 32.0, xv[2u * t]) + dot(u8x4(q1) - 32.0, xv[2u * t + 1u]));
-        }
-        acc[col * ROWS + r] += unpackHalf2x16(raw[r][2].x).x * sum;
-    }
+// Quarter t = i / 2 of group i: its 16 values share a scale.
+#define CLASSES 4u
+
+vec4 unit_q(uvec4 raw[RAW], uint row, uint u, uint i) {
+    // Word h = i % 2 of quarter t: ql low nibbles of the first or second piece for t = 0, 1,
+    // their high nibbles for t = 2, 3; qh bits 2t, 2t + 1.
+    uint t = i / 2u;
+    uint h = i % 2u;
+    uint lo = (t % 2u == 0u ? raw[0][h] : raw[0][2u + h]) >> (4u * (t / 2u));
+    uint q = (lo & 0x0F0F0F0Fu) | (((raw[1][h] >> (2u * t)) & 0x03030303u) << 4u);
+    return u8x4(q) - 32.0;
+}
+
+vec2 class_scale(uvec4 raw[RAW], uint u, uint t) {
+    // Scale 8n + l0 / 16 + 2t of the 16 at 192: byte 2t (or 2t + 1) of the 8 loaded.
+    uint sc = (raw[1][2u + t / 2u] >> (8u * ((u % 4u) / 2u) + 16u * (t % 2u))) & 0xFFu;
+    return vec2(float(int(sc << 24) >> 24) * unpackHalf2x16(raw[2].x).x, 0.0);
 }
 #elif defined(W_Q8_0)
 // Unit u: block u (32 values). Raw: the 32 quants, then d.
@@ -171,14 +167,14 @@ void unit_fetch(uint row0, uint rows, uint u, out uvec4 raw[ROWS][RAW]) {
     }
 }
 
-void unit_rows(uvec4 raw[ROWS][RAW], uint row0, uint rows, uint u, vec4 xv[8], uint col) {
-    [[unroll]] for (uint r = 0u; r < ROWS; r++) {
-        float sum = 0.0;
-        [[unroll]] for (uint i = 0u; i < 8u; i++) {
-            sum += dot(i8x4(raw[r][i / 4u][i % 4u]), xv[i]);
-        }
-        acc[col * ROWS + r] += unpackHalf2x16(raw[r][2].x).x * sum;
-    }
+#define CLASSES 1u
+
+vec4 unit_q(uvec4 raw[RAW], uint row, uint u, uint i) {
+    return i8x4(raw[i / 4u][i % 4u]);
+}
+
+vec2 class_scale(uvec4 raw[RAW], uint u, uint j) {
+    return vec2(unpackHalf2x16(raw[2].x).x, 0.0);
 }
 #else
 // Unit u: values 32u..32u+31 through the type's load_w4 (K a multiple of 32: the launch
@@ -195,49 +191,85 @@ void unit_fetch(uint row0, uint rows, uint u, out uvec4 raw[ROWS][RAW]) {
     }
 }
 
-void unit_rows(uvec4 raw[ROWS][RAW], uint row0, uint rows, uint u, vec4 xv[8], uint col) {
-    [[unroll]] for (uint r = 0u; r < ROWS; r++) {
-        uint row = p.w_off + min(row0 + r, rows - 1u) * p.w_nb1;
-        float sum = 0.0;
-        [[unroll]] for (uint i = 0u; i < 8u; i++) {
-            sum += dot(load_w4(row, 32u * u + 4u * i), xv[i]);
-        }
-        acc[col * ROWS + r] += sum;
-    }
+#define CLASSES 1u
+
+vec4 unit_q(uvec4 raw[RAW], uint row, uint u, uint i) {
+    return load_w4(row, 32u * u + 4u * i);
+}
+
+vec2 class_scale(uvec4 raw[RAW], uint u, uint j) {
+    return vec2(1.0, 0.0);
 }
 #endif
 
+// Groups of x loaded at once per column: all 8 for one column (every load of the unit in
+// flight before anything is computed), fewer for more, so that a thread holds 8 of x's vec4s.
+const uint X_GROUPS = COLS >= 8u ? 1u : 8u / COLS;
+const uint RUN = 8u / CLASSES;
+
 // Unit u against rows row0.. for the COLS columns at float offsets xo: the weights loaded
-// once, then per column x and the producer's second input, and only then anything computed
-// from them (the producer applied to x, the dot products), so that a unit's loads are in
-// flight together; ss gathers the squares of the x loaded (PRO_RMS_NORM).
+// once; then X_GROUPS groups at a time, x and the producer's second input of every column,
+// the producer applied to x, and each row's 4 values decoded once for all the columns
+// (decoding them per column made 8 columns cost 4.9 times one); each run of groups sharing
+// a scale summed apart and scaled at its end. ss gathers the squares of the x loaded
+// (PRO_RMS_NORM).
 void unit_dot(uint row0, uint rows, uint u, uint xo[COLS]) {
     uvec4 raw[ROWS][RAW];
     unit_fetch(row0, rows, u, raw);
-    [[unroll]] for (uint c = 0u; c < COLS; c++) {
-        vec4 xv[8];
-        vec4 pw[8];
-        [[unroll]] for (uint i = 0u; i < 8u; i++) {
-            xv[i] = x_vec4[(xo[c] + unit_k(u, i)) >> 2u];
+    float dots[ROWS * COLS];
+    float xsum[COLS];
+    [[unroll]] for (uint h = 0u; h < 8u / X_GROUPS; h++) {
+        vec4 xv[X_GROUPS][COLS];
+        [[unroll]] for (uint g = 0u; g < X_GROUPS; g++) {
+            [[unroll]] for (uint c = 0u; c < COLS; c++) {
+                xv[g][c] = x_vec4[(xo[c] + unit_k(u, h * X_GROUPS + g)) >> 2u];
+            }
         }
-        // The norm weight, or up laid out as the gate.
-        uint pw_at = p.pro_mode == PRO_RMS_NORM ? p.pro_off : p.pro_off + xo[c] - p.x_nb.x;
         if (p.pro_mode != PRO_NONE) {
-            [[unroll]] for (uint i = 0u; i < 8u; i++) {
-                pw[i] = pv_vec4[(pw_at + unit_k(u, i)) >> 2u];
+            [[unroll]] for (uint g = 0u; g < X_GROUPS; g++) {
+                [[unroll]] for (uint c = 0u; c < COLS; c++) {
+                    // The norm weight, or up laid out as the gate.
+                    uint pw_at = p.pro_mode == PRO_RMS_NORM ? p.pro_off : p.pro_off + xo[c] - p.x_nb.x;
+                    vec4 pw = pv_vec4[(pw_at + unit_k(u, h * X_GROUPS + g)) >> 2u];
+                    if (p.pro_mode == PRO_RMS_NORM) {
+                        ss[c] += dot(xv[g][c], xv[g][c]);
+                        xv[g][c] *= pw;
+                    } else {
+                        xv[g][c] = xv[g][c] / (1.0 + exp(-xv[g][c])) * pw;
+                    }
+                }
             }
         }
-        if (p.pro_mode == PRO_RMS_NORM) {
-            [[unroll]] for (uint i = 0u; i < 8u; i++) {
-                ss[c] += dot(xv[i], xv[i]);
-                xv[i] *= pw[i];
+        [[unroll]] for (uint g = 0u; g < X_GROUPS; g++) {
+            uint i = h * X_GROUPS + g;
+            if (i % RUN == 0u) {
+                [[unroll]] for (uint j = 0u; j < ROWS * COLS; j++) {
+                    dots[j] = 0.0;
+                }
+                [[unroll]] for (uint c = 0u; c < COLS; c++) {
+                    xsum[c] = 0.0;
+                }
             }
-        } else if (p.pro_mode == PRO_SWIGLU) {
-            [[unroll]] for (uint i = 0u; i < 8u; i++) {
-                xv[i] = xv[i] / (1.0 + exp(-xv[i])) * pw[i];
+#if defined(HAS_BIAS)
+            [[unroll]] for (uint c = 0u; c < COLS; c++) {
+                xsum[c] += dot(xv[g][c], vec4(1.0));
+            }
+#endif
+            [[unroll]] for (uint r = 0u; r < ROWS; r++) {
+                vec4 q = unit_q(raw[r], p.w_off + min(row0 + r, rows - 1u) * p.w_nb1, u, i);
+                [[unroll]] for (uint c = 0u; c < COLS; c++) {
+                    dots[c * ROWS + r] += dot(q, xv[g][c]);
+                }
+            }
+            if (i % RUN == RUN - 1u) {
+                [[unroll]] for (uint r = 0u; r < ROWS; r++) {
+                    vec2 s = class_scale(raw[r], u, i / RUN);
+                    [[unroll]] for (uint c = 0u; c < COLS; c++) {
+                        acc[c * ROWS + r] += s.x * dots[c * ROWS + r] - s.y * xsum[c];
+                    }
+                }
             }
         }
-        unit_rows(raw, row0, rows, u, xv, c);
     }
 }
 

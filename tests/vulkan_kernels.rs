@@ -104,10 +104,15 @@ fn compare(
     let [(_, a), (_, b)] = ins;
     execute(op, &[a, b], &mut o, Kernels::Reference, 1).unwrap();
     let want = out.gather(&want_store);
+    let unwritten: Vec<usize> = (0..got.len()).filter(|&i| !got[i].is_finite()).collect();
     assert!(
-        got.iter().all(|v| v.is_finite()),
-        "{}: non-finite output (an element was not written)",
-        launch.kernel.name()
+        unwritten.is_empty(),
+        "{}: non-finite output (an element was not written): {} of {}, the first at {:?} (ne {:?})",
+        launch.kernel.name(),
+        unwritten.len(),
+        got.len(),
+        &unwritten[..unwritten.len().min(8)],
+        out.ne
     );
     nmse(&got, &want)
 }
@@ -763,10 +768,15 @@ fn compare_args(
     let views: Vec<In> = args.iter().map(|a| a.view).collect();
     execute(op, &views, &mut o, Kernels::Reference, 1).unwrap();
     let (got, want) = (out.gather(&got_store), out.gather(&want_store));
+    let unwritten: Vec<usize> = (0..got.len()).filter(|&i| !got[i].is_finite()).collect();
     assert!(
-        got.iter().all(|v| v.is_finite()),
-        "{}: non-finite output (an element was not written)",
-        launch.kernel.name()
+        unwritten.is_empty(),
+        "{}: non-finite output (an element was not written): {} of {}, the first at {:?} (ne {:?})",
+        launch.kernel.name(),
+        unwritten.len(),
+        got.len(),
+        &unwritten[..unwritten.len().min(8)],
+        out.ne
     );
     nmse(&got, &want)
 }
