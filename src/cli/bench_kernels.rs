@@ -66,7 +66,7 @@ pub fn run(
     let failed =
         |e: crate::backend::vulkan::VkError| CliError::Failed(format!("bench --kernels on {}: {e}", info.name));
     let ks = KernelSet::new(&dev);
-    let copy = copy_bandwidth(&dev, &ks, COPY_BYTES).map_err(failed)?;
+    let (copy, copied) = copy_bandwidth(&dev, &ks, COPY_BYTES).map_err(failed)?;
     // Every kernel the device has: the vector ones for one column and for -p (the columns of a
     // few sequences decoded together), the tiled ones for -p.
     let vec_kinds = |m: usize| {
@@ -123,7 +123,7 @@ pub fn run(
         return Ok(());
     }
     writeln!(out, "device: {} ({})", info.name, info.kind.name())?;
-    writeln!(out, "copy bandwidth: {copy:.0} GB/s (read + write, a kernel copying {} MiB)", COPY_BYTES >> 20)?;
+    writeln!(out, "copy bandwidth: {copy:.0} GB/s (read + write, a kernel copying {} MiB)", copied >> 20)?;
     writeln!(
         out,
         "{:<26} {:>6} {:>6} {:>7} {:>5} {:>10} {:>9} {:>7} {:>8}",

@@ -112,8 +112,11 @@ fn time_reps(device: &Device, reps: u32, record: &dyn Fn(&mut CommandBuffer, u32
 }
 
 /// Device copy bandwidth in GB/s, bytes read plus bytes written, as a kernel sees it: a
-/// shader copying a buffer of `bytes` into another in 16-byte words.
-pub fn copy_bandwidth(device: &Device, ks: &KernelSet, bytes: u64) -> Result<f64> {
+/// shader copying a buffer of `bytes` (at most what one binding can see) into another in
+/// 16-byte words; and the bytes it copied.
+pub fn copy_bandwidth(device: &Device, ks: &KernelSet, bytes: u64) -> Result<(f64, u64)> {
+    // No more than one binding can see (lavapipe's range is 128 MiB), in whole 16-byte words.
+    let bytes = bytes.min(u64::from(device.info().max_storage_buffer_range)) & !15;
     let words = u32::try_from(bytes / 16).map_err(|_| VkError::Invalid(format!("{bytes} bytes to copy")))?;
     let src = device.buffer(bytes, Location::Device, "copy source")?;
     let dst = device.buffer(bytes, Location::Device, "copy destination")?;
@@ -129,7 +132,7 @@ pub fn copy_bandwidth(device: &Device, ks: &KernelSet, bytes: u64) -> Result<f64
         }
         Ok(())
     })?;
-    Ok(2.0 * bytes as f64 / per_copy / 1e9)
+    Ok((2.0 * bytes as f64 / per_copy / 1e9, bytes))
 }
 
 /// Times matrix kernel `kind` on `case`; None when the kernel does not take the case (its
