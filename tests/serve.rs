@@ -55,7 +55,8 @@ fn answers_equal_describe_and_stream_the_same_text() {
     assert_eq!(number(&answer, &["usage", "prompt_tokens"]), want_prompt);
     assert_eq!(number(&answer, &["usage", "total_tokens"]), want_tokens + want_prompt);
 
-    // Two at once: the second waits for the model; both get the greedy answer.
+    // Two at once (decoded together, or one after the other under --parallel 1): both get the
+    // greedy answer.
     let requests: Vec<_> = (0..2)
         .map(|_| {
             let (addr, request) = (server.addr.clone(), request.clone());
@@ -463,7 +464,7 @@ fn a_streaming_client_that_stops_reading_stops_its_generation() {
 fn a_bounded_queue_a_memory_budget_and_metrics() {
     let Some(oracle) = common::oracle() else { return };
     let model = oracle.join("models/tiny");
-    let server = Server::start(&model, &["--queue", "1", "--memory-budget", "1", "--ctx", "4096"]);
+    let server = Server::start(&model, &["--parallel", "1", "--queue", "1", "--memory-budget", "1", "--ctx", "4096"]);
     let long = r#"{"messages":[{"role":"user","content":"a long answer"}],"max_tokens":2000}"#;
     let short = r#"{"messages":[{"role":"user","content":"x"}],"max_tokens":1}"#;
     // A body over the budget: 503 with Retry-After, before the body is read.
@@ -503,7 +504,7 @@ fn a_bounded_queue_a_memory_budget_and_metrics() {
     assert!(logged("waiting for the model") && logged("--memory-budget"), "{}", server.log.lock().unwrap());
 
     // A wait past --queue-wait: 503 naming it.
-    let impatient = Server::start(&model, &["--queue-wait", "0.2", "--ctx", "4096"]);
+    let impatient = Server::start(&model, &["--parallel", "1", "--queue-wait", "0.2", "--ctx", "4096"]);
     let addr = impatient.addr.clone();
     let first = std::thread::spawn(move || raw(&addr, &chat_request(long)));
     await_metric(&impatient, "hrx_model_busy", 1.0);
@@ -520,7 +521,10 @@ fn requests_waiting_behind_the_one_on_the_model_cannot_starve_its_image_decode()
     // a second such body is refused at its head. From one pool both bodies got in and left the
     // image request, when its turn came, 0.3 MiB to decode in: a 503 after all its waiting.
     let Some(oracle) = common::oracle() else { return };
-    let server = Server::start(&oracle.join("models/tiny"), &["--memory-budget", "8", "--ctx", "4096", "--ignore-eos"]);
+    let server = Server::start(
+        &oracle.join("models/tiny"),
+        &["--parallel", "1", "--memory-budget", "8", "--ctx", "4096", "--ignore-eos"],
+    );
     let (_, page) = server.get("/metrics");
     assert_eq!(metric(&page, "hrx_memory_decode_share_bytes"), (4 << 20) as f64, "{page}");
     let long = r#"{"messages":[{"role":"user","content":"a long answer"}],"max_tokens":2000}"#;
