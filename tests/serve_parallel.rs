@@ -112,9 +112,11 @@ fn a_second_client_streams_while_the_first_answer_is_under_way() {
     // end before it reads on (its events fill the socket buffers long before the end, and the
     // server holds its sequence then). Under --parallel 2 the second client's answer streams
     // token by token and ends meanwhile; one at a time it would wait behind the first, which
-    // never ends, and get a 503 at --queue-wait. Then the first reads on to its own end.
+    // never ends (nor is it cut off: --send-timeout is past --queue-wait), and get a 503 at
+    // --queue-wait. Then the first reads on to its own end.
     let Some(model) = tiny() else { return };
-    let args = ["--ctx", "16384", "--max-tokens-cap", "100000", "--ignore-eos", "--queue-wait", "30"];
+    let args =
+        ["--ctx", "16384", "--max-tokens-cap", "100000", "--ignore-eos", "--queue-wait", "30", "--send-timeout", "600"];
     let server = server(&model, "2", &args);
     let mut first = Events::open(&server.addr, &streamed("a long answer", 12000));
     assert!(!first.first_text().is_empty());
@@ -211,9 +213,11 @@ fn a_client_that_hangs_up_mid_stream_frees_its_sequence() {
     // Both sequences of --parallel 2 stream long answers; the first client hangs up after its
     // first token. Its request ends (499 in the log) and its sequence is free: a third request
     // is answered while the second still streams. Were it not freed, the third would wait
-    // behind two answers that cannot end (nobody reads them) and get a 503 at --queue-wait.
+    // behind two answers that cannot end (nobody reads them, and --send-timeout is past
+    // --queue-wait) and get a 503 at --queue-wait.
     let Some(model) = tiny() else { return };
-    let args = ["--ctx", "16384", "--max-tokens-cap", "100000", "--ignore-eos", "--queue-wait", "30"];
+    let args =
+        ["--ctx", "16384", "--max-tokens-cap", "100000", "--ignore-eos", "--queue-wait", "30", "--send-timeout", "600"];
     let server = server(&model, "2", &args);
     let mut first = Events::open(&server.addr, &streamed("hang up", 12000));
     first.first_text();

@@ -111,7 +111,7 @@ impl Listener<Tag> for Readers {
 pub fn run(mut d: Describer, jobs: &Receiver<Job>, app: &App) {
     let tokenizer = Arc::clone(d.text().tokenizer());
     let mut batch = Batch::new(d.text(), &tokenizer);
-    // A request that came while every sequence was held and none was free.
+    // A request taken while every request under way was held, started at the loop's next turn.
     let mut waiting: Option<Job> = None;
     loop {
         while batch.has_room() {
