@@ -1,9 +1,10 @@
 //! `hrx serve --parallel N` on the oracle's tiny model, on the CPU: a second client streams
 //! while the first's answer is still under way; answers equal to `--parallel 1`'s, each request
-//! with its own settings; a client that hangs up mid-stream frees its sequence; bad values of
-//! the flag refused naming it.
+//! with its own settings (on Vulkan too: lavapipe in CI); a client that hangs up mid-stream
+//! frees its sequence; bad values of the flag refused naming it.
 
 mod common;
+mod vulkan_common;
 
 use common::server::{at, await_metric, chat_request, json, metric, number, post, string, Server};
 use std::io::{BufRead, BufReader, Write};
@@ -19,7 +20,12 @@ fn tiny() -> Option<PathBuf> {
 
 /// A server of the tiny model on the CPU decoding `parallel` requests together.
 fn server(model: &Path, parallel: &str, extra: &[&str]) -> Server {
-    let server = Server::start(model, &[&["--device", "cpu", "--parallel", parallel][..], extra].concat());
+    server_on("cpu", model, parallel, extra)
+}
+
+/// The same on `device` (a --device value).
+fn server_on(device: &str, model: &Path, parallel: &str, extra: &[&str]) -> Server {
+    let server = Server::start(model, &[&["--device", device, "--parallel", parallel][..], extra].concat());
     let (_, page) = server.get("/metrics");
     assert_eq!(metric(&page, "hrx_sequences"), parallel.parse::<f64>().unwrap(), "{page}");
     server
@@ -168,6 +174,21 @@ fn answers(addr: &str, bodies: &[String], at_once: bool) -> Vec<(JsonValue, Json
 
 #[test]
 fn answers_together_equal_answers_one_at_a_time_each_with_its_own_settings() {
+    together_equals_one_at_a_time("cpu");
+}
+
+#[test]
+fn answers_together_equal_answers_one_at_a_time_on_vulkan() {
+    if vulkan_common::device().is_none() {
+        return;
+    }
+    // The device the Vulkan tests run on: HRX_DEVICE's index, else the first (lavapipe in CI,
+    // which `auto` would pass over for the CPU backend).
+    let index = std::env::var("HRX_DEVICE").ok().filter(|v| v.parse::<usize>().is_ok()).unwrap_or_else(|| "0".into());
+    together_equals_one_at_a_time(&index);
+}
+
+fn together_equals_one_at_a_time(device: &str) {
     // The same requests, each with settings of its own (lengths, a sampled one with a seed, a
     // stop string, logprobs, a JSON schema, an image), sent at once to --parallel 3 (fewer
     // than the requests: some wait for a free sequence) and one after the other to
@@ -190,10 +211,10 @@ fn answers_together_equal_answers_one_at_a_time_each_with_its_own_settings() {
         ),
     ];
     let args = ["--ctx", "2048", "--ignore-eos"];
-    let one = answers(&server(&model, "1", &args).addr, &bodies, false);
-    let together = answers(&server(&model, "3", &args).addr, &bodies, true);
+    let one = answers(&server_on(device, &model, "1", &args).addr, &bodies, false);
+    let together = answers(&server_on(device, &model, "3", &args).addr, &bodies, true);
     for (i, (a, b)) in one.iter().zip(&together).enumerate() {
-        assert_eq!(a, b, "request {i}: --parallel 3 and --parallel 1");
+        assert_eq!(a, b, "request {i}: --parallel 3 and --parallel 1 on --device {device}");
     }
     let tokens: Vec<f64> = together.iter().map(|(_, usage)| number(usage, &["completion_tokens"])).collect();
     assert_eq!(tokens[..4], [3.0, 40.0, 17.0, 25.0], "each request's own max_tokens: {together:?}");
