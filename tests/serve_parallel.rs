@@ -247,7 +247,14 @@ fn a_client_that_hangs_up_mid_stream_frees_its_sequence() {
     await_metric(&server, "hrx_sequences_in_use", 2.0);
     drop(first);
     let gone = server.log_line(" 499 ", Duration::from_secs(60));
-    assert!(gone.is_some(), "no 499 in the log:\n{}", server.log.lock().unwrap());
+    let gone = gone.unwrap_or_else(|| panic!("no 499 in the log:\n{}", server.log.lock().unwrap()));
+    let made: usize = gone
+        .split("after ")
+        .nth(1)
+        .and_then(|r| r.split_whitespace().next())
+        .and_then(|t| t.parse().ok())
+        .unwrap_or_else(|| panic!("{gone}"));
+    assert!(made < 12000, "its generation stopped short of its max_tokens: {gone}");
     await_metric(&server, "hrx_sequences_in_use", 1.0);
     let (status, answer) = server.post("/v1/chat/completions", &chat("next", r#","max_tokens":4"#));
     assert_eq!(status, 200, "{answer}");
