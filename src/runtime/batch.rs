@@ -55,10 +55,12 @@ pub enum Turn {
 /// Who follows the conversations of a batch: says what each does at a step and takes each
 /// one's text as it becomes final (a break stops that conversation, as cancelled).
 pub trait Listener<T> {
+    /// What the conversation tagged `tag` does at this step (asked before every step).
     fn turn(&mut self, _tag: &T) -> Turn {
         Turn::Step
     }
 
+    /// Text of `tag`'s answer that became final, once per token and once at its end.
     fn text(&mut self, _tag: &T, _delta: &Delta) -> ControlFlow<()> {
         ControlFlow::Continue(())
     }
