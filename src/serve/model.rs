@@ -17,6 +17,7 @@ use crate::runtime::describe::Describer;
 use crate::runtime::generate::{Delta, GenerateConfig, Generation};
 use crate::runtime::sampler::TokenLogprob;
 use std::ops::ControlFlow;
+use std::panic::{self, AssertUnwindSafe};
 use std::sync::atomic::{AtomicBool, AtomicUsize, Ordering};
 use std::sync::mpsc::{self, Receiver, Sender};
 use std::sync::Arc;
@@ -126,12 +127,18 @@ pub fn run(mut d: Describer, jobs: &Receiver<Job>, app: &App) {
                     Err(_) => break,
                 },
             };
-            start(app, &mut d, &mut batch, job);
+            // A panic (a bug) fails the request, not the server: every request starts a new
+            // session, so the model is still good (the hook has logged it).
+            let _ = panic::catch_unwind(AssertUnwindSafe(|| start(app, &mut d, &mut batch, job)));
         }
         if batch.is_empty() {
             continue;
         }
-        match batch.step(d.text_mut(), &mut Readers) {
+        let stepped = match panic::catch_unwind(AssertUnwindSafe(|| batch.step(d.text_mut(), &mut Readers))) {
+            Ok(stepped) => stepped.map_err(super::handler::runtime),
+            Err(_) => Err(HttpError::new(500, "internal error: a decode step failed (see the server's log)")),
+        };
+        match stepped {
             Ok(Stepped { finished, decoded }) => {
                 finished.into_iter().for_each(answer);
                 // Every reader is behind: wait for one, or for a new request.
@@ -143,7 +150,6 @@ pub fn run(mut d: Describer, jobs: &Receiver<Job>, app: &App) {
                 }
             }
             Err(e) => {
-                let e = super::handler::runtime(e);
                 for tag in batch.abandon() {
                     let _ = tag.events.send(Event::Done(Err(e.clone())));
                 }
@@ -230,7 +236,8 @@ impl Drop for Following {
     }
 }
 
-/// The answer when the model's thread is gone (it never returns but by a panic).
+/// The answer when the model's thread dropped a request without an answer (a panic, which
+/// its hook logged) or is gone.
 fn model_stopped() -> HttpError {
-    HttpError::new(500, "the model's thread has stopped; restart hrx serve")
+    HttpError::new(500, "internal error: the model's thread failed on this request (see the server's log)")
 }
