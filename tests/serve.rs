@@ -4,168 +4,16 @@
 mod common;
 
 use base64::Engine;
+use common::server::{at, await_metric, chat_request, json, metric, number, post, raw, raw_response, string, Server};
 use std::collections::HashMap;
-use std::io::{BufRead, BufReader, Read, Write};
+use std::io::{Read, Write};
 use std::net::TcpStream;
 use std::path::Path;
-use std::process::{Child, Command, Stdio};
-use std::sync::{mpsc, Arc, Mutex};
+use std::process::Command;
 use std::time::{Duration, Instant};
 use tinyjson::JsonValue;
 
 const PROMPT: &str = "What is in this picture?";
-
-/// A running server, killed when dropped, and what it has written to stderr (its log).
-struct Server {
-    child: Child,
-    addr: String,
-    log: Arc<Mutex<String>>,
-}
-
-impl Server {
-    fn start(model: &Path, extra: &[&str]) -> Server {
-        let m = model.join("qwen3vl-tiny-F16.gguf");
-        let mm = model.join("mmproj-qwen3vl-tiny-F16.gguf");
-        let mut child = Command::new(env!("CARGO_BIN_EXE_hrx"))
-            .args(["serve", "-m", m.to_str().unwrap(), "--mmproj", mm.to_str().unwrap(), "--port", "0"])
-            .args(extra)
-            .stdout(Stdio::piped())
-            .stderr(Stdio::piped())
-            .spawn()
-            .expect("start hrx serve");
-        let stdout = child.stdout.take().unwrap();
-        let (stderr, log) = (child.stderr.take().unwrap(), Arc::new(Mutex::new(String::new())));
-        let sink = Arc::clone(&log);
-        std::thread::spawn(move || {
-            for line in BufReader::new(stderr).lines().map_while(Result::ok) {
-                let mut log = sink.lock().unwrap();
-                log.push_str(&line);
-                log.push('\n');
-            }
-        });
-        let (tx, rx) = mpsc::channel();
-        std::thread::spawn(move || {
-            let mut line = String::new();
-            let _ = BufReader::new(stdout).read_line(&mut line);
-            let _ = tx.send(line);
-        });
-        let line = rx.recv_timeout(Duration::from_secs(120)).unwrap_or_default();
-        // Killed on drop, also when the checks below fail.
-        let mut server = Server { child, addr: String::new(), log };
-        let addr = line.split("http://").nth(1).and_then(|r| r.split_whitespace().next()).map(str::to_owned);
-        server.addr = addr.unwrap_or_else(|| panic!("no address in {line:?}"));
-        assert!(server.addr.starts_with("127.0.0.1:"), "{}", server.addr);
-        server
-    }
-
-    fn raw_response(&self, request: &[u8]) -> String {
-        raw_response(&self.addr, request)
-    }
-
-    fn raw(&self, request: &[u8]) -> (u16, String) {
-        raw(&self.addr, request)
-    }
-
-    /// The first log line containing `text`, waiting up to `wait` for it.
-    fn log_line(&self, text: &str, wait: Duration) -> Option<String> {
-        let until = Instant::now() + wait;
-        loop {
-            if let Some(line) = self.log.lock().unwrap().lines().find(|l| l.contains(text)) {
-                return Some(line.to_owned());
-            }
-            if Instant::now() > until {
-                return None;
-            }
-            std::thread::sleep(Duration::from_millis(50));
-        }
-    }
-
-    fn post(&self, path: &str, body: &str) -> (u16, String) {
-        post(&self.addr, path, body)
-    }
-
-    fn get(&self, path: &str) -> (u16, String) {
-        self.raw(format!("GET {path} HTTP/1.1\r\nHost: x\r\nConnection: close\r\n\r\n").as_bytes())
-    }
-}
-
-/// Sends raw bytes (from another thread, so an early answer such as a 413 is read while the
-/// body is still going out); returns the status and the body. The response is read until the
-/// server closes: requests that it answers whole say `Connection: close` (it keeps HTTP/1.1
-/// connections otherwise).
-fn raw(addr: &str, request: &[u8]) -> (u16, String) {
-    let text = raw_response(addr, request);
-    let status = text.get(9..12).and_then(|s| s.parse().ok()).unwrap_or_else(|| panic!("no status in {text:?}"));
-    let body = text.split_once("\r\n\r\n").map(|(_, b)| b.to_owned()).unwrap_or_default();
-    (status, body)
-}
-
-/// The whole response to raw bytes sent as `raw` sends them.
-fn raw_response(addr: &str, request: &[u8]) -> String {
-    let mut s = TcpStream::connect(addr).expect("connect");
-    s.set_read_timeout(Some(Duration::from_secs(120))).unwrap();
-    s.set_write_timeout(Some(Duration::from_secs(120))).unwrap();
-    let mut writer = s.try_clone().unwrap();
-    let request = request.to_vec();
-    // The server may close before taking the whole body: a failed write is fine.
-    let sending = std::thread::spawn(move || {
-        let _ = writer.write_all(&request);
-    });
-    let mut response = Vec::new();
-    let _ = s.read_to_end(&mut response);
-    let _ = sending.join();
-    String::from_utf8(response).expect("UTF-8 response")
-}
-
-/// A chat request's bytes.
-fn chat_request(body: &str) -> Vec<u8> {
-    format!(
-        "POST /v1/chat/completions HTTP/1.1\r\nHost: x\r\nConnection: close\r\nContent-Length: {}\r\n\r\n{body}",
-        body.len()
-    )
-    .into_bytes()
-}
-
-fn post(addr: &str, path: &str, body: &str) -> (u16, String) {
-    raw(
-        addr,
-        format!(
-            "POST {path} HTTP/1.1\r\nHost: x\r\nConnection: close\r\nContent-Type: application/json\r\nContent-Length: {}\r\n\r\n{body}",
-            body.len()
-        )
-        .as_bytes(),
-    )
-}
-
-impl Drop for Server {
-    fn drop(&mut self) {
-        let _ = self.child.kill();
-        let _ = self.child.wait();
-    }
-}
-
-fn json(text: &str) -> JsonValue {
-    text.parse().unwrap_or_else(|e| panic!("{text:?}: {e:?}"))
-}
-
-/// `v.a.b.c` by keys and array indices.
-fn at<'a>(v: &'a JsonValue, path: &[&str]) -> &'a JsonValue {
-    path.iter().fold(v, |v, key| match v {
-        JsonValue::Array(items) => &items[key.parse::<usize>().unwrap()],
-        _ => v
-            .get::<HashMap<String, JsonValue>>()
-            .and_then(|o| o.get(*key))
-            .unwrap_or_else(|| panic!("no {key} in {v:?}")),
-    })
-}
-
-fn string(v: &JsonValue, path: &[&str]) -> String {
-    at(v, path).get::<String>().unwrap_or_else(|| panic!("{path:?} is not a string")).clone()
-}
-
-fn number(v: &JsonValue, path: &[&str]) -> f64 {
-    *at(v, path).get::<f64>().unwrap_or_else(|| panic!("{path:?} is not a number"))
-}
 
 fn data_url(path: &Path) -> String {
     format!("data:image/png;base64,{}", base64::engine::general_purpose::STANDARD.encode(std::fs::read(path).unwrap()))
@@ -207,7 +55,8 @@ fn answers_equal_describe_and_stream_the_same_text() {
     assert_eq!(number(&answer, &["usage", "prompt_tokens"]), want_prompt);
     assert_eq!(number(&answer, &["usage", "total_tokens"]), want_tokens + want_prompt);
 
-    // Two at once: the second waits for the model; both get the greedy answer.
+    // Two at once (decoded together, or one after the other under --parallel 1): both get the
+    // greedy answer.
     let requests: Vec<_> = (0..2)
         .map(|_| {
             let (addr, request) = (server.addr.clone(), request.clone());
@@ -611,32 +460,11 @@ fn a_streaming_client_that_stops_reading_stops_its_generation() {
     drop(s);
 }
 
-/// The value of metric `name` (with its labels) in a /metrics page.
-fn metric(page: &str, name: &str) -> f64 {
-    page.lines()
-        .find_map(|l| l.strip_prefix(name).and_then(|v| v.strip_prefix(' ')))
-        .and_then(|v| v.trim().parse().ok())
-        .unwrap_or_else(|| panic!("no {name} in {page}"))
-}
-
-/// Waits (up to a minute) until `/metrics` shows `name` at `value`.
-fn await_metric(server: &Server, name: &str, value: f64) {
-    let until = Instant::now() + Duration::from_secs(60);
-    loop {
-        let (_, page) = server.get("/metrics");
-        if metric(&page, name) == value {
-            return;
-        }
-        assert!(Instant::now() < until, "{name} never became {value}:\n{page}");
-        std::thread::sleep(Duration::from_millis(20));
-    }
-}
-
 #[test]
 fn a_bounded_queue_a_memory_budget_and_metrics() {
     let Some(oracle) = common::oracle() else { return };
     let model = oracle.join("models/tiny");
-    let server = Server::start(&model, &["--queue", "1", "--memory-budget", "1", "--ctx", "4096"]);
+    let server = Server::start(&model, &["--parallel", "1", "--queue", "1", "--memory-budget", "1", "--ctx", "4096"]);
     let long = r#"{"messages":[{"role":"user","content":"a long answer"}],"max_tokens":2000}"#;
     let short = r#"{"messages":[{"role":"user","content":"x"}],"max_tokens":1}"#;
     // A body over the budget: 503 with Retry-After, before the body is read.
@@ -676,7 +504,7 @@ fn a_bounded_queue_a_memory_budget_and_metrics() {
     assert!(logged("waiting for the model") && logged("--memory-budget"), "{}", server.log.lock().unwrap());
 
     // A wait past --queue-wait: 503 naming it.
-    let impatient = Server::start(&model, &["--queue-wait", "0.2", "--ctx", "4096"]);
+    let impatient = Server::start(&model, &["--parallel", "1", "--queue-wait", "0.2", "--ctx", "4096"]);
     let addr = impatient.addr.clone();
     let first = std::thread::spawn(move || raw(&addr, &chat_request(long)));
     await_metric(&impatient, "hrx_model_busy", 1.0);
@@ -693,7 +521,10 @@ fn requests_waiting_behind_the_one_on_the_model_cannot_starve_its_image_decode()
     // a second such body is refused at its head. From one pool both bodies got in and left the
     // image request, when its turn came, 0.3 MiB to decode in: a 503 after all its waiting.
     let Some(oracle) = common::oracle() else { return };
-    let server = Server::start(&oracle.join("models/tiny"), &["--memory-budget", "8", "--ctx", "4096", "--ignore-eos"]);
+    let server = Server::start(
+        &oracle.join("models/tiny"),
+        &["--parallel", "1", "--memory-budget", "8", "--ctx", "4096", "--ignore-eos"],
+    );
     let (_, page) = server.get("/metrics");
     assert_eq!(metric(&page, "hrx_memory_decode_share_bytes"), (4 << 20) as f64, "{page}");
     let long = r#"{"messages":[{"role":"user","content":"a long answer"}],"max_tokens":2000}"#;

@@ -311,7 +311,7 @@ fn run(mut args: Args, out: &mut dyn Write) -> Result<(), CliError> {
 fn constrained_tg(
     model: &mut TextModel,
     at_depth: &Session,
-    c: &JsonConstraint,
+    c: &std::sync::Arc<JsonConstraint>,
     n_gen: usize,
     first: u32,
 ) -> Result<(f64, f64), RuntimeError> {

@@ -8,7 +8,7 @@ use crate::caption::discover::find_images;
 use crate::caption::journal::{self, Journal};
 use crate::cli::args::Args;
 use crate::json::Json;
-use crate::runtime::batch::{Batch, Finished, MAX_DEFAULT_SEQUENCES};
+use crate::runtime::batch::{Batch, Finished, Quiet, Stepped};
 use crate::runtime::describe::{Describer, Prepared};
 use crate::runtime::generate::{GenerateConfig, Generation};
 use crate::runtime::RuntimeError;
@@ -27,9 +27,9 @@ fn help() -> String {
         SYSTEM.help("a system turn"),
         json_schema_help(),
         BATCH.help(format!(
-            "captions decoded together, each in its own KV cache of --ctx slots (default: as many\n\
-             as a quarter of the device's memory left by the model files holds caches for, 1 to {MAX_DEFAULT_SEQUENCES};\n\
-             on the CPU, of the memory the system has available); 1 captions one image after another"
+            "captions decoded together, each in its own KV cache of --ctx slots ({});\n\
+             1 captions one image after another",
+            flags::sequences_default_help()
         )),
     ];
     options.extend(DescriberFlags::help());
@@ -75,7 +75,7 @@ fn run(mut args: Args, _out: &mut dyn Write) -> Result<(), CliError> {
     }
     let prompt = PROMPT.string(&mut args)?.unwrap_or_else(|| "Describe this image.".to_owned());
     let system = SYSTEM.string(&mut args)?;
-    let batch = flags::batch(&mut args)?;
+    let batch = flags::sequences(&mut args, &BATCH)?;
     let mut flags = DescriberFlags::parse(&mut args)?;
     let system = flags.with_json_schema(&mut args, system)?;
     let inputs = args.finish()?;
@@ -128,7 +128,7 @@ fn run(mut args: Args, _out: &mut dyn Write) -> Result<(), CliError> {
         }
     );
     if !todo.is_empty() {
-        let (mut d, n_seq) = flags.load_batched(batch)?;
+        let (mut d, n_seq) = flags.load_batched(batch, &BATCH)?;
         tally.batch = n_seq;
         d.set_progress(super::describe::stderr_notice());
         let job = Job { prompt: &prompt, system: system.as_deref(), config: &flags.config };
@@ -243,7 +243,7 @@ impl Job<'_> {
             // Dropped on any return: the workers' sends fail and they stop.
             let mut incoming = rx.into_iter();
             let tokenizer = Arc::clone(d.text().tokenizer());
-            let mut batch = Batch::new(d.text(), &tokenizer, self.config);
+            let mut batch = Batch::new(d.text(), &tokenizer);
             loop {
                 while batch.has_room() {
                     let Some((i, prepared)) = incoming.next() else { break };
@@ -257,9 +257,9 @@ impl Job<'_> {
                 if batch.is_empty() {
                     return Ok(());
                 }
-                match batch.step(d.text_mut()) {
-                    Ok(done) => {
-                        for Finished { tag: (i, t), generation } in done {
+                match batch.step(d.text_mut(), &mut Quiet) {
+                    Ok(Stepped { finished, .. }) => {
+                        for Finished { tag: (i, t), generation } in finished {
                             progress.report(todo[i], Ok(self.entry(todo[i], &generation, t)), t)?;
                         }
                     }
@@ -284,7 +284,7 @@ impl Job<'_> {
     ) -> Result<Option<Finished<(usize, Instant)>>, RuntimeError> {
         let images = [d.encode_prepared(prepared?, self.prompt, self.system)?];
         let (_, pieces) = d.prompt(&images, self.prompt, self.system)?;
-        batch.start(d.text_mut(), &pieces, tag)
+        batch.start(d.text_mut(), &pieces, self.config.clone(), tag, &mut Quiet)
     }
 }
 

@@ -1,8 +1,8 @@
 //! `hrx describe IMG [IMG...]`: one description per image, the model loaded once.
 
 use super::flags::{
-    ctx_help, json_schema, json_schema_help, no_schema_prompt_help, text_options, GenerationDefaults, Help, ImageFlags,
-    Placement, IMAGE, JSON, MMPROJ, MODEL, NO_SCHEMA_PROMPT, PROMPT, SYSTEM,
+    ctx_help, json_schema, json_schema_help, no_schema_prompt_help, text_options, Flag, GenerationDefaults, Help,
+    ImageFlags, Placement, IMAGE, JSON, MMPROJ, MODEL, NO_SCHEMA_PROMPT, PROMPT, SYSTEM,
 };
 use super::registry::{default_model_files, ModelSettings};
 use super::{CliError, Command};
@@ -12,7 +12,7 @@ use crate::gguf::GgufFile;
 use crate::image::{self, Limits};
 use crate::json::Json;
 use crate::model::TextParams;
-use crate::runtime::batch::default_sequences;
+use crate::runtime::batch::{default_sequences, kv_bytes_per_sequence, most_sequences};
 use crate::runtime::describe::{Describer, ImageOptions};
 use crate::runtime::generate::GenerateConfig;
 use crate::runtime::progress::Notice;
@@ -130,17 +130,30 @@ impl DescriberFlags {
     }
 
     /// Loads with `batch` sequences decoded together (None: the default for the device's
-    /// memory and the model, [`default_sequences`]); returns the describer and the batch.
-    pub fn load_batched(&mut self, batch: Option<usize>) -> Result<(Describer, usize), CliError> {
+    /// memory and the model, [`default_sequences`]); returns the describer and the batch. A
+    /// batch whose KV caches the device's memory cannot hold beside the model files is refused
+    /// naming `flag` (`--batch`, `--parallel`).
+    pub fn load_batched(&mut self, batch: Option<usize>, flag: &Flag) -> Result<(Describer, usize), CliError> {
         let backend = Backend::open(self.text.device, self.text.kernels);
-        let n_seq = match batch {
-            Some(n) => n,
-            None => {
-                let params = TextParams::from_gguf(&GgufFile::open(&self.model)?).map_err(RuntimeError::from)?;
-                let size = |path: &Path| std::fs::metadata(path).map_or(0, |m| m.len());
-                let weights = size(&self.model) + size(&self.mmproj);
-                backend.memory_bytes().map_or(1, |memory| default_sequences(&params, self.text.n_ctx, memory, weights))
+        let params = TextParams::from_gguf(&GgufFile::open(&self.model)?).map_err(RuntimeError::from)?;
+        let size = |path: &Path| std::fs::metadata(path).map_or(0, |m| m.len());
+        let weights = size(&self.model) + size(&self.mmproj);
+        let memory = backend.memory_bytes();
+        let n_ctx = self.text.n_ctx;
+        let n_seq = match (batch, memory) {
+            (None, memory) => memory.map_or(1, |memory| default_sequences(&params, n_ctx, memory, weights)),
+            (Some(n), Some(memory)) if n > most_sequences(&params, n_ctx, memory, weights) => {
+                let mib = |bytes: u64| bytes >> 20;
+                return Err(CliError::usage(format!(
+                    "{} {n}: {n} KV caches of --ctx {n_ctx} slots take {} MiB, and the device's {} MiB hold {} MiB beside the model files: at most {}",
+                    flag.names[0],
+                    mib(kv_bytes_per_sequence(&params, n_ctx).saturating_mul(n as u64)),
+                    mib(memory),
+                    mib(memory.saturating_sub(weights)),
+                    most_sequences(&params, n_ctx, memory, weights)
+                )));
             }
+            (Some(n), _) => n,
         };
         self.text.n_seq = n_seq;
         Ok((self.load_on(&backend)?, n_seq))

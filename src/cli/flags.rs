@@ -7,6 +7,7 @@ use super::registry::{default_text, ModelSettings};
 use super::CliError;
 use crate::backend::DeviceChoice;
 use crate::image::{Limits, PreprocessConfig};
+use crate::runtime::batch::MAX_DEFAULT_SEQUENCES;
 use crate::runtime::describe::ImageOptions;
 use crate::runtime::generate::GenerateConfig;
 use crate::runtime::sampler::SamplerConfig;
@@ -60,6 +61,8 @@ pub const THREADS: Flag = Flag { names: &["-t", "--threads"], value: "N" };
 pub const CTX: Flag = Flag { names: &["-c", "--ctx", "--ctx-size"], value: "N" };
 pub const JSON: Flag = Flag { names: &["--json"], value: "" };
 pub const BATCH: Flag = Flag { names: &["--batch"], value: "N" };
+/// llama-server's spellings.
+pub const PARALLEL: Flag = Flag { names: &["--parallel", "-np"], value: "N" };
 /// The most sequences --batch takes (each holds a KV cache of --ctx slots).
 pub const MAX_BATCH: usize = 256;
 pub const PROMPT: Flag = Flag { names: &["-p", "--prompt"], value: "TEXT" };
@@ -120,14 +123,23 @@ impl Placement {
     }
 }
 
-/// `--batch N`: sequences decoded together (None when not given), refused outside
-/// 1..=MAX_BATCH.
-pub fn batch(args: &mut Args) -> Result<Option<usize>, CliError> {
-    let batch: Option<usize> = BATCH.parse(args)?;
-    if batch.is_some_and(|n| n == 0 || n > MAX_BATCH) {
-        return Err(CliError::usage(format!("--batch must be in 1..={MAX_BATCH}")));
+/// `--batch N` (caption, plan) or `--parallel N` (serve): sequences decoded together (None
+/// when not given), refused outside 1..=MAX_BATCH naming `flag`.
+pub fn sequences(args: &mut Args, flag: &Flag) -> Result<Option<usize>, CliError> {
+    let n: Option<usize> = flag.parse(args)?;
+    if n.is_some_and(|n| n == 0 || n > MAX_BATCH) {
+        return Err(CliError::usage(format!("{} must be in 1..={MAX_BATCH}", flag.names[0])));
     }
-    Ok(batch)
+    Ok(n)
+}
+
+/// How the default of `--batch` / `--parallel` is picked, for their help.
+pub fn sequences_default_help() -> String {
+    format!(
+        "default: as many as a quarter of the device's memory\n\
+         left by the model files holds caches for, 1 to {MAX_DEFAULT_SEQUENCES}; on the CPU, of the memory the\n\
+         system has available; more than all of that memory holds is refused"
+    )
 }
 
 /// `--ctx`: the context the KV cache is planned for.

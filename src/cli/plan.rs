@@ -59,7 +59,7 @@ fn run(mut args: Args, out: &mut dyn Write) -> Result<(), CliError> {
     let max_pixels: usize = IMAGE_MAX_PIXELS.parse(&mut args)?.unwrap_or(PreprocessConfig::KIOSK_MAX_PIXELS);
     let placement = Placement::parse(&mut args)?;
     let mut options = text_options(&mut args, placement.device)?;
-    options.n_seq = flags::batch(&mut args)?.unwrap_or(1);
+    options.n_seq = flags::sequences(&mut args, &BATCH)?.unwrap_or(1);
     if !args.finish()?.is_empty() {
         return Err(CliError::usage("plan takes no positional arguments"));
     }

@@ -1,7 +1,7 @@
 //! `hrx serve`: the OpenAI-compatible HTTP server (see src/serve).
 
 use super::describe::DescriberFlags;
-use super::flags::{Flag, Help};
+use super::flags::{self, Flag, Help, PARALLEL};
 use super::{CliError, Command};
 use crate::cli::args::Args;
 use crate::serve::handler::App;
@@ -27,10 +27,15 @@ fn help() -> String {
         SEND_TIMEOUT.help(
             "seconds one event of a streamed answer may wait to be sent (default 15): a client that stops reading is cut off that long after the socket's buffers (some 160 KB) are full, and its generation stops (logged 499)",
         ),
-        QUEUE.help("chat requests that may wait for the model (default 64); past it, 503 with Retry-After"),
-        QUEUE_WAIT.help("seconds a chat request may wait for the model (default 60); then 503 with Retry-After"),
+        PARALLEL.help(format!(
+            "chat requests decoded together, each in its own KV cache of --ctx slots, so a second\n\
+             client does not wait for the first to finish ({}); 1 answers one request at a time",
+            flags::sequences_default_help()
+        )),
+        QUEUE.help("chat requests that may wait for a free sequence (default 64); past it, 503 with Retry-After"),
+        QUEUE_WAIT.help("seconds a chat request may wait for a free sequence (default 60); then 503 with Retry-After"),
         MEMORY_BUDGET.help(
-            "MiB that chat requests in flight may hold together: bodies from their head on, decoded images (default 2048); past it, 503 with Retry-After before the body is read. Half of it, at most 700 MB (100 MP at 7 bytes a pixel), is kept for decoding the images of the request on the model, so requests waiting behind it never starve it; bodies share the rest, and a request's images may hold at most the pixels the share decodes (else 400)",
+            "MiB that chat requests in flight may hold together: bodies from their head on, decoded images (default 2048); past it, 503 with Retry-After before the body is read. Half of it, at most 700 MB (100 MP at 7 bytes a pixel), is kept for decoding the images of the request the model is taking on (one at a time), so requests waiting never starve it; bodies share the rest, and a request's images may hold at most the pixels the share decodes (else 400)",
         ),
         MAX_TOKENS_CAP.help(format!(
             "the most tokens a request's max_tokens may ask for (default {DEFAULT_MAX_TOKENS_CAP}); more: 400 naming this cap"
@@ -62,10 +67,13 @@ fn help() -> String {
                 \x20 GET /v1/models/{id}        the model, if id is its name (else 404)\n\
                 \x20 GET /health                {\"status\":\"ok\"}\n\
                 \x20 OPTIONS on each            a browser's preflight (CORS headers for --cors-origin pages)\n\
-                \x20 GET /metrics               Prometheus text: requests by outcome, queue depth, model\n\
-                \x20                            busy time, memory held by requests\n\
-                One request runs at a time; the others wait their turn in arrival order (--queue,\n\
-                --queue-wait; past them 503 with Retry-After). A request is counted before any work:\n\
+                \x20 GET /metrics               Prometheus text: requests by outcome, queue depth, sequences\n\
+                \x20                            in use, model busy time, memory held by requests\n\
+                --parallel requests are decoded together (each its own sampling settings, limits,\n\
+                stop strings and schema; streams go token by token); the others wait their turn in\n\
+                arrival order (--queue, --queue-wait; past them 503 with Retry-After). A new request\n\
+                takes a free sequence between decode steps (its images encoded, its prompt\n\
+                prefilled), and one that ends frees it at once. A request is counted before any work:\n\
                 a prompt longer than the context (images counted from their headers) or images of\n\
                 over 100 MP together (fewer under a --memory-budget below 1336) get 400 at once; a\n\
                 client that hangs up stops its generation.\n\
@@ -75,8 +83,9 @@ fn help() -> String {
                 that reuse them (HTTP/1.1 keep-alive; not after a stream of events, or a request\n\
                 not read whole): one waiting for its next request has --head-timeout from its last\n\
                 answer and is the first closed to make room past --max-connections.\n\
-                Prints `listening on http://HOST:PORT` once ready, then one line per request on\n\
-                stderr: client address, request, status, seconds, and the reason of every refusal.\n\
+                Prints `listening on http://HOST:PORT (model NAME, --parallel N)` once ready, then\n\
+                one line per request on stderr: client address, request, status, seconds, and the\n\
+                reason of every refusal.\n\
                 Sampling flags apply when a request does not say.",
         options,
         footer: "example:\n  hrx serve --port 8080 &\n  curl -s localhost:8080/v1/chat/completions -H 'Content-Type: application/json' \\\n    -d '{\"messages\":[{\"role\":\"user\",\"content\":\"Hello\"}],\"max_tokens\":32}'",
@@ -144,7 +153,8 @@ fn run(mut args: Args, out: &mut dyn Write) -> Result<(), CliError> {
             "--cors-origin {bad}: not an origin (scheme://host[:port], as a browser sends it, or *)"
         )));
     }
-    let flags = DescriberFlags::parse(&mut args)?;
+    let parallel = flags::sequences(&mut args, &PARALLEL)?;
+    let mut flags = DescriberFlags::parse(&mut args)?;
     if !args.finish()?.is_empty() {
         return Err(CliError::usage("serve takes no positional arguments"));
     }
@@ -154,16 +164,18 @@ fn run(mut args: Args, out: &mut dyn Write) -> Result<(), CliError> {
             flags.config.max_new_tokens
         )));
     }
-    let describer = flags.load()?;
+    let (describer, parallel) = flags.load_batched(parallel, &PARALLEL)?;
     let listener =
         TcpListener::bind((host.as_str(), port)).map_err(CliError::os(format!("cannot listen on {host}:{port}")))?;
     let addr = listener.local_addr()?;
-    writeln!(out, "hrx serve: listening on http://{addr} (model {})", flags.name)?;
-    out.flush()?;
-    let schema_prompt = flags.schema_prompt;
+    let (schema_prompt, name) = (flags.schema_prompt, flags.name.clone());
     let mut app = App::new(describer, flags.config, max_tokens, cors_origins, flags.name, file_folders, limits);
     app.schema_prompt = schema_prompt;
-    crate::serve::serve(listener, Arc::new(app));
+    let app = Arc::new(app);
+    app.start_model().map_err(CliError::os("cannot start the model's thread"))?;
+    writeln!(out, "hrx serve: listening on http://{addr} (model {name}, --parallel {parallel})")?;
+    out.flush()?;
+    crate::serve::serve(listener, app);
     Ok(())
 }
 

@@ -32,26 +32,58 @@ pub struct Finished<T> {
     pub generation: Generation,
 }
 
-/// The sequences of one text model's KV cache and the conversations in them.
+/// The sequences of one text model's KV cache and the conversations in them, each generating
+/// by its own settings.
 pub struct Batch<'a, T> {
-    config: &'a GenerateConfig,
     tokenizer: &'a Tokenizer,
     file: PathBuf,
     /// By sequence: the conversation in it, if any.
     seqs: Vec<Option<Active<'a, T>>>,
 }
 
-/// Nothing streams from a batch: answers are taken whole.
-fn quiet(_: &Delta) -> ControlFlow<()> {
-    ControlFlow::Continue(())
+/// What becomes of a conversation at a step.
+#[derive(Clone, Copy, Debug, PartialEq, Eq)]
+pub enum Turn {
+    /// Decode its next token with the others.
+    Step,
+    /// Leave it as it is this step (its reader is behind).
+    Hold,
+    /// Stop it now (its reader went away): it ends as cancelled.
+    Cancel,
+}
+
+/// Who follows the conversations of a batch: says what each does at a step and takes each
+/// one's text as it becomes final (a break stops that conversation, as cancelled).
+pub trait Listener<T> {
+    /// What the conversation tagged `tag` does at this step (asked before every step).
+    fn turn(&mut self, _tag: &T) -> Turn {
+        Turn::Step
+    }
+
+    /// Text of `tag`'s answer that became final, once per token and once at its end.
+    fn text(&mut self, _tag: &T, _delta: &Delta) -> ControlFlow<()> {
+        ControlFlow::Continue(())
+    }
+}
+
+/// Every conversation steps, and their answers are taken whole.
+pub struct Quiet;
+
+impl<T> Listener<T> for Quiet {}
+
+/// What a step did: the conversations that stopped (their sequences free again) and how many
+/// were decoded (none when every one was held).
+pub struct Stepped<T> {
+    pub finished: Vec<Finished<T>>,
+    pub decoded: usize,
 }
 
 impl<'a, T> Batch<'a, T> {
-    /// Empty sequences of `model` (its n_seq) generating by `config`; `tokenizer` is the
-    /// model's (held apart from it: decoding and running interleave).
-    pub fn new(model: &TextModel, tokenizer: &'a Tokenizer, config: &'a GenerateConfig) -> Batch<'a, T> {
+    /// Empty sequences of `model` (its n_seq); `tokenizer` is the model's (held apart from it:
+    /// decoding and running interleave).
+    pub fn new(model: &TextModel, tokenizer: &'a Tokenizer) -> Batch<'a, T> {
         let seqs = (0..model.options().n_seq).map(|_| None).collect();
-        Batch { config, tokenizer, file: model.file().path().to_owned(), seqs }
+        Batch { tokenizer, file: model.file().path().to_owned(), seqs }
     }
 
     /// Whether a sequence is free for another prompt.
@@ -64,14 +96,16 @@ impl<'a, T> Batch<'a, T> {
         self.seqs.iter().all(Option::is_none)
     }
 
-    /// Prefills `pieces` into a free sequence and takes the answer's first token; the answer
-    /// when that already ends it. The error (a prompt that does not fit, a full batch) leaves
-    /// the sequences as they were.
+    /// Prefills `pieces` into a free sequence and takes the answer's first token (its text to
+    /// `listener`), generating by `config`; the answer when that already ends it. The error (a
+    /// prompt that does not fit, a full batch) leaves the sequences as they were.
     pub fn start(
         &mut self,
         model: &mut TextModel,
         pieces: &[PromptPiece],
+        config: GenerateConfig,
         tag: T,
+        listener: &mut dyn Listener<T>,
     ) -> Result<Option<Finished<T>>, RuntimeError> {
         let seq = self
             .seqs
@@ -83,10 +117,9 @@ impl<'a, T> Batch<'a, T> {
         let prompt_logits = session.feed(model, pieces)?;
         let prompt_seconds = t0.elapsed().as_secs_f64();
         let vocab = (self.tokenizer, Path::new(&self.file));
-        let mut decoding =
-            Decoding::new(self.config, vocab, prompt_tokens(pieces), session.n_past, model.options().n_ctx)?;
+        let mut decoding = Decoding::new(config, vocab, prompt_tokens(pieces), session.n_past, model.options().n_ctx)?;
         let decoding_since = Instant::now();
-        let first = decoding.step(prompt_logits.clone(), session.is_full(model), &mut quiet)?;
+        let first = decoding.step(prompt_logits.clone(), session.is_full(model), &mut |d| listener.text(&tag, d))?;
         let n_prompt = session.n_past;
         let active =
             Active { tag, session, decoding, next: 0, prompt_logits, n_prompt, prompt_seconds, decoding_since };
@@ -95,34 +128,49 @@ impl<'a, T> Batch<'a, T> {
                 self.seqs[seq] = Some(Active { next, ..active });
                 Ok(None)
             }
-            None => Ok(Some(finish(active))),
+            None => Ok(Some(finish(active, listener))),
         }
     }
 
-    /// Decodes a token of every conversation under way in one call; returns those that
-    /// stopped (their sequences free again). On an error no conversation can go on: see
+    /// Decodes a token of every conversation under way that `listener` steps, in one call,
+    /// and ends those it cancels. On an error no conversation can go on: see
     /// [`Batch::abandon`].
-    pub fn step(&mut self, model: &mut TextModel) -> Result<Vec<Finished<T>>, RuntimeError> {
-        let under_way: Vec<usize> = (0..self.seqs.len()).filter(|&i| self.seqs[i].is_some()).collect();
-        if under_way.is_empty() {
-            return Ok(Vec::new());
+    pub fn step(&mut self, model: &mut TextModel, listener: &mut dyn Listener<T>) -> Result<Stepped<T>, RuntimeError> {
+        let mut finished = Vec::new();
+        let mut stepping = Vec::new();
+        for seq in 0..self.seqs.len() {
+            let Some(a) = &self.seqs[seq] else { continue };
+            match listener.turn(&a.tag) {
+                Turn::Step => stepping.push(seq),
+                Turn::Hold => {}
+                Turn::Cancel => {
+                    if let Some(mut a) = self.seqs[seq].take() {
+                        a.decoding.cancel();
+                        finished.push(finish(a, listener));
+                    }
+                }
+            }
         }
-        let active = || self.seqs.iter().flatten();
+        let decoded = stepping.len();
+        if stepping.is_empty() {
+            return Ok(Stepped { finished, decoded });
+        }
+        let active = || stepping.iter().filter_map(|&seq| self.seqs[seq].as_ref());
         let tokens: Vec<u32> = active().map(|a| a.next).collect();
         let positions: Vec<i32> = active().map(|a| a.session.next_position).collect();
         let slots: Vec<usize> = active().map(|a| a.session.next_slot()).collect();
         let logits = model.forward_batch(&tokens, &positions, &slots)?;
-        let n_vocab = logits.len() / under_way.len();
-        let mut finished = Vec::new();
-        for (seq, row) in under_way.into_iter().zip(logits.chunks_exact(n_vocab)) {
+        let n_vocab = logits.len() / stepping.len();
+        for (seq, row) in stepping.into_iter().zip(logits.chunks_exact(n_vocab)) {
             let Some(mut a) = self.seqs[seq].take() else { continue };
             a.session.advance();
-            match a.decoding.step(row.to_vec(), a.session.is_full(model), &mut quiet)? {
+            let full = a.session.is_full(model);
+            match a.decoding.step(row.to_vec(), full, &mut |d| listener.text(&a.tag, d))? {
                 Some(next) => self.seqs[seq] = Some(Active { next, ..a }),
-                None => finished.push(finish(a)),
+                None => finished.push(finish(a, listener)),
             }
         }
-        Ok(finished)
+        Ok(Stepped { finished, decoded })
     }
 
     /// Ends every conversation under way (after a failed step) and returns their tags.
@@ -131,8 +179,10 @@ impl<'a, T> Batch<'a, T> {
     }
 }
 
-fn finish<T>(a: Active<T>) -> Finished<T> {
-    let Made { tokens, text, logprobs, stop } = a.decoding.finish(&mut quiet);
+/// The answer of a conversation that stopped, its last text to `listener`.
+fn finish<T>(a: Active<T>, listener: &mut dyn Listener<T>) -> Finished<T> {
+    let tag = a.tag;
+    let Made { tokens, text, logprobs, stop } = a.decoding.finish(&mut |d| listener.text(&tag, d));
     let generation = Generation {
         tokens,
         text,
@@ -143,12 +193,19 @@ fn finish<T>(a: Active<T>) -> Finished<T> {
         prompt_seconds: a.prompt_seconds,
         generate_seconds: a.decoding_since.elapsed().as_secs_f64(),
     };
-    Finished { tag: a.tag, generation }
+    Finished { tag, generation }
 }
 
 /// Bytes of KV cache a sequence of `n_ctx` slots takes: K and V, f32, of every layer.
 pub fn kv_bytes_per_sequence(p: &TextParams, n_ctx: usize) -> u64 {
     (p.n_layer * 2 * p.n_head_kv * p.head_dim * 4) as u64 * n_ctx as u64
+}
+
+/// Most sequences whose KV caches a device of `memory` bytes holds beside `weights` bytes of
+/// model (at least 1: one sequence is what any run takes, whatever the memory says).
+pub fn most_sequences(p: &TextParams, n_ctx: usize, memory: u64, weights: u64) -> usize {
+    let n = memory.saturating_sub(weights) / kv_bytes_per_sequence(p, n_ctx).max(1);
+    usize::try_from(n).unwrap_or(usize::MAX).max(1)
 }
 
 /// Most sequences a default batch takes: past this the batched decode step is bound by

@@ -77,12 +77,12 @@ pub struct Generation {
 }
 
 /// Holds back text that might begin a stop string; finds a complete one.
-struct StopFilter<'a> {
-    stops: &'a [String],
+struct StopFilter {
+    stops: Vec<String>,
     pending: String,
 }
 
-impl StopFilter<'_> {
+impl StopFilter {
     /// Adds text; returns what can be shown now and whether a stop string was hit.
     fn push(&mut self, text: &str) -> (String, bool) {
         self.pending.push_str(text);
@@ -95,7 +95,7 @@ impl StopFilter<'_> {
         }
         // Keep the longest suffix that is a proper prefix of a stop string.
         let mut keep = 0;
-        for s in self.stops {
+        for s in &self.stops {
             for (i, _) in s.char_indices().skip(1) {
                 if self.pending.ends_with(&s[..i]) {
                     keep = keep.max(i);
@@ -109,16 +109,17 @@ impl StopFilter<'_> {
     }
 }
 
-/// One sequence's generation after its prompt: sampler, stop filter, stream decoder, JSON
-/// constraint and what it made so far. Both the one-sequence loop ([`generate`]) and the
-/// batched one ([`super::batch`]) drive it: logits in, the next token to feed or a stop out.
+/// One sequence's generation after its prompt: its own settings, sampler, stop filter, stream
+/// decoder, JSON constraint and what it made so far. Both the one-sequence loop ([`generate`])
+/// and the batched one ([`super::batch`]) drive it: logits in, the next token to feed or a stop
+/// out.
 pub struct Decoding<'a> {
-    config: &'a GenerateConfig,
+    config: GenerateConfig,
     tokenizer: &'a Tokenizer,
     /// The model file, named in a tokenizer error.
     file: PathBuf,
     sampler: Sampler,
-    filter: StopFilter<'a>,
+    filter: StopFilter,
     decoder: StreamDecoder<'a>,
     document: Option<Document<'a>>,
     /// The prompt's text tokens and those generated (the sampler's repetition window).
@@ -143,7 +144,7 @@ impl<'a> Decoding<'a> {
     /// The state after a prompt of `n_prompt` slots, whose text tokens were `history`, in a
     /// sequence of `n_ctx` slots, with the vocabulary of the model in `file`.
     pub fn new(
-        config: &'a GenerateConfig,
+        config: GenerateConfig,
         (tokenizer, file): (&'a Tokenizer, &Path),
         history: Vec<u32>,
         n_prompt: usize,
@@ -152,7 +153,7 @@ impl<'a> Decoding<'a> {
         // A JSON answer must close within what the limit and the context leave: every sampled
         // token takes a slot but the last.
         let budget = config.max_new_tokens.min(n_ctx.saturating_sub(n_prompt) + 1);
-        let document = config.json.as_deref().map(|c| c.start(tokenizer));
+        let document = config.json.as_ref().map(|c| c.start(tokenizer));
         if let Some(d) = &document {
             if !config.stop_strings.is_empty() {
                 return Err(RuntimeError::Usage(
@@ -167,11 +168,11 @@ impl<'a> Decoding<'a> {
             }
         }
         Ok(Decoding {
-            config,
             tokenizer,
             file: file.to_owned(),
             sampler: Sampler::new(config.sampler.clone()),
-            filter: StopFilter { stops: &config.stop_strings, pending: String::new() },
+            filter: StopFilter { stops: config.stop_strings.clone(), pending: String::new() },
+            config,
             decoder: StreamDecoder::new(tokenizer),
             document,
             history,
@@ -192,7 +193,7 @@ impl<'a> Decoding<'a> {
         full: bool,
         on_text: &mut dyn FnMut(&Delta) -> ControlFlow<()>,
     ) -> Result<Option<u32>, RuntimeError> {
-        let config = self.config;
+        let config = &self.config;
         if self.tokens.len() >= config.max_new_tokens {
             self.stop = StopReason::Length;
             return Ok(None);
@@ -247,6 +248,11 @@ impl<'a> Decoding<'a> {
         Ok(Some(id))
     }
 
+    /// Stops the sequence as its caller asked (between steps: a reader that went away).
+    pub fn cancel(&mut self) {
+        self.stop = StopReason::Cancelled;
+    }
+
     /// After the last step: flushes held-back text to `on_text` and says what was made.
     pub fn finish(self, on_text: &mut dyn FnMut(&Delta) -> ControlFlow<()>) -> Made {
         let Decoding { document, mut stop, mut filter, decoder, mut text, tokens, logprobs, .. } = self;
@@ -291,7 +297,7 @@ pub fn generate(
     let tokenizer = Arc::clone(model.tokenizer());
     let n_ctx = model.options().n_ctx;
     let vocab = (&*tokenizer, model.file().path());
-    let mut decoding = Decoding::new(config, vocab, prompt_tokens(pieces), n_prompt, n_ctx)?;
+    let mut decoding = Decoding::new(config.clone(), vocab, prompt_tokens(pieces), n_prompt, n_ctx)?;
     let mut logits = prompt_logits.clone();
     while let Some(id) = decoding.step(logits, session.is_full(model), &mut on_text)? {
         logits = session.step(model, id)?;
@@ -315,8 +321,7 @@ mod tests {
 
     #[test]
     fn stop_filter_holds_back_prefixes_and_cuts_at_the_stop() {
-        let stops = vec!["END".to_string()];
-        let mut f = StopFilter { stops: &stops, pending: String::new() };
+        let mut f = StopFilter { stops: vec!["END".to_string()], pending: String::new() };
         assert_eq!(f.push("hello E"), ("hello ".to_string(), false));
         assert_eq!(f.push("N"), (String::new(), false));
         assert_eq!(f.push("Xy"), ("ENXy".to_string(), false));

@@ -1,17 +1,19 @@
 //! Who gets the model and what they may hold: a memory budget for the bodies and decoded images
-//! of the chat requests in flight, a bounded first-come queue for the model with a longest wait,
-//! and the counters `/metrics` shows.
+//! of the chat requests in flight, a bounded first-come queue for the model's sequences (as
+//! many requests on the model at once as `--parallel` says) with a longest wait, and the
+//! counters `/metrics` shows.
 
 use std::collections::VecDeque;
 use std::sync::atomic::{AtomicU64, Ordering};
 use std::sync::{Condvar, Mutex, MutexGuard, PoisonError};
 use std::time::{Duration, Instant};
 
-/// Bytes the requests in flight hold, within a limit, a share of which only the request on the
-/// model may take, to decode its images. Bodies are reserved from their head on and decodes
+/// Bytes the requests in flight hold, within a limit, a share of which only the request whose
+/// images the model is encoding may take, to decode them. Bodies are reserved from their head on and decodes
 /// only once a request has the model, so from one pool the bodies of requests waiting behind it
 /// could leave no room for the decode of the one that runs (scripts/soak saw it): the share
-/// keeps that room. Decodes take turns with the model, so the share is never contended.
+/// keeps that room. Images are decoded on the model's thread, one request's at a time, so the
+/// share is never contended.
 pub struct Budget {
     limit: u64,
     /// What bodies may not take: kept for the decode of the request on the model.
@@ -90,33 +92,39 @@ pub enum Refusal {
 
 #[derive(Default)]
 struct QueueState {
-    busy: bool,
+    /// Requests holding a sequence of the model.
+    in_use: usize,
+    /// Since when one has, while any does.
+    busy_since: Option<Instant>,
     /// Tickets of the requests waiting, first come first.
     waiting: VecDeque<u64>,
     next_ticket: u64,
 }
 
-/// The model, one request at a time, the others waiting in arrival order.
+/// The model's sequences, a request on each, the others waiting in arrival order.
 pub struct Turns {
     state: Mutex<QueueState>,
     wake: Condvar,
+    /// Sequences: requests on the model at once.
+    sequences: usize,
     max_waiting: usize,
     max_wait: Duration,
-    /// Seconds the model has been in use, over all requests (microseconds).
+    /// Time some request has been on the model (microseconds; requests at once count once).
     busy_micros: AtomicU64,
 }
 
-/// The model's turn, given to the next in line when dropped.
+/// A sequence of the model, given to the next in line when dropped.
 pub struct Turn<'a> {
     turns: &'a Turns,
-    since: Instant,
 }
 
 impl Turns {
-    pub fn new(max_waiting: usize, max_wait: Duration) -> Turns {
+    /// `sequences` (at least 1) requests on the model at once.
+    pub fn new(sequences: usize, max_waiting: usize, max_wait: Duration) -> Turns {
         Turns {
             state: Mutex::new(QueueState::default()),
             wake: Condvar::new(),
+            sequences: sequences.max(1),
             max_waiting,
             max_wait,
             busy_micros: AtomicU64::new(0),
@@ -127,13 +135,12 @@ impl Turns {
         self.state.lock().unwrap_or_else(PoisonError::into_inner)
     }
 
-    /// Waits for the model: at once when it is free and nobody waits, else in line, at most
-    /// `max_wait`; refused when `max_waiting` already wait.
+    /// Waits for a sequence of the model: at once when one is free and nobody waits, else in
+    /// line, at most `max_wait`; refused when `max_waiting` already wait.
     pub fn take(&self) -> Result<Turn<'_>, Refusal> {
         let mut s = self.lock();
-        if !s.busy && s.waiting.is_empty() {
-            s.busy = true;
-            return Ok(Turn { turns: self, since: Instant::now() });
+        if s.in_use < self.sequences && s.waiting.is_empty() {
+            return Ok(self.enter(&mut s));
         }
         if s.waiting.len() >= self.max_waiting {
             return Err(Refusal::QueueFull);
@@ -143,10 +150,11 @@ impl Turns {
         s.waiting.push_back(ticket);
         let deadline = Instant::now() + self.max_wait;
         loop {
-            if !s.busy && s.waiting.front() == Some(&ticket) {
+            if s.in_use < self.sequences && s.waiting.front() == Some(&ticket) {
                 s.waiting.pop_front();
-                s.busy = true;
-                return Ok(Turn { turns: self, since: Instant::now() });
+                // The next in line may take another free sequence.
+                self.wake.notify_all();
+                return Ok(self.enter(&mut s));
             }
             let left = deadline.saturating_duration_since(Instant::now());
             if left.is_zero() {
@@ -159,17 +167,28 @@ impl Turns {
         }
     }
 
+    fn enter(&self, s: &mut QueueState) -> Turn<'_> {
+        s.in_use += 1;
+        s.busy_since.get_or_insert_with(Instant::now);
+        Turn { turns: self }
+    }
+
     /// Requests waiting now.
     pub fn waiting(&self) -> usize {
         self.lock().waiting.len()
     }
 
-    /// Whether a request has the model now.
-    pub fn busy(&self) -> bool {
-        self.lock().busy
+    /// Requests on the model now (each on a sequence).
+    pub fn in_use(&self) -> usize {
+        self.lock().in_use
     }
 
-    /// Seconds the model has been in use, over every finished turn.
+    /// Requests the model takes at once.
+    pub fn sequences(&self) -> usize {
+        self.sequences
+    }
+
+    /// Seconds the model has had requests, until the last time it had none.
     pub fn busy_seconds(&self) -> f64 {
         self.busy_micros.load(Ordering::Relaxed) as f64 / 1e6
     }
@@ -185,9 +204,15 @@ impl Turns {
 
 impl Drop for Turn<'_> {
     fn drop(&mut self) {
-        let micros = u64::try_from(self.since.elapsed().as_micros()).unwrap_or(u64::MAX);
-        self.turns.busy_micros.fetch_add(micros, Ordering::Relaxed);
-        self.turns.lock().busy = false;
+        let mut s = self.turns.lock();
+        s.in_use -= 1;
+        if s.in_use == 0 {
+            if let Some(since) = s.busy_since.take() {
+                let micros = u64::try_from(since.elapsed().as_micros()).unwrap_or(u64::MAX);
+                self.turns.busy_micros.fetch_add(micros, Ordering::Relaxed);
+            }
+        }
+        drop(s);
         self.turns.wake.notify_all();
     }
 }
@@ -241,7 +266,20 @@ pub fn metrics(turns: &Turns, budget: &Budget, c: &Counters) -> String {
         "Most chat requests that may wait.",
         &[("", turns.max_waiting().to_string())],
     );
-    metric("hrx_model_busy", "gauge", "1 while a request has the model.", &[("", u8::from(turns.busy()).to_string())]);
+    let in_use = turns.in_use();
+    metric("hrx_model_busy", "gauge", "1 while a request has the model.", &[("", u8::from(in_use > 0).to_string())]);
+    metric(
+        "hrx_sequences_in_use",
+        "gauge",
+        "Chat requests on the model now, each on a sequence of its batch.",
+        &[("", in_use.to_string())],
+    );
+    metric(
+        "hrx_sequences",
+        "gauge",
+        "Chat requests the model takes at once (--parallel).",
+        &[("", turns.sequences().to_string())],
+    );
     metric(
         "hrx_model_busy_seconds_total",
         "counter",
@@ -258,7 +296,7 @@ pub fn metrics(turns: &Turns, budget: &Budget, c: &Counters) -> String {
     metric(
         "hrx_memory_decode_share_bytes",
         "gauge",
-        "Of the budget, what is kept for decoding the images of the request on the model.",
+        "Of the budget, what is kept for decoding the images of the request the model is encoding.",
         &[("", budget.decode_share().to_string())],
     );
     out
@@ -297,7 +335,7 @@ mod tests {
 
     #[test]
     fn turns_go_in_arrival_order_within_the_queue_and_its_wait() {
-        let turns = Arc::new(Turns::new(2, Duration::from_secs(5)));
+        let turns = Arc::new(Turns::new(1, 2, Duration::from_secs(5)));
         let first = turns.take().unwrap();
         let order = Arc::new(Mutex::new(Vec::new()));
         let waiters: Vec<_> = (0..2)
@@ -321,10 +359,26 @@ mod tests {
             w.join().unwrap();
         }
         assert_eq!(*order.lock().unwrap(), [0, 1]);
-        assert!(!turns.busy() && turns.waiting() == 0);
+        assert!(turns.in_use() == 0 && turns.waiting() == 0);
+
+        // Two sequences: two requests at once, a third in line until one ends.
+        let two = Turns::new(2, 1, Duration::from_secs(5));
+        let (a, b) = (two.take().unwrap(), two.take().unwrap());
+        assert_eq!(two.in_use(), 2);
+        std::thread::scope(|s| {
+            let third = s.spawn(|| two.take().map(|_| two.in_use()));
+            while two.waiting() == 0 {
+                std::thread::yield_now();
+            }
+            assert_eq!(two.take().err(), Some(Refusal::QueueFull), "one may wait");
+            drop(a);
+            assert_eq!(third.join().unwrap(), Ok(2), "the third took the freed sequence");
+        });
+        drop(b);
+        assert_eq!(two.in_use(), 0);
 
         // A wait past its longest is refused, and leaves the line.
-        let short = Turns::new(4, Duration::from_millis(50));
+        let short = Turns::new(1, 4, Duration::from_millis(50));
         let held = short.take().unwrap();
         assert_eq!(short.take().err(), Some(Refusal::Waited));
         assert_eq!(short.waiting(), 0);

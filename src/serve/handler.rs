@@ -1,27 +1,38 @@
-//! Routes a request and answers it; the model answers one chat request at a time.
+//! Routes a request and answers it; chat requests go to the model's thread (model.rs), as many
+//! at once as it has sequences, and their answers come back from it.
 
 use super::admission::{self, Budget, Counters, Refusal, Turns};
 use super::http::{self, EventStream, HangUp, HttpError, Request, StreamFailure};
 use super::image_url::{self, ImageSource};
+use super::model::{self, Answer, Following, Job};
 use super::openai::{self, ChatImage, ChatRequest, Reply};
 use crate::image::{self, Limits};
 use crate::json::Json;
-use crate::runtime::describe::{Describer, SizedImage};
+use crate::runtime::chat::Message;
+use crate::runtime::describe::{Describer, EncodedImage, SizedImage};
 use crate::runtime::generate::{GenerateConfig, StopReason};
 use crate::runtime::sampler::TokenLogprob;
 use crate::runtime::structured::JsonConstraint;
 use crate::runtime::RuntimeError;
+use crate::tokenizer::Tokenizer;
 use std::borrow::Cow;
 use std::net::TcpStream;
 use std::ops::ControlFlow;
 use std::path::{Path, PathBuf};
 use std::sync::atomic::{AtomicU64, Ordering};
-use std::sync::{Arc, Mutex};
+use std::sync::mpsc::{self, Receiver, Sender};
+use std::sync::{Arc, Mutex, PoisonError};
 use std::time::{Instant, SystemTime, UNIX_EPOCH};
 
-/// What every connection shares: the model behind its lock and the server's settings.
+/// What every connection shares: the way to the model's thread and the server's settings.
 pub struct App {
-    pub describer: Mutex<Describer>,
+    /// Chat requests for the model's thread.
+    jobs: Sender<Job>,
+    /// The describer and the other end of `jobs`, until [`App::start_model`] gives them to the
+    /// model's thread.
+    idle: Mutex<Option<(Describer, Receiver<Job>)>>,
+    /// The model's vocabulary, to name the tokens of logprobs.
+    tokenizer: Arc<Tokenizer>,
     /// Generation settings of requests that do not set them.
     pub defaults: GenerateConfig,
     /// Whether a JSON answer's schema is told the model in the system turn (true unless
@@ -40,7 +51,7 @@ pub struct App {
     pub file_folders: Vec<PathBuf>,
     pub limits: http::Limits,
     requests: AtomicU64,
-    /// The model's queue.
+    /// The queue for the model's sequences.
     turns: Turns,
     /// What chat requests in flight may hold.
     budget: Budget,
@@ -83,8 +94,12 @@ impl App {
         file_folders: Vec<PathBuf>,
         limits: http::Limits,
     ) -> App {
+        let (jobs, incoming) = mpsc::channel();
+        let sequences = describer.text().options().n_seq;
         App {
-            describer: Mutex::new(describer),
+            jobs,
+            tokenizer: Arc::clone(describer.text().tokenizer()),
+            idle: Mutex::new(Some((describer, incoming))),
             defaults,
             schema_prompt: true,
             schemas: Mutex::new(Vec::new()),
@@ -94,10 +109,25 @@ impl App {
             file_folders,
             limits,
             requests: AtomicU64::new(0),
-            turns: Turns::new(limits.queue_len, limits.queue_wait),
+            turns: Turns::new(sequences, limits.queue_len, limits.queue_wait),
             budget: Budget::new(limits.memory_budget, decode_share(limits.memory_budget)),
             counters: Counters::default(),
         }
+    }
+
+    /// Starts the model's thread, which answers the chat requests from then on (once; later
+    /// calls do nothing).
+    pub fn start_model(self: &Arc<Self>) -> std::io::Result<()> {
+        let Some((describer, incoming)) = self.idle.lock().unwrap_or_else(PoisonError::into_inner).take() else {
+            return Ok(());
+        };
+        let app = Arc::clone(self);
+        // Generation runs on this thread: give it the main thread's stack size.
+        std::thread::Builder::new()
+            .name("model".into())
+            .stack_size(8 << 20)
+            .spawn(move || model::run(describer, &incoming, &app))
+            .map(drop)
     }
 
     /// Answers the requests of a connection accepted at `accepted`, one after the other while
@@ -298,6 +328,33 @@ impl App {
         HttpError::new(503, message).with_retry_after(1)
     }
 
+    /// Reads, sizes and encodes a request's images on the model's thread (`d`): a prompt too
+    /// long for the context, or too many pixels, is refused from the images' headers before
+    /// any pixel is decoded or any token runs; the decoded pixels within the decode share.
+    pub(super) fn encode(
+        &self,
+        d: &mut Describer,
+        messages: &[Message],
+        requested: &[ChatImage],
+    ) -> Result<Vec<EncodedImage>, HttpError> {
+        let images = read_images(requested, &self.file_folders, &d.image_limits())?;
+        let sized = size_images(d, &images, requested, self.max_request_pixels())?;
+        d.check_prompt(messages, &sized).map_err(runtime)?;
+        // Within the decode share (the pixels are within what it holds), whatever the requests
+        // waiting hold: images are decoded here, one request's at a time.
+        let pixels: u64 = sized.iter().map(|s| (s.size.0 * s.size.1) as u64).sum();
+        let bytes = DECODE_BYTES_PER_PIXEL * pixels;
+        let _decoded = self
+            .budget
+            .reserve_decode(bytes)
+            .ok_or_else(|| self.over_budget(bytes, "decoding its images", self.budget.limit()))?;
+        images
+            .iter()
+            .zip(&sized)
+            .map(|(i, s)| d.encode_bytes(&i.name, &i.bytes, s.max_pixels).map_err(|e| i.error(runtime(e))))
+            .collect()
+    }
+
     /// Answers a chat request; `keep`: whether a plain answer leaves the connection open (a
     /// stream of events ends with it).
     fn chat(&self, mut chat: ChatRequest, stream: &mut TcpStream, cors: &str, keep: bool) -> Result<Sent, HttpError> {
@@ -311,60 +368,35 @@ impl App {
         let n = self.requests.fetch_add(1, Ordering::Relaxed);
         let created = SystemTime::now().duration_since(UNIX_EPOCH).map_or(0, |d| d.as_secs());
         let reply = Reply { id: format!("chatcmpl-{created:x}{n:04x}"), created, model: &self.model_name };
-        // A panic while the lock was held leaves nothing half-done: every request starts a new
-        // session, so the model is still good.
-        // Each image's bytes once, sized from its header: a prompt too long for the context, or
-        // too many pixels, is refused before any pixel is decoded or any token runs.
-        let mut d = self.describer.lock().unwrap_or_else(|poisoned| poisoned.into_inner());
-        let images = read_images(&chat.images, &self.file_folders, &d.image_limits())?;
-        let sized = size_images(&d, &images, &chat.images, self.max_request_pixels())?;
-        d.check_prompt(&chat.messages, &sized).map_err(runtime)?;
-        // Within the decode share (the pixels are within what it holds), whatever the requests
-        // waiting behind this one hold.
-        let pixels: u64 = sized.iter().map(|s| (s.size.0 * s.size.1) as u64).sum();
-        let bytes = DECODE_BYTES_PER_PIXEL * pixels;
-        let _decoded = self
-            .budget
-            .reserve_decode(bytes)
-            .ok_or_else(|| self.over_budget(bytes, "decoding its images", self.budget.limit()))?;
-        let images = images
-            .iter()
-            .zip(&sized)
-            .map(|(i, s)| d.encode_bytes(&i.name, &i.bytes, s.max_pixels).map_err(|e| i.error(runtime(e))))
-            .collect::<Result<Vec<_>, _>>()?;
-        // The vocabulary apart from the model: tokens are named while the model runs.
-        let tokenizer = Arc::clone(d.text().tokenizer());
-        let logprobs = |entries: &[TokenLogprob]| chat.config.logprobs.map(|_| openai::logprobs(entries, &tokenizer));
+        let tokenizer = &self.tokenizer;
+        let asked = chat.config.logprobs;
+        let logprobs = |entries: &[TokenLogprob]| asked.map(|_| openai::logprobs(entries, tokenizer));
+        let following = Following::start(&self.jobs, chat.messages, chat.images, chat.config)?;
         if !chat.stream {
             // A client that hung up stops the generation: nobody is waiting for the answer.
             let mut hang_up = HangUp::default();
-            let (ids, g) = d
-                .run_messages(&chat.messages, &images, &chat.config, |_| {
-                    if hang_up.gone(stream) {
-                        ControlFlow::Break(())
-                    } else {
-                        ControlFlow::Continue(())
-                    }
-                })
-                .map_err(runtime)?;
+            let Answer { prompt_tokens, generation: g } = following.answer(|_, _| match hang_up.gone(stream) {
+                true => ControlFlow::Break(()),
+                false => ControlFlow::Continue(()),
+            })?;
             if g.stop == StopReason::Cancelled {
                 return Err(gone(g.tokens.len()));
             }
-            let answer = reply.completion(&g.text, g.stop, (ids.len(), g.tokens.len()), logprobs(&g.logprobs));
+            let answer = reply.completion(&g.text, g.stop, (prompt_tokens, g.tokens.len()), logprobs(&g.logprobs));
             return send_json(stream, 200, &answer, cors, keep);
         }
         let mut events = EventStream::new(stream, cors, self.limits.send_timeout);
         let mut hang_up = HangUp::default();
-        let result = d.run_messages(&chat.messages, &images, &chat.config, |delta| {
+        let result = following.answer(|text, logprob| {
             if !events.started() {
                 let role = Json::obj([("role", Json::str("assistant")), ("content", Json::str(""))]);
                 events.send(&reply.chunk(role, None, None).to_string_compact());
             }
             // A token whose text is held back (an unfinished character or stop string) still
             // has its logprobs sent, with an empty content.
-            if !delta.text.is_empty() || delta.logprob.is_some() {
-                let content = Json::obj([("content", Json::str(delta.text))]);
-                let entry = delta.logprob.and_then(|e| logprobs(std::slice::from_ref(e)));
+            if !text.is_empty() || logprob.is_some() {
+                let content = Json::obj([("content", Json::str(text))]);
+                let entry = logprob.and_then(|e| logprobs(std::slice::from_ref(e)));
                 events.send(&reply.chunk(content, entry, None).to_string_compact());
             }
             // A client that went away or stopped reading stops the generation: nobody reads the
@@ -377,21 +409,21 @@ impl App {
             }
         });
         match result {
-            Ok((_, g)) if g.stop == StopReason::Cancelled => {
+            Ok(Answer { generation: g, .. }) if g.stop == StopReason::Cancelled => {
                 return Err(match events.failure() {
                     Some(StreamFailure::Stalled) => stalled(g.tokens.len(), self.limits.send_timeout),
                     _ => gone(g.tokens.len()),
                 })
             }
-            Ok((ids, g)) => {
+            Ok(Answer { prompt_tokens, generation: g }) => {
                 events.send(&reply.chunk(Json::obj::<String>([]), None, Some(g.stop)).to_string_compact());
                 if chat.include_usage {
-                    events.send(&reply.usage_chunk(ids.len(), g.tokens.len()).to_string_compact());
+                    events.send(&reply.usage_chunk(prompt_tokens, g.tokens.len()).to_string_compact());
                 }
             }
             // Nothing sent yet: a plain error response with its status.
-            Err(e) if !events.started() => return Err(runtime(e)),
-            Err(e) => events.send(&openai::error(&runtime(e)).to_string_compact()),
+            Err(e) if !events.started() => return Err(e),
+            Err(e) => events.send(&openai::error(&e).to_string_compact()),
         }
         events.send("[DONE]");
         Ok(Sent { status: 200, open: false })
@@ -519,7 +551,7 @@ const CHAT: &str = "/v1/chat/completions";
 const MODELS: &str = "/v1/models/";
 
 /// A bad image or prompt is the client's (400); anything else is the server's (500).
-fn runtime(e: RuntimeError) -> HttpError {
+pub(super) fn runtime(e: RuntimeError) -> HttpError {
     let status = match e {
         // The client's own input: its images and the length of its conversation.
         RuntimeError::Usage(_) | RuntimeError::Image(_) | RuntimeError::ContextFull { .. } => 400,

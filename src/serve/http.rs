@@ -68,7 +68,7 @@ pub struct Request {
 }
 
 /// A request that gets an error response: its status and a message for the client.
-#[derive(Debug, PartialEq)]
+#[derive(Clone, Debug, PartialEq)]
 pub struct HttpError {
     pub status: u16,
     pub message: String,

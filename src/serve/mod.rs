@@ -1,6 +1,7 @@
 //! `hrx serve`: an OpenAI-compatible chat-completions server for local clients, on plain
-//! threads (no async runtime): one thread per connection, and one request at a time on the
-//! model while the others wait their turn.
+//! threads (no async runtime): one thread per connection, and one thread that owns the model
+//! and decodes up to `--parallel` chat requests together (model.rs) while the others wait
+//! their turn.
 //!
 //! Connections that have not sent their request head cannot lock clients out: the head has a
 //! deadline from the accept that trickling bytes do not extend, and when `max_open`
@@ -8,14 +9,15 @@
 //! room. A connection kept for a client's next request is one of those while it waits: the same
 //! deadline from the end of its last answer, and closed first to make room when it has waited
 //! longest. Chat requests hold the memory budget from their head on (their bodies; the request
-//! on the model its decoded images too, from a share bodies cannot take) and wait for the model
-//! in a bounded first-come queue (admission.rs); other
+//! whose images the model's thread decodes those too, from a share bodies cannot take) and wait
+//! for a sequence of the model in a bounded first-come queue (admission.rs); other
 //! requests need neither, so `/health` and `/metrics` answer whatever the model is doing.
 
 pub mod admission;
 pub mod handler;
 pub mod http;
 pub mod image_url;
+pub mod model;
 pub mod openai;
 
 use handler::{App, Outcome, Watch};

@@ -3,6 +3,7 @@
 
 pub mod cases;
 pub mod schemas;
+pub mod server;
 
 use std::io::Write;
 use std::path::PathBuf;

@@ -17,6 +17,7 @@ use crate::tokenizer::Tokenizer;
 use grammar::Stack;
 use mask::{ClosingPath, Masks};
 pub use schema::{Schema, SchemaError};
+use std::sync::Arc;
 
 /// A schema ready for generation, with its masks (kept across the runs that share it).
 pub struct JsonConstraint {
@@ -71,15 +72,17 @@ impl JsonConstraint {
         }
     }
 
-    /// A new document over `tokenizer`'s vocabulary.
-    pub fn start<'a>(&'a self, tokenizer: &'a Tokenizer) -> Document<'a> {
-        Document { c: self, tokenizer, stack: Stack::start(&self.schema), forced: false, closing: None }
+    /// A new document over `tokenizer`'s vocabulary (holding the constraint: a document may
+    /// outlive whoever asked for it, as a request's does in a batch).
+    pub fn start<'a>(self: &Arc<Self>, tokenizer: &'a Tokenizer) -> Document<'a> {
+        let c = Arc::clone(self);
+        Document { stack: Stack::start(&c.schema), c, tokenizer, forced: false, closing: None }
     }
 }
 
 /// A document being generated.
 pub struct Document<'a> {
-    c: &'a JsonConstraint,
+    c: Arc<JsonConstraint>,
     tokenizer: &'a Tokenizer,
     stack: Stack,
     /// The token limit decided a step: only the shortest closing was allowed.
