@@ -59,10 +59,12 @@ fn help() -> String {
                 \x20                            top_k, seed, stop, frequency_penalty, presence_penalty (what\n\
                 \x20                            a request leaves out: the flags); logprobs and top_logprobs\n\
                 \x20                            (<= 20: the model's log-softmax, before penalties and\n\
-                \x20                            temperature); \"stream\": true for server-sent events ending\n\
-                \x20                            with [DONE]. Any other field (tools, tool_choice,\n\
-                \x20                            response_format, ...) is a 400 naming it; model is read and\n\
-                \x20                            changes nothing (one model here)\n\
+                \x20                            temperature); response_format {\"type\": \"text\"},\n\
+                \x20                            \"json_object\" or \"json_schema\" (Structured output in\n\
+                \x20                            README.md); \"stream\": true for server-sent events ending\n\
+                \x20                            with [DONE]. Any other field (tools, tool_choice, n > 1,\n\
+                \x20                            ...) is a 400 naming it; model is read and changes nothing\n\
+                \x20                            (one model here)\n\
                 \x20 GET /v1/models             the model's name\n\
                 \x20 GET /v1/models/{id}        the model, if id is its name (else 404)\n\
                 \x20 GET /health                {\"status\":\"ok\"}\n\
