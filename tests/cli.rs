@@ -861,6 +861,24 @@ fn bench_batch_prints_a_row_per_batch_size() {
             assert!(num(k) > 0.0, "{k}: {row:?}");
         }
     }
+    // With a projector: each prompt starts with the test image's tokens (a 448x448 image at
+    // patch 16 and a 2x2 merge: 196), timed encodes, images a second and captions a minute.
+    let mmproj = oracle.join("models/tiny/mmproj-qwen3vl-tiny-F16.gguf");
+    let with_image = [&args[..], &["--mmproj", mmproj.to_str().unwrap(), "--image-size", "448"]].concat();
+    let run = Command::new(env!("CARGO_BIN_EXE_hrx")).args(&with_image).output().unwrap();
+    assert!(run.status.success(), "{}", String::from_utf8_lossy(&run.stderr));
+    let v: JsonValue = String::from_utf8_lossy(&run.stdout).trim().parse().unwrap();
+    let rows: &Vec<JsonValue> = v["batches"].get().unwrap();
+    assert_eq!(rows.len(), 2);
+    for (row, b) in rows.iter().zip([1.0, 3.0]) {
+        let num = |k: &str| *row[k].get::<f64>().unwrap();
+        assert_eq!((num("b"), num("pp"), num("n_kv")), (b, 196.0 + 8.0, b * (204.0 + 3.0)));
+        for k in ["t_enc", "images_per_second", "captions_per_minute"] {
+            assert!(num(k) > 0.0, "{k}: {row:?}");
+        }
+        let per_minute = 60.0 * b / (num("t_enc") + num("t_pp") + num("t_tg"));
+        assert!((num("captions_per_minute") - per_minute).abs() < 1e-6 * per_minute, "{row:?}");
+    }
     let bad = Command::new(env!("CARGO_BIN_EXE_hrx"))
         .args(["bench", "-m", model.to_str().unwrap(), "--batch", "2,0"])
         .output()

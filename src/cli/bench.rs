@@ -11,7 +11,7 @@ use crate::runtime::structured::{JsonConstraint, Next};
 use crate::runtime::text_model::{TextModel, TextOptions};
 use crate::runtime::RuntimeError;
 use std::io::Write;
-use std::path::Path;
+use std::path::{Path, PathBuf};
 use std::time::Instant;
 
 fn help() -> String {
@@ -32,7 +32,9 @@ fn help() -> String {
         BATCHES.help(
             "instead: for each number B of sequences, B prompts of -p tokens prefilled one after \
              another, then -n steps decoding a token of each of the B together; prompt, decode and \
-             total tokens/s as llama-batched-bench prints them (its -npp, -ntg, -npl)",
+             total tokens/s as llama-batched-bench prints them (its -npp, -ntg, -npl); with \
+             --mmproj each prompt starts with an --image-size test image, encoded just before it \
+             is prefilled, and images/s and captions/min are printed too",
         ),
         JSON_SCHEMA.help(
             "also run tg constrained to the schema in FILE (greedy, a new document whenever one \
@@ -45,7 +47,7 @@ fn help() -> String {
     Help {
         title: "hrx bench: measure speed and memory",
         usage: "hrx bench -m MODEL.gguf [--mmproj MMPROJ.gguf [--image-size N]] [-p N] [-n N] [-r N] [--threads N] [--device D] [--json]\n\
-                \x20      hrx bench -m MODEL.gguf --batch 1,2,4,8 [-p N] [-n N] [--threads N] [--device D] [--json]",
+                \x20      hrx bench -m MODEL.gguf --batch 1,2,4,8 [--mmproj MMPROJ.gguf [--image-size N]] [-p N] [-n N] [--threads N] [--device D] [--json]",
         about: "Measures, like llama-bench: cold start (open the file, build and plan the graphs,\n\
                 bind the weights), prompt processing (pp: a prompt of N tokens in one go, tokens/s),\n\
                 token generation (tg: N tokens one at a time after a short prompt, tokens/s), and\n\
@@ -132,10 +134,13 @@ fn run(mut args: Args, out: &mut dyn Write) -> Result<(), CliError> {
         return Err(CliError::usage("bench takes no positional arguments"));
     }
     if let Some(sizes) = batches {
-        if kernels || schema.is_some() || mmproj.is_some() || depth > 0 {
-            return Err(CliError::usage("--batch goes with -p, -n, --device, --threads and --json only"));
+        if kernels || schema.is_some() || depth > 0 {
+            return Err(CliError::usage(
+                "--batch goes with -p, -n, --mmproj, --image-size, --device, --threads and --json only",
+            ));
         }
-        let b = super::bench_batch::Batches { n_prompt, n_gen, sizes };
+        let image = mmproj.map(|path| (PathBuf::from(path), image_size));
+        let b = super::bench_batch::Batches { n_prompt, n_gen, sizes, image };
         return super::bench_batch::run(Path::new(&model_path), TextOptions::on(device), threads, &b, json, out);
     }
     if schema.is_some() && n_gen == 0 {
@@ -425,27 +430,9 @@ fn bench_encode(
     backend: &crate::backend::Backend,
     graphs: &mut Vec<RecordingStats>,
 ) -> Result<(usize, f64, f64), CliError> {
-    use crate::image::{preprocess, PreprocessConfig, RgbImage};
-    use crate::runtime::vision_model::VisionModel;
-    if side == 0 || side > 8192 {
-        return Err(CliError::usage("--image-size must be in 1..=8192"));
-    }
-    let pixels: Vec<u8> = (0..side * side * 3).map(|i| (i.wrapping_mul(2_654_435_761) >> 13) as u8).collect();
-    let img = RgbImage::from_raw(side, side, pixels)
-        .ok_or_else(|| CliError::Failed(format!("a {side}x{side} test image")))?;
-    let file = std::sync::Arc::new(crate::gguf::GgufFile::open(path)?);
-    let params = crate::model::VisionParams::from_gguf(&file).map_err(RuntimeError::from)?;
-    let cfg = PreprocessConfig {
-        patch_size: params.patch_size,
-        merge_size: params.merge,
-        max_pixels: (side * side).max(PreprocessConfig::HF_MIN_PIXELS),
-        ..PreprocessConfig::hf()
-    };
-    let patches = preprocess(&img, &cfg).map_err(RuntimeError::from)?;
-    let mut vision = VisionModel::load_on(file, patches.n_patches(), backend)?;
-    if let Some(n) = threads {
-        vision.set_threads(n);
-    }
+    let image = TestImage::new(path, side)?;
+    let mut vision = image.load(threads, backend)?;
+    let patches = &image.patches;
     let [_, gh, gw] = patches.grid_thw;
     let mut times = Vec::with_capacity(reps);
     // One untimed encode first (first touches), as for pp and tg.
@@ -458,4 +445,54 @@ fn bench_encode(
     let (mean, sd) = mean_sd(&times);
     graphs.extend(vision.recording_stats());
     Ok((patches.resized_hw.0, mean, sd))
+}
+
+/// A `side` x `side` test image (fixed pseudo-random pixels) preprocessed for the projector
+/// at `path`, which is loaded later (`TestImage::load`): the image's size in tokens decides the
+/// text model's context first.
+pub(super) struct TestImage {
+    file: std::sync::Arc<crate::gguf::GgufFile>,
+    pub patches: crate::image::Patches,
+}
+
+impl TestImage {
+    pub(super) fn new(path: &Path, side: usize) -> Result<TestImage, CliError> {
+        use crate::image::{preprocess, PreprocessConfig, RgbImage};
+        if side == 0 || side > 8192 {
+            return Err(CliError::usage("--image-size must be in 1..=8192"));
+        }
+        let pixels: Vec<u8> = (0..side * side * 3).map(|i| (i.wrapping_mul(2_654_435_761) >> 13) as u8).collect();
+        let img = RgbImage::from_raw(side, side, pixels)
+            .ok_or_else(|| CliError::Failed(format!("a {side}x{side} test image")))?;
+        let file = std::sync::Arc::new(crate::gguf::GgufFile::open(path)?);
+        let params = crate::model::VisionParams::from_gguf(&file).map_err(RuntimeError::from)?;
+        let cfg = PreprocessConfig {
+            patch_size: params.patch_size,
+            merge_size: params.merge,
+            max_pixels: (side * side).max(PreprocessConfig::HF_MIN_PIXELS),
+            ..PreprocessConfig::hf()
+        };
+        let patches = preprocess(&img, &cfg).map_err(RuntimeError::from)?;
+        Ok(TestImage { file, patches })
+    }
+
+    /// KV slots the image's tokens take: one per merged patch.
+    pub(super) fn slots(&self) -> usize {
+        let merge = self.patches.merge_size.max(1);
+        self.patches.n_patches() / (merge * merge)
+    }
+
+    /// The projector's vision model on `backend`, planned for the image.
+    pub(super) fn load(
+        &self,
+        threads: Option<usize>,
+        backend: &crate::backend::Backend,
+    ) -> Result<crate::runtime::vision_model::VisionModel, CliError> {
+        let mut vision =
+            crate::runtime::vision_model::VisionModel::load_on(self.file.clone(), self.patches.n_patches(), backend)?;
+        if let Some(n) = threads {
+            vision.set_threads(n);
+        }
+        Ok(vision)
+    }
 }

@@ -1,27 +1,41 @@
 //! `hrx bench --batch 1,2,4,8`: prompt, decode and total tokens/s for each number of sequences
 //! decoded together, as llama-batched-bench prints them (its -npp, -ntg, -npl): B prompts of
 //! PP tokens prefilled one after another, then TG batched steps of a token for each of the B.
+//! With a projector (--mmproj), each prompt is a test image's tokens, encoded just before it is
+//! prefilled (as `hrx caption` does), then the PP tokens: images encoded a second and captions
+//! a minute per batch size besides.
 
+use super::bench::TestImage;
 use super::CliError;
 use crate::json::Json;
 use crate::runtime::session::{PromptPiece, Session};
 use crate::runtime::text_model::{TextModel, TextOptions};
+use crate::runtime::vision_model::VisionModel;
 use std::io::Write;
-use std::path::Path;
+use std::path::{Path, PathBuf};
 use std::time::Instant;
 
-/// One batch size's run: its times in seconds.
+/// One batch size's run: its times in seconds (t_enc: the images' encodes, 0 without).
 struct Row {
     batch: usize,
+    t_enc: f64,
     t_pp: f64,
     t_tg: f64,
 }
 
-/// What to run: prompt and generated tokens per sequence, the batch sizes.
+/// What to run: prompt and generated tokens per sequence, the batch sizes, and the projector
+/// and image side of the test image each prompt starts with, if any.
 pub struct Batches {
     pub n_prompt: usize,
     pub n_gen: usize,
     pub sizes: Vec<usize>,
+    pub image: Option<(PathBuf, usize)>,
+}
+
+/// The test image every prompt starts with, and the vision model encoding it.
+struct Image {
+    test: TestImage,
+    vision: VisionModel,
 }
 
 /// Loads the model once for the largest batch and times each batch size after one untimed
@@ -35,34 +49,49 @@ pub fn run(
     out: &mut dyn Write,
 ) -> Result<(), CliError> {
     let n_seq = b.sizes.iter().copied().max().unwrap_or(1);
-    let n_ctx = b.n_prompt + b.n_gen + 1;
-    let options = TextOptions { n_ctx, n_seq, chunk: b.n_prompt.clamp(1, 512), ..options };
+    let test = b.image.as_ref().map(|(path, side)| TestImage::new(path, *side)).transpose()?;
+    let n_image = test.as_ref().map_or(0, TestImage::slots);
+    let n_ctx = n_image + b.n_prompt + b.n_gen + 1;
+    let options = TextOptions { n_ctx, n_seq, chunk: (n_image + b.n_prompt).clamp(1, 512), ..options };
     let mut model = TextModel::load(model, options)?;
     if let Some(n) = threads {
         model.set_threads(n);
     }
+    let mut image = match test {
+        Some(test) => Some(Image { vision: test.load(threads, model.backend())?, test }),
+        None => None,
+    };
     let mut rows = Vec::new();
     for &batch in std::iter::once(&n_seq).chain(&b.sizes) {
-        rows.push(time_batch(&mut model, batch, b)?);
+        rows.push(time_batch(&mut model, image.as_mut(), batch, b)?);
     }
     rows.remove(0);
-    let (pp, tg) = (b.n_prompt as f64, b.n_gen as f64);
+    let n_prompt = n_image + b.n_prompt;
+    let (pp, tg) = (n_prompt as f64, b.n_gen as f64);
     let rate = |tokens: f64, seconds: f64| if seconds > 0.0 { tokens / seconds } else { 0.0 };
+    // Captions a minute: a batch's images encoded, prompts prefilled and answers decoded.
+    let captions = |r: &Row| rate(60.0 * r.batch as f64, r.t_enc + r.t_pp + r.t_tg);
     if json {
         let rows = rows.iter().map(|r| {
             let (n, t) = (r.batch as f64, r.t_pp + r.t_tg);
-            Json::obj([
-                ("pp", Json::Int(b.n_prompt as i128)),
+            let mut fields = vec![
+                ("pp", Json::Int(n_prompt as i128)),
                 ("tg", Json::Int(b.n_gen as i128)),
                 ("b", Json::Int(r.batch as i128)),
-                ("n_kv", Json::Int((r.batch * (b.n_prompt + b.n_gen)) as i128)),
+                ("n_kv", Json::Int((r.batch * (n_prompt + b.n_gen)) as i128)),
                 ("t_pp", Json::Num(r.t_pp)),
                 ("s_pp", Json::Num(rate(n * pp, r.t_pp))),
                 ("t_tg", Json::Num(r.t_tg)),
                 ("s_tg", Json::Num(rate(n * tg, r.t_tg))),
                 ("t", Json::Num(t)),
                 ("s", Json::Num(rate(n * (pp + tg), t))),
-            ])
+            ];
+            if image.is_some() {
+                fields.push(("t_enc", Json::Num(r.t_enc)));
+                fields.push(("images_per_second", Json::Num(rate(n, r.t_enc))));
+                fields.push(("captions_per_minute", Json::Num(captions(r))));
+            }
+            Json::obj(fields)
         });
         let all =
             Json::obj([("backend", Json::str(model.backend().describe())), ("batches", Json::Arr(rows.collect()))]);
@@ -83,10 +112,10 @@ pub fn run(
         writeln!(
             out,
             "| {:5} | {:6} | {:4} | {:6} | {:8.3} | {:8.2} | {:8.3} | {:8.2} | {:8.3} | {:8.2} |",
-            b.n_prompt,
+            n_prompt,
             b.n_gen,
             r.batch,
-            r.batch * (b.n_prompt + b.n_gen),
+            r.batch * (n_prompt + b.n_gen),
             r.t_pp,
             rate(n * pp, r.t_pp),
             r.t_tg,
@@ -95,23 +124,63 @@ pub fn run(
             rate(n * (pp + tg), t)
         )?;
     }
+    if let Some(image) = &image {
+        let (h, w) = image.test.patches.resized_hw;
+        writeln!(
+            out,
+            "each prompt: a {w}x{h} image ({n_image} tokens) and {} tokens; captions of {} tokens",
+            b.n_prompt, b.n_gen
+        )?;
+        writeln!(out, "|    B |  T_ENC s | images/s | captions/min |")?;
+        writeln!(out, "|------|----------|----------|--------------|")?;
+        for r in &rows {
+            writeln!(
+                out,
+                "| {:4} | {:8.3} | {:8.2} | {:12.1} |",
+                r.batch,
+                r.t_enc,
+                rate(r.batch as f64, r.t_enc),
+                captions(r)
+            )?;
+        }
+    }
     Ok(())
 }
 
-/// Prefills `batch` prompts (each its own sequence, its own tokens), then decodes the
-/// generated tokens of all of them together.
-fn time_batch(model: &mut TextModel, batch: usize, b: &Batches) -> Result<Row, CliError> {
+/// Prefills `batch` prompts (each its own sequence: the image's tokens, encoded just before,
+/// then its own tokens), then decodes the generated tokens of all of them together.
+fn time_batch(
+    model: &mut TextModel,
+    mut image: Option<&mut Image>,
+    batch: usize,
+    b: &Batches,
+) -> Result<Row, CliError> {
     let (n_ctx, n_vocab) = (model.options().n_ctx, model.params().n_vocab as u64);
     let token = |i: usize| ((i as u64 * 2_654_435_761 + 11) % n_vocab) as u32;
     let mut sessions: Vec<Session> = (0..batch).map(|s| Session::at(s * n_ctx)).collect();
-    let t = Instant::now();
-    if b.n_prompt > 0 {
-        for (s, session) in sessions.iter_mut().enumerate() {
-            let prompt: Vec<PromptPiece> = (0..b.n_prompt).map(|i| PromptPiece::Token(token(s * n_ctx + i))).collect();
+    let (mut t_enc, mut t_pp) = (0.0, 0.0);
+    for (s, session) in sessions.iter_mut().enumerate() {
+        let t = Instant::now();
+        let embeddings = match image.as_deref_mut() {
+            Some(Image { test, vision }) => {
+                let [_, gh, gw] = test.patches.grid_thw;
+                let merge = test.patches.merge_size.max(1);
+                Some((vision.encode(&test.patches.pixel_values, gh, gw)?, gh / merge, gw / merge))
+            }
+            None => None,
+        };
+        t_enc += t.elapsed().as_secs_f64();
+        let t = Instant::now();
+        let mut prompt: Vec<PromptPiece> = Vec::with_capacity(b.n_prompt + 1);
+        if let Some((embeddings, rows, cols)) = &embeddings {
+            prompt.push(PromptPiece::Image { embeddings, rows: *rows, cols: *cols });
+        }
+        prompt.extend((0..b.n_prompt).map(|i| PromptPiece::Token(token(s * n_ctx + i))));
+        if !prompt.is_empty() {
             session.feed(model, &prompt)?;
         }
+        t_pp += t.elapsed().as_secs_f64();
     }
-    let t_pp = t.elapsed().as_secs_f64();
     let t = Instant::now();
     for i in 0..b.n_gen {
         let tokens: Vec<u32> = (0..batch).map(|s| token(s * n_ctx + b.n_prompt + i)).collect();
@@ -120,5 +189,5 @@ fn time_batch(model: &mut TextModel, batch: usize, b: &Batches) -> Result<Row, C
         model.forward_batch(&tokens, &positions, &slots)?;
         sessions.iter_mut().for_each(Session::advance);
     }
-    Ok(Row { batch, t_pp, t_tg: t.elapsed().as_secs_f64() })
+    Ok(Row { batch, t_enc, t_pp, t_tg: t.elapsed().as_secs_f64() })
 }
