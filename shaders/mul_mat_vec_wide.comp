@@ -10,14 +10,14 @@
 // fewer workgroups). Partial sums are reduced with subgroupAdd, then across the row's
 // subgroups through shared memory. A workgroup of 128 threads computes
 // 128 / T row groups of ROWS rows for COLS columns (specialization constant 0: a few
-// sequences decoded together, each weight unit loaded once for all of them); grid-stride
+// sequences decoded together, each weight unit loaded and decoded once for all of them); grid-stride
 // loops over row groups (x) and groups of COLS columns (y). Columns past the last are
 // computed as the last one and not stored.
 // Needs subgroups of at most T lanes whose size divides T, and x (and the producer's second
 // input) at 16-byte aligned offsets (the launch checks both).
 //
 // A unit's loads (x, the producer's input, the weights) are all issued before anything is
-// computed from them.
+// computed from them for one column; for more, x comes X_GROUPS groups at a time.
 //
 // A producer may be folded in (p.pro_mode): x is then computed as it is loaded, from the
 // producer's inputs (an RMS norm of the column: x times the norm weight, the row's sum
