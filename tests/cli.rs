@@ -849,12 +849,16 @@ fn bench_batch_prints_a_row_per_batch_size() {
     let model = oracle.join("models/tiny/qwen3vl-tiny-F16.gguf");
     let args =
         ["bench", "-m", model.to_str().unwrap(), "--batch", "1,3", "-p", "8", "-n", "3", "--device", "cpu", "--json"];
-    let run = Command::new(env!("CARGO_BIN_EXE_hrx")).args(args).output().unwrap();
-    assert!(run.status.success(), "{}", String::from_utf8_lossy(&run.stderr));
-    let v: JsonValue = String::from_utf8_lossy(&run.stdout).trim().parse().unwrap();
-    let rows: &Vec<JsonValue> = v["batches"].get().unwrap();
-    assert_eq!(rows.len(), 2);
-    for (row, b) in rows.iter().zip([1.0, 3.0]) {
+    // The JSON rows of a run, one per batch size.
+    let batch_rows = |args: &[&str]| -> Vec<JsonValue> {
+        let run = Command::new(env!("CARGO_BIN_EXE_hrx")).args(args).output().unwrap();
+        assert!(run.status.success(), "{}", String::from_utf8_lossy(&run.stderr));
+        let v: JsonValue = String::from_utf8_lossy(&run.stdout).trim().parse().unwrap();
+        let rows: &Vec<JsonValue> = v["batches"].get().unwrap();
+        assert_eq!(rows.len(), 2);
+        rows.clone()
+    };
+    for (row, b) in batch_rows(&args).iter().zip([1.0, 3.0]) {
         let num = |k: &str| *row[k].get::<f64>().unwrap();
         assert_eq!((num("b"), num("pp"), num("tg"), num("n_kv")), (b, 8.0, 3.0, b * 11.0));
         for k in ["t_pp", "s_pp", "t_tg", "s_tg", "t", "s"] {
@@ -865,12 +869,7 @@ fn bench_batch_prints_a_row_per_batch_size() {
     // patch 16 and a 2x2 merge: 196), timed encodes, images a second and captions a minute.
     let mmproj = oracle.join("models/tiny/mmproj-qwen3vl-tiny-F16.gguf");
     let with_image = [&args[..], &["--mmproj", mmproj.to_str().unwrap(), "--image-size", "448"]].concat();
-    let run = Command::new(env!("CARGO_BIN_EXE_hrx")).args(&with_image).output().unwrap();
-    assert!(run.status.success(), "{}", String::from_utf8_lossy(&run.stderr));
-    let v: JsonValue = String::from_utf8_lossy(&run.stdout).trim().parse().unwrap();
-    let rows: &Vec<JsonValue> = v["batches"].get().unwrap();
-    assert_eq!(rows.len(), 2);
-    for (row, b) in rows.iter().zip([1.0, 3.0]) {
+    for (row, b) in batch_rows(&with_image).iter().zip([1.0, 3.0]) {
         let num = |k: &str| *row[k].get::<f64>().unwrap();
         assert_eq!((num("b"), num("pp"), num("n_kv")), (b, 196.0 + 8.0, b * (204.0 + 3.0)));
         for k in ["t_enc", "images_per_second", "captions_per_minute"] {
@@ -879,6 +878,13 @@ fn bench_batch_prints_a_row_per_batch_size() {
         let per_minute = 60.0 * b / (num("t_enc") + num("t_pp") + num("t_tg"));
         assert!((num("captions_per_minute") - per_minute).abs() < 1e-6 * per_minute, "{row:?}");
     }
+    // A test image's size without a projector to encode it is refused, not ignored.
+    let sized = Command::new(env!("CARGO_BIN_EXE_hrx"))
+        .args(["bench", "-m", model.to_str().unwrap(), "--batch", "1", "--image-size", "448"])
+        .output()
+        .unwrap();
+    assert_eq!(sized.status.code(), Some(2));
+    assert!(String::from_utf8_lossy(&sized.stderr).contains("--image-size"));
     let bad = Command::new(env!("CARGO_BIN_EXE_hrx"))
         .args(["bench", "-m", model.to_str().unwrap(), "--batch", "2,0"])
         .output()

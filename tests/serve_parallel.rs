@@ -112,6 +112,12 @@ fn streamed(text: &str, max_tokens: usize) -> String {
     )
 }
 
+/// Server flags for answers left unread: long enough never to end while the test runs, never
+/// cut off (--send-timeout past --queue-wait), so a request with no free sequence gets the 503
+/// of --queue-wait.
+const HELD_ANSWERS: [&str; 9] =
+    ["--ctx", "16384", "--max-tokens-cap", "100000", "--ignore-eos", "--queue-wait", "30", "--send-timeout", "600"];
+
 #[test]
 fn a_second_client_streams_while_the_first_answer_is_under_way() {
     // The first client asks for a long answer and reads only its first token: its answer cannot
@@ -121,9 +127,7 @@ fn a_second_client_streams_while_the_first_answer_is_under_way() {
     // never ends (nor is it cut off: --send-timeout is past --queue-wait), and get a 503 at
     // --queue-wait. Then the first reads on to its own end.
     let Some(model) = tiny() else { return };
-    let args =
-        ["--ctx", "16384", "--max-tokens-cap", "100000", "--ignore-eos", "--queue-wait", "30", "--send-timeout", "600"];
-    let server = server(&model, "2", &args);
+    let server = server(&model, "2", &HELD_ANSWERS);
     let mut first = Events::open(&server.addr, &streamed("a long answer", 12000));
     assert!(!first.first_text().is_empty());
     let mut second = Events::open(&server.addr, &streamed("a short one", 5));
@@ -237,23 +241,14 @@ fn a_client_that_hangs_up_mid_stream_frees_its_sequence() {
     // behind two answers that cannot end (nobody reads them, and --send-timeout is past
     // --queue-wait) and get a 503 at --queue-wait.
     let Some(model) = tiny() else { return };
-    let args =
-        ["--ctx", "16384", "--max-tokens-cap", "100000", "--ignore-eos", "--queue-wait", "30", "--send-timeout", "600"];
-    let server = server(&model, "2", &args);
+    let server = server(&model, "2", &HELD_ANSWERS);
     let mut first = Events::open(&server.addr, &streamed("hang up", 12000));
     first.first_text();
     let mut second = Events::open(&server.addr, &streamed("go on", 12000));
     second.first_text();
     await_metric(&server, "hrx_sequences_in_use", 2.0);
     drop(first);
-    let gone = server.log_line(" 499 ", Duration::from_secs(60));
-    let gone = gone.unwrap_or_else(|| panic!("no 499 in the log:\n{}", server.log.lock().unwrap()));
-    let made: usize = gone
-        .split("after ")
-        .nth(1)
-        .and_then(|r| r.split_whitespace().next())
-        .and_then(|t| t.parse().ok())
-        .unwrap_or_else(|| panic!("{gone}"));
+    let (gone, made) = server.hung_up();
     assert!(made < 12000, "its generation stopped short of its max_tokens: {gone}");
     await_metric(&server, "hrx_sequences_in_use", 1.0);
     let (status, answer) = server.post("/v1/chat/completions", &chat("next", r#","max_tokens":4"#));

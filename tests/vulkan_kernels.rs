@@ -104,17 +104,22 @@ fn compare(
     let [(_, a), (_, b)] = ins;
     execute(op, &[a, b], &mut o, Kernels::Reference, 1).unwrap();
     let want = out.gather(&want_store);
+    written_nmse(launch, &got, &want, out.ne)
+}
+
+/// The NMSE of `got` against `want`, after checking that the kernel wrote every element (the
+/// output starts as NaN): how many it left, and where, otherwise.
+fn written_nmse(launch: &Launch, got: &[f32], want: &[f32], ne: [usize; 4]) -> f64 {
     let unwritten: Vec<usize> = (0..got.len()).filter(|&i| !got[i].is_finite()).collect();
     assert!(
         unwritten.is_empty(),
-        "{}: non-finite output (an element was not written): {} of {}, the first at {:?} (ne {:?})",
+        "{}: non-finite output (an element was not written): {} of {}, the first at {:?} (ne {ne:?})",
         launch.kernel.name(),
         unwritten.len(),
         got.len(),
         &unwritten[..unwritten.len().min(8)],
-        out.ne
     );
-    nmse(&got, &want)
+    nmse(got, want)
 }
 
 fn quantized(rng: &mut Rng, dtype: DType, k: usize, n: usize) -> Vec<u8> {
@@ -768,17 +773,7 @@ fn compare_args(
     let views: Vec<In> = args.iter().map(|a| a.view).collect();
     execute(op, &views, &mut o, Kernels::Reference, 1).unwrap();
     let (got, want) = (out.gather(&got_store), out.gather(&want_store));
-    let unwritten: Vec<usize> = (0..got.len()).filter(|&i| !got[i].is_finite()).collect();
-    assert!(
-        unwritten.is_empty(),
-        "{}: non-finite output (an element was not written): {} of {}, the first at {:?} (ne {:?})",
-        launch.kernel.name(),
-        unwritten.len(),
-        got.len(),
-        &unwritten[..unwritten.len().min(8)],
-        out.ne
-    );
-    nmse(&got, &want)
+    written_nmse(launch, &got, &want, out.ne)
 }
 
 #[test]

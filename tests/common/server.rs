@@ -75,6 +75,20 @@ impl Server {
         }
     }
 
+    /// The log line of a request whose client hung up (a 499), waiting up to a minute for it,
+    /// and the tokens it had generated then (the line's `after N tokens`).
+    pub fn hung_up(&self) -> (String, usize) {
+        let line = self.log_line(" 499 ", Duration::from_secs(60));
+        let line = line.unwrap_or_else(|| panic!("no 499 in the log:\n{}", self.log.lock().unwrap()));
+        let tokens = line
+            .split("after ")
+            .nth(1)
+            .and_then(|r| r.split_whitespace().next())
+            .and_then(|t| t.parse().ok())
+            .unwrap_or_else(|| panic!("{line}"));
+        (line, tokens)
+    }
+
     pub fn post(&self, path: &str, body: &str) -> (u16, String) {
         post(&self.addr, path, body)
     }
