@@ -126,13 +126,17 @@ fn run(mut args: Args, out: &mut dyn Write) -> Result<(), CliError> {
     let only = ONLY.string(&mut args)?;
     let Placement { device, threads } = Placement::parse(&mut args)?;
     let mmproj = MMPROJ.string(&mut args)?;
-    let image_size: usize = IMAGE_SIZE.parse(&mut args)?.unwrap_or(448);
+    let image_size: Option<usize> = IMAGE_SIZE.parse(&mut args)?;
     let json = JSON.present(&mut args);
     let schema = json_schema(&mut args)?;
     let batches = BATCHES.string(&mut args)?.map(|list| batch_sizes(&list)).transpose()?;
     if !args.finish()?.is_empty() {
         return Err(CliError::usage("bench takes no positional arguments"));
     }
+    if image_size.is_some() && mmproj.is_none() {
+        return Err(CliError::usage("--image-size sizes the test image of --mmproj: give --mmproj too"));
+    }
+    let image_size = image_size.unwrap_or(448);
     if let Some(sizes) = batches {
         if kernels || schema.is_some() || depth > 0 {
             return Err(CliError::usage(
