@@ -5,7 +5,9 @@
 //
 // Tiling (mul_mat_cm_tiles.glsl; sizes are specialization constants from the device's variant):
 // a workgroup of four subgroups computes a WG_M (rows of w) x WG_N (columns of x) tile of d,
-// each subgroup an SG_M x SG_N quarter as TM x TN accumulators.
+// each subgroup an SG_M x SG_N quarter as TM x TN accumulators. Built with -DNARROW
+// (mul_mat_cm_narrow, for a few columns) the four subgroups split k instead: each takes the
+// whole tile over a quarter of every slice, and the four sums are added as the tile is stored.
 //
 // Staging, built to hide memory latency behind the matrix units: BK-deep slices of w and x go
 // to shared memory as f16, in two buffers, in chunks of 16 values of a row of w (the weight
@@ -126,7 +128,14 @@ void multiply(uint buf, uint sg_m, uint sg_n) {
     }
     uint a0 = (buf * WG_M + sg_m) * LDS4;
     uint b0 = (buf * WG_N + sg_n) * LDS4;
+#ifdef NARROW
+    // This subgroup's quarter of the slice.
+    a0 += gl_SubgroupID * (BK / SPLIT / 4u);
+    b0 += gl_SubgroupID * (BK / SPLIT / 4u);
+    [[unroll]] for (uint kk = 0u; kk < BK / SPLIT; kk += CM_K) {
+#else
     [[unroll]] for (uint kk = 0u; kk < BK; kk += CM_K) {
+#endif
         coopmat<float16_t, gl_ScopeSubgroup, CM_M, CM_K, gl_MatrixUseA> a[TM];
         [[unroll]] for (uint i = 0u; i < TM; i++) {
             coopMatLoad(a[i], w_tile, a0 + i * CM_M * LDS4 + kk / 4u, LDS4, gl_CooperativeMatrixLayoutRowMajor);
@@ -140,6 +149,37 @@ void multiply(uint buf, uint sg_m, uint sg_n) {
         }
     }
 }
+
+#ifdef NARROW
+// Each subgroup's sums over its quarter of k, column-major tiles one after another.
+shared float split_sums[SPLIT * WG_M * WG_N];
+
+// Writes the tile at rows n0.., columns c0.. to d (within ne.x rows and `cols` columns): the
+// subgroups' sums added in subgroup order, and the residual where one is fused.
+void store_split(uint n0, uint c0, uvec4 ne, uint cols, uint tid) {
+    [[unroll]] for (uint i = 0u; i < TM; i++) {
+        [[unroll]] for (uint j = 0u; j < TN; j++) {
+            uint at = (gl_SubgroupID * WG_N + j * CM_N) * WG_M + i * CM_M;
+            coopMatStore(acc[i * TN + j], split_sums, at, WG_M, gl_CooperativeMatrixLayoutColumnMajor);
+        }
+    }
+    barrier();
+    for (uint e = tid; e < WG_M * WG_N; e += THREADS) {
+        uint n = n0 + e % WG_M;
+        uint c = c0 + e / WG_M;
+        if (n < ne.x && c < cols) {
+            float v = split_sums[e];
+            [[unroll]] for (uint s = 1u; s < SPLIT; s++) {
+                v += split_sums[s * WG_M * WG_N + e];
+            }
+            uint at = column_offsets(c, ne).y + n;
+            d[at] = with_residual(v, at);
+        }
+    }
+    // The sums are stored again by the next tile.
+    barrier();
+}
+#endif
 
 // Step s of the pipeline: slice s is in buffer s % 2, slice s + 1's loads are in `next`;
 // `free` (slice s's, decoded a step ago) takes slice s + DEPTH's. kq: where this thread's
@@ -160,9 +200,15 @@ void main() {
     uvec4 ne = runtime_ne(p.ne, p.dyn);
     uint cols = ne.y * ne.z * ne.w;
     uint tid = gl_LocalInvocationID.x;
+#ifdef NARROW
+    // Every subgroup covers the whole tile (over its quarter of k).
+    uint sg_m = 0u;
+    uint sg_n = 0u;
+#else
     // This subgroup's quarter of the tile.
     uint sg_m = (gl_SubgroupID & 1u) * SG_M;
     uint sg_n = (gl_SubgroupID >> 1u) * SG_N;
+#endif
     uint m_tiles = (ne.x + WG_M - 1u) / WG_M;
     uint n_tiles = (cols + WG_N - 1u) / WG_N;
     uint slices = p.K / BK;
@@ -196,6 +242,9 @@ void main() {
                     }
                 }
             }
+#ifdef NARROW
+            store_split(mt * WG_M, nt * WG_N, ne, cols, tid);
+#else
             // Every block, also those past the edges (store_block writes nothing there): the
             // subgroups of a workgroup then pass the same subgroup barriers, which lavapipe
             // needs (it runs them as barriers of the workgroup).
@@ -204,6 +253,7 @@ void main() {
                     store_block(acc[i * TN + j], mt * WG_M + sg_m + i * CM_M, nt * WG_N + sg_n + j * CM_N, ne, cols);
                 }
             }
+#endif
         }
     }
 }

@@ -27,14 +27,25 @@ layout(constant_id = 8) const uint PROBE = 0u;
 
 const uint TM = SG_M / CM_M;
 const uint TN = SG_N / CM_N;
+#ifdef NARROW
+// mul_mat_cm_narrow (a few columns: batched decode): every subgroup takes the whole SG_M x SG_N
+// tile over its own quarter of each slice's k (SPLIT of them), summed at the end; tiles of a
+// block or two keep enough workgroups in flight where 64 x 64 tiles would leave most of the
+// GPU idle.
+const uint SPLIT = 4u;
+const uint WG_M = SG_M;
+const uint WG_N = SG_N;
+#else
 const uint WG_M = 2u * SG_M;
 const uint WG_N = 2u * SG_N;
+#endif
 // Row stride of a staged slice in halves: 8 more than BK keeps rows 16-byte aligned (as
 // coopMatLoad wants) and moves each row 4 banks along, so the 8 rows a matrix load reads at
 // once fall on different banks.
 const uint LDS = BK + 8u;
 // mul_mat_cm_exact's staging: groups of 4 consecutive k, BK / 4 groups to a row.
 const uint GROUPS = BK / 4u;
+#ifndef NARROW
 // Each subgroup stores one accumulator at a time through its own CM_M x CM_N patch of shared
 // memory (columns padded by 4 floats), then writes it to d with bounds, strides and the
 // residual: a few KiB instead of a whole f32 tile.
@@ -62,3 +73,4 @@ void store_block(coopmat<float, gl_ScopeSubgroup, CM_M, CM_N, gl_MatrixUseAccumu
     // The patch is reused by the next accumulator.
     subgroupBarrier();
 }
+#endif

@@ -75,7 +75,8 @@ fn weights_of(rng: &mut Rng, width: usize, ff: usize) -> Arc<GgufFile> {
 }
 
 /// A decode step of the block on the device's own kernels, for one sequence and for a few
-/// decoded together (5: the wide kernel's 8-column variant, run for 1, 3 and 5): the norm and
+/// decoded together (3: the wide kernel's 4-column variant, run for 1 and 3; from 5 devices
+/// with cooperative matrices take narrow tiles, which fold nothing): the norm and
 /// the SwiGLU are folded into the products that read them (the wide mat-vec kernel computes
 /// them as it loads x), the residual ADD into the down product, and the result matches the
 /// CPU executor.
@@ -84,7 +85,7 @@ fn a_decode_block_folds_its_norm_and_swiglu_into_the_products() {
     let Some(dev) = vulkan_common::device() else { return };
     let registry = VulkanRegistry::for_device(dev.info());
     let (width, ff) = (512, 1024);
-    for sequences in [1, 5] {
+    for sequences in [1, 3] {
         let (graph, out) = block_of(width, ff, sequences);
         let plan = Plan::new(graph.clone(), &registry).unwrap();
         let census = plan.census();
@@ -99,7 +100,7 @@ fn a_decode_block_folds_its_norm_and_swiglu_into_the_products() {
         // dispatches (gate, up, down, the scale, the last product).
         assert!(kernels.iter().any(|k| k.ends_with("(RMS_NORM+MUL_MAT)")), "{kernels:?}");
         assert!(kernels.iter().any(|k| k.ends_with("(SWIGLU+MUL_MAT+ADD)")), "{kernels:?}");
-        let batched = kernels.iter().filter(|k| k.contains("_x8")).count();
+        let batched = kernels.iter().filter(|k| k.contains("_x4")).count();
         assert_eq!(batched, if sequences == 1 { 0 } else { kernels.len() - 1 }, "{kernels:?}");
         assert_eq!((census.dispatches, census.fused), (5, 3), "{kernels:?}");
         let mut rng = Rng::new(23);
@@ -108,7 +109,7 @@ fn a_decode_block_folds_its_norm_and_swiglu_into_the_products() {
         assert_eq!(gpu.recording_stats()[0].dispatches, 5);
         let mut cpu =
             CpuExecutor::new(vec![Plan::new(graph, &CpuRegistry).unwrap()], &[file], Kernels::Reference).unwrap();
-        for n in [1, 3, 5].into_iter().filter(|&n| n <= sequences) {
+        for n in [1, 2, 3].into_iter().filter(|&n| n <= sequences) {
             let x: Vec<f32> = rng.vec(width * n);
             gpu.write_f32(PlanId(0), "x", 0, &x).unwrap();
             cpu.f32_buffer(PlanId(0), "x").unwrap()[..x.len()].copy_from_slice(&x);

@@ -171,7 +171,7 @@ fn mat_kinds(ks: &KernelSet) -> Vec<MatKind> {
             .flat_map(|subgroup| WIDE_VARIANTS.map(|(rows, cols)| MatKind::VecWide { subgroup, rows, cols })),
     );
     if let Some(cm) = coop_variant(ks) {
-        kinds.extend([MatKind::Coop(cm), MatKind::CoopExact(cm)]);
+        kinds.extend([MatKind::Coop(cm), MatKind::CoopNarrow(cm), MatKind::CoopExact(cm)]);
     }
     kinds
 }
@@ -183,7 +183,7 @@ const WIDE_VARIANTS: [(u32, u32); 6] = [(2, 1), (4, 1), (8, 1), (2, 2), (4, 4), 
 /// The NMSE a matrix kernel must stay under.
 fn mat_tolerance(kind: MatKind) -> f64 {
     match kind {
-        MatKind::Coop(_) => F16_NMSE,
+        MatKind::Coop(_) | MatKind::CoopNarrow(_) => F16_NMSE,
         MatKind::CoopExact(_) => EXACT_NMSE,
         _ => MAT_NMSE,
     }
@@ -220,6 +220,7 @@ fn check_matmul(
         let refused = match kind {
             MatKind::VecWide { .. } => !k.is_multiple_of(32),
             MatKind::Coop(cm) => !(k.is_multiple_of(kernels::Tiles::fast(cm).bk as usize) && aligned),
+            MatKind::CoopNarrow(cm) => !(k.is_multiple_of(kernels::Tiles::narrow(cm).bk as usize) && aligned),
             _ => false,
         };
         if refused || wide {
@@ -340,7 +341,10 @@ fn subgroup_kernel_is_chosen_where_the_device_has_subgroup_arithmetic() {
         let first = |cols| variants.mat_kinds(WType::Q4K, 512, 6144, cols)[0];
         assert_eq!(first(2), MatKind::VecWide { subgroup, rows: 8, cols: 2 });
         assert_eq!(first(3), MatKind::VecWide { subgroup, rows: 4, cols: 4 });
-        assert_eq!(first(8), MatKind::VecWide { subgroup, rows: 2, cols: 8 });
+        // From 5 columns narrow cooperative-matrix tiles where the device has them.
+        let narrow = variants.coopmat.filter(|_| variants.narrow && !variants.exact).map(MatKind::CoopNarrow);
+        assert_eq!(first(8), narrow.unwrap_or(MatKind::VecWide { subgroup, rows: 2, cols: 8 }));
+        assert_eq!(first(4), MatKind::VecWide { subgroup, rows: 4, cols: 4 });
     }
     // Rows not whole units of 32 values never take the wide kernel.
     assert!(!variants.mat_kinds(WType::Q4K, 520, 6144, 1).iter().any(|k| matches!(k, MatKind::VecWide { .. })));
@@ -411,6 +415,12 @@ fn coopmat_kernel_is_chosen_where_the_device_has_cooperative_matrices() {
         Some(cm) => {
             // The default: f16 operands on the device's best shape.
             assert_eq!(many, MatKind::Coop(cm));
+            // A few columns (sequences decoded together) on the narrow tiles, unless HRX_VK_NO_NARROW=1
+            // or a product has 64 x 64 tiles enough to fill the GPU (a vocabulary head).
+            let few = variants.mat_kinds(WType::Q4K, 2048, 2048, 16)[0];
+            assert_eq!(few, if variants.narrow { MatKind::CoopNarrow(cm) } else { MatKind::Coop(cm) });
+            assert_eq!(variants.mat_kinds(WType::Q6K, 2048, 151_936, 32)[0], MatKind::Coop(cm));
+            assert_eq!(variants.mat_kinds(WType::Q4K, 2048, 2048, 33)[0], MatKind::Coop(cm));
             assert!(variants.f16_products());
             assert!(info.features.coopmat_f16_shapes.contains(&cm.shape));
             assert_eq!(cm.subgroup, info.subgroup_size);
@@ -485,11 +495,14 @@ fn coopmat_kernel_large_and_ragged_tiles() {
     let mut rng = Rng::new(12);
     for dtype in [DType::F16, DType::Q4K, DType::Q5K, DType::Q6K, DType::Q8_0, DType::F32, DType::BF16] {
         // Slices of 64 (the fast kernel's default): 768, 12; 320, 5; 64, one; 224 and 200 are
-        // not whole slices of it (the exact and tiled kernels), 200 not of 32 either.
+        // not whole slices of it (the exact and tiled kernels), 200 not of 32 either. The
+        // narrow kernel's slices of 128 on NVIDIA: 768, 6; 256, 2; 384, 3 (F16).
         let ks_of = if dtype.block_len() == 256 {
             vec![768, 256]
         } else if dtype == DType::Q8_0 {
             vec![320, 64, 224]
+        } else if dtype == DType::F16 {
+            vec![320, 384, 64, 224, 200]
         } else {
             vec![320, 64, 224, 200]
         };

@@ -66,7 +66,8 @@ fn help() -> String {
                  of on cooperative matrices with f16 operands), HRX_VK_EXACT=1 (cooperative-matrix\n\
                  products with f32-exact split operands), HRX_VK_NO_SUBGROUP=1 (portable matrix-vector kernels),\n\
                  HRX_VK_MATVEC=sg (the one-subgroup-per-row matrix-vector kernel instead of the\n\
-                 wide one), HRX_VK_NO_FUSE=1 (no fused or folded dispatches),\n\
+                 wide one), HRX_VK_NO_NARROW=1 (5 to 32 columns on 64x64 cooperative-matrix tiles\n\
+                 or the wide matrix-vector kernel, not narrow tiles), HRX_VK_NO_FUSE=1 (no fused or folded dispatches),\n\
                  HRX_VK_NO_TILED_ATTN=1 (one-query attention for prefill and vision too).
                  While profiling, each pipeline's driver statistics (registers, spills, shared
                  memory, as the driver names them) are logged at info level (RUST_LOG=info) where

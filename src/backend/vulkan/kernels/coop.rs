@@ -53,9 +53,12 @@ impl CoopMat {
 /// The tiles of one cooperative-matrix kernel (sizes in rows of w, columns of x, and k).
 #[derive(Clone, Copy, Debug, PartialEq, Eq)]
 pub struct Tiles {
-    /// One subgroup's tile of d; the four subgroups tile the workgroup's 2 x 2.
+    /// One subgroup's tile of d; the four subgroups tile the workgroup's 2 x 2, or with
+    /// `split` 4 each takes the whole tile over a quarter of k.
     pub sg_m: u32,
     pub sg_n: u32,
+    /// Subgroups over which each slice's k is split: 1, or 4 for `mul_mat_cm_narrow`.
+    pub split: u32,
     /// Values of k staged per step.
     pub bk: u32,
     /// Slices staged in shared memory at once (2: the next one is stored while the current
@@ -87,6 +90,7 @@ impl Tiles {
         let default = Tiles {
             sg_m: (2 * m).max(cm.subgroup),
             sg_n: (2 * n).max(cm.subgroup),
+            split: 1,
             bk: 64,
             buffers: 2,
             parts: 1,
@@ -112,14 +116,32 @@ impl Tiles {
         }
     }
 
+    /// `mul_mat_cm_narrow`, for a few columns (batched decode): tiles of one matrix-unit block
+    /// each way (more where the workgroup's threads need more rows or columns to stage), each
+    /// subgroup over a quarter of every slice; slices of 4 x max(2 K, subgroup) values, so that
+    /// a subgroup runs two or more products a slice and each thread stages one 16-value chunk
+    /// of each operand: 128 on NVIDIA (16 x 16 tiles), 256 on AMD's wave64, 64 on lavapipe.
+    /// 2048-row products at 16 columns are 128 workgroups instead of `fast`'s 32.
+    pub fn narrow(cm: CoopMat) -> Tiles {
+        let (m, n, k) = (cm.shape.m, cm.shape.n, cm.shape.k);
+        let bk = 4 * (2 * k).max(cm.subgroup);
+        // Rows (columns) that give every thread one chunk of a slice.
+        let staged = (4 * cm.subgroup / (bk / 16)).max(1);
+        Tiles { sg_m: m.max(staged), sg_n: n.max(staged), split: 4, bk, buffers: 2, parts: 1, depth: 2, probe: 0 }
+    }
+
     /// Whether `mul_mat_cm`'s staging divides evenly among the workgroup's threads: each
-    /// brings whole 16-value chunks of rows of w and columns of x, at least one of each.
-    fn stages_evenly(self, cm: CoopMat) -> bool {
+    /// brings whole 16-value chunks of rows of w and columns of x, at least one of each; and
+    /// each subgroup's share of a slice is whole products.
+    pub fn stages_evenly(self, cm: CoopMat) -> bool {
         let threads = 4 * cm.subgroup;
         let chunks = self.bk / 16;
         let even = |n: u32| n * chunks >= threads && (n * chunks).is_multiple_of(threads);
         self.bk.is_multiple_of(16)
-            && self.bk.is_multiple_of(cm.shape.k)
+            && matches!(self.split, 1 | 4)
+            && self.bk.is_multiple_of(cm.shape.k * self.split)
+            && self.sg_m.is_multiple_of(cm.shape.m)
+            && self.sg_n.is_multiple_of(cm.shape.n)
             && threads.is_multiple_of(chunks)
             && even(self.rows())
             && even(self.cols())
@@ -128,25 +150,35 @@ impl Tiles {
     /// `mul_mat_cm_exact`: 32 x 32 per subgroup (64 x 64 per workgroup) whatever the shape,
     /// one slice at a time: its hi and lo halves double what each slice takes.
     pub fn exact() -> Tiles {
-        Tiles { sg_m: 32, sg_n: 32, bk: 32, buffers: 1, parts: 2, depth: 1, probe: 0 }
+        Tiles { sg_m: 32, sg_n: 32, split: 1, bk: 32, buffers: 1, parts: 2, depth: 1, probe: 0 }
     }
 
     /// Rows of d per workgroup.
     pub fn rows(self) -> u32 {
-        2 * self.sg_m
+        if self.split == 1 {
+            2 * self.sg_m
+        } else {
+            self.sg_m
+        }
     }
 
     /// Columns of d per workgroup.
     pub fn cols(self) -> u32 {
-        2 * self.sg_n
+        if self.split == 1 {
+            2 * self.sg_n
+        } else {
+            self.sg_n
+        }
     }
 
     /// Shared memory of the kernel (as mul_mat_cm_tiles.glsl and the kernels declare it):
-    /// the staged slices (f16, rows padded by 8) and each subgroup's f32 output patch.
+    /// the staged slices (f16, rows padded by 8) and each subgroup's f32 output patch, or
+    /// split over k, each subgroup's sums of the whole tile.
     pub fn shared_bytes(self, shape: CoopShape) -> u32 {
         let staged = self.buffers * self.parts * (self.rows() + self.cols()) * (self.bk + 8) * 2;
-        let patches = 4 * shape.n * (shape.m + 4) * 4;
-        staged + patches
+        let outputs =
+            if self.split == 1 { 4 * shape.n * (shape.m + 4) * 4 } else { self.split * self.rows() * self.cols() * 4 };
+        staged + outputs
     }
 
     /// The kernels' specialization constants 0..=8 (mul_mat_cm_tiles.glsl).
@@ -216,6 +248,20 @@ mod tests {
         // lavapipe's 8 x 8 x 8 with subgroups of 8.
         assert!(cm(8, shape(8, 8, 8)).supported());
         assert_eq!((Tiles::fast(cm(8, shape(8, 8, 8))).rows(), Tiles::fast(cm(8, shape(8, 8, 8))).cols()), (32, 32));
+        // Narrow tiles: one block each way, slices of four subgroups' two products or more.
+        let narrow = |subgroup, s| {
+            let t = Tiles::narrow(cm(subgroup, s));
+            assert!(t.stages_evenly(cm(subgroup, s)), "{t:?}");
+            (t.rows(), t.cols(), t.bk)
+        };
+        assert_eq!(narrow(32, shape(16, 16, 16)), (16, 16, 128));
+        assert_eq!(narrow(64, shape(16, 16, 16)), (16, 16, 256));
+        assert_eq!(narrow(8, shape(8, 8, 8)), (8, 8, 64));
+        assert_eq!(narrow(16, shape(8, 8, 8)), (16, 16, 64));
+        assert_eq!(narrow(32, shape(16, 8, 16)), (16, 16, 128));
+        let t = Tiles::narrow(cm(32, shape(16, 16, 16)));
+        assert_eq!(t.shared_bytes(shape(16, 16, 16)), 2 * 32 * 136 * 2 + 4 * 16 * 16 * 4);
+        assert_eq!(t.constants(cm(32, shape(16, 16, 16))), vec![128, 16, 16, 16, 16, 16, 128, 2, 0]);
         let e = Tiles::exact();
         assert_eq!((e.rows(), e.cols()), (64, 64));
         assert_eq!(e.shared_bytes(shape(16, 16, 16)), 2 * 128 * 40 * 2 + 4 * 16 * 20 * 4);

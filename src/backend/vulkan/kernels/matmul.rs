@@ -5,7 +5,8 @@
 //! output row, reduced by subgroupAdd) instead of `mul_mat_vec.comp`. Devices with f16
 //! cooperative matrices take `mul_mat_cm.comp` (f16 operands on the matrix units, f32 sums)
 //! instead of `mul_mat.comp` (HRX_VK_NO_COOPMAT=1 keeps it), or with HRX_VK_EXACT=1
-//! `mul_mat_cm_exact.comp` (f32-accurate) ([`Variants`]).
+//! `mul_mat_cm_exact.comp` (f32-accurate), and for a few columns (batched decode) its narrow
+//! build, `mul_mat_cm_narrow` ([`Variants`]).
 
 use super::coop::{CoopMat, Tiles};
 use super::{dyn_words, expect_f32, floats, word, Dyn, Grid, KernelId, Launch, Operand, Scratch, WType};
@@ -47,6 +48,10 @@ pub enum MatKind {
     /// (`Tiles::fast`: 64 x 64 per workgroup at 16 x 16 x 16). Rows of whole slices (64
     /// values), aligned as `chunk_alignment` says.
     Coop(CoopMat),
+    /// As `Coop`, on tiles of one matrix-unit block each way (`Tiles::narrow`: 16 x 16 at 16 x
+    /// 16 x 16), the four subgroups of a workgroup each over a quarter of k: for a few columns
+    /// (sequences decoded together), where 64 x 64 tiles leave most of a large GPU idle.
+    CoopNarrow(CoopMat),
     /// As `Coop`, but each operand split into two f16 halves and three products per block, so
     /// the result keeps f32 accuracy (`Tiles::exact`: 64 x 64 per workgroup).
     CoopExact(CoopMat),
@@ -63,7 +68,13 @@ impl MatKind {
         [MatKind::Vec, MatKind::VecSg { subgroup: 0 }]
             .into_iter()
             .chain(wide)
-            .chain([MatKind::Tiled, MatKind::Coop(CoopMat::UNSET), MatKind::CoopExact(CoopMat::UNSET), MatKind::Rows])
+            .chain([
+                MatKind::Tiled,
+                MatKind::Coop(CoopMat::UNSET),
+                MatKind::CoopNarrow(CoopMat::UNSET),
+                MatKind::CoopExact(CoopMat::UNSET),
+                MatKind::Rows,
+            ])
             .collect()
     }
 
@@ -76,7 +87,7 @@ impl MatKind {
     pub fn subgroup(self) -> Option<u32> {
         match self {
             MatKind::VecSg { subgroup } | MatKind::VecWide { subgroup, .. } => Some(subgroup),
-            MatKind::Coop(cm) | MatKind::CoopExact(cm) => Some(cm.subgroup),
+            MatKind::Coop(cm) | MatKind::CoopNarrow(cm) | MatKind::CoopExact(cm) => Some(cm.subgroup),
             MatKind::Vec | MatKind::Tiled | MatKind::Rows => None,
         }
     }
@@ -84,7 +95,9 @@ impl MatKind {
     /// The matrix-unit shape (M, N, K) a variant is built around, where it is one.
     pub fn shape(self) -> Option<[u32; 3]> {
         match self {
-            MatKind::Coop(cm) | MatKind::CoopExact(cm) => Some([cm.shape.m, cm.shape.n, cm.shape.k]),
+            MatKind::Coop(cm) | MatKind::CoopNarrow(cm) | MatKind::CoopExact(cm) => {
+                Some([cm.shape.m, cm.shape.n, cm.shape.k])
+            }
             _ => None,
         }
     }
@@ -97,6 +110,7 @@ impl MatKind {
             (MatKind::VecSg { .. }, Some(subgroup), None) => MatKind::VecSg { subgroup },
             (MatKind::VecWide { rows, cols, .. }, Some(subgroup), None) => MatKind::VecWide { subgroup, rows, cols },
             (MatKind::Coop(_), Some(s), Some(shape)) => MatKind::Coop(coop(s, shape)),
+            (MatKind::CoopNarrow(_), Some(s), Some(shape)) => MatKind::CoopNarrow(coop(s, shape)),
             (MatKind::CoopExact(_), Some(s), Some(shape)) => MatKind::CoopExact(coop(s, shape)),
             (MatKind::Vec | MatKind::Tiled | MatKind::Rows, None, None) => self,
             _ => return None,
@@ -117,6 +131,7 @@ impl MatKind {
     pub fn coop_tiles(self) -> Option<(CoopMat, Tiles)> {
         match self {
             MatKind::Coop(cm) => Some((cm, Tiles::fast(cm))),
+            MatKind::CoopNarrow(cm) => Some((cm, Tiles::narrow(cm))),
             MatKind::CoopExact(cm) => Some((cm, Tiles::exact())),
             _ => None,
         }
@@ -144,6 +159,9 @@ pub struct Variants {
     /// Whether decode products take `mul_mat_vec_wide` (where the subgroup kernel runs, with
     /// subgroups of at most 64 lanes) rather than `mul_mat_vec_sg` (HRX_VK_MATVEC=sg).
     pub wide_matvec: bool,
+    /// Whether products of a few columns may take `mul_mat_cm_narrow` (HRX_VK_NO_NARROW=1:
+    /// `mul_mat_cm` for all).
+    pub narrow: bool,
     /// Whether pairs of nodes may run as one dispatch (HRX_VK_NO_FUSE=1: every node alone).
     pub fuse: bool,
     /// Whether attention over many queries may run tiled (`flash_attn_tiled`) where a tile
@@ -163,6 +181,7 @@ impl Variants {
         subgroup_matvec: None,
         coopmat: None,
         exact: false,
+        narrow: true,
         wide_matvec: false,
         fuse: true,
         tiled_attention: true,
@@ -207,6 +226,7 @@ impl Variants {
             subgroup_matvec,
             coopmat,
             exact,
+            narrow: !switch("HRX_VK_NO_NARROW"),
             coop_attention: coopmat.filter(|_| !exact && shuffle),
             wide_matvec: wide && subgroup_matvec.is_some_and(|s| s <= WIDE_MAX_SUBGROUP),
             fuse: !switch("HRX_VK_NO_FUSE"),
@@ -220,7 +240,19 @@ impl Variants {
     /// wide mat-vec kernel reads Q4_K blocks as 16-byte vectors, so it needs 16-byte aligned
     /// rows).
     pub fn mat_kinds(&self, wt: WType, k: usize, n: usize, cols: usize) -> Vec<MatKind> {
+        let narrow = self
+            .coopmat
+            .filter(|&cm| !self.exact && self.narrow_fits(cm) && narrow_pays(cm, n, cols))
+            .map(MatKind::CoopNarrow);
         match MatKind::choose(k, cols) {
+            // From 5 columns the narrow tiles beat the wide mat-vec kernel, folded producers and
+            // all (2B shape, H200, 8 sequences: a decode step 12.5 ms on the wide kernel's 8
+            // columns, 8 ms on narrow tiles of 16), so the wide one is left out where they
+            // take the rows: a fold would choose it.
+            MatKind::Vec if cols >= NARROW_MIN_COLS && narrow.is_some_and(|n| whole_slices(n, k)) => {
+                let sg = self.subgroup_matvec.map(|subgroup| MatKind::VecSg { subgroup });
+                narrow.into_iter().chain(sg).chain([MatKind::Vec]).collect()
+            }
             MatKind::Vec => {
                 let mut kinds = Vec::new();
                 if let Some(subgroup) = self.subgroup_matvec {
@@ -235,10 +267,17 @@ impl Variants {
             }
             MatKind::Tiled => {
                 let coop = self.coopmat.map(|cm| if self.exact { MatKind::CoopExact(cm) } else { MatKind::Coop(cm) });
-                coop.into_iter().chain([MatKind::Tiled]).collect()
+                narrow.into_iter().chain(coop).chain([MatKind::Tiled]).collect()
             }
             kind => vec![kind],
         }
+    }
+
+    /// Whether `mul_mat_cm_narrow` runs variant `cm` here: its tiles stage evenly and fit the
+    /// shared memory (HRX_VK_NO_NARROW=1: never).
+    fn narrow_fits(&self, cm: CoopMat) -> bool {
+        let tiles = Tiles::narrow(cm);
+        self.narrow && tiles.stages_evenly(cm) && tiles.shared_bytes(cm.shape) <= self.shared_memory
     }
 
     /// Whether many-column products run with f16 operands (`mul_mat_cm`): results then differ
@@ -251,6 +290,31 @@ impl Variants {
     pub fn coop_attention(&self) -> Option<CoopMat> {
         self.coop_attention.filter(|_| self.tiled_attention)
     }
+}
+
+/// Columns up to which a product may take `mul_mat_cm_narrow`: past them `mul_mat_cm`'s 64 x 64
+/// tiles have enough workgroups, and share each weight load among more columns.
+pub const NARROW_MAX_COLS: usize = 32;
+/// Columns from which a product takes `mul_mat_cm_narrow` rather than the wide mat-vec kernel.
+pub const NARROW_MIN_COLS: usize = 5;
+/// `mul_mat_cm`'s workgroups from which a product keeps it whatever its columns: the vocabulary
+/// head (151,936 rows, 2,374 workgroups) filled the H200 and ran 578 us at 32 columns against
+/// the narrow tiles' 1,006 (whose more workgroups bought nothing, and each weight was loaded
+/// once per 16 columns).
+const NARROW_MAX_FAST_GROUPS: usize = 1024;
+
+/// Whether `mul_mat_cm_narrow` beats `mul_mat_cm` for `n` rows and `cols` columns: few columns,
+/// and too few 64 x 64 tiles to fill a large GPU (H200, 2B shapes at 32 columns: 2048 x 2048
+/// Q4_K 43 -> 16 us, 6144 -> 2048 115 -> 41 us).
+fn narrow_pays(cm: CoopMat, n: usize, cols: usize) -> bool {
+    let fast = Tiles::fast(cm);
+    let groups = n.div_ceil(fast.rows() as usize) * cols.div_ceil(fast.cols() as usize);
+    cols <= NARROW_MAX_COLS && groups < NARROW_MAX_FAST_GROUPS
+}
+
+/// Whether rows of `k` values are whole slices of the cooperative-matrix kind `kind`.
+fn whole_slices(kind: MatKind, k: usize) -> bool {
+    kind.coop_tiles().is_some_and(|(_, tiles)| k.is_multiple_of(tiles.bk as usize))
 }
 
 /// Rows per thread of `mul_mat_vec_wide` (the families of shaders/modules.txt).
@@ -426,14 +490,21 @@ pub fn launch(
             Grid::Mat { rows: 128 / subgroup as usize, cols: 1 }
         }
         MatKind::Tiled => Grid::Mat { rows: 64, cols: 64 },
-        MatKind::Coop(cm) => {
-            let tiles = Tiles::fast(cm);
+        MatKind::Coop(cm) | MatKind::CoopNarrow(cm) => {
+            let name = KernelId::MatMul(kind, wt).name();
+            let tiles = if matches!(kind, MatKind::Coop(_)) { Tiles::fast(cm) } else { Tiles::narrow(cm) };
             if !k.is_multiple_of(tiles.bk as usize) {
-                return Err(VkError::Invalid(format!("mul_mat_cm: K {k} is not whole slices of {}", tiles.bk)));
+                return Err(VkError::Invalid(format!("{name}: K {k} is not whole slices of {}", tiles.bk)));
             }
             let align = chunk_alignment(wt);
             if !w.offset.is_multiple_of(align) || !w.nb[1].is_multiple_of(align) {
-                return Err(VkError::Invalid(format!("mul_mat_cm: {} rows must be {align}-byte aligned", w.dtype)));
+                return Err(VkError::Invalid(format!("{name}: {} rows must be {align}-byte aligned", w.dtype)));
+            }
+            if !tiles.stages_evenly(cm) {
+                return Err(VkError::Invalid(format!(
+                    "{name}: no tiles for subgroups of {} and {} matrices",
+                    cm.subgroup, cm.shape
+                )));
             }
             coop_grid(cm, tiles)?
         }
@@ -486,8 +557,9 @@ mod tests {
             MatKind::VecWide { rows, cols, .. } => wide(rows, cols),
             MatKind::Tiled => 14,
             MatKind::Coop(_) => 15,
-            MatKind::CoopExact(_) => 16,
-            MatKind::Rows => 17,
+            MatKind::CoopNarrow(_) => 16,
+            MatKind::CoopExact(_) => 17,
+            MatKind::Rows => 18,
         };
         let positions: Vec<usize> = MatKind::all().iter().map(|&k| position(k)).collect();
         assert_eq!(positions, (0..MatKind::all().len()).collect::<Vec<_>>());
