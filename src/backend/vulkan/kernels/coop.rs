@@ -97,37 +97,47 @@ impl Tiles {
             depth: 2,
             probe: 0,
         };
-        match tiles_override() {
-            Some([sg_m, sg_n, bk, depth, probe]) => {
-                let t = Tiles { sg_m, sg_n, bk, depth, probe, ..default };
-                let whole = sg_m.is_multiple_of(m) && sg_n.is_multiple_of(n) && (1..=8).contains(&depth) && probe <= 2;
-                if whole && t.stages_evenly(cm) {
-                    t
-                } else {
-                    log::warn!(
-                        "HRX_VK_CM_TILES={sg_m},{sg_n},{bk},{depth},{probe}: not tiles of {} for subgroups of {}; the default",
-                        cm.shape,
-                        cm.subgroup
-                    );
-                    default
-                }
-            }
-            None => default,
+        static OVERRIDE: std::sync::OnceLock<Option<[u32; 5]>> = std::sync::OnceLock::new();
+        default.overridden(cm, FAST_TILES_VAR, *OVERRIDE.get_or_init(|| tiles_override(FAST_TILES_VAR)))
+    }
+
+    /// These tiles with `values` (SG_M, SG_N, BK, DEPTH, PROBE, read from `var`) instead, where
+    /// the kernel can stage them; a warning and these tiles where it cannot.
+    fn overridden(self, cm: CoopMat, var: &str, values: Option<[u32; 5]>) -> Tiles {
+        let Some([sg_m, sg_n, bk, depth, probe]) = values else { return self };
+        let t = Tiles { sg_m, sg_n, bk, depth, probe, ..self };
+        if (1..=8).contains(&depth) && probe <= 2 && t.stages_evenly(cm) {
+            t
+        } else {
+            log::warn!(
+                "{var}={sg_m},{sg_n},{bk},{depth},{probe}: not tiles of {} for subgroups of {}; the default",
+                cm.shape,
+                cm.subgroup
+            );
+            self
         }
     }
 
     /// `mul_mat_cm_narrow`, for a few columns (batched decode): tiles of one matrix-unit block
     /// each way (more where the workgroup's threads need more rows or columns to stage), each
-    /// subgroup over a quarter of every slice; slices of 4 x max(2 K, subgroup) values, so that
-    /// a subgroup runs two or more products a slice and each thread stages one 16-value chunk
-    /// of each operand: 128 on NVIDIA (16 x 16 tiles), 256 on AMD's wave64, 64 on lavapipe.
-    /// 2048-row products at 16 columns are 128 workgroups instead of `fast`'s 32.
+    /// subgroup over a quarter of every slice; slices of 4 x max(4 K, subgroup) values, so that
+    /// a subgroup runs four or more products a slice and each thread stages one or two 16-value
+    /// chunks of each operand: 256 on NVIDIA and AMD (16 x 16 tiles), 128 on lavapipe. 2048-row
+    /// products at 16 columns are 128 workgroups instead of `fast`'s 32. Measured on the H200
+    /// at 32 columns (`scripts/device_bench`, HRX_DEVBENCH_VARIANTS): slices of 256 beat 128
+    /// by 5-18 % on every 2B shape; four slices in flight instead of two, or tiles of 16 x 32,
+    /// gained nothing; 32 x 32 won on 2048 -> 6144 (28 us against 39) and lost on the others.
+    /// HRX_VK_CM_NARROW=SG_M,SG_N,BK,DEPTH[,PROBE] sets them instead, as HRX_VK_CM_TILES does
+    /// `fast`'s (SG_M x SG_N is then the workgroup's tile).
     pub fn narrow(cm: CoopMat) -> Tiles {
         let (m, n, k) = (cm.shape.m, cm.shape.n, cm.shape.k);
-        let bk = 4 * (2 * k).max(cm.subgroup);
+        let bk = 4 * (4 * k).max(cm.subgroup);
         // Rows (columns) that give every thread one chunk of a slice.
         let staged = (4 * cm.subgroup / (bk / 16)).max(1);
-        Tiles { sg_m: m.max(staged), sg_n: n.max(staged), split: 4, bk, buffers: 2, parts: 1, depth: 2, probe: 0 }
+        let default =
+            Tiles { sg_m: m.max(staged), sg_n: n.max(staged), split: 4, bk, buffers: 2, parts: 1, depth: 2, probe: 0 };
+        static OVERRIDE: std::sync::OnceLock<Option<[u32; 5]>> = std::sync::OnceLock::new();
+        default.overridden(cm, NARROW_TILES_VAR, *OVERRIDE.get_or_init(|| tiles_override(NARROW_TILES_VAR)))
     }
 
     /// Whether `mul_mat_cm`'s staging divides evenly among the workgroup's threads: each
@@ -188,22 +198,22 @@ impl Tiles {
     }
 }
 
-/// HRX_VK_CM_TILES as SG_M,SG_N,BK,DEPTH[,PROBE], read once (a malformed value is warned about
-/// and unset).
-fn tiles_override() -> Option<[u32; 5]> {
-    static TILES: std::sync::OnceLock<Option<[u32; 5]>> = std::sync::OnceLock::new();
-    *TILES.get_or_init(|| {
-        let v = std::env::var("HRX_VK_CM_TILES").ok()?;
-        let n: Vec<u32> = v.split(',').filter_map(|x| x.trim().parse().ok()).collect();
-        match n[..] {
-            [a, b, c, d] if n.iter().all(|&x| x > 0) => Some([a, b, c, d, 0]),
-            [a, b, c, d, e] if n[..4].iter().all(|&x| x > 0) => Some([a, b, c, d, e]),
-            _ => {
-                log::warn!("HRX_VK_CM_TILES={v:?}: expected SG_M,SG_N,BK,DEPTH[,PROBE] (positive numbers); unset");
-                None
-            }
+/// The variables that set `Tiles::fast`'s and `Tiles::narrow`'s tiles, for measuring others.
+const FAST_TILES_VAR: &str = "HRX_VK_CM_TILES";
+const NARROW_TILES_VAR: &str = "HRX_VK_CM_NARROW";
+
+/// `var` as SG_M,SG_N,BK,DEPTH[,PROBE] (a malformed value is warned about and unset).
+fn tiles_override(var: &str) -> Option<[u32; 5]> {
+    let v = std::env::var(var).ok()?;
+    let n: Vec<u32> = v.split(',').filter_map(|x| x.trim().parse().ok()).collect();
+    match n[..] {
+        [a, b, c, d] if n.iter().all(|&x| x > 0) => Some([a, b, c, d, 0]),
+        [a, b, c, d, e] if n[..4].iter().all(|&x| x > 0) => Some([a, b, c, d, e]),
+        _ => {
+            log::warn!("{var}={v:?}: expected SG_M,SG_N,BK,DEPTH[,PROBE] (positive numbers); unset");
+            None
         }
-    })
+    }
 }
 
 #[cfg(test)]
@@ -254,14 +264,14 @@ mod tests {
             assert!(t.stages_evenly(cm(subgroup, s)), "{t:?}");
             (t.rows(), t.cols(), t.bk)
         };
-        assert_eq!(narrow(32, shape(16, 16, 16)), (16, 16, 128));
+        assert_eq!(narrow(32, shape(16, 16, 16)), (16, 16, 256));
         assert_eq!(narrow(64, shape(16, 16, 16)), (16, 16, 256));
-        assert_eq!(narrow(8, shape(8, 8, 8)), (8, 8, 64));
-        assert_eq!(narrow(16, shape(8, 8, 8)), (16, 16, 64));
-        assert_eq!(narrow(32, shape(16, 8, 16)), (16, 16, 128));
+        assert_eq!(narrow(8, shape(8, 8, 8)), (8, 8, 128));
+        assert_eq!(narrow(16, shape(8, 8, 8)), (8, 8, 128));
+        assert_eq!(narrow(32, shape(16, 8, 16)), (16, 8, 256));
         let t = Tiles::narrow(cm(32, shape(16, 16, 16)));
-        assert_eq!(t.shared_bytes(shape(16, 16, 16)), 2 * 32 * 136 * 2 + 4 * 16 * 16 * 4);
-        assert_eq!(t.constants(cm(32, shape(16, 16, 16))), vec![128, 16, 16, 16, 16, 16, 128, 2, 0]);
+        assert_eq!(t.shared_bytes(shape(16, 16, 16)), 2 * 32 * 264 * 2 + 4 * 16 * 16 * 4);
+        assert_eq!(t.constants(cm(32, shape(16, 16, 16))), vec![128, 16, 16, 16, 16, 16, 256, 2, 0]);
         let e = Tiles::exact();
         assert_eq!((e.rows(), e.cols()), (64, 64));
         assert_eq!(e.shared_bytes(shape(16, 16, 16)), 2 * 128 * 40 * 2 + 4 * 16 * 20 * 4);
