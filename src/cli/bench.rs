@@ -68,12 +68,13 @@ fn help() -> String {
                  HRX_VK_MATVEC=sg (the one-subgroup-per-row matrix-vector kernel instead of the\n\
                  wide one), HRX_VK_NO_NARROW=1 (5 to 32 columns on 64x64 cooperative-matrix tiles\n\
                  or the wide matrix-vector kernel, not narrow tiles), HRX_VK_NO_FUSE=1 (no fused or folded dispatches),\n\
-                 HRX_VK_NO_TILED_ATTN=1 (one-query attention for prefill and vision too).
-                 While profiling, each pipeline's driver statistics (registers, spills, shared
-                 memory, as the driver names them) are logged at info level (RUST_LOG=info) where
-                 the device has VK_KHR_pipeline_executable_properties. HRX_VK_CM_TILES=SG_M,SG_N,
-                 BK,DEPTH[,PROBE] sets the cooperative-matrix product's tiles for measuring others;
-                 PROBE 1 leaves out its products and 2 its staging (wrong results: timing only).\n\
+                 HRX_VK_NO_TILED_ATTN=1 (one-query attention for prefill and vision too).\n\
+                 While profiling, each pipeline's driver statistics (registers, spills, shared\n\
+                 memory, as the driver names them) are logged at info level (RUST_LOG=info) where\n\
+                 the device has VK_KHR_pipeline_executable_properties. HRX_VK_CM_TILES=SG_M,SG_N,\n\
+                 BK,DEPTH[,PROBE] sets the cooperative-matrix product's tiles for measuring others;\n\
+                 PROBE 1 leaves out its products and 2 its staging (wrong results: timing only);\n\
+                 HRX_VK_CM_NARROW, in the same form, the narrow tiles' (SG_M x SG_N per workgroup).\n\
                  \n\
                  example: hrx bench -m Qwen3-VL-2B-Instruct-Q4_K_M.gguf -p 512 -n 128 --json",
     }
