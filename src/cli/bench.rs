@@ -60,7 +60,7 @@ fn help() -> String {
         footer: "environment: HRX_KERNELS=reference benchmarks the reference kernels. HRX_VK_PROFILE=1\n\
                  (Vulkan) times every dispatch with GPU timestamps and prints, per graph, each kernel's\n\
                  dispatches per run, total GPU time over all runs and share (--json: \"profile\" of each\n\
-                 graph); while profiling a barrier separates every two dispatches, so that each time is\n\
+                 graph; --batch: each plan's over every size it ran, in the text output only); while profiling a barrier separates every two dispatches, so that each time is\n\
                  one kernel's alone, and the speeds measured are lower. Kernel choices to compare:\n\
                  HRX_VK_NO_COOPMAT=1 (many-column products and attention in f32 tiles instead\n\
                  of on cooperative matrices with f16 operands), HRX_VK_EXACT=1 (cooperative-matrix\n\
@@ -387,7 +387,7 @@ fn share(part: f64, total: f64) -> f64 {
 }
 
 /// The GPU time of each profiled graph by kernel, the largest first (HRX_VK_PROFILE=1).
-fn write_profiles(graphs: &[RecordingStats], out: &mut dyn Write) -> std::io::Result<()> {
+pub(super) fn write_profiles(graphs: &[RecordingStats], out: &mut dyn Write) -> std::io::Result<()> {
     let profiled: Vec<(&str, &Profile)> =
         graphs.iter().filter_map(|g| g.profile.as_ref().map(|p| (g.graph.as_str(), p))).collect();
     if profiled.is_empty() {

@@ -144,6 +144,9 @@ pub fn run(
             )?;
         }
     }
+    // HRX_VK_PROFILE=1: each plan's kernels over every batch size it ran (decode steps of n
+    // sequences run the plan of the smallest power of two that holds them).
+    super::bench::write_profiles(&model.recording_stats(), out)?;
     Ok(())
 }
 
