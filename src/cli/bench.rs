@@ -60,7 +60,8 @@ fn help() -> String {
         footer: "environment: HRX_KERNELS=reference benchmarks the reference kernels. HRX_VK_PROFILE=1\n\
                  (Vulkan) times every dispatch with GPU timestamps and prints, per graph, each kernel's\n\
                  dispatches per run, total GPU time over all runs and share (--json: \"profile\" of each\n\
-                 graph; --batch: each plan's over every size it ran, in the text output only); while profiling a barrier separates every two dispatches, so that each time is\n\
+                 graph; --batch: each plan's over every size it ran, in the text output only);\n\
+                 while profiling a barrier separates every two dispatches, so that each time is\n\
                  one kernel's alone, and the speeds measured are lower. Kernel choices to compare:\n\
                  HRX_VK_NO_COOPMAT=1 (many-column products and attention in f32 tiles instead\n\
                  of on cooperative matrices with f16 operands), HRX_VK_EXACT=1 (cooperative-matrix\n\
