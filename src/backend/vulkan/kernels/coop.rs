@@ -120,18 +120,20 @@ impl Tiles {
 
     /// `mul_mat_cm_narrow`, for a few columns (batched decode): tiles of one matrix-unit block
     /// each way (more where the workgroup's threads need more rows or columns to stage), each
-    /// subgroup over a quarter of every slice; slices of 4 x max(4 K, subgroup) values, so that
-    /// a subgroup runs four or more products a slice and each thread stages one or two 16-value
-    /// chunks of each operand: 256 on NVIDIA and AMD (16 x 16 tiles), 128 on lavapipe. 2048-row
-    /// products at 16 columns are 128 workgroups instead of `fast`'s 32. Measured on the H200
-    /// at 32 columns (`scripts/device_bench`, HRX_DEVBENCH_VARIANTS): slices of 256 beat 128
-    /// by 5-18 % on every 2B shape; four slices in flight instead of two, or tiles of 16 x 32,
-    /// gained nothing; 32 x 32 won on 2048 -> 6144 (28 us against 39) and lost on the others.
+    /// subgroup over a quarter of every slice; slices of 4 x max(2 K, subgroup) values, so that
+    /// a subgroup runs two or more products a slice and each thread stages one 16-value chunk
+    /// of each operand: 128 on NVIDIA (16 x 16 tiles), 256 on AMD's wave64, 64 on lavapipe.
+    /// 2048-row products at 16 columns are 128 workgroups instead of `fast`'s 32. Measured on
+    /// the H200 at 32 columns (`scripts/device_bench`, HRX_DEVBENCH_VARIANTS): slices of 256
+    /// (HRX_VK_CM_NARROW=16,16,256,2) beat 128 by 5-18 % on every 2B shape, but the kernel tests
+    /// have not run there with them yet, so 128 stays; four slices in flight instead of two, or
+    /// tiles of 16 x 32, gained nothing; 32 x 32 won on 2048 -> 6144 (28 us against 39) and lost
+    /// on the others.
     /// HRX_VK_CM_NARROW=SG_M,SG_N,BK,DEPTH[,PROBE] sets them instead, as HRX_VK_CM_TILES does
     /// `fast`'s (SG_M x SG_N is then the workgroup's tile).
     pub fn narrow(cm: CoopMat) -> Tiles {
         let (m, n, k) = (cm.shape.m, cm.shape.n, cm.shape.k);
-        let bk = 4 * (4 * k).max(cm.subgroup);
+        let bk = 4 * (2 * k).max(cm.subgroup);
         // Rows (columns) that give every thread one chunk of a slice.
         let staged = (4 * cm.subgroup / (bk / 16)).max(1);
         let default =
@@ -264,14 +266,14 @@ mod tests {
             assert!(t.stages_evenly(cm(subgroup, s)), "{t:?}");
             (t.rows(), t.cols(), t.bk)
         };
-        assert_eq!(narrow(32, shape(16, 16, 16)), (16, 16, 256));
+        assert_eq!(narrow(32, shape(16, 16, 16)), (16, 16, 128));
         assert_eq!(narrow(64, shape(16, 16, 16)), (16, 16, 256));
-        assert_eq!(narrow(8, shape(8, 8, 8)), (8, 8, 128));
-        assert_eq!(narrow(16, shape(8, 8, 8)), (8, 8, 128));
-        assert_eq!(narrow(32, shape(16, 8, 16)), (16, 8, 256));
+        assert_eq!(narrow(8, shape(8, 8, 8)), (8, 8, 64));
+        assert_eq!(narrow(16, shape(8, 8, 8)), (16, 16, 64));
+        assert_eq!(narrow(32, shape(16, 8, 16)), (16, 16, 128));
         let t = Tiles::narrow(cm(32, shape(16, 16, 16)));
-        assert_eq!(t.shared_bytes(shape(16, 16, 16)), 2 * 32 * 264 * 2 + 4 * 16 * 16 * 4);
-        assert_eq!(t.constants(cm(32, shape(16, 16, 16))), vec![128, 16, 16, 16, 16, 16, 256, 2, 0]);
+        assert_eq!(t.shared_bytes(shape(16, 16, 16)), 2 * 32 * 136 * 2 + 4 * 16 * 16 * 4);
+        assert_eq!(t.constants(cm(32, shape(16, 16, 16))), vec![128, 16, 16, 16, 16, 16, 128, 2, 0]);
         let e = Tiles::exact();
         assert_eq!((e.rows(), e.cols()), (64, 64));
         assert_eq!(e.shared_bytes(shape(16, 16, 16)), 2 * 128 * 40 * 2 + 4 * 16 * 20 * 4);
