@@ -5,6 +5,7 @@
 mod vulkan_common;
 
 use hrx::backend::cpu::{CpuExecutor, Kernels};
+use hrx::backend::vulkan::kernels::Variants;
 use hrx::backend::vulkan::{Device, DeviceOptions, Location, VkError, VulkanExecutor, VulkanRegistry};
 use hrx::backend::PlanId;
 use hrx::gguf::{GgufFile, GgufWriter};
@@ -119,6 +120,45 @@ fn a_decode_block_folds_its_norm_and_swiglu_into_the_products() {
             eprintln!("folded decode block, {n} of {sequences} columns: nmse {e:.3e}");
             assert!(e < 1e-9, "nmse {e}");
         }
+    }
+}
+
+/// Sixteen sequences decoded together on a device with cooperative matrices: every product of
+/// the block runs on the narrow tiles (`mul_mat_cm_narrow`, f16 operands: within their
+/// tolerance of the CPU executor), none folds a producer, for 16, 9 and 5 of the planned
+/// columns. Elsewhere (or with HRX_VK_NO_NARROW=1) no plan names them.
+#[test]
+fn a_decode_block_of_sixteen_sequences_takes_the_narrow_tiles() {
+    let Some(dev) = vulkan_common::device() else { return };
+    let variants = Variants::for_device(dev.info());
+    let (width, ff, sequences) = (512, 1024, 16);
+    let (graph, out) = block_of(width, ff, sequences);
+    let plan = Plan::new(graph.clone(), &VulkanRegistry::for_device(dev.info())).unwrap();
+    let census = plan.census();
+    let kernels: Vec<&String> = census.by_kernel.keys().map(|(_, k)| k).collect();
+    let narrow = kernels.iter().filter(|k| k.starts_with("mul_mat_cm_narrow")).count();
+    if variants.coopmat.is_none() || variants.exact || !variants.narrow {
+        eprintln!("no narrow tiles on {}: {kernels:?}", dev.info().name);
+        assert_eq!(narrow, 0, "{kernels:?}");
+        return;
+    }
+    // gate (Q4_K), up (Q6_K), down (Q8_0), proj (F16); the residual ADD fused into down.
+    assert_eq!(narrow, 4, "{kernels:?}");
+    assert!(!kernels.iter().any(|k| k.contains("RMS_NORM+MUL_MAT") || k.contains("SWIGLU+MUL_MAT")), "{kernels:?}");
+    let mut rng = Rng::new(29);
+    let file = weights_of(&mut rng, width, ff);
+    let mut gpu = VulkanExecutor::new(&dev, vec![plan], std::slice::from_ref(&file)).unwrap();
+    let mut cpu = CpuExecutor::new(vec![Plan::new(graph, &CpuRegistry).unwrap()], &[file], Kernels::Reference).unwrap();
+    for n in [16, 9, 5] {
+        let x: Vec<f32> = rng.vec(width * n);
+        gpu.write_f32(PlanId(0), "x", 0, &x).unwrap();
+        cpu.f32_buffer(PlanId(0), "x").unwrap()[..x.len()].copy_from_slice(&x);
+        gpu.run(PlanId(0), &[n]).unwrap();
+        cpu.run(PlanId(0), &[n]).unwrap();
+        let e = nmse(&gpu.output(PlanId(0), out, &[n]).unwrap(), cpu.output(PlanId(0), out, &[n]).unwrap());
+        eprintln!("decode block on narrow tiles, {n} of {sequences} columns: nmse {e:.3e}");
+        // f16 operands: the kernel tests' bound for them.
+        assert!(e < 1e-5, "nmse {e}");
     }
 }
 

@@ -23,7 +23,8 @@
 # Sourced by scripts/test, or run directly:
 #   scripts/lib/lavapipe_coopmat.sh setup            fetch the driver into .lavapipe/ (network)
 #   scripts/lib/lavapipe_coopmat.sh run BINARY ...   run a binary on it
-#   scripts/lib/lavapipe_coopmat.sh test [ARGS]      build and run tests/vulkan_kernels.rs on it
+#   scripts/lib/lavapipe_coopmat.sh test [ARGS]      build and run tests/vulkan_kernels.rs and
+#                                                    tests/vulkan_executor.rs on it
 # Setup is skipped when .lavapipe/ already holds what LAVAPIPE_PACKAGES names.
 
 LAVAPIPE_DIR="${LAVAPIPE_DIR:-.lavapipe}"
@@ -121,7 +122,8 @@ lavapipe_test_binary() {
     grep -o "\"executable\":\"[^\"]*/$1-[^\"]*\"" | sed 's/^"executable":"//; s/"$//' | tail -1
 }
 
-# Sets up the driver and runs tests/vulkan_kernels.rs on it (ARGS go to the test binary).
+# Sets up the driver and runs tests/vulkan_kernels.rs (the kernels) and tests/vulkan_executor.rs
+# (plans that choose them: batched decode on the narrow tiles) on it (ARGS go to each binary).
 # Under CI=true any failure to get the driver fails; elsewhere it is a loud skip.
 lavapipe_coopmat_test() {
   if ! lavapipe_coopmat_setup; then
@@ -132,16 +134,18 @@ lavapipe_coopmat_test() {
     echo "!!!!! lavapipe_coopmat: no Mesa lavapipe with cooperative matrices: the cooperative-matrix kernels are NOT TESTED !!!!!" >&2
     return 0
   fi
-  local bin
-  bin="$(lavapipe_test_binary vulkan_kernels)"
-  if [ -z "$bin" ]; then
-    echo "lavapipe_coopmat: no vulkan_kernels test binary" >&2
-    return 1
-  fi
-  echo "lavapipe_coopmat: tests/vulkan_kernels.rs on Mesa $(cat "$LAVAPIPE_DIR/mesa-version")'s lavapipe" >&2
-  local start=$SECONDS
-  lavapipe_coopmat_run "$bin" "$@" || return 1
-  echo "lavapipe_coopmat: vulkan_kernels passed in $((SECONDS - start)) s" >&2
+  local test bin start
+  for test in vulkan_kernels vulkan_executor; do
+    bin="$(lavapipe_test_binary "$test")"
+    if [ -z "$bin" ]; then
+      echo "lavapipe_coopmat: no $test test binary" >&2
+      return 1
+    fi
+    echo "lavapipe_coopmat: tests/$test.rs on Mesa $(cat "$LAVAPIPE_DIR/mesa-version")'s lavapipe" >&2
+    start=$SECONDS
+    lavapipe_coopmat_run "$bin" "$@" || return 1
+    echo "lavapipe_coopmat: $test passed in $((SECONDS - start)) s" >&2
+  done
 }
 
 if [ "${BASH_SOURCE[0]}" = "$0" ]; then
