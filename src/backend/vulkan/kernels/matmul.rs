@@ -246,8 +246,8 @@ impl Variants {
             .map(MatKind::CoopNarrow);
         match MatKind::choose(k, cols) {
             // From 5 columns the narrow tiles beat the wide mat-vec kernel, folded producers and
-            // all (2B shape, H200, 8 sequences: a decode step 12.5 ms on the wide kernel's 8
-            // columns, 8 ms on narrow tiles of 16), so the wide one is left out where they
+            // all (2B shape, H200, 8 sequences: a decode step 12.8 ms on the wide kernel's 8
+            // columns, 7.4 ms on narrow tiles of 16), so the wide one is left out where they
             // take the rows: a fold would choose it.
             MatKind::Vec if cols >= NARROW_MIN_COLS && narrow.is_some_and(|n| whole_slices(n, k)) => {
                 let sg = self.subgroup_matvec.map(|subgroup| MatKind::VecSg { subgroup });
