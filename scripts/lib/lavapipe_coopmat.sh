@@ -1,8 +1,8 @@
 #!/usr/bin/env bash
 # Mesa 26.1's lavapipe, the first CPU Vulkan driver with cooperative matrices (8 x 8 x 8 f16
 # into f32 at subgroup scope, subgroups of 8): with it the cooperative-matrix kernels
-# (mul_mat_cm, mul_mat_cm_exact) run without a GPU. Debian 12's lavapipe (Mesa 22.3) has none,
-# so the normal suite never runs them; scripts/test runs the Vulkan kernel tests a second time
+# (mul_mat_cm, its narrow build, mul_mat_cm_exact) run without a GPU. Debian 12's lavapipe (Mesa 22.3) has none,
+# so the normal suite never runs them; scripts/test runs the Vulkan kernel and executor tests a second time
 # on this driver.
 #
 # Debian 13 (trixie) has it in trixie-backports. `lavapipe_coopmat_setup` downloads
