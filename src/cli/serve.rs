@@ -19,7 +19,7 @@ fn help() -> String {
             "also accept file:///absolute/path image URLs of regular files under DIR (repeatable; symbolic links are followed before the check; every unusable file gets the same answer)",
         ),
         MAX_CONNECTIONS.help(
-            "connections open at once (default 1024); past it the one that has been sending its request head the longest is closed",
+            "connections open at once (default 1024); past it the one that has waited longest for (or been sending) its request head is closed, and with none such a new one gets 503 after 0.1 s",
         ),
         HEAD_TIMEOUT.help(
             "seconds a client has, from connecting or from its last answer on a kept connection, to send its request head (default 10; a trickle does not extend it)",

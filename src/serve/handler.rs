@@ -138,9 +138,6 @@ impl App {
         let mut pending = Vec::new();
         let mut since = accepted;
         for served in 0usize.. {
-            if served > 0 {
-                watch.waiting(&stream, since);
-            }
             let admit = |head: &http::Head| {
                 watch.working();
                 if head.path != CHAT {
@@ -178,11 +175,17 @@ impl App {
                     (Outcome { line, status: e.status, reason: Some(e.message) }, keep_alive)
                 }
             };
+            // Waiting for the next head from the end of this answer, before its log line: the
+            // client may already be counting on it.
+            let answered = Instant::now();
+            if open {
+                watch.waiting(&stream, answered);
+            }
             watch.answered(&outcome, since);
             if !open {
                 break;
             }
-            since = Instant::now();
+            since = answered;
         }
         http::close_gently(&mut stream);
     }

@@ -44,12 +44,13 @@ pub fn serve(listener: TcpListener, app: Arc<App>) {
         let accepted = Instant::now();
         let peer = peer(&stream);
         if open.load(Ordering::SeqCst) >= app.limits.max_open {
-            match heads.close_oldest() {
-                Some((addr, waited)) => eprintln!(
+            match heads.make_room(&open, app.limits.max_open) {
+                Room::Free => {}
+                Room::Closed(addr, waited) => eprintln!(
                     "hrx serve: {addr} closed after {:.1} s without a whole request head, to make room for {peer}",
                     waited.as_secs_f64()
                 ),
-                None => {
+                Room::None => {
                     refuse(&mut stream, app.limits.max_open);
                     eprintln!("hrx serve: {peer} refused 503: {} connections open", app.limits.max_open);
                     continue;
@@ -120,6 +121,26 @@ impl Heads {
         self.lock().remove(&id);
     }
 
+    /// Room for one more connection when `open` has reached `max_open`: a slot given back, or
+    /// the connection that has waited longest for a head closed; either looked for up to
+    /// `ROOM_GRACE`, since a kept connection between its answer and its next wait is about to
+    /// wait (its client may have the answer already and be the one connecting).
+    fn make_room(&self, open: &AtomicUsize, max_open: usize) -> Room {
+        let until = Instant::now() + ROOM_GRACE;
+        loop {
+            if open.load(Ordering::SeqCst) < max_open {
+                return Room::Free;
+            }
+            if let Some((addr, waited)) = self.close_oldest() {
+                return Room::Closed(addr, waited);
+            }
+            if Instant::now() >= until {
+                return Room::None;
+            }
+            std::thread::sleep(Duration::from_millis(2));
+        }
+    }
+
     /// Shuts down the one that has waited longest (its read fails, its thread ends): a kept
     /// connection's wait counts from its last answer, not its accept. Its address and wait.
     fn close_oldest(&self) -> Option<(String, Duration)> {
@@ -132,6 +153,21 @@ impl Heads {
         }
         Some((w.peer, w.since.elapsed()))
     }
+}
+
+/// How long a new connection past `max_open` waits for room before its 503: enough for a kept
+/// connection's thread to go from sending an answer to waiting on a loaded machine, short
+/// enough that refusals under a flood stay quick.
+const ROOM_GRACE: Duration = Duration::from_millis(100);
+
+/// What `Heads::make_room` found.
+enum Room {
+    /// A connection ended meanwhile.
+    Free,
+    /// This one (address, wait) was closed.
+    Closed(String, Duration),
+    /// Every connection is at work.
+    None,
 }
 
 fn peer(stream: &TcpStream) -> String {
