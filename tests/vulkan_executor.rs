@@ -111,12 +111,7 @@ fn a_decode_block_folds_its_norm_and_swiglu_into_the_products() {
         let mut cpu =
             CpuExecutor::new(vec![Plan::new(graph, &CpuRegistry).unwrap()], &[file], Kernels::Reference).unwrap();
         for n in [1, 2, 3].into_iter().filter(|&n| n <= sequences) {
-            let x: Vec<f32> = rng.vec(width * n);
-            gpu.write_f32(PlanId(0), "x", 0, &x).unwrap();
-            cpu.f32_buffer(PlanId(0), "x").unwrap()[..x.len()].copy_from_slice(&x);
-            gpu.run(PlanId(0), &[n]).unwrap();
-            cpu.run(PlanId(0), &[n]).unwrap();
-            let e = nmse(&gpu.output(PlanId(0), out, &[n]).unwrap(), cpu.output(PlanId(0), out, &[n]).unwrap());
+            let e = block_nmse(&mut gpu, &mut cpu, &mut rng, width, out, n);
             eprintln!("folded decode block, {n} of {sequences} columns: nmse {e:.3e}");
             assert!(e < 1e-9, "nmse {e}");
         }
@@ -150,12 +145,7 @@ fn a_decode_block_of_sixteen_sequences_takes_the_narrow_tiles() {
     let mut gpu = VulkanExecutor::new(&dev, vec![plan], std::slice::from_ref(&file)).unwrap();
     let mut cpu = CpuExecutor::new(vec![Plan::new(graph, &CpuRegistry).unwrap()], &[file], Kernels::Reference).unwrap();
     for n in [16, 9, 5] {
-        let x: Vec<f32> = rng.vec(width * n);
-        gpu.write_f32(PlanId(0), "x", 0, &x).unwrap();
-        cpu.f32_buffer(PlanId(0), "x").unwrap()[..x.len()].copy_from_slice(&x);
-        gpu.run(PlanId(0), &[n]).unwrap();
-        cpu.run(PlanId(0), &[n]).unwrap();
-        let e = nmse(&gpu.output(PlanId(0), out, &[n]).unwrap(), cpu.output(PlanId(0), out, &[n]).unwrap());
+        let e = block_nmse(&mut gpu, &mut cpu, &mut rng, width, out, n);
         eprintln!("decode block on narrow tiles, {n} of {sequences} columns: nmse {e:.3e}");
         // f16 operands: the kernel tests' bound for them.
         assert!(e < 1e-5, "nmse {e}");
@@ -215,6 +205,26 @@ fn weights_upload_through_one_staging_buffer() {
     assert!(nmse(&got, &want) < 1e-8, "nmse {}", nmse(&got, &want));
 }
 
+/// The block (of `width`) run on `t` random columns of x by both executors: the NMSE of the
+/// device's output against the CPU's, after checking it has `width` values a column.
+fn block_nmse(
+    gpu: &mut VulkanExecutor,
+    cpu: &mut CpuExecutor,
+    rng: &mut Rng,
+    width: usize,
+    out: NodeId,
+    t: usize,
+) -> f64 {
+    let x: Vec<f32> = rng.vec(width * t);
+    gpu.write_f32(PlanId(0), "x", 0, &x).unwrap();
+    cpu.f32_buffer(PlanId(0), "x").unwrap()[..x.len()].copy_from_slice(&x);
+    gpu.run(PlanId(0), &[t]).unwrap();
+    cpu.run(PlanId(0), &[t]).unwrap();
+    let got = gpu.output(PlanId(0), out, &[t]).unwrap();
+    assert_eq!(got.len(), width * t);
+    nmse(&got, cpu.output(PlanId(0), out, &[t]).unwrap())
+}
+
 fn check_block(dev: &Device) {
     let mut rng = Rng::new(11);
     let file = weights(&mut rng);
@@ -224,16 +234,8 @@ fn check_block(dev: &Device) {
     let mut gpu = VulkanExecutor::new(dev, vec![gpu_plan], std::slice::from_ref(&file)).unwrap();
     let mut cpu = CpuExecutor::new(vec![Plan::new(graph, &CpuRegistry).unwrap()], &[file], Kernels::Reference).unwrap();
     for t in [MAX_T, 1, 7, MAX_T] {
-        let x: Vec<f32> = rng.vec(N * t);
-        gpu.write_f32(PlanId(0), "x", 0, &x).unwrap();
-        cpu.f32_buffer(PlanId(0), "x").unwrap()[..N * t].copy_from_slice(&x);
-        gpu.run(PlanId(0), &[t]).unwrap();
-        cpu.run(PlanId(0), &[t]).unwrap();
-        let got = gpu.output(PlanId(0), out, &[t]).unwrap();
-        let want = cpu.output(PlanId(0), out, &[t]).unwrap();
-        let e = nmse(&got, want);
+        let e = block_nmse(&mut gpu, &mut cpu, &mut rng, N, out, t);
         eprintln!("executor tokens={t}: nmse {e:.3e}");
-        assert_eq!(got.len(), N * t);
         assert!(e < 5e-4, "tokens={t}: nmse {e}");
     }
     assert!(matches!(gpu.run(PlanId(0), &[MAX_T + 1]), Err(VkError::Invalid(_))));
