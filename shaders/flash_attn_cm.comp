@@ -125,19 +125,6 @@ void main() {
         uint kb = p.k_off + (h / group) * p.k_nb1;
         uint vb = p.v_off + (h / group) * p.v_nb1;
         uint qb = p.q_off + h * p.q_nb1;
-        // The kv rows the tile needs: the most any of its queries sees (alike in every thread,
-        // so the loop below is uniform across the workgroup).
-        // From the first row any of them sees (a tile may straddle two sequences: each row
-        // masks the other's).
-        uint n_tile = 0u;
-        uint f_tile = n_kv_all;
-        [[unroll]] for (uint r = 0u; r < BR; r++) {
-            n_tile = max(n_tile, limit(t0 + r, n_q, n_kv_all));
-            if (t0 + r < n_q) {
-                f_tile = min(f_tile, first(t0 + r, n_q, n_kv_all));
-            }
-        }
-        f_tile = min(f_tile, n_tile);
         uint t_row = t0 + sg * R + row;
         uint lim = limit(t_row, n_q, n_kv_all);
         uint fst = first(t_row, n_q, n_kv_all);
@@ -174,10 +161,14 @@ void main() {
         }
         float m = NEG;
         float l = 0.0; // this lane's part of its row's sum
-        for (uint j0 = f_tile; j0 < n_tile; j0 += BC) {
+        // The tile's chunks of kv rows (alike in every thread, so the loop is uniform across
+        // the workgroup).
+        for (uvec2 chunk = next_chunk(t0, BR, n_q, n_kv_all, 0u, BC); chunk.y > 0u;
+             chunk = next_chunk(t0, BR, n_q, n_kv_all, chunk.x + chunk.y, BC)) {
+            uint j0 = chunk.x;
             // Everyone is past the previous step's reads of the tiles.
             barrier();
-            load_kv(kb, vb, j0, min(BC, n_tile - j0), hd, kv_aligned);
+            load_kv(kb, vb, j0, chunk.y, hd, kv_aligned);
             barrier();
             // S = Q K^T, to shared memory.
             [[unroll]] for (uint j = 0u; j < BC / R; j++) {

@@ -62,3 +62,27 @@ uint limit(uint t, uint n_q, uint n_kv) {
     }
     return uint(clamp(slots[p.s_off + t] + 1, 0, int(n_kv)));
 }
+
+// The next chunk of at most `bc` kv rows that the queries t0 .. t0 + br - 1 (of n_q) need
+// from row j on: its first row and its rows (0 rows: none left). The rows a tile needs are
+// spans, one per sequence of its queries (a sequence's queries come together, in slot order):
+// from the sequence's first row to the most any of its queries sees. A chunk never reaches
+// past its span, so a tile straddling two sequences reads neither the rows between their
+// spans (unwritten, perhaps not even finite) nor any row twice.
+uvec2 next_chunk(uint t0, uint br, uint n_q, uint n_kv, uint j, uint bc) {
+    uint start = 0xFFFFFFFFu;
+    uint end = 0u;
+    for (uint r = 0u; r < br; r++) {
+        uint lim = limit(t0 + r, n_q, n_kv);
+        if (lim > j) {
+            uint s = max(first(t0 + r, n_q, n_kv), j);
+            if (s < start) {
+                start = s;
+                end = lim;
+            } else if (s == start) {
+                end = max(end, lim);
+            }
+        }
+    }
+    return start < end ? uvec2(start, min(bc, end - start)) : uvec2(0u);
+}

@@ -91,19 +91,9 @@ void main() {
         uint t0 = (wi / heads) * BR;
         uint kb = p.k_off + (h / group) * p.k_nb1;
         uint vb = p.v_off + (h / group) * p.v_nb1;
-        // The kv rows the tile needs: the most any of its queries sees (every thread computes
-        // it alike, so the loop below is uniform across the workgroup).
-        // From the first row any of them sees (a tile may straddle two sequences: each row
-        // masks the other's).
-        uint n_tile = 0u;
-        uint f_tile = n_kv_all;
-        for (uint r = 0u; r < BR; r++) {
-            n_tile = max(n_tile, limit(t0 + r, n_q, n_kv_all));
-            if (t0 + r < n_q) {
-                f_tile = min(f_tile, first(t0 + r, n_q, n_kv_all));
-            }
-        }
-        f_tile = min(f_tile, n_tile);
+        // The tile's first chunk of kv rows (every thread finds it alike, so the loop below
+        // is uniform across the workgroup).
+        uvec2 chunk = next_chunk(t0, BR, n_q, n_kv_all, 0u, BC);
         uint lim[RM];
         uint fst[RM];
         for (uint i = 0u; i < RM; i++) {
@@ -117,7 +107,7 @@ void main() {
             uint t = t0 + r;
             qs[r * DM4 + i / 4u][i % 4u] = t < n_q && i < hd ? q[qb + t * p.q_nb2 + i] * qscale : 0.0;
         }
-        load_k(kb, f_tile, min(BC, n_tile - f_tile), hd);
+        load_k(kb, chunk.x, chunk.y, hd);
         barrier();
 
         float m[RM];
@@ -130,7 +120,8 @@ void main() {
                 acc[i * DV + c] = vec4(0.0);
             }
         }
-        for (uint j0 = f_tile; j0 < n_tile; j0 += BC) {
+        while (chunk.y > 0u) {
+            uint j0 = chunk.x;
             // S = Q K^T for this thread's block.
             float s[RM * CN];
             for (uint x = 0u; x < RM * CN; x++) {
@@ -180,10 +171,10 @@ void main() {
                 l[i] = l[i] * alpha[i] + sum;
             }
             // Every thread is past its S (K read) and its previous O += P V (V and P read).
-            uint rows = min(BC, n_tile - j0);
-            load_v(vb, j0, rows, hd);
-            if (j0 + BC < n_tile) {
-                load_k(kb, j0 + BC, min(BC, n_tile - j0 - BC), hd);
+            load_v(vb, j0, chunk.y, hd);
+            chunk = next_chunk(t0, BR, n_q, n_kv_all, j0 + chunk.y, BC);
+            if (chunk.y > 0u) {
+                load_k(kb, chunk.x, chunk.y, hd);
             }
             barrier();
             // O = O * alpha + P V (P is zero past the tile's rows and V zero-filled there).

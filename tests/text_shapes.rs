@@ -1,6 +1,9 @@
 //! The text decoder on shapes the oracle lacks (random weights from `hrx synth`'s writer):
 //! other head counts, head_dim, kv heads, layer and deepstack counts; the fast kernels agree
-//! with the reference ones, and chunked prefill agrees with one-call prefill.
+//! with the reference ones, chunked prefill agrees with one-call prefill, and prompts prefilled
+//! together agree with each alone.
+
+mod common;
 
 use hrx::backend::cpu::Kernels;
 use hrx::backend::DeviceChoice;
@@ -185,5 +188,33 @@ fn a_caller_can_stop_the_generation_between_tokens() {
     .expect("generates");
     assert_eq!((stopped.tokens.len(), stopped.stop, calls), (3, StopReason::Cancelled, 3));
     assert_eq!(stopped.tokens, whole.tokens[..3], "the same tokens up to the stop");
+    std::fs::remove_file(&path).ok();
+}
+
+#[test]
+fn prompts_prefilled_together_match_each_alone_on_the_cpu() {
+    let spec = TextSpec {
+        n_layer: 2,
+        n_embd: 64,
+        n_ff: 96,
+        n_head: 4,
+        n_head_kv: 2,
+        head_dim: 16,
+        n_vocab: 300,
+        n_deepstack: 2,
+        rope_sections: [2, 3, 3],
+        weights: WeightFormat::Q8_0,
+        tied_output: false,
+        seed: 9,
+    };
+    let path = write(&spec, "together");
+    // The fast kernels take another product for 16 rows and more (x86_gemm's GEMM_MIN_ROWS),
+    // so a prompt in a fuller chunk may round differently: far below fast-vs-reference's 1e-6.
+    for (kernels, tolerance) in [(Kernels::Reference, 1e-12), (Kernels::Fast, 1e-7)] {
+        let options =
+            TextOptions { n_ctx: 48, n_seq: 4, chunk: 16, max_outputs: 1, kernels, device: DeviceChoice::Cpu };
+        let mut model = TextModel::load(&path, options).expect("loads");
+        common::together::prompts_fed_together_match_each_alone(&mut model, tolerance);
+    }
     std::fs::remove_file(&path).ok();
 }

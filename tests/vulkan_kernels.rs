@@ -1125,10 +1125,21 @@ fn check_attention(ks: &KernelSet, rng: &mut Rng, case: &AttnCase, kernel: Kerne
     let mut q = Strided::new(rng, [d, heads, n_q, 1], q_pad, q_off);
     q.data.iter_mut().for_each(|x| *x *= case.gain);
     let row = d * kv_heads;
+    // Causal: the kv rows no query sees are NaN, as a cache's unwritten rows may be (a kernel
+    // must not read them, even to multiply them by zero).
+    let segment = case.segment.unwrap_or(n_kv);
+    let seen = |r: usize| {
+        case.slots.as_ref().is_none_or(|slots| {
+            slots.iter().any(|&s| s >= 0 && (s as usize - s as usize % segment..=s as usize).contains(&r))
+        })
+    };
     let cache = |rng: &mut Rng| {
         let mut s = Strided::new(rng, [row, n_kv, 1, 1], 0, kv_off);
         s.ne = [d, kv_heads, n_kv, 1];
         s.nb = [4, 4 * d, 4 * row, 4 * row * n_kv];
+        for r in (0..n_kv).filter(|&r| !seen(r)) {
+            s.data[kv_off + r * row..][..row].fill(f32::NAN);
+        }
         s
     };
     let (k, v) = (cache(rng), cache(rng));
@@ -1191,8 +1202,9 @@ fn check_attention_kernels(ks: &KernelSet, rng: &mut Rng, case: AttnCase) {
 }
 
 /// Queries of several sequences in one call, as a batch of decode steps (one query per
-/// sequence, each at its own depth) and a prompt chunk that ends one sequence and starts the
-/// next give them: each sees only its own sequence's rows.
+/// sequence, each at its own depth), a prompt chunk that ends one sequence and starts the
+/// next, and prompts prefilled together (some shorter than a tile, some at a depth) give them:
+/// each sees only its own sequence's rows, and the rows between (NaN) are never read.
 #[test]
 fn attention_over_several_sequences_in_one_call() {
     let Some(ks) = kernel_set() else { return };
@@ -1204,6 +1216,8 @@ fn attention_over_several_sequences_in_one_call() {
     // The last 20 slots of sequence 0 then the first 20 of sequence 1; a chunk over three.
     let straddle: Vec<i32> = (44..84).collect();
     let three_seqs: Vec<i32> = (10..40).chain(64..80).chain(128 + 50..128 + 64).collect();
+    let prompts = [(0, 0, 5), (1, 10, 3), (2, 0, 30), (3, 40, 17), (4, 0, 1), (5, 20, 40)];
+    let packed: Vec<i32> = prompts.iter().flat_map(|&(s, from, n)| s * 64 + from..s * 64 + from + n).collect();
     let cases = [
         AttnCase::new((64, 4, 2, 5, 500)).segments(100, five),
         AttnCase::new((128, 4, 2, 8, 8 * 256)).segments(256, eight).aligned(),
@@ -1211,6 +1225,8 @@ fn attention_over_several_sequences_in_one_call() {
         AttnCase::new((64, 4, 2, 40, 192)).segments(64, straddle.clone()),
         AttnCase::new((128, 2, 1, 40, 128)).segments(64, straddle).aligned(),
         AttnCase::new((64, 2, 2, 60, 192)).segments(64, three_seqs).aligned(),
+        AttnCase::new((64, 4, 2, 96, 384)).segments(64, packed.clone()),
+        AttnCase::new((128, 2, 1, 96, 384)).segments(64, packed).aligned(),
     ];
     for case in cases {
         check_attention_kernels(ks, &mut rng, case);

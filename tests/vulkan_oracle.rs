@@ -151,6 +151,22 @@ fn setup() -> Option<(Backend, std::path::PathBuf)> {
     Some((Backend::Vulkan(dev), oracle))
 }
 
+/// Prompts of several sequences prefilled together on the tiled attention kernels (chunks of
+/// 32: tiles straddle sequences) give each prompt its logits alone. Alone, the one-token
+/// prompt runs the decode plan: on a device with f16 products those are f32 matrix-vector
+/// products, hence the wider bound there (lavapipe with cooperative matrices: 3e-7).
+#[test]
+fn prompts_prefilled_together_match_each_alone_on_vulkan() {
+    let Some((backend, oracle)) = setup() else { return };
+    let f16 = matches!(&backend, Backend::Vulkan(dev) if Variants::for_device(dev.info()).f16_products());
+    let tolerance = if f16 { 1e-5 } else { 1e-9 };
+    for (model, ..) in models() {
+        let options = TextOptions { n_seq: 4, chunk: 32, max_outputs: 1, ..options() };
+        let mut m = TextModel::load_on(&oracle.join("models").join(model), options, &backend).expect("model loads");
+        common::together::prompts_fed_together_match_each_alone(&mut m, tolerance);
+    }
+}
+
 #[test]
 fn text_cases_match_hf_on_vulkan() {
     let Some((backend, oracle)) = setup() else { return };

@@ -8,7 +8,7 @@ use crate::json::Json;
 use crate::runtime::sampler::argmax;
 use crate::runtime::session::{PromptPiece, Session};
 use crate::runtime::structured::{JsonConstraint, Next};
-use crate::runtime::text_model::{TextModel, TextOptions};
+use crate::runtime::text_model::{TextModel, TextOptions, GATHERED_CHUNK};
 use crate::runtime::RuntimeError;
 use std::io::Write;
 use std::path::{Path, PathBuf};
@@ -30,12 +30,17 @@ fn help() -> String {
         ),
         ONLY.help("with --kernels: only the kernels whose name contains TEXT (e.g. mul_mat_cm)"),
         BATCHES.help(
-            "instead: for each number B of sequences, B prompts of -p tokens prefilled one after \
-             another, then -n steps decoding a token of each of the B together; prompt, decode and \
-             total tokens/s as llama-batched-bench prints them (its -npp, -ntg, -npl); with \
-             --mmproj each prompt starts with an --image-size test image, encoded just before it \
-             is prefilled, and images/s and captions/min are printed too",
+            "instead: for each number B of sequences, B prompts of -p tokens prefilled together \
+             (as hrx caption does), then -n steps decoding a token of each of the B together; \
+             prompt, decode and total tokens/s as llama-batched-bench prints them (its -npp, -ntg, \
+             -npl); with --mmproj each prompt starts with an --image-size test image, the B \
+             images encoded one by one before the prompts, and images/s and captions/min are \
+             printed too",
         ),
+        UBATCH.help(format!(
+            "with --batch: tokens per prefill call, the B prompts' tokens one after another \
+             (default {GATHERED_CHUNK}, as hrx caption --batch)"
+        )),
         JSON_SCHEMA.help(
             "also run tg constrained to the schema in FILE (greedy, a new document whenever one \
              ends) and time the mask of each step: its share of a step (the first, untimed round \
@@ -47,7 +52,7 @@ fn help() -> String {
     Help {
         title: "hrx bench: measure speed and memory",
         usage: "hrx bench -m MODEL.gguf [--mmproj MMPROJ.gguf [--image-size N]] [-p N] [-n N] [-r N] [--threads N] [--device D] [--json]\n\
-                \x20      hrx bench -m MODEL.gguf --batch 1,2,4,8 [--mmproj MMPROJ.gguf [--image-size N]] [-p N] [-n N] [--threads N] [--device D] [--json]",
+                \x20      hrx bench -m MODEL.gguf --batch 1,2,4,8 [--mmproj MMPROJ.gguf [--image-size N]] [-p N] [-n N] [-ub N] [--threads N] [--device D] [--json]",
         about: "Measures, like llama-bench: cold start (open the file, build and plan the graphs,\n\
                 bind the weights), prompt processing (pp: a prompt of N tokens in one go, tokens/s),\n\
                 token generation (tg: N tokens one at a time after a short prompt, tokens/s), and\n\
@@ -93,6 +98,7 @@ const DEPTH: Flag = Flag { names: &["-d"], value: "N" };
 const KERNELS: Flag = Flag { names: &["--kernels"], value: "" };
 const ONLY: Flag = Flag { names: &["--only"], value: "TEXT" };
 const BATCHES: Flag = Flag { names: &["--batch"], value: "B,B,..." };
+const UBATCH: Flag = Flag { names: &["-ub"], value: "N" };
 
 /// `--batch 1,2,4,8`: each size in 1..=MAX_BATCH.
 fn batch_sizes(list: &str) -> Result<Vec<usize>, CliError> {
@@ -133,6 +139,7 @@ fn run(mut args: Args, out: &mut dyn Write) -> Result<(), CliError> {
     let json = JSON.present(&mut args);
     let schema = json_schema(&mut args)?;
     let batches = BATCHES.string(&mut args)?.map(|list| batch_sizes(&list)).transpose()?;
+    let ubatch: Option<usize> = UBATCH.parse(&mut args)?;
     if !args.finish()?.is_empty() {
         return Err(CliError::usage("bench takes no positional arguments"));
     }
@@ -140,6 +147,12 @@ fn run(mut args: Args, out: &mut dyn Write) -> Result<(), CliError> {
         return Err(CliError::usage("--image-size sizes the test image of --mmproj: give --mmproj too"));
     }
     let image_size = image_size.unwrap_or(448);
+    if ubatch.is_some() && batches.is_none() {
+        return Err(CliError::usage("-ub sets the prefill calls of --batch: give --batch too"));
+    }
+    if ubatch == Some(0) {
+        return Err(CliError::usage("-ub 0: a prefill call takes at least 1 token"));
+    }
     if let Some(sizes) = batches {
         if kernels || schema.is_some() || depth > 0 {
             return Err(CliError::usage(
@@ -147,7 +160,8 @@ fn run(mut args: Args, out: &mut dyn Write) -> Result<(), CliError> {
             ));
         }
         let image = mmproj.map(|path| (PathBuf::from(path), image_size));
-        let b = super::bench_batch::Batches { n_prompt, n_gen, sizes, image };
+        let chunk = ubatch.unwrap_or(GATHERED_CHUNK);
+        let b = super::bench_batch::Batches { n_prompt, n_gen, sizes, image, chunk };
         return super::bench_batch::run(Path::new(&model_path), TextOptions::on(device), threads, &b, json, out);
     }
     if schema.is_some() && n_gen == 0 {

@@ -1,14 +1,14 @@
 //! `hrx bench --batch 1,2,4,8`: prompt, decode and total tokens/s for each number of sequences
 //! decoded together, as llama-batched-bench prints them (its -npp, -ntg, -npl): B prompts of
-//! PP tokens prefilled one after another, then TG batched steps of a token for each of the B.
-//! With a projector (--mmproj), each prompt is a test image's tokens, encoded just before it is
-//! prefilled (as `hrx caption` does), then the PP tokens: images encoded a second and captions
-//! a minute per batch size besides.
+//! PP tokens prefilled together, then TG batched steps of a token for each of the B. With a
+//! projector (--mmproj), each prompt is a test image's tokens, the B images encoded before the
+//! prompts (as `hrx caption` does), then the PP tokens: images encoded a second and captions a
+//! minute per batch size besides.
 
 use super::bench::TestImage;
 use super::CliError;
 use crate::json::Json;
-use crate::runtime::session::{PromptPiece, Session};
+use crate::runtime::session::{feed_together, PromptPiece, Session};
 use crate::runtime::text_model::{TextModel, TextOptions};
 use crate::runtime::vision_model::VisionModel;
 use std::io::Write;
@@ -30,6 +30,8 @@ pub struct Batches {
     pub n_gen: usize,
     pub sizes: Vec<usize>,
     pub image: Option<(PathBuf, usize)>,
+    /// Tokens per prefill call.
+    pub chunk: usize,
 }
 
 /// The test image every prompt starts with, and the vision model encoding it.
@@ -52,7 +54,7 @@ pub fn run(
     let test = b.image.as_ref().map(|(path, side)| TestImage::new(path, *side)).transpose()?;
     let n_image = test.as_ref().map_or(0, TestImage::slots);
     let n_ctx = n_image + b.n_prompt + b.n_gen + 1;
-    let options = TextOptions { n_ctx, n_seq, chunk: (n_image + b.n_prompt).clamp(1, 512), ..options };
+    let options = TextOptions { n_ctx, chunk: b.chunk, ..options.with_sequences(n_seq) };
     let mut model = TextModel::load(model, options)?;
     if let Some(n) = threads {
         model.set_threads(n);
@@ -150,40 +152,40 @@ pub fn run(
     Ok(())
 }
 
-/// Prefills `batch` prompts (each its own sequence: the image's tokens, encoded just before,
-/// then its own tokens), then decodes the generated tokens of all of them together.
-fn time_batch(
-    model: &mut TextModel,
-    mut image: Option<&mut Image>,
-    batch: usize,
-    b: &Batches,
-) -> Result<Row, CliError> {
+/// Encodes `batch` images, prefills `batch` prompts together (each its own sequence: an
+/// image's tokens, then its own tokens), then decodes the generated tokens of all of them
+/// together.
+fn time_batch(model: &mut TextModel, image: Option<&mut Image>, batch: usize, b: &Batches) -> Result<Row, CliError> {
     let (n_ctx, n_vocab) = (model.options().n_ctx, model.params().n_vocab as u64);
     let token = |i: usize| ((i as u64 * 2_654_435_761 + 11) % n_vocab) as u32;
     let mut sessions: Vec<Session> = (0..batch).map(|s| Session::at(s * n_ctx)).collect();
-    let (mut t_enc, mut t_pp) = (0.0, 0.0);
-    for (s, session) in sessions.iter_mut().enumerate() {
-        let t = Instant::now();
-        let embeddings = match image.as_deref_mut() {
-            Some(Image { test, vision }) => {
-                let [_, gh, gw] = test.patches.grid_thw;
-                let merge = test.patches.merge_size.max(1);
-                Some((vision.encode(&test.patches.pixel_values, gh, gw)?, gh / merge, gw / merge))
-            }
-            None => None,
-        };
-        t_enc += t.elapsed().as_secs_f64();
-        let t = Instant::now();
-        let mut prompt: Vec<PromptPiece> = Vec::with_capacity(b.n_prompt + 1);
-        if let Some((embeddings, rows, cols)) = &embeddings {
-            prompt.push(PromptPiece::Image { embeddings, rows: *rows, cols: *cols });
+    let t = Instant::now();
+    let mut encoded = Vec::with_capacity(batch);
+    if let Some(Image { test, vision }) = image {
+        let [_, gh, gw] = test.patches.grid_thw;
+        let merge = test.patches.merge_size.max(1);
+        for _ in 0..batch {
+            encoded.push((vision.encode(&test.patches.pixel_values, gh, gw)?, gh / merge, gw / merge));
         }
-        prompt.extend((0..b.n_prompt).map(|i| PromptPiece::Token(token(s * n_ctx + i))));
-        if !prompt.is_empty() {
-            session.feed(model, &prompt)?;
-        }
-        t_pp += t.elapsed().as_secs_f64();
     }
+    let t_enc = t.elapsed().as_secs_f64();
+    let t = Instant::now();
+    let prompts: Vec<Vec<PromptPiece>> = (0..batch)
+        .map(|s| {
+            let image = encoded.get(s).map(|(embeddings, rows, cols)| PromptPiece::Image {
+                embeddings,
+                rows: *rows,
+                cols: *cols,
+            });
+            image.into_iter().chain((0..b.n_prompt).map(|i| PromptPiece::Token(token(s * n_ctx + i)))).collect()
+        })
+        .collect();
+    if prompts.iter().all(|p| !p.is_empty()) {
+        let mut fed: Vec<(&mut Session, &[PromptPiece])> =
+            sessions.iter_mut().zip(&prompts).map(|(s, p)| (s, p.as_slice())).collect();
+        feed_together(model, &mut fed)?;
+    }
+    let t_pp = t.elapsed().as_secs_f64();
     let t = Instant::now();
     for i in 0..b.n_gen {
         let tokens: Vec<u32> = (0..batch).map(|s| token(s * n_ctx + b.n_prompt + i)).collect();

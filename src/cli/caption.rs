@@ -8,8 +8,8 @@ use crate::caption::discover::find_images;
 use crate::caption::journal::{self, Journal};
 use crate::cli::args::Args;
 use crate::json::Json;
-use crate::runtime::batch::{Batch, Finished, Quiet, Stepped};
-use crate::runtime::describe::{Describer, Prepared};
+use crate::runtime::batch::{Batch, Finished, Quiet, Start, Started, Stepped};
+use crate::runtime::describe::Describer;
 use crate::runtime::generate::{GenerateConfig, Generation};
 use crate::runtime::RuntimeError;
 use std::io::Write;
@@ -219,9 +219,9 @@ impl Job<'_> {
     }
 
     /// Captions `todo` with up to n_seq of them decoded together: the images read and
-    /// preprocessed on other threads into a bounded queue, each encoded and its prompt
-    /// prefilled into a free sequence as one frees up, every caption under way decoded a
-    /// token a step in one call.
+    /// preprocessed on other threads into a bounded queue; as sequences free up, as many
+    /// images encoded and their prompts prefilled together, each into a free sequence; every
+    /// caption under way decoded a token a step in one call.
     fn caption_batched(&self, d: &mut Describer, todo: &[&PathBuf], progress: &mut Progress) -> Result<(), CliError> {
         let preparer = d.preparer()?;
         let n_seq = d.text().options().n_seq;
@@ -245,13 +245,31 @@ impl Job<'_> {
             let tokenizer = Arc::clone(d.text().tokenizer());
             let mut batch = Batch::new(d.text(), &tokenizer);
             loop {
-                while batch.has_room() {
+                // As many images as there are free sequences, encoded, then their prompts
+                // prefilled together.
+                let mut encoded = Vec::new();
+                while encoded.len() < batch.room() {
                     let Some((i, prepared)) = incoming.next() else { break };
                     let t = Instant::now();
-                    match self.start(d, &mut batch, prepared, (i, t)) {
-                        Ok(None) => {}
-                        Ok(Some(f)) => progress.report(todo[i], Ok(self.entry(todo[i], &f.generation, t)), t)?,
+                    match prepared.and_then(|p| d.encode_prepared(p, self.prompt, self.system)) {
+                        Ok(image) => encoded.push(((i, t), [image])),
                         Err(e) => progress.report(todo[i], Err(e), t)?,
+                    }
+                }
+                let mut starts = Vec::with_capacity(encoded.len());
+                for ((i, t), images) in &encoded {
+                    match d.prompt(images, self.prompt, self.system) {
+                        Ok((_, pieces)) => starts.push(Start { pieces, config: self.config.clone(), tag: (*i, *t) }),
+                        Err(e) => progress.report(todo[*i], Err(e), *t)?,
+                    }
+                }
+                for started in batch.start_all(d.text_mut(), starts, &mut Quiet) {
+                    match started {
+                        Started::Running => {}
+                        Started::Finished(Finished { tag: (i, t), generation }) => {
+                            progress.report(todo[i], Ok(self.entry(todo[i], &generation, t)), t)?
+                        }
+                        Started::Failed((i, t), e) => progress.report(todo[i], Err(e), t)?,
                     }
                 }
                 if batch.is_empty() {
@@ -272,19 +290,6 @@ impl Job<'_> {
                 }
             }
         })
-    }
-
-    /// Encodes a prepared image and starts its caption in `batch`.
-    fn start(
-        &self,
-        d: &mut Describer,
-        batch: &mut Batch<(usize, Instant)>,
-        prepared: Result<Prepared, RuntimeError>,
-        tag: (usize, Instant),
-    ) -> Result<Option<Finished<(usize, Instant)>>, RuntimeError> {
-        let images = [d.encode_prepared(prepared?, self.prompt, self.system)?];
-        let (_, pieces) = d.prompt(&images, self.prompt, self.system)?;
-        batch.start(d.text_mut(), &pieces, self.config.clone(), tag, &mut Quiet)
     }
 }
 

@@ -155,7 +155,7 @@ impl DescriberFlags {
             }
             (Some(n), _) => n,
         };
-        self.text.n_seq = n_seq;
+        self.text = self.text.with_sequences(n_seq);
         Ok((self.load_on(&backend)?, n_seq))
     }
 

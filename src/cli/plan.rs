@@ -58,8 +58,8 @@ fn run(mut args: Args, out: &mut dyn Write) -> Result<(), CliError> {
     let json = JSON.present(&mut args);
     let max_pixels: usize = IMAGE_MAX_PIXELS.parse(&mut args)?.unwrap_or(PreprocessConfig::KIOSK_MAX_PIXELS);
     let placement = Placement::parse(&mut args)?;
-    let mut options = text_options(&mut args, placement.device)?;
-    options.n_seq = flags::sequences(&mut args, &BATCH)?.unwrap_or(1);
+    let options = text_options(&mut args, placement.device)?;
+    let options = options.with_sequences(flags::sequences(&mut args, &BATCH)?.unwrap_or(1));
     if !args.finish()?.is_empty() {
         return Err(CliError::usage("plan takes no positional arguments"));
     }

@@ -1,10 +1,10 @@
-//! Continuous batching: up to n_seq conversations on one text model, each prompt prefilled
-//! alone into its own sequence of the KV cache, all of them decoded together a token a step by
-//! the batched plan. A sequence that stops frees its slots for the next prompt at once, so a
+//! Continuous batching: up to n_seq conversations on one text model, each in its own sequence
+//! of the KV cache, the prompts that start at once prefilled together, all of them decoded
+//! together a token a step by the batched plan. A sequence that stops frees its slots for the next prompt at once, so a
 //! long answer does not hold the short ones up.
 
 use super::generate::{prompt_tokens, Decoding, Delta, GenerateConfig, Generation, Made};
-use super::session::{PromptPiece, Session};
+use super::session::{feed_together, PromptPiece, Session};
 use super::text_model::TextModel;
 use super::RuntimeError;
 use crate::model::TextParams;
@@ -71,6 +71,23 @@ pub struct Quiet;
 
 impl<T> Listener<T> for Quiet {}
 
+/// A prompt to start: its pieces, how to generate its answer, and its tag.
+pub struct Start<'p, T> {
+    pub pieces: Vec<PromptPiece<'p>>,
+    pub config: GenerateConfig,
+    pub tag: T,
+}
+
+/// What became of a prompt given to [`Batch::start_all`].
+pub enum Started<T> {
+    /// Its answer is under way in a sequence.
+    Running,
+    /// Its first token ended its answer.
+    Finished(Finished<T>),
+    /// It did not start, and why.
+    Failed(T, RuntimeError),
+}
+
 /// What a step did: the conversations that stopped (their sequences free again) and how many
 /// were decoded (none when every one was held).
 pub struct Stepped<T> {
@@ -86,50 +103,84 @@ impl<'a, T> Batch<'a, T> {
         Batch { tokenizer, file: model.file().path().to_owned(), seqs }
     }
 
-    /// Whether a sequence is free for another prompt.
-    pub fn has_room(&self) -> bool {
-        self.seqs.iter().any(Option::is_none)
-    }
-
     /// Whether no conversation is under way.
     pub fn is_empty(&self) -> bool {
         self.seqs.iter().all(Option::is_none)
     }
 
-    /// Prefills `pieces` into a free sequence and takes the answer's first token (its text to
-    /// `listener`), generating by `config`; the answer when that already ends it. The error (a
-    /// prompt that does not fit, a full batch) leaves the sequences as they were.
-    pub fn start(
+    /// Free sequences: how many more prompts [`Batch::start_all`] takes now.
+    pub fn room(&self) -> usize {
+        self.seqs.iter().filter(|s| s.is_none()).count()
+    }
+
+    /// Prefills the prompts of `starts` together (in the same prefill calls, each into a free
+    /// sequence) and takes each answer's first token (its text to `listener`); what became of
+    /// each, in order. A prompt that cannot start (it does not fit its context, its settings
+    /// are refused, no sequence is free) fails alone, before anything runs; a failed prefill
+    /// fails every prompt of the call and leaves the sequences as they were.
+    pub fn start_all(
         &mut self,
         model: &mut TextModel,
-        pieces: &[PromptPiece],
-        config: GenerateConfig,
-        tag: T,
+        starts: Vec<Start<T>>,
         listener: &mut dyn Listener<T>,
-    ) -> Result<Option<Finished<T>>, RuntimeError> {
-        let seq = self
-            .seqs
-            .iter()
-            .position(Option::is_none)
-            .ok_or_else(|| RuntimeError::Usage("every sequence of the batch is taken".into()))?;
+    ) -> Vec<Started<T>> {
         let t0 = Instant::now();
-        let mut session = Session::at(seq * model.options().n_ctx);
-        let prompt_logits = session.feed(model, pieces)?;
-        let prompt_seconds = t0.elapsed().as_secs_f64();
+        let n_ctx = model.options().n_ctx;
         let vocab = (self.tokenizer, Path::new(&self.file));
-        let mut decoding = Decoding::new(config, vocab, prompt_tokens(pieces), session.n_past, model.options().n_ctx)?;
-        let decoding_since = Instant::now();
-        let first = decoding.step(prompt_logits.clone(), session.is_full(model), &mut |d| listener.text(&tag, d))?;
-        let n_prompt = session.n_past;
-        let active =
-            Active { tag, session, decoding, next: 0, prompt_logits, n_prompt, prompt_seconds, decoding_since };
-        match first {
-            Some(next) => {
-                self.seqs[seq] = Some(Active { next, ..active });
-                Ok(None)
+        let mut free = (0..self.seqs.len()).filter(|&s| self.seqs[s].is_none());
+        let mut started: Vec<Started<T>> = Vec::with_capacity(starts.len());
+        // The prompts that can start: index in `started`, sequence, prompt, decoding.
+        let mut ready = Vec::new();
+        for Start { pieces, config, tag } in starts {
+            let n_prompt = pieces.iter().map(PromptPiece::slots).sum::<usize>();
+            let checked = match free.next() {
+                None => Err(RuntimeError::Usage("every sequence of the batch is taken".into())),
+                Some(_) if n_prompt > n_ctx => Err(RuntimeError::ContextFull { needed: n_prompt, n_ctx }),
+                Some(_) if n_prompt == 0 => Err(RuntimeError::Usage("the prompt is empty".into())),
+                Some(seq) => Decoding::new(config, vocab, prompt_tokens(&pieces), n_prompt, n_ctx).map(|d| (seq, d)),
+            };
+            match checked {
+                Ok((seq, decoding)) => {
+                    ready.push((started.len(), Session::at(seq * n_ctx), pieces, decoding, tag));
+                    started.push(Started::Running);
+                }
+                Err(e) => started.push(Started::Failed(tag, e)),
             }
-            None => Ok(Some(finish(active, listener))),
         }
+        if ready.is_empty() {
+            return started;
+        }
+        let mut prompts: Vec<(&mut Session, &[PromptPiece])> =
+            ready.iter_mut().map(|(_, session, pieces, ..)| (session, pieces.as_slice())).collect();
+        let fed = feed_together(model, &mut prompts);
+        let prompt_seconds = t0.elapsed().as_secs_f64();
+        let logits = match fed {
+            Ok(logits) => logits,
+            Err(e) => {
+                let message = e.to_string();
+                for (i, _, _, _, tag) in ready {
+                    started[i] = Started::Failed(tag, RuntimeError::Usage(message.clone()));
+                }
+                return started;
+            }
+        };
+        for ((i, session, _, mut decoding, tag), prompt_logits) in ready.into_iter().zip(logits) {
+            let decoding_since = Instant::now();
+            let seq = session.base / n_ctx;
+            let first = decoding.step(prompt_logits.clone(), session.is_full(model), &mut |d| listener.text(&tag, d));
+            let n_prompt = session.n_past;
+            let active =
+                Active { tag, session, decoding, next: 0, prompt_logits, n_prompt, prompt_seconds, decoding_since };
+            started[i] = match first {
+                Ok(Some(next)) => {
+                    self.seqs[seq] = Some(Active { next, ..active });
+                    Started::Running
+                }
+                Ok(None) => Started::Finished(finish(active, listener)),
+                Err(e) => Started::Failed(active.tag, e),
+            };
+        }
+        started
     }
 
     /// Decodes a token of every conversation under way that `listener` steps, in one call,

@@ -110,27 +110,8 @@ impl Session {
     /// Feeds the pieces in chunks and returns the logits of the last one. A prompt that does
     /// not fit what is left of the context is refused before any of it runs, with its real size.
     pub fn feed(&mut self, model: &mut TextModel, pieces: &[PromptPiece]) -> Result<Vec<f32>, RuntimeError> {
-        let needed = self.n_past + pieces.iter().map(PromptPiece::slots).sum::<usize>();
-        if needed > model.options().n_ctx {
-            return Err(RuntimeError::ContextFull { needed, n_ctx: model.options().n_ctx });
-        }
-        let Layout { inputs, positions, next_position: next } = self.layout(pieces, model.params().wide_width())?;
-        if inputs.is_empty() {
-            return Err(RuntimeError::Usage("the prompt is empty".into()));
-        }
-        let chunk = model.options().chunk;
-        let mut logits = Vec::new();
-        let mut start = 0;
-        while start < inputs.len() {
-            let end = (start + chunk).min(inputs.len());
-            let last = end == inputs.len();
-            let outputs: &[usize] = if last { &[end - start - 1] } else { &[] };
-            logits = model.forward(&inputs[start..end], &positions[start..end], self.next_slot(), outputs)?;
-            self.n_past += end - start;
-            start = end;
-        }
-        self.next_position = next;
-        Ok(logits)
+        let mut logits = feed_together(model, &mut [(self, pieces)])?;
+        Ok(logits.pop().unwrap_or_default())
     }
 
     /// Decodes one text token at the next slot and position; returns its logits.
@@ -145,4 +126,58 @@ impl Session {
     pub fn is_full(&self, model: &TextModel) -> bool {
         self.n_past >= model.options().n_ctx
     }
+}
+
+/// Feeds each session its prompt, all of them in the same chunks (each token at its own
+/// session's next slot, so every session must have a sequence of its own), and returns each
+/// prompt's last logits, in order. Many short prompts then fill the products of one call
+/// instead of a call each. Any prompt that does not fit what is left of its context, or is
+/// empty, is refused before any of them runs; on an error no session moves on (the slots
+/// written are past every session's n_past).
+pub fn feed_together(
+    model: &mut TextModel,
+    prompts: &mut [(&mut Session, &[PromptPiece])],
+) -> Result<Vec<Vec<f32>>, RuntimeError> {
+    let (n_ctx, width, n_vocab) = (model.options().n_ctx, model.params().wide_width(), model.params().n_vocab.max(1));
+    let mut sequences: Vec<usize> = prompts.iter().map(|(s, _)| s.base / n_ctx).collect();
+    sequences.sort_unstable();
+    if sequences.windows(2).any(|w| w[0] == w[1]) {
+        return Err(RuntimeError::Usage("feed_together: two prompts in one sequence".into()));
+    }
+    let mut inputs = Vec::new();
+    let mut positions = Vec::new();
+    let mut slots = Vec::new();
+    // Index in the stream of each prompt's last token.
+    let mut ends = Vec::with_capacity(prompts.len());
+    let mut next_positions = Vec::with_capacity(prompts.len());
+    for (session, pieces) in prompts.iter() {
+        let needed = session.n_past + pieces.iter().map(PromptPiece::slots).sum::<usize>();
+        if needed > n_ctx {
+            return Err(RuntimeError::ContextFull { needed, n_ctx });
+        }
+        let layout = session.layout(pieces, width)?;
+        if layout.inputs.is_empty() {
+            return Err(RuntimeError::Usage("the prompt is empty".into()));
+        }
+        slots.extend((0..layout.inputs.len()).map(|k| session.next_slot() + k));
+        inputs.extend(layout.inputs);
+        positions.extend(layout.positions);
+        ends.push(inputs.len() - 1);
+        next_positions.push(layout.next_position);
+    }
+    let chunk = model.options().chunk;
+    let mut logits = Vec::with_capacity(prompts.len());
+    let mut start = 0;
+    while start < inputs.len() {
+        let end = (start + chunk).min(inputs.len());
+        let outputs: Vec<usize> = ends.iter().filter(|&&e| (start..end).contains(&e)).map(|&e| e - start).collect();
+        let rows = model.prefill(&inputs[start..end], &positions[start..end], &slots[start..end], &outputs)?;
+        logits.extend(rows.chunks_exact(n_vocab).map(<[f32]>::to_vec));
+        start = end;
+    }
+    for ((session, pieces), next) in prompts.iter_mut().zip(next_positions) {
+        session.n_past += pieces.iter().map(PromptPiece::slots).sum::<usize>();
+        session.next_position = next;
+    }
+    Ok(logits)
 }

@@ -37,7 +37,26 @@ impl TextOptions {
     pub fn on(device: DeviceChoice) -> TextOptions {
         TextOptions { n_ctx: 4096, n_seq: 1, chunk: 256, max_outputs: 1, kernels: Kernels::from_env(), device }
     }
+
+    /// These options for `n_seq` sequences: above one, prompts prefilled together
+    /// ([`feed_together`](super::session::feed_together)) run in chunks of at least
+    /// [`GATHERED_CHUNK`] tokens.
+    pub fn with_sequences(self, n_seq: usize) -> TextOptions {
+        let chunk = if n_seq > 1 { self.chunk.max(GATHERED_CHUNK) } else { self.chunk };
+        TextOptions { n_seq, chunk, ..self }
+    }
+
+    /// Positions of a prefill call whose logits can be asked for: `max_outputs`, and one a
+    /// sequence (prompts prefilled together each want their last).
+    fn prefill_outputs(&self) -> usize {
+        self.max_outputs.max(self.n_seq).clamp(1, self.chunk)
+    }
 }
+
+/// Tokens per prefill call when prompts of several sequences are prefilled together: a
+/// caption's prompt (an image's tokens and a few words) is ~200 tokens, too few to fill the
+/// products' tiles alone.
+pub const GATHERED_CHUNK: usize = 1024;
 
 /// One token of input: its slice-0 embedding comes from the vocabulary or from the vision
 /// encoder (with its deepstack features).
@@ -114,7 +133,7 @@ fn build_graphs(params: &TextParams, options: &TextOptions) -> Result<Vec<TextGr
     let (n_ctx, n_seq) = (options.n_ctx, options.n_seq);
     let shape = |name, max_tokens, max_outputs| TextShape { name, max_tokens, max_outputs, n_ctx, n_seq };
     let mut graphs = vec![
-        text::build(params, shape("text-prefill", options.chunk, options.max_outputs.clamp(1, options.chunk)))?,
+        text::build(params, shape("text-prefill", options.chunk, options.prefill_outputs()))?,
         text::build(params, shape("text-decode", 1, 1))?,
     ];
     for size in batch_sizes(n_seq) {
@@ -204,9 +223,6 @@ impl TextModel {
         outputs: &[usize],
     ) -> Result<Vec<f32>, RuntimeError> {
         let n = inputs.len();
-        if positions.len() != n || outputs.iter().any(|&o| o >= n) {
-            return Err(RuntimeError::Usage("forward: positions or outputs do not match the inputs".into()));
-        }
         // The sequence of the first slot (past the cache: the last), whose n_ctx slots the
         // tokens must fit.
         let n_ctx = self.options.n_ctx;
@@ -214,8 +230,41 @@ impl TextModel {
         if first_slot - start + n > n_ctx {
             return Err(RuntimeError::ContextFull { needed: first_slot - start + n, n_ctx });
         }
+        let slots: Vec<usize> = (first_slot..first_slot + n).collect();
+        self.prefill(inputs, positions, &slots, outputs)
+    }
+
+    /// Runs `inputs` at KV slots `slots` (any sequences': each token attends to its own
+    /// sequence's slots up to its own; a sequence's tokens come together, as the tiled
+    /// attention kernels take them) with M-RoPE `positions`; returns the logits of the tokens
+    /// whose indices are in `outputs` (n_vocab values each, in that order). One token runs
+    /// the decode plan, more a prefill chunk.
+    pub fn prefill(
+        &mut self,
+        inputs: &[TokenInput],
+        positions: &[[i32; 3]],
+        slots: &[usize],
+        outputs: &[usize],
+    ) -> Result<Vec<f32>, RuntimeError> {
+        let n = inputs.len();
+        if positions.len() != n || slots.len() != n || outputs.iter().any(|&o| o >= n) {
+            return Err(RuntimeError::Usage("prefill: positions, slots or outputs do not match the inputs".into()));
+        }
+        let cache = self.options.n_ctx * self.options.n_seq;
+        let slots = slots
+            .iter()
+            .map(|&s| i32::try_from(s).ok().filter(|_| s < cache))
+            .collect::<Option<Vec<i32>>>()
+            .ok_or_else(|| RuntimeError::Usage(format!("prefill: a slot past the cache's {cache}")))?;
+        let mut seen = vec![false; self.options.n_seq];
+        for (i, &slot) in slots.iter().enumerate() {
+            let seq = slot as usize / self.options.n_ctx;
+            let follows = i > 0 && slots[i - 1] as usize / self.options.n_ctx == seq;
+            if !follows && std::mem::replace(&mut seen[seq], true) {
+                return Err(RuntimeError::Usage(format!("prefill: the tokens of sequence {seq} do not come together")));
+            }
+        }
         let step = if n == 1 { Step::Decode } else { Step::Prefill };
-        let slots: Vec<i32> = (first_slot..first_slot + n).map(|s| s as i32).collect();
         self.run(step, inputs, positions, &slots, outputs)
     }
 
@@ -279,7 +328,7 @@ impl TextModel {
         let (plan, logits_node) = (PlanId(step.plan()), graph.logits);
         let (max, max_outputs) = match step {
             Step::Decode => (1, 1),
-            Step::Prefill => (self.options.chunk, self.options.max_outputs.clamp(1, self.options.chunk)),
+            Step::Prefill => (self.options.chunk, self.options.prefill_outputs()),
             Step::Batch(i) => {
                 let size = batch_sizes(self.options.n_seq).get(i).copied().unwrap_or(0);
                 (size, size)

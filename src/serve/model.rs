@@ -1,6 +1,7 @@
 //! The model's thread: it owns the describer and runs the chat requests on the model together,
 //! each in a sequence of its own (runtime::batch). Between decode steps it takes the requests
-//! that arrived while a sequence is free (their images encoded, their prompts prefilled), then
+//! that arrived while a sequence is free (their images encoded, their prompts prefilled
+//! together), then
 //! decodes a token of every request under way in one call; each request's text goes to its
 //! connection's thread as it becomes final, and its answer when it ends.
 //!
@@ -11,7 +12,7 @@
 use super::handler::App;
 use super::http::HttpError;
 use super::openai::ChatImage;
-use crate::runtime::batch::{Batch, Finished, Listener, Stepped, Turn};
+use crate::runtime::batch::{Batch, Finished, Listener, Start, Started, Stepped, Turn};
 use crate::runtime::chat::Message;
 use crate::runtime::describe::Describer;
 use crate::runtime::generate::{Delta, GenerateConfig, Generation};
@@ -115,10 +116,12 @@ pub fn run(mut d: Describer, jobs: &Receiver<Job>, app: &App) {
     // A request taken while every request under way was held, started at the loop's next turn.
     let mut waiting: Option<Job> = None;
     loop {
-        while batch.has_room() {
+        // The requests that arrived, as many as there are free sequences, started together.
+        let mut arrived = Vec::new();
+        while arrived.len() < batch.room() {
             let job = match waiting.take() {
                 Some(job) => job,
-                None if batch.is_empty() => match jobs.recv() {
+                None if batch.is_empty() && arrived.is_empty() => match jobs.recv() {
                     Ok(job) => job,
                     Err(_) => return,
                 },
@@ -127,9 +130,12 @@ pub fn run(mut d: Describer, jobs: &Receiver<Job>, app: &App) {
                     Err(_) => break,
                 },
             };
-            // A panic (a bug) fails the request, not the server: every request starts a new
-            // session, so the model is still good (the hook has logged it).
-            let _ = panic::catch_unwind(AssertUnwindSafe(|| start(app, &mut d, &mut batch, job)));
+            arrived.push(job);
+        }
+        if !arrived.is_empty() {
+            // A panic (a bug) fails those requests, not the server: every request starts a
+            // new session, so the model is still good (the hook has logged it).
+            let _ = panic::catch_unwind(AssertUnwindSafe(|| start(app, &mut d, &mut batch, arrived)));
         }
         if batch.is_empty() {
             continue;
@@ -158,21 +164,37 @@ pub fn run(mut d: Describer, jobs: &Receiver<Job>, app: &App) {
     }
 }
 
-/// Encodes the images of `job` and prefills its prompt into a free sequence; says why not, or
-/// the answer when its first token ends it, to its connection.
-fn start(app: &App, d: &mut Describer, batch: &mut Batch<Tag>, job: Job) {
-    let Job { messages, images, config, events, reader } = job;
-    let reply = events.clone();
-    let started = app.encode(d, &messages, &images).and_then(|images| {
-        let (ids, pieces) = d.prompt_messages(&messages, &images).map_err(super::handler::runtime)?;
-        let tag = Tag { events, reader, prompt_tokens: ids.len() };
-        batch.start(d.text_mut(), &pieces, config, tag, &mut Readers).map_err(super::handler::runtime)
-    });
-    match started {
-        Ok(None) => {}
-        Ok(Some(finished)) => answer(finished),
-        Err(e) => {
-            let _ = reply.send(Event::Done(Err(e)));
+/// Encodes the images of each job, then prefills their prompts together, each into a free
+/// sequence; says why not, or the answer when its first token ends it, to each connection.
+fn start(app: &App, d: &mut Describer, batch: &mut Batch<Tag>, jobs: Vec<Job>) {
+    let mut encoded = Vec::with_capacity(jobs.len());
+    for Job { messages, images, config, events, reader } in jobs {
+        match app.encode(d, &messages, &images) {
+            Ok(images) => encoded.push((messages, images, config, events, reader)),
+            Err(e) => {
+                let _ = events.send(Event::Done(Err(e)));
+            }
+        }
+    }
+    let mut starts = Vec::with_capacity(encoded.len());
+    for (messages, images, config, events, reader) in &encoded {
+        match d.prompt_messages(messages, images) {
+            Ok((ids, pieces)) => {
+                let tag = Tag { events: events.clone(), reader: Arc::clone(reader), prompt_tokens: ids.len() };
+                starts.push(Start { pieces, config: config.clone(), tag });
+            }
+            Err(e) => {
+                let _ = events.send(Event::Done(Err(super::handler::runtime(e))));
+            }
+        }
+    }
+    for started in batch.start_all(d.text_mut(), starts, &mut Readers) {
+        match started {
+            Started::Running => {}
+            Started::Finished(finished) => answer(finished),
+            Started::Failed(tag, e) => {
+                let _ = tag.events.send(Event::Done(Err(super::handler::runtime(e))));
+            }
         }
     }
 }

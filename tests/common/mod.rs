@@ -4,6 +4,7 @@
 pub mod cases;
 pub mod schemas;
 pub mod server;
+pub mod together;
 
 use std::io::Write;
 use std::path::PathBuf;
