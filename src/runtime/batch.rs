@@ -210,7 +210,9 @@ impl<'a, T> Batch<'a, T> {
         let tokens: Vec<u32> = active().map(|a| a.next).collect();
         let positions: Vec<i32> = active().map(|a| a.session.next_position).collect();
         let slots: Vec<usize> = active().map(|a| a.session.next_slot()).collect();
+        let t0 = Instant::now();
         let logits = model.forward_batch(&tokens, &positions, &slots)?;
+        let forwarded = t0.elapsed();
         let n_vocab = logits.len() / stepping.len();
         for (seq, row) in stepping.into_iter().zip(logits.chunks_exact(n_vocab)) {
             let Some(mut a) = self.seqs[seq].take() else { continue };
@@ -221,6 +223,12 @@ impl<'a, T> Batch<'a, T> {
                 None => finished.push(finish(a, listener)),
             }
         }
+        // Where a step's time goes on the host's side (RUST_LOG=hrx=debug).
+        log::debug!(
+            "step: {decoded} sequences: forward {:.3} ms, sampling and text {:.3} ms",
+            forwarded.as_secs_f64() * 1e3,
+            (t0.elapsed() - forwarded).as_secs_f64() * 1e3
+        );
         Ok(Stepped { finished, decoded })
     }
 
