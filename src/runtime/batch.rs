@@ -167,7 +167,8 @@ impl<'a, T> Batch<'a, T> {
         for ((i, session, _, mut decoding, tag), prompt_logits) in ready.into_iter().zip(logits) {
             let decoding_since = Instant::now();
             let seq = session.base / n_ctx;
-            let first = decoding.step(prompt_logits.clone(), session.is_full(model), &mut |d| listener.text(&tag, d));
+            let first =
+                decoding.step(&mut prompt_logits.clone(), session.is_full(model), &mut |d| listener.text(&tag, d));
             let n_prompt = session.n_past;
             let active =
                 Active { tag, session, decoding, next: 0, prompt_logits, n_prompt, prompt_seconds, decoding_since };
@@ -211,14 +212,14 @@ impl<'a, T> Batch<'a, T> {
         let positions: Vec<i32> = active().map(|a| a.session.next_position).collect();
         let slots: Vec<usize> = active().map(|a| a.session.next_slot()).collect();
         let t0 = Instant::now();
-        let logits = model.forward_batch(&tokens, &positions, &slots)?;
+        let mut logits = model.forward_batch(&tokens, &positions, &slots)?;
         let forwarded = t0.elapsed();
         let n_vocab = logits.len() / stepping.len();
-        for (seq, row) in stepping.into_iter().zip(logits.chunks_exact(n_vocab)) {
+        for (seq, row) in stepping.into_iter().zip(logits.chunks_exact_mut(n_vocab)) {
             let Some(mut a) = self.seqs[seq].take() else { continue };
             a.session.advance();
             let full = a.session.is_full(model);
-            match a.decoding.step(row.to_vec(), full, &mut |d| listener.text(&a.tag, d))? {
+            match a.decoding.step(row, full, &mut |d| listener.text(&a.tag, d))? {
                 Some(next) => self.seqs[seq] = Some(Active { next, ..a }),
                 None => finished.push(finish(a, listener)),
             }

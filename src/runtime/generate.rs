@@ -189,7 +189,7 @@ impl<'a> Decoding<'a> {
     /// has no slot left for another).
     pub fn step(
         &mut self,
-        mut logits: Vec<f32>,
+        logits: &mut [f32],
         full: bool,
         on_text: &mut dyn FnMut(&Delta) -> ControlFlow<()>,
     ) -> Result<Option<u32>, RuntimeError> {
@@ -200,14 +200,14 @@ impl<'a> Decoding<'a> {
         }
         let eog: &[u32] = if config.stop_at_eog { self.tokenizer.eog() } else { &[] };
         // The model's own logits stay for the logprobs; the sample is of the masked ones.
-        let raw = (self.document.is_some() && config.logprobs.is_some()).then(|| logits.clone());
+        let raw = (self.document.is_some() && config.logprobs.is_some()).then(|| logits.to_vec());
         if let Some(d) = &mut self.document {
-            if d.mask(&mut logits, self.budget - self.tokens.len(), eog) == Next::Done {
+            if d.mask(logits, self.budget - self.tokens.len(), eog) == Next::Done {
                 self.stop = if d.forced { StopReason::LengthClosed } else { StopReason::EndOfGeneration };
                 return Ok(None);
             }
         }
-        let id = self.sampler.sample(&logits, &self.history);
+        let id = self.sampler.sample(logits, &self.history);
         self.tokens.push(id);
         self.history.push(id);
         if config.stop_at_eog && self.tokenizer.is_eog(id) {
@@ -227,7 +227,7 @@ impl<'a> Decoding<'a> {
         let (shown, hit) = self.filter.push(&piece);
         self.text.push_str(&shown);
         if let Some(top) = config.logprobs {
-            self.logprobs.push(TokenLogprob::new(raw.as_deref().unwrap_or(&logits), id, top));
+            self.logprobs.push(TokenLogprob::new(raw.as_deref().unwrap_or(logits), id, top));
         }
         if on_text(&Delta { text: &shown, logprob: self.logprobs.last() }).is_break() {
             self.stop = StopReason::Cancelled;
@@ -299,7 +299,7 @@ pub fn generate(
     let vocab = (&*tokenizer, model.file().path());
     let mut decoding = Decoding::new(config.clone(), vocab, prompt_tokens(pieces), n_prompt, n_ctx)?;
     let mut logits = prompt_logits.clone();
-    while let Some(id) = decoding.step(logits, session.is_full(model), &mut on_text)? {
+    while let Some(id) = decoding.step(&mut logits, session.is_full(model), &mut on_text)? {
         logits = session.step(model, id)?;
     }
     let Made { tokens, text, logprobs, stop } = decoding.finish(&mut on_text);
