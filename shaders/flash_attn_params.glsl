@@ -24,7 +24,8 @@ layout(push_constant) uniform Params {
     uint kv_den;
     uint s_off;     // slots offset (ints); 0xFFFFFFFF: no slots (not causal)
     float scale;
-    uint segment;   // kv rows per sequence: a causal query sees its own sequence's rows
+    uint segment;   // kv rows per sequence: a causal query sees its own sequence's rows;
+                    // 0: the slots are spans, each query's first kv row and end
 #if defined(ATTN_SPLITS)
     uint splits;    // most workgroups per (head, query)
 #endif
@@ -38,17 +39,20 @@ uint kv_rows() {
     return min(p.n_kv, syms[p.kv_sym] * p.kv_num / p.kv_den);
 }
 
-// The first kv row query t sees: its sequence's first (0 past the run-time query count n_q;
-// never past limit(t)).
+// The first kv row query t sees: its sequence's first, or its span's (0 past the run-time query
+// count n_q).
 uint first(uint t, uint n_q, uint n_kv) {
     if (t >= n_q || p.s_off == 0xFFFFFFFFu) {
         return 0u;
+    }
+    if (p.segment == 0u) {
+        return uint(clamp(slots[p.s_off + 2u * t], 0, int(n_kv)));
     }
     int s = slots[p.s_off + t];
     if (s < 0) {
         return 0u;
     }
-    uint f = uint(s) - uint(s) % max(p.segment, 1u);
+    uint f = uint(s) - uint(s) % p.segment;
     return min(f, n_kv);
 }
 
@@ -59,6 +63,9 @@ uint limit(uint t, uint n_q, uint n_kv) {
     }
     if (p.s_off == 0xFFFFFFFFu) {
         return n_kv;
+    }
+    if (p.segment == 0u) {
+        return uint(clamp(slots[p.s_off + 2u * t + 1u], 0, int(n_kv)));
     }
     return uint(clamp(slots[p.s_off + t] + 1, 0, int(n_kv)));
 }

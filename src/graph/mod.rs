@@ -19,6 +19,18 @@ pub const MAX_DIMS: usize = 4;
 #[derive(Clone, Copy, Debug, PartialEq, Eq, Hash, PartialOrd, Ord)]
 pub struct NodeId(pub usize);
 
+/// Which kv rows each query of an attention sees.
+#[derive(Clone, Copy, Debug)]
+pub enum AttnMask {
+    /// All of them.
+    Full,
+    /// Its own sequence's up to its slot: the slots (i32 [n_q]) and the kv rows per sequence
+    /// (a divisor of n_kv).
+    Causal { slots: NodeId, segment: usize },
+    /// Its own span: i32 [2, n_q], each query's first kv row and the end.
+    Spans(NodeId),
+}
+
 /// A run-time size, e.g. the number of tokens in a prefill chunk.
 #[derive(Clone, Copy, Debug, PartialEq, Eq, Hash)]
 pub struct SymId(pub usize);
@@ -515,17 +527,9 @@ impl Graph {
         Ok(self.f32_out(Op::Cont, vec![x], v.ne, v.dyn_axis, name))
     }
 
-    /// q: [d, n_head, n_q], k/v: [d, n_kv_head, n_kv]; `causal`: the slots (i32 [n_q]) and
-    /// the kv rows per sequence (a divisor of n_kv), see [`Op::Attention`].
-    pub fn attention(
-        &mut self,
-        q: NodeId,
-        k: NodeId,
-        v: NodeId,
-        causal: Option<(NodeId, usize)>,
-        scale: f32,
-        name: &str,
-    ) -> Result<NodeId> {
+    /// q: [d, n_head, n_q], k/v: [d, n_kv_head, n_kv]; which kv rows each query sees by
+    /// `mask`, see [`Op::Attention`].
+    pub fn attention(&mut self, q: NodeId, k: NodeId, v: NodeId, mask: AttnMask, scale: f32, name: &str) -> Result<NodeId> {
         let (qv, kv, vv) = (self.value(q).clone(), self.value(k).clone(), self.value(v).clone());
         let ok = qv.ne[0] == kv.ne[0]
             && kv.ne == vv.ne
@@ -538,18 +542,28 @@ impl Graph {
             return err(name, format!("attention q {} k {} v {}", qv.shape_str(), kv.shape_str(), vv.shape_str()));
         }
         let mut inputs = vec![q, k, v];
-        let mut segment = kv.ne[2];
-        if let Some((s, rows)) = causal {
-            self.expect_i32_ids(s, name)?;
-            if self.value(s).ne[0] != qv.ne[2] {
-                return err(name, format!("{} slots for {} queries", self.value(s).ne[0], qv.ne[2]));
+        let segment = match mask {
+            AttnMask::Full => kv.ne[2],
+            AttnMask::Causal { slots, segment } => {
+                self.expect_i32_ids(slots, name)?;
+                if self.value(slots).ne[0] != qv.ne[2] {
+                    return err(name, format!("{} slots for {} queries", self.value(slots).ne[0], qv.ne[2]));
+                }
+                if segment == 0 || !kv.ne[2].is_multiple_of(segment) {
+                    return err(name, format!("{} kv rows are no whole sequences of {segment}", kv.ne[2]));
+                }
+                inputs.push(slots);
+                segment
             }
-            if rows == 0 || !kv.ne[2].is_multiple_of(rows) {
-                return err(name, format!("{} kv rows are no whole sequences of {rows}", kv.ne[2]));
+            AttnMask::Spans(spans) => {
+                let sv = self.value(spans);
+                if sv.dtype != DType::I32 || sv.ne[..] != [2, qv.ne[2], 1, 1] {
+                    return err(name, format!("spans {} {} for {} queries", sv.dtype, sv.shape_str(), qv.ne[2]));
+                }
+                inputs.push(spans);
+                0
             }
-            inputs.push(s);
-            segment = rows;
-        }
+        };
         Ok(self.f32_out(Op::Attention { scale, segment }, inputs, qv.ne, qv.dyn_axis, name))
     }
 

@@ -69,8 +69,10 @@ pub enum Op {
     /// K/V heads (q head h reads kv head h / (n_head / n_kv_head)). q: [d, n_head, n_q],
     /// k/v: [d, n_kv_head, n_kv]. With `slots` (i32 [n_q], causal): the kv rows are
     /// sequences of `segment` rows each, and query i at slot s sees rows
-    /// s - s % segment ..= s (its own sequence's, up to itself). Without: every query sees all
-    /// n_kv rows (`segment` is then n_kv and has no effect).
+    /// s - s % segment ..= s (its own sequence's, up to itself). With `segment` 0, `slots` are
+    /// spans instead (i32 [2, n_q]): query i sees rows slots[0, i] .. slots[1, i] (several
+    /// images in one call, each attending over its own patches). Without: every query sees
+    /// all n_kv rows (`segment` is then n_kv and has no effect).
     Attention { scale: f32, segment: usize },
 }
 

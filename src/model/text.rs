@@ -6,7 +6,7 @@
 //! slice further in, so the dispatcher's rule 3 (skip, bind from the tensor) is exercised.
 
 use super::text_params::TextParams;
-use crate::graph::{DynAxis, Graph, NodeId, Result, RopeKind, SymId};
+use crate::graph::{AttnMask, DynAxis, Graph, NodeId, Result, RopeKind, SymId};
 use crate::quant::DType;
 
 /// Names of the run-time buffers the text graph binds.
@@ -122,7 +122,7 @@ impl Builder<'_> {
         let v_all = self.cache(&cache_v(il), v, n)?;
         let scale = 1.0 / (p.head_dim as f32).sqrt();
         let att =
-            self.g.attention(q, k_all, v_all, Some((self.slots, self.n_ctx)), scale, &format!("blk.{il}.attn"))?;
+            self.g.attention(q, k_all, v_all, AttnMask::Causal { slots: self.slots, segment: self.n_ctx }, scale, &format!("blk.{il}.attn"))?;
         let att = self.g.reshape(att, [p.head_dim * p.n_head, n, 1, 1], &format!("blk.{il}.attn_flat"))?;
         let wo = self.w(&format!("blk.{il}.attn_output.weight"), &[p.head_dim * p.n_head, p.n_embd])?;
         self.g.matmul(wo, att, &format!("blk.{il}.attn_out"))

@@ -6,7 +6,9 @@
 //! - [`POS_TAPS`] / [`POS_WEIGHTS`]: i32 / f32 `[TAPS, max_patches]`, the bilinear taps of the
 //!   position grid ([`pos_taps`](super::vision_grid::pos_taps));
 //! - [`ROPE_POS`]: i32 `[max_patches, 2]`: the row of every patch, then the column of every
-//!   patch (component c of patch t at `c * max_patches + t`).
+//!   patch (component c of patch t at `c * max_patches + t`);
+//! - [`ATTN_SPANS`]: i32 `[2, max_patches]`: the patches every patch attends over, the first
+//!   and the end (its image's: a call may hold several images, one after another).
 //!
 //! Output: [`WIDE_OUT`], f32 `[wide_width, max_patches / merge²]`: per merged token, the
 //! merger's output then each deepstack feature, written there by the last node of each merger.
@@ -16,13 +18,14 @@
 
 use super::vision_grid::TAPS;
 use super::vision_params::{patch_embd_name, MergerNames, VisionParams, ROPE_THETA};
-use crate::graph::{DynAxis, Gelu, Graph, GraphError, NodeId, Result, RopeKind, SymId};
+use crate::graph::{AttnMask, DynAxis, Gelu, Graph, GraphError, NodeId, Result, RopeKind, SymId};
 use crate::quant::DType;
 
 pub const PIXELS: &str = "vision.pixel_values";
 pub const POS_TAPS: &str = "vision.pos_taps";
 pub const POS_WEIGHTS: &str = "vision.pos_weights";
 pub const ROPE_POS: &str = "vision.rope_positions";
+pub const ATTN_SPANS: &str = "vision.attn_spans";
 pub const WIDE_OUT: &str = "vision.wide";
 
 /// A built vision graph.
@@ -39,6 +42,7 @@ struct Builder<'a> {
     patches: DynAxis,
     n: usize,
     rope_pos: NodeId,
+    spans: NodeId,
 }
 
 impl Builder<'_> {
@@ -120,7 +124,7 @@ impl Builder<'_> {
         let (q, k, v) = (split(0, "q")?, split(1, "k")?, split(2, "v")?);
         let q = self.g.rope(q, self.rope_pos, RopeKind::Axial2d, ROPE_THETA, hd, &format!("v.blk.{il}.q_rope"))?;
         let k = self.g.rope(k, self.rope_pos, RopeKind::Axial2d, ROPE_THETA, hd, &format!("v.blk.{il}.k_rope"))?;
-        let att = self.g.attention(q, k, v, None, 1.0 / (hd as f32).sqrt(), &format!("v.blk.{il}.attn"))?;
+        let att = self.g.attention(q, k, v, AttnMask::Spans(self.spans), 1.0 / (hd as f32).sqrt(), &format!("v.blk.{il}.attn"))?;
         let att = self.g.reshape(att, [vh, n, 1, 1], &format!("v.blk.{il}.attn_rows"))?;
         let out = self.linear(&format!("v.blk.{il}.attn_out"), att, vh, vh)?;
         self.g.add(x, out, &format!("v.blk.{il}.attn_residual"))
@@ -180,12 +184,13 @@ pub fn build(p: &VisionParams, max_patches: usize) -> Result<VisionGraph> {
     let patches = DynAxis { axis: 1, sym: n_patches, num: 1, den: 1 };
     let pixels = g.input(PIXELS, DType::F32, [p.patch_row(), n, 1, 1], Some(patches))?;
     let rope_pos = g.input(ROPE_POS, DType::I32, [n, 2, 1, 1], Some(DynAxis { axis: 0, ..patches }))?;
+    let spans = g.input(ATTN_SPANS, DType::I32, [2, n, 1, 1], Some(patches))?;
     let n_tokens = n / merge;
     let width = p.wide_width();
     let wide = g.external_storage(WIDE_OUT, DType::F32, width * n_tokens * 4, false);
     let wide_nb = [4, width * 4, width * n_tokens * 4, width * n_tokens * 4];
 
-    let mut b = Builder { g, p, patches, n, rope_pos };
+    let mut b = Builder { g, p, patches, n, rope_pos, spans };
     let embd = b.patch_embed(pixels)?;
     let pos = b.pos_embed()?;
     let mut x = b.g.add(embd, pos, "inp_pos")?;

@@ -155,32 +155,62 @@ impl VisionModel {
     /// [`VisionParams::wide_width`] values per merged token (row-major over the merged grid):
     /// the merger's output, then each deepstack feature.
     pub fn encode(&mut self, pixel_values: &[f32], grid_h: usize, grid_w: usize) -> Result<Vec<f32>, RuntimeError> {
+        Ok(self.encode_together(&[(pixel_values, grid_h, grid_w)])?.pop().unwrap_or_default())
+    }
+
+    /// Encodes several images in one run (their patches one after another, each attending
+    /// over its own), as [`VisionModel::encode`] each: their patches must fit the planned
+    /// maximum together. Many small images then fill the products of one run instead of a
+    /// run each.
+    pub fn encode_together(&mut self, images: &[(&[f32], usize, usize)]) -> Result<Vec<Vec<f32>>, RuntimeError> {
         let p = &self.params;
-        let (merge, row) = (p.merge, p.patch_row());
-        let n = grid_h * grid_w;
+        let (merge, row, max, width) = (p.merge, p.patch_row(), self.max_patches, p.wide_width());
         let input = |m: String| RuntimeError::Usage(format!("vision input: {m}"));
-        if grid_h == 0 || grid_w == 0 || !grid_h.is_multiple_of(merge) || !grid_w.is_multiple_of(merge) {
-            return Err(input(format!("a {grid_h}x{grid_w} patch grid is not whole {merge}x{merge} merge blocks")));
+        let n: usize = images.iter().map(|&(_, h, w)| h * w).sum();
+        if images.is_empty() {
+            return Ok(Vec::new());
         }
-        if n > self.max_patches {
-            return Err(input(format!("{n} patches exceed the planned maximum of {}", self.max_patches)));
+        if n > max {
+            return Err(input(format!("{n} patches exceed the planned maximum of {max}")));
         }
-        if pixel_values.len() != n * row {
-            return Err(input(format!("{} pixel values for {n} patches of {row}", pixel_values.len())));
+        let (mut pixels, mut taps, mut weights) = (Vec::with_capacity(n * row), Vec::new(), Vec::new());
+        let (mut rows, mut cols, mut spans) = (Vec::with_capacity(n), Vec::with_capacity(n), Vec::with_capacity(2 * n));
+        for &(pixel_values, grid_h, grid_w) in images {
+            let count = grid_h * grid_w;
+            if grid_h == 0 || grid_w == 0 || !grid_h.is_multiple_of(merge) || !grid_w.is_multiple_of(merge) {
+                return Err(input(format!("a {grid_h}x{grid_w} patch grid is not whole {merge}x{merge} merge blocks")));
+            }
+            if pixel_values.len() != count * row {
+                return Err(input(format!("{} pixel values for {count} patches of {row}", pixel_values.len())));
+            }
+            let patches = patch_positions(grid_h, grid_w, merge);
+            let t = pos_taps(p.pos_side, grid_h, grid_w, &patches);
+            let first = rows.len() as i32;
+            pixels.extend_from_slice(pixel_values);
+            taps.extend(t.ids);
+            weights.extend(t.weights);
+            rows.extend(patches.iter().map(|&(r, _)| r as i32));
+            cols.extend(patches.iter().map(|&(_, c)| c as i32));
+            spans.extend((0..count).flat_map(|_| [first, first + count as i32]));
         }
-        let patches = patch_positions(grid_h, grid_w, merge);
-        let taps = pos_taps(p.pos_side, grid_h, grid_w, &patches);
-        let (max, width) = (self.max_patches, p.wide_width());
         let plan = self.plan;
-        self.exec.write_f32(plan, vision::PIXELS, 0, pixel_values)?;
-        self.exec.write_i32(plan, vision::POS_TAPS, 0, &taps.ids)?;
-        self.exec.write_f32(plan, vision::POS_WEIGHTS, 0, &taps.weights)?;
+        self.exec.write_f32(plan, vision::PIXELS, 0, &pixels)?;
+        self.exec.write_i32(plan, vision::POS_TAPS, 0, &taps)?;
+        self.exec.write_f32(plan, vision::POS_WEIGHTS, 0, &weights)?;
         // Rope positions: the row of every patch, then the column, at the planned stride.
-        let rows: Vec<i32> = patches.iter().map(|&(r, _)| r as i32).collect();
-        let cols: Vec<i32> = patches.iter().map(|&(_, c)| c as i32).collect();
         self.exec.write_i32(plan, vision::ROPE_POS, 0, &rows)?;
         self.exec.write_i32(plan, vision::ROPE_POS, max, &cols)?;
+        self.exec.write_i32(plan, vision::ATTN_SPANS, 0, &spans)?;
         self.exec.run(plan, &[n])?;
-        Ok(self.exec.read_f32(plan, vision::WIDE_OUT, n / self.params.merge_patches() * width)?)
+        let out = self.exec.read_f32(plan, vision::WIDE_OUT, n / p.merge_patches() * width)?;
+        let mut at = 0;
+        Ok(images
+            .iter()
+            .map(|&(_, h, w)| {
+                let len = h * w / p.merge_patches() * width;
+                at += len;
+                out[at - len..at].to_vec()
+            })
+            .collect())
     }
 }

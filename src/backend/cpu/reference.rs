@@ -207,7 +207,7 @@ pub fn unary(x: &In, out: &mut Out, f: impl Fn(f32) -> f32) {
 }
 
 /// The kv rows `first..end` query `t` sees: with slots, those of its sequence (`segment` rows
-/// each) up to its own slot; without, all of them.
+/// each) up to its own slot, or with `segment` 0 its span; without, all of them.
 pub fn kv_range(
     slots: Option<&In>,
     t: usize,
@@ -215,9 +215,16 @@ pub fn kv_range(
     segment: usize,
 ) -> Result<std::ops::Range<usize>, KernelError> {
     match slots {
+        Some(s) if segment == 0 => {
+            let (first, end) = (s.i32_at([0, t, 0, 0]), s.i32_at([1, t, 0, 0]));
+            match (usize::try_from(first), usize::try_from(end)) {
+                (Ok(first), Ok(end)) if first < end && end <= n_kv => Ok(first..end),
+                _ => Err(KernelError::Fault(format!("attention span {first}..{end} of query {t} is not within {n_kv} kv rows"))),
+            }
+        }
         Some(s) => {
             let slot = row_id(s.i32_at([t, 0, 0, 0]), n_kv, "kv slot")?;
-            Ok(slot - slot % segment.max(1)..slot + 1)
+            Ok(slot - slot % segment..slot + 1)
         }
         None => Ok(0..n_kv),
     }

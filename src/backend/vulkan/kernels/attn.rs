@@ -197,7 +197,9 @@ pub fn choose(
     subgroup: Option<u32>,
     coop: Option<CoopMat>,
 ) -> KernelId {
-    let sequences = kv_rows / segment.max(1);
+    // Spans (segment 0) are no sequences of the cache: a call holds a few images, each of
+    // many queries.
+    let sequences = kv_rows.checked_div(segment).unwrap_or(1);
     let many = out.ne[2] >= TILED_MIN_QUERIES && out.ne[2] > sequences;
     if let Some(tile) = coop.and_then(|cm| AttnCoop::new(cm, out.ne[0], shared_memory)).filter(|_| many) {
         return KernelId::FlashAttnCm(tile);
@@ -233,7 +235,7 @@ pub fn launch(
         // Splits over the most kv rows a query sees (its sequence's); the kernel spreads the
         // run-time ones over them.
         KernelId::FlashAttnSplit(_) => {
-            let most = ins.get(1).map_or(1, |k| k.ne[2].min(segment));
+            let most = ins.get(1).map_or(1, |k| if segment == 0 { k.ne[2] } else { k.ne[2].min(segment) });
             let splits = most.div_ceil(SPLIT_MIN_ROWS).clamp(1, max_splits());
             (Grid::Split { splits }, MAX_HEAD_DIM)
         }
@@ -245,10 +247,11 @@ pub fn launch(
     if slots.len() > 1 {
         return Err(VkError::Invalid(format!("flash_attn: {} inputs, not q, k, v (and slots)", ins.len())));
     }
-    if segment == 0 || !k.ne[2].is_multiple_of(segment) {
+    let spans = segment == 0;
+    if spans && slots.is_empty() || !spans && !k.ne[2].is_multiple_of(segment) {
         return Err(VkError::Invalid(format!("flash_attn: {} kv rows in sequences of {segment}", k.ne[2])));
     }
-    let mut push = push_words(q, k, v, slots.first(), scale, out, dynamic, max_head_dim)?;
+    let mut push = push_words(q, k, v, slots.first().map(|s| (s, spans)), scale, out, dynamic, max_head_dim)?;
     push.push(word(segment, "segment")?);
     let mut scratch = Scratch::default();
     if let Grid::Split { splits } = grid {
@@ -266,13 +269,14 @@ pub fn launch(
     Ok(Launch { kernel, push, grid, grid_input: None, slots: Vec::new(), scratch })
 }
 
-/// The push constants every attention kernel reads but the segment, for heads of at most `max_head_dim` values.
+/// The push constants every attention kernel reads but the segment, for heads of at most
+/// `max_head_dim` values; `slots` with whether they are spans (i32 [2, n_q]).
 #[allow(clippy::too_many_arguments)] // the node's operands, each checked by name
 fn push_words(
     q: &Operand,
     k: &Operand,
     v: &Operand,
-    slots: Option<&Operand>,
+    slots: Option<(&Operand, bool)>,
     scale: f32,
     out: &Operand,
     dynamic: Option<Dyn>,
@@ -315,8 +319,9 @@ fn push_words(
         None => push.extend([u32::MAX, 1, 1]),
     }
     match slots {
-        Some(s) => {
-            if s.dtype != DType::I32 || s.ne[0] != n_q || s.nb[0] != 4 {
+        Some((s, spans)) => {
+            let ne_ok = if spans { s.ne[0] == 2 && s.ne[1] == n_q && s.nb[1] == 8 } else { s.ne[0] == n_q };
+            if s.dtype != DType::I32 || !ne_ok || s.nb[0] != 4 {
                 return Err(VkError::Invalid(format!("flash_attn: slots {} {:?} for {n_q} queries", s.dtype, s.ne)));
             }
             let off = floats(s.offset, "slots offset")?;
