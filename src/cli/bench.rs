@@ -34,8 +34,8 @@ fn help() -> String {
              (as hrx caption does), then -n steps decoding a token of each of the B together; \
              prompt, decode and total tokens/s as llama-batched-bench prints them (its -npp, -ntg, \
              -npl); with --mmproj each prompt starts with an --image-size test image, the B \
-             images encoded one by one before the prompts, and images/s and captions/min are \
-             printed too",
+             images encoded before the prompts, as many a run as the default pixel budget \
+             holds, and images/s and captions/min are printed too",
         ),
         UBATCH.help(format!(
             "with --batch: tokens per prefill call, the B prompts' tokens one after another \
@@ -452,7 +452,7 @@ fn bench_encode(
     graphs: &mut Vec<RecordingStats>,
 ) -> Result<(usize, f64, f64), CliError> {
     let image = TestImage::new(path, side)?;
-    let mut vision = image.load(threads, backend)?;
+    let mut vision = image.load(1, threads, backend)?;
     let patches = &image.patches;
     let [_, gh, gw] = patches.grid_thw;
     let mut times = Vec::with_capacity(reps);
@@ -503,14 +503,15 @@ impl TestImage {
         self.patches.n_patches() / (merge * merge)
     }
 
-    /// The projector's vision model on `backend`, planned for the image.
+    /// The projector's vision model on `backend`, planned for `copies` of the image in a run.
     pub(super) fn load(
         &self,
+        copies: usize,
         threads: Option<usize>,
         backend: &crate::backend::Backend,
     ) -> Result<crate::runtime::vision_model::VisionModel, CliError> {
-        let mut vision =
-            crate::runtime::vision_model::VisionModel::load_on(self.file.clone(), self.patches.n_patches(), backend)?;
+        let patches = self.patches.n_patches() * copies.max(1);
+        let mut vision = crate::runtime::vision_model::VisionModel::load_on(self.file.clone(), patches, backend)?;
         if let Some(n) = threads {
             vision.set_threads(n);
         }

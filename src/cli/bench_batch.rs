@@ -2,11 +2,12 @@
 //! decoded together, as llama-batched-bench prints them (its -npp, -ntg, -npl): B prompts of
 //! PP tokens prefilled together, then TG batched steps of a token for each of the B. With a
 //! projector (--mmproj), each prompt is a test image's tokens, the B images encoded before the
-//! prompts (as `hrx caption` does), then the PP tokens: images encoded a second and captions a
-//! minute per batch size besides.
+//! prompts, as many a run as the default pixel budget holds (as `hrx caption` does), then the
+//! PP tokens: images encoded a second and captions a minute per batch size besides.
 
 use super::bench::TestImage;
 use super::CliError;
+use crate::image::PreprocessConfig;
 use crate::json::Json;
 use crate::runtime::session::{feed_together, PromptPiece, Session};
 use crate::runtime::text_model::{TextModel, TextOptions};
@@ -60,7 +61,12 @@ pub fn run(
         model.set_threads(n);
     }
     let mut image = match test {
-        Some(test) => Some(Image { vision: test.load(threads, model.backend())?, test }),
+        Some(test) => {
+            // Planned, as hrx caption's, for the default pixel budget: as many copies a run as it holds.
+            let (h, w) = test.patches.resized_hw;
+            let copies = PreprocessConfig::KIOSK_MAX_PIXELS / (h * w).max(1);
+            Some(Image { vision: test.load(copies, threads, model.backend())?, test })
+        }
         None => None,
     };
     let mut rows = Vec::new();
@@ -164,8 +170,14 @@ fn time_batch(model: &mut TextModel, image: Option<&mut Image>, batch: usize, b:
     if let Some(Image { test, vision }) = image {
         let [_, gh, gw] = test.patches.grid_thw;
         let merge = test.patches.merge_size.max(1);
-        for _ in 0..batch {
-            encoded.push((vision.encode(&test.patches.pixel_values, gh, gw)?, gh / merge, gw / merge));
+        // As many images a run as the vision plan holds (as hrx caption encodes them).
+        let per_run = (vision.max_patches() / (gh * gw).max(1)).max(1);
+        let mut left = batch;
+        while left > 0 {
+            let images = vec![(test.patches.pixel_values.as_slice(), gh, gw); per_run.min(left)];
+            left -= images.len();
+            let runs = vision.encode_together(&images)?;
+            encoded.extend(runs.into_iter().map(|e| (e, gh / merge, gw / merge)));
         }
     }
     let t_enc = t.elapsed().as_secs_f64();

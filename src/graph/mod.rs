@@ -529,7 +529,15 @@ impl Graph {
 
     /// q: [d, n_head, n_q], k/v: [d, n_kv_head, n_kv]; which kv rows each query sees by
     /// `mask`, see [`Op::Attention`].
-    pub fn attention(&mut self, q: NodeId, k: NodeId, v: NodeId, mask: AttnMask, scale: f32, name: &str) -> Result<NodeId> {
+    pub fn attention(
+        &mut self,
+        q: NodeId,
+        k: NodeId,
+        v: NodeId,
+        mask: AttnMask,
+        scale: f32,
+        name: &str,
+    ) -> Result<NodeId> {
         let (qv, kv, vv) = (self.value(q).clone(), self.value(k).clone(), self.value(v).clone());
         let ok = qv.ne[0] == kv.ne[0]
             && kv.ne == vv.ne

@@ -121,8 +121,14 @@ impl Builder<'_> {
         let k_all = self.cache(&cache_k(il), k, n)?;
         let v_all = self.cache(&cache_v(il), v, n)?;
         let scale = 1.0 / (p.head_dim as f32).sqrt();
-        let att =
-            self.g.attention(q, k_all, v_all, AttnMask::Causal { slots: self.slots, segment: self.n_ctx }, scale, &format!("blk.{il}.attn"))?;
+        let att = self.g.attention(
+            q,
+            k_all,
+            v_all,
+            AttnMask::Causal { slots: self.slots, segment: self.n_ctx },
+            scale,
+            &format!("blk.{il}.attn"),
+        )?;
         let att = self.g.reshape(att, [p.head_dim * p.n_head, n, 1, 1], &format!("blk.{il}.attn_flat"))?;
         let wo = self.w(&format!("blk.{il}.attn_output.weight"), &[p.head_dim * p.n_head, p.n_embd])?;
         self.g.matmul(wo, att, &format!("blk.{il}.attn_out"))

@@ -124,7 +124,14 @@ impl Builder<'_> {
         let (q, k, v) = (split(0, "q")?, split(1, "k")?, split(2, "v")?);
         let q = self.g.rope(q, self.rope_pos, RopeKind::Axial2d, ROPE_THETA, hd, &format!("v.blk.{il}.q_rope"))?;
         let k = self.g.rope(k, self.rope_pos, RopeKind::Axial2d, ROPE_THETA, hd, &format!("v.blk.{il}.k_rope"))?;
-        let att = self.g.attention(q, k, v, AttnMask::Spans(self.spans), 1.0 / (hd as f32).sqrt(), &format!("v.blk.{il}.attn"))?;
+        let att = self.g.attention(
+            q,
+            k,
+            v,
+            AttnMask::Spans(self.spans),
+            1.0 / (hd as f32).sqrt(),
+            &format!("v.blk.{il}.attn"),
+        )?;
         let att = self.g.reshape(att, [vh, n, 1, 1], &format!("v.blk.{il}.attn_rows"))?;
         let out = self.linear(&format!("v.blk.{il}.attn_out"), att, vh, vh)?;
         self.g.add(x, out, &format!("v.blk.{il}.attn_residual"))

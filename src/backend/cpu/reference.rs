@@ -219,7 +219,9 @@ pub fn kv_range(
             let (first, end) = (s.i32_at([0, t, 0, 0]), s.i32_at([1, t, 0, 0]));
             match (usize::try_from(first), usize::try_from(end)) {
                 (Ok(first), Ok(end)) if first < end && end <= n_kv => Ok(first..end),
-                _ => Err(KernelError::Fault(format!("attention span {first}..{end} of query {t} is not within {n_kv} kv rows"))),
+                _ => Err(KernelError::Fault(format!(
+                    "attention span {first}..{end} of query {t} is not within {n_kv} kv rows"
+                ))),
             }
         }
         Some(s) => {
