@@ -81,8 +81,9 @@ pub struct Sampler {
 /// Index of the largest value (the first of equal ones, as argmax in torch; NaN is never the
 /// largest; 0 when every value is NaN).
 pub fn argmax(logits: &[f32]) -> usize {
-    // The maximum over independent lanes (which the compiler vectorizes: a batched step takes
-    // the argmax of a 151,936-wide row per sequence), then its first index.
+    // Two passes the compiler vectorizes (a batched step takes the argmax of a 151,936-wide
+    // row per sequence: one pass tracking indices does not vectorize and took 7x as long):
+    // the maximum over 16 lanes, then the first block holding it.
     const LANES: usize = 16;
     let mut lanes = [f32::NEG_INFINITY; LANES];
     let mut blocks = logits.chunks_exact(LANES);
@@ -92,7 +93,14 @@ pub fn argmax(logits: &[f32]) -> usize {
         }
     }
     let max = blocks.remainder().iter().chain(&lanes).fold(f32::NEG_INFINITY, |m, &x| if x > m { x } else { m });
-    logits.iter().position(|&x| x == max).unwrap_or(0)
+    let first = |xs: &[f32]| xs.iter().position(|&x| x == max);
+    let mut blocks = logits.chunks_exact(LANES);
+    for (b, block) in (&mut blocks).enumerate() {
+        if block.iter().fold(false, |hit, &x| hit | (x == max)) {
+            return b * LANES + first(block).unwrap_or(0);
+        }
+    }
+    first(blocks.remainder()).map_or(0, |i| logits.len() - blocks.remainder().len() + i)
 }
 
 /// A chosen token's log-probability under the model at its step, and the `top` most likely
