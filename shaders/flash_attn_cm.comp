@@ -166,6 +166,10 @@ void main() {
         for (uvec2 chunk = next_chunk(t0, BR, n_q, n_kv_all, 0u, BC); chunk.y > 0u;
              chunk = next_chunk(t0, BR, n_q, n_kv_all, chunk.x + chunk.y, BC)) {
             uint j0 = chunk.x;
+            // This query's columns of the chunk: the chunk's own rows (its tail of BC may hold
+            // rows of the next span, which the next chunk takes) that the query sees.
+            uint lo = max(fst, j0);
+            uint hi = min(lim, j0 + chunk.y);
             // Everyone is past the previous step's reads of the tiles.
             barrier();
             load_kv(kb, vb, j0, chunk.y, hd, kv_aligned);
@@ -186,7 +190,7 @@ void main() {
             // The online softmax of this lane's row, over columns part, part + LPR, ...
             float mx = m;
             for (uint c = part; c < BC; c += LPR) {
-                if (j0 + c >= fst && j0 + c < lim) {
+                if (j0 + c >= lo && j0 + c < hi) {
                     mx = max(mx, s_buf[s_base + row * LDS + c]);
                 }
             }
@@ -198,7 +202,7 @@ void main() {
             float sum = 0.0;
             for (uint c = part; c < BC; c += LPR) {
                 // Masked entries are zero outright: their scores are not below m.
-                float pj = j0 + c >= fst && j0 + c < lim ? exp2(s_buf[s_base + row * LDS + c] - mx) : 0.0;
+                float pj = j0 + c >= lo && j0 + c < hi ? exp2(s_buf[s_base + row * LDS + c] - mx) : 0.0;
                 p_buf[p_base + row * LDP4 + c / 4u][c % 4u] = float16_t(pj);
                 sum += pj;
             }

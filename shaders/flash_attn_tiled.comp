@@ -122,6 +122,9 @@ void main() {
         }
         while (chunk.y > 0u) {
             uint j0 = chunk.x;
+            // The chunk's own rows: its tail of BC may hold rows of the next span, which the
+            // next chunk takes.
+            uint j_end = j0 + chunk.y;
             // S = Q K^T for this thread's block.
             float s[RM * CN];
             for (uint x = 0u; x < RM * CN; x++) {
@@ -144,7 +147,7 @@ void main() {
                 float mx = NEG;
                 for (uint c = 0u; c < CN; c++) {
                     uint j = j0 + tx + TX * c;
-                    if (j >= fst[i] && j < lim[i]) {
+                    if (j >= fst[i] && j < min(lim[i], j_end)) {
                         mx = max(mx, s[i * CN + c]);
                     }
                 }
@@ -164,7 +167,7 @@ void main() {
                 for (uint c = 0u; c < CN; c++) {
                     uint col = tx + TX * c;
                     // Masked entries are zero outright: their scores are not below m.
-                    float pj = j0 + col >= fst[i] && j0 + col < lim[i] ? exp2(s[i * CN + c] - mx) : 0.0;
+                    float pj = j0 + col >= fst[i] && j0 + col < min(lim[i], j_end) ? exp2(s[i * CN + c] - mx) : 0.0;
                     ps[row * PROW + col] = pj;
                     sum += pj;
                 }

@@ -100,3 +100,16 @@ fn reference_kernels_agree_on_the_smallest_image() {
         describer(&oracle, "tiny/qwen3vl-tiny-F16.gguf", "tiny/mmproj-qwen3vl-tiny-F16.gguf", Kernels::Reference);
     check_case(&mut d, &oracle, "tiny", "I4", 1e-3, false);
 }
+
+/// Several images in one vision run (the reference and the fast kernels) each get what they
+/// get alone.
+#[test]
+fn images_encoded_together_match_each_alone_on_the_cpu() {
+    let Some(oracle) = common::oracle() else { return };
+    let mmproj = oracle.join("models/tiny/mmproj-qwen3vl-tiny-F16.gguf");
+    // The fast kernels take another product for 16 rows and more (x86_gemm's GEMM_MIN_ROWS).
+    for (kernels, tolerance) in [(Kernels::Reference, 1e-12), (Kernels::Fast, 1e-7)] {
+        let mut vision = hrx::runtime::vision_model::VisionModel::load(&mmproj, 64, kernels).expect("loads");
+        common::together::images_encoded_together_match_each_alone(&mut vision, tolerance);
+    }
+}

@@ -1054,6 +1054,25 @@ impl AttnCase {
         AttnCase { segment: Some(segment), ..self.slots(slots) }
     }
 
+    /// Query t sees rows spans[t].0 .. spans[t].1 (several images in one call; segment 0).
+    fn spans(self, spans: &[(i32, i32)]) -> AttnCase {
+        assert_eq!(spans.len(), self.n_q);
+        AttnCase { slots: Some(spans.iter().flat_map(|&(f, e)| [f, e]).collect()), segment: Some(0), ..self }
+    }
+
+    /// Query t's kv rows: its span, or its sequence's up to its slot, or all of them.
+    fn sees(&self, t: usize) -> std::ops::Range<usize> {
+        match (&self.slots, self.segment) {
+            (Some(s), Some(0)) => s[2 * t] as usize..s[2 * t + 1] as usize,
+            (Some(s), segment) if s[t] >= 0 => {
+                let (slot, segment) = (s[t] as usize, segment.unwrap_or(self.n_kv));
+                slot - slot % segment..slot + 1
+            }
+            (Some(_), _) => 0..0,
+            (None, _) => 0..self.n_kv,
+        }
+    }
+
     fn run(self, n_q: usize, n_kv: usize) -> AttnCase {
         AttnCase { run: Some((n_q, n_kv)), ..self }
     }
@@ -1069,6 +1088,7 @@ impl AttnCase {
     fn name(&self, kernel: KernelId) -> String {
         let (d, h, kvh, n_q, n_kv) = (self.d, self.heads, self.kv_heads, self.n_q, self.n_kv);
         let causal = match (&self.slots, self.segment) {
+            (Some(_), Some(0)) => "spans".into(),
             (Some(_), Some(segment)) => format!("causal in sequences of {segment}"),
             (Some(_), None) => "causal".into(),
             (None, _) => "full".into(),
@@ -1127,12 +1147,7 @@ fn check_attention(ks: &KernelSet, rng: &mut Rng, case: &AttnCase, kernel: Kerne
     let row = d * kv_heads;
     // Causal: the kv rows no query sees are NaN, as a cache's unwritten rows may be (a kernel
     // must not read them, even to multiply them by zero).
-    let segment = case.segment.unwrap_or(n_kv);
-    let seen = |r: usize| {
-        case.slots.as_ref().is_none_or(|slots| {
-            slots.iter().any(|&s| s >= 0 && (s as usize - s as usize % segment..=s as usize).contains(&r))
-        })
-    };
+    let seen = |r: usize| (0..n_q).any(|t| case.sees(t).contains(&r));
     let cache = |rng: &mut Rng| {
         let mut s = Strided::new(rng, [row, n_kv, 1, 1], 0, kv_off);
         s.ne = [d, kv_heads, n_kv, 1];
@@ -1151,8 +1166,10 @@ fn check_attention(ks: &KernelSet, rng: &mut Rng, case: &AttnCase, kernel: Kerne
     let kv_dyn = case.run.map(|_| Dyn { axis: 2, sym: 1, num: 1, den: 1 });
     let mut ops =
         vec![q.operand(), Operand { dynamic: kv_dyn, ..k.operand() }, Operand { dynamic: kv_dyn, ..v.operand() }];
+    let spans = case.segment == Some(0);
+    let slots_ne = |n: usize| if spans { [2, n, 1, 1] } else { [n, 1, 1, 1] };
     if case.slots.is_some() {
-        ops.push(i32_operand([n_q, 1, 1, 1]));
+        ops.push(i32_operand(slots_ne(n_q)));
     }
     let out_op = Operand { dynamic, ..out.operand() };
     let launch = kernels::launch(kernel, Ops::single(&op), &ops, &out_op, dynamic).unwrap();
@@ -1172,7 +1189,8 @@ fn check_attention(ks: &KernelSet, rng: &mut Rng, case: &AttnCase, kernel: Kerne
     // The CPU reference on the run-time rows.
     let kv_ne = [d, kv_heads, run_kv, 1];
     let mut views = vec![In { ne: run_ne, ..q.input() }, In { ne: kv_ne, ..k.input() }, In { ne: kv_ne, ..v.input() }];
-    let slot_arg = case.slots.as_ref().map(|s| i32_arg(&s[..run_q], [run_q, 1, 1, 1]));
+    let per_query = if spans { 2 } else { 1 };
+    let slot_arg = case.slots.as_ref().map(|s| i32_arg(&s[..per_query * run_q], slots_ne(run_q)));
     views.extend(slot_arg.as_ref().map(|a| a.view));
     let mut want_store = vec![0.0; out.data.len()];
     let mut o = Out { data: &mut want_store, offset: out.offset, ne: run_ne, nb: out.nb };
@@ -1203,8 +1221,9 @@ fn check_attention_kernels(ks: &KernelSet, rng: &mut Rng, case: AttnCase) {
 
 /// Queries of several sequences in one call, as a batch of decode steps (one query per
 /// sequence, each at its own depth), a prompt chunk that ends one sequence and starts the
-/// next, and prompts prefilled together (some shorter than a tile, some at a depth) give them:
-/// each sees only its own sequence's rows, and the rows between (NaN) are never read.
+/// next, prompts prefilled together (some shorter than a tile, some at a depth) and images
+/// encoded together (spans) give them: each sees only its own sequence's (image's) rows, and
+/// the rows between (NaN) are never read.
 #[test]
 fn attention_over_several_sequences_in_one_call() {
     let Some(ks) = kernel_set() else { return };
@@ -1218,6 +1237,14 @@ fn attention_over_several_sequences_in_one_call() {
     let three_seqs: Vec<i32> = (10..40).chain(64..80).chain(128 + 50..128 + 64).collect();
     let prompts = [(0, 0, 5), (1, 10, 3), (2, 0, 30), (3, 40, 17), (4, 0, 1), (5, 20, 40)];
     let packed: Vec<i32> = prompts.iter().flat_map(|&(s, from, n)| s * 64 + from..s * 64 + from + n).collect();
+    // Sequences shorter than a chunk of kv rows: a chunk that ends a sequence's span has the
+    // next sequence's rows in its tail.
+    let short: Vec<i32> = (0..5).chain(8..14).chain(16..24).chain(27..30).collect();
+    // Images of 24, 4 and 24 patches in one call, each attending over its own.
+    let images: Vec<(i32, i32)> = [(0, 24), (24, 28), (28, 52)]
+        .iter()
+        .flat_map(|&(f, e)| std::iter::repeat_n((f, e), (e - f) as usize))
+        .collect();
     let cases = [
         AttnCase::new((64, 4, 2, 5, 500)).segments(100, five),
         AttnCase::new((128, 4, 2, 8, 8 * 256)).segments(256, eight).aligned(),
@@ -1227,6 +1254,10 @@ fn attention_over_several_sequences_in_one_call() {
         AttnCase::new((64, 2, 2, 60, 192)).segments(64, three_seqs).aligned(),
         AttnCase::new((64, 4, 2, 96, 384)).segments(64, packed.clone()),
         AttnCase::new((128, 2, 1, 96, 384)).segments(64, packed).aligned(),
+        AttnCase::new((64, 4, 2, 22, 64)).segments(8, short.clone()),
+        AttnCase::new((128, 2, 1, 22, 32)).segments(8, short[..19].to_vec().into_iter().chain(24..27).collect()).aligned(),
+        AttnCase::new((64, 4, 4, 52, 52)).spans(&images),
+        AttnCase::new((128, 2, 2, 52, 52)).spans(&images).aligned(),
     ];
     for case in cases {
         check_attention_kernels(ks, &mut rng, case);

@@ -1,7 +1,9 @@
-//! Prompts prefilled together (`feed_together`) give each prompt the logits it gets alone.
+//! Prompts prefilled together (`feed_together`) give each prompt the logits it gets alone, and
+//! images encoded together (`encode_together`) each image the embeddings it gets alone.
 
 use hrx::runtime::session::{feed_together, PromptPiece, Session};
 use hrx::runtime::text_model::TextModel;
+use hrx::runtime::vision_model::VisionModel;
 use hrx::runtime::RuntimeError;
 
 fn nmse(a: &[f32], b: &[f32]) -> f64 {
@@ -62,4 +64,30 @@ pub fn prompts_fed_together_match_each_alone(model: &mut TextModel, tolerance: f
     assert!(matches!(feed_together(model, &mut fed), Err(RuntimeError::ContextFull { .. })));
     let after: Vec<usize> = sessions.iter().map(|s| s.n_past).collect();
     assert_eq!(before, after, "a refused feed moves no session");
+}
+
+/// On `vision` (planned for at least 56 patches): three images of different grids (6x4, 2x2,
+/// 4x6 patches) encoded in one run match each encoded alone to `tolerance` (NMSE), and a run
+/// past the planned patches is refused.
+pub fn images_encoded_together_match_each_alone(vision: &mut VisionModel, tolerance: f64) {
+    let row = vision.params().patch_row();
+    let grids = [(6, 4), (2, 2), (4, 6)];
+    let pixels: Vec<Vec<f32>> = grids
+        .iter()
+        .enumerate()
+        .map(|(k, &(h, w))| (0..h * w * row).map(|i| (((i * 31 + k * 7) % 97) as f32 / 97.0 - 0.5) * 2.0).collect())
+        .collect();
+    let images: Vec<(&[f32], usize, usize)> =
+        pixels.iter().zip(grids).map(|(p, (h, w))| (p.as_slice(), h, w)).collect();
+    let together = vision.encode_together(&images).expect("together");
+    assert_eq!(together.len(), images.len());
+    for (i, (&(p, h, w), got)) in images.iter().zip(&together).enumerate() {
+        let want = vision.encode(p, h, w).expect("alone");
+        assert_eq!(got.len(), want.len(), "image {i}: rows");
+        let e = nmse(got, &want);
+        eprintln!("image {i} ({h}x{w}): together vs alone nmse {e:.2e}");
+        assert!(e <= tolerance, "image {i}: together vs alone nmse {e:.2e}");
+    }
+    let too_many = vec![images[0]; vision.max_patches() / 24 + 1];
+    assert!(matches!(vision.encode_together(&too_many), Err(RuntimeError::Usage(_))));
 }
