@@ -173,7 +173,7 @@ fn prompts_prefilled_together_match_each_alone_on_vulkan() {
 fn images_encoded_together_match_each_alone_on_vulkan() {
     let Some((backend, oracle)) = setup() else { return };
     let file = std::sync::Arc::new(
-        hrx::gguf::GgufFile::open(&oracle.join("models/tiny/mmproj-qwen3vl-tiny-F16.gguf")).expect("opens"),
+        hrx::gguf::GgufFile::open(oracle.join("models/tiny/mmproj-qwen3vl-tiny-F16.gguf")).expect("opens"),
     );
     let mut vision = hrx::runtime::vision_model::VisionModel::load_on(file, 64, &backend).expect("loads");
     common::together::images_encoded_together_match_each_alone(&mut vision, 1e-9);
