@@ -1255,9 +1255,7 @@ fn attention_over_several_sequences_in_one_call() {
         AttnCase::new((64, 4, 2, 96, 384)).segments(64, packed.clone()),
         AttnCase::new((128, 2, 1, 96, 384)).segments(64, packed).aligned(),
         AttnCase::new((64, 4, 2, 22, 64)).segments(8, short.clone()),
-        AttnCase::new((128, 2, 1, 22, 32))
-            .segments(8, short[..19].to_vec().into_iter().chain(24..27).collect())
-            .aligned(),
+        AttnCase::new((128, 2, 1, 22, 32)).segments(8, short[..19].iter().copied().chain(24..27).collect()).aligned(),
         AttnCase::new((64, 4, 4, 52, 52)).spans(&images),
         AttnCase::new((128, 2, 2, 52, 52)).spans(&images).aligned(),
     ];
