@@ -39,6 +39,7 @@ const uint LDS = BC + 4u;       // floats per row of a subgroup's scores
 const uint LDP = BC + 8u;       // halves per row of a subgroup's probabilities
 const uint LDP4 = LDP / 4u;
 const float NEG = -1.0e30;      // below any score, finite: exp2(NEG - NEG) must not be NaN
+#define ATTN_TILE_ROWS BR
 
 layout(set = 0, binding = 1) readonly buffer Q { float q[]; };
 layout(set = 0, binding = 1) readonly buffer Q4 { vec4 q4[]; };
@@ -128,6 +129,7 @@ void main() {
         uint t_row = t0 + sg * R + row;
         uint lim = limit(t_row, n_q, n_kv_all);
         uint fst = first(t_row, n_q, n_kv_all);
+        tile_spans(t0, n_q, n_kv_all);
 
         // This subgroup's queries as A fragments, R x R of Q at a time through p_buf.
         coopmat<float16_t, gl_ScopeSubgroup, R, R, gl_MatrixUseA> qf[DM / R];
@@ -163,8 +165,7 @@ void main() {
         float l = 0.0; // this lane's part of its row's sum
         // The tile's chunks of kv rows (alike in every thread, so the loop is uniform across
         // the workgroup).
-        for (uvec2 chunk = next_chunk(t0, BR, n_q, n_kv_all, 0u, BC); chunk.y > 0u;
-             chunk = next_chunk(t0, BR, n_q, n_kv_all, chunk.x + chunk.y, BC)) {
+        for (uvec2 chunk = next_chunk(0u, BC); chunk.y > 0u; chunk = next_chunk(chunk.x + chunk.y, BC)) {
             uint j0 = chunk.x;
             // This query's columns of the chunk: the chunk's own rows (its tail of BC may hold
             // rows of the next span, which the next chunk takes) that the query sees.

@@ -70,26 +70,65 @@ uint limit(uint t, uint n_q, uint n_kv) {
     return uint(clamp(slots[p.s_off + t] + 1, 0, int(n_kv)));
 }
 
-// The next chunk of at most `bc` kv rows that the queries t0 .. t0 + br - 1 (of n_q) need
-// from row j on: its first row and its rows (0 rows: none left). The rows a tile needs are
-// spans, one per sequence of its queries (a sequence's queries come together, in slot order):
-// from the sequence's first row to the most any of its queries sees. A chunk never reaches
-// past its span, so a tile straddling two sequences reads neither the rows between their
-// spans (unwritten, perhaps not even finite) nor any row twice.
-uvec2 next_chunk(uint t0, uint br, uint n_q, uint n_kv, uint j, uint bc) {
+#if defined(ATTN_TILE_ROWS)
+// The kv rows a tile of ATTN_TILE_ROWS queries needs are spans, one per sequence of its queries
+// (a sequence's queries come together, in slot order): from the sequence's first row to the most
+// any of its queries sees. tile_spans finds them once per tile, into shared memory; next_chunk
+// walks them. A chunk never reaches past its span, so a tile straddling two sequences reads
+// neither the rows between their spans (unwritten, perhaps not even finite) nor any row twice.
+shared uint span_first[ATTN_TILE_ROWS];
+shared uint span_end[ATTN_TILE_ROWS];
+shared uint span_count;
+
+// The spans of queries t0 .. t0 + ATTN_TILE_ROWS - 1 (of n_q): every query's first row and end,
+// then (one thread) queries that see nothing dropped and runs with the same first row merged.
+// Every thread of the workgroup calls it, past the previous tile's last next_chunk.
+void tile_spans(uint t0, uint n_q, uint n_kv) {
+    barrier();
+    for (uint r = gl_LocalInvocationIndex; r < ATTN_TILE_ROWS; r += gl_WorkGroupSize.x) {
+        span_first[r] = first(t0 + r, n_q, n_kv);
+        span_end[r] = limit(t0 + r, n_q, n_kv);
+    }
+    barrier();
+    if (gl_LocalInvocationIndex == 0u) {
+        // In place: entry n is written only after entry r >= n was read.
+        uint n = 0u;
+        for (uint r = 0u; r < ATTN_TILE_ROWS; r++) {
+            uint f = span_first[r];
+            uint e = span_end[r];
+            if (f >= e) {
+                continue;
+            }
+            if (n > 0u && span_first[n - 1u] == f) {
+                span_end[n - 1u] = max(span_end[n - 1u], e);
+            } else {
+                span_first[n] = f;
+                span_end[n] = e;
+                n++;
+            }
+        }
+        span_count = n;
+    }
+    barrier();
+}
+
+// The next chunk of at most `bc` kv rows of the tile's spans from row j on: its first row and
+// its rows (0 rows: none left). Alike in every thread.
+uvec2 next_chunk(uint j, uint bc) {
     uint start = 0xFFFFFFFFu;
     uint end = 0u;
-    for (uint r = 0u; r < br; r++) {
-        uint lim = limit(t0 + r, n_q, n_kv);
-        if (lim > j) {
-            uint s = max(first(t0 + r, n_q, n_kv), j);
+    for (uint i = 0u; i < span_count; i++) {
+        uint e = span_end[i];
+        if (e > j) {
+            uint s = max(span_first[i], j);
             if (s < start) {
                 start = s;
-                end = lim;
+                end = e;
             } else if (s == start) {
-                end = max(end, lim);
+                end = max(end, e);
             }
         }
     }
     return start < end ? uvec2(start, min(bc, end - start)) : uvec2(0u);
 }
+#endif

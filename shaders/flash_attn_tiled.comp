@@ -37,6 +37,7 @@ const uint DV = DM4 / TX;
 const uint KROW = DM4 + 1u; // vec4s per K row in shared memory (one of padding)
 const uint PROW = BC + 1u;  // floats per P row
 const float NEG = -1.0e30;  // below any score, finite: exp2(NEG - NEG) must not be NaN
+#define ATTN_TILE_ROWS BR
 
 layout(set = 0, binding = 1) readonly buffer Q { float q[]; };
 layout(set = 0, binding = 2) readonly buffer K { float k[]; };
@@ -93,7 +94,8 @@ void main() {
         uint vb = p.v_off + (h / group) * p.v_nb1;
         // The tile's first chunk of kv rows (every thread finds it alike, so the loop below
         // is uniform across the workgroup).
-        uvec2 chunk = next_chunk(t0, BR, n_q, n_kv_all, 0u, BC);
+        tile_spans(t0, n_q, n_kv_all);
+        uvec2 chunk = next_chunk(0u, BC);
         uint lim[RM];
         uint fst[RM];
         for (uint i = 0u; i < RM; i++) {
@@ -175,7 +177,7 @@ void main() {
             }
             // Every thread is past its S (K read) and its previous O += P V (V and P read).
             load_v(vb, j0, chunk.y, hd);
-            chunk = next_chunk(t0, BR, n_q, n_kv_all, j0 + chunk.y, BC);
+            chunk = next_chunk(j0 + chunk.y, BC);
             if (chunk.y > 0u) {
                 load_k(kb, chunk.x, chunk.y, hd);
             }

@@ -68,10 +68,11 @@ impl AttnTile {
     }
 
     /// Bytes of shared memory the kernel declares with this tile: Q (BR x D), K (BC rows of
-    /// D + 4), V (BC x D), P (BR x (BC + 1)) and the row reductions (BR x 8), all f32.
+    /// D + 4), V (BC x D), P (BR x (BC + 1)), the row reductions (BR x 8) and the tile's kv
+    /// spans (BR x 2 and a count), all 4-byte words.
     pub fn shared_bytes(self) -> u32 {
         let (br, bc, d) = (self.queries(), self.kv_rows(), self.max_head_dim());
-        (4 * (br * d + bc * (d + 4) + bc * d + br * (bc + 1) + br * 8)) as u32
+        (4 * (br * d + bc * (d + 4) + bc * d + br * (bc + 1) + br * 8 + br * 2 + 1)) as u32
     }
 
     /// The name's suffix: `flash_attn_tiled_d64`.
@@ -122,10 +123,10 @@ impl AttnCoop {
 
     /// Bytes of shared memory the kernel declares: K and V tiles (f16, rows of DM + 8), each
     /// subgroup's scores (f32, rows of BC + 4), probabilities (f16, rows of BC + 8) and factor
-    /// matrix (f32, R x R).
+    /// matrix (f32, R x R), and the tile's kv spans (u32, 4R x 2 and a count).
     pub fn shared_bytes(self) -> u32 {
         let (r, bc, dm) = (self.cm.shape.m, CM_KV_ROWS, self.class.max_head_dim() as u32);
-        2 * bc * (dm + 8) * 2 + 4 * r * ((bc + 4) * 4 + (bc + 8) * 2 + r * 4)
+        2 * bc * (dm + 8) * 2 + 4 * r * ((bc + 4) * 4 + (bc + 8) * 2 + r * 4) + 4 * (4 * r * 2 + 1)
     }
 
     /// The kernel's specialization constants: threads, R, BC, DM.
@@ -396,7 +397,7 @@ mod tests {
         );
         let tall = CoopMat { shape: crate::backend::vulkan::CoopShape { m: 16, n: 8, k: 16 }, ..nv };
         assert_eq!(choose(&out(128, 512), ONE, 49152, Some(32), Some(tall)), KernelId::FlashAttnTiled(AttnTile::D128));
-        assert_eq!(AttnCoop { class: AttnTile::D128, cm: nv }.shared_bytes(), 35840);
+        assert_eq!(AttnCoop { class: AttnTile::D128, cm: nv }.shared_bytes(), 36356);
     }
 
     #[test]
