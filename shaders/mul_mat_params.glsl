@@ -1,6 +1,7 @@
 // Bindings and push constants shared by the matrix kernels: d[n, c] = sum_k w[k, n] x[k, c]
 // (ggml's mul_mat), plus r[n, c] when a residual is fused in (a matrix product whose only
-// consumer adds it to r: one dispatch instead of two, the same rounding). Output columns
+// consumer adds it to r: one dispatch instead of two, the same rounding), or r[n] when that
+// consumer adds one row to every column (a bias). Output columns
 // c = (m, i2, i3) over ne.yzw; w has one matrix for all.
 
 layout(set = 0, binding = 1) readonly buffer W { uint w[]; };
@@ -21,6 +22,8 @@ layout(push_constant) uniform Params {
     uint pro_mode; // mul_mat_vec_wide: x computed from its producer's inputs (PRO_*)
     uint pro_off;  // float offset of the producer's second input (binding 4)
     float pro_eps; // PRO_RMS_NORM: epsilon
+    uint r_row;    // 1: r is one row of N added to every column (d's columns are whole multiples
+                   // of d_nb.y apart, d_nb.y >= N: a column's float index mod d_nb.y is its row)
 } p;
 
 #define PRO_NONE 0u
@@ -31,7 +34,11 @@ layout(push_constant) uniform Params {
 
 // What d holds at float index `at` for the product `v`: v, plus the residual's value there.
 float with_residual(float v, uint at) {
-    return p.r_off == NO_RESIDUAL ? v : v + r[p.r_off + at - p.d_nb.x];
+    if (p.r_off == NO_RESIDUAL) {
+        return v;
+    }
+    uint i = at - p.d_nb.x;
+    return v + r[p.r_off + (p.r_row != 0u ? i % p.d_nb.y : i)];
 }
 
 // Float offsets of column c of x and of d. Columns of the first matrix (all of them in a 2-D

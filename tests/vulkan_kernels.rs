@@ -368,14 +368,15 @@ fn matmul_with_a_fused_residual_every_kernel() {
         Operand { dtype: DType::Q4K, ne: w_ne, nb: contiguous_strides(DType::Q4K, w_ne), offset: 0, dynamic: None };
     let w_in = In { data: Data::Bytes(&w_bytes), dtype: DType::Q4K, offset: 0, ne: w_ne, nb: w_op.nb };
     // 130 columns: several tiles of every kernel, ragged.
-    for cols in [3, 20, 130] {
+    // A residual laid out as the output, and a bias: one row added to every column.
+    for (cols, bias) in [(3, false), (20, false), (130, false), (1, true), (20, true), (130, true)] {
         let x = Strided::new(&mut rng, [k, cols, 1, 1], 0, 0);
         let out = Strided::new(&mut rng, [n, cols, 1, 1], 0, 0);
-        let residual = Strided::new(&mut rng, [n, cols, 1, 1], 0, 0);
+        let residual = Strided::new(&mut rng, [n, if bias { 1 } else { cols }, 1, 1], 0, 0);
         let mut want = vec![0.0; out.data.len()];
         let mut o = Out { data: &mut want, offset: 0, ne: out.ne, nb: out.nb };
         execute(&Op::MatMul, &[w_in, x.input()], &mut o, Kernels::Reference, 1).unwrap();
-        want.iter_mut().zip(&residual.data).for_each(|(v, r)| *v += r);
+        want.iter_mut().enumerate().for_each(|(i, v)| *v += residual.data[i % residual.data.len()]);
         let dev = ks.device();
         let bufs =
             [upload(dev, &w_bytes, 0), upload(dev, &f32_bytes(&x.data), 0), upload(dev, &f32_bytes(&residual.data), 0)];
@@ -388,15 +389,18 @@ fn matmul_with_a_fused_residual_every_kernel() {
             run(ks, &launch, &[], &[&bufs[0], &bufs[1], &bufs[2]], &out_buf, out.ne, None);
             let got = out_buf.read_f32(0, out.data.len()).unwrap();
             let e = nmse(&got, &want);
-            eprintln!("{:<24} + residual, cols={cols}: nmse {e:.3e}", launch.kernel.name());
-            assert!(e < mat_tolerance(kind), "{} + residual cols={cols}: nmse {e}", launch.kernel.name());
+            let what = if bias { "bias" } else { "residual" };
+            eprintln!("{:<24} + {what}, cols={cols}: nmse {e:.3e}", launch.kernel.name());
+            assert!(e < mat_tolerance(kind), "{} + {what} cols={cols}: nmse {e}", launch.kernel.name());
         }
     }
-    // A residual laid out otherwise than the output is refused.
+    // A residual laid out otherwise than the output, or a row of another length, is refused.
     let x_op = Operand::contiguous(DType::F32, [k, 3, 1, 1], 0);
     let d_op = Operand::contiguous(DType::F32, [n, 3, 1, 1], 0);
-    let r_op = Operand::contiguous(DType::F32, [n, 4, 1, 1], 0);
-    assert!(vulkan_common::launch_mat(MatKind::Tiled, &w_op, &x_op, &d_op, Some(&r_op), None).is_err());
+    for r_ne in [[n, 4, 1, 1], [n + 1, 1, 1, 1], [n, 1, 3, 1]] {
+        let r_op = Operand::contiguous(DType::F32, r_ne, 0);
+        assert!(vulkan_common::launch_mat(MatKind::Tiled, &w_op, &x_op, &d_op, Some(&r_op), None).is_err(), "{r_ne:?}");
+    }
 }
 
 #[test]

@@ -102,3 +102,26 @@ fn a_misaligned_view_stays_on_the_cpu() {
     assert_eq!(kernel_of(&plan, s1).0, Device::Cpu);
     assert_eq!(kernel_of(&plan, s2), (Device::Gpu, "add"));
 }
+
+#[test]
+fn a_bias_add_runs_in_its_products_dispatch() {
+    // A vision block's linear layers: w · x + b over many columns, twice in a row (the first
+    // one's input dies at its product, so only a reserved input keeps the fused store off it).
+    let mut g = Graph::new("linear");
+    let x = g.input("x", DType::F32, [256, 64, 1, 1], None).unwrap();
+    let w1 = g.weight("w1", DType::F16, [256, 512, 1, 1]).unwrap();
+    let b1 = g.weight("b1", DType::F32, [512, 1, 1, 1]).unwrap();
+    let w2 = g.weight("w2", DType::F16, [512, 256, 1, 1]).unwrap();
+    let b2 = g.weight("b2", DType::F32, [256, 1, 1, 1]).unwrap();
+    let h = g.gelu(x, Gelu::Erf, "act").unwrap();
+    let y1 = g.matmul(w1, h, "fc1").unwrap();
+    let z1 = g.add(y1, b1, "fc1_bias").unwrap();
+    let y2 = g.matmul(w2, z1, "fc2").unwrap();
+    let z2 = g.add(y2, b2, "fc2_bias").unwrap();
+    g.mark_output(z2);
+    let plan = Plan::new(g, &VulkanRegistry::PORTABLE).unwrap();
+    for (product, add) in [(y1, z1), (y2, z2)] {
+        assert_eq!(plan.placements[add.0], Placement::Fused { into: product });
+        assert!(matches!(&plan.placements[product.0], Placement::Run { group, .. } if group.fused == Some(add)));
+    }
+}

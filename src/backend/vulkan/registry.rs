@@ -110,12 +110,12 @@ impl Registry for VulkanRegistry {
     }
 
     /// What `kernels::select` runs as one dispatch: a product with the ADD of its output (the
-    /// residual added in the product's store), a decode product with the RMS norm or SwiGLU
+    /// residual or bias added in the product's store), a decode product with the RMS norm or SwiGLU
     /// that makes its input folded in (`mul_mat_vec_wide`), an RMS_NORM with the ROPE of its
-    /// output (`rms_norm_rope.comp`). The norm and products of a few columns reserve their
-    /// inputs' bytes; a product of many columns fuses its ADD only where the arena happens to
-    /// keep the output clear of its inputs: keeping every such input alive through its ADD
-    /// would grow the vision arena about twofold. A product split over row ranges neither folds
+    /// output (`rms_norm_rope.comp`). The norm, products of a few columns and products with
+    /// their bias reserve their inputs' bytes; a product of many columns fuses a residual ADD
+    /// only where the arena happens to keep the output clear of its inputs: keeping every such
+    /// input alive through its ADD would grow the vision arena about twofold. A product split over row ranges neither folds
     /// nor fuses.
     fn group(&self, graph: &Graph, group: Group) -> Option<Fusion> {
         if !self.variants.fuse || !self.splits(graph, group.node)?.is_empty() {
@@ -133,6 +133,12 @@ impl Registry for VulkanRegistry {
             k,
             KernelId::MatMul(MatKind::Vec | MatKind::VecSg { .. } | MatKind::VecWide { .. } | MatKind::Rows, _)
         );
-        Some(Fusion { kernel: kernel(k, Vec::new()), reserve: k == KernelId::RmsNormRope || few_columns })
+        // A bias (one row added to every column) keeps only the product's input alive one node
+        // longer: the value it adds is a weight.
+        let bias = matches!(k, KernelId::MatMul(..))
+            && group.fused.is_some()
+            && ins.get(2).is_some_and(|r| r.ne[1..] == [1, 1, 1]);
+        let reserve = k == KernelId::RmsNormRope || few_columns || bias;
+        Some(Fusion { kernel: kernel(k, Vec::new()), reserve })
     }
 }

@@ -15,7 +15,7 @@ use crate::backend::vulkan::info::CoopShape;
 use crate::backend::vulkan::info::DeviceInfo;
 
 /// Words of `mul_mat_params.glsl`'s push constants.
-pub const PUSH_WORDS: usize = 24;
+pub const PUSH_WORDS: usize = 25;
 
 /// A producer folded into a product: its input x is computed as the product loads it (only
 /// `mul_mat_vec_wide` does this: decode, where the producer would be a dispatch of its own).
@@ -366,8 +366,9 @@ fn wide_threads_per_row(k: usize) -> usize {
 /// subgroups each.
 pub const WIDE_MAX_SUBGROUP: u32 = 64;
 
-/// `residual`: an f32 value laid out as `out` (same sizes and strides) added to the product
-/// (bound as input 3).
+/// `residual`: an f32 value added to the product (bound as input 3), laid out as `out` (same
+/// sizes and strides) or one row of `out`'s N added to every column (a bias: `[N, 1, 1, 1]`,
+/// contiguous, where `out`'s columns are whole multiples of its column stride apart).
 pub fn launch(
     kind: MatKind,
     w: &Operand,
@@ -410,13 +411,21 @@ pub fn launch(
     push.push(word(w.nb[1], "w row bytes")?);
     // The last byte of w must be addressable by 32-bit byte offsets.
     word(w.offset + w.nb[1] * n, "w extent")?;
-    match residual {
-        None => push.push(u32::MAX),
+    let r_row = match residual {
+        None => {
+            push.push(u32::MAX);
+            false
+        }
         Some(r) => {
             expect_f32(r, "the residual")?;
-            if r.ne != out.ne || r.nb != out.nb {
+            let as_out = r.ne == out.ne && r.nb == out.nb;
+            // Each output column's float index mod its stride is then its row.
+            let columns_apart =
+                out.nb[1] >= 4 * n && out.nb[2].is_multiple_of(out.nb[1]) && out.nb[3].is_multiple_of(out.nb[1]);
+            let row = !as_out && r.ne == [n, 1, 1, 1] && r.nb[0] == 4 && columns_apart;
+            if !as_out && !row {
                 return Err(VkError::Invalid(format!(
-                    "mul_mat: residual {:?}/{:?} is not laid out as the output {:?}/{:?}",
+                    "mul_mat: residual {:?}/{:?} is neither laid out as the output {:?}/{:?} nor one row of it",
                     r.ne, r.nb, out.ne, out.nb
                 )));
             }
@@ -425,8 +434,9 @@ pub fn launch(
                 return Err(VkError::Invalid("mul_mat: residual offset out of range".into()));
             }
             push.push(at);
+            row
         }
-    }
+    };
     let tpr = wide_threads_per_row(k);
     push.push(if matches!(kind, MatKind::VecWide { .. }) { tpr as u32 } else { 0 });
     // The prologue: mode (0 none, 1 RMS norm, 2 SwiGLU), the float offset of its second input
@@ -454,6 +464,7 @@ pub fn launch(
             push.extend([2, floats(up.offset, "up offset")?, 0]);
         }
     }
+    push.push(u32::from(r_row));
     let grid = match kind {
         MatKind::Vec => Grid::Mat { rows: 4, cols: 1 },
         MatKind::VecWide { subgroup, rows, cols } => {
