@@ -10,8 +10,7 @@
 //   the whole pass), stored to shared memory; the online softmax by rows, LPR lanes to a row:
 //   the row maximum m, P = exp2(S - m) (f16, to shared memory), the running sum; the rescale
 //   factor exp2(m_old - m) of each row as an R x R matrix of rows of that factor, by which the
-//   O accumulators are multiplied element by element; O += P V. Each step's K and V are fetched
-//   from global memory into registers while the step before it computes.
+//   O accumulators are multiplied element by element; O += P V.
 // At the end O is scaled by 1 / sum the same way and written through a patch of shared memory.
 // The tile sizes are specialization constants (kernels/attn.rs, AttnTileCm); head_dim may be
 // below DM (zeros beyond it), a multiple of 4.
@@ -74,36 +73,17 @@ vec4 kv4(bool is_k, bool aligned, uint at, uint n) {
     return r;
 }
 
-// This thread's share of a chunk's K and V (KV_LOADS vec4s each), fetched from global memory
-// while the previous chunk's products run, stored to the tiles once those are done with.
-const uint KV_VEC4S = BC * DM / 4u;
-const uint KV_LOADS = (KV_VEC4S + THREADS - 1u) / THREADS;
-vec4 k_next[KV_LOADS];
-vec4 v_next[KV_LOADS];
-
-// kv rows j0.. of the head's K and V into k_next and v_next, zeros past `rows` and past hd.
-void fetch_kv(uint kb, uint vb, uint j0, uint rows, uint hd, bool aligned) {
-    [[unroll]] for (uint i = 0u; i < KV_LOADS; i++) {
-        uint e = gl_LocalInvocationID.x + i * THREADS;
+// kv rows j0.. of the head's K and V into the tiles as f16, zeros past `rows` and past hd.
+void load_kv(uint kb, uint vb, uint j0, uint rows, uint hd, bool aligned) {
+    for (uint e = gl_LocalInvocationID.x; e < BC * DM / 4u; e += THREADS) {
         uint r = e / (DM / 4u);
         uint c = 4u * (e % (DM / 4u));
-        bool real = e < KV_VEC4S && r < rows && c < hd;
+        bool real = r < rows && c < hd;
         uint n = real ? hd - c : 0u;
-        k_next[i] = real ? kv4(true, aligned, kb + (j0 + r) * p.k_nb2 + c, n) : vec4(0.0);
-        v_next[i] = real ? kv4(false, aligned, vb + (j0 + r) * p.v_nb2 + c, n) : vec4(0.0);
-    }
-}
-
-// The fetched rows into the tiles, as f16.
-void store_kv() {
-    [[unroll]] for (uint i = 0u; i < KV_LOADS; i++) {
-        uint e = gl_LocalInvocationID.x + i * THREADS;
-        if (e < KV_VEC4S) {
-            uint r = e / (DM / 4u);
-            uint c = e % (DM / 4u);
-            k_tile[r * LDK4 + c] = f16vec4(k_next[i]);
-            v_tile[r * LDK4 + c] = f16vec4(v_next[i]);
-        }
+        vec4 kv = real ? kv4(true, aligned, kb + (j0 + r) * p.k_nb2 + c, n) : vec4(0.0);
+        vec4 vv = real ? kv4(false, aligned, vb + (j0 + r) * p.v_nb2 + c, n) : vec4(0.0);
+        k_tile[r * LDK4 + c / 4u] = f16vec4(kv);
+        v_tile[r * LDK4 + c / 4u] = f16vec4(vv);
     }
 }
 
@@ -184,10 +164,8 @@ void main() {
         float m = NEG;
         float l = 0.0; // this lane's part of its row's sum
         // The tile's chunks of kv rows (alike in every thread, so the loop is uniform across
-        // the workgroup), each fetched while the one before it is worked on.
-        uvec2 chunk = next_chunk(0u, BC);
-        fetch_kv(kb, vb, chunk.x, chunk.y, hd, kv_aligned);
-        while (chunk.y > 0u) {
+        // the workgroup).
+        for (uvec2 chunk = next_chunk(0u, BC); chunk.y > 0u; chunk = next_chunk(chunk.x + chunk.y, BC)) {
             uint j0 = chunk.x;
             // This query's columns of the chunk: the chunk's own rows (its tail of BC may hold
             // rows of the next span, which the next chunk takes) that the query sees.
@@ -195,12 +173,8 @@ void main() {
             uint hi = min(lim, j0 + chunk.y);
             // Everyone is past the previous step's reads of the tiles.
             barrier();
-            store_kv();
+            load_kv(kb, vb, j0, chunk.y, hd, kv_aligned);
             barrier();
-            uvec2 next = next_chunk(j0 + chunk.y, BC);
-            if (next.y > 0u) {
-                fetch_kv(kb, vb, next.x, next.y, hd, kv_aligned);
-            }
             // S = Q K^T, to shared memory.
             [[unroll]] for (uint j = 0u; j < BC / R; j++) {
                 coopmat<float, gl_ScopeSubgroup, R, R, gl_MatrixUseAccumulator> s =
@@ -248,7 +222,6 @@ void main() {
                     o[j] = coopMatMulAdd(pa, vf, o[j]);
                 }
             }
-            chunk = next;
         }
         // The row's sum over its lanes, then O / sum through the shared patch.
         for (uint o_ = 1u; o_ < LPR; o_ <<= 1u) {

@@ -86,7 +86,7 @@ void main() {
                     for (uint i = 0u; i < 4u; i++) {
                         uint n = nt * BN + ty * 4u + i;
                         if (n < ne.x) {
-                            d[d_col + n] = with_residual(acc[i][j], d_col + n);
+                            d[d_col + n] = with_residual(acc[i][j], d_col + n, n);
                         }
                     }
                 }

@@ -173,7 +173,7 @@ void store_split(uint n0, uint c0, uvec4 ne, uint cols, uint tid) {
                 v += split_sums[s * WG_M * WG_N + e];
             }
             uint at = column_offsets(c, ne).y + n;
-            d[at] = with_residual(v, at);
+            d[at] = with_residual(v, at, n);
         }
     }
     // The sums are stored again by the next tile.

@@ -67,7 +67,7 @@ void store_block(coopmat<float, gl_ScopeSubgroup, CM_M, CM_N, gl_MatrixUseAccumu
         uint c = c0 + e / CM_M;
         if (n < ne.x && c < cols) {
             uint at = column_offsets(c, ne).y + n;
-            d[at] = with_residual(out_patch[base + (e / CM_M) * LDO + e % CM_M], at);
+            d[at] = with_residual(out_patch[base + (e / CM_M) * LDO + e % CM_M], at, n);
         }
     }
     // The patch is reused by the next accumulator.

@@ -22,8 +22,7 @@ layout(push_constant) uniform Params {
     uint pro_mode; // mul_mat_vec_wide: x computed from its producer's inputs (PRO_*)
     uint pro_off;  // float offset of the producer's second input (binding 4)
     float pro_eps; // PRO_RMS_NORM: epsilon
-    uint r_row;    // 1: r is one row of N added to every column (d's columns are whole multiples
-                   // of d_nb.y apart, d_nb.y >= N: a column's float index mod d_nb.y is its row)
+    uint r_row;    // 1: r is one row of N, added to every column (a bias)
 } p;
 
 #define PRO_NONE 0u
@@ -32,13 +31,10 @@ layout(push_constant) uniform Params {
 
 #define NO_RESIDUAL 0xFFFFFFFFu
 
-// What d holds at float index `at` for the product `v`: v, plus the residual's value there.
-float with_residual(float v, uint at) {
-    if (p.r_off == NO_RESIDUAL) {
-        return v;
-    }
-    uint i = at - p.d_nb.x;
-    return v + r[p.r_off + (p.r_row != 0u ? i % p.d_nb.y : i)];
+// What d holds at float index `at`, row n, for the product `v`: v, plus the residual's value
+// there.
+float with_residual(float v, uint at, uint n) {
+    return p.r_off == NO_RESIDUAL ? v : v + r[p.r_off + (p.r_row != 0u ? n : at - p.d_nb.x)];
 }
 
 // Float offsets of column c of x and of d. Columns of the first matrix (all of them in a 2-D

@@ -32,7 +32,7 @@ void main() {
             for (uint k = k4; k < p.K; k++) {
                 acc += load_w1(row, k) * x[off.x + k];
             }
-            d[off.y + n] = with_residual(acc, off.y + n);
+            d[off.y + n] = with_residual(acc, off.y + n, n);
         }
     }
 }

@@ -57,7 +57,7 @@ void main() {
                 barrier();
             }
             if (tid < ROWS && n0 + tid < ne.x) {
-                d[off.y + n0 + tid] = with_residual(partial[tid][0], off.y + n0 + tid);
+                d[off.y + n0 + tid] = with_residual(partial[tid][0], off.y + n0 + tid, n0 + tid);
             }
             barrier();
         }

@@ -140,7 +140,7 @@ void main() {
                 float acc = row_dot(p.w_off + n * p.w_nb1, off.x, lane, step);
                 acc = subgroupAdd(acc);
                 if (lane == 0u) {
-                    d[off.y + n] = with_residual(acc, off.y + n);
+                    d[off.y + n] = with_residual(acc, off.y + n, n);
                 }
             }
         }

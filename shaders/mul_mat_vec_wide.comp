@@ -331,7 +331,7 @@ void main() {
                     s *= inversesqrt(squares / float(p.K) + p.pro_eps);
                 }
                 uint at = column_offsets(c0 + c, ne).y + row0 + r;
-                d[at] = with_residual(s, at);
+                d[at] = with_residual(s, at, row0 + r);
             }
             barrier();
         }

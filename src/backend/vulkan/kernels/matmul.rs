@@ -368,7 +368,7 @@ pub const WIDE_MAX_SUBGROUP: u32 = 64;
 
 /// `residual`: an f32 value added to the product (bound as input 3), laid out as `out` (same
 /// sizes and strides) or one row of `out`'s N added to every column (a bias: `[N, 1, 1, 1]`,
-/// contiguous, where `out`'s columns are whole multiples of its column stride apart).
+/// contiguous).
 pub fn launch(
     kind: MatKind,
     w: &Operand,
@@ -419,10 +419,7 @@ pub fn launch(
         Some(r) => {
             expect_f32(r, "the residual")?;
             let as_out = r.ne == out.ne && r.nb == out.nb;
-            // Each output column's float index mod its stride is then its row.
-            let columns_apart =
-                out.nb[1] >= 4 * n && out.nb[2].is_multiple_of(out.nb[1]) && out.nb[3].is_multiple_of(out.nb[1]);
-            let row = !as_out && r.ne == [n, 1, 1, 1] && r.nb[0] == 4 && columns_apart;
+            let row = !as_out && r.ne == [n, 1, 1, 1] && r.nb[0] == 4;
             if !as_out && !row {
                 return Err(VkError::Invalid(format!(
                     "mul_mat: residual {:?}/{:?} is neither laid out as the output {:?}/{:?} nor one row of it",
