@@ -99,7 +99,9 @@ pub struct AttnCoop {
     pub cm: CoopMat,
 }
 
-/// KV rows per step of `flash_attn_cm`.
+/// KV rows per step of `flash_attn_cm`. On the H200, 64 for heads of 64 (with the factor
+/// matrices kept in the scores' bytes to fit 48 KiB) took a 4,096-patch encode's attention from
+/// 5.2 to 6.2 ms a layer (448x448: 0.21 to 0.20 ms); 32 with that saving, no faster than now.
 const CM_KV_ROWS: u32 = 32;
 
 impl AttnCoop {
