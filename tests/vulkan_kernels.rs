@@ -500,8 +500,8 @@ fn coopmat_kernel_large_and_ragged_tiles() {
     for dtype in [DType::F16, DType::Q4K, DType::Q5K, DType::Q6K, DType::Q8_0, DType::F32, DType::BF16] {
         // Slices of 64 (the fast kernel's default): 768, 12; 320, 5; 64, one; 224 and 200 are
         // not whole slices of it (the exact and tiled kernels), 200 not of 32 either. The
-        // narrow kernel's slices of 64 on lavapipe and 128 on NVIDIA: 768, 12 and 6; 256, 4 and
-        // 2; 384, 6 and 3 (F16).
+        // narrow kernel's slices of 128 on lavapipe and 256 on NVIDIA: 768, 6 and 3; 256, 2 and
+        // 1; 384, 3 (F16; not whole slices of 256).
         let ks_of = if dtype.block_len() == 256 {
             vec![768, 256]
         } else if dtype == DType::Q8_0 {

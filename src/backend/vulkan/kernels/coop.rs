@@ -120,20 +120,19 @@ impl Tiles {
 
     /// `mul_mat_cm_narrow`, for a few columns (batched decode): tiles of one matrix-unit block
     /// each way (more where the workgroup's threads need more rows or columns to stage), each
-    /// subgroup over a quarter of every slice; slices of 4 x max(2 K, subgroup) values, so that
-    /// a subgroup runs two or more products a slice and each thread stages one 16-value chunk
-    /// of each operand: 128 on NVIDIA (16 x 16 tiles), 256 on AMD's wave64, 64 on lavapipe.
-    /// 2048-row products at 16 columns are 128 workgroups instead of `fast`'s 32. Measured on
-    /// the H200 at 32 columns (`scripts/device_bench`, HRX_DEVBENCH_VARIANTS): slices of 256
-    /// (HRX_VK_CM_NARROW=16,16,256,2) beat 128 by 5-18 % on every 2B shape, but the kernel tests
-    /// have not run there with them yet, so 128 stays; four slices in flight instead of two, or
-    /// tiles of 16 x 32, gained nothing; 32 x 32 won on 2048 -> 6144 (28 us against 39) and lost
-    /// on the others.
+    /// subgroup over a quarter of every slice; slices of max(16 K, 4 x subgroup) values, so that
+    /// a subgroup runs four or more products a slice and each thread stages whole 16-value
+    /// chunks of each operand: 256 on NVIDIA and AMD (16 x 16 x 16), 128 on lavapipe. 2048-row
+    /// products at 16 columns are 128 workgroups instead of `fast`'s 32. Measured on the H200 at
+    /// 32 columns (`scripts/device_bench`, HRX_DEVBENCH_VARIANTS): slices of 256 beat 128 by
+    /// 5-18 % on every 2B shape (the kernel tests passed there with both); four slices in flight
+    /// instead of two, or tiles of 16 x 32, gained nothing; 32 x 32 won on 2048 -> 6144 (28 us
+    /// against 39) and lost on the others.
     /// HRX_VK_CM_NARROW=SG_M,SG_N,BK,DEPTH[,PROBE] sets them instead, as HRX_VK_CM_TILES does
     /// `fast`'s (SG_M x SG_N is then the workgroup's tile).
     pub fn narrow(cm: CoopMat) -> Tiles {
         let (m, n, k) = (cm.shape.m, cm.shape.n, cm.shape.k);
-        let bk = 4 * (2 * k).max(cm.subgroup);
+        let bk = (16 * k).max(4 * cm.subgroup);
         // Rows (columns) that give every thread one chunk of a slice.
         let staged = (4 * cm.subgroup / (bk / 16)).max(1);
         let default =
