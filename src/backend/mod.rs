@@ -307,15 +307,14 @@ impl Executor {
         }
     }
 
-    /// The first `out.len()` values of f32 run-time buffer `name` of `plan`, into `out`.
-    pub fn read_f32_into(&mut self, plan: PlanId, name: &str, out: &mut [f32]) -> Result<(), ExecError> {
+    /// The first `n` values of f32 run-time buffer `name` of `plan`.
+    pub fn read_f32(&mut self, plan: PlanId, name: &str, n: usize) -> Result<Vec<f32>, ExecError> {
         match self {
             Executor::Cpu(e) => {
                 let buf = e.f32_buffer(plan, name).ok_or_else(|| ExecError::NoBuffer(name.to_owned()))?;
-                out.copy_from_slice(buf.get(..out.len()).ok_or_else(|| ExecError::NoBuffer(name.to_owned()))?);
-                Ok(())
+                Ok(buf.get(..n).ok_or_else(|| ExecError::NoBuffer(name.to_owned()))?.to_vec())
             }
-            Executor::Vulkan(e) => Ok(e.read_f32_into(plan, name, out)?),
+            Executor::Vulkan(e) => Ok(e.read_f32(plan, name, n)?),
         }
     }
 

@@ -456,15 +456,12 @@ fn bench_encode(
     let patches = &image.patches;
     let [_, gh, gw] = patches.grid_thw;
     let mut times = Vec::with_capacity(reps);
-    // One untimed encode first (first touches), as for pp and tg; each encode's rows given
-    // back for the next, as hrx caption gives them back once their prompt is prefilled.
-    let rows = vision.encode(&patches.pixel_values, gh, gw)?;
-    vision.recycle(rows);
+    // One untimed encode first (first touches), as for pp and tg.
+    vision.encode(&patches.pixel_values, gh, gw)?;
     for _ in 0..reps {
         let t = Instant::now();
-        let rows = vision.encode(&patches.pixel_values, gh, gw)?;
+        vision.encode(&patches.pixel_values, gh, gw)?;
         times.push(t.elapsed().as_secs_f64());
-        vision.recycle(rows);
     }
     let (mean, sd) = mean_sd(&times);
     graphs.extend(vision.recording_stats());

@@ -167,7 +167,6 @@ fn time_batch(model: &mut TextModel, image: Option<&mut Image>, batch: usize, b:
     let mut sessions: Vec<Session> = (0..batch).map(|s| Session::at(s * n_ctx)).collect();
     let t = Instant::now();
     let mut encoded = Vec::with_capacity(batch);
-    let mut encoder = None;
     if let Some(Image { test, vision }) = image {
         let [_, gh, gw] = test.patches.grid_thw;
         let merge = test.patches.merge_size.max(1);
@@ -180,7 +179,6 @@ fn time_batch(model: &mut TextModel, image: Option<&mut Image>, batch: usize, b:
             let runs = vision.encode_together(&images)?;
             encoded.extend(runs.into_iter().map(|e| (e, gh / merge, gw / merge)));
         }
-        encoder = Some(vision);
     }
     let t_enc = t.elapsed().as_secs_f64();
     let t = Instant::now();
@@ -200,10 +198,6 @@ fn time_batch(model: &mut TextModel, image: Option<&mut Image>, batch: usize, b:
         feed_together(model, &mut fed)?;
     }
     let t_pp = t.elapsed().as_secs_f64();
-    // The rows go back for the next encodes, as hrx caption gives them back.
-    if let Some(vision) = encoder {
-        encoded.into_iter().for_each(|(rows, ..)| vision.recycle(rows));
-    }
     let t = Instant::now();
     for i in 0..b.n_gen {
         let tokens: Vec<u32> = (0..batch).map(|s| token(s * n_ctx + b.n_prompt + i)).collect();

@@ -201,7 +201,6 @@ impl Job<'_> {
         let t = Instant::now();
         let images = d.encode_files_for(&[path], self.prompt, self.system)?;
         let (_, g) = d.run(&images, self.prompt, self.system, self.config, |_| std::ops::ControlFlow::Continue(()))?;
-        images.into_iter().for_each(|image| d.recycle(image));
         Ok(self.entry(path, &g, t))
     }
 
@@ -273,8 +272,6 @@ impl Job<'_> {
                         Started::Failed((i, t), e) => progress.report(todo[i], Err(e), t)?,
                     }
                 }
-                // The prompts are prefilled: their images' rows go back for the next encodes.
-                encoded.into_iter().for_each(|(_, [image])| d.recycle(image));
                 if batch.is_empty() {
                     return Ok(());
                 }

@@ -373,12 +373,6 @@ impl Describer {
         self.encode_patches(&patches)
     }
 
-    /// Gives back an image's rows once its prompt is prefilled: the next encode reads into them
-    /// (`VisionModel::recycle`).
-    pub fn recycle(&mut self, image: EncodedImage) {
-        self.vision.recycle(image.embeddings);
-    }
-
     pub fn encode_patches(&mut self, patches: &Patches) -> Result<EncodedImage, RuntimeError> {
         let [_, gh, gw] = patches.grid_thw;
         let embeddings = self.vision.encode(&patches.pixel_values, gh, gw)?;

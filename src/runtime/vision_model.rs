@@ -19,10 +19,6 @@ pub struct VisionModel {
     backend: Backend,
     exec: Executor,
     plan: PlanId,
-    /// Encodes' output rows given back (`recycle`), read into again: a 448x448 image's 6.4 MB
-    /// read into fresh memory spent 2.7 ms of a 16 ms encode on the H200 faulting its pages in.
-    /// It holds no more than the most encodes ever held at once.
-    spare: Vec<Vec<f32>>,
 }
 
 /// The vision plan for `registry`, for `hrx plan` and tests (built without binding weights).
@@ -125,7 +121,7 @@ impl VisionModel {
         let max_patches = planned_patches(&params, max_patches, &*backend.registry())?;
         let VisionGraph { graph, .. } = vision::build(&params, max_patches)?;
         let (backend, exec) = loader::load(&[graph], backend, &[file])?;
-        Ok(VisionModel { params, max_patches, backend, exec, plan: PlanId(0), spare: Vec::new() })
+        Ok(VisionModel { params, max_patches, backend, exec, plan: PlanId(0) })
     }
 
     pub fn params(&self) -> &VisionParams {
@@ -168,8 +164,7 @@ impl VisionModel {
     /// run each.
     pub fn encode_together(&mut self, images: &[(&[f32], usize, usize)]) -> Result<Vec<Vec<f32>>, RuntimeError> {
         let p = &self.params;
-        let (merge, row, max, width, merged) =
-            (p.merge, p.patch_row(), self.max_patches, p.wide_width(), p.merge_patches());
+        let (merge, row, max, width) = (p.merge, p.patch_row(), self.max_patches, p.wide_width());
         let input = |m: String| RuntimeError::Usage(format!("vision input: {m}"));
         let n: usize = images.iter().map(|&(_, h, w)| h * w).sum();
         if images.is_empty() {
@@ -209,26 +204,20 @@ impl VisionModel {
         let written = started.elapsed();
         self.exec.run(plan, &[n])?;
         let ran = started.elapsed();
-        let rows_of = |patches: usize| patches / merged * width;
-        let mut out = self.spare_rows(rows_of(n));
-        self.exec.read_f32_into(plan, vision::WIDE_OUT, &mut out)?;
+        let out = self.exec.read_f32(plan, vision::WIDE_OUT, n / p.merge_patches() * width)?;
         // One image keeps the read as it is (a 448x448 image's rows are 6 MB).
         let encoded = match images {
             [_] => vec![out],
             _ => {
                 let mut at = 0;
-                let encoded = images
+                images
                     .iter()
                     .map(|&(_, h, w)| {
-                        let len = rows_of(h * w);
-                        let mut rows = self.spare_rows(len);
-                        rows.copy_from_slice(&out[at..at + len]);
+                        let len = h * w / p.merge_patches() * width;
                         at += len;
-                        rows
+                        out[at - len..at].to_vec()
                     })
-                    .collect();
-                self.recycle(out);
-                encoded
+                    .collect()
             }
         };
         // Where an encode's time goes on the host's side (RUST_LOG=hrx=debug).
@@ -240,19 +229,5 @@ impl VisionModel {
             (started.elapsed() - ran).as_secs_f64() * 1e3
         );
         Ok(encoded)
-    }
-
-    /// Gives back rows an encode returned, once their user is done with them: the next encode
-    /// reads into them.
-    pub fn recycle(&mut self, rows: Vec<f32>) {
-        self.spare.push(rows);
-    }
-
-    /// `len` zeros in memory given back, where there is some.
-    fn spare_rows(&mut self, len: usize) -> Vec<f32> {
-        let mut rows = self.spare.pop().unwrap_or_default();
-        rows.clear();
-        rows.resize(len, 0.0);
-        rows
     }
 }

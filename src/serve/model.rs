@@ -197,8 +197,6 @@ fn start(app: &App, d: &mut Describer, batch: &mut Batch<Tag>, jobs: Vec<Job>) {
             }
         }
     }
-    // The prompts are prefilled: their images' rows go back for the next encodes.
-    encoded.into_iter().flat_map(|(_, images, ..)| images).for_each(|image| d.recycle(image));
 }
 
 /// Sends a request that ended its answer.

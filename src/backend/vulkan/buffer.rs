@@ -192,32 +192,22 @@ impl Buffer {
     }
 
     /// Reads `n` f32 values at byte `offset`.
+    #[cfg(target_endian = "little")]
     pub fn read_f32(&self, offset: u64, n: usize) -> Result<Vec<f32>> {
         let mut values = vec![0f32; n];
-        self.read_f32_into(offset, &mut values)?;
+        // SAFETY: the bytes of `values`, borrowed only for the copy; every bit pattern is an
+        // f32, and on a little-endian host its bytes are the little-endian ones read (a decode
+        // step's logits are 600 KB: read as they lie, no converting pass).
+        let bytes = unsafe { std::slice::from_raw_parts_mut(values.as_mut_ptr().cast::<u8>(), n * 4) };
+        self.read(offset, bytes)?;
         Ok(values)
     }
 
-    /// Reads f32 values at byte `offset` into `out` (memory the caller reuses: a fresh
-    /// allocation's pages are faulted in as the copy first touches them).
-    #[cfg(target_endian = "little")]
-    pub fn read_f32_into(&self, offset: u64, out: &mut [f32]) -> Result<()> {
-        // SAFETY: the bytes of `out`, borrowed only for the copy; every bit pattern is an f32,
-        // and on a little-endian host its bytes are the little-endian ones read (a decode
-        // step's logits are 600 KB: read as they lie, no converting pass).
-        let bytes =
-            unsafe { std::slice::from_raw_parts_mut(out.as_mut_ptr().cast::<u8>(), std::mem::size_of_val(out)) };
-        self.read(offset, bytes)
-    }
-
     #[cfg(not(target_endian = "little"))]
-    pub fn read_f32_into(&self, offset: u64, out: &mut [f32]) -> Result<()> {
-        let mut bytes = vec![0u8; out.len() * 4];
+    pub fn read_f32(&self, offset: u64, n: usize) -> Result<Vec<f32>> {
+        let mut bytes = vec![0u8; n * 4];
         self.read(offset, &mut bytes)?;
-        for (v, b) in out.iter_mut().zip(bytes.chunks_exact(4)) {
-            *v = f32::from_le_bytes([b[0], b[1], b[2], b[3]]);
-        }
-        Ok(())
+        Ok(bytes.chunks_exact(4).map(|b| f32::from_le_bytes([b[0], b[1], b[2], b[3]])).collect())
     }
 
     /// Fills the buffer with zero bytes.

@@ -255,10 +255,10 @@ impl VulkanExecutor {
         }
     }
 
-    /// The first `out.len()` f32 values of run-time buffer `name` of `plan`, into `out`.
-    pub fn read_f32_into(&self, plan: PlanId, name: &str, out: &mut [f32]) -> Result<()> {
+    /// Reads `n` f32 values of run-time buffer `name` of `plan`.
+    pub fn read_f32(&self, plan: PlanId, name: &str, n: usize) -> Result<Vec<f32>> {
         match self.named(plan, name)? {
-            (b, DType::F32) => b.read_f32_into(0, out),
+            (b, DType::F32) => b.read_f32(0, n),
             (_, d) => Err(VkError::Invalid(format!("buffer {name:?} holds {d}, not f32"))),
         }
     }
