@@ -15,7 +15,7 @@ hrx doctor: show the Vulkan devices and which one hrx would use
 usage: hrx doctor [--json]
 
 For each device: name, type, vendor and device ids, Vulkan API version, driver name,
-info and version; memory heaps (size, device-local, host-visible); subgroup size and
+info and version; memory heaps (size, device-local, host-visible, host-cached); subgroup size and
 operations, and whether the matrix-vector kernels use them (HRX_VK_NO_SUBGROUP=1 keeps
 the portable ones); which matrix-matrix kernel the prefill and vision products use: the
 portable f32 tiles (mul_mat), or on devices with cooperative matrices (Vulkan 1.3, f16 x
@@ -153,12 +153,16 @@ impl Report {
                 d.driver_version
             )?;
             for (i, h) in d.heaps.iter().enumerate() {
-                let flags = [(h.device_local, "device-local"), (h.host_visible, "host-visible")]
-                    .iter()
-                    .filter(|(on, _)| *on)
-                    .map(|(_, n)| *n)
-                    .collect::<Vec<_>>()
-                    .join(", ");
+                let flags = [
+                    (h.device_local, "device-local"),
+                    (h.host_visible, "host-visible"),
+                    (h.host_cached, "host-cached"),
+                ]
+                .iter()
+                .filter(|(on, _)| *on)
+                .map(|(_, n)| *n)
+                .collect::<Vec<_>>()
+                .join(", ");
                 writeln!(
                     out,
                     "    memory heap {i}   {} {}",

@@ -3,7 +3,7 @@
 //! together a token a step by the batched plan. A sequence that stops frees its slots for the next prompt at once, so a
 //! long answer does not hold the short ones up.
 
-use super::generate::{prompt_tokens, Decoding, Delta, GenerateConfig, Generation, Made};
+use super::generate::{prompt_tokens, Choice, Decoding, Delta, GenerateConfig, Generation, Made};
 use super::session::{feed_together, PromptPiece, Session};
 use super::text_model::TextModel;
 use super::RuntimeError;
@@ -215,11 +215,12 @@ impl<'a, T> Batch<'a, T> {
         let mut logits = model.forward_batch(&tokens, &positions, &slots)?;
         let forwarded = t0.elapsed();
         let n_vocab = logits.len() / stepping.len();
-        for (seq, row) in stepping.into_iter().zip(logits.chunks_exact_mut(n_vocab)) {
+        let choices = self.choose(&stepping, &mut logits, n_vocab)?;
+        for ((seq, row), choice) in stepping.into_iter().zip(logits.chunks_exact(n_vocab)).zip(choices) {
             let Some(mut a) = self.seqs[seq].take() else { continue };
             a.session.advance();
             let full = a.session.is_full(model);
-            match a.decoding.step(row, full, &mut |d| listener.text(&a.tag, d))? {
+            match a.decoding.take(choice, row, full, &mut |d| listener.text(&a.tag, d))? {
                 Some(next) => self.seqs[seq] = Some(Active { next, ..a }),
                 None => finished.push(finish(a, listener)),
             }
@@ -231,6 +232,39 @@ impl<'a, T> Batch<'a, T> {
             (t0.elapsed() - forwarded).as_secs_f64() * 1e3
         );
         Ok(Stepped { finished, decoded })
+    }
+
+    /// The token each sequence of `stepping` (in order) chooses from its row of `logits`, on
+    /// threads side by side: a greedy choice is an argmax over the vocabulary (151,936 values
+    /// on the 2B model), and 32 sequences on one thread took 3 ms of a 15 ms step on the H200.
+    fn choose(&mut self, stepping: &[usize], logits: &mut [f32], n_vocab: usize) -> Result<Vec<Choice>, RuntimeError> {
+        let mut rows: Vec<(&mut Decoding, &mut [f32])> = self
+            .seqs
+            .iter_mut()
+            .enumerate()
+            .filter(|(seq, _)| stepping.contains(seq))
+            .filter_map(|(_, a)| a.as_mut().map(|a| &mut a.decoding))
+            .zip(logits.chunks_exact_mut(n_vocab))
+            .collect();
+        // A thread's start (tens of microseconds) is below a row's argmax (about 90 there).
+        static CORES: std::sync::OnceLock<usize> = std::sync::OnceLock::new();
+        let cores = *CORES.get_or_init(|| std::thread::available_parallelism().map_or(1, |n| n.get()));
+        let threads = cores.min(rows.len());
+        if threads < 2 {
+            return Ok(rows.into_iter().map(|(d, row)| d.choose(row)).collect());
+        }
+        let per = rows.len().div_ceil(threads);
+        std::thread::scope(|s| {
+            let handles: Vec<_> = rows
+                .chunks_mut(per)
+                .map(|part| s.spawn(move || part.iter_mut().map(|(d, row)| d.choose(row)).collect::<Vec<_>>()))
+                .collect();
+            let mut choices = Vec::with_capacity(stepping.len());
+            for h in handles {
+                choices.extend(h.join().map_err(|_| RuntimeError::Usage("internal: a sampling thread failed".into()))?);
+            }
+            Ok(choices)
+        })
     }
 
     /// Ends every conversation under way (after a failed step) and returns their tags.

@@ -132,6 +132,13 @@ pub struct Decoding<'a> {
     stop: StopReason,
 }
 
+/// What `Decoding::choose` decided: the token sampled (with the model's own logits where a
+/// mask changed them and the logprobs want them), or that the sequence stops.
+pub enum Choice {
+    Token { id: u32, raw: Option<Vec<f32>> },
+    Stop,
+}
+
 /// What a sequence made: its tokens, text, logprobs and why it stopped.
 pub struct Made {
     pub tokens: Vec<u32>,
@@ -193,10 +200,18 @@ impl<'a> Decoding<'a> {
         full: bool,
         on_text: &mut dyn FnMut(&Delta) -> ControlFlow<()>,
     ) -> Result<Option<u32>, RuntimeError> {
+        let choice = self.choose(logits);
+        self.take(choice, logits, full, on_text)
+    }
+
+    /// The first half of `step`, which needs nothing but this sequence and its logits (so
+    /// that sequences decoded together choose on threads side by side): the token sampled
+    /// from `logits` (masked to the JSON document, if any), or that the sequence stops.
+    pub fn choose(&mut self, logits: &mut [f32]) -> Choice {
         let config = &self.config;
         if self.tokens.len() >= config.max_new_tokens {
             self.stop = StopReason::Length;
-            return Ok(None);
+            return Choice::Stop;
         }
         let eog: &[u32] = if config.stop_at_eog { self.tokenizer.eog() } else { &[] };
         // The model's own logits stay for the logprobs; the sample is of the masked ones.
@@ -204,10 +219,23 @@ impl<'a> Decoding<'a> {
         if let Some(d) = &mut self.document {
             if d.mask(logits, self.budget - self.tokens.len(), eog) == Next::Done {
                 self.stop = if d.forced { StopReason::LengthClosed } else { StopReason::EndOfGeneration };
-                return Ok(None);
+                return Choice::Stop;
             }
         }
-        let id = self.sampler.sample(logits, &self.history);
+        Choice::Token { id: self.sampler.sample(logits, &self.history), raw }
+    }
+
+    /// The second half of `step`: takes `choice` (made by `choose` from `logits`) and hands
+    /// the token's text to `on_text`.
+    pub fn take(
+        &mut self,
+        choice: Choice,
+        logits: &[f32],
+        full: bool,
+        on_text: &mut dyn FnMut(&Delta) -> ControlFlow<()>,
+    ) -> Result<Option<u32>, RuntimeError> {
+        let Choice::Token { id, raw } = choice else { return Ok(None) };
+        let config = &self.config;
         self.tokens.push(id);
         self.history.push(id);
         if config.stop_at_eog && self.tokenizer.is_eog(id) {

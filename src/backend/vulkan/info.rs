@@ -46,6 +46,9 @@ pub struct Heap {
     pub device_local: bool,
     /// Some memory type of this heap can be mapped by the host.
     pub host_visible: bool,
+    /// Some mapped memory type of this heap is cached on the host (reads of uncached memory,
+    /// such as read-back logits, run at a fraction of the memory's speed).
+    pub host_cached: bool,
 }
 
 /// A cooperative-matrix shape: A is m x k, B k x n, the accumulator m x n.
@@ -340,13 +343,17 @@ pub(crate) fn query(
         }
     }
 
+    let has_type = |h: usize, flags: vk::MemoryPropertyFlags| {
+        mem.memory_types[..mem.memory_type_count as usize]
+            .iter()
+            .any(|t| t.heap_index as usize == h && t.property_flags.contains(flags))
+    };
     let heaps: Vec<Heap> = (0..mem.memory_heap_count as usize)
         .map(|h| Heap {
             size: mem.memory_heaps[h].size,
             device_local: mem.memory_heaps[h].flags.contains(vk::MemoryHeapFlags::DEVICE_LOCAL),
-            host_visible: mem.memory_types[..mem.memory_type_count as usize].iter().any(|t| {
-                t.heap_index as usize == h && t.property_flags.contains(vk::MemoryPropertyFlags::HOST_VISIBLE)
-            }),
+            host_visible: has_type(h, vk::MemoryPropertyFlags::HOST_VISIBLE),
+            host_cached: has_type(h, vk::MemoryPropertyFlags::HOST_VISIBLE | vk::MemoryPropertyFlags::HOST_CACHED),
         })
         .collect();
     let kind = DeviceKind::from_vk(props.device_type);

@@ -46,7 +46,7 @@ mod tests {
 
     fn dev(index: usize, kind: DeviceKind, local: u64) -> DeviceInfo {
         DeviceInfo {
-            heaps: vec![Heap { size: local, device_local: true, host_visible: false }],
+            heaps: vec![Heap { size: local, device_local: true, host_visible: false, host_cached: false }],
             ..DeviceInfo::fake(index, kind)
         }
     }
