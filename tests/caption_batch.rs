@@ -1,6 +1,7 @@
 //! `hrx caption --batch N`: greedy captions equal to `--batch 1`'s for every oracle image and
 //! model, on the CPU and on Vulkan (lavapipe in CI); a batch mixing image sizes and caption
-//! lengths; a batched job killed with SIGKILL mid-way, resumed to the same captions.
+//! lengths; bad files among good ones; a batched job killed with SIGKILL mid-way, resumed to
+//! the same captions.
 
 mod common;
 mod vulkan_common;
@@ -205,6 +206,56 @@ fn a_batched_job_killed_mid_way_resumes_to_the_same_captions() {
     assert_eq!(after.len(), copy_of.len(), "every image once: {err}");
     for (image, caption) in &after {
         assert_eq!(Some(caption), reference.get(&copy_of[image]), "{image}");
+    }
+    std::fs::remove_dir_all(&dir).unwrap();
+}
+
+/// Bad files among good ones in a batch (`--batch 3`: a corrupt PNG whose header reads, so it
+/// fails in the vision run's company, and a text file called .jpg) fail alone, with their names;
+/// the good ones get the captions `--batch 1` gives them; the job exits 3.
+#[test]
+fn bad_images_in_a_batch_fail_alone() {
+    let Some(oracle) = common::oracle() else { return };
+    let dir = scratch("bad");
+    let images = dir.join("images");
+    std::fs::create_dir_all(&images).unwrap();
+    for name in ["gray-256x256.png", "shapes-448.png", "tie-400x272.png", "tiny-40x30.png"] {
+        std::fs::copy(oracle.join("images").join(name), images.join(name)).unwrap();
+    }
+    let mut corrupt = std::fs::read(oracle.join("images/tiny-40x30.png")).unwrap();
+    corrupt[40..60].fill(0xAB);
+    std::fs::write(images.join("rgba-corrupt.png"), corrupt).unwrap();
+    std::fs::write(images.join("notes.jpg"), b"a text file called .jpg\n").unwrap();
+    let outcome = |batch: &str| {
+        let out = dir.join(format!("batch-{batch}.jsonl"));
+        let args = ["--device", "cpu", "-n", "4", "--ignore-eos", "--batch", batch, images.to_str().unwrap()];
+        let run = caption(&oracle, MODELS[0], &[&args[..], &["-o", out.to_str().unwrap()]].concat());
+        let err = String::from_utf8_lossy(&run.stderr).into_owned();
+        assert_eq!(run.status.code(), Some(3), "--batch {batch}: images failed: exit code 3: {err}");
+        assert!(err.contains("4 captioned, 2 failed, 0 skipped; "), "--batch {batch}: {err}");
+        let mut seen = BTreeMap::new();
+        for line in std::fs::read_to_string(&out).unwrap().lines() {
+            let v: JsonValue = line.parse().unwrap_or_else(|e| panic!("{line}: {e:?}"));
+            let text = |key: &str| field(&v, key).and_then(|t| t.get::<String>()).cloned();
+            let image = text("image").unwrap();
+            let said = match (text("caption"), text("error")) {
+                (Some(c), None) => Ok(c),
+                (None, Some(e)) => Err(e),
+                _ => panic!("a caption or an error: {line}"),
+            };
+            assert!(seen.insert(image, said).is_none(), "{line}: recorded twice");
+        }
+        seen
+    };
+    let (one, three) = (outcome("1"), outcome("3"));
+    assert_eq!(three.len(), 6, "{three:?}");
+    for (image, said) in &three {
+        if image.ends_with("rgba-corrupt.png") || image.ends_with("notes.jpg") {
+            assert!(said.as_ref().is_err_and(|e| e.contains(image.as_str())), "{image}: {said:?}");
+        } else {
+            assert!(said.is_ok(), "{image}: {said:?}");
+            assert_eq!(Some(said), one.get(image), "{image}: --batch 3 and --batch 1");
+        }
     }
     std::fs::remove_dir_all(&dir).unwrap();
 }

@@ -245,13 +245,21 @@ impl Job<'_> {
             let tokenizer = Arc::clone(d.text().tokenizer());
             let mut batch = Batch::new(d.text(), &tokenizer);
             loop {
-                // As many images as there are free sequences, encoded, then their prompts
-                // prefilled together.
-                let mut encoded = Vec::new();
-                while encoded.len() < batch.room() {
-                    let Some((i, prepared)) = incoming.next() else { break };
+                // As many images as there are free sequences, encoded (several a vision run),
+                // then their prompts prefilled together.
+                let mut prepared = Vec::new();
+                while prepared.len() < batch.room() {
+                    let Some((i, p)) = incoming.next() else { break };
                     let t = Instant::now();
-                    match prepared.and_then(|p| d.encode_prepared(p, self.prompt, self.system)) {
+                    match p {
+                        Ok(p) => prepared.push(((i, t), p)),
+                        Err(e) => progress.report(todo[i], Err(e), t)?,
+                    }
+                }
+                let (tags, prepared): (Vec<_>, Vec<_>) = prepared.into_iter().unzip();
+                let mut encoded = Vec::new();
+                for ((i, t), image) in tags.into_iter().zip(d.encode_prepared(prepared, self.prompt, self.system)) {
+                    match image {
                         Ok(image) => encoded.push(((i, t), [image])),
                         Err(e) => progress.report(todo[i], Err(e), t)?,
                     }

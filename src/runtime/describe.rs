@@ -61,6 +61,13 @@ pub struct EncodedImage {
     pub resized_hw: (usize, usize),
 }
 
+/// The encoded image of `patches`, from the vision tower's rows of it.
+fn encoded(patches: &Patches, embeddings: Vec<f32>) -> EncodedImage {
+    let [_, gh, gw] = patches.grid_thw;
+    let merge = patches.merge_size;
+    EncodedImage { embeddings, rows: gh / merge, cols: gw / merge, resized_hw: patches.resized_hw }
+}
+
 /// Reads and preprocesses image files for a describer, apart from it (on other threads, ahead
 /// of the encoder): the limits, pixel budget and processor settings of the describer's.
 #[derive(Clone, Debug)]
@@ -189,19 +196,73 @@ impl Describer {
         Ok(Preparer { limits: self.images.limits, config: self.preprocess_config(self.images.max_pixels)? })
     }
 
-    /// Encodes an image `preparer` made, for a user turn of `text` (after `system`): a prompt
-    /// that would not fit the context is refused from the header's size first.
+    /// Encodes images `preparer` made, each for a user turn of `text` (after `system`), several
+    /// a vision run where their patches fit its plan together (in order; many small images
+    /// then fill the products of one run instead of a run each): a result per image, in
+    /// order. A prompt that would not fit the context is refused from the header's size first.
     pub fn encode_prepared(
         &mut self,
-        prepared: Prepared,
+        prepared: Vec<Prepared>,
         text: &str,
         system: Option<&str>,
-    ) -> Result<EncodedImage, RuntimeError> {
-        let Prepared { name, size, patches } = prepared;
-        let sized = SizedImage { name: &name, size, max_pixels: self.images.max_pixels };
-        self.check_prompt(&user_turn(1, text, system), &[sized])?;
-        let patches = patches?;
-        self.noting(&name, |d| d.encode_patches(&patches))
+    ) -> Vec<Result<EncodedImage, RuntimeError>> {
+        let mut results: Vec<Result<EncodedImage, RuntimeError>> = Vec::with_capacity(prepared.len());
+        // Indices into `results` and the patches of the images not yet encoded, one run's worth.
+        let mut run: Vec<(usize, Patches)> = Vec::new();
+        let (mut names, mut run_patches) = (Vec::new(), 0);
+        for Prepared { name, size, patches } in prepared {
+            let sized = SizedImage { name: &name, size, max_pixels: self.images.max_pixels };
+            let checked = self.check_prompt(&user_turn(1, text, system), &[sized]).and(patches);
+            let patches = match checked {
+                Ok(patches) => patches,
+                Err(e) => {
+                    results.push(Err(e));
+                    continue;
+                }
+            };
+            let n = patches.grid_thw[1] * patches.grid_thw[2];
+            if run_patches + n > self.vision.max_patches() {
+                self.encode_run(std::mem::take(&mut run), &std::mem::take(&mut names), &mut results);
+                run_patches = 0;
+            }
+            run_patches += n;
+            // A placeholder the run's encode replaces.
+            results.push(Err(RuntimeError::Usage(format!("internal: {name} was not encoded"))));
+            run.push((results.len() - 1, patches));
+            names.push(name);
+        }
+        self.encode_run(run, &names, &mut results);
+        results
+    }
+
+    /// Encodes `run`'s images (their patches fit the vision plan together) in one vision run
+    /// into their places in `results`; where the run fails, each image alone, with its own
+    /// error.
+    fn encode_run(
+        &mut self,
+        run: Vec<(usize, Patches)>,
+        names: &[String],
+        results: &mut [Result<EncodedImage, RuntimeError>],
+    ) {
+        let what = match names {
+            [] => return,
+            [one] => one.clone(),
+            [first, rest @ ..] => format!("{first} and {} more", rest.len()),
+        };
+        let images: Vec<(&[f32], usize, usize)> =
+            run.iter().map(|(_, p)| (p.pixel_values.as_slice(), p.grid_thw[1], p.grid_thw[2])).collect();
+        match self.noting(&what, |d| d.vision.encode_together(&images)) {
+            Ok(rows) => {
+                for ((at, patches), embeddings) in run.iter().zip(rows) {
+                    results[*at] = Ok(encoded(patches, embeddings));
+                }
+            }
+            Err(_) => {
+                for ((at, patches), name) in run.iter().zip(names) {
+                    results[*at] = self.noting(name, |d| d.encode_patches(patches));
+                }
+            }
+        }
     }
 
     pub fn vision(&self) -> &VisionModel {
@@ -375,9 +436,7 @@ impl Describer {
 
     pub fn encode_patches(&mut self, patches: &Patches) -> Result<EncodedImage, RuntimeError> {
         let [_, gh, gw] = patches.grid_thw;
-        let embeddings = self.vision.encode(&patches.pixel_values, gh, gw)?;
-        let merge = patches.merge_size;
-        Ok(EncodedImage { embeddings, rows: gh / merge, cols: gw / merge, resized_hw: patches.resized_hw })
+        Ok(encoded(patches, self.vision.encode(&patches.pixel_values, gh, gw)?))
     }
 
     /// Token ids of one user turn [images..., text] with the generation prompt, image pads
