@@ -98,6 +98,8 @@ pub struct VulkanExecutor {
     arena: Buffer,
     max_groups: [u32; 3],
     recordings: usize,
+    /// The host buffer reads of device memory by name (`read_f32`) go through, kept.
+    staging: Option<Buffer>,
 }
 
 impl VulkanExecutor {
@@ -190,7 +192,7 @@ impl VulkanExecutor {
         }
         log::debug!("{recordings} plans recorded in {:.3} s", t0.elapsed().as_secs_f64());
         let max_groups = device.info().max_workgroup_count;
-        Ok(VulkanExecutor { plans: recorded, storages, arena, max_groups, recordings })
+        Ok(VulkanExecutor { plans: recorded, storages, arena, max_groups, recordings, staging: None })
     }
 
     pub fn plan(&self, id: PlanId) -> &Plan {
@@ -256,9 +258,9 @@ impl VulkanExecutor {
     }
 
     /// Reads `n` f32 values of run-time buffer `name` of `plan`.
-    pub fn read_f32(&self, plan: PlanId, name: &str, n: usize) -> Result<Vec<f32>> {
+    pub fn read_f32(&mut self, plan: PlanId, name: &str, n: usize) -> Result<Vec<f32>> {
         match self.named(plan, name)? {
-            (b, DType::F32) => b.read_f32(0, n),
+            (b, DType::F32) => b.clone().read_f32_staged(0, n, &mut self.staging),
             (_, d) => Err(VkError::Invalid(format!("buffer {name:?} holds {d}, not f32"))),
         }
     }
