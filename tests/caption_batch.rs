@@ -107,8 +107,8 @@ fn batched_captions_match_one_at_a_time_on_vulkan() {
     batch_agrees_with_one_at_a_time(&index, "vulkan");
 }
 
-/// Without --batch the job takes the default for the machine's memory and the model (1 to 16,
-/// said in the summary), and captions as one at a time does.
+/// Without --batch the job takes the default for the machine's memory and the model (1 to
+/// `MAX_DEFAULT_SEQUENCES`, said in the summary), and captions as one at a time does.
 #[test]
 fn the_default_batch_is_said_and_captions_alike() {
     let Some(oracle) = common::oracle() else { return };
@@ -126,7 +126,7 @@ fn the_default_batch_is_said_and_captions_alike() {
         .next()
         .and_then(|n| n.trim().parse().ok())
         .unwrap_or_else(|| panic!("no batch in the summary: {err}"));
-    assert!((1..=16).contains(&batch), "{err}");
+    assert!((1..=hrx::runtime::batch::MAX_DEFAULT_SEQUENCES).contains(&batch), "{err}");
     assert_eq!(records(&out), records(&one));
     std::fs::remove_dir_all(&dir).unwrap();
 }
