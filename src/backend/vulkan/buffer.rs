@@ -170,7 +170,7 @@ impl Buffer {
         let mut cmd = CommandBuffer::new(&device)?;
         for (i, part) in out.chunks_mut(chunk.max(1) as usize).enumerate() {
             cmd.begin()?;
-            cmd.copy(self, offset + i as u64 * chunk, &staging, 0, part.len() as u64)?;
+            cmd.copy(self, offset + i as u64 * chunk, staging, 0, part.len() as u64)?;
             cmd.finish()?;
             cmd.submit_and_wait()?;
             staging.read(0, part)?;
