@@ -6,8 +6,8 @@ mod vulkan_common;
 
 use hrx::backend::vulkan::kernels::{KernelId, KernelSet, BINDINGS};
 use hrx::backend::vulkan::{
-    pick, CommandBuffer, DescriptorPool, Device, DeviceOptions, Instance, Location, Pipeline, PipelineSpec, Selection,
-    VkError, Window,
+    pick, CommandBuffer, DescriptorPool, Device, DeviceOptions, Instance, Location, Pipeline, PipelineSpec, Readback,
+    Selection, VkError, Window,
 };
 use std::io::Read;
 use std::process::{Command, Stdio};
@@ -53,6 +53,36 @@ fn buffers_round_trip_mapped_and_staged() {
     round_trip(&dev2, 1000);
     round_trip(&dev2, 3 << 20);
     assert!(dev2.buffer(16, Location::Host, "host").unwrap().is_mapped());
+}
+
+/// One read into several parts (some empty), mapped and through a kept staging buffer: a
+/// small read first makes it, a read past one staging copy (64 MB) replaces it, and a read
+/// too long for the buffer is refused.
+#[test]
+fn reads_into_parts_mapped_and_staged() {
+    let Some(dev) = vulkan_common::device() else { return };
+    let staged = DeviceOptions { map_device_memory: false, ..vulkan_common::options("parts") };
+    let Some(dev2) = vulkan_common::device_with(staged) else { return };
+    let size = (65 << 20) + 40;
+    let data: Vec<u8> = (0..size).map(|i| (i * 13 + i / 509) as u8).collect();
+    for d in [&dev, &dev2] {
+        let buf = d.buffer(size as u64, Location::Device, "parts").unwrap();
+        assert!(!std::ptr::eq(d, &dev2) || !buf.is_mapped(), "read through staging");
+        buf.write(0, &data).unwrap();
+        let mut kept = Readback::default();
+        for lens in [vec![7usize, 0, 1000, 3], vec![5, 64 << 20, 0, (1 << 20) + 11], vec![100]] {
+            let mut got: Vec<Vec<u8>> = lens.iter().map(|&n| vec![0u8; n]).collect();
+            let mut parts: Vec<&mut [u8]> = got.iter_mut().map(Vec::as_mut_slice).collect();
+            buf.read_parts(24, &mut parts, &mut kept).unwrap();
+            let mut at = 24;
+            for (part, n) in got.iter().zip(&lens) {
+                assert!(part[..] == data[at..at + n], "parts {lens:?}: the part at {at}");
+                at += n;
+            }
+        }
+        let mut past = [0u8; 32];
+        assert!(matches!(buf.read_parts(size as u64 - 16, &mut [&mut past[..]], &mut kept), Err(VkError::Invalid(_))));
+    }
 }
 
 #[test]

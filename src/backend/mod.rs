@@ -307,14 +307,21 @@ impl Executor {
         }
     }
 
-    /// The first `n` values of f32 run-time buffer `name` of `plan`.
-    pub fn read_f32(&mut self, plan: PlanId, name: &str, n: usize) -> Result<Vec<f32>, ExecError> {
+    /// The first values of f32 run-time buffer `name` of `plan`, in vectors of `lens` values
+    /// one after another (one read for several images' rows).
+    pub fn read_f32_parts(&mut self, plan: PlanId, name: &str, lens: &[usize]) -> Result<Vec<Vec<f32>>, ExecError> {
         match self {
             Executor::Cpu(e) => {
                 let buf = e.f32_buffer(plan, name).ok_or_else(|| ExecError::NoBuffer(name.to_owned()))?;
-                Ok(buf.get(..n).ok_or_else(|| ExecError::NoBuffer(name.to_owned()))?.to_vec())
+                let mut at = 0;
+                lens.iter()
+                    .map(|&n| {
+                        at += n;
+                        Ok(buf.get(at - n..at).ok_or_else(|| ExecError::NoBuffer(name.to_owned()))?.to_vec())
+                    })
+                    .collect()
             }
-            Executor::Vulkan(e) => Ok(e.read_f32(plan, name, n)?),
+            Executor::Vulkan(e) => Ok(e.read_f32_parts(plan, name, lens)?),
         }
     }
 

@@ -143,38 +143,68 @@ impl Buffer {
 
     /// Copies bytes at `offset` into `out`.
     pub fn read(&self, offset: u64, out: &mut [u8]) -> Result<()> {
-        let mut staging = None;
-        self.read_staged(offset, out, &mut staging)
+        self.read_parts(offset, &mut [out], &mut Readback::default())
     }
 
-    /// As `read`, through `staging` where the buffer is not mapped: a host buffer the caller
-    /// keeps for its reads, made (or replaced by a larger one) when it holds fewer bytes than
-    /// the read, or `STAGING_CHUNK`, needs. Making one for each read of five 448x448 images'
-    /// encoder rows (32 MB) took 25-33 ms of a 77 ms encode on the H200.
-    pub fn read_staged(&self, offset: u64, out: &mut [u8], staging: &mut Option<Buffer>) -> Result<()> {
-        self.check(offset, out.len(), "read")?;
+    /// Copies the bytes from `offset` on into `parts`, one after another, through `readback`
+    /// where this buffer is not mapped (a device copy into its host buffer, then each part's
+    /// bytes from there).
+    pub fn read_parts(&self, offset: u64, parts: &mut [&mut [u8]], readback: &mut Readback) -> Result<()> {
+        let total: usize = parts.iter().map(|p| p.len()).sum();
+        self.check(offset, total, "read")?;
         if let Some(p) = self.inner.alloc.mapped {
-            // SAFETY: as in `write_mapped`: the range is inside the mapped allocation (checked
-            // above), the GPU is done with it, and `out` cannot overlap it.
-            let src = unsafe { std::slice::from_raw_parts(p.as_ptr().add(offset as usize), out.len()) };
-            // A step of 32 sequences reads 19 MB of logits: one thread took 2.9 ms of its 11.
-            copy_on_threads(out, src);
+            let mut at = offset as usize;
+            for part in parts.iter_mut() {
+                // SAFETY: as in `write_mapped`: the parts lie one after another inside the
+                // mapped allocation (their total checked above), the GPU is done with it, and
+                // `part` cannot overlap it.
+                let src = unsafe { std::slice::from_raw_parts(p.as_ptr().add(at), part.len()) };
+                // A step of 32 sequences reads 19 MB of logits: one thread took 2.9 ms of its 11.
+                copy_on_threads(part, src);
+                at += part.len();
+            }
             return Ok(());
         }
         let device = self.device();
-        let chunk = STAGING_CHUNK.min(out.len() as u64);
-        let staging = match staging {
+        let chunk = STAGING_CHUNK.min(total as u64);
+        let staging = match &mut readback.staging {
             Some(s) if s.size() >= chunk => s,
-            _ => staging.insert(device.staging(chunk, "staging for a readback")?),
+            kept => kept.insert(device.staging(chunk, "staging for a readback")?),
         };
-        let mut cmd = CommandBuffer::new(&device)?;
-        for (i, part) in out.chunks_mut(chunk.max(1) as usize).enumerate() {
+        let cmd = match &mut readback.cmd {
+            Some(cmd) => cmd,
+            kept => kept.insert(CommandBuffer::new(&device)?),
+        };
+        let started = std::time::Instant::now();
+        let mut copied = std::time::Duration::ZERO;
+        // Where the next byte goes: part `k`, `at` bytes in.
+        let (mut k, mut at, mut done) = (0, 0, 0);
+        while done < total {
+            let len = (chunk as usize).min(total - done);
+            let t = std::time::Instant::now();
             cmd.begin()?;
-            cmd.copy(self, offset + i as u64 * chunk, staging, 0, part.len() as u64)?;
+            cmd.copy(self, offset + done as u64, staging, 0, len as u64)?;
             cmd.finish()?;
             cmd.submit_and_wait()?;
-            staging.read(0, part)?;
+            copied += t.elapsed();
+            let mut from = 0;
+            while from < len {
+                let part = parts.get_mut(k).ok_or_else(|| VkError::Invalid("read: parts end early".into()))?;
+                let n = (part.len() - at).min(len - from);
+                staging.read(from as u64, &mut part[at..at + n])?;
+                (from, at) = (from + n, at + n);
+                if at == part.len() {
+                    (k, at) = (k + 1, 0);
+                }
+            }
+            done += len;
         }
+        // Where a readback's time goes (RUST_LOG=hrx=debug): the device's copy, the host's.
+        log::debug!(
+            "read {total} bytes through staging in {:.3} ms: device copy {:.3} ms",
+            started.elapsed().as_secs_f64() * 1e3,
+            copied.as_secs_f64() * 1e3
+        );
         Ok(())
     }
 
@@ -205,26 +235,38 @@ impl Buffer {
 
     /// Reads `n` f32 values at byte `offset`.
     pub fn read_f32(&self, offset: u64, n: usize) -> Result<Vec<f32>> {
-        self.read_f32_staged(offset, n, &mut None)
+        Ok(self.read_f32_parts(offset, &[n], &mut Readback::default())?.pop().unwrap_or_default())
     }
 
-    /// As `read_f32`, through `staging` as `read_staged` says.
+    /// Reads f32 values from byte `offset` on into vectors of `lens` values, one after
+    /// another, through `readback` as `read_parts` does.
     #[cfg(target_endian = "little")]
-    pub fn read_f32_staged(&self, offset: u64, n: usize, staging: &mut Option<Buffer>) -> Result<Vec<f32>> {
-        let mut values = vec![0f32; n];
-        // SAFETY: the bytes of `values`, borrowed only for the copy; every bit pattern is an
-        // f32, and on a little-endian host its bytes are the little-endian ones read (a decode
-        // step's logits are 600 KB: read as they lie, no converting pass).
-        let bytes = unsafe { std::slice::from_raw_parts_mut(values.as_mut_ptr().cast::<u8>(), n * 4) };
-        self.read_staged(offset, bytes, staging)?;
+    pub fn read_f32_parts(&self, offset: u64, lens: &[usize], readback: &mut Readback) -> Result<Vec<Vec<f32>>> {
+        let mut values: Vec<Vec<f32>> = lens.iter().map(|&n| vec![0f32; n]).collect();
+        let mut bytes: Vec<&mut [u8]> = values
+            .iter_mut()
+            .map(|v| {
+                // SAFETY: the bytes of `v`, borrowed only for the copy; every bit pattern is
+                // an f32, and on a little-endian host its bytes are the little-endian ones
+                // read (a decode step's logits are 600 KB: read as they lie, no converting pass).
+                unsafe {
+                    std::slice::from_raw_parts_mut(v.as_mut_ptr().cast::<u8>(), std::mem::size_of_val(v.as_slice()))
+                }
+            })
+            .collect();
+        self.read_parts(offset, &mut bytes, readback)?;
         Ok(values)
     }
 
     #[cfg(not(target_endian = "little"))]
-    pub fn read_f32_staged(&self, offset: u64, n: usize, staging: &mut Option<Buffer>) -> Result<Vec<f32>> {
-        let mut bytes = vec![0u8; n * 4];
-        self.read_staged(offset, &mut bytes, staging)?;
-        Ok(bytes.chunks_exact(4).map(|b| f32::from_le_bytes([b[0], b[1], b[2], b[3]])).collect())
+    pub fn read_f32_parts(&self, offset: u64, lens: &[usize], readback: &mut Readback) -> Result<Vec<Vec<f32>>> {
+        let mut bytes: Vec<Vec<u8>> = lens.iter().map(|&n| vec![0u8; 4 * n]).collect();
+        let mut parts: Vec<&mut [u8]> = bytes.iter_mut().map(Vec::as_mut_slice).collect();
+        self.read_parts(offset, &mut parts, readback)?;
+        Ok(bytes
+            .iter()
+            .map(|b| b.chunks_exact(4).map(|w| f32::from_le_bytes([w[0], w[1], w[2], w[3]])).collect())
+            .collect())
     }
 
     /// Fills the buffer with zero bytes.
@@ -247,6 +289,17 @@ impl Buffer {
         copy_on_threads(dst, data);
         Ok(true)
     }
+}
+
+/// What reads of buffers the host cannot map go through, kept by a caller that reads often: a
+/// host buffer (replaced by a larger one when a read needs more, up to `STAGING_CHUNK`) and a
+/// command buffer, both made at the first such read. Made for each read, a 448x448 image's
+/// 6.4 MB of encoder rows took 2.4 ms to read on the H200, of which the device's copy 0.28
+/// and the host's 0.56-0.86: the rest went to making and destroying them.
+#[derive(Default)]
+pub struct Readback {
+    staging: Option<Buffer>,
+    cmd: Option<CommandBuffer>,
 }
 
 /// Copies of at least this many bytes are spread over threads: one thread read a 448x448

@@ -18,7 +18,7 @@
 //! Mixed plans (nodes left to the CPU) are refused, naming a node: the registry puts every
 //! node of both Qwen3-VL graphs on the GPU.
 
-use super::buffer::{Buffer, Uploader};
+use super::buffer::{Buffer, Readback, Uploader};
 use super::command::CommandBuffer;
 use super::descriptor::{DescriptorPool, Window};
 use super::device::Device;
@@ -98,8 +98,8 @@ pub struct VulkanExecutor {
     arena: Buffer,
     max_groups: [u32; 3],
     recordings: usize,
-    /// The host buffer reads of device memory by name (`read_f32`) go through, kept.
-    staging: Option<Buffer>,
+    /// What reads of run-time buffers by name (`read_f32_parts`) go through, kept.
+    readback: Readback,
 }
 
 impl VulkanExecutor {
@@ -192,7 +192,7 @@ impl VulkanExecutor {
         }
         log::debug!("{recordings} plans recorded in {:.3} s", t0.elapsed().as_secs_f64());
         let max_groups = device.info().max_workgroup_count;
-        Ok(VulkanExecutor { plans: recorded, storages, arena, max_groups, recordings, staging: None })
+        Ok(VulkanExecutor { plans: recorded, storages, arena, max_groups, recordings, readback: Readback::default() })
     }
 
     pub fn plan(&self, id: PlanId) -> &Plan {
@@ -257,10 +257,11 @@ impl VulkanExecutor {
         }
     }
 
-    /// Reads `n` f32 values of run-time buffer `name` of `plan`.
-    pub fn read_f32(&mut self, plan: PlanId, name: &str, n: usize) -> Result<Vec<f32>> {
+    /// Reads the first values of f32 run-time buffer `name` of `plan` into vectors of `lens`
+    /// values, one after another.
+    pub fn read_f32_parts(&mut self, plan: PlanId, name: &str, lens: &[usize]) -> Result<Vec<Vec<f32>>> {
         match self.named(plan, name)? {
-            (b, DType::F32) => b.clone().read_f32_staged(0, n, &mut self.staging),
+            (b, DType::F32) => b.clone().read_f32_parts(0, lens, &mut self.readback),
             (_, d) => Err(VkError::Invalid(format!("buffer {name:?} holds {d}, not f32"))),
         }
     }

@@ -40,7 +40,7 @@ mod select;
 pub mod shaders;
 mod timestamps;
 
-pub use buffer::Buffer;
+pub use buffer::{Buffer, Readback};
 pub use command::CommandBuffer;
 pub use descriptor::{DescriptorPool, DescriptorSet, Window};
 pub use device::{Device, DeviceOptions, SUBMIT_TIMEOUT};
