@@ -259,20 +259,21 @@ mod tests {
         // lavapipe's 8 x 8 x 8 with subgroups of 8.
         assert!(cm(8, shape(8, 8, 8)).supported());
         assert_eq!((Tiles::fast(cm(8, shape(8, 8, 8))).rows(), Tiles::fast(cm(8, shape(8, 8, 8))).cols()), (32, 32));
-        // Narrow tiles: one block each way, slices of four subgroups' two products or more.
+        // Narrow tiles: one block each way (more where the threads need more rows to stage),
+        // slices of four subgroups' four products or more.
         let narrow = |subgroup, s| {
             let t = Tiles::narrow(cm(subgroup, s));
             assert!(t.stages_evenly(cm(subgroup, s)), "{t:?}");
             (t.rows(), t.cols(), t.bk)
         };
-        assert_eq!(narrow(32, shape(16, 16, 16)), (16, 16, 128));
+        assert_eq!(narrow(32, shape(16, 16, 16)), (16, 16, 256));
         assert_eq!(narrow(64, shape(16, 16, 16)), (16, 16, 256));
-        assert_eq!(narrow(8, shape(8, 8, 8)), (8, 8, 64));
-        assert_eq!(narrow(16, shape(8, 8, 8)), (16, 16, 64));
-        assert_eq!(narrow(32, shape(16, 8, 16)), (16, 16, 128));
+        assert_eq!(narrow(8, shape(8, 8, 8)), (8, 8, 128));
+        assert_eq!(narrow(16, shape(8, 8, 8)), (8, 8, 128));
+        assert_eq!(narrow(32, shape(16, 8, 16)), (16, 8, 256));
         let t = Tiles::narrow(cm(32, shape(16, 16, 16)));
-        assert_eq!(t.shared_bytes(shape(16, 16, 16)), 2 * 32 * 136 * 2 + 4 * 16 * 16 * 4);
-        assert_eq!(t.constants(cm(32, shape(16, 16, 16))), vec![128, 16, 16, 16, 16, 16, 128, 2, 0]);
+        assert_eq!(t.shared_bytes(shape(16, 16, 16)), 2 * 32 * 264 * 2 + 4 * 16 * 16 * 4);
+        assert_eq!(t.constants(cm(32, shape(16, 16, 16))), vec![128, 16, 16, 16, 16, 16, 256, 2, 0]);
         let e = Tiles::exact();
         assert_eq!((e.rows(), e.cols()), (64, 64));
         assert_eq!(e.shared_bytes(shape(16, 16, 16)), 2 * 128 * 40 * 2 + 4 * 16 * 20 * 4);
