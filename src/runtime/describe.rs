@@ -207,9 +207,10 @@ impl Describer {
         system: Option<&str>,
     ) -> Vec<Result<EncodedImage, RuntimeError>> {
         let mut results: Vec<Result<EncodedImage, RuntimeError>> = Vec::with_capacity(prepared.len());
-        // Indices into `results` and the patches of the images not yet encoded, one run's worth.
-        let mut run: Vec<(usize, Patches)> = Vec::new();
-        let (mut names, mut run_patches) = (Vec::new(), 0);
+        // The images not yet encoded, one run's worth: each one's place in `results`, name and
+        // patches.
+        let mut run: Vec<(usize, String, Patches)> = Vec::new();
+        let mut run_patches = 0;
         for Prepared { name, size, patches } in prepared {
             let sized = SizedImage { name: &name, size, max_pixels: self.images.max_pixels };
             let checked = self.check_prompt(&user_turn(1, text, system), &[sized]).and(patches);
@@ -222,43 +223,37 @@ impl Describer {
             };
             let n = patches.grid_thw[1] * patches.grid_thw[2];
             if run_patches + n > self.vision.max_patches() {
-                self.encode_run(std::mem::take(&mut run), &std::mem::take(&mut names), &mut results);
+                self.encode_run(std::mem::take(&mut run), &mut results);
                 run_patches = 0;
             }
             run_patches += n;
             // A placeholder the run's encode replaces.
             results.push(Err(RuntimeError::Usage(format!("internal: {name} was not encoded"))));
-            run.push((results.len() - 1, patches));
-            names.push(name);
+            run.push((results.len() - 1, name, patches));
         }
-        self.encode_run(run, &names, &mut results);
+        self.encode_run(run, &mut results);
         results
     }
 
     /// Encodes `run`'s images (their patches fit the vision plan together) in one vision run
     /// into their places in `results`; where the run fails, each image alone, with its own
     /// error.
-    fn encode_run(
-        &mut self,
-        run: Vec<(usize, Patches)>,
-        names: &[String],
-        results: &mut [Result<EncodedImage, RuntimeError>],
-    ) {
-        let what = match names {
+    fn encode_run(&mut self, run: Vec<(usize, String, Patches)>, results: &mut [Result<EncodedImage, RuntimeError>]) {
+        let what = match run.as_slice() {
             [] => return,
-            [one] => one.clone(),
-            [first, rest @ ..] => format!("{first} and {} more", rest.len()),
+            [(_, one, _)] => one.clone(),
+            [(_, first, _), rest @ ..] => format!("{first} and {} more", rest.len()),
         };
         let images: Vec<(&[f32], usize, usize)> =
-            run.iter().map(|(_, p)| (p.pixel_values.as_slice(), p.grid_thw[1], p.grid_thw[2])).collect();
+            run.iter().map(|(_, _, p)| (p.pixel_values.as_slice(), p.grid_thw[1], p.grid_thw[2])).collect();
         match self.noting(&what, |d| d.vision.encode_together(&images)) {
             Ok(rows) => {
-                for ((at, patches), embeddings) in run.iter().zip(rows) {
+                for ((at, _, patches), embeddings) in run.iter().zip(rows) {
                     results[*at] = Ok(encoded(patches, embeddings));
                 }
             }
             Err(_) => {
-                for ((at, patches), name) in run.iter().zip(names) {
+                for (at, name, patches) in &run {
                     results[*at] = self.noting(name, |d| d.encode_patches(patches));
                 }
             }
