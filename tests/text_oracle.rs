@@ -88,6 +88,13 @@ fn check(variant: &Variant, kernels: Kernels) {
             "{} {name}: greedy tokens differ at step {equal}: {:?} vs {:?}",
             variant.cases, out.tokens, greedy
         );
+        // The graph's ARGMAX (read alone by plain greedy steps) chooses what the sampler does
+        // from the logits (read whole when logprobs are asked for).
+        let with_logits = GenerateConfig { logprobs: Some(1), ..config };
+        let hosted =
+            generate(&mut model, &mut Session::new(), &pieces, &with_logits, |_| std::ops::ControlFlow::Continue(()))
+                .expect("generates with logprobs");
+        assert_eq!(out.tokens, hosted.tokens, "{} {name}: the graph's argmax against the sampler's", variant.cases);
     }
 }
 

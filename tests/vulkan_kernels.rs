@@ -666,6 +666,59 @@ fn rms_norm_odd_rows() {
     }
 }
 
+/// ARGMAX gives each row's index exactly as the CPU does: the first of equal maxima, NaN
+/// skipped, -inf rows at 0; over rows shorter than a workgroup's chunk, of many chunks (the 2B
+/// vocabulary's 151,936 values), with ragged ends, and on a clamped grid.
+#[test]
+fn argmax_takes_each_rows_first_maximum() {
+    let Some(ks) = kernel_set() else { return };
+    let mut rng = Rng::new(31);
+    let cases: [([usize; 4], Option<[u32; 3]>); 5] = [
+        ([5, 3, 1, 1], None),
+        ([2048, 2, 1, 1], None),
+        ([4097, 3, 2, 1], None),
+        ([151_936, 2, 1, 1], None),
+        ([9000, 5, 1, 1], Some([3, 1, 1])),
+    ];
+    for (ne, max) in cases {
+        let mut x = Strided::new(&mut rng, ne, 3, 1);
+        let rows = ne[1] * ne[2] * ne[3];
+        let row_floats = x.nb[1] / 4;
+        let mut planted = Vec::new();
+        for r in 0..rows {
+            let row = &mut x.data[x.offset / 4 + r * row_floats..][..ne[0]];
+            if r == 1 {
+                // Every value -inf but a NaN: the first index.
+                row.fill(f32::NEG_INFINITY);
+                row[ne[0] / 2] = f32::NAN;
+                planted.push(0.0);
+                continue;
+            }
+            // The maximum twice (the first counts), a NaN before it.
+            let at = (r * 7919 + 3) % ne[0];
+            row[at] = 2.0;
+            row[ne[0] - 1 - (ne[0] - 1 - at) / 2] = 2.0;
+            if at > 0 {
+                row[0] = f32::NAN;
+            }
+            planted.push(at as f32);
+        }
+        let out = Strided::new(&mut rng, [1, ne[1], ne[2], ne[3]], 0, 2);
+        let launch = vulkan_common::launch(&Op::Argmax, &[x.operand()], &out.operand(), None).unwrap();
+        let dev = ks.device();
+        let x_buf = upload(dev, &f32_bytes(&x.data), 0);
+        let out_buf = dev.buffer((out.data.len() * 4) as u64, Location::Device, "test output").unwrap();
+        out_buf.write_f32(0, &vec![f32::NAN; out.data.len()]).unwrap();
+        run(ks, &launch, &[], &[&x_buf], &out_buf, out.ne, max);
+        let got = out.gather(&out_buf.read_f32(0, out.data.len()).unwrap());
+        let mut want_store = vec![0.0; out.data.len()];
+        let mut o = Out { data: &mut want_store, offset: out.offset, ne: out.ne, nb: out.nb };
+        execute(&Op::Argmax, &[x.input()], &mut o, Kernels::Reference, 1).unwrap();
+        assert_eq!(got, out.gather(&want_store), "{ne:?} grid {max:?}: the CPU's indices");
+        assert_eq!(got, planted, "{ne:?} grid {max:?}: the planted maxima");
+    }
+}
+
 /// Plan once, replay: one recording with indirect dispatch serves every token count; only
 /// the sizes buffer and the dispatch arguments change between submissions.
 #[test]

@@ -83,11 +83,14 @@ fn check_text(backend: &Backend, oracle: &Path, (model, _, cases, _): &Model, to
             plan.graph.name,
             stats.kernels
         );
-        // Every layer's split attention (decode) shares one scratch buffer.
+        // Every layer's split attention (decode) shares one scratch buffer; the logits'
+        // argmax has one of its own.
         let split = stats.kernels.iter().filter(|k| k.starts_with("flash_attn_split")).count();
+        let argmax = stats.kernels.iter().filter(|k| *k == "argmax").count();
+        assert_eq!(argmax, 1, "{}: the logits' argmax", plan.graph.name);
         if split > 0 {
             assert!(split > 1, "{}: a split attention per layer", plan.graph.name);
-            assert_eq!(stats.scratch_buffers, 1, "{}: {split} split attentions", plan.graph.name);
+            assert_eq!(stats.scratch_buffers, 1 + argmax, "{}: {split} split attentions", plan.graph.name);
         }
     }
     for name in ["T1", "T2", "T3"] {
@@ -101,6 +104,13 @@ fn check_text(backend: &Backend, oracle: &Path, (model, _, cases, _): &Model, to
         eprintln!("vulkan {cases} {name}: max abs logit error {err:.2e} (tol {tol:.0e}), greedy {equal}/{compared} comparable steps");
         assert!(err <= tol, "vulkan {cases} {name}: logits off by {err:.3e}");
         assert_eq!(equal, compared, "vulkan {cases} {name}: greedy {:?} vs {:?}", out.tokens, greedy);
+        // The device's argmax (read alone by plain greedy steps) chooses what the host's does
+        // from the logits (read whole when logprobs are asked for).
+        let with_logits = GenerateConfig { logprobs: Some(1), ..config(16) };
+        let hosted =
+            generate(&mut m, &mut Session::new(), &pieces, &with_logits, |_| std::ops::ControlFlow::Continue(()))
+                .expect("generates with logprobs");
+        assert_eq!(out.tokens, hosted.tokens, "vulkan {cases} {name}: the device's argmax against the host's");
     }
     // Generating tokens replays the recordings: none was made after load.
     assert_eq!(m.recordings(), recorded, "command buffers were re-recorded while generating");

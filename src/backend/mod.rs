@@ -334,7 +334,7 @@ impl Executor {
     }
 
     /// The contiguous f32 value of node `id` of `plan` after a run, at its run-time shape.
-    pub fn output(&self, plan: PlanId, id: NodeId, symbols: &[usize]) -> Result<Vec<f32>, ExecError> {
+    pub fn output(&mut self, plan: PlanId, id: NodeId, symbols: &[usize]) -> Result<Vec<f32>, ExecError> {
         match self {
             Executor::Cpu(e) => e
                 .output(plan, id, symbols)

@@ -8,7 +8,7 @@ use crate::json::Json;
 use crate::runtime::sampler::argmax;
 use crate::runtime::session::{PromptPiece, Session};
 use crate::runtime::structured::{JsonConstraint, Next};
-use crate::runtime::text_model::{TextModel, TextOptions, GATHERED_CHUNK};
+use crate::runtime::text_model::{Read, TextModel, TextOptions, GATHERED_CHUNK};
 use crate::runtime::RuntimeError;
 use std::io::Write;
 use std::path::{Path, PathBuf};
@@ -214,7 +214,7 @@ fn run(mut args: Args, out: &mut dyn Write) -> Result<(), CliError> {
             session.feed(&mut model, &tokens(depth, 1))?;
             let t = Instant::now();
             for i in 0..n_gen {
-                session.step(&mut model, token(depth + 1 + i))?;
+                session.step(&mut model, token(depth + 1 + i), Read::Argmax)?;
             }
             tg.push(n_gen as f64 / t.elapsed().as_secs_f64());
         }
@@ -361,7 +361,7 @@ fn constrained_tg(
             return Err(RuntimeError::Usage(format!("internal: token {id} does not fit the JSON document")));
         }
         mask_seconds += m.elapsed().as_secs_f64();
-        logits = session.step(model, id)?;
+        logits = session.step(model, id, Read::Logits)?.logits()?;
     }
     Ok((t.elapsed().as_secs_f64(), mask_seconds))
 }

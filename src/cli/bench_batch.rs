@@ -10,7 +10,7 @@ use super::CliError;
 use crate::image::PreprocessConfig;
 use crate::json::Json;
 use crate::runtime::session::{feed_together, PromptPiece, Session};
-use crate::runtime::text_model::{TextModel, TextOptions};
+use crate::runtime::text_model::{Read, TextModel, TextOptions};
 use crate::runtime::vision_model::VisionModel;
 use std::io::Write;
 use std::path::{Path, PathBuf};
@@ -203,7 +203,7 @@ fn time_batch(model: &mut TextModel, image: Option<&mut Image>, batch: usize, b:
         let tokens: Vec<u32> = (0..batch).map(|s| token(s * n_ctx + b.n_prompt + i)).collect();
         let positions: Vec<i32> = sessions.iter().map(|s| s.next_position).collect();
         let slots: Vec<usize> = sessions.iter().map(Session::next_slot).collect();
-        model.forward_batch(&tokens, &positions, &slots)?;
+        model.forward_batch(&tokens, &positions, &slots, Read::Argmax)?;
         sessions.iter_mut().for_each(Session::advance);
     }
     Ok(Row { batch, t_enc, t_pp, t_tg: t.elapsed().as_secs_f64() })

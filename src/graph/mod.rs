@@ -527,6 +527,16 @@ impl Graph {
         Ok(self.f32_out(Op::Cont, vec![x], v.ne, v.dyn_axis, name))
     }
 
+    /// The index of the largest value of each row of `x` (see [`Op::Argmax`]).
+    pub fn argmax(&mut self, x: NodeId, name: &str) -> Result<NodeId> {
+        self.expect_f32(x, "x", name)?;
+        let v = self.value(x).clone();
+        if v.ne[0] == 0 || v.ne[0] > MAX_ARGMAX_ROW || v.dyn_axis.is_some_and(|d| d.axis == 0) {
+            return err(name, format!("argmax along rows of {} (1 to 2^24, not dynamic)", v.shape_str()));
+        }
+        Ok(self.f32_out(Op::Argmax, vec![x], [1, v.ne[1], v.ne[2], v.ne[3]], v.dyn_axis, name))
+    }
+
     /// q: [d, n_head, n_q], k/v: [d, n_kv_head, n_kv]; which kv rows each query sees by
     /// `mask`, see [`Op::Attention`].
     pub fn attention(
@@ -596,6 +606,9 @@ impl Graph {
         Ok(())
     }
 }
+
+/// The longest row ARGMAX takes: every index below it is an exact f32.
+pub const MAX_ARGMAX_ROW: usize = 1 << 24;
 
 fn gcd(a: usize, b: usize) -> usize {
     if b == 0 {

@@ -74,6 +74,11 @@ pub enum Op {
     /// images in one call, each attending over its own patches). Without: every query sees
     /// all n_kv rows (`segment` is then n_kv and has no effect).
     Attention { scale: f32, segment: usize },
+    /// `[x]`: the index of the largest value of each row along ne0 (the first of equal ones;
+    /// NaN is never the largest; 0 when every value is NaN), as an f32: [1, ne1, ne2, ne3].
+    /// An f32 holds every index exactly (rows are at most 2^24 long), so the value lives in
+    /// the arena and is read back as every other output is.
+    Argmax,
 }
 
 impl Op {
@@ -98,6 +103,7 @@ impl Op {
             Op::Gelu(Gelu::Erf) => "GELU_ERF",
             Op::Cont => "CONT",
             Op::Attention { .. } => "FLASH_ATTN",
+            Op::Argmax => "ARGMAX",
         }
     }
 

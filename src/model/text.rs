@@ -45,6 +45,8 @@ pub struct TextShape {
 pub struct TextGraph {
     pub graph: Graph,
     pub logits: NodeId,
+    /// The index of each output position's largest logit (a greedy step's token), as f32.
+    pub argmax: NodeId,
     /// Symbols, in this order: tokens in the call, outputs in the call.
     pub n_tokens: SymId,
     pub n_outputs: SymId,
@@ -189,6 +191,8 @@ pub fn build(p: &TextParams, shape: TextShape) -> Result<TextGraph> {
     let x = b.g.rms_norm(x, norm, p.rms_eps, "output_norm")?;
     let output = b.w(&p.output_name.clone(), &[p.n_embd, p.n_vocab])?;
     let logits = b.g.matmul(output, x, "logits")?;
+    let argmax = b.g.argmax(logits, "argmax")?;
     b.g.mark_output(logits);
-    Ok(TextGraph { graph: b.g, logits, n_tokens, n_outputs })
+    b.g.mark_output(argmax);
+    Ok(TextGraph { graph: b.g, logits, argmax, n_tokens, n_outputs })
 }

@@ -5,7 +5,7 @@
 
 use super::generate::{prompt_tokens, Choice, Decoding, Delta, GenerateConfig, Generation, Made};
 use super::session::{feed_together, PromptPiece, Session};
-use super::text_model::TextModel;
+use super::text_model::{Read, Scores, TextModel};
 use super::RuntimeError;
 use crate::model::TextParams;
 use crate::tokenizer::Tokenizer;
@@ -167,8 +167,9 @@ impl<'a, T> Batch<'a, T> {
         for ((i, session, _, mut decoding, tag), prompt_logits) in ready.into_iter().zip(logits) {
             let decoding_since = Instant::now();
             let seq = session.base / n_ctx;
+            let mut logits = prompt_logits.clone();
             let first =
-                decoding.step(&mut prompt_logits.clone(), session.is_full(model), &mut |d| listener.text(&tag, d));
+                decoding.step(Scores::Logits(&mut logits), session.is_full(model), &mut |d| listener.text(&tag, d));
             let n_prompt = session.n_past;
             let active =
                 Active { tag, session, decoding, next: 0, prompt_logits, n_prompt, prompt_seconds, decoding_since };
@@ -211,16 +212,18 @@ impl<'a, T> Batch<'a, T> {
         let tokens: Vec<u32> = active().map(|a| a.next).collect();
         let positions: Vec<i32> = active().map(|a| a.session.next_position).collect();
         let slots: Vec<usize> = active().map(|a| a.session.next_slot()).collect();
+        // The argmax alone when every sequence of the step wants nothing else.
+        let read = if active().all(|a| a.decoding.read() == Read::Argmax) { Read::Argmax } else { Read::Logits };
         let t0 = Instant::now();
-        let mut logits = model.forward_batch(&tokens, &positions, &slots)?;
+        let mut outputs = model.forward_batch(&tokens, &positions, &slots, read)?;
         let forwarded = t0.elapsed();
-        let n_vocab = logits.len() / stepping.len();
-        let choices = self.choose(&stepping, &mut logits, n_vocab)?;
-        for ((seq, row), choice) in stepping.into_iter().zip(logits.chunks_exact(n_vocab)).zip(choices) {
+        let mut rows = outputs.rows(model.params().n_vocab);
+        let choices = self.choose(&stepping, &mut rows)?;
+        for ((seq, row), choice) in stepping.into_iter().zip(&rows).zip(choices) {
             let Some(mut a) = self.seqs[seq].take() else { continue };
             a.session.advance();
             let full = a.session.is_full(model);
-            match a.decoding.take(choice, row, full, &mut |d| listener.text(&a.tag, d))? {
+            match a.decoding.take(choice, row.logits(), full, &mut |d| listener.text(&a.tag, d))? {
                 Some(next) => self.seqs[seq] = Some(Active { next, ..a }),
                 None => finished.push(finish(a, listener)),
             }
@@ -234,22 +237,24 @@ impl<'a, T> Batch<'a, T> {
         Ok(Stepped { finished, decoded })
     }
 
-    /// The token each sequence of `stepping` (in order) chooses from its row of `logits`, on
-    /// threads side by side: a greedy choice is an argmax over the vocabulary (151,936 values
-    /// on the 2B model), and 32 sequences on one thread took 3 ms of a 15 ms step on the H200.
-    fn choose(&mut self, stepping: &[usize], logits: &mut [f32], n_vocab: usize) -> Result<Vec<Choice>, RuntimeError> {
-        let mut rows: Vec<(&mut Decoding, &mut [f32])> = self
+    /// The token each sequence of `stepping` (in order) chooses from its row of `scores`, on
+    /// threads side by side where they are logits: a choice from logits is at least an argmax
+    /// over the vocabulary (151,936 values on the 2B model), and 32 sequences on one thread
+    /// took 3 ms of a 15 ms step on the H200.
+    fn choose(&mut self, stepping: &[usize], scores: &mut [Scores]) -> Result<Vec<Choice>, RuntimeError> {
+        let mut rows: Vec<(&mut Decoding, &mut Scores)> = self
             .seqs
             .iter_mut()
             .enumerate()
             .filter(|(seq, _)| stepping.contains(seq))
             .filter_map(|(_, a)| a.as_mut().map(|a| &mut a.decoding))
-            .zip(logits.chunks_exact_mut(n_vocab))
+            .zip(scores.iter_mut())
             .collect();
         // A thread's start (tens of microseconds) is below a row's argmax (about 90 there).
         static CORES: std::sync::OnceLock<usize> = std::sync::OnceLock::new();
         let cores = *CORES.get_or_init(|| std::thread::available_parallelism().map_or(1, |n| n.get()));
-        let threads = cores.min(rows.len());
+        let argmax_read = rows.iter().all(|(_, row)| matches!(row, Scores::Argmax(_)));
+        let threads = if argmax_read { 1 } else { cores.min(rows.len()) };
         if threads < 2 {
             return Ok(rows.into_iter().map(|(d, row)| d.choose(row)).collect());
         }

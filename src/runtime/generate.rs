@@ -4,7 +4,7 @@
 use super::sampler::{Sampler, SamplerConfig, TokenLogprob};
 use super::session::{PromptPiece, Session};
 use super::structured::{Document, JsonConstraint, Next};
-use super::text_model::TextModel;
+use super::text_model::{Outputs, Read, Scores, TextModel};
 use super::RuntimeError;
 use crate::tokenizer::{StreamDecoder, Tokenizer};
 use std::ops::ControlFlow;
@@ -196,23 +196,39 @@ impl<'a> Decoding<'a> {
     /// has no slot left for another).
     pub fn step(
         &mut self,
-        logits: &mut [f32],
+        mut scores: Scores,
         full: bool,
         on_text: &mut dyn FnMut(&Delta) -> ControlFlow<()>,
     ) -> Result<Option<u32>, RuntimeError> {
-        let choice = self.choose(logits);
-        self.take(choice, logits, full, on_text)
+        let choice = self.choose(&mut scores);
+        self.take(choice, scores.logits(), full, on_text)
     }
 
-    /// The first half of `step`, which needs nothing but this sequence and its logits (so
+    /// What this sequence's steps need read back: the argmax of the logits alone when the
+    /// choice is nothing else (greedy, no penalties, no JSON document, no logprobs), else the
+    /// logits.
+    pub fn read(&self) -> Read {
+        if self.sampler.is_greedy() && self.document.is_none() && self.config.logprobs.is_none() {
+            Read::Argmax
+        } else {
+            Read::Logits
+        }
+    }
+
+    /// The first half of `step`, which needs nothing but this sequence and its scores (so
     /// that sequences decoded together choose on threads side by side): the token sampled
-    /// from `logits` (masked to the JSON document, if any), or that the sequence stops.
-    pub fn choose(&mut self, logits: &mut [f32]) -> Choice {
+    /// from the logits (masked to the JSON document, if any) or the argmax read in their
+    /// place (as [`Decoding::read`] asked), or that the sequence stops.
+    pub fn choose(&mut self, scores: &mut Scores) -> Choice {
         let config = &self.config;
         if self.tokens.len() >= config.max_new_tokens {
             self.stop = StopReason::Length;
             return Choice::Stop;
         }
+        let logits = match scores {
+            Scores::Argmax(id) => return Choice::Token { id: *id, raw: None },
+            Scores::Logits(logits) => logits,
+        };
         let eog: &[u32] = if config.stop_at_eog { self.tokenizer.eog() } else { &[] };
         // The model's own logits stay for the logprobs; the sample is of the masked ones.
         let raw = (self.document.is_some() && config.logprobs.is_some()).then(|| logits.to_vec());
@@ -326,9 +342,14 @@ pub fn generate(
     let n_ctx = model.options().n_ctx;
     let vocab = (&*tokenizer, model.file().path());
     let mut decoding = Decoding::new(config.clone(), vocab, prompt_tokens(pieces), n_prompt, n_ctx)?;
-    let mut logits = prompt_logits.clone();
-    while let Some(id) = decoding.step(&mut logits, session.is_full(model), &mut on_text)? {
-        logits = session.step(model, id)?;
+    let mut outputs = Outputs::Logits(prompt_logits.clone());
+    let n_vocab = model.params().n_vocab;
+    loop {
+        let full = session.is_full(model);
+        let scores =
+            outputs.rows(n_vocab).pop().ok_or_else(|| RuntimeError::Usage("internal: a step read nothing".into()))?;
+        let Some(id) = decoding.step(scores, full, &mut on_text)? else { break };
+        outputs = session.step(model, id, decoding.read())?;
     }
     let Made { tokens, text, logprobs, stop } = decoding.finish(&mut on_text);
     Ok(Generation {

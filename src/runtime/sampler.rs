@@ -2,6 +2,7 @@
 //! filters, with a repetition penalty, OpenAI's frequency and presence penalties and a seeded
 //! generator (runs are reproducible); and the log-probabilities of a step (`logprobs`).
 
+pub use crate::backend::cpu::reference::argmax;
 use crate::rng::SplitMix64;
 use std::collections::HashMap;
 
@@ -78,31 +79,6 @@ pub struct Sampler {
     chosen: HashMap<u32, u32>,
 }
 
-/// Index of the largest value (the first of equal ones, as argmax in torch; NaN is never the
-/// largest; 0 when every value is NaN).
-pub fn argmax(logits: &[f32]) -> usize {
-    // Two passes the compiler vectorizes (a batched step takes the argmax of a 151,936-wide
-    // row per sequence: one pass tracking indices does not vectorize and took 7x as long):
-    // the maximum over 16 lanes, then the first block holding it.
-    const LANES: usize = 16;
-    let mut lanes = [f32::NEG_INFINITY; LANES];
-    let mut blocks = logits.chunks_exact(LANES);
-    for block in &mut blocks {
-        for (m, &x) in lanes.iter_mut().zip(block) {
-            *m = if x > *m { x } else { *m };
-        }
-    }
-    let max = blocks.remainder().iter().chain(&lanes).fold(f32::NEG_INFINITY, |m, &x| if x > m { x } else { m });
-    let first = |xs: &[f32]| xs.iter().position(|&x| x == max);
-    let mut blocks = logits.chunks_exact(LANES);
-    for (b, block) in (&mut blocks).enumerate() {
-        if block.iter().fold(false, |hit, &x| hit | (x == max)) {
-            return b * LANES + first(block).unwrap_or(0);
-        }
-    }
-    first(blocks.remainder()).map_or(0, |i| logits.len() - blocks.remainder().len() + i)
-}
-
 /// A chosen token's log-probability under the model at its step, and the `top` most likely
 /// tokens of that step with theirs, most likely first (the lower id first among equals). They
 /// are the log-softmax of the model's logits, before penalties, temperature and filters: what
@@ -162,12 +138,19 @@ impl Sampler {
         id
     }
 
-    fn choose(&mut self, logits: &[f32], history: &[u32]) -> u32 {
+    /// Whether the choice is the argmax of the logits, nothing else: temperature 0 and no
+    /// penalties.
+    pub fn is_greedy(&self) -> bool {
         let c = &self.config;
         let penalized = c.frequency_penalty != 0.0 || c.presence_penalty != 0.0 || c.repeat_penalty != 1.0;
-        if c.temperature == 0.0 && !penalized {
+        c.temperature == 0.0 && !penalized
+    }
+
+    fn choose(&mut self, logits: &[f32], history: &[u32]) -> u32 {
+        if self.is_greedy() {
             return argmax(logits) as u32;
         }
+        let c = &self.config;
         let mut logits = logits.to_vec();
         if c.frequency_penalty != 0.0 || c.presence_penalty != 0.0 {
             for (&id, &n) in &self.chosen {
@@ -246,24 +229,6 @@ mod tests {
     fn greedy_takes_the_first_maximum() {
         let mut s = Sampler::new(SamplerConfig::default());
         assert_eq!(s.sample(&[0.1, 0.9, 0.9, -1.0], &[]), 1);
-    }
-
-    #[test]
-    fn argmax_takes_the_first_maximum_past_nans_in_any_lane() {
-        for n in [1, 15, 16, 17, 40, 1000] {
-            for at in [0, n / 3, n - 1] {
-                let mut v: Vec<f32> = (0..n).map(|i| ((i * 7919) % 101) as f32 - 200.0).collect();
-                v[at] = 5.0;
-                v[n - 1 - (n - 1 - at) / 2] = 5.0; // a later equal one, where there is room
-                if at > 0 {
-                    v[0] = f32::NAN;
-                }
-                assert_eq!(argmax(&v), at, "n={n} at={at}");
-            }
-        }
-        assert_eq!(argmax(&[f32::NAN, f32::NAN]), 0);
-        assert_eq!(argmax(&[f32::NEG_INFINITY, f32::NEG_INFINITY, 1.0]), 2);
-        assert_eq!(argmax(&[]), 0);
     }
 
     #[test]

@@ -1,7 +1,7 @@
 //! A conversation's state on a text model: which sequence of the KV cache it has, how many of
 //! its slots are used and where the M-RoPE positions continue.
 
-use super::text_model::{TextModel, TokenInput};
+use super::text_model::{Outputs, Read, TextModel, TokenInput};
 use super::RuntimeError;
 
 /// One piece of a prompt.
@@ -114,12 +114,17 @@ impl Session {
         Ok(logits.pop().unwrap_or_default())
     }
 
-    /// Decodes one text token at the next slot and position; returns its logits.
-    pub fn step(&mut self, model: &mut TextModel, token: u32) -> Result<Vec<f32>, RuntimeError> {
-        let pos = self.next_position;
-        let logits = model.forward(&[TokenInput::Text(token)], &[[pos; 3]], self.next_slot(), &[0])?;
+    /// Decodes one text token at the next slot and position; returns what `read` asks of its
+    /// logits.
+    pub fn step(&mut self, model: &mut TextModel, token: u32, read: Read) -> Result<Outputs, RuntimeError> {
+        let n_ctx = model.options().n_ctx;
+        // Past its own slots the next would be another sequence's.
+        if self.n_past >= n_ctx {
+            return Err(RuntimeError::ContextFull { needed: self.n_past + 1, n_ctx });
+        }
+        let outputs = model.forward_batch(&[token], &[self.next_position], &[self.next_slot()], read)?;
         self.advance();
-        Ok(logits)
+        Ok(outputs)
     }
 
     /// Whether the KV cache of `model` has no slot left.

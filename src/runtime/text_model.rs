@@ -67,6 +67,60 @@ pub enum TokenInput<'a> {
     Embedding(&'a [f32]),
 }
 
+/// What a call reads back for each of its output positions.
+#[derive(Clone, Copy, Debug, PartialEq, Eq)]
+pub enum Read {
+    /// The logits, n_vocab values each.
+    Logits,
+    /// The index of the largest logit alone: a greedy choice, made on the device (a step of
+    /// 32 sequences then reads 128 bytes back instead of 19 MB of logits, and the host has no
+    /// argmax to take).
+    Argmax,
+}
+
+/// What a call read back: see [`Read`].
+pub enum Outputs {
+    /// n_vocab values per output position, one position after another.
+    Logits(Vec<f32>),
+    Argmax(Vec<u32>),
+}
+
+/// One output position's share of [`Outputs`].
+pub enum Scores<'a> {
+    Logits(&'a mut [f32]),
+    Argmax(u32),
+}
+
+impl Scores<'_> {
+    /// The logits (none when only the argmax was read).
+    pub fn logits(&self) -> &[f32] {
+        match self {
+            Scores::Logits(l) => l,
+            Scores::Argmax(_) => &[],
+        }
+    }
+}
+
+impl Outputs {
+    /// The logits, which a call with [`Read::Logits`] read.
+    pub fn logits(self) -> Result<Vec<f32>, RuntimeError> {
+        match self {
+            Outputs::Logits(logits) => Ok(logits),
+            Outputs::Argmax(_) => {
+                Err(RuntimeError::Usage("internal: logits wanted of a call that read the argmax".into()))
+            }
+        }
+    }
+
+    /// Each output position's share, in order (`n_vocab` logits each).
+    pub fn rows(&mut self, n_vocab: usize) -> Vec<Scores<'_>> {
+        match self {
+            Outputs::Logits(l) => l.chunks_exact_mut(n_vocab.max(1)).map(Scores::Logits).collect(),
+            Outputs::Argmax(ids) => ids.iter().map(|&id| Scores::Argmax(id)).collect(),
+        }
+    }
+}
+
 /// The plans of a text model, by `PlanId` (`Step::plan`).
 #[derive(Clone, Copy, Debug, PartialEq, Eq)]
 enum Step {
@@ -265,18 +319,19 @@ impl TextModel {
             }
         }
         let step = if n == 1 { Step::Decode } else { Step::Prefill };
-        self.run(step, inputs, positions, &slots, outputs)
+        self.run(step, inputs, positions, &slots, outputs, Read::Logits)?.logits()
     }
 
     /// Decodes `tokens[i]` at KV slot `slots[i]` and position `positions[i]` (text: all
     /// three components alike), one token of each of up to n_seq sequences (each slot in
-    /// its own sequence's); returns each token's logits (n_vocab values each, in order).
+    /// its own sequence's); returns what `read` asks of each token's logits, in order.
     pub fn forward_batch(
         &mut self,
         tokens: &[u32],
         positions: &[i32],
         slots: &[usize],
-    ) -> Result<Vec<f32>, RuntimeError> {
+        read: Read,
+    ) -> Result<Outputs, RuntimeError> {
         let (n, n_ctx) = (tokens.len(), self.options.n_ctx);
         if positions.len() != n || slots.len() != n || n > self.options.n_seq {
             return Err(RuntimeError::Usage(format!(
@@ -308,10 +363,11 @@ impl TextModel {
         let positions: Vec<[i32; 3]> = positions.iter().map(|&p| [p; 3]).collect();
         let slots: Vec<i32> = slots.iter().map(|&s| s as i32).collect();
         let outputs: Vec<usize> = (0..n).collect();
-        self.run(step, &inputs, &positions, &slots, &outputs)
+        self.run(step, &inputs, &positions, &slots, &outputs, read)
     }
 
-    /// Runs `step`'s plan on the inputs, their positions and KV slots; the logits of `outputs`.
+    /// Runs `step`'s plan on the inputs, their positions and KV slots; what `read` asks of
+    /// the logits of `outputs`.
     fn run(
         &mut self,
         step: Step,
@@ -319,13 +375,14 @@ impl TextModel {
         positions: &[[i32; 3]],
         slots: &[i32],
         outputs: &[usize],
-    ) -> Result<Vec<f32>, RuntimeError> {
+        read: Read,
+    ) -> Result<Outputs, RuntimeError> {
         let n = inputs.len();
         let graph = self
             .graphs
             .get(step.plan())
             .ok_or_else(|| RuntimeError::Usage(format!("forward: no {step:?} plan for one sequence")))?;
-        let (plan, logits_node) = (PlanId(step.plan()), graph.logits);
+        let (plan, logits_node, argmax_node) = (PlanId(step.plan()), graph.logits, graph.argmax);
         let (max, max_outputs) = match step {
             Step::Decode => (1, 1),
             Step::Prefill => (self.options.chunk, self.options.prefill_outputs()),
@@ -431,16 +488,22 @@ impl TextModel {
         let written = started.elapsed();
         self.exec.run(plan, &symbols)?;
         let ran = started.elapsed();
-        let logits = self.exec.output(plan, logits_node, &symbols)?;
+        let read_back = match read {
+            Read::Logits => Outputs::Logits(self.exec.output(plan, logits_node, &symbols)?),
+            // Exact: every index of a row is below 2^24 (graph::MAX_ARGMAX_ROW).
+            Read::Argmax => {
+                Outputs::Argmax(self.exec.output(plan, argmax_node, &symbols)?.into_iter().map(|i| i as u32).collect())
+            }
+        };
         // Where a step's time goes on the host's side (RUST_LOG=hrx=debug).
         log::debug!(
-            "forward: {n} tokens: inputs {:.3} ms (rows made in {:.3}), run {:.3} ms, logits {:.3} ms",
+            "forward: {n} tokens: inputs {:.3} ms (rows made in {:.3}), run {:.3} ms, {read:?} read in {:.3} ms",
             written.as_secs_f64() * 1e3,
             made.as_secs_f64() * 1e3,
             (ran - written).as_secs_f64() * 1e3,
             (started.elapsed() - ran).as_secs_f64() * 1e3
         );
-        Ok(logits)
+        Ok(read_back)
     }
 }
 

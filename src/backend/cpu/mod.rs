@@ -336,6 +336,10 @@ pub fn execute(op: &Op, ins: &[In], out: &mut Out, kernels: Kernels, threads: us
         Op::Attention { scale, segment } => {
             reference::attention(arg(0)?, arg(1)?, arg(2)?, ins.get(3), *scale, *segment, out)
         }
+        Op::Argmax => {
+            reference::argmax_rows(arg(0)?, out);
+            Ok(())
+        }
         Op::External | Op::View | Op::Reshape | Op::Permute { .. } | Op::Transpose => {
             Err(KernelError::Fault(format!("{} is not a compute op", op.name())))
         }

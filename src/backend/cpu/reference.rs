@@ -206,6 +206,40 @@ pub fn unary(x: &In, out: &mut Out, f: impl Fn(f32) -> f32) {
     each_index(out.ne, |i| out.set(i, f(x.f32_at(i))));
 }
 
+/// Index of the largest value (the first of equal ones, as argmax in torch; NaN is never the
+/// largest; 0 when every value is NaN).
+pub fn argmax(logits: &[f32]) -> usize {
+    // Two passes the compiler vectorizes (a batched step takes the argmax of a 151,936-wide
+    // row per sequence: one pass tracking indices does not vectorize and took 7x as long):
+    // the maximum over 16 lanes, then the first block holding it.
+    const LANES: usize = 16;
+    let mut lanes = [f32::NEG_INFINITY; LANES];
+    let mut blocks = logits.chunks_exact(LANES);
+    for block in &mut blocks {
+        for (m, &x) in lanes.iter_mut().zip(block) {
+            *m = if x > *m { x } else { *m };
+        }
+    }
+    let max = blocks.remainder().iter().chain(&lanes).fold(f32::NEG_INFINITY, |m, &x| if x > m { x } else { m });
+    let first = |xs: &[f32]| xs.iter().position(|&x| x == max);
+    let mut blocks = logits.chunks_exact(LANES);
+    for (b, block) in (&mut blocks).enumerate() {
+        if block.iter().fold(false, |hit, &x| hit | (x == max)) {
+            return b * LANES + first(block).unwrap_or(0);
+        }
+    }
+    first(blocks.remainder()).map_or(0, |i| logits.len() - blocks.remainder().len() + i)
+}
+
+/// ARGMAX: the index of each row's largest value ([`argmax`]), as an f32.
+pub fn argmax_rows(x: &In, out: &mut Out) {
+    let mut buf = Vec::new();
+    each_row(out.ne, |i1, i2, i3| {
+        let at = argmax(x.row_f32(i1, i2, i3, &mut buf));
+        out.set([0, i1, i2, i3], at as f32);
+    });
+}
+
 /// The kv rows `first..end` query `t` sees: with slots, those of its sequence (`segment` rows
 /// each) up to its own slot, or with `segment` 0 its span; without, all of them.
 pub fn kv_range(

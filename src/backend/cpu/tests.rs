@@ -237,6 +237,43 @@ fn out_of_range_ids_are_errors_not_panics() {
 }
 
 #[test]
+fn argmax_takes_the_first_maximum_past_nans_in_any_lane() {
+    for n in [1, 15, 16, 17, 40, 1000] {
+        for at in [0, n / 3, n - 1] {
+            let mut v: Vec<f32> = (0..n).map(|i| ((i * 7919) % 101) as f32 - 200.0).collect();
+            v[at] = 5.0;
+            v[n - 1 - (n - 1 - at) / 2] = 5.0; // a later equal one, where there is room
+            if at > 0 {
+                v[0] = f32::NAN;
+            }
+            assert_eq!(super::reference::argmax(&v), at, "n={n} at={at}");
+        }
+    }
+    assert_eq!(super::reference::argmax(&[f32::NAN, f32::NAN]), 0);
+    assert_eq!(super::reference::argmax(&[f32::NEG_INFINITY, f32::NEG_INFINITY, 1.0]), 2);
+    assert_eq!(super::reference::argmax(&[]), 0);
+}
+
+#[test]
+fn argmax_op_takes_each_rows_first_maximum_as_an_index() {
+    // Rows of 5 in a [5, 3, 2] value, read through a view that skips the last column of 6.
+    let mut data: Vec<f32> = (0..36).map(|i| ((i * 13) % 7) as f32).collect();
+    data[2] = f32::NAN;
+    data[7..12].fill(f32::NEG_INFINITY);
+    let x = In { data: Data::F32(&data), dtype: DType::F32, offset: 4, ne: [5, 3, 2, 1], nb: [4, 24, 72, 144] };
+    let got = run(&Op::Argmax, &[x], [1, 3, 2, 1]);
+    let want: Vec<f32> = (0..6)
+        .map(|r| {
+            let row = &data[1 + 6 * r..][..5];
+            let best = row.iter().copied().filter(|v| !v.is_nan()).fold(f32::NEG_INFINITY, f32::max);
+            row.iter().position(|&v| v == best).unwrap_or(0) as f32
+        })
+        .collect();
+    assert_eq!(got, want);
+    assert_eq!(got[1], 0.0, "every value -inf: the first");
+}
+
+#[test]
 fn pool_runs_every_thread_and_raises_panics() {
     use super::pool::Pool;
     use std::sync::atomic::{AtomicBool, AtomicUsize, Ordering};

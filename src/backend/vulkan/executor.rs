@@ -92,6 +92,11 @@ pub struct RecordingStats {
     pub profile: Option<Profile>,
 }
 
+/// Outputs of at most this many bytes are copied to the host by every run of their recording
+/// (a decoding step's chosen tokens); larger ones (a step's logits, 19 MB for 32 sequences on
+/// Qwen's vocabulary) only when read: a greedy step does not want them.
+const RECORDED_OUTPUT_BYTES: u64 = 64 << 10;
+
 pub struct VulkanExecutor {
     plans: Vec<Recorded>,
     storages: Vec<Buffer>,
@@ -302,8 +307,8 @@ impl VulkanExecutor {
     }
 
     /// The contiguous f32 value of node `id` of `plan` after a run, at its run-time shape.
-    pub fn output(&self, plan: PlanId, id: NodeId, symbols: &[usize]) -> Result<Vec<f32>> {
-        let r = self.recorded(plan)?;
+    pub fn output(&mut self, plan: PlanId, id: NodeId, symbols: &[usize]) -> Result<Vec<f32>> {
+        let r = self.plans.get(plan.0).ok_or_else(|| VkError::Invalid(format!("no plan {}", plan.0)))?;
         let graph = &r.plan.graph;
         let v = graph.nodes.get(id.0).map(|n| &n.value).ok_or_else(|| VkError::Invalid(format!("no node {}", id.0)))?;
         if !v.is_contiguous() || v.dtype != DType::F32 {
@@ -313,13 +318,12 @@ impl VulkanExecutor {
         if let Some((_, host)) = r.readback.iter().find(|(o, _)| *o == id) {
             return host.read_f32(0, n);
         }
-        match r.plan.locs[id.0] {
-            Some(Loc::Arena { offset }) => self.arena.read_f32(offset as u64, n),
-            Some(Loc::External { storage, offset }) => {
-                self.storages[r.storage_of[storage.0]].read_f32(offset as u64, n)
-            }
-            None => Err(VkError::Invalid(format!("node {} has no address", id.0))),
-        }
+        let (buf, offset) = match r.plan.locs[id.0] {
+            Some(Loc::Arena { offset }) => (&self.arena, offset),
+            Some(Loc::External { storage, offset }) => (&self.storages[r.storage_of[storage.0]], offset),
+            None => return Err(VkError::Invalid(format!("node {} has no address", id.0))),
+        };
+        Ok(buf.read_f32_parts(offset as u64, &[n], &mut self.readback)?.pop().unwrap_or_default())
     }
 }
 
@@ -560,8 +564,9 @@ fn record(
         cmd.barrier()?;
         barriers += 1;
     }
-    // The graph's outputs (logits) are copied at the end of the recording into host-visible
-    // buffers when their own memory is not mapped: reading them needs no further submission.
+    // The graph's small outputs (a step's chosen tokens) are copied at the end of the
+    // recording into host-visible buffers when their own memory is not mapped: reading them
+    // needs no further submission. Larger ones (logits) are read when asked for (`output`).
     let mut readback = Vec::new();
     for &id in &graph.outputs {
         let (buf, offset) = match plan.locs[id.0] {
@@ -569,10 +574,10 @@ fn record(
             Some(Loc::External { storage, offset }) => (&storages[storage_of[storage.0]], offset),
             None => continue,
         };
-        if buf.is_mapped() {
+        let bytes = graph.value(id).extent_bytes() as u64;
+        if buf.is_mapped() || bytes > RECORDED_OUTPUT_BYTES {
             continue;
         }
-        let bytes = graph.value(id).extent_bytes() as u64;
         let host = device.buffer(bytes, Location::Host, "an output read back")?;
         cmd.copy(buf, offset as u64, &host, 0, bytes)?;
         readback.push((id, host));

@@ -6,6 +6,7 @@
 //! Every kernel has six bindings: 0 the run-time sizes (u32 symbols), 1 to 4 the inputs in
 //! the node's order (unused ones bound to any buffer), 5 the output.
 
+mod argmax;
 mod attn;
 mod binary;
 mod coop;
@@ -82,6 +83,8 @@ pub enum KernelId {
     /// Attention for a few queries over long contexts: the kv rows of each (head, query) split
     /// over many workgroups, combined by the last to finish.
     FlashAttnSplit(SplitWidth),
+    /// The index of each row's largest value.
+    Argmax,
     /// 16-byte words from input 1 to the output: the copy bandwidth `hrx bench --kernels`
     /// compares products with; no graph node runs it.
     Copy,
@@ -107,6 +110,7 @@ impl KernelId {
             KernelId::FlashAttn,
             KernelId::FlashAttnSplit(SplitWidth::Wide),
             KernelId::FlashAttnSplit(SplitWidth::Narrow),
+            KernelId::Argmax,
             KernelId::Copy,
         ]);
         all.extend(AttnTile::ALL.map(KernelId::FlashAttnTiled));
@@ -177,6 +181,7 @@ impl KernelId {
             KernelId::FlashAttnCm(_) => "flash_attn_cm",
             KernelId::FlashAttnSplit(SplitWidth::Wide) => "flash_attn_split",
             KernelId::FlashAttnSplit(SplitWidth::Narrow) => "flash_attn_split_narrow",
+            KernelId::Argmax => "argmax",
             KernelId::Copy => "copy",
         }
     }
@@ -228,6 +233,7 @@ impl KernelId {
             KernelId::RmsNormRope => rope::PUSH_WORDS + 5,
             KernelId::FlashAttn | KernelId::FlashAttnTiled(_) | KernelId::FlashAttnCm(_) => attn::PUSH_WORDS,
             KernelId::FlashAttnSplit(_) => attn::PUSH_WORDS + 1,
+            KernelId::Argmax => argmax::PUSH_WORDS,
             KernelId::Copy => 1,
         }
     }
@@ -606,6 +612,7 @@ fn op_launch(op: &Op, ins: &[Operand], out: &Operand, dynamic: Option<Dyn>) -> R
         Op::SetRows => rows::set_rows(arg(0)?, arg(1)?, arg(2)?, out),
         Op::Rope { kind, theta, n_dims } => rope::launch(kind, *theta, *n_dims, arg(0)?, arg(1)?, out, dynamic),
         Op::Attention { scale, segment } => attn::launch(KernelId::FlashAttn, ins, (*scale, *segment), out, dynamic),
+        Op::Argmax => argmax::launch(arg(0)?, out, dynamic),
         other => Err(VkError::Invalid(format!("no Vulkan kernel for {}", other.name()))),
     }
 }
