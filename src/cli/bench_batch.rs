@@ -195,7 +195,7 @@ fn time_batch(model: &mut TextModel, image: Option<&mut Image>, batch: usize, b:
     if prompts.iter().all(|p| !p.is_empty()) {
         let mut fed: Vec<(&mut Session, &[PromptPiece])> =
             sessions.iter_mut().zip(&prompts).map(|(s, p)| (s, p.as_slice())).collect();
-        feed_together(model, &mut fed)?;
+        feed_together(model, &mut fed, Read::Argmax)?;
     }
     let t_pp = t.elapsed().as_secs_f64();
     let t = Instant::now();

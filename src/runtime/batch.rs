@@ -20,7 +20,6 @@ struct Active<'a, T> {
     decoding: Decoding<'a>,
     /// The token to feed at the next step.
     next: u32,
-    prompt_logits: Vec<f32>,
     n_prompt: usize,
     prompt_seconds: f64,
     decoding_since: Instant,
@@ -150,12 +149,18 @@ impl<'a, T> Batch<'a, T> {
         if ready.is_empty() {
             return started;
         }
+        // The argmax alone when every prompt's first choice wants nothing else.
+        let read = if ready.iter().all(|(.., decoding, _)| decoding.read() == Read::Argmax) {
+            Read::Argmax
+        } else {
+            Read::Logits
+        };
         let mut prompts: Vec<(&mut Session, &[PromptPiece])> =
             ready.iter_mut().map(|(_, session, pieces, ..)| (session, pieces.as_slice())).collect();
-        let fed = feed_together(model, &mut prompts);
+        let fed = feed_together(model, &mut prompts, read);
         let prompt_seconds = t0.elapsed().as_secs_f64();
-        let logits = match fed {
-            Ok(logits) => logits,
+        let mut outputs = match fed {
+            Ok(outputs) => outputs,
             Err(e) => {
                 let message = e.to_string();
                 for (i, _, _, _, tag) in ready {
@@ -164,15 +169,13 @@ impl<'a, T> Batch<'a, T> {
                 return started;
             }
         };
-        for ((i, session, _, mut decoding, tag), prompt_logits) in ready.into_iter().zip(logits) {
+        let rows = outputs.rows(model.params().n_vocab);
+        for ((i, session, _, mut decoding, tag), scores) in ready.into_iter().zip(rows) {
             let decoding_since = Instant::now();
             let seq = session.base / n_ctx;
-            let mut logits = prompt_logits.clone();
-            let first =
-                decoding.step(Scores::Logits(&mut logits), session.is_full(model), &mut |d| listener.text(&tag, d));
+            let first = decoding.step(scores, session.is_full(model), &mut |d| listener.text(&tag, d));
             let n_prompt = session.n_past;
-            let active =
-                Active { tag, session, decoding, next: 0, prompt_logits, n_prompt, prompt_seconds, decoding_since };
+            let active = Active { tag, session, decoding, next: 0, n_prompt, prompt_seconds, decoding_since };
             started[i] = match first {
                 Ok(Some(next)) => {
                     self.seqs[seq] = Some(Active { next, ..active });
@@ -286,7 +289,7 @@ fn finish<T>(a: Active<T>, listener: &mut dyn Listener<T>) -> Finished<T> {
         tokens,
         text,
         stop,
-        prompt_logits: a.prompt_logits,
+        prompt_logits: Vec::new(),
         logprobs,
         n_prompt: a.n_prompt,
         prompt_seconds: a.prompt_seconds,

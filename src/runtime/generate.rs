@@ -66,7 +66,8 @@ pub struct Generation {
     pub tokens: Vec<u32>,
     pub text: String,
     pub stop: StopReason,
-    /// Logits at the last prompt position.
+    /// Logits at the last prompt position ([`generate`]'s; a batch's conversations keep none:
+    /// empty, their prompts' logits are read only where their first choice wants them).
     pub prompt_logits: Vec<f32>,
     /// With `GenerateConfig::logprobs`: an entry per generated token but an end-of-generation
     /// one (which has no text).

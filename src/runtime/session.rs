@@ -110,8 +110,7 @@ impl Session {
     /// Feeds the pieces in chunks and returns the logits of the last one. A prompt that does
     /// not fit what is left of the context is refused before any of it runs, with its real size.
     pub fn feed(&mut self, model: &mut TextModel, pieces: &[PromptPiece]) -> Result<Vec<f32>, RuntimeError> {
-        let mut logits = feed_together(model, &mut [(self, pieces)])?;
-        Ok(logits.pop().unwrap_or_default())
+        feed_together(model, &mut [(self, pieces)], Read::Logits)?.logits()
     }
 
     /// Decodes one text token at the next slot and position; returns what `read` asks of its
@@ -134,16 +133,17 @@ impl Session {
 }
 
 /// Feeds each session its prompt, all of them in the same chunks (each token at its own
-/// session's next slot, so every session must have a sequence of its own), and returns each
-/// prompt's last logits, in order. Many short prompts then fill the products of one call
+/// session's next slot, so every session must have a sequence of its own), and returns what
+/// `read` asks of each prompt's last logits, in order. Many short prompts then fill the products of one call
 /// instead of a call each. Any prompt that does not fit what is left of its context, or is
 /// empty, is refused before any of them runs; on an error no session moves on (the slots
 /// written are past every session's n_past).
 pub fn feed_together(
     model: &mut TextModel,
     prompts: &mut [(&mut Session, &[PromptPiece])],
-) -> Result<Vec<Vec<f32>>, RuntimeError> {
-    let (n_ctx, width, n_vocab) = (model.options().n_ctx, model.params().wide_width(), model.params().n_vocab.max(1));
+    read: Read,
+) -> Result<Outputs, RuntimeError> {
+    let (n_ctx, width) = (model.options().n_ctx, model.params().wide_width());
     let mut sequences: Vec<usize> = prompts.iter().map(|(s, _)| s.base / n_ctx).collect();
     sequences.sort_unstable();
     if sequences.windows(2).any(|w| w[0] == w[1]) {
@@ -171,18 +171,21 @@ pub fn feed_together(
         next_positions.push(layout.next_position);
     }
     let chunk = model.options().chunk;
-    let mut logits = Vec::with_capacity(prompts.len());
+    let mut read_back = match read {
+        Read::Logits => Outputs::Logits(Vec::new()),
+        Read::Argmax => Outputs::Argmax(Vec::new()),
+    };
     let mut start = 0;
     while start < inputs.len() {
         let end = (start + chunk).min(inputs.len());
         let outputs: Vec<usize> = ends.iter().filter(|&&e| (start..end).contains(&e)).map(|&e| e - start).collect();
-        let rows = model.prefill(&inputs[start..end], &positions[start..end], &slots[start..end], &outputs)?;
-        logits.extend(rows.chunks_exact(n_vocab).map(<[f32]>::to_vec));
+        let rows = model.prefill(&inputs[start..end], &positions[start..end], &slots[start..end], &outputs, read)?;
+        read_back.append(rows)?;
         start = end;
     }
     for ((session, pieces), next) in prompts.iter_mut().zip(next_positions) {
         session.n_past += pieces.iter().map(PromptPiece::slots).sum::<usize>();
         session.next_position = next;
     }
-    Ok(logits)
+    Ok(read_back)
 }

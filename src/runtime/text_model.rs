@@ -102,6 +102,16 @@ impl Scores<'_> {
 }
 
 impl Outputs {
+    /// `more` after these (what a later call of the same [`Read`] read).
+    pub fn append(&mut self, more: Outputs) -> Result<(), RuntimeError> {
+        match (self, more) {
+            (Outputs::Logits(a), Outputs::Logits(b)) => a.extend(b),
+            (Outputs::Argmax(a), Outputs::Argmax(b)) => a.extend(b),
+            _ => return Err(RuntimeError::Usage("internal: logits and argmaxes appended".into())),
+        }
+        Ok(())
+    }
+
     /// The logits, which a call with [`Read::Logits`] read.
     pub fn logits(self) -> Result<Vec<f32>, RuntimeError> {
         match self {
@@ -285,21 +295,22 @@ impl TextModel {
             return Err(RuntimeError::ContextFull { needed: first_slot - start + n, n_ctx });
         }
         let slots: Vec<usize> = (first_slot..first_slot + n).collect();
-        self.prefill(inputs, positions, &slots, outputs)
+        self.prefill(inputs, positions, &slots, outputs, Read::Logits)?.logits()
     }
 
     /// Runs `inputs` at KV slots `slots` (any sequences': each token attends to its own
     /// sequence's slots up to its own; a sequence's tokens come together, as the tiled
-    /// attention kernels take them) with M-RoPE `positions`; returns the logits of the tokens
-    /// whose indices are in `outputs` (n_vocab values each, in that order). One token runs
-    /// the decode plan, more a prefill chunk.
+    /// attention kernels take them) with M-RoPE `positions`; returns what `read` asks of the
+    /// logits of the tokens whose indices are in `outputs`, in that order. One token runs the
+    /// decode plan, more a prefill chunk.
     pub fn prefill(
         &mut self,
         inputs: &[TokenInput],
         positions: &[[i32; 3]],
         slots: &[usize],
         outputs: &[usize],
-    ) -> Result<Vec<f32>, RuntimeError> {
+        read: Read,
+    ) -> Result<Outputs, RuntimeError> {
         let n = inputs.len();
         if positions.len() != n || slots.len() != n || outputs.iter().any(|&o| o >= n) {
             return Err(RuntimeError::Usage("prefill: positions, slots or outputs do not match the inputs".into()));
@@ -319,7 +330,7 @@ impl TextModel {
             }
         }
         let step = if n == 1 { Step::Decode } else { Step::Prefill };
-        self.run(step, inputs, positions, &slots, outputs, Read::Logits)?.logits()
+        self.run(step, inputs, positions, &slots, outputs, read)
     }
 
     /// Decodes `tokens[i]` at KV slot `slots[i]` and position `positions[i]` (text: all

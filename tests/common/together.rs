@@ -2,7 +2,7 @@
 //! images encoded together (`encode_together`) each image the embeddings it gets alone.
 
 use hrx::runtime::session::{feed_together, PromptPiece, Session};
-use hrx::runtime::text_model::TextModel;
+use hrx::runtime::text_model::{Read, TextModel};
 use hrx::runtime::vision_model::VisionModel;
 use hrx::runtime::RuntimeError;
 
@@ -44,9 +44,9 @@ pub fn prompts_fed_together_match_each_alone(model: &mut TextModel, tolerance: f
     let mut sessions: Vec<Session> = prompts.iter().map(|(seq, _)| at(*seq, model)).collect();
     let mut fed: Vec<(&mut Session, &[PromptPiece])> =
         sessions.iter_mut().zip(&prompts).map(|(s, (_, p))| (s, p.as_slice())).collect();
-    let together = feed_together(model, &mut fed).expect("together");
-    assert_eq!(together.len(), prompts.len());
-    for (i, ((want, s_alone), got)) in alone.iter().zip(&together).enumerate() {
+    let together = feed_together(model, &mut fed, Read::Logits).expect("together").logits().expect("logits");
+    assert_eq!(together.len(), prompts.len() * n_vocab);
+    for (i, ((want, s_alone), got)) in alone.iter().zip(together.chunks_exact(n_vocab)).enumerate() {
         let e = nmse(got, want);
         eprintln!("prompt {i}: together vs alone nmse {e:.2e}");
         assert!(e <= tolerance, "prompt {i}: together vs alone nmse {e:.2e}");
@@ -58,10 +58,10 @@ pub fn prompts_fed_together_match_each_alone(model: &mut TextModel, tolerance: f
     let (first, rest) = sessions.split_at_mut(1);
     let mut same = Session::at(first[0].base);
     let two: &mut [(&mut Session, &[PromptPiece])] = &mut [(&mut first[0], &[token(1)]), (&mut same, &[token(2)])];
-    assert!(matches!(feed_together(model, two), Err(RuntimeError::Usage(_))));
+    assert!(matches!(feed_together(model, two, Read::Logits), Err(RuntimeError::Usage(_))));
     let too_long: Vec<PromptPiece> = (0..n_ctx).map(token).collect();
     let mut fed: Vec<(&mut Session, &[PromptPiece])> = rest.iter_mut().map(|s| (s, too_long.as_slice())).collect();
-    assert!(matches!(feed_together(model, &mut fed), Err(RuntimeError::ContextFull { .. })));
+    assert!(matches!(feed_together(model, &mut fed, Read::Argmax), Err(RuntimeError::ContextFull { .. })));
     let after: Vec<usize> = sessions.iter().map(|s| s.n_past).collect();
     assert_eq!(before, after, "a refused feed moves no session");
 }
