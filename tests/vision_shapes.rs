@@ -78,7 +78,8 @@ fn check_shape(s: &Shape, grids: &[(usize, usize)]) {
     for &(gh, gw) in grids {
         let pixels = r.values(gh * gw * s.patch_row(), 1.0, 0.0);
         let want = naive::encode(&file, s, &pixels, gh, gw);
-        let outs: Vec<Vec<f32>> = models.iter_mut().map(|m| m.encode(&pixels, gh, gw).expect("encode")).collect();
+        let outs: Vec<Vec<f32>> =
+            models.iter_mut().map(|m| m.encode(&pixels, gh, gw).expect("encode").to_vec()).collect();
         let (e_ref, e_fast) = (rel_err(&outs[0], &want), rel_err(&outs[1], &want));
         let between = rel_err(&outs[1], &outs[0].iter().map(|&v| f64::from(v)).collect::<Vec<_>>());
         eprintln!(

@@ -307,21 +307,15 @@ impl Executor {
         }
     }
 
-    /// The first values of f32 run-time buffer `name` of `plan`, in vectors of `lens` values
-    /// one after another (one read for several images' rows).
-    pub fn read_f32_parts(&mut self, plan: PlanId, name: &str, lens: &[usize]) -> Result<Vec<Vec<f32>>, ExecError> {
+    /// The first `out.len()` values of f32 run-time buffer `name` of `plan`, into `out`.
+    pub fn read_f32_into(&mut self, plan: PlanId, name: &str, out: &mut [f32]) -> Result<(), ExecError> {
         match self {
             Executor::Cpu(e) => {
                 let buf = e.f32_buffer(plan, name).ok_or_else(|| ExecError::NoBuffer(name.to_owned()))?;
-                let mut at = 0;
-                lens.iter()
-                    .map(|&n| {
-                        at += n;
-                        Ok(buf.get(at - n..at).ok_or_else(|| ExecError::NoBuffer(name.to_owned()))?.to_vec())
-                    })
-                    .collect()
+                out.copy_from_slice(buf.get(..out.len()).ok_or_else(|| ExecError::NoBuffer(name.to_owned()))?);
+                Ok(())
             }
-            Executor::Vulkan(e) => Ok(e.read_f32_parts(plan, name, lens)?),
+            Executor::Vulkan(e) => Ok(e.read_f32_into(plan, name, out)?),
         }
     }
 

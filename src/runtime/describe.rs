@@ -6,7 +6,7 @@ use super::generate::{generate, Delta, GenerateConfig, Generation};
 use super::progress::Notice;
 use super::session::{PromptPiece, Session};
 use super::text_model::{TextModel, TextOptions};
-use super::vision_model::VisionModel;
+use super::vision_model::{ImageRows, VisionModel};
 use super::RuntimeError;
 use crate::backend::Backend;
 use crate::gguf::GgufFile;
@@ -55,14 +55,14 @@ pub struct SizedImage<'a> {
 
 /// An image ready for the prompt: its wide embedding rows and merged grid.
 pub struct EncodedImage {
-    pub embeddings: Vec<f32>,
+    pub embeddings: ImageRows,
     pub rows: usize,
     pub cols: usize,
     pub resized_hw: (usize, usize),
 }
 
 /// The encoded image of `patches`, from the vision tower's rows of it.
-fn encoded(patches: &Patches, embeddings: Vec<f32>) -> EncodedImage {
+fn encoded(patches: &Patches, embeddings: ImageRows) -> EncodedImage {
     let [_, gh, gw] = patches.grid_thw;
     let merge = patches.merge_size;
     EncodedImage { embeddings, rows: gh / merge, cols: gw / merge, resized_hw: patches.resized_hw }

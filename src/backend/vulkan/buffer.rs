@@ -143,26 +143,23 @@ impl Buffer {
 
     /// Copies bytes at `offset` into `out`.
     pub fn read(&self, offset: u64, out: &mut [u8]) -> Result<()> {
-        self.read_parts(offset, &mut [out], &mut Readback::default())
+        self.read_into(offset, out, &mut Readback::default())
     }
 
-    /// Copies the bytes from `offset` on into `parts`, one after another, through `readback`
-    /// where this buffer is not mapped (a device copy into its host buffer, then each part's
-    /// bytes from there).
-    pub fn read_parts(&self, offset: u64, parts: &mut [&mut [u8]], readback: &mut Readback) -> Result<()> {
-        let total: usize = parts.iter().map(|p| p.len()).sum();
+    /// Copies the bytes at `offset` into `out`, through `readback` where this buffer is not
+    /// mapped (a device copy into its host buffer, then the bytes from there).
+    pub fn read_into(&self, offset: u64, out: &mut [u8], readback: &mut Readback) -> Result<()> {
+        let total = out.len();
         self.check(offset, total, "read")?;
         if let Some(p) = self.inner.alloc.mapped {
-            let mut at = offset as usize;
-            for part in parts.iter_mut() {
-                // SAFETY: as in `write_mapped`: the parts lie one after another inside the
-                // mapped allocation (their total checked above), the GPU is done with it, and
-                // `part` cannot overlap it.
-                let src = unsafe { std::slice::from_raw_parts(p.as_ptr().add(at), part.len()) };
-                // A step of 32 sequences reads 19 MB of logits: one thread took 2.9 ms of its 11.
-                copy_on_threads(part, src);
-                at += part.len();
-            }
+            // SAFETY: as in `write_mapped`: the range is inside the mapped allocation (checked
+            // above), the GPU is done with it, and `out` cannot overlap it.
+            let src = unsafe { std::slice::from_raw_parts(p.as_ptr().add(offset as usize), total) };
+            // A step of 32 sequences reads 19 MB of logits: one thread took 2.9 ms of its 11.
+            copy_on_threads(out, src);
+            return Ok(());
+        }
+        if total == 0 {
             return Ok(());
         }
         let device = self.device();
@@ -177,27 +174,15 @@ impl Buffer {
         };
         let started = std::time::Instant::now();
         let mut copied = std::time::Duration::ZERO;
-        // Where the next byte goes: part `k`, `at` bytes in.
-        let (mut k, mut at, mut done) = (0, 0, 0);
-        while done < total {
-            let len = (chunk as usize).min(total - done);
+        for (k, piece) in out.chunks_mut(chunk as usize).enumerate() {
+            let at = k as u64 * chunk;
             let t = std::time::Instant::now();
             cmd.begin()?;
-            cmd.copy(self, offset + done as u64, staging, 0, len as u64)?;
+            cmd.copy(self, offset + at, staging, 0, piece.len() as u64)?;
             cmd.finish()?;
             cmd.submit_and_wait()?;
             copied += t.elapsed();
-            let mut from = 0;
-            while from < len {
-                let part = parts.get_mut(k).ok_or_else(|| VkError::Invalid("read: parts end early".into()))?;
-                let n = (part.len() - at).min(len - from);
-                staging.read(from as u64, &mut part[at..at + n])?;
-                (from, at) = (from + n, at + n);
-                if at == part.len() {
-                    (k, at) = (k + 1, 0);
-                }
-            }
-            done += len;
+            staging.read(0, piece)?;
         }
         // Where a readback's time goes (RUST_LOG=hrx=debug): the device's copy, the host's.
         log::debug!(
@@ -235,38 +220,31 @@ impl Buffer {
 
     /// Reads `n` f32 values at byte `offset`.
     pub fn read_f32(&self, offset: u64, n: usize) -> Result<Vec<f32>> {
-        Ok(self.read_f32_parts(offset, &[n], &mut Readback::default())?.pop().unwrap_or_default())
-    }
-
-    /// Reads f32 values from byte `offset` on into vectors of `lens` values, one after
-    /// another, through `readback` as `read_parts` does.
-    #[cfg(target_endian = "little")]
-    pub fn read_f32_parts(&self, offset: u64, lens: &[usize], readback: &mut Readback) -> Result<Vec<Vec<f32>>> {
-        let mut values: Vec<Vec<f32>> = lens.iter().map(|&n| vec![0f32; n]).collect();
-        let mut bytes: Vec<&mut [u8]> = values
-            .iter_mut()
-            .map(|v| {
-                // SAFETY: the bytes of `v`, borrowed only for the copy; every bit pattern is
-                // an f32, and on a little-endian host its bytes are the little-endian ones
-                // read (a decode step's logits are 600 KB: read as they lie, no converting pass).
-                unsafe {
-                    std::slice::from_raw_parts_mut(v.as_mut_ptr().cast::<u8>(), std::mem::size_of_val(v.as_slice()))
-                }
-            })
-            .collect();
-        self.read_parts(offset, &mut bytes, readback)?;
+        let mut values = vec![0f32; n];
+        self.read_f32_into(offset, &mut values, &mut Readback::default())?;
         Ok(values)
     }
 
+    /// Reads f32 values from byte `offset` on into `out`, through `readback` as `read_into`
+    /// does.
+    #[cfg(target_endian = "little")]
+    pub fn read_f32_into(&self, offset: u64, out: &mut [f32], readback: &mut Readback) -> Result<()> {
+        // SAFETY: the bytes of `out`, borrowed only for the copy; every bit pattern is an f32,
+        // and on a little-endian host its bytes are the little-endian ones read (a decode
+        // step's logits are 600 KB: read as they lie, no converting pass).
+        let bytes =
+            unsafe { std::slice::from_raw_parts_mut(out.as_mut_ptr().cast::<u8>(), std::mem::size_of_val(out)) };
+        self.read_into(offset, bytes, readback)
+    }
+
     #[cfg(not(target_endian = "little"))]
-    pub fn read_f32_parts(&self, offset: u64, lens: &[usize], readback: &mut Readback) -> Result<Vec<Vec<f32>>> {
-        let mut bytes: Vec<Vec<u8>> = lens.iter().map(|&n| vec![0u8; 4 * n]).collect();
-        let mut parts: Vec<&mut [u8]> = bytes.iter_mut().map(Vec::as_mut_slice).collect();
-        self.read_parts(offset, &mut parts, readback)?;
-        Ok(bytes
-            .iter()
-            .map(|b| b.chunks_exact(4).map(|w| f32::from_le_bytes([w[0], w[1], w[2], w[3]])).collect())
-            .collect())
+    pub fn read_f32_into(&self, offset: u64, out: &mut [f32], readback: &mut Readback) -> Result<()> {
+        let mut bytes = vec![0u8; 4 * out.len()];
+        self.read_into(offset, &mut bytes, readback)?;
+        for (v, w) in out.iter_mut().zip(bytes.chunks_exact(4)) {
+            *v = f32::from_le_bytes([w[0], w[1], w[2], w[3]]);
+        }
+        Ok(())
     }
 
     /// Fills the buffer with zero bytes.

@@ -103,7 +103,7 @@ pub struct VulkanExecutor {
     arena: Buffer,
     max_groups: [u32; 3],
     recordings: usize,
-    /// What reads of run-time buffers by name (`read_f32_parts`) go through, kept.
+    /// What reads of outputs and run-time buffers (`output`, `read_f32_into`) go through, kept.
     readback: Readback,
 }
 
@@ -262,11 +262,10 @@ impl VulkanExecutor {
         }
     }
 
-    /// Reads the first values of f32 run-time buffer `name` of `plan` into vectors of `lens`
-    /// values, one after another.
-    pub fn read_f32_parts(&mut self, plan: PlanId, name: &str, lens: &[usize]) -> Result<Vec<Vec<f32>>> {
+    /// Reads the first `out.len()` values of f32 run-time buffer `name` of `plan` into `out`.
+    pub fn read_f32_into(&mut self, plan: PlanId, name: &str, out: &mut [f32]) -> Result<()> {
         match self.named(plan, name)? {
-            (b, DType::F32) => b.clone().read_f32_parts(0, lens, &mut self.readback),
+            (b, DType::F32) => b.clone().read_f32_into(0, out, &mut self.readback),
             (_, d) => Err(VkError::Invalid(format!("buffer {name:?} holds {d}, not f32"))),
         }
     }
@@ -323,7 +322,9 @@ impl VulkanExecutor {
             Some(Loc::External { storage, offset }) => (&self.storages[r.storage_of[storage.0]], offset),
             None => return Err(VkError::Invalid(format!("node {} has no address", id.0))),
         };
-        Ok(buf.read_f32_parts(offset as u64, &[n], &mut self.readback)?.pop().unwrap_or_default())
+        let mut values = vec![0f32; n];
+        buf.read_f32_into(offset as u64, &mut values, &mut self.readback)?;
+        Ok(values)
     }
 }
 
