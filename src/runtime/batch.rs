@@ -149,12 +149,7 @@ impl<'a, T> Batch<'a, T> {
         if ready.is_empty() {
             return started;
         }
-        // The argmax alone when every prompt's first choice wants nothing else.
-        let read = if ready.iter().all(|(.., decoding, _)| decoding.read() == Read::Argmax) {
-            Read::Argmax
-        } else {
-            Read::Logits
-        };
+        let read = Read::for_all(ready.iter().map(|(.., decoding, _)| decoding.read()));
         let mut prompts: Vec<(&mut Session, &[PromptPiece])> =
             ready.iter_mut().map(|(_, session, pieces, ..)| (session, pieces.as_slice())).collect();
         let fed = feed_together(model, &mut prompts, read);
@@ -215,8 +210,7 @@ impl<'a, T> Batch<'a, T> {
         let tokens: Vec<u32> = active().map(|a| a.next).collect();
         let positions: Vec<i32> = active().map(|a| a.session.next_position).collect();
         let slots: Vec<usize> = active().map(|a| a.session.next_slot()).collect();
-        // The argmax alone when every sequence of the step wants nothing else.
-        let read = if active().all(|a| a.decoding.read() == Read::Argmax) { Read::Argmax } else { Read::Logits };
+        let read = Read::for_all(active().map(|a| a.decoding.read()));
         let t0 = Instant::now();
         let mut outputs = model.forward_batch(&tokens, &positions, &slots, read)?;
         let forwarded = t0.elapsed();

@@ -78,6 +78,18 @@ pub enum Read {
     Argmax,
 }
 
+impl Read {
+    /// What a call for sequences that each want `reads` reads: the argmax alone when every
+    /// one of them wants nothing else.
+    pub fn for_all(reads: impl IntoIterator<Item = Read>) -> Read {
+        if reads.into_iter().all(|r| r == Read::Argmax) {
+            Read::Argmax
+        } else {
+            Read::Logits
+        }
+    }
+}
+
 /// What a call read back: see [`Read`].
 pub enum Outputs {
     /// n_vocab values per output position, one position after another.
@@ -545,7 +557,14 @@ impl TextModel {
 
 #[cfg(test)]
 mod tests {
-    use super::batch_sizes;
+    use super::{batch_sizes, Read};
+
+    #[test]
+    fn a_call_reads_the_argmax_alone_when_every_sequence_wants_only_it() {
+        assert_eq!(Read::for_all([Read::Argmax, Read::Argmax]), Read::Argmax);
+        assert_eq!(Read::for_all([Read::Argmax, Read::Logits, Read::Argmax]), Read::Logits);
+        assert_eq!(Read::for_all([Read::Logits]), Read::Logits);
+    }
 
     #[test]
     fn batched_plans_double_up_to_the_sequences() {
