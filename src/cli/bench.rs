@@ -31,7 +31,8 @@ fn help() -> String {
         ONLY.help("with --kernels: only the kernels whose name contains TEXT (e.g. mul_mat_cm)"),
         BATCHES.help(
             "instead: for each number B of sequences, B prompts of -p tokens prefilled together \
-             (as hrx caption does), then -n steps decoding a token of each of the B together; \
+             (as hrx caption does), then -n steps decoding a token of each of the B together \
+             (each step reading back the B greedy tokens, the argmax taken on the device); \
              prompt, decode and total tokens/s as llama-batched-bench prints them (its -npp, -ntg, \
              -npl); with --mmproj each prompt starts with an --image-size test image, the B \
              images encoded before the prompts, as many a run as the default pixel budget \
@@ -55,7 +56,8 @@ fn help() -> String {
                 \x20      hrx bench -m MODEL.gguf --batch 1,2,4,8 [--mmproj MMPROJ.gguf [--image-size N]] [-p N] [-n N] [-ub N] [--threads N] [--device D] [--json]",
         about: "Measures, like llama-bench: cold start (open the file, build and plan the graphs,\n\
                 bind the weights), prompt processing (pp: a prompt of N tokens in one go, tokens/s),\n\
-                token generation (tg: N tokens one at a time after a short prompt, tokens/s), and\n\
+                token generation (tg: N tokens one at a time after a short prompt, tokens/s; each\n\
+                step reads back its greedy token, the argmax taken on the device), and\n\
                 the process's peak resident memory; with --mmproj also image encode (the vision\n\
                 tower on an N x N image, default 448: seconds per image). Each test runs -r times;\n\
                 the mean and standard deviation are printed. Token ids and pixels are fixed\n\
