@@ -151,27 +151,58 @@ void multiply(uint buf, uint sg_m, uint sg_n) {
 }
 
 #ifdef NARROW
-// Each subgroup's sums over its quarter of k, column-major tiles one after another.
-shared float split_sums[SPLIT * WG_M * WG_N];
+// Each subgroup's sums over its quarter of k, column-major tiles one after another. Built with
+// -DFIRST_SUMS (mul_mat_cm_narrow2, tiles of two blocks) all but the first subgroup's: the
+// first adds them to its own, so that four tiles of sums and both staging buffers need not fit
+// at once.
+#ifdef FIRST_SUMS
+const uint SUM_TILES = SPLIT - 1u;
+#else
+const uint SUM_TILES = SPLIT;
+#endif
+shared float split_sums[SUM_TILES * WG_M * WG_N];
 
 // Writes the tile at rows n0.., columns c0.. to d (within ne.x rows and `cols` columns): the
 // subgroups' sums added in subgroup order, and the residual where one is fused.
 void store_split(uint n0, uint c0, uvec4 ne, uint cols, uint tid) {
+    // Subgroups from `first` store; subgroup s to tile s - first.
+    const uint first = SPLIT - SUM_TILES;
     [[unroll]] for (uint i = 0u; i < TM; i++) {
         [[unroll]] for (uint j = 0u; j < TN; j++) {
-            uint at = (gl_SubgroupID * WG_N + j * CM_N) * WG_M + i * CM_M;
-            coopMatStore(acc[i * TN + j], split_sums, at, WG_M, gl_CooperativeMatrixLayoutColumnMajor);
+            uint at = j * CM_N * WG_M + i * CM_M;
+            if (gl_SubgroupID >= first) {
+                coopMatStore(acc[i * TN + j], split_sums, (gl_SubgroupID - first) * WG_M * WG_N + at, WG_M,
+                             gl_CooperativeMatrixLayoutColumnMajor);
+            }
         }
     }
     barrier();
+#ifdef FIRST_SUMS
+    if (gl_SubgroupID == 0u) {
+        [[unroll]] for (uint i = 0u; i < TM; i++) {
+            [[unroll]] for (uint j = 0u; j < TN; j++) {
+                uint at = j * CM_N * WG_M + i * CM_M;
+                [[unroll]] for (uint s = 0u; s < SUM_TILES; s++) {
+                    ACC part;
+                    coopMatLoad(part, split_sums, s * WG_M * WG_N + at, WG_M, gl_CooperativeMatrixLayoutColumnMajor);
+                    acc[i * TN + j] = acc[i * TN + j] + part;
+                }
+                coopMatStore(acc[i * TN + j], split_sums, at, WG_M, gl_CooperativeMatrixLayoutColumnMajor);
+            }
+        }
+    }
+    barrier();
+#endif
     for (uint e = tid; e < WG_M * WG_N; e += THREADS) {
         uint n = n0 + e % WG_M;
         uint c = c0 + e / WG_M;
         if (n < ne.x && c < cols) {
             float v = split_sums[e];
+#ifndef FIRST_SUMS
             [[unroll]] for (uint s = 1u; s < SPLIT; s++) {
                 v += split_sums[s * WG_M * WG_N + e];
             }
+#endif
             uint at = column_offsets(c, ne).y + n;
             d[at] = with_residual(v, at, n);
         }

@@ -12,7 +12,8 @@ mod vulkan_common;
 use hrx::backend::cpu::tensor::{Data, In, Out};
 use hrx::backend::cpu::{execute, Kernels};
 use hrx::backend::vulkan::kernels::{
-    self, CoopMat, Dyn, KernelId, KernelSet, Launch, MatKind, Operand, Ops, Variants, WType, WIDE_MAX_SUBGROUP,
+    self, CoopMat, Dyn, KernelId, KernelSet, Launch, MatKind, Operand, Ops, Variants, WType, FOLD_MAX_ROWS,
+    WIDE_MAX_SUBGROUP,
 };
 use hrx::backend::vulkan::{Buffer, CommandBuffer, DescriptorPool, Location};
 use hrx::graph::{contiguous_strides, Gelu, Op, RopeKind};
@@ -158,8 +159,9 @@ fn coop_variant(ks: &KernelSet) -> Option<CoopMat> {
 
 /// The matrix kernels `ks`'s device runs: the portable ones, the subgroup vector kernel
 /// where the device has subgroup arithmetic (lavapipe does: CI runs both vector kernels), and
-/// the two cooperative-matrix ones (f16 and exact) where it has f16 cooperative matrices (the
-/// H200 and Mesa 26.1's lavapipe do).
+/// the cooperative-matrix ones (f16 on 64 x 64 tiles and on narrow tiles of one and two
+/// blocks, and exact) where it has f16 cooperative matrices (the H200 and Mesa 26.1's
+/// lavapipe do).
 fn mat_kinds(ks: &KernelSet) -> Vec<MatKind> {
     let info = ks.device().info();
     let mut kinds = vec![MatKind::Vec, MatKind::Tiled, MatKind::Rows];
@@ -171,7 +173,8 @@ fn mat_kinds(ks: &KernelSet) -> Vec<MatKind> {
             .flat_map(|subgroup| WIDE_VARIANTS.map(|(rows, cols)| MatKind::VecWide { subgroup, rows, cols })),
     );
     if let Some(cm) = coop_variant(ks) {
-        kinds.extend([MatKind::Coop(cm), MatKind::CoopNarrow(cm), MatKind::CoopExact(cm)]);
+        let narrow = [1, 2].map(|blocks| MatKind::CoopNarrow { cm, blocks });
+        kinds.extend([MatKind::Coop(cm)].into_iter().chain(narrow).chain([MatKind::CoopExact(cm)]));
     }
     kinds
 }
@@ -183,7 +186,7 @@ const WIDE_VARIANTS: [(u32, u32); 6] = [(2, 1), (4, 1), (8, 1), (2, 2), (4, 4), 
 /// The NMSE a matrix kernel must stay under.
 fn mat_tolerance(kind: MatKind) -> f64 {
     match kind {
-        MatKind::Coop(_) | MatKind::CoopNarrow(_) => F16_NMSE,
+        MatKind::Coop(_) | MatKind::CoopNarrow { .. } => F16_NMSE,
         MatKind::CoopExact(_) => EXACT_NMSE,
         _ => MAT_NMSE,
     }
@@ -220,7 +223,9 @@ fn check_matmul(
         let refused = match kind {
             MatKind::VecWide { .. } => !k.is_multiple_of(32),
             MatKind::Coop(cm) => !(k.is_multiple_of(kernels::Tiles::fast(cm).bk as usize) && aligned),
-            MatKind::CoopNarrow(cm) => !(k.is_multiple_of(kernels::Tiles::narrow(cm).bk as usize) && aligned),
+            MatKind::CoopNarrow { cm, blocks } => {
+                !(k.is_multiple_of(kernels::Tiles::narrow(cm, blocks).bk as usize) && aligned)
+            }
             _ => false,
         };
         if refused || wide {
@@ -342,9 +347,16 @@ fn subgroup_kernel_is_chosen_where_the_device_has_subgroup_arithmetic() {
         assert_eq!(first(2), MatKind::VecWide { subgroup, rows: 8, cols: 2 });
         assert_eq!(first(3), MatKind::VecWide { subgroup, rows: 4, cols: 4 });
         // From 5 columns narrow cooperative-matrix tiles where the device has them.
-        let narrow = variants.coopmat.filter(|_| variants.narrow && !variants.exact).map(MatKind::CoopNarrow);
+        let narrow = variants.coopmat.filter(|_| variants.narrow && !variants.exact);
+        let narrow = narrow.map(|cm| MatKind::CoopNarrow { cm, blocks: 1 });
         assert_eq!(first(8), narrow.unwrap_or(MatKind::VecWide { subgroup, rows: 2, cols: 8 }));
         assert_eq!(first(4), MatKind::VecWide { subgroup, rows: 4, cols: 4 });
+        // A vocabulary head at 8 columns: too many narrow tiles, so the fast ones, and no
+        // wide kernel after them (a folded norm would choose it).
+        let fast = variants.coopmat.filter(|_| !variants.exact).map(MatKind::Coop);
+        let head = variants.mat_kinds(WType::Q6K, 2048, 151_936, 8);
+        assert_eq!(head[0], fast.unwrap_or(MatKind::VecWide { subgroup, rows: 2, cols: 8 }), "{head:?}");
+        assert_eq!(fast.is_some(), !head.iter().any(|k| matches!(k, MatKind::VecWide { .. })), "{head:?}");
     }
     // Rows not whole units of 32 values never take the wide kernel.
     assert!(!variants.mat_kinds(WType::Q4K, 520, 6144, 1).iter().any(|k| matches!(k, MatKind::VecWide { .. })));
@@ -354,6 +366,32 @@ fn subgroup_kernel_is_chosen_where_the_device_has_subgroup_arithmetic() {
         MatKind::Tiled | MatKind::Coop(_) | MatKind::CoopExact(_)
     ));
     assert_eq!(variants.mat_kinds(WType::Q4K, 64, 64, 1), [MatKind::Rows]);
+}
+
+/// The wide mat-vec kernel folds an RMS norm into products of up to `FOLD_MAX_ROWS` rows, and
+/// into more only for one column (each of their many workgroups would redo the norm's loads
+/// for every column); the other kinds fold nothing. Launches only: no device needed.
+#[test]
+fn a_norm_folds_only_into_wide_products_of_bounded_rows() {
+    let k = 256;
+    let norm = Op::RmsNorm { eps: 1e-6 };
+    let ops = Ops { node: &Op::MatMul, folded: Some(&norm), fused: None };
+    let weight = Operand::contiguous(DType::F32, [k, 1, 1, 1], 0);
+    let x = Operand::contiguous(DType::F32, [k, 1, 1, 1], 0);
+    let wide = |cols| MatKind::VecWide { subgroup: 32, rows: 2, cols };
+    for (kind, n, folds) in [
+        (wide(1), FOLD_MAX_ROWS + 256, true),
+        (wide(2), FOLD_MAX_ROWS, true),
+        (wide(2), FOLD_MAX_ROWS + 256, false),
+        (wide(8), FOLD_MAX_ROWS + 256, false),
+        (MatKind::VecSg { subgroup: 32 }, 1024, false),
+        (MatKind::Vec, 1024, false),
+    ] {
+        let w = Operand::contiguous(DType::Q4K, [k, n, 1, 1], 0);
+        let out = Operand::contiguous(DType::F32, [n, 1, 1, 1], 0);
+        let got = kernels::launch(KernelId::MatMul(kind, WType::Q4K), ops, &[w, x, weight], &out, None);
+        assert_eq!(got.is_ok(), folds, "{kind:?} into {n} rows: {:?}", got.err());
+    }
 }
 
 #[test]
@@ -421,8 +459,13 @@ fn coopmat_kernel_is_chosen_where_the_device_has_cooperative_matrices() {
             assert_eq!(many, MatKind::Coop(cm));
             // A few columns (sequences decoded together) on the narrow tiles, unless HRX_VK_NO_NARROW=1
             // or a product has 64 x 64 tiles enough to fill the GPU (a vocabulary head).
-            let few = variants.mat_kinds(WType::Q4K, 2048, 2048, 16)[0];
-            assert_eq!(few, if variants.narrow { MatKind::CoopNarrow(cm) } else { MatKind::Coop(cm) });
+            let first = |n, cols| variants.mat_kinds(WType::Q4K, 2048, n, cols)[0];
+            let narrow = |blocks| if variants.narrow { MatKind::CoopNarrow { cm, blocks } } else { MatKind::Coop(cm) };
+            assert!(matches!(first(2048, 16), MatKind::CoopNarrow { .. }) == variants.narrow);
+            // Tiles of two blocks where the columns fill them and they still make many
+            // workgroups (6,144 rows), of one where they would not (512 rows).
+            assert_eq!(first(6144, 32), narrow(2));
+            assert_eq!(first(512, 32), narrow(1));
             assert_eq!(variants.mat_kinds(WType::Q6K, 2048, 151_936, 32)[0], MatKind::Coop(cm));
             assert_eq!(variants.mat_kinds(WType::Q4K, 2048, 2048, 33)[0], MatKind::Coop(cm));
             assert!(variants.f16_products());

@@ -611,7 +611,7 @@ fn check_variant(kernel: KernelId, info: &DeviceInfo) -> std::result::Result<(),
         KernelId::MatMul(MatKind::VecSg { subgroup } | MatKind::VecWide { subgroup, .. }, _) => {
             info.subgroup_matvec() == Some(subgroup)
         }
-        KernelId::MatMul(MatKind::Coop(cm) | MatKind::CoopNarrow(cm) | MatKind::CoopExact(cm), _) => {
+        KernelId::MatMul(MatKind::Coop(cm) | MatKind::CoopNarrow { cm, .. } | MatKind::CoopExact(cm), _) => {
             info.coopmat_matmul() == Some(cm)
         }
         KernelId::FlashAttnCm(tile) => info.coopmat_matmul() == Some(tile.cm),

@@ -59,6 +59,9 @@ pub struct Tiles {
     pub sg_n: u32,
     /// Subgroups over which each slice's k is split: 1, or 4 for `mul_mat_cm_narrow`.
     pub split: u32,
+    /// Split over k, the tiles of f32 sums in shared memory: one per subgroup, or one fewer
+    /// where the first subgroup adds the others' to its own (`mul_mat_cm_narrow2`).
+    pub sum_tiles: u32,
     /// Values of k staged per step.
     pub bk: u32,
     /// Slices staged in shared memory at once (2: the next one is stored while the current
@@ -91,6 +94,7 @@ impl Tiles {
             sg_m: (2 * m).max(cm.subgroup),
             sg_n: (2 * n).max(cm.subgroup),
             split: 1,
+            sum_tiles: 0,
             bk: 64,
             buffers: 2,
             parts: 1,
@@ -118,25 +122,36 @@ impl Tiles {
         }
     }
 
-    /// `mul_mat_cm_narrow`, for a few columns (batched decode): tiles of one matrix-unit block
-    /// each way (more where the workgroup's threads need more rows or columns to stage), each
-    /// subgroup over a quarter of every slice; slices of max(16 K, 4 x subgroup) values, so that
-    /// a subgroup runs four or more products a slice and each thread stages whole 16-value
-    /// chunks of each operand: 256 on NVIDIA and AMD (16 x 16 x 16), 128 on lavapipe. 2048-row
-    /// products at 16 columns are 128 workgroups instead of `fast`'s 32. Measured on the H200 at
-    /// 32 columns (`scripts/device_bench`, HRX_DEVBENCH_VARIANTS): slices of 256 beat 128 by
-    /// 5-18 % on every 2B shape (the kernel tests passed there with both); four slices in flight
-    /// instead of two, or tiles of 16 x 32, gained nothing; 32 x 32 won on 2048 -> 6144 (28 us
-    /// against 39) and lost on the others.
-    /// HRX_VK_CM_NARROW=SG_M,SG_N,BK,DEPTH[,PROBE] sets them instead, as HRX_VK_CM_TILES does
-    /// `fast`'s (SG_M x SG_N is then the workgroup's tile).
-    pub fn narrow(cm: CoopMat) -> Tiles {
+    /// `mul_mat_cm_narrow`, for a few columns (batched decode): tiles of `blocks` (1 or 2)
+    /// matrix-unit blocks each way (more where the workgroup's threads need more rows or
+    /// columns to stage), each subgroup over a quarter of every slice; slices of max(16 K, 4 x
+    /// subgroup) values for one block, so that a subgroup runs four or more products a slice
+    /// and each thread stages whole 16-value chunks of each operand: 256 on NVIDIA and AMD (16
+    /// x 16 x 16), 128 on lavapipe; half as deep for two, so that both buffers of the wider
+    /// tiles fit 48 KiB (with three tiles of sums: `mul_mat_cm_narrow2`). 2048-row products at 16 columns are 128 workgroups of one block
+    /// instead of `fast`'s 32. Measured on the H200 at 32 columns (`scripts/device_bench`,
+    /// HRX_DEVBENCH_VARIANTS): slices of 256 beat 128 by 5-18 % on every 2B shape with one
+    /// block (the kernel tests passed there with both); four slices in flight instead of two,
+    /// or tiles of 16 x 32, gained nothing; two blocks (32 x 32, slices of 128) won on 2048 ->
+    /// 6144 (28 us against 39) and lost on the products of fewer rows.
+    /// HRX_VK_CM_NARROW=SG_M,SG_N,BK,DEPTH[,PROBE] sets the tiles of both instead, as
+    /// HRX_VK_CM_TILES does `fast`'s (SG_M x SG_N is then the workgroup's tile).
+    pub fn narrow(cm: CoopMat, blocks: u32) -> Tiles {
         let (m, n, k) = (cm.shape.m, cm.shape.n, cm.shape.k);
-        let bk = (16 * k).max(4 * cm.subgroup);
+        let bk = (16 * k).max(4 * cm.subgroup) / blocks.max(1);
         // Rows (columns) that give every thread one chunk of a slice.
-        let staged = (4 * cm.subgroup / (bk / 16)).max(1);
-        let default =
-            Tiles { sg_m: m.max(staged), sg_n: n.max(staged), split: 4, bk, buffers: 2, parts: 1, depth: 2, probe: 0 };
+        let staged = (4 * cm.subgroup / (bk / 16).max(1)).max(1);
+        let default = Tiles {
+            sg_m: (blocks * m).max(staged),
+            sg_n: (blocks * n).max(staged),
+            split: 4,
+            sum_tiles: if blocks > 1 { 3 } else { 4 },
+            bk,
+            buffers: 2,
+            parts: 1,
+            depth: 2,
+            probe: 0,
+        };
         static OVERRIDE: std::sync::OnceLock<Option<[u32; 5]>> = std::sync::OnceLock::new();
         default.overridden(cm, NARROW_TILES_VAR, *OVERRIDE.get_or_init(|| tiles_override(NARROW_TILES_VAR)))
     }
@@ -161,7 +176,7 @@ impl Tiles {
     /// `mul_mat_cm_exact`: 32 x 32 per subgroup (64 x 64 per workgroup) whatever the shape,
     /// one slice at a time: its hi and lo halves double what each slice takes.
     pub fn exact() -> Tiles {
-        Tiles { sg_m: 32, sg_n: 32, split: 1, bk: 32, buffers: 1, parts: 2, depth: 1, probe: 0 }
+        Tiles { sg_m: 32, sg_n: 32, split: 1, sum_tiles: 0, bk: 32, buffers: 1, parts: 2, depth: 1, probe: 0 }
     }
 
     /// Rows of d per workgroup.
@@ -184,11 +199,14 @@ impl Tiles {
 
     /// Shared memory of the kernel (as mul_mat_cm_tiles.glsl and the kernels declare it):
     /// the staged slices (f16, rows padded by 8) and each subgroup's f32 output patch, or
-    /// split over k, each subgroup's sums of the whole tile.
+    /// split over k, the tiles of sums.
     pub fn shared_bytes(self, shape: CoopShape) -> u32 {
         let staged = self.buffers * self.parts * (self.rows() + self.cols()) * (self.bk + 8) * 2;
-        let outputs =
-            if self.split == 1 { 4 * shape.n * (shape.m + 4) * 4 } else { self.split * self.rows() * self.cols() * 4 };
+        let outputs = if self.split == 1 {
+            4 * shape.n * (shape.m + 4) * 4
+        } else {
+            self.sum_tiles * self.rows() * self.cols() * 4
+        };
         staged + outputs
     }
 
@@ -261,19 +279,27 @@ mod tests {
         assert_eq!((Tiles::fast(cm(8, shape(8, 8, 8))).rows(), Tiles::fast(cm(8, shape(8, 8, 8))).cols()), (32, 32));
         // Narrow tiles: one block each way (more where the threads need more rows to stage),
         // slices of four subgroups' four products or more.
-        let narrow = |subgroup, s| {
-            let t = Tiles::narrow(cm(subgroup, s));
+        // Two blocks a side: slices half as deep.
+        let narrow = |subgroup, s, blocks| {
+            let t = Tiles::narrow(cm(subgroup, s), blocks);
             assert!(t.stages_evenly(cm(subgroup, s)), "{t:?}");
             (t.rows(), t.cols(), t.bk)
         };
-        assert_eq!(narrow(32, shape(16, 16, 16)), (16, 16, 256));
-        assert_eq!(narrow(64, shape(16, 16, 16)), (16, 16, 256));
-        assert_eq!(narrow(8, shape(8, 8, 8)), (8, 8, 128));
-        assert_eq!(narrow(16, shape(8, 8, 8)), (8, 8, 128));
-        assert_eq!(narrow(32, shape(16, 8, 16)), (16, 8, 256));
-        let t = Tiles::narrow(cm(32, shape(16, 16, 16)));
+        assert_eq!(narrow(32, shape(16, 16, 16), 1), (16, 16, 256));
+        assert_eq!(narrow(64, shape(16, 16, 16), 1), (16, 16, 256));
+        assert_eq!(narrow(8, shape(8, 8, 8), 1), (8, 8, 128));
+        assert_eq!(narrow(16, shape(8, 8, 8), 1), (8, 8, 128));
+        assert_eq!(narrow(32, shape(16, 8, 16), 1), (16, 8, 256));
+        assert_eq!(narrow(32, shape(16, 16, 16), 2), (32, 32, 128));
+        assert_eq!(narrow(64, shape(16, 16, 16), 2), (32, 32, 128));
+        assert_eq!(narrow(8, shape(8, 8, 8), 2), (16, 16, 64));
+        let t = Tiles::narrow(cm(32, shape(16, 16, 16)), 1);
         assert_eq!(t.shared_bytes(shape(16, 16, 16)), 2 * 32 * 264 * 2 + 4 * 16 * 16 * 4);
         assert_eq!(t.constants(cm(32, shape(16, 16, 16))), vec![128, 16, 16, 16, 16, 16, 256, 2, 0]);
+        // Within the 48 KiB of NVIDIA's and AMD's drivers.
+        let t = Tiles::narrow(cm(32, shape(16, 16, 16)), 2);
+        assert_eq!(t.shared_bytes(shape(16, 16, 16)), 2 * 64 * 136 * 2 + 3 * 32 * 32 * 4);
+        assert!(t.shared_bytes(shape(16, 16, 16)) <= 48 * 1024);
         let e = Tiles::exact();
         assert_eq!((e.rows(), e.cols()), (64, 64));
         assert_eq!(e.shared_bytes(shape(16, 16, 16)), 2 * 128 * 40 * 2 + 4 * 16 * 20 * 4);

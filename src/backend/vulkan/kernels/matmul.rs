@@ -48,10 +48,11 @@ pub enum MatKind {
     /// (`Tiles::fast`: 64 x 64 per workgroup at 16 x 16 x 16). Rows of whole slices (64
     /// values), aligned as `chunk_alignment` says.
     Coop(CoopMat),
-    /// As `Coop`, on tiles of one matrix-unit block each way (`Tiles::narrow`: 16 x 16 at 16 x
-    /// 16 x 16), the four subgroups of a workgroup each over a quarter of k: for a few columns
-    /// (sequences decoded together), where 64 x 64 tiles leave most of a large GPU idle.
-    CoopNarrow(CoopMat),
+    /// As `Coop`, on tiles of `blocks` (1 or 2) matrix-unit blocks each way (`Tiles::narrow`:
+    /// 16 x 16 or 32 x 32 at 16 x 16 x 16), the four subgroups of a workgroup each over a
+    /// quarter of k: for a few columns (sequences decoded together), where 64 x 64 tiles leave
+    /// most of a large GPU idle.
+    CoopNarrow { cm: CoopMat, blocks: u32 },
     /// As `Coop`, but each operand split into two f16 halves and three products per block, so
     /// the result keeps f32 accuracy (`Tiles::exact`: 64 x 64 per workgroup).
     CoopExact(CoopMat),
@@ -71,7 +72,8 @@ impl MatKind {
             .chain([
                 MatKind::Tiled,
                 MatKind::Coop(CoopMat::UNSET),
-                MatKind::CoopNarrow(CoopMat::UNSET),
+                MatKind::CoopNarrow { cm: CoopMat::UNSET, blocks: 1 },
+                MatKind::CoopNarrow { cm: CoopMat::UNSET, blocks: 2 },
                 MatKind::CoopExact(CoopMat::UNSET),
                 MatKind::Rows,
             ])
@@ -87,7 +89,7 @@ impl MatKind {
     pub fn subgroup(self) -> Option<u32> {
         match self {
             MatKind::VecSg { subgroup } | MatKind::VecWide { subgroup, .. } => Some(subgroup),
-            MatKind::Coop(cm) | MatKind::CoopNarrow(cm) | MatKind::CoopExact(cm) => Some(cm.subgroup),
+            MatKind::Coop(cm) | MatKind::CoopNarrow { cm, .. } | MatKind::CoopExact(cm) => Some(cm.subgroup),
             MatKind::Vec | MatKind::Tiled | MatKind::Rows => None,
         }
     }
@@ -95,7 +97,7 @@ impl MatKind {
     /// The matrix-unit shape (M, N, K) a variant is built around, where it is one.
     pub fn shape(self) -> Option<[u32; 3]> {
         match self {
-            MatKind::Coop(cm) | MatKind::CoopNarrow(cm) | MatKind::CoopExact(cm) => {
+            MatKind::Coop(cm) | MatKind::CoopNarrow { cm, .. } | MatKind::CoopExact(cm) => {
                 Some([cm.shape.m, cm.shape.n, cm.shape.k])
             }
             _ => None,
@@ -110,7 +112,9 @@ impl MatKind {
             (MatKind::VecSg { .. }, Some(subgroup), None) => MatKind::VecSg { subgroup },
             (MatKind::VecWide { rows, cols, .. }, Some(subgroup), None) => MatKind::VecWide { subgroup, rows, cols },
             (MatKind::Coop(_), Some(s), Some(shape)) => MatKind::Coop(coop(s, shape)),
-            (MatKind::CoopNarrow(_), Some(s), Some(shape)) => MatKind::CoopNarrow(coop(s, shape)),
+            (MatKind::CoopNarrow { blocks, .. }, Some(s), Some(shape)) => {
+                MatKind::CoopNarrow { cm: coop(s, shape), blocks }
+            }
             (MatKind::CoopExact(_), Some(s), Some(shape)) => MatKind::CoopExact(coop(s, shape)),
             (MatKind::Vec | MatKind::Tiled | MatKind::Rows, None, None) => self,
             _ => return None,
@@ -131,7 +135,7 @@ impl MatKind {
     pub fn coop_tiles(self) -> Option<(CoopMat, Tiles)> {
         match self {
             MatKind::Coop(cm) => Some((cm, Tiles::fast(cm))),
-            MatKind::CoopNarrow(cm) => Some((cm, Tiles::narrow(cm))),
+            MatKind::CoopNarrow { cm, blocks } => Some((cm, Tiles::narrow(cm, blocks))),
             MatKind::CoopExact(cm) => Some((cm, Tiles::exact())),
             _ => None,
         }
@@ -240,18 +244,18 @@ impl Variants {
     /// wide mat-vec kernel reads Q4_K blocks as 16-byte vectors, so it needs 16-byte aligned
     /// rows).
     pub fn mat_kinds(&self, wt: WType, k: usize, n: usize, cols: usize) -> Vec<MatKind> {
-        let narrow = self
-            .coopmat
-            .filter(|&cm| !self.exact && self.narrow_fits(cm) && narrow_pays(cm, n, cols))
-            .map(MatKind::CoopNarrow);
+        let narrow = self.narrow_kind(n, cols);
+        let units = if cols >= NARROW_MIN_COLS { self.units_take(k, n, cols) } else { None };
         match MatKind::choose(k, cols) {
-            // From 5 columns the narrow tiles beat the wide mat-vec kernel, folded producers and
-            // all (2B shape, H200, 8 sequences: a decode step 12.8 ms on the wide kernel's 8
-            // columns, 7.4 ms on narrow tiles of 16), so the wide one is left out where they
-            // take the rows: a fold would choose it.
-            MatKind::Vec if cols >= NARROW_MIN_COLS && narrow.is_some_and(|n| whole_slices(n, k)) => {
+            // From 5 columns the matrix units beat the wide mat-vec kernel, folded producers and
+            // all: narrow tiles where they take the rows (2B shape, H200, 8 sequences: a decode
+            // step 12.8 ms on the wide kernel's 8 columns, 7.4 ms on narrow tiles of 16), else
+            // the fast tiles (the 151,936-row Q6_K head at 8 columns: 536 us against the wide
+            // kernel's 669 alone and 1,141 with the final norm folded in). The wide one is left
+            // out there: a fold would choose it.
+            MatKind::Vec if units.is_some() => {
                 let sg = self.subgroup_matvec.map(|subgroup| MatKind::VecSg { subgroup });
-                narrow.into_iter().chain(sg).chain([MatKind::Vec]).collect()
+                units.into_iter().chain(sg).chain([MatKind::Vec]).collect()
             }
             MatKind::Vec => {
                 let mut kinds = Vec::new();
@@ -273,10 +277,33 @@ impl Variants {
         }
     }
 
-    /// Whether `mul_mat_cm_narrow` runs variant `cm` here: its tiles stage evenly and fit the
-    /// shared memory (HRX_VK_NO_NARROW=1: never).
-    fn narrow_fits(&self, cm: CoopMat) -> bool {
-        let tiles = Tiles::narrow(cm);
+    /// The matrix-unit kind `cols` columns (`NARROW_MIN_COLS` up to the mat-vec kernels'
+    /// most) take `n` rows of `k` values with: the narrow tiles where they pay (and run here),
+    /// the fast tiles where too many of them would fill the GPU; None in the exact mode (its
+    /// three products a block lose to the wide mat-vec kernel at a few columns) or where `k`
+    /// is not whole slices of the kind.
+    fn units_take(&self, k: usize, n: usize, cols: usize) -> Option<MatKind> {
+        let cm = self.coopmat.filter(|_| !self.exact)?;
+        let kind = if narrow_pays(cm, n, cols) { self.narrow_kind(n, cols)? } else { MatKind::Coop(cm) };
+        whole_slices(kind, k).then_some(kind)
+    }
+
+    /// The narrow tiles `cols` columns of `n` rows take where they pay and run here: two
+    /// blocks a side where the columns fill them and they leave `NARROW_WIDE_MIN_GROUPS`
+    /// workgroups, else one.
+    fn narrow_kind(&self, n: usize, cols: usize) -> Option<MatKind> {
+        let cm = self.coopmat.filter(|&cm| !self.exact && narrow_pays(cm, n, cols))?;
+        let wide = Tiles::narrow(cm, 2);
+        let (rows, wide_cols) = (wide.rows() as usize, wide.cols() as usize);
+        let fills = cols >= wide_cols && n.div_ceil(rows) * cols.div_ceil(wide_cols) >= NARROW_WIDE_MIN_GROUPS;
+        let blocks = [2, 1].into_iter().filter(|&b| b == 1 || fills).find(|&b| self.narrow_fits(cm, b))?;
+        Some(MatKind::CoopNarrow { cm, blocks })
+    }
+
+    /// Whether `mul_mat_cm_narrow` runs variant `cm` with tiles of `blocks` here: its tiles
+    /// stage evenly and fit the shared memory (HRX_VK_NO_NARROW=1: never).
+    fn narrow_fits(&self, cm: CoopMat, blocks: u32) -> bool {
+        let tiles = Tiles::narrow(cm, blocks);
         self.narrow && tiles.stages_evenly(cm) && tiles.shared_bytes(cm.shape) <= self.shared_memory
     }
 
@@ -295,6 +322,17 @@ impl Variants {
 /// Columns up to which a product may take `mul_mat_cm_narrow`: past them `mul_mat_cm`'s 64 x 64
 /// tiles have enough workgroups, and share each weight load among more columns.
 pub const NARROW_MAX_COLS: usize = 32;
+/// Rows up to which `mul_mat_vec_wide` folds a producer in for two or more columns: each of
+/// many workgroups loading the norm weight again beside the columns of x costs more than the
+/// norm's own dispatch (H200, the 2B shape's 151,936-row Q6_K head, folded against not:
+/// 1,141 against 669 us at eight columns; batched decode S_TG 567 -> 603 tok/s at 2, 805 ->
+/// 844 at 4). One column keeps the fold: tg128 391.6 +- 2.5 folded, 387.0 +- 6.9 not.
+pub const FOLD_MAX_ROWS: usize = 65_536;
+/// Workgroups from which `mul_mat_cm_narrow` takes tiles of two blocks a side (where the
+/// columns fill them): about one per multiprocessor of a large GPU (the H200's 132). Each
+/// column of x staged then serves twice the rows (H200, 32 columns: 2048 -> 6144 in 192
+/// workgroups 28 us against 39 on one block; 2048 rows, 64 workgroups, lost).
+const NARROW_WIDE_MIN_GROUPS: usize = 128;
 /// Columns from which a product takes `mul_mat_cm_narrow` rather than the wide mat-vec kernel.
 pub const NARROW_MIN_COLS: usize = 5;
 /// `mul_mat_cm`'s workgroups from which a product keeps it whatever its columns: the vocabulary
@@ -440,8 +478,11 @@ pub fn launch(
     // (binding 4), the norm's epsilon.
     match prologue {
         None => push.extend([0, 0, 0]),
-        Some(_) if !matches!(kind, MatKind::VecWide { .. }) => {
-            return Err(VkError::Invalid(format!("{} folds no producer", KernelId::MatMul(kind, wt).name())));
+        Some(_) if !matches!(kind, MatKind::VecWide { cols, .. } if cols == 1 || n <= FOLD_MAX_ROWS) => {
+            return Err(VkError::Invalid(format!(
+                "{} folds no producer into {n} rows",
+                KernelId::MatMul(kind, wt).name()
+            )));
         }
         Some(Prologue::RmsNorm { weight, eps }) => {
             expect_f32(&weight, "the norm weight")?;
@@ -498,9 +539,12 @@ pub fn launch(
             Grid::Mat { rows: 128 / subgroup as usize, cols: 1 }
         }
         MatKind::Tiled => Grid::Mat { rows: 64, cols: 64 },
-        MatKind::Coop(cm) | MatKind::CoopNarrow(cm) => {
+        MatKind::Coop(cm) | MatKind::CoopNarrow { cm, .. } => {
             let name = KernelId::MatMul(kind, wt).name();
-            let tiles = if matches!(kind, MatKind::Coop(_)) { Tiles::fast(cm) } else { Tiles::narrow(cm) };
+            let tiles = match kind {
+                MatKind::CoopNarrow { blocks, .. } => Tiles::narrow(cm, blocks),
+                _ => Tiles::fast(cm),
+            };
             if !k.is_multiple_of(tiles.bk as usize) {
                 return Err(VkError::Invalid(format!("{name}: K {k} is not whole slices of {}", tiles.bk)));
             }
@@ -565,9 +609,9 @@ mod tests {
             MatKind::VecWide { rows, cols, .. } => wide(rows, cols),
             MatKind::Tiled => 14,
             MatKind::Coop(_) => 15,
-            MatKind::CoopNarrow(_) => 16,
-            MatKind::CoopExact(_) => 17,
-            MatKind::Rows => 18,
+            MatKind::CoopNarrow { blocks, .. } => 15 + blocks as usize,
+            MatKind::CoopExact(_) => 18,
+            MatKind::Rows => 19,
         };
         let positions: Vec<usize> = MatKind::all().iter().map(|&k| position(k)).collect();
         assert_eq!(positions, (0..MatKind::all().len()).collect::<Vec<_>>());

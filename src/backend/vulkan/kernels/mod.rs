@@ -18,7 +18,9 @@ mod unary;
 
 pub use attn::{AttnCoop, AttnTile, SplitWidth, TILED_MIN_QUERIES};
 pub use coop::{CoopMat, Tiles};
-pub use matmul::{wide_cols, wide_rows, MatKind, Prologue, Variants, WIDE_COLS, WIDE_MAX_SUBGROUP, WIDE_ROWS};
+pub use matmul::{
+    wide_cols, wide_rows, MatKind, Prologue, Variants, FOLD_MAX_ROWS, WIDE_COLS, WIDE_MAX_SUBGROUP, WIDE_ROWS,
+};
 
 use super::device::Device;
 use super::error::{Result, VkError};
@@ -165,7 +167,8 @@ impl KernelId {
             KernelId::MatMul(MatKind::VecWide { .. }, _) => "mul_mat_vec_wide8",
             KernelId::MatMul(MatKind::Tiled, _) => "mul_mat",
             KernelId::MatMul(MatKind::Coop(_), _) => "mul_mat_cm",
-            KernelId::MatMul(MatKind::CoopNarrow(_), _) => "mul_mat_cm_narrow",
+            KernelId::MatMul(MatKind::CoopNarrow { blocks: 1, .. }, _) => "mul_mat_cm_narrow",
+            KernelId::MatMul(MatKind::CoopNarrow { .. }, _) => "mul_mat_cm_narrow2",
             KernelId::MatMul(MatKind::CoopExact(_), _) => "mul_mat_cm_exact",
             KernelId::MatMul(MatKind::Rows, _) => "mul_mat_rows",
             KernelId::Binary(_) => "binary",
@@ -244,7 +247,7 @@ impl KernelId {
             KernelId::Unary(op) => vec![op as u32],
             KernelId::GetRows(_, weighted) => vec![u32::from(weighted)],
             // The workgroup (four subgroups), the matrix-unit shape and the tiles.
-            KernelId::MatMul(kind @ (MatKind::Coop(_) | MatKind::CoopNarrow(_) | MatKind::CoopExact(_)), _) => {
+            KernelId::MatMul(kind @ (MatKind::Coop(_) | MatKind::CoopNarrow { .. } | MatKind::CoopExact(_)), _) => {
                 kind.coop_tiles().map_or_else(Vec::new, |(cm, tiles)| tiles.constants(cm))
             }
             KernelId::MatMul(MatKind::VecWide { cols, .. }, _) => vec![cols],
@@ -258,7 +261,7 @@ impl KernelId {
     /// of subgroups per workgroup.
     fn subgroup_size(self) -> Option<u32> {
         match self {
-            KernelId::MatMul(MatKind::Coop(cm) | MatKind::CoopNarrow(cm) | MatKind::CoopExact(cm), _) => {
+            KernelId::MatMul(MatKind::Coop(cm) | MatKind::CoopNarrow { cm, .. } | MatKind::CoopExact(cm), _) => {
                 Some(cm.subgroup)
             }
             KernelId::FlashAttnCm(tile) => Some(tile.cm.subgroup),
