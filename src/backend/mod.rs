@@ -329,12 +329,30 @@ impl Executor {
 
     /// The contiguous f32 value of node `id` of `plan` after a run, at its run-time shape.
     pub fn output(&mut self, plan: PlanId, id: NodeId, symbols: &[usize]) -> Result<Vec<f32>, ExecError> {
+        let mut values = Vec::new();
+        self.output_into(plan, id, symbols, &mut values)?;
+        Ok(values)
+    }
+
+    /// As `output`, into `out`: its memory reused (resized, never zeroed where it already
+    /// holds values).
+    pub fn output_into(
+        &mut self,
+        plan: PlanId,
+        id: NodeId,
+        symbols: &[usize],
+        out: &mut Vec<f32>,
+    ) -> Result<(), ExecError> {
         match self {
-            Executor::Cpu(e) => e
-                .output(plan, id, symbols)
-                .map(<[f32]>::to_vec)
-                .ok_or_else(|| ExecError::NoBuffer(format!("value of node {}", id.0))),
-            Executor::Vulkan(e) => Ok(e.output(plan, id, symbols)?),
+            Executor::Cpu(e) => {
+                let values = e
+                    .output(plan, id, symbols)
+                    .ok_or_else(|| ExecError::NoBuffer(format!("value of node {}", id.0)))?;
+                out.clear();
+                out.extend_from_slice(values);
+                Ok(())
+            }
+            Executor::Vulkan(e) => Ok(e.output_into(plan, id, symbols, out)?),
         }
     }
 

@@ -225,6 +225,8 @@ impl<'a, T> Batch<'a, T> {
                 None => finished.push(finish(a, listener)),
             }
         }
+        drop(rows);
+        model.take_back(outputs);
         // Where a step's time goes on the host's side (RUST_LOG=hrx=debug).
         log::debug!(
             "step: {decoded} sequences: forward {:.3} ms, sampling and text {:.3} ms",

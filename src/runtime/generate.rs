@@ -350,6 +350,7 @@ pub fn generate(
         let scores =
             outputs.rows(n_vocab).pop().ok_or_else(|| RuntimeError::Usage("internal: a step read nothing".into()))?;
         let Some(id) = decoding.step(scores, full, &mut on_text)? else { break };
+        model.take_back(std::mem::replace(&mut outputs, Outputs::Argmax(Vec::new())));
         outputs = session.step(model, id, decoding.read())?;
     }
     let Made { tokens, text, logprobs, stop } = decoding.finish(&mut on_text);

@@ -307,6 +307,14 @@ impl VulkanExecutor {
 
     /// The contiguous f32 value of node `id` of `plan` after a run, at its run-time shape.
     pub fn output(&mut self, plan: PlanId, id: NodeId, symbols: &[usize]) -> Result<Vec<f32>> {
+        let mut values = Vec::new();
+        self.output_into(plan, id, symbols, &mut values)?;
+        Ok(values)
+    }
+
+    /// The contiguous f32 value of node `id` of `plan` after a run, at its run-time shape, into
+    /// `out` (its memory reused: resized, never zeroed where it already holds values).
+    pub fn output_into(&mut self, plan: PlanId, id: NodeId, symbols: &[usize], out: &mut Vec<f32>) -> Result<()> {
         let r = self.plans.get(plan.0).ok_or_else(|| VkError::Invalid(format!("no plan {}", plan.0)))?;
         let graph = &r.plan.graph;
         let v = graph.nodes.get(id.0).map(|n| &n.value).ok_or_else(|| VkError::Invalid(format!("no node {}", id.0)))?;
@@ -314,17 +322,14 @@ impl VulkanExecutor {
             return Err(VkError::Invalid(format!("node {} is not a contiguous f32 value", id.0)));
         }
         let n: usize = runtime_ne(graph, id, symbols).iter().product();
-        if let Some((_, host)) = r.readback.iter().find(|(o, _)| *o == id) {
-            return host.read_f32(0, n);
-        }
-        let (buf, offset) = match r.plan.locs[id.0] {
-            Some(Loc::Arena { offset }) => (&self.arena, offset),
-            Some(Loc::External { storage, offset }) => (&self.storages[r.storage_of[storage.0]], offset),
-            None => return Err(VkError::Invalid(format!("node {} has no address", id.0))),
+        let (buf, offset) = match (r.readback.iter().find(|(o, _)| *o == id), r.plan.locs[id.0]) {
+            (Some((_, host)), _) => (host, 0),
+            (None, Some(Loc::Arena { offset })) => (&self.arena, offset),
+            (None, Some(Loc::External { storage, offset })) => (&self.storages[r.storage_of[storage.0]], offset),
+            (None, None) => return Err(VkError::Invalid(format!("node {} has no address", id.0))),
         };
-        let mut values = vec![0f32; n];
-        buf.read_f32_into(offset as u64, &mut values, &mut self.readback)?;
-        Ok(values)
+        out.resize(n, 0.0);
+        buf.read_f32_into(offset as u64, out, &mut self.readback)
     }
 }
 
