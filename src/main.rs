@@ -17,9 +17,13 @@ fn main() -> ExitCode {
             return ExitCode::from(2);
         }
     };
+    let started = std::time::Instant::now();
+    log::debug!("hrx started");
     let stdout = io::stdout();
     let mut out = stdout.lock();
     let result = hrx::cli::run(argv, &mut out).and_then(|()| out.flush().map_err(Into::into));
+    // What a process's wall time holds beyond this is the loader's start and the exit.
+    log::debug!("hrx finished after {:.3} s", started.elapsed().as_secs_f64());
     match result {
         Ok(()) => ExitCode::SUCCESS,
         Err(e) if e.is_broken_pipe() => ExitCode::SUCCESS,

@@ -57,7 +57,8 @@ fn buffers_round_trip_mapped_and_staged() {
 
 /// Reads mapped and through a kept staging buffer: a small read first makes it, a read past
 /// one staging copy (64 MB) replaces it, an empty read and a later small one pass, and a read
-/// past the buffer's end is refused.
+/// past the buffer's end is refused. The 65 MB written before go up in three copies of at most
+/// 32 MB through two staging buffers, one filled while the other's copy runs.
 #[test]
 fn reads_mapped_and_staged() {
     let Some(dev) = vulkan_common::device() else { return };

@@ -136,10 +136,17 @@ impl Backend {
         if choice == DeviceChoice::Cpu {
             return Backend::Cpu(kernels);
         }
+        let t0 = std::time::Instant::now();
         let opened = vulkan::Instance::new().and_then(|instance| {
             let devices = instance.devices()?;
+            log::debug!("vulkan instance made, {} devices found, in {:.3} s", devices.len(), t0.elapsed().as_secs_f64());
             match choice.pick(&devices)? {
-                Some(i) => vulkan::Device::open(instance, devices[i].clone(), &vulkan::DeviceOptions::from_env()).map(Some),
+                Some(i) => {
+                    let t0 = std::time::Instant::now();
+                    let device = vulkan::Device::open(instance, devices[i].clone(), &vulkan::DeviceOptions::from_env());
+                    log::debug!("vulkan device opened in {:.3} s", t0.elapsed().as_secs_f64());
+                    device.map(Some)
+                }
                 None => {
                     log::info!("the only Vulkan device is a CPU implementation; hrx's CPU backend is faster (--device N runs on it)");
                     Ok(None)
@@ -206,6 +213,14 @@ impl Backend {
                 let kib: u64 = line.trim().trim_end_matches("kB").trim().parse().ok()?;
                 kib.checked_mul(1024)
             }
+        }
+    }
+
+    /// Saves what outlives the process (the Vulkan pipeline cache), as closing the device
+    /// would: for a process about to end without closing it.
+    pub fn save_caches(&self) {
+        if let Backend::Vulkan(d) = self {
+            d.save_pipeline_cache();
         }
     }
 

@@ -207,6 +207,8 @@ fn run(mut args: Args, out: &mut dyn Write) -> Result<(), CliError> {
             }
         }
     }
+    out.flush()?;
+    d.leave();
     match failures {
         0 => Ok(()),
         n => Err(CliError::Quiet(format!("{n} of {} images failed", files.len()))),

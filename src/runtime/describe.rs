@@ -183,6 +183,15 @@ impl Describer {
         Ok(Describer { text: text_model, vision, images, notice: None })
     }
 
+    /// Ends a one-shot command's use of the models, its output written: the pipeline cache is
+    /// saved and the rest (device memory, pipelines, the device) left to the process's exit to
+    /// reclaim, as a compiler leaves its heap. Destroyed one by one they took 0.14 s of a 0.8 s
+    /// describe on the H200. Only for a process about to end.
+    pub fn leave(self) {
+        self.text.backend().save_caches();
+        std::mem::forget(self);
+    }
+
     pub fn text(&self) -> &TextModel {
         &self.text
     }

@@ -238,17 +238,32 @@ impl TextModel {
 
     /// Loads on `backend`: plans for its registry, binds (uploads) the weights once.
     pub fn load_on(path: &Path, options: TextOptions, backend: &Backend) -> Result<TextModel, RuntimeError> {
+        let t0 = std::time::Instant::now();
         let file = Arc::new(GgufFile::open(path)?);
+        log::debug!("{}: GGUF header read in {:.3} s", path.display(), t0.elapsed().as_secs_f64());
         let params = TextParams::from_gguf(&file)?;
-        let tokenizer = Arc::new(
-            Tokenizer::from_gguf(&file).map_err(|source| RuntimeError::Tokenizer { file: path.to_owned(), source })?,
-        );
         if options.chunk == 0 || options.n_ctx == 0 || options.n_seq == 0 {
             return Err(RuntimeError::Usage("context, sequence and chunk counts must be at least 1".into()));
         }
         let graphs = build_graphs(&params, &options)?;
         let plain: Vec<_> = graphs.iter().map(|g| g.graph.clone()).collect();
-        let (backend, exec) = loader::load(&plain, backend, &[Arc::clone(&file)])?;
+        // The tokenizer (Qwen's 151,646 tokens and merges: a tenth of a second or more) is made
+        // on a thread of its own while the weights go up; its error, if any, is the one reported.
+        let (tokenizer, loaded) = std::thread::scope(|s| {
+            let tokenizer = s.spawn(|| {
+                let t0 = std::time::Instant::now();
+                let made = Tokenizer::from_gguf(&file);
+                log::debug!("tokenizer made in {:.3} s", t0.elapsed().as_secs_f64());
+                made
+            });
+            let loaded = loader::load(&plain, backend, &[Arc::clone(&file)]);
+            (tokenizer.join(), loaded)
+        });
+        let tokenizer = tokenizer
+            .map_err(|_| RuntimeError::Usage("the thread making the tokenizer failed".into()))?
+            .map_err(|source| RuntimeError::Tokenizer { file: path.to_owned(), source })?;
+        let tokenizer = Arc::new(tokenizer);
+        let (backend, exec) = loaded?;
         // TextParams checked every tensor the graphs read, the embedding table among them.
         let token_embd = file.tensor(text::TOKEN_EMBD).cloned().ok_or_else(|| {
             RuntimeError::Model(ModelError {

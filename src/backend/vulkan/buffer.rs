@@ -12,8 +12,11 @@ use super::memory::{self, Allocation, Location};
 use ash::vk;
 use std::sync::Arc;
 
-/// Largest staging copy at a time.
+/// Largest staging copy at a time: a read's, and an upload's. An upload's staging buffer is
+/// smaller, since host memory the GPU reads costs the NVIDIA driver ~0.3 ms a MiB to allocate
+/// (a 256 MiB block: 71 ms of a 0.8 s describe on the H200) and an upload makes one per load.
 const STAGING_CHUNK: u64 = 64 << 20;
+const UPLOAD_CHUNK: u64 = 32 << 20;
 
 pub(crate) struct BufferInner {
     shared: Arc<Shared>,
@@ -62,9 +65,11 @@ impl Device {
         };
         let req = memory::requirements(&shared.raw, raw);
         let picked = memory::pick_type(&shared.memory_props, req.memory_type_bits, location, shared.map_device_memory);
-        // Inputs are few and small: each gets memory of its own, sized to it, not a 256 MiB
-        // block of the memory the host maps on the device (that heap may be a 256 MiB BAR).
-        let own = location == Location::Input;
+        // Inputs and host buffers (staging, read-backs) are few: each gets memory of its own,
+        // sized to it, not a 256 MiB block: the memory the host maps on the device may be a
+        // 256 MiB BAR, and host memory the device reads costs the NVIDIA driver about 0.3 ms a
+        // MiB to allocate (a 256 MiB block for a few bytes read back: 76 ms of a cold start).
+        let own = matches!(location, Location::Input | Location::Host);
         let allocated =
             picked.map(|(type_index, map)| shared.allocator().allocate(&shared.raw, req, type_index, map, own, what));
         let alloc = match allocated {
@@ -306,26 +311,36 @@ fn copy_on_threads(dst: &mut [u8], src: &[u8]) {
     });
 }
 
-/// Writes into buffers through one staging buffer, many copies per submission: a model's
-/// hundreds of weights go up in a few submissions from one staging allocation (a staging
-/// buffer per weight, each in a host block given back to the driver when it went, took 27 s
-/// for the 2B model on NVIDIA's driver). Mapped buffers are written in place at once; an
-/// unmapped one has its bytes at the next `flush`.
+/// Writes into buffers through staging buffers, many copies per submission: a model's hundreds
+/// of weights go up in a few submissions from two staging allocations (a staging buffer per
+/// weight, each in a host block given back to the driver when it went, took 27 s for the 2B
+/// model on NVIDIA's driver). While the device copies out of one staging buffer (its
+/// submission waited for on a thread of its own), the host fills the other. Mapped buffers are
+/// written in place at once; an unmapped one has its bytes at the next `flush`.
 pub struct Uploader {
     device: Device,
-    /// Bytes the staging buffer is made for: at most `STAGING_CHUNK`.
+    /// Bytes each staging buffer is made for: at most `UPLOAD_CHUNK`.
     staging_bytes: u64,
-    staging: Option<Buffer>,
-    cmd: Option<CommandBuffer>,
-    /// Bytes of the staging buffer the recorded copies read.
+    /// The slot being filled; its staging buffer's first `used` bytes are read by recorded copies.
+    filling: Option<Slot>,
     used: u64,
+    /// The slot filled before, its copies running.
+    running: Option<std::thread::JoinHandle<Result<Slot>>>,
+    /// A slot whose copies are done.
+    spare: Option<Slot>,
+}
+
+/// A staging buffer (made at its first write) and the command buffer whose copies read it.
+struct Slot {
+    staging: Option<Buffer>,
+    cmd: CommandBuffer,
 }
 
 impl Uploader {
-    /// An uploader for about `bytes` bytes of writes (they size its staging buffer).
+    /// An uploader for about `bytes` bytes of writes (they size its staging buffers).
     pub fn new(device: &Device, bytes: u64) -> Uploader {
-        let staging_bytes = bytes.clamp(4, STAGING_CHUNK);
-        Uploader { device: device.clone(), staging_bytes, staging: None, cmd: None, used: 0 }
+        let staging_bytes = bytes.clamp(4, UPLOAD_CHUNK);
+        Uploader { device: device.clone(), staging_bytes, filling: None, used: 0, running: None, spare: None }
     }
 
     /// Copies `data` into `dst` at byte `offset`.
@@ -336,16 +351,17 @@ impl Uploader {
         let mut done = 0;
         while done < data.len() {
             if self.used == self.staging_bytes {
-                self.flush()?;
+                self.submit()?;
             }
-            let staging = match &self.staging {
+            let (at, staging_bytes, device) = (self.used, self.staging_bytes, self.device.clone());
+            let slot = self.slot()?;
+            let staging = match &slot.staging {
                 Some(s) => s.clone(),
-                None => self.staging.insert(self.device.staging(self.staging_bytes, "staging for an upload")?).clone(),
+                None => slot.staging.insert(device.staging(staging_bytes, "staging for an upload")?).clone(),
             };
-            let n = (data.len() - done).min((self.staging_bytes - self.used) as usize);
-            staging.write_mapped(self.used, &data[done..done + n])?;
-            let at = self.used;
-            self.recording()?.copy(&staging, at, dst, offset + done as u64, n as u64)?;
+            let n = (data.len() - done).min((staging_bytes - at) as usize);
+            staging.write_mapped(at, &data[done..done + n])?;
+            recording(&mut slot.cmd)?.copy(&staging, at, dst, offset + done as u64, n as u64)?;
             self.used += n as u64;
             done += n;
         }
@@ -354,30 +370,58 @@ impl Uploader {
 
     /// Fills `dst` with zero bytes (at the next `flush`).
     pub fn clear(&mut self, dst: &Buffer) -> Result<()> {
-        self.recording()?.fill(dst, 0)
+        recording(&mut self.slot()?.cmd)?.fill(dst, 0)
     }
 
     /// Runs what was recorded and waits for it.
     pub fn flush(&mut self) -> Result<()> {
-        if let Some(cmd) = self.cmd.as_mut().filter(|c| c.is_recording()) {
-            cmd.finish()?;
-            cmd.submit_and_wait()?;
-        }
+        self.submit()?;
+        self.wait()
+    }
+
+    /// The slot being filled: the one before, or a spare, or a new one.
+    fn slot(&mut self) -> Result<&mut Slot> {
+        let slot = match (self.filling.take(), self.spare.take()) {
+            (Some(s), spare) => {
+                self.spare = spare;
+                s
+            }
+            (None, Some(s)) => s,
+            (None, None) => Slot { staging: None, cmd: CommandBuffer::new(&self.device)? },
+        };
+        Ok(self.filling.insert(slot))
+    }
+
+    /// Starts the copies recorded so far, once those before them are done (one queue, in order).
+    fn submit(&mut self) -> Result<()> {
+        self.wait()?;
         self.used = 0;
+        let Some(mut slot) = self.filling.take() else { return Ok(()) };
+        if !slot.cmd.is_recording() {
+            self.filling = Some(slot);
+            return Ok(());
+        }
+        slot.cmd.finish()?;
+        self.running = Some(std::thread::spawn(move || slot.cmd.submit_and_wait().map(|()| slot)));
         Ok(())
     }
 
-    fn recording(&mut self) -> Result<&mut CommandBuffer> {
-        let cmd = match self.cmd.take() {
-            Some(c) => c,
-            None => CommandBuffer::new(&self.device)?,
-        };
-        let cmd = self.cmd.insert(cmd);
-        if !cmd.is_recording() {
-            cmd.begin()?;
+    /// Waits for the running copies; their slot becomes the spare.
+    fn wait(&mut self) -> Result<()> {
+        if let Some(running) = self.running.take() {
+            let slot = running.join().map_err(|_| VkError::Invalid("an upload thread panicked".into()))??;
+            self.spare = Some(slot);
         }
-        Ok(cmd)
+        Ok(())
     }
+}
+
+/// `cmd`, begun if it was not recording.
+fn recording(cmd: &mut CommandBuffer) -> Result<&mut CommandBuffer> {
+    if !cmd.is_recording() {
+        cmd.begin()?;
+    }
+    Ok(cmd)
 }
 
 /// The bytes of `values`, each as `bytes` gives it: filled in place (a prompt's inputs are

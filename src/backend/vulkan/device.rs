@@ -298,7 +298,9 @@ impl Shared {
 
 impl Drop for Shared {
     fn drop(&mut self) {
+        let t0 = std::time::Instant::now();
         self.save_pipeline_cache();
+        log::debug!("pipeline cache saved in {:.3} s", t0.elapsed().as_secs_f64());
         // A timed-out submission keeps the device alive for good (its command buffer never lets
         // go of it), so this is not reached then; if it were, the device is left to the driver,
         // which reclaims it at exit: waiting for idle could take as long as the hung work runs.
@@ -315,5 +317,6 @@ impl Drop for Shared {
         self.allocator.get_mut().unwrap_or_else(|p| p.into_inner()).free_all(&self.raw);
         // SAFETY: every child object is destroyed above.
         unsafe { self.raw.destroy_device(None) };
+        log::debug!("vulkan device closed in {:.3} s", t0.elapsed().as_secs_f64());
     }
 }

@@ -154,6 +154,7 @@ impl VulkanExecutor {
                 }
             }
         }
+        let t0 = std::time::Instant::now();
         let storages = exts
             .iter()
             .zip(&gpu_written)
@@ -161,6 +162,7 @@ impl VulkanExecutor {
             .collect::<Result<Vec<_>>>()?;
         let arena_bytes = plans.iter().map(|p| p.arena_bytes).max().unwrap_or(0);
         let arena = device.buffer(arena_bytes as u64, Location::Device, "the arena")?;
+        log::debug!("{} storages and the arena allocated in {:.3} s", storages.len(), t0.elapsed().as_secs_f64());
         let ks = KernelSet::new(device);
         let t0 = std::time::Instant::now();
         let (chosen, filled) = std::thread::scope(|s| {
@@ -189,13 +191,18 @@ impl VulkanExecutor {
         });
         filled?;
         let chosen = chosen?;
+        let t1 = std::time::Instant::now();
         let mut recorded = Vec::with_capacity(plans.len());
         let mut recordings = 0;
         for ((plan, storage_of), chosen) in plans.into_iter().zip(maps).zip(chosen) {
             recorded.push(record(device, &ks, plan, storage_of, chosen, &storages, &arena)?);
             recordings += 1;
         }
-        log::debug!("{recordings} plans recorded in {:.3} s", t0.elapsed().as_secs_f64());
+        log::debug!(
+            "{recordings} plans recorded in {:.3} s ({:.3} s after the upload)",
+            t0.elapsed().as_secs_f64(),
+            t1.elapsed().as_secs_f64()
+        );
         let max_groups = device.info().max_workgroup_count;
         Ok(VulkanExecutor { plans: recorded, storages, arena, max_groups, recordings, readback: Readback::default() })
     }

@@ -143,6 +143,7 @@ impl Allocator {
         let size = if dedicated { req.size } else { self.block_size };
         let info = vk::MemoryAllocateInfo::default().allocation_size(size).memory_type_index(type_index);
         self.driver_allocations += 1;
+        let t0 = std::time::Instant::now();
         // SAFETY: a valid allocate info for a memory type of this device.
         let memory = unsafe { raw.allocate_memory(&info, None) }.map_err(|e| match e {
             vk::Result::ERROR_OUT_OF_DEVICE_MEMORY
@@ -163,6 +164,13 @@ impl Allocator {
         } else {
             None
         };
+        // Driver allocations are few, and some cost milliseconds (a cold start's budget).
+        log::debug!(
+            "{} MiB of memory type {type_index}{} for {what} in {:.1} ms",
+            size >> 20,
+            if map { ", mapped" } else { "" },
+            t0.elapsed().as_secs_f64() * 1e3
+        );
         let mut ranges = RangeAllocator::new(size);
         let offset = ranges
             .alloc(req.size, req.alignment)
