@@ -222,7 +222,8 @@ void advance(uint s, uint slices, uint kq, uint tid, uint sg_m, uint sg_n, inout
     multiply(s & 1u, sg_m, sg_n);
     if (s + 1u < slices) {
         // The other buffer: everyone finished reading it (slice s - 1) before the last barrier.
-        store((s + 1u) * BK + kq, (s + 1u) & 1u, tid, next);
+        // One set in flight: `next` is the copy of `free` made before this step's fetch.
+        store((s + 1u) * BK + kq, (s + 1u) & 1u, tid, DEPTH == 1u ? free : next);
     }
     barrier();
 }

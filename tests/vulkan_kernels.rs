@@ -174,7 +174,9 @@ fn mat_kinds(ks: &KernelSet) -> Vec<MatKind> {
     );
     if let Some(cm) = coop_variant(ks) {
         let narrow = [1, 2].map(|blocks| MatKind::CoopNarrow { cm, blocks });
-        kinds.extend([MatKind::Coop(cm)].into_iter().chain(narrow).chain([MatKind::CoopExact(cm)]));
+        kinds.extend(
+            [MatKind::Coop(cm), MatKind::CoopLarge(cm)].into_iter().chain(narrow).chain([MatKind::CoopExact(cm)]),
+        );
     }
     kinds
 }
@@ -186,7 +188,7 @@ const WIDE_VARIANTS: [(u32, u32); 6] = [(2, 1), (4, 1), (8, 1), (2, 2), (4, 4), 
 /// The NMSE a matrix kernel must stay under.
 fn mat_tolerance(kind: MatKind) -> f64 {
     match kind {
-        MatKind::Coop(_) | MatKind::CoopNarrow { .. } => F16_NMSE,
+        MatKind::Coop(_) | MatKind::CoopLarge(_) | MatKind::CoopNarrow { .. } => F16_NMSE,
         MatKind::CoopExact(_) => EXACT_NMSE,
         _ => MAT_NMSE,
     }
@@ -223,6 +225,7 @@ fn check_matmul(
         let refused = match kind {
             MatKind::VecWide { .. } => !k.is_multiple_of(32),
             MatKind::Coop(cm) => !(k.is_multiple_of(kernels::Tiles::fast(cm).bk as usize) && aligned),
+            MatKind::CoopLarge(cm) => !(k.is_multiple_of(kernels::Tiles::large(cm).bk as usize) && aligned),
             MatKind::CoopNarrow { cm, blocks } => {
                 !(k.is_multiple_of(kernels::Tiles::narrow(cm, blocks).bk as usize) && aligned)
             }
@@ -468,6 +471,18 @@ fn coopmat_kernel_is_chosen_where_the_device_has_cooperative_matrices() {
             assert_eq!(first(512, 32), narrow(1));
             assert_eq!(variants.mat_kinds(WType::Q6K, 2048, 151_936, 32)[0], MatKind::Coop(cm));
             assert_eq!(variants.mat_kinds(WType::Q4K, 2048, 2048, 33)[0], MatKind::Coop(cm));
+            // The large tiles for products of many rows and columns that still make enough
+            // workgroups of them (the 2B shape's 2048 -> 6144 at 512 tokens), not for fewer rows.
+            let large = kernels::Tiles::large(cm);
+            if large.stages_evenly(cm) && large.shared_bytes(cm.shape) <= info.max_shared_memory {
+                let rows = 48 * large.rows() as usize;
+                assert_eq!(
+                    variants.mat_kinds(WType::Q4K, 2048, rows, 4 * large.cols() as usize)[0],
+                    MatKind::CoopLarge(cm)
+                );
+                assert_eq!(variants.mat_kinds(WType::Q4K, 2048, rows / 3, 512)[0], MatKind::Coop(cm));
+                assert_eq!(variants.mat_kinds(WType::Q4K, 2048, rows, large.cols() as usize)[0], MatKind::Coop(cm));
+            }
             assert!(variants.f16_products());
             assert!(info.features.coopmat_f16_shapes.contains(&cm.shape));
             assert_eq!(cm.subgroup, info.subgroup_size);

@@ -83,7 +83,9 @@ pub fn run(
     let mut mat_kinds = vec![MatKind::Tiled];
     if let Some(cm) = info.coopmat_matmul() {
         let narrow = [1, 2].map(|blocks| MatKind::CoopNarrow { cm, blocks });
-        mat_kinds.extend([MatKind::Coop(cm)].into_iter().chain(narrow).chain([MatKind::CoopExact(cm)]));
+        mat_kinds.extend(
+            [MatKind::Coop(cm), MatKind::CoopLarge(cm)].into_iter().chain(narrow).chain([MatKind::CoopExact(cm)]),
+        );
     }
     let mut runs = vec![(1, vec_kinds(1))];
     if (2..=BATCH_MAX_COLS).contains(&columns) {

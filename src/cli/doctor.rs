@@ -191,7 +191,7 @@ impl Report {
             )?;
             let matmat = match (d.coopmat_matmul(), variants.coopmat, variants.exact) {
                 (_, Some(cm), false) => format!(
-                    "cooperative matrices {} on subgroups of {}, f16 operands, f32 sums (mul_mat_cm, for a few columns mul_mat_cm_narrow, flash_attn_cm; HRX_VK_EXACT=1: f32-exact mul_mat_cm_exact; HRX_VK_NO_COOPMAT=1: f32 tiles)",
+                    "cooperative matrices {} on subgroups of {}, f16 operands, f32 sums (mul_mat_cm, mul_mat_cm_large for many rows and columns, for a few columns mul_mat_cm_narrow, flash_attn_cm; HRX_VK_EXACT=1: f32-exact mul_mat_cm_exact; HRX_VK_NO_COOPMAT=1: f32 tiles)",
                     cm.shape, cm.subgroup
                 ),
                 (_, Some(cm), true) => format!(

@@ -48,6 +48,10 @@ pub enum MatKind {
     /// (`Tiles::fast`: 64 x 64 per workgroup at 16 x 16 x 16). Rows of whole slices (64
     /// values), aligned as `chunk_alignment` says.
     Coop(CoopMat),
+    /// As `Coop` on tiles twice as large each way (`Tiles::large`: 128 x 128 per workgroup at
+    /// 16 x 16 x 16): each staged slice of w serves twice the columns, for products of many
+    /// rows and columns, where the large tiles still give `LARGE_MIN_GROUPS` workgroups.
+    CoopLarge(CoopMat),
     /// As `Coop`, on tiles of `blocks` (1 or 2) matrix-unit blocks each way (`Tiles::narrow`:
     /// 16 x 16 or 32 x 32 at 16 x 16 x 16), the four subgroups of a workgroup each over a
     /// quarter of k: for a few columns (sequences decoded together), where 64 x 64 tiles leave
@@ -72,6 +76,7 @@ impl MatKind {
             .chain([
                 MatKind::Tiled,
                 MatKind::Coop(CoopMat::UNSET),
+                MatKind::CoopLarge(CoopMat::UNSET),
                 MatKind::CoopNarrow { cm: CoopMat::UNSET, blocks: 1 },
                 MatKind::CoopNarrow { cm: CoopMat::UNSET, blocks: 2 },
                 MatKind::CoopExact(CoopMat::UNSET),
@@ -89,7 +94,9 @@ impl MatKind {
     pub fn subgroup(self) -> Option<u32> {
         match self {
             MatKind::VecSg { subgroup } | MatKind::VecWide { subgroup, .. } => Some(subgroup),
-            MatKind::Coop(cm) | MatKind::CoopNarrow { cm, .. } | MatKind::CoopExact(cm) => Some(cm.subgroup),
+            MatKind::Coop(cm) | MatKind::CoopLarge(cm) | MatKind::CoopNarrow { cm, .. } | MatKind::CoopExact(cm) => {
+                Some(cm.subgroup)
+            }
             MatKind::Vec | MatKind::Tiled | MatKind::Rows => None,
         }
     }
@@ -97,7 +104,7 @@ impl MatKind {
     /// The matrix-unit shape (M, N, K) a variant is built around, where it is one.
     pub fn shape(self) -> Option<[u32; 3]> {
         match self {
-            MatKind::Coop(cm) | MatKind::CoopNarrow { cm, .. } | MatKind::CoopExact(cm) => {
+            MatKind::Coop(cm) | MatKind::CoopLarge(cm) | MatKind::CoopNarrow { cm, .. } | MatKind::CoopExact(cm) => {
                 Some([cm.shape.m, cm.shape.n, cm.shape.k])
             }
             _ => None,
@@ -112,6 +119,7 @@ impl MatKind {
             (MatKind::VecSg { .. }, Some(subgroup), None) => MatKind::VecSg { subgroup },
             (MatKind::VecWide { rows, cols, .. }, Some(subgroup), None) => MatKind::VecWide { subgroup, rows, cols },
             (MatKind::Coop(_), Some(s), Some(shape)) => MatKind::Coop(coop(s, shape)),
+            (MatKind::CoopLarge(_), Some(s), Some(shape)) => MatKind::CoopLarge(coop(s, shape)),
             (MatKind::CoopNarrow { blocks, .. }, Some(s), Some(shape)) => {
                 MatKind::CoopNarrow { cm: coop(s, shape), blocks }
             }
@@ -135,6 +143,7 @@ impl MatKind {
     pub fn coop_tiles(self) -> Option<(CoopMat, Tiles)> {
         match self {
             MatKind::Coop(cm) => Some((cm, Tiles::fast(cm))),
+            MatKind::CoopLarge(cm) => Some((cm, Tiles::large(cm))),
             MatKind::CoopNarrow { cm, blocks } => Some((cm, Tiles::narrow(cm, blocks))),
             MatKind::CoopExact(cm) => Some((cm, Tiles::exact())),
             _ => None,
@@ -271,7 +280,8 @@ impl Variants {
             }
             MatKind::Tiled => {
                 let coop = self.coopmat.map(|cm| if self.exact { MatKind::CoopExact(cm) } else { MatKind::Coop(cm) });
-                narrow.into_iter().chain(coop).chain([MatKind::Tiled]).collect()
+                let large = self.large_kind(n, cols);
+                narrow.into_iter().chain(large).chain(coop).chain([MatKind::Tiled]).collect()
             }
             kind => vec![kind],
         }
@@ -286,6 +296,19 @@ impl Variants {
         let cm = self.coopmat.filter(|_| !self.exact)?;
         let kind = if narrow_pays(cm, n, cols) { self.narrow_kind(n, cols)? } else { MatKind::Coop(cm) };
         whole_slices(kind, k).then_some(kind)
+    }
+
+    /// The large tiles, where `n` rows and `cols` columns fill them: rows for 32 of them and
+    /// columns for two, and `LARGE_MIN_GROUPS` workgroups; None in the exact mode, or where
+    /// they do not stage evenly or fit the shared memory here.
+    fn large_kind(&self, n: usize, cols: usize) -> Option<MatKind> {
+        let cm = self.coopmat.filter(|_| !self.exact)?;
+        let tiles = Tiles::large(cm);
+        let (rows, tile_cols) = (tiles.rows() as usize, tiles.cols() as usize);
+        let fills =
+            n >= 32 * rows && cols >= 2 * tile_cols && n.div_ceil(rows) * cols.div_ceil(tile_cols) >= LARGE_MIN_GROUPS;
+        let runs = tiles.stages_evenly(cm) && tiles.shared_bytes(cm.shape) <= self.shared_memory;
+        (fills && runs).then_some(MatKind::CoopLarge(cm))
     }
 
     /// The narrow tiles `cols` columns of `n` rows take where they pay and run here: two
@@ -333,6 +356,10 @@ pub const FOLD_MAX_ROWS: usize = 65_536;
 /// column of x staged then serves twice the rows (H200, 32 columns: 2048 -> 6144 in 192
 /// workgroups 28 us against 39 on one block; 2048 rows, 64 workgroups, lost).
 const NARROW_WIDE_MIN_GROUPS: usize = 128;
+/// Fewest workgroups of `mul_mat_cm`'s large tiles for a product to take them (H200, the 2B
+/// shape's 2048 -> 6144 products at 512 tokens, 192 workgroups: 136 us against 170 on the
+/// 64 x 64 tiles; the 2048-row ones, 64 workgroups, ran slower on them).
+const LARGE_MIN_GROUPS: usize = 192;
 /// Columns from which a product takes `mul_mat_cm_narrow` rather than the wide mat-vec kernel.
 pub const NARROW_MIN_COLS: usize = 5;
 /// `mul_mat_cm`'s workgroups from which a product keeps it whatever its columns: the vocabulary
@@ -539,10 +566,11 @@ pub fn launch(
             Grid::Mat { rows: 128 / subgroup as usize, cols: 1 }
         }
         MatKind::Tiled => Grid::Mat { rows: 64, cols: 64 },
-        MatKind::Coop(cm) | MatKind::CoopNarrow { cm, .. } => {
+        MatKind::Coop(cm) | MatKind::CoopLarge(cm) | MatKind::CoopNarrow { cm, .. } => {
             let name = KernelId::MatMul(kind, wt).name();
             let tiles = match kind {
                 MatKind::CoopNarrow { blocks, .. } => Tiles::narrow(cm, blocks),
+                MatKind::CoopLarge(_) => Tiles::large(cm),
                 _ => Tiles::fast(cm),
             };
             if !k.is_multiple_of(tiles.bk as usize) {
@@ -609,9 +637,10 @@ mod tests {
             MatKind::VecWide { rows, cols, .. } => wide(rows, cols),
             MatKind::Tiled => 14,
             MatKind::Coop(_) => 15,
-            MatKind::CoopNarrow { blocks, .. } => 15 + blocks as usize,
-            MatKind::CoopExact(_) => 18,
-            MatKind::Rows => 19,
+            MatKind::CoopLarge(_) => 16,
+            MatKind::CoopNarrow { blocks, .. } => 16 + blocks as usize,
+            MatKind::CoopExact(_) => 19,
+            MatKind::Rows => 20,
         };
         let positions: Vec<usize> = MatKind::all().iter().map(|&k| position(k)).collect();
         assert_eq!(positions, (0..MatKind::all().len()).collect::<Vec<_>>());

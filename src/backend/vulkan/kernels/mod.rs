@@ -166,7 +166,7 @@ impl KernelId {
             KernelId::MatMul(MatKind::VecWide { rows: 4, .. }, _) => "mul_mat_vec_wide4",
             KernelId::MatMul(MatKind::VecWide { .. }, _) => "mul_mat_vec_wide8",
             KernelId::MatMul(MatKind::Tiled, _) => "mul_mat",
-            KernelId::MatMul(MatKind::Coop(_), _) => "mul_mat_cm",
+            KernelId::MatMul(MatKind::Coop(_) | MatKind::CoopLarge(_), _) => "mul_mat_cm",
             KernelId::MatMul(MatKind::CoopNarrow { blocks: 1, .. }, _) => "mul_mat_cm_narrow",
             KernelId::MatMul(MatKind::CoopNarrow { .. }, _) => "mul_mat_cm_narrow2",
             KernelId::MatMul(MatKind::CoopExact(_), _) => "mul_mat_cm_exact",
@@ -219,6 +219,7 @@ impl KernelId {
             KernelId::FlashAttnTiled(tile) => format!("flash_attn_tiled_{}", tile.suffix()),
             KernelId::FlashAttnCm(tile) => format!("flash_attn_cm_{}", tile.class.suffix()),
             KernelId::MatMul(MatKind::VecWide { cols, .. }, _) if cols > 1 => format!("{}_x{cols}", self.module()),
+            KernelId::MatMul(MatKind::CoopLarge(_), w) => format!("mul_mat_cm_large_{}", w.suffix()),
             other => other.module(),
         }
     }
@@ -247,9 +248,10 @@ impl KernelId {
             KernelId::Unary(op) => vec![op as u32],
             KernelId::GetRows(_, weighted) => vec![u32::from(weighted)],
             // The workgroup (four subgroups), the matrix-unit shape and the tiles.
-            KernelId::MatMul(kind @ (MatKind::Coop(_) | MatKind::CoopNarrow { .. } | MatKind::CoopExact(_)), _) => {
-                kind.coop_tiles().map_or_else(Vec::new, |(cm, tiles)| tiles.constants(cm))
-            }
+            KernelId::MatMul(
+                kind @ (MatKind::Coop(_) | MatKind::CoopLarge(_) | MatKind::CoopNarrow { .. } | MatKind::CoopExact(_)),
+                _,
+            ) => kind.coop_tiles().map_or_else(Vec::new, |(cm, tiles)| tiles.constants(cm)),
             KernelId::MatMul(MatKind::VecWide { cols, .. }, _) => vec![cols],
             KernelId::FlashAttnTiled(tile) => tile.constants(),
             KernelId::FlashAttnCm(tile) => tile.constants(),
@@ -261,9 +263,10 @@ impl KernelId {
     /// of subgroups per workgroup.
     fn subgroup_size(self) -> Option<u32> {
         match self {
-            KernelId::MatMul(MatKind::Coop(cm) | MatKind::CoopNarrow { cm, .. } | MatKind::CoopExact(cm), _) => {
-                Some(cm.subgroup)
-            }
+            KernelId::MatMul(
+                MatKind::Coop(cm) | MatKind::CoopLarge(cm) | MatKind::CoopNarrow { cm, .. } | MatKind::CoopExact(cm),
+                _,
+            ) => Some(cm.subgroup),
             KernelId::FlashAttnCm(tile) => Some(tile.cm.subgroup),
             _ => None,
         }
@@ -763,11 +766,16 @@ mod tests {
             for shape in text {
                 for wt in [DType::Q4K, DType::Q6K] {
                     assert!(matches!(product(wt, shape, 1), KernelId::MatMul(MatKind::VecWide { .. }, _)));
-                    assert!(matches!(product(wt, shape, 512), KernelId::MatMul(MatKind::Coop(_), _)));
+                    let many = product(wt, shape, 512);
+                    assert!(matches!(many, KernelId::MatMul(MatKind::Coop(_) | MatKind::CoopLarge(_), _)));
+                    // The 6,144-row products on the large tiles (192 workgroups of them).
+                    let large = matches!(many, KernelId::MatMul(MatKind::CoopLarge(_), _));
+                    assert_eq!(large, shape.1 >= 6144, "{shape:?}");
                 }
             }
             for shape in vision {
-                assert!(matches!(product(DType::F16, shape, patches), KernelId::MatMul(MatKind::Coop(_), _)));
+                let many = product(DType::F16, shape, patches);
+                assert!(matches!(many, KernelId::MatMul(MatKind::Coop(_) | MatKind::CoopLarge(_), _)));
             }
             let attention = |d: usize, heads: usize, kv_heads: usize, queries: usize, kv_rows: usize| {
                 let q = Operand::contiguous(DType::F32, [d, heads, queries, 1], 0);
