@@ -161,7 +161,7 @@ impl Buffer {
             // above), the GPU is done with it, and `out` cannot overlap it.
             let src = unsafe { std::slice::from_raw_parts(p.as_ptr().add(offset as usize), total) };
             // A step of 32 sequences reads 19 MB of logits: one thread took 2.9 ms of its 11.
-            copy_on_threads(out, src);
+            copy_on_threads(out, &[src]);
             return Ok(());
         }
         if total == 0 {
@@ -259,6 +259,23 @@ impl Buffer {
         up.flush()
     }
 
+    /// Its first `len` bytes from `pieces` laid end to end (a mapped staging buffer's).
+    fn write_pieces(&self, len: u64, pieces: &[&[u8]]) -> Result<()> {
+        self.check(0, len as usize, "write")?;
+        let Some(p) = self.inner.alloc.mapped else {
+            return Err(VkError::Invalid("a staging buffer that is not mapped".into()));
+        };
+        if pieces.iter().map(|d| d.len() as u64).sum::<u64>() != len {
+            return Err(VkError::Invalid(format!("staged pieces do not make {len} bytes")));
+        }
+        // SAFETY: as in `write_mapped`: the range is inside the mapped allocation (checked
+        // above), no submission reading it runs (the uploader waits for its slot's), and the
+        // pieces (the caller's data) cannot overlap it.
+        let dst = unsafe { std::slice::from_raw_parts_mut(p.as_ptr(), len as usize) };
+        copy_on_threads(dst, pieces);
+        Ok(())
+    }
+
     /// Copies `data` into this mapped buffer at byte `offset`; false when it is not mapped.
     fn write_mapped(&self, offset: u64, data: &[u8]) -> Result<bool> {
         self.check(offset, data.len(), "write")?;
@@ -269,7 +286,7 @@ impl Buffer {
         // makes it (writes and reads of one range come from one thread: the executor's run
         // and the uploader are sequential), and `data` cannot overlap it.
         let dst = unsafe { std::slice::from_raw_parts_mut(p.as_ptr().add(offset as usize), data.len()) };
-        copy_on_threads(dst, data);
+        copy_on_threads(dst, &[data]);
         Ok(true)
     }
 }
@@ -290,23 +307,44 @@ pub struct Readback {
 /// of encoder rows are spread too (0.56-0.86 ms from the staging buffer).
 const PARALLEL_COPY: usize = 2 << 20;
 
-/// `dst.copy_from_slice(src)`, on several threads for large copies: a model's weights go from
-/// the file's mapping to mapped device or staging memory, and a batched step's logits back, at
-/// several times one core's rate (one thread copied the 2B model's 1.1 GB in 0.24 s on the
-/// H200's host).
-fn copy_on_threads(dst: &mut [u8], src: &[u8]) {
+/// `pieces`, laid end to end, copied into `dst` (as long as they are together), on several
+/// threads for large copies, each a contiguous share of the bytes whatever the pieces' sizes:
+/// a model's weights go from the file's mapping to mapped device or staging memory (a staging
+/// buffer's many weights in one round of threads, not a round each), and a batched step's
+/// logits back, at several times one core's rate (one thread copied the 2B model's 1.1 GB in
+/// 0.24 s on the H200's host).
+fn copy_on_threads(dst: &mut [u8], pieces: &[&[u8]]) {
+    debug_assert_eq!(pieces.iter().map(|p| p.len()).sum::<usize>(), dst.len());
     // The size first: `available_parallelism` reads cgroup files (tens of microseconds),
     // and a prompt's rows are hundreds of small writes.
     let threads =
-        if src.len() < PARALLEL_COPY { 1 } else { std::thread::available_parallelism().map_or(1, |n| n.get().min(8)) };
+        if dst.len() < PARALLEL_COPY { 1 } else { std::thread::available_parallelism().map_or(1, |n| n.get().min(8)) };
+    // The bytes `start..` of the pieces into `share`.
+    let copy_share = |share: &mut [u8], start: usize| {
+        let (mut at, mut filled) = (0, 0);
+        for p in pieces {
+            let (first, end) = (at, at + p.len());
+            at = end;
+            if end <= start {
+                continue;
+            }
+            if filled == share.len() {
+                break;
+            }
+            let from = start.saturating_sub(first);
+            let n = (p.len() - from).min(share.len() - filled);
+            share[filled..filled + n].copy_from_slice(&p[from..from + n]);
+            filled += n;
+        }
+    };
     if threads < 2 {
-        dst.copy_from_slice(src);
+        copy_share(dst, 0);
         return;
     }
-    let per = src.len().div_ceil(threads);
+    let per = dst.len().div_ceil(threads);
     std::thread::scope(|s| {
-        for (d, c) in dst.chunks_mut(per).zip(src.chunks(per)) {
-            s.spawn(move || d.copy_from_slice(c));
+        for (t, share) in dst.chunks_mut(per).enumerate() {
+            s.spawn(move || copy_share(share, t * per));
         }
     });
 }
@@ -314,16 +352,19 @@ fn copy_on_threads(dst: &mut [u8], src: &[u8]) {
 /// Writes into buffers through staging buffers, many copies per submission: a model's hundreds
 /// of weights go up in a few submissions from two staging allocations (a staging buffer per
 /// weight, each in a host block given back to the driver when it went, took 27 s for the 2B
-/// model on NVIDIA's driver). While the device copies out of one staging buffer (its
-/// submission waited for on a thread of its own), the host fills the other. Mapped buffers are
-/// written in place at once; an unmapped one has its bytes at the next `flush`.
-pub struct Uploader {
+/// model on NVIDIA's driver). A staging buffer is filled when it is full (or flushed), all its
+/// pieces at once on several threads; while the device copies out of one (its submission
+/// waited for on a thread of its own), the host fills the other. Mapped buffers are written in
+/// place at once; an unmapped one has its bytes at the next `flush`.
+pub struct Uploader<'a> {
     device: Device,
     /// Bytes each staging buffer is made for: at most `UPLOAD_CHUNK`.
     staging_bytes: u64,
-    /// The slot being filled; its staging buffer's first `used` bytes are read by recorded copies.
+    /// The slot being filled; its staging buffer's first `used` bytes are read by recorded
+    /// copies, and are `pending`'s bytes, end to end, once it is submitted.
     filling: Option<Slot>,
     used: u64,
+    pending: Vec<&'a [u8]>,
     /// The slot filled before, its copies running.
     running: Option<std::thread::JoinHandle<Result<Slot>>>,
     /// A slot whose copies are done.
@@ -336,15 +377,16 @@ struct Slot {
     cmd: CommandBuffer,
 }
 
-impl Uploader {
+impl<'a> Uploader<'a> {
     /// An uploader for about `bytes` bytes of writes (they size its staging buffers).
-    pub fn new(device: &Device, bytes: u64) -> Uploader {
+    pub fn new(device: &Device, bytes: u64) -> Uploader<'a> {
         let staging_bytes = bytes.clamp(4, UPLOAD_CHUNK);
-        Uploader { device: device.clone(), staging_bytes, filling: None, used: 0, running: None, spare: None }
+        let (filling, running, spare) = (None, None, None);
+        Uploader { device: device.clone(), staging_bytes, filling, used: 0, pending: Vec::new(), running, spare }
     }
 
     /// Copies `data` into `dst` at byte `offset`.
-    pub fn write(&mut self, dst: &Buffer, offset: u64, data: &[u8]) -> Result<()> {
+    pub fn write(&mut self, dst: &Buffer, offset: u64, data: &'a [u8]) -> Result<()> {
         if dst.write_mapped(offset, data)? {
             return Ok(());
         }
@@ -360,8 +402,8 @@ impl Uploader {
                 None => slot.staging.insert(device.staging(staging_bytes, "staging for an upload")?).clone(),
             };
             let n = (data.len() - done).min((staging_bytes - at) as usize);
-            staging.write_mapped(at, &data[done..done + n])?;
             recording(&mut slot.cmd)?.copy(&staging, at, dst, offset + done as u64, n as u64)?;
+            self.pending.push(&data[done..done + n]);
             self.used += n as u64;
             done += n;
         }
@@ -392,10 +434,17 @@ impl Uploader {
         Ok(self.filling.insert(slot))
     }
 
-    /// Starts the copies recorded so far, once those before them are done (one queue, in order).
+    /// Fills the staging buffer and starts the copies recorded so far, once those before them
+    /// are done (one queue, in order).
     fn submit(&mut self) -> Result<()> {
+        let used = std::mem::take(&mut self.used);
+        let pending = std::mem::take(&mut self.pending);
+        // Filled while the running copies still run: no submission reads this slot's staging
+        // buffer (a spare's was waited for).
+        if let Some(staging) = self.filling.as_ref().and_then(|slot| slot.staging.as_ref()) {
+            staging.write_pieces(used, &pending)?;
+        }
         self.wait()?;
-        self.used = 0;
         let Some(mut slot) = self.filling.take() else { return Ok(()) };
         if !slot.cmd.is_recording() {
             self.filling = Some(slot);
@@ -440,5 +489,31 @@ impl Drop for BufferInner {
         // use, so no recorded command refers to this buffer any more.
         unsafe { self.shared.raw.destroy_buffer(self.raw, None) };
         self.shared.allocator().free(&self.shared.raw, &self.alloc);
+    }
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    /// Pieces of every size, some empty, some crossing the threads' shares, land end to end.
+    #[test]
+    fn pieces_are_copied_end_to_end_across_the_threads_shares() {
+        let sizes = [0, 1, 3 << 20, 0, 17, 1 << 20, 999_999, 2, 5 << 20];
+        let data: Vec<Vec<u8>> = sizes
+            .iter()
+            .enumerate()
+            .map(|(i, &n)| (0..n).map(|j| (i * 31 + j * 7 + j / 257) as u8).collect())
+            .collect();
+        let pieces: Vec<&[u8]> = data.iter().map(Vec::as_slice).collect();
+        let want: Vec<u8> = data.concat();
+        assert!(want.len() >= PARALLEL_COPY, "several threads");
+        let mut got = vec![0xAAu8; want.len()];
+        copy_on_threads(&mut got, &pieces);
+        assert!(got == want);
+        // One piece, below the threads' threshold too.
+        let mut small = vec![0u8; 100];
+        copy_on_threads(&mut small, &[&want[5..105]]);
+        assert_eq!(small, want[5..105]);
     }
 }
