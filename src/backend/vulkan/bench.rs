@@ -11,7 +11,7 @@
 //! stay in the GPU's last-level cache between repetitions cycles through enough copies to
 //! exceed it, as decode does (every other weight of the model passes through in between).
 
-use super::buffer::Buffer;
+use super::buffer::{Buffer, Uploader};
 use super::command::CommandBuffer;
 use super::descriptor::DescriptorPool;
 use super::device::Device;
@@ -148,16 +148,19 @@ pub fn time_matmul(device: &Device, ks: &KernelSet, case: MatCase, kind: MatKind
         return Ok(None);
     };
     let bytes = case.weight_bytes();
-    // Copies of the weights, cycled so that mat-vec products read memory, not the cache.
+    // Copies of the weights (the same random bytes at other addresses), cycled so that mat-vec
+    // products read memory, not the cache.
     let copies = if case.m <= MatKind::VEC_MAX_COLS { CYCLE_BYTES.div_ceil(bytes.max(1)).clamp(1, 64) } else { 1 };
-    let mut rng = SplitMix64(0x9E37_79B9_7F4A_7C15 ^ bytes);
+    let random = random_bytes(&mut SplitMix64(0x9E37_79B9_7F4A_7C15 ^ bytes), bytes as usize);
+    let mut up = Uploader::new(device, bytes * copies);
     let weights = (0..copies)
         .map(|_| {
             let b = device.buffer(bytes, Location::Device, "bench weights")?;
-            b.write(0, &random_bytes(&mut rng, bytes as usize))?;
+            up.write(&b, 0, &random)?;
             Ok(b)
         })
         .collect::<Result<Vec<Buffer>>>()?;
+    up.flush()?;
     let x = device.buffer(4 * (case.k * case.m) as u64, Location::Device, "bench x")?;
     let xs: Vec<f32> = (0..case.k * case.m).map(|i| ((i * 37 % 101) as f32 - 50.0) / 64.0).collect();
     x.write_f32(0, &xs)?;

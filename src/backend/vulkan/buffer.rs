@@ -380,9 +380,15 @@ struct Slot {
 impl<'a> Uploader<'a> {
     /// An uploader for about `bytes` bytes of writes (they size its staging buffers).
     pub fn new(device: &Device, bytes: u64) -> Uploader<'a> {
-        let staging_bytes = bytes.clamp(4, UPLOAD_CHUNK);
-        let (filling, running, spare) = (None, None, None);
-        Uploader { device: device.clone(), staging_bytes, filling, used: 0, pending: Vec::new(), running, spare }
+        Uploader {
+            device: device.clone(),
+            staging_bytes: bytes.clamp(4, UPLOAD_CHUNK),
+            filling: None,
+            used: 0,
+            pending: Vec::new(),
+            running: None,
+            spare: None,
+        }
     }
 
     /// Copies `data` into `dst` at byte `offset`.

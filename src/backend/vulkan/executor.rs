@@ -623,10 +623,7 @@ fn check_variant(kernel: KernelId, info: &DeviceInfo) -> std::result::Result<(),
         KernelId::MatMul(MatKind::VecSg { subgroup } | MatKind::VecWide { subgroup, .. }, _) => {
             info.subgroup_matvec() == Some(subgroup)
         }
-        KernelId::MatMul(
-            MatKind::Coop(cm) | MatKind::CoopLarge(cm) | MatKind::CoopNarrow { cm, .. } | MatKind::CoopExact(cm),
-            _,
-        ) => info.coopmat_matmul() == Some(cm),
+        KernelId::MatMul(kind, _) => kind.coop().is_none_or(|cm| info.coopmat_matmul() == Some(cm)),
         KernelId::FlashAttnCm(tile) => info.coopmat_matmul() == Some(tile.cm),
         KernelId::FlashAttnSplit(_) => info.subgroup_matvec().is_some_and(|s| s >= SPLIT_MIN_SUBGROUP),
         _ => true,

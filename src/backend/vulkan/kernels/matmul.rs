@@ -90,25 +90,27 @@ impl MatKind {
     /// Rows up to this long take the rows kernel when the vector kernel would be used.
     pub const ROWS_MAX_K: usize = 256;
 
+    /// The cooperative-matrix variant a kind runs on, where it is one.
+    pub fn coop(self) -> Option<CoopMat> {
+        match self {
+            MatKind::Coop(cm) | MatKind::CoopLarge(cm) | MatKind::CoopNarrow { cm, .. } | MatKind::CoopExact(cm) => {
+                Some(cm)
+            }
+            _ => None,
+        }
+    }
+
     /// The subgroup size a variant is built around, where it is one.
     pub fn subgroup(self) -> Option<u32> {
         match self {
             MatKind::VecSg { subgroup } | MatKind::VecWide { subgroup, .. } => Some(subgroup),
-            MatKind::Coop(cm) | MatKind::CoopLarge(cm) | MatKind::CoopNarrow { cm, .. } | MatKind::CoopExact(cm) => {
-                Some(cm.subgroup)
-            }
-            MatKind::Vec | MatKind::Tiled | MatKind::Rows => None,
+            _ => self.coop().map(|cm| cm.subgroup),
         }
     }
 
     /// The matrix-unit shape (M, N, K) a variant is built around, where it is one.
     pub fn shape(self) -> Option<[u32; 3]> {
-        match self {
-            MatKind::Coop(cm) | MatKind::CoopLarge(cm) | MatKind::CoopNarrow { cm, .. } | MatKind::CoopExact(cm) => {
-                Some([cm.shape.m, cm.shape.n, cm.shape.k])
-            }
-            _ => None,
-        }
+        self.coop().map(|cm| [cm.shape.m, cm.shape.n, cm.shape.k])
     }
 
     /// This kind built around `subgroup` and `shape` as a plan records them (`subgroup`,
@@ -568,11 +570,7 @@ pub fn launch(
         MatKind::Tiled => Grid::Mat { rows: 64, cols: 64 },
         MatKind::Coop(cm) | MatKind::CoopLarge(cm) | MatKind::CoopNarrow { cm, .. } => {
             let name = KernelId::MatMul(kind, wt).name();
-            let tiles = match kind {
-                MatKind::CoopNarrow { blocks, .. } => Tiles::narrow(cm, blocks),
-                MatKind::CoopLarge(_) => Tiles::large(cm),
-                _ => Tiles::fast(cm),
-            };
+            let tiles = kind.coop_tiles().map_or_else(|| Tiles::fast(cm), |(_, tiles)| tiles);
             if !k.is_multiple_of(tiles.bk as usize) {
                 return Err(VkError::Invalid(format!("{name}: K {k} is not whole slices of {}", tiles.bk)));
             }

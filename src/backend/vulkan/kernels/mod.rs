@@ -247,12 +247,9 @@ impl KernelId {
             KernelId::Binary(op) => vec![op as u32],
             KernelId::Unary(op) => vec![op as u32],
             KernelId::GetRows(_, weighted) => vec![u32::from(weighted)],
-            // The workgroup (four subgroups), the matrix-unit shape and the tiles.
-            KernelId::MatMul(
-                kind @ (MatKind::Coop(_) | MatKind::CoopLarge(_) | MatKind::CoopNarrow { .. } | MatKind::CoopExact(_)),
-                _,
-            ) => kind.coop_tiles().map_or_else(Vec::new, |(cm, tiles)| tiles.constants(cm)),
             KernelId::MatMul(MatKind::VecWide { cols, .. }, _) => vec![cols],
+            // The workgroup (four subgroups), the matrix-unit shape and the tiles.
+            KernelId::MatMul(kind, _) => kind.coop_tiles().map_or_else(Vec::new, |(cm, tiles)| tiles.constants(cm)),
             KernelId::FlashAttnTiled(tile) => tile.constants(),
             KernelId::FlashAttnCm(tile) => tile.constants(),
             _ => Vec::new(),
@@ -263,10 +260,7 @@ impl KernelId {
     /// of subgroups per workgroup.
     fn subgroup_size(self) -> Option<u32> {
         match self {
-            KernelId::MatMul(
-                MatKind::Coop(cm) | MatKind::CoopLarge(cm) | MatKind::CoopNarrow { cm, .. } | MatKind::CoopExact(cm),
-                _,
-            ) => Some(cm.subgroup),
+            KernelId::MatMul(kind, _) => kind.coop().map(|cm| cm.subgroup),
             KernelId::FlashAttnCm(tile) => Some(tile.cm.subgroup),
             _ => None,
         }
