@@ -358,9 +358,9 @@ pub const FOLD_MAX_ROWS: usize = 65_536;
 /// column of x staged then serves twice the rows (H200, 32 columns: 2048 -> 6144 in 192
 /// workgroups 28 us against 39 on one block; 2048 rows, 64 workgroups, lost).
 const NARROW_WIDE_MIN_GROUPS: usize = 128;
-/// Fewest workgroups of `mul_mat_cm`'s large tiles for a product to take them (H200, the 2B
-/// shape's 2048 -> 6144 products at 512 tokens, 192 workgroups: 136 us against 170 on the
-/// 64 x 64 tiles; the 2048-row ones, 64 workgroups, ran slower on them).
+/// Fewest workgroups of `mul_mat_cm`'s large tiles for a product to take them: the 2B shape's
+/// 2048 -> 6144 products at 512 tokens make 192 (on the H200 pp512 20,163 against 18,826 tok/s
+/// with them on the large tiles); its 2048-row ones, 64, ran slower on them in a tile sweep.
 const LARGE_MIN_GROUPS: usize = 192;
 /// Columns from which a product takes `mul_mat_cm_narrow` rather than the wide mat-vec kernel.
 pub const NARROW_MIN_COLS: usize = 5;
