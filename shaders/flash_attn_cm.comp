@@ -5,7 +5,8 @@
 // run-time length). Push constants and bindings are flash_attn.comp's.
 //
 // A workgroup of four subgroups takes a tile of 4 x R queries of one head (R = the matrix
-// units' rows), each subgroup R of them; per step of BC kv rows, staged in shared memory as f16:
+// units' rows), each subgroup R of them; per step of BC kv rows, staged in shared memory as f16
+// (loaded into registers during the previous step):
 //   S = Q K^T (R x BC per subgroup; Q, pre-scaled by scale * log2 e, held as A fragments for
 //   the whole pass), stored to shared memory; the online softmax by rows, LPR lanes to a row:
 //   the row maximum m, P = exp2(S - m) (f16, to shared memory), the running sum; the rescale
@@ -73,17 +74,37 @@ vec4 kv4(bool is_k, bool aligned, uint at, uint n) {
     return r;
 }
 
-// kv rows j0.. of the head's K and V into the tiles as f16, zeros past `rows` and past hd.
-void load_kv(uint kb, uint vb, uint j0, uint rows, uint hd, bool aligned) {
-    for (uint e = gl_LocalInvocationID.x; e < BC * DM / 4u; e += THREADS) {
+// A step's K and V rows as this thread loads them: vec4 e = tid + i * THREADS of the BC x DM
+// tile is kv_k[i] / kv_v[i]. Loaded a step ahead (f32, as in memory) and stored to the tiles as
+// f16 only after that step's products: the loads' latency is hidden behind them, which decides
+// the speed where a GPU has a workgroup or two per multiprocessor (a 512-token text chunk).
+const uint KV_VEC4 = BC * DM / 4u;
+const uint KV_LOADS = (KV_VEC4 + THREADS - 1u) / THREADS;
+vec4 kv_k[KV_LOADS];
+vec4 kv_v[KV_LOADS];
+
+// Issues the loads of kv rows j0.. of the head's K and V: zeros past `rows` and past hd.
+void fetch_kv(uint kb, uint vb, uint j0, uint rows, uint hd, bool aligned) {
+    [[unroll]] for (uint i = 0u; i < KV_LOADS; i++) {
+        uint e = gl_LocalInvocationID.x + i * THREADS;
         uint r = e / (DM / 4u);
         uint c = 4u * (e % (DM / 4u));
-        bool real = r < rows && c < hd;
+        bool real = e < KV_VEC4 && r < rows && c < hd;
         uint n = real ? hd - c : 0u;
-        vec4 kv = real ? kv4(true, aligned, kb + (j0 + r) * p.k_nb2 + c, n) : vec4(0.0);
-        vec4 vv = real ? kv4(false, aligned, vb + (j0 + r) * p.v_nb2 + c, n) : vec4(0.0);
-        k_tile[r * LDK4 + c / 4u] = f16vec4(kv);
-        v_tile[r * LDK4 + c / 4u] = f16vec4(vv);
+        kv_k[i] = real ? kv4(true, aligned, kb + (j0 + r) * p.k_nb2 + c, n) : vec4(0.0);
+        kv_v[i] = real ? kv4(false, aligned, vb + (j0 + r) * p.v_nb2 + c, n) : vec4(0.0);
+    }
+}
+
+// The fetched rows into the tiles as f16.
+void store_kv() {
+    [[unroll]] for (uint i = 0u; i < KV_LOADS; i++) {
+        uint e = gl_LocalInvocationID.x + i * THREADS;
+        if (e < KV_VEC4) {
+            uint at = (e / (DM / 4u)) * LDK4 + e % (DM / 4u);
+            k_tile[at] = f16vec4(kv_k[i]);
+            v_tile[at] = f16vec4(kv_v[i]);
+        }
     }
 }
 
@@ -164,8 +185,12 @@ void main() {
         float m = NEG;
         float l = 0.0; // this lane's part of its row's sum
         // The tile's chunks of kv rows (alike in every thread, so the loop is uniform across
-        // the workgroup).
-        for (uvec2 chunk = next_chunk(0u, BC); chunk.y > 0u; chunk = next_chunk(chunk.x + chunk.y, BC)) {
+        // the workgroup), each one's loads issued during the previous one's products.
+        uvec2 chunk = next_chunk(0u, BC);
+        if (chunk.y > 0u) {
+            fetch_kv(kb, vb, chunk.x, chunk.y, hd, kv_aligned);
+        }
+        while (chunk.y > 0u) {
             uint j0 = chunk.x;
             // This query's columns of the chunk: the chunk's own rows (its tail of BC may hold
             // rows of the next span, which the next chunk takes) that the query sees.
@@ -173,8 +198,12 @@ void main() {
             uint hi = min(lim, j0 + chunk.y);
             // Everyone is past the previous step's reads of the tiles.
             barrier();
-            load_kv(kb, vb, j0, chunk.y, hd, kv_aligned);
+            store_kv();
             barrier();
+            chunk = next_chunk(j0 + chunk.y, BC);
+            if (chunk.y > 0u) {
+                fetch_kv(kb, vb, chunk.x, chunk.y, hd, kv_aligned);
+            }
             // S = Q K^T, to shared memory.
             [[unroll]] for (uint j = 0u; j < BC / R; j++) {
                 coopmat<float, gl_ScopeSubgroup, R, R, gl_MatrixUseAccumulator> s =
