@@ -82,7 +82,8 @@ fn help() -> String {
                  the device has VK_KHR_pipeline_executable_properties. HRX_VK_CM_TILES=SG_M,SG_N,\n\
                  BK,DEPTH[,PROBE] sets the cooperative-matrix product's tiles for measuring others;\n\
                  PROBE 1 leaves out its products and 2 its staging (wrong results: timing only);\n\
-                 HRX_VK_CM_NARROW, in the same form, the narrow tiles' (SG_M x SG_N per workgroup).\n\
+                 HRX_VK_CM_LARGE, in the same form, the large tiles' (for many rows and columns);\n\
+                 HRX_VK_CM_NARROW the narrow tiles' (SG_M x SG_N per workgroup).\n\
                  \n\
                  example: hrx bench -m Qwen3-VL-2B-Instruct-Q4_K_M.gguf -p 512 -n 128 --json",
     }

@@ -109,14 +109,21 @@ impl Tiles {
     /// of 16 x 16 blocks, 128 x 128 per workgroup), slices half as deep (two matrix-unit K)
     /// and one in flight, so that both buffers fit 48 KiB (45 KiB at 16 x 16 x 16). On the H200
     /// with the 2B shape's 2048 -> 6144 products on them: pp512 20,163 against 18,826 tok/s.
+    /// HRX_VK_CM_LARGE=SG_M,SG_N,BK,DEPTH[,PROBE] sets them instead, as HRX_VK_CM_TILES does
+    /// `fast`'s. Measured with it on the H200 (`hrx bench --kernels -p 512`): two or three
+    /// slices in flight, slices of 16 (two or four in flight) and workgroup tiles of 64 x 128 or
+    /// 128 x 64 were all slower at 2048 -> 6144 (172-238 us and 183-194 us against 117; pp512
+    /// 16,139-19,809 against 20,133 tok/s).
     pub fn large(cm: CoopMat) -> Tiles {
-        Tiles {
+        let default = Tiles {
             sg_m: (4 * cm.shape.m).max(cm.subgroup),
             sg_n: (4 * cm.shape.n).max(cm.subgroup),
             bk: (2 * cm.shape.k).max(16),
             depth: 1,
             ..Tiles::fast(cm)
-        }
+        };
+        static OVERRIDE: std::sync::OnceLock<Option<[u32; 5]>> = std::sync::OnceLock::new();
+        default.overridden(cm, LARGE_TILES_VAR, *OVERRIDE.get_or_init(|| tiles_override(LARGE_TILES_VAR)))
     }
 
     /// These tiles with `values` (SG_M, SG_N, BK, DEPTH, PROBE, read from `var`) instead, where
@@ -231,8 +238,10 @@ impl Tiles {
     }
 }
 
-/// The variables that set `Tiles::fast`'s and `Tiles::narrow`'s tiles, for measuring others.
+/// The variables that set `Tiles::fast`'s, `Tiles::large`'s and `Tiles::narrow`'s tiles, for
+/// measuring others.
 const FAST_TILES_VAR: &str = "HRX_VK_CM_TILES";
+const LARGE_TILES_VAR: &str = "HRX_VK_CM_LARGE";
 const NARROW_TILES_VAR: &str = "HRX_VK_CM_NARROW";
 
 /// `var` as SG_M,SG_N,BK,DEPTH[,PROBE] (a malformed value is warned about and unset).
