@@ -104,6 +104,22 @@ pub struct AttnCoop {
 /// 5.2 to 6.2 ms a layer (448x448: 0.21 to 0.20 ms); 32 with that saving, no faster than now.
 const CM_KV_ROWS: u32 = 32;
 
+/// `flash_attn_cm`'s kv rows per step: CM_KV_ROWS, or with HRX_VK_ATTN_CM_ROWS=16|32|64 (a
+/// tuning probe, as HRX_VK_CM_TILES; read once, a bad value warned about and unset) that.
+fn cm_kv_rows() -> u32 {
+    static ROWS: std::sync::OnceLock<u32> = std::sync::OnceLock::new();
+    *ROWS.get_or_init(|| {
+        let Ok(v) = std::env::var("HRX_VK_ATTN_CM_ROWS") else { return CM_KV_ROWS };
+        match v.trim().parse::<u32>() {
+            Ok(n) if matches!(n, 16 | 32 | 64) => n,
+            _ => {
+                log::warn!("HRX_VK_ATTN_CM_ROWS={v:?}: expected 16, 32 or 64; unset");
+                CM_KV_ROWS
+            }
+        }
+    })
+}
+
 impl AttnCoop {
     /// The tile for heads of `head_dim` values on `cm`, where the kernel is written for it: a
     /// square shape (queries, kv rows and head values in blocks of one side), subgroups of at
@@ -127,13 +143,13 @@ impl AttnCoop {
     /// subgroup's scores (f32, rows of BC + 4), probabilities (f16, rows of BC + 8) and factor
     /// matrix (f32, R x R), and the tile's kv spans (u32, 4R x 2 and a count).
     pub fn shared_bytes(self) -> u32 {
-        let (r, bc, dm) = (self.cm.shape.m, CM_KV_ROWS, self.class.max_head_dim() as u32);
+        let (r, bc, dm) = (self.cm.shape.m, cm_kv_rows(), self.class.max_head_dim() as u32);
         2 * bc * (dm + 8) * 2 + 4 * r * ((bc + 4) * 4 + (bc + 8) * 2 + r * 4) + 4 * (4 * r * 2 + 1)
     }
 
     /// The kernel's specialization constants: threads, R, BC, DM.
     pub fn constants(self) -> Vec<u32> {
-        vec![4 * self.cm.subgroup, self.cm.shape.m, CM_KV_ROWS, self.class.max_head_dim() as u32]
+        vec![4 * self.cm.subgroup, self.cm.shape.m, cm_kv_rows(), self.class.max_head_dim() as u32]
     }
 }
 
