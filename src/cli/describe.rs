@@ -8,7 +8,6 @@ use super::registry::{default_model_files, ModelSettings};
 use super::{CliError, Command};
 use crate::backend::Backend;
 use crate::cli::args::Args;
-use crate::gguf::GgufFile;
 use crate::image::{self, Limits};
 use crate::json::Json;
 use crate::model::TextParams;
@@ -16,7 +15,7 @@ use crate::runtime::batch::{default_sequences, kv_bytes_per_sequence, most_seque
 use crate::runtime::describe::{Describer, ImageOptions};
 use crate::runtime::generate::GenerateConfig;
 use crate::runtime::progress::Notice;
-use crate::runtime::text_model::TextOptions;
+use crate::runtime::text_model::{TextFile, TextOptions};
 use crate::runtime::RuntimeError;
 use std::io::Write;
 use std::path::{Path, PathBuf};
@@ -126,7 +125,8 @@ impl DescriberFlags {
     }
 
     pub fn load(&self) -> Result<Describer, CliError> {
-        self.load_on(&Backend::open(self.text.device, self.text.kernels))
+        let file = TextFile::open(&self.model)?;
+        self.load_on(file, &Backend::open(self.text.device, self.text.kernels))
     }
 
     /// Loads with `batch` sequences decoded together (None: the default for the device's
@@ -134,8 +134,9 @@ impl DescriberFlags {
     /// batch whose KV caches the device's memory cannot hold beside the model files is refused
     /// naming `flag` (`--batch`, `--parallel`).
     pub fn load_batched(&mut self, batch: Option<usize>, flag: &Flag) -> Result<(Describer, usize), CliError> {
+        let file = TextFile::open(&self.model)?;
         let backend = Backend::open(self.text.device, self.text.kernels);
-        let params = TextParams::from_gguf(&GgufFile::open(&self.model)?).map_err(RuntimeError::from)?;
+        let params = TextParams::from_gguf(file.gguf()).map_err(RuntimeError::from)?;
         let size = |path: &Path| std::fs::metadata(path).map_or(0, |m| m.len());
         let weights = size(&self.model) + size(&self.mmproj);
         let memory = backend.memory_bytes();
@@ -156,11 +157,11 @@ impl DescriberFlags {
             (Some(n), _) => n,
         };
         self.text = self.text.with_sequences(n_seq);
-        Ok((self.load_on(&backend)?, n_seq))
+        Ok((self.load_on(file, &backend)?, n_seq))
     }
 
-    fn load_on(&self, backend: &Backend) -> Result<Describer, CliError> {
-        let mut d = Describer::load_on(&self.model, &self.mmproj, self.text, self.images.clone(), backend)?;
+    fn load_on(&self, file: TextFile, backend: &Backend) -> Result<Describer, CliError> {
+        let mut d = Describer::load_file_on(file, &self.mmproj, self.text, self.images.clone(), backend)?;
         if let Some(n) = self.threads {
             d.set_threads(n);
         }

@@ -5,7 +5,7 @@ use super::chat::{self, Content, Message};
 use super::generate::{generate, Delta, GenerateConfig, Generation};
 use super::progress::Notice;
 use super::session::{PromptPiece, Session};
-use super::text_model::{TextModel, TextOptions};
+use super::text_model::{TextFile, TextModel, TextOptions};
 use super::vision_model::{ImageRows, VisionModel};
 use super::RuntimeError;
 use crate::backend::Backend;
@@ -108,14 +108,16 @@ pub struct Describer {
 }
 
 impl Describer {
-    /// Loads both models on the backend `text.device` chooses.
+    /// Loads both models on the backend `text.device` chooses (the text model's file opened
+    /// first: [`TextFile`]).
     pub fn load(
         model: &Path,
         mmproj: &Path,
         text: TextOptions,
         images: ImageOptions,
     ) -> Result<Describer, RuntimeError> {
-        Self::load_on(model, mmproj, text, images, &Backend::open(text.device, text.kernels))
+        let file = TextFile::open(model)?;
+        Self::load_file_on(file, mmproj, text, images, &Backend::open(text.device, text.kernels))
     }
 
     /// Loads both models on `backend` (one device for both).
@@ -126,6 +128,18 @@ impl Describer {
         images: ImageOptions,
         backend: &Backend,
     ) -> Result<Describer, RuntimeError> {
+        Self::load_file_on(TextFile::open(model)?, mmproj, text, images, backend)
+    }
+
+    /// [`load_on`](Self::load_on) with the text model's file already open.
+    pub fn load_file_on(
+        model: TextFile,
+        mmproj: &Path,
+        text: TextOptions,
+        images: ImageOptions,
+        backend: &Backend,
+    ) -> Result<Describer, RuntimeError> {
+        let model_path = model.path().to_owned();
         if images.min_pixels > images.max_pixels || images.max_pixels == 0 {
             return Err(RuntimeError::Usage(format!(
                 "the image pixel budget {}..{} is empty",
@@ -146,7 +160,7 @@ impl Describer {
                 Ok::<_, RuntimeError>((vision, patch, max_patches))
             });
             let t0 = std::time::Instant::now();
-            let text_model = TextModel::load_on(model, text, backend);
+            let text_model = TextModel::load_file_on(model, text, backend);
             log::debug!("text model loaded in {:.3} s", t0.elapsed().as_secs_f64());
             let vision = vision
                 .join()
@@ -175,7 +189,7 @@ impl Describer {
                 message: format!(
                     "{} values per image token, {} takes {}: the projector does not belong to this model",
                     vision.params().wide_width(),
-                    model.display(),
+                    model_path.display(),
                     text_model.params().wide_width()
                 ),
             }));

@@ -9,9 +9,10 @@ use crate::hrx::{Plan, Registry};
 use crate::model::text::{self, TextGraph, TextShape};
 use crate::model::{ModelError, TextParams};
 use crate::quant;
-use crate::tokenizer::Tokenizer;
-use std::path::Path;
+use crate::tokenizer::{Tokenizer, TokenizerError};
+use std::path::{Path, PathBuf};
 use std::sync::Arc;
+use std::thread::JoinHandle;
 
 /// Run-time options of the text model.
 #[derive(Clone, Copy, Debug)]
@@ -230,44 +231,75 @@ fn build_graphs(params: &TextParams, options: &TextOptions) -> Result<Vec<TextGr
 /// Prompts of at least this many tokens have their input rows made on several threads.
 const PARALLEL_ROWS: usize = 64;
 
+/// A text model's GGUF file, its header read, and its tokenizer (Qwen's 151,646 tokens and
+/// merges: 0.19 s on the H200's host) being made on a thread of its own meanwhile. Opened before
+/// the device (0.15 s there), so that the tokenizer is ready by the time the weights are up
+/// rather than last.
+pub struct TextFile {
+    path: PathBuf,
+    file: Arc<GgufFile>,
+    tokenizer: JoinHandle<Result<Tokenizer, TokenizerError>>,
+}
+
+impl TextFile {
+    pub fn open(path: &Path) -> Result<TextFile, RuntimeError> {
+        let t0 = std::time::Instant::now();
+        let file = Arc::new(GgufFile::open(path)?);
+        log::debug!("{}: GGUF header read in {:.3} s", path.display(), t0.elapsed().as_secs_f64());
+        let tokenizer = {
+            let file = Arc::clone(&file);
+            std::thread::spawn(move || {
+                let t0 = std::time::Instant::now();
+                let made = Tokenizer::from_gguf(&file);
+                log::debug!("tokenizer made in {:.3} s", t0.elapsed().as_secs_f64());
+                made
+            })
+        };
+        Ok(TextFile { path: path.to_owned(), file, tokenizer })
+    }
+
+    pub fn path(&self) -> &Path {
+        &self.path
+    }
+
+    pub fn gguf(&self) -> &GgufFile {
+        &self.file
+    }
+}
+
 impl TextModel {
     /// Loads on the backend `options.device` chooses.
     pub fn load(path: &Path, options: TextOptions) -> Result<TextModel, RuntimeError> {
-        Self::load_on(path, options, &Backend::open(options.device, options.kernels))
+        let file = TextFile::open(path)?;
+        Self::load_file_on(file, options, &Backend::open(options.device, options.kernels))
     }
 
     /// Loads on `backend`: plans for its registry, binds (uploads) the weights once.
     pub fn load_on(path: &Path, options: TextOptions, backend: &Backend) -> Result<TextModel, RuntimeError> {
-        let t0 = std::time::Instant::now();
-        let file = Arc::new(GgufFile::open(path)?);
-        log::debug!("{}: GGUF header read in {:.3} s", path.display(), t0.elapsed().as_secs_f64());
+        Self::load_file_on(TextFile::open(path)?, options, backend)
+    }
+
+    /// [`load_on`](Self::load_on) with the file already open.
+    pub fn load_file_on(text: TextFile, options: TextOptions, backend: &Backend) -> Result<TextModel, RuntimeError> {
+        let TextFile { path, file, tokenizer } = text;
         let params = TextParams::from_gguf(&file)?;
         if options.chunk == 0 || options.n_ctx == 0 || options.n_seq == 0 {
             return Err(RuntimeError::Usage("context, sequence and chunk counts must be at least 1".into()));
         }
         let graphs = build_graphs(&params, &options)?;
         let plain: Vec<_> = graphs.iter().map(|g| g.graph.clone()).collect();
-        // The tokenizer (Qwen's 151,646 tokens and merges: a tenth of a second or more) is made
-        // on a thread of its own while the weights go up; its error, if any, is the one reported.
-        let (tokenizer, loaded) = std::thread::scope(|s| {
-            let tokenizer = s.spawn(|| {
-                let t0 = std::time::Instant::now();
-                let made = Tokenizer::from_gguf(&file);
-                log::debug!("tokenizer made in {:.3} s", t0.elapsed().as_secs_f64());
-                made
-            });
-            let loaded = loader::load(&plain, backend, &[Arc::clone(&file)]);
-            (tokenizer.join(), loaded)
-        });
+        let loaded = loader::load(&plain, backend, &[Arc::clone(&file)]);
+        // The tokenizer's error, if any, is the one reported.
         let tokenizer = tokenizer
+            .join()
             .map_err(|_| RuntimeError::Usage("the thread making the tokenizer failed".into()))?
-            .map_err(|source| RuntimeError::Tokenizer { file: path.to_owned(), source })?;
+            .map_err(|source| RuntimeError::Tokenizer { file: path.clone(), source })?;
         let tokenizer = Arc::new(tokenizer);
         let (backend, exec) = loaded?;
         // TextParams checked every tensor the graphs read, the embedding table among them.
         let token_embd = file.tensor(text::TOKEN_EMBD).cloned().ok_or_else(|| {
             RuntimeError::Model(ModelError {
-                file: path.to_owned(),
+                file: path.clone(),
                 what: format!("tensor {:?}", text::TOKEN_EMBD),
                 message: "missing".into(),
             })
