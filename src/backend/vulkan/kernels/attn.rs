@@ -105,19 +105,25 @@ pub struct AttnCoop {
 const CM_KV_ROWS: u32 = 32;
 
 /// `flash_attn_cm`'s kv rows per step: CM_KV_ROWS, or with HRX_VK_ATTN_CM_ROWS=16|32|64 (a
-/// tuning probe, as HRX_VK_CM_TILES; read once, a bad value warned about and unset) that.
+/// tuning probe, as HRX_VK_CM_TILES) that.
 fn cm_kv_rows() -> u32 {
     static ROWS: std::sync::OnceLock<u32> = std::sync::OnceLock::new();
     *ROWS.get_or_init(|| {
-        let Ok(v) = std::env::var("HRX_VK_ATTN_CM_ROWS") else { return CM_KV_ROWS };
-        match v.trim().parse::<u32>() {
-            Ok(n) if matches!(n, 16 | 32 | 64) => n,
-            _ => {
-                log::warn!("HRX_VK_ATTN_CM_ROWS={v:?}: expected 16, 32 or 64; unset");
-                CM_KV_ROWS
-            }
-        }
+        probe("HRX_VK_ATTN_CM_ROWS", CM_KV_ROWS as usize, |n| matches!(n, 16 | 32 | 64), "16, 32 or 64") as u32
     })
+}
+
+/// A tuning probe's value: `var` as a number that `valid` takes, else `default` (read once by
+/// each caller; a bad value warned about, with what `expected` says, and unset).
+fn probe(var: &str, default: usize, valid: impl Fn(usize) -> bool, expected: &str) -> usize {
+    let Ok(v) = std::env::var(var) else { return default };
+    match v.trim().parse::<usize>() {
+        Ok(n) if valid(n) => n,
+        _ => {
+            log::warn!("{var}={v:?}: expected {expected}; unset");
+            default
+        }
+    }
 }
 
 impl AttnCoop {
@@ -164,14 +170,7 @@ const MAX_SPLITS: usize = 64;
 fn max_splits() -> usize {
     static SPLITS: std::sync::OnceLock<usize> = std::sync::OnceLock::new();
     *SPLITS.get_or_init(|| {
-        let Ok(v) = std::env::var("HRX_VK_ATTN_SPLITS") else { return MAX_SPLITS };
-        match v.trim().parse::<usize>() {
-            Ok(n) if (1..=MAX_SPLITS).contains(&n) => n,
-            _ => {
-                log::warn!("HRX_VK_ATTN_SPLITS={v:?}: expected 1 to {MAX_SPLITS}; unset");
-                MAX_SPLITS
-            }
-        }
+        probe("HRX_VK_ATTN_SPLITS", MAX_SPLITS, |n| (1..=MAX_SPLITS).contains(&n), &format!("1 to {MAX_SPLITS}"))
     })
 }
 
