@@ -31,7 +31,10 @@
 // Rows a subgroup takes per step. On the H200 (2B shape, decode after 4,096 tokens) 8, 16 or 32
 // rows with the v rows' loads issued beside the k rows', in a module of one vec4 a lane, were
 // no faster (8: 281.7 against 283.6 tok/s) or slower (16: 237.1, 32: 201.3): resident
-// workgroups, not loads in flight per lane, set this kernel's pace.
+// workgroups, not loads in flight per lane, set this kernel's pace. Nor do the grouped heads'
+// repeated reads of the same rows: a workgroup taking both heads of a kv head (each row read
+// once for them, 100 registers against fewer) was slower there at every depth (tg128 381 against
+// 399, tg64 after 1,024 tokens 317.5 against 328.5, after 4,096 277.5 against 282.2).
 #define AT_ONCE 4u
 // Most splits (kernels/attn.rs MAX_SPLITS): one combine weight each, at most one per thread.
 // 128 (splits of 32 rows after 4,096 tokens) measured slower on the H200: 272.6 against 286.8
