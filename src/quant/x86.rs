@@ -186,10 +186,26 @@ pub(crate) fn float_matmul(dtype: DType, rows: Rows, xs: &[&[f32]], out: &mut [f
 
 // ---------------------------------------------------------------- quantized kernels
 
-/// Per activation row, its quants as arrays of one block (`N` values).
+/// Per activation row, its quants as arrays of one block (`N` values). A loop rather than
+/// `std::array::from_fn`, whose closure, compiled with the caller's target features, is not
+/// inlined into it (x86_bytes.rs's `planes`).
 #[inline(always)]
 fn act_blocks<'a, const N: usize, const R: usize>(acts: &[Q8Row<'a>; R]) -> [&'a [[i16; N]]; R] {
-    std::array::from_fn(|r| acts[r].q.as_chunks::<N>().0)
+    let mut out: [&'a [[i16; N]]; R] = [&[]; R];
+    for (o, a) in out.iter_mut().zip(acts) {
+        *o = a.q.as_chunks::<N>().0;
+    }
+    out
+}
+
+/// Per activation row, its `dsums32` in blocks of 8 (as [`act_blocks`]).
+#[inline(always)]
+pub(super) fn act_dsums<'a, const R: usize>(acts: &[Q8Row<'a>; R]) -> [&'a [[f32; 8]]; R] {
+    let mut out: [&'a [[f32; 8]]; R] = [&[]; R];
+    for (o, a) in out.iter_mut().zip(acts) {
+        *o = a.dsums32.as_chunks::<8>().0;
+    }
+    out
 }
 
 /// Q4_K (144-byte blocks: d, dmin, 12 bytes of 6-bit scales and mins, 128 bytes of nibbles:
@@ -199,7 +215,7 @@ fn act_blocks<'a, const N: usize, const R: usize>(acts: &[Q8Row<'a>; R]) -> [&'a
 fn q4_k<const R: usize>(row: &[u8], acts: &[Q8Row; R]) -> [f32; R] {
     let blocks = row.as_chunks::<144>().0;
     let q = act_blocks::<256, R>(acts);
-    let dsums: [&[[f32; 8]]; R] = std::array::from_fn(|r| acts[r].dsums32.as_chunks::<8>().0);
+    let dsums = act_dsums(acts);
     let m4 = _mm256_set1_epi8(0x0F);
     let mut facc = [_mm256_setzero_ps(); R];
     for (b, blk) in blocks.iter().enumerate() {

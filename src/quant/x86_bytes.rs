@@ -22,7 +22,7 @@
 use std::arch::x86_64::*;
 
 use super::activation::{Q8Row, SUM_LEN};
-use super::x86::{f16x2, load_f32x8, load_u8x16, load_u8x32, scales_k4, sub};
+use super::x86::{act_dsums, f16x2, load_f32x8, load_u8x16, load_u8x32, scales_k4, sub};
 
 #[inline]
 #[target_feature(enable = "avx512f")]
@@ -48,9 +48,16 @@ fn load_i32x16(a: &[i32; 16]) -> __m512i {
 /// Per activation row, its `lo` and `hi` planes in 64-value chunks.
 type Planes<'a, const R: usize> = ([&'a [[u8; 64]]; R], [&'a [[i8; 64]]; R]);
 
+/// Loops rather than `std::array::from_fn`: its closures, compiled with this module's target
+/// features, are not inlined into it, which made calls per block of every row (13 % of a 2B
+/// decode step, 8-12 % of the small model's; x86.rs's `act_blocks` likewise).
 #[inline(always)]
 fn planes<'a, const R: usize>(acts: &[Q8Row<'a>; R]) -> Planes<'a, R> {
-    (std::array::from_fn(|r| acts[r].lo.as_chunks::<64>().0), std::array::from_fn(|r| acts[r].hi.as_chunks::<64>().0))
+    let (mut lo, mut hi): Planes<'a, R> = ([&[]; R], [&[]; R]);
+    for ((lo, hi), a) in lo.iter_mut().zip(&mut hi).zip(acts) {
+        (*lo, *hi) = (a.lo.as_chunks::<64>().0, a.hi.as_chunks::<64>().0);
+    }
+    (lo, hi)
 }
 
 /// `acc + Σ pairs of a · b` per i32 lane, as one `vpdpwssd`. LLVM's generic tuning splits
@@ -88,13 +95,15 @@ fn pair_sums(w: __m512i, lo: &[u8; 64], hi: &[i8; 64]) -> (__m512i, __m512i) {
 pub(super) fn q4_k<const R: usize>(row: &[u8], acts: &[Q8Row; R]) -> [f32; R] {
     let blocks = row.as_chunks::<144>().0;
     let (lo, hi) = planes(acts);
-    let dsums: [&[[f32; 8]]; R] = std::array::from_fn(|r| acts[r].dsums32.as_chunks::<8>().0);
+    let dsums = act_dsums(acts);
     let m4 = _mm512_set1_epi8(0x0F);
     // Per chunk j, the byte shuffle that puts scale 2j in 128-bit lanes 0 and 1 (the low
-    // nibbles) and 2j + 1 in lanes 2 and 3.
-    let pick = |i: usize| (2 * i as i16) | (2 * i as i16 + 1) << 8;
-    let picks: [__m512i; 4] =
-        std::array::from_fn(|j| _mm512_mask_set1_epi16(_mm512_set1_epi16(pick(2 * j)), 0xFFFF_0000, pick(2 * j + 1)));
+    // nibbles) and 2j + 1 in lanes 2 and 3: the i16 picking bytes 2i and 2i + 1, scale i's.
+    let mut picks = [_mm512_setzero_si512(); 4];
+    for (j, pick) in picks.iter_mut().enumerate() {
+        let (low, high) = ((4 * j as i16) | (4 * j as i16 + 1) << 8, (4 * j as i16 + 2) | (4 * j as i16 + 3) << 8);
+        *pick = _mm512_mask_set1_epi16(_mm512_set1_epi16(low), 0xFFFF_0000, high);
+    }
     let mut facc = [_mm512_setzero_ps(); R];
     let mut macc = [_mm256_setzero_ps(); R];
     for (b, blk) in blocks.iter().enumerate() {
@@ -102,8 +111,6 @@ pub(super) fn q4_k<const R: usize>(row: &[u8], acts: &[Q8Row; R]) -> [f32; R] {
         let (sc, mn) = scales_k4(sub(blk, 4));
         // The eight scales, an i16 each, in every 128-bit lane.
         let scales = _mm512_broadcast_i32x4(_mm_cvtepu8_epi16(_mm_cvtsi64_si128(i64::from_le_bytes(sc))));
-        let block_lo: [&[[u8; 64]]; R] = std::array::from_fn(|r| &lo[r][4 * b..4 * b + 4]);
-        let block_hi: [&[[i8; 64]]; R] = std::array::from_fn(|r| &hi[r][4 * b..4 * b + 4]);
         let mut iacc = [[_mm512_setzero_si512(); 2]; R];
         for (j, &pick) in picks.iter().enumerate() {
             // The 32 bytes in both halves, the upper one shifted: low nibbles, then high.
@@ -111,7 +118,7 @@ pub(super) fn q4_k<const R: usize>(row: &[u8], acts: &[Q8Row; R]) -> [f32; R] {
             let w = _mm512_and_si512(_mm512_mask_srli_epi16::<4>(v, 0xFFFF_0000, v), m4);
             let s = _mm512_shuffle_epi8(scales, pick);
             for r in 0..R {
-                let (pl, ph) = pair_sums(w, &block_lo[r][j], &block_hi[r][j]);
+                let (pl, ph) = pair_sums(w, &lo[r][4 * b + j], &hi[r][4 * b + j]);
                 iacc[r][0] = dpwssd(iacc[r][0], pl, s);
                 iacc[r][1] = dpwssd(iacc[r][1], ph, s);
             }
@@ -163,25 +170,29 @@ fn q6_k_chunks(blk: &[u8; 210], h: usize) -> [__m512i; 2] {
 pub(super) fn q6_k<const R: usize>(row: &[u8], acts: &[Q8Row; R]) -> [f32; R] {
     let blocks = row.as_chunks::<210>().0;
     let (lo, hi) = planes(acts);
-    let sums: [&[[i32; 16]]; R] = std::array::from_fn(|r| acts[r].sums.as_chunks::<{ 256 / SUM_LEN }>().0);
+    let mut sums: [&[[i32; 16]]; R] = [&[]; R];
+    for (s, a) in sums.iter_mut().zip(acts) {
+        *s = a.sums.as_chunks::<{ 256 / SUM_LEN }>().0;
+    }
     // Per chunk q, the word permutation that puts sub-block 4q + l's scale in 128-bit lane l.
     const LANE: i64 = 0x0001_0001_0001_0001;
     let lanes = _mm512_set_epi64(3 * LANE, 3 * LANE, 2 * LANE, 2 * LANE, LANE, LANE, 0, 0);
-    let picks: [__m512i; 4] = std::array::from_fn(|q| _mm512_add_epi16(_mm512_set1_epi16(4 * q as i16), lanes));
+    let mut picks = [_mm512_setzero_si512(); 4];
+    for (q, pick) in picks.iter_mut().enumerate() {
+        *pick = _mm512_add_epi16(_mm512_set1_epi16(4 * q as i16), lanes);
+    }
     let mut facc = [_mm512_setzero_ps(); R];
     for (b, blk) in blocks.iter().enumerate() {
         let (d, _) = f16x2(&[blk[208], blk[209], 0, 0]);
         let scale_bytes = load_u8x16(sub(blk, 192));
         let scales = _mm512_castsi256_si512(_mm256_cvtepi8_epi16(scale_bytes));
         let mut iacc = [[_mm512_setzero_si512(); 2]; R];
-        let block_lo: [&[[u8; 64]]; R] = std::array::from_fn(|r| &lo[r][4 * b..4 * b + 4]);
-        let block_hi: [&[[i8; 64]]; R] = std::array::from_fn(|r| &hi[r][4 * b..4 * b + 4]);
         for h in 0..2 {
             for (c, w) in q6_k_chunks(blk, h).into_iter().enumerate() {
                 let q = 2 * h + c;
                 let s = _mm512_permutexvar_epi16(picks[q], scales);
                 for r in 0..R {
-                    let (pl, ph) = pair_sums(w, &block_lo[r][q], &block_hi[r][q]);
+                    let (pl, ph) = pair_sums(w, &lo[r][4 * b + q], &hi[r][4 * b + q]);
                     iacc[r][0] = dpwssd(iacc[r][0], pl, s);
                     iacc[r][1] = dpwssd(iacc[r][1], ph, s);
                 }
