@@ -474,6 +474,31 @@ fn matmul_matches_the_scalar_kernels_at_every_simd_level() {
     }
 }
 
+#[test]
+fn activation_rows_quantized_in_ranges_and_appended_equal_the_whole() {
+    // The CPU backend quantizes a prompt's rows a range per thread and appends the ranges.
+    let mut rng = Rng(11);
+    for dtype in [DType::F32, DType::Q8_0, DType::Q4K, DType::Q6K] {
+        let (n, k, m) = (5, 512, 19);
+        let rows: Vec<u8> = (0..n).flat_map(|_| test_row(dtype, k / dtype.block_len(), &mut rng)).collect();
+        let x = rng.weights(m * k);
+        let whole = quantize_activations(dtype, &x, k).unwrap();
+        let mut parts = quantize_activations(dtype, &x[..7 * k], k).unwrap();
+        parts.append(quantize_activations(dtype, &x[7 * k..], k).unwrap()).unwrap();
+        assert_eq!((parts.rows(), parts.row_len()), (m, k), "{dtype}");
+        let (mut a, mut b) = (vec![0f32; m * n], vec![0f32; m * n]);
+        whole.matmul(dtype, &rows, n, &mut a).unwrap();
+        parts.matmul(dtype, &rows, n, &mut b).unwrap();
+        let bits = |v: &[f32]| v.iter().map(|x| x.to_bits()).collect::<Vec<_>>();
+        assert_eq!(bits(&a), bits(&b), "{dtype}");
+        // Rows of another length or for another family of weights are refused.
+        let mut other = quantize_activations(dtype, &x[..k], k).unwrap();
+        assert!(other.append(quantize_activations(dtype, &x[..2 * k], 2 * k).unwrap()).is_err(), "{dtype}");
+        let family = if dtype == DType::F32 { DType::Q4K } else { DType::F32 };
+        assert!(other.append(quantize_activations(family, &x[..k], k).unwrap()).is_err(), "{dtype}");
+    }
+}
+
 /// Where a format keeps its f16 scales: (d offset, dmin or m offset) in a block.
 fn scale_offsets(dtype: DType) -> Vec<usize> {
     match dtype {

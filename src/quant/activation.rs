@@ -167,6 +167,35 @@ impl ActivationRows {
         self.k
     }
 
+    /// Adds `more`'s rows after these (both made by [`quantize_activations`] for the same row
+    /// dtype and length, e.g. ranges of one matrix's rows quantized on several threads).
+    pub fn append(&mut self, more: ActivationRows) -> Result<(), QuantError> {
+        if more.dtype != self.dtype {
+            return Err(QuantError::ActivationKind { row: more.dtype, activation: self.dtype });
+        }
+        if more.k != self.k {
+            return Err(QuantError::PartialRow { values: more.k, row_len: self.k });
+        }
+        match (&mut self.repr, more.repr) {
+            (Repr::F32(x), Repr::F32(y)) => x.extend(y),
+            (
+                Repr::Q8 { d, q, sums, dsums32, lo, hi },
+                Repr::Q8 { d: d2, q: q2, sums: s2, dsums32: ds2, lo: l2, hi: h2 },
+            ) => {
+                d.extend(d2);
+                q.extend(q2);
+                sums.extend(s2);
+                dsums32.extend(ds2);
+                lo.extend(l2);
+                hi.extend(h2);
+            }
+            // The dtype names the form: F32 holds F32 rows, the others Q8.
+            _ => return Err(QuantError::ActivationKind { row: more.dtype, activation: self.dtype }),
+        }
+        self.m += more.m;
+        Ok(())
+    }
+
     /// `out[i * n + j] = Σ row_j · x_i`: each of the `n` weight rows stored back to back in
     /// `weights` dotted with every activation row (a row-major `[m, n]` result), as
     /// [`vec_dot_quantized`] computes each, with the fastest kernels this CPU runs.

@@ -79,11 +79,47 @@ fn matmul(w: &In, x: &In, out: &mut Out, threads: usize) -> Option<Result<(), Ke
     }
     // Each activation row is quantized once (16-bit blocks) for formats with an integer dot
     // product; float weights dot the f32 rows directly.
-    let acts = match quant::quantize_activations(dtype, &xs, k) {
+    let acts = match quantize_rows(dtype, &xs, k, threads) {
         Ok(a) => a,
         Err(e) => return Some(Err(KernelError::Quant(e))),
     };
     Some(par_matmul(&acts, dtype, weights, n_out, data, threads).map_err(KernelError::Quant))
+}
+
+/// The rows of `xs` (`k` > 0 values each) prepared for `dtype` weight rows, a range of rows
+/// per thread where there are enough of them (a prompt's: quantizing them on one thread took
+/// a tenth of a small model's prefill).
+fn quantize_rows(
+    dtype: DType,
+    xs: &[f32],
+    k: usize,
+    threads: usize,
+) -> Result<quant::ActivationRows, quant::QuantError> {
+    // Fewer rows go on one thread: a decode step's one row, a few sequences' rows.
+    const MIN_ROWS_PER_THREAD: usize = 8;
+    let m = xs.len() / k;
+    let threads = threads.min(m / MIN_ROWS_PER_THREAD);
+    if threads < 2 {
+        return quant::quantize_activations(dtype, xs, k);
+    }
+    let ranges: Vec<&[f32]> = xs.chunks(m.div_ceil(threads) * k).collect();
+    let parts: Vec<Mutex<Option<_>>> = ranges.iter().map(|_| Mutex::new(None)).collect();
+    par_items(threads, ranges.iter().zip(&parts), |(x, part)| {
+        *part.lock().unwrap_or_else(PoisonError::into_inner) = Some(quant::quantize_activations(dtype, x, k));
+    });
+    let mut parts = parts.into_iter().map(|p| p.into_inner().unwrap_or_else(PoisonError::into_inner));
+    let mut all = match parts.next().flatten() {
+        Some(first) => first?,
+        None => return quant::quantize_activations(dtype, xs, k),
+    };
+    for part in parts {
+        match part {
+            Some(rows) => all.append(rows?)?,
+            // Every range was handed out: par_items returns when none is left.
+            None => return quant::quantize_activations(dtype, xs, k),
+        }
+    }
+    Ok(all)
 }
 
 /// `data[i * rows.len() + j] = rows[j] · act i`, the weight rows split into ranges handed
