@@ -21,7 +21,9 @@
 //! pack into one register of i16 (`vpackssdw`, exact), and one `vpdpwssd` scales them: three
 //! multiplying instructions per chunk and plane pair where the pair sums take four (2B decode
 //! on one thread 14.97 against 14.17 tokens/s, four alternating runs). Q6_K's `lo` plane sums
-//! (4 · 255 · 63) would not fit i16.
+//! (4 · 255 · 63) would not fit i16; with the values (-32..31) on that plane, the stored quants
+//! on the other and the offset taken off through per-16 sums of `hi`, it measured no faster
+//! (14.33 against 14.66 tokens/s, four alternating runs).
 //!
 //! Memory is read through array references only, as in x86.rs; every function here is
 //! `#[target_feature]` and called only under [`Simd::Avx512`](super::Simd::Avx512).
