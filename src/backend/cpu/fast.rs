@@ -58,13 +58,21 @@ fn matmul(w: &In, x: &In, out: &mut Out, threads: usize) -> Option<Result<(), Ke
         return None;
     }
     let m = out.n_rows();
-    // Gather activations as contiguous f32 rows once.
-    let mut xs = Vec::with_capacity(m * k);
-    let mut buf = Vec::new();
-    for i in 0..m {
-        let (i1, i2, i3) = super::tensor::row_coords(i, &x.ne);
-        xs.extend_from_slice(x.row_f32(i1, i2, i3, &mut buf));
-    }
+    // The activations as contiguous f32 rows: borrowed where they are, else gathered once.
+    let gathered: Vec<f32>;
+    let xs = match x.f32_rows().filter(|v| v.len() == m * k) {
+        Some(v) => v,
+        None => {
+            let mut rows = Vec::with_capacity(m * k);
+            let mut buf = Vec::new();
+            for i in 0..m {
+                let (i1, i2, i3) = super::tensor::row_coords(i, &x.ne);
+                rows.extend_from_slice(x.row_f32(i1, i2, i3, &mut buf));
+            }
+            gathered = rows;
+            &gathered
+        }
+    };
     // The weight rows, back to back.
     let dtype = w.dtype;
     let row_bytes = dtype.row_bytes(k as u64)? as usize;
@@ -79,7 +87,7 @@ fn matmul(w: &In, x: &In, out: &mut Out, threads: usize) -> Option<Result<(), Ke
     }
     // Each activation row is quantized once (16-bit blocks) for formats with an integer dot
     // product; float weights dot the f32 rows directly.
-    let acts = match quantize_rows(dtype, &xs, k, threads) {
+    let acts = match quantize_rows(dtype, xs, k, threads) {
         Ok(a) => a,
         Err(e) => return Some(Err(KernelError::Quant(e))),
     };

@@ -69,6 +69,20 @@ impl<'a> In<'a> {
         }
     }
 
+    /// All rows, `ne[0]` values each, as one slice when the data is an f32 buffer holding them
+    /// back to back (an axis of length 1 may have any stride: it is never stepped).
+    pub fn f32_rows(&self) -> Option<&'a [f32]> {
+        let Data::F32(v) = self.data else { return None };
+        let mut packed = 4;
+        let back_to_back = (0..4).all(|i| {
+            let ok = self.ne[i] <= 1 || self.nb[i] == packed;
+            packed *= self.ne[i];
+            ok
+        });
+        let start = self.offset / 4;
+        (back_to_back && self.offset.is_multiple_of(4)).then(|| v.get(start..start + packed / 4)).flatten()
+    }
+
     /// The encoded bytes of row (i1, i2, i3) of a weight (any dtype, contiguous row).
     #[inline]
     pub fn row_bytes(&self, i1: usize, i2: usize, i3: usize) -> Option<&'a [u8]> {

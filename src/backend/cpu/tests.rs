@@ -69,8 +69,30 @@ fn matmul_fast_matches_reference_for_every_weight_dtype_and_odd_shapes() {
             let win = In { data: Data::Bytes(&wq), dtype, offset: 0, ne: wne, nb: strides(dtype, wne) };
             let e = compare(&Op::MatMul, &[win, f32_in(&x, [k, m, 1, 1])], [n, m, 1, 1]);
             assert!(e < 1e-7, "{dtype} k={k} n={n} m={m}: nmse {e:.2e}");
+            // Activation rows 8 values apart (a view into wider rows): gathered, not borrowed.
+            let padded = rng.vec((k + 8) * m);
+            let xin = In { nb: [4, 4 * (k + 8), 4 * (k + 8) * m, 4 * (k + 8) * m], ..f32_in(&padded, [k, m, 1, 1]) };
+            assert!(xin.f32_rows().is_none() || m == 1);
+            let e = compare(&Op::MatMul, &[win, xin], [n, m, 1, 1]);
+            assert!(e < 1e-7, "{dtype} k={k} n={n} m={m}, padded rows: nmse {e:.2e}");
         }
     }
+}
+
+#[test]
+fn f32_rows_borrows_only_rows_back_to_back() {
+    let data: Vec<f32> = (0..48).map(|i| i as f32).collect();
+    let rows = f32_in(&data, [4, 3, 2, 1]);
+    assert_eq!(rows.f32_rows(), Some(&data[..24]));
+    // An axis of length 1 may have any stride; an offset moves the start.
+    let one = In { offset: 8, ne: [4, 1, 3, 1], nb: [4, 999, 16, 48], ..rows };
+    assert_eq!(one.f32_rows(), Some(&data[2..14]));
+    // Padded rows, strided values, running past the data, and non-f32 data are not rows.
+    assert!(In { nb: [4, 20, 60, 120], ..rows }.f32_rows().is_none());
+    assert!(In { nb: [8, 32, 96, 192], ..rows }.f32_rows().is_none());
+    assert!(In { offset: 4 * 30, ..rows }.f32_rows().is_none());
+    let ints = [0i32; 24];
+    assert!(In { data: Data::I32(&ints), ..rows }.f32_rows().is_none());
 }
 
 #[test]
