@@ -21,8 +21,87 @@ pub fn execute(op: &Op, ins: &[In], out: &mut Out, threads: usize) -> Option<Res
         Op::Add => binary(ins.first()?, ins.get(1)?, out, |a, b| a + b),
         Op::Mul => binary(ins.first()?, ins.get(1)?, out, |a, b| a * b),
         Op::SwiGlu => binary(ins.first()?, ins.get(1)?, out, |g, u| silu(g) * u),
+        Op::LayerNorm { eps } => layer_norm(ins.first()?, ins.get(1)?, ins.get(2)?, *eps, out, threads),
+        Op::Gelu(kind) => rows_map(ins.first()?, out, threads, |x| reference::gelu(*kind, x)),
+        Op::Cont => rows_map(ins.first()?, out, threads, |x| x),
         _ => None,
     }
+}
+
+/// Rows per work item of the row-wise ops: enough work to be worth handing out.
+const ROWS_PER_ITEM: usize = 16;
+
+/// `out`'s rows (a plain matrix) with the matching rows of `x` (f32 data, any strides), in
+/// blocks of [`ROWS_PER_ITEM`] over the threads: `f(out row, x row's base element, x's element
+/// stride)`. None where `x` is not an f32 buffer of `out`'s shape that holds every row.
+fn par_rows(
+    x: &In,
+    out: &mut Out,
+    threads: usize,
+    f: impl Fn(&mut [f32], &[f32], usize) + Sync,
+) -> Option<Result<(), KernelError>> {
+    let Data::F32(v) = x.data else { return None };
+    let n = out.ne[0];
+    if !out_is_matrix(out) || x.ne != out.ne || !x.nb[0].is_multiple_of(4) || !x.offset.is_multiple_of(4) {
+        return None;
+    }
+    let step = x.nb[0] / 4;
+    // Every row's base (in elements) with room for its n values.
+    let mut bases = Vec::with_capacity(out.n_rows());
+    for r in 0..out.n_rows() {
+        let (i1, i2, i3) = super::tensor::row_coords(r, &x.ne);
+        let base = x.byte_at([0, i1, i2, i3]) / 4;
+        if n > 0 && base + (n - 1) * step >= v.len() {
+            return None;
+        }
+        bases.push(base);
+    }
+    let n_rows = out.n_rows();
+    let data = &mut out.data[out.offset / 4..][..n_rows * n];
+    let items = data.chunks_mut(ROWS_PER_ITEM * n.max(1)).zip(bases.chunks(ROWS_PER_ITEM));
+    par_items(threads, items, |(block, bases)| {
+        for (o, &base) in block.chunks_exact_mut(n.max(1)).zip(bases) {
+            f(o, &v[base..], step);
+        }
+    });
+    Some(Ok(()))
+}
+
+/// `f` of every value of `x` (GELU, a copy into rows), as the reference computes it.
+fn rows_map(x: &In, out: &mut Out, threads: usize, f: impl Fn(f32) -> f32 + Sync) -> Option<Result<(), KernelError>> {
+    par_rows(x, out, threads, |o, xs, step| {
+        for (i, o) in o.iter_mut().enumerate() {
+            *o = f(xs[i * step]);
+        }
+    })
+}
+
+/// The reference's layer norm, the same f64 operations in the same order (so the same
+/// values), a block of rows per work item.
+fn layer_norm(
+    x: &In,
+    weight: &In,
+    bias: &In,
+    eps: f32,
+    out: &mut Out,
+    threads: usize,
+) -> Option<Result<(), KernelError>> {
+    let n = x.ne[0];
+    // The weights as f32 (model weights are file bytes).
+    let (mut wbuf, mut bbuf) = (Vec::new(), Vec::new());
+    let (w, b) = (weight.row_f32(0, 0, 0, &mut wbuf), bias.row_f32(0, 0, 0, &mut bbuf));
+    if w.len() != n || b.len() != n {
+        return None;
+    }
+    par_rows(x, out, threads, |o, xs, step| {
+        let get = |i: usize| f64::from(xs[i * step]);
+        let mean = (0..n).map(get).sum::<f64>() / n as f64;
+        let var = (0..n).map(|i| (get(i) - mean).powi(2)).sum::<f64>() / n as f64;
+        let inv = 1.0 / (var + f64::from(eps)).sqrt();
+        for (i, o) in o.iter_mut().enumerate() {
+            *o = ((get(i) - mean) * inv * f64::from(w[i]) + f64::from(b[i])) as f32;
+        }
+    })
 }
 
 /// Out is a plain [ne0, rows] matrix: rows ne0 apart, unit stride. The stride of an axis of
@@ -186,15 +265,17 @@ fn par_matmul(
 /// out's row length.
 fn binary(a: &In, b: &In, out: &mut Out, f: impl Fn(f32, f32) -> f32) -> Option<Result<(), KernelError>> {
     let n = out.ne[0];
-    if !out_is_matrix(out) || a.ne != out.ne || b.ne[0] != n {
+    // Output rows may lie apart (a window on a wider buffer, such as the deepstack slices of
+    // the vision model's output).
+    if !out.unit_stride() || a.ne != out.ne || b.ne[0] != n {
         return None;
     }
-    let n_rows = out.n_rows();
-    let data = &mut out.data[out.offset / 4..][..n_rows * n];
-    for (r, o) in data.chunks_exact_mut(n).enumerate() {
+    for r in 0..out.n_rows() {
         let (i1, i2, i3) = super::tensor::row_coords(r, &a.ne);
         let x = a.f32_row(i1, i2, i3)?;
         let y = b.f32_row(i1 % b.ne[1], i2 % b.ne[2], i3 % b.ne[3])?;
+        let start = out.index([0, i1, i2, i3]);
+        let o = out.data.get_mut(start..start + n)?;
         for ((o, &x), &y) in o.iter_mut().zip(x).zip(y) {
             *o = f(x, y);
         }

@@ -119,6 +119,51 @@ fn attention_and_norm_fast_match_reference() {
     }
 }
 
+/// Runs `op` with both kernel sets into an output of `out_ne` whose rows lie `pitch` values
+/// apart (NaN between them), and returns both buffers.
+fn both_into(op: &Op, ins: &[In], out_ne: [usize; 4], pitch: usize) -> [Vec<f32>; 2] {
+    let rows = out_ne[1] * out_ne[2] * out_ne[3];
+    [Kernels::Reference, Kernels::Fast].map(|kernels| {
+        let mut buf = vec![f32::NAN; pitch * rows];
+        let nb = [4, 4 * pitch, 4 * pitch * out_ne[1], 4 * pitch * out_ne[1] * out_ne[2]];
+        let mut out = Out { data: &mut buf, offset: 0, ne: out_ne, nb };
+        execute(op, ins, &mut out, kernels, 3).expect("runs");
+        buf
+    })
+}
+
+#[test]
+fn row_ops_fast_equal_reference_on_views_and_strided_outputs() {
+    let mut rng = Rng(9);
+    let (n, rows) = (40, 37);
+    let x = rng.vec(n * rows * 2);
+    let (w, b) = (rng.vec(n), rng.vec(n));
+    // Rows of x as they are, and every other value of wider rows (a strided view).
+    let plain = f32_in(&x[..n * rows], [n, rows, 1, 1]);
+    let strided = In { nb: [8, 8 * n, 8 * n * rows, 8 * n * rows], ..f32_in(&x, [n, rows, 1, 1]) };
+    // Weights as a model file holds them: bytes.
+    let bytes = |v: &[f32]| v.iter().flat_map(|f| f.to_le_bytes()).collect::<Vec<u8>>();
+    let (wb, bb) = (bytes(&w), bytes(&b));
+    let weight = |data| In { data: Data::Bytes(data), dtype: DType::F32, offset: 0, ne: [n, 1, 1, 1], nb: [4; 4] };
+    let bits = |v: &[f32]| v.iter().map(|x| x.to_bits()).collect::<Vec<_>>();
+    for xi in [plain, strided] {
+        let ops = [
+            (Op::LayerNorm { eps: 1e-6 }, vec![xi, weight(&wb), weight(&bb)]),
+            (Op::Gelu(crate::graph::Gelu::Tanh), vec![xi]),
+            (Op::Gelu(crate::graph::Gelu::Erf), vec![xi]),
+            (Op::Cont, vec![xi]),
+            (Op::Add, vec![xi, f32_in(&b, [n, 1, 1, 1])]),
+        ];
+        for (op, ins) in ops {
+            for pitch in [n, n + 8] {
+                let [reference, fast] = both_into(&op, &ins, [n, rows, 1, 1], pitch);
+                assert_eq!(bits(&fast), bits(&reference), "{} pitch {pitch}", op.name());
+                assert!(fast.chunks(pitch).all(|r| r[..n].iter().all(|v| v.is_finite())), "{}", op.name());
+            }
+        }
+    }
+}
+
 #[test]
 fn attention_fast_matches_reference_over_several_sequences() {
     let mut rng = Rng(5);
