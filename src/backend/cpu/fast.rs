@@ -76,8 +76,8 @@ fn rows_map(x: &In, out: &mut Out, threads: usize, f: impl Fn(f32) -> f32 + Sync
     })
 }
 
-/// The reference's layer norm, the same f64 operations in the same order (so the same
-/// values), a block of rows per work item.
+/// The reference's layer norm (its row function: the same values) on the threads, a block of
+/// rows per work item.
 fn layer_norm(
     x: &In,
     weight: &In,
@@ -94,13 +94,7 @@ fn layer_norm(
         return None;
     }
     par_rows(x, out, threads, |o, xs, step| {
-        let get = |i: usize| f64::from(xs[i * step]);
-        let mean = (0..n).map(get).sum::<f64>() / n as f64;
-        let var = (0..n).map(|i| (get(i) - mean).powi(2)).sum::<f64>() / n as f64;
-        let inv = 1.0 / (var + f64::from(eps)).sqrt();
-        for (i, o) in o.iter_mut().enumerate() {
-            *o = ((get(i) - mean) * inv * f64::from(w[i]) + f64::from(b[i])) as f32;
-        }
+        reference::layer_norm_row(n, |i| xs[i * step], |i| (w[i], b[i]), eps, |i, y| o[i] = y);
     })
 }
 

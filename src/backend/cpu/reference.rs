@@ -108,18 +108,36 @@ pub fn rms_norm(x: &In, weight: &In, eps: f32, out: &mut Out) {
 }
 
 pub fn layer_norm(x: &In, weight: &In, bias: &In, eps: f32, out: &mut Out) {
+    let n = x.ne[0];
     each_row(out.ne, |i1, i2, i3| {
-        let n = x.ne[0];
-        let get = |i0| f64::from(x.f32_at([i0, i1, i2, i3]));
-        let mean = (0..n).map(get).sum::<f64>() / n as f64;
-        let var = (0..n).map(|i0| (get(i0) - mean).powi(2)).sum::<f64>() / n as f64;
-        let inv = 1.0 / (var + f64::from(eps)).sqrt();
-        for i0 in 0..n {
-            let y = (get(i0) - mean) * inv * f64::from(weight.f32_at([i0, 0, 0, 0]))
-                + f64::from(bias.f32_at([i0, 0, 0, 0]));
-            out.set([i0, i1, i2, i3], y as f32);
-        }
+        layer_norm_row(
+            n,
+            |i0| x.f32_at([i0, i1, i2, i3]),
+            |i0| (weight.f32_at([i0, 0, 0, 0]), bias.f32_at([i0, 0, 0, 0])),
+            eps,
+            |i0, y| out.set([i0, i1, i2, i3], y),
+        );
     });
+}
+
+/// One row of [`layer_norm`]: value `i` of the row is `x(i)`, its weight and bias `wb(i)`;
+/// `set(i, y)` takes each output. In f64; the fast kernel calls it too (the same values).
+#[inline(always)]
+pub fn layer_norm_row(
+    n: usize,
+    x: impl Fn(usize) -> f32,
+    wb: impl Fn(usize) -> (f32, f32),
+    eps: f32,
+    mut set: impl FnMut(usize, f32),
+) {
+    let get = |i| f64::from(x(i));
+    let mean = (0..n).map(get).sum::<f64>() / n as f64;
+    let var = (0..n).map(|i| (get(i) - mean).powi(2)).sum::<f64>() / n as f64;
+    let inv = 1.0 / (var + f64::from(eps)).sqrt();
+    for i in 0..n {
+        let (w, b) = wb(i);
+        set(i, ((get(i) - mean) * inv * f64::from(w) + f64::from(b)) as f32);
+    }
 }
 
 /// For rotary frequency `j` of `n_dims / 2`: which position component it turns with, and its
