@@ -499,6 +499,30 @@ fn activation_rows_quantized_in_ranges_and_appended_equal_the_whole() {
     }
 }
 
+#[test]
+fn products_of_ranges_of_sixteen_or_more_activation_rows_equal_the_whole() {
+    // The CPU backend splits a prompt's rows into ranges of at least 16 over its threads: each
+    // range's rows must come out as the whole product's, whatever the thread count.
+    let mut rng = Rng(12);
+    for dtype in [DType::F32, DType::F16, DType::Q8_0, DType::Q4K, DType::Q6K] {
+        let (n, k, m) = (21, 512, 50);
+        let rows: Vec<u8> = (0..n).flat_map(|_| test_row(dtype, k / dtype.block_len(), &mut rng)).collect();
+        let x = rng.weights(m * k);
+        let acts = quantize_activations(dtype, &x, k).unwrap();
+        let mut whole = vec![0f32; m * n];
+        acts.matmul(dtype, &rows, n, &mut whole).unwrap();
+        let bits = |v: &[f32]| v.iter().map(|x| x.to_bits()).collect::<Vec<_>>();
+        for range in [0..16, 16..50, 7..30, 0..50] {
+            let mut part = vec![f32::NAN; range.len() * n];
+            acts.matmul_rows(dtype, &rows, n, range.clone(), &mut part).unwrap();
+            assert_eq!(bits(&part), bits(&whole[range.start * n..range.end * n]), "{dtype} rows {range:?}");
+        }
+        let mut none = vec![0f32; 0];
+        assert!(acts.matmul_rows(dtype, &rows, n, 40..51, &mut none).is_err(), "{dtype}: rows past the last");
+        assert!(acts.matmul_rows(dtype, &rows, n, 3..8, &mut none).is_err(), "{dtype}: output too short");
+    }
+}
+
 /// Where a format keeps its f16 scales: (d offset, dmin or m offset) in a block.
 fn scale_offsets(dtype: DType) -> Vec<usize> {
     match dtype {

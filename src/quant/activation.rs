@@ -14,6 +14,7 @@ use super::block::{visit_blocks, BlockVisitor, Unpacked};
 use super::error::check_row;
 use super::simd::Simd;
 use super::{float, DType, QuantError};
+use std::ops::Range;
 
 /// Values per entry of the activation's block sums: the smallest sub-block of any format.
 pub(crate) const SUM_LEN: usize = 16;
@@ -203,6 +204,19 @@ impl ActivationRows {
         self.matmul_with(Simd::detect(), dtype, weights, n, out)
     }
 
+    /// [`matmul`](Self::matmul) for the activation rows `act_rows` only: `out[(i - start) * n + j]`
+    /// (a thread's share of a prompt's rows).
+    pub fn matmul_rows(
+        &self,
+        dtype: DType,
+        weights: &[u8],
+        n: usize,
+        act_rows: Range<usize>,
+        out: &mut [f32],
+    ) -> Result<(), QuantError> {
+        self.matmul_of(Simd::detect(), dtype, weights, n, act_rows, out)
+    }
+
     /// [`matmul`](Self::matmul) with the kernels of `simd`, which this CPU must support.
     pub fn matmul_with(
         &self,
@@ -212,12 +226,27 @@ impl ActivationRows {
         n: usize,
         out: &mut [f32],
     ) -> Result<(), QuantError> {
+        self.matmul_of(simd, dtype, weights, n, 0..self.m, out)
+    }
+
+    fn matmul_of(
+        &self,
+        simd: Simd,
+        dtype: DType,
+        weights: &[u8],
+        n: usize,
+        act_rows: Range<usize>,
+        out: &mut [f32],
+    ) -> Result<(), QuantError> {
         if activation_dtype(dtype) != Some(self.dtype) {
             return Err(QuantError::ActivationKind { row: dtype, activation: self.dtype });
         }
+        if act_rows.start > act_rows.end || act_rows.end > self.m {
+            return Err(QuantError::ActivationRange { start: act_rows.start, end: act_rows.end, rows: self.m });
+        }
         // `n` rows of `k` values are one row of `n * k` values.
         check_row(dtype, self.k.saturating_mul(n), weights.len())?;
-        let expected = n.saturating_mul(self.m);
+        let expected = n.saturating_mul(act_rows.len());
         if out.len() != expected {
             return Err(QuantError::OutputLen { expected, given: out.len() });
         }
@@ -231,9 +260,11 @@ impl ActivationRows {
         }
         let rows = Rows { data: weights, row_bytes: weights.len() / n };
         match &self.repr {
-            Repr::F32(x) => float_matmul(simd, dtype, rows, x, self.k, out),
+            Repr::F32(x) => {
+                float_matmul(simd, dtype, rows, &x[act_rows.start * self.k..act_rows.end * self.k], self.k, out)
+            }
             Repr::Q8 { .. } => {
-                let acts: Vec<Q8Row> = (0..self.m).map(|i| self.q8_row(i)).collect();
+                let acts: Vec<Q8Row> = act_rows.map(|i| self.q8_row(i)).collect();
                 q8_matmul(simd, dtype, rows, &acts, out);
             }
         }

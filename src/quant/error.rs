@@ -19,6 +19,8 @@ pub enum QuantError {
     PartialRow { values: usize, row_len: usize },
     /// A matrix product's output slice holds `given` values where it needs `expected`.
     OutputLen { expected: usize, given: usize },
+    /// Activation rows `start..end` asked of an activation of `rows` rows.
+    ActivationRange { start: usize, end: usize, rows: usize },
     /// This CPU cannot run the kernels of a [`Simd`] level.
     Simd(Simd),
 }
@@ -43,6 +45,9 @@ impl fmt::Display for QuantError {
             }
             QuantError::OutputLen { expected, given } => {
                 write!(f, "the output holds {given} values, the product has {expected}")
+            }
+            QuantError::ActivationRange { start, end, rows } => {
+                write!(f, "activation rows {start}..{end} asked of {rows} rows")
             }
             QuantError::Simd(simd) => write!(f, "this CPU cannot run the {} kernels", simd.name()),
         }

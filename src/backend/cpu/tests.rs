@@ -153,6 +153,7 @@ fn row_ops_fast_equal_reference_on_views_and_strided_outputs() {
             (Op::Gelu(crate::graph::Gelu::Erf), vec![xi]),
             (Op::Cont, vec![xi]),
             (Op::Add, vec![xi, f32_in(&b, [n, 1, 1, 1])]),
+            (Op::Mul, vec![xi, f32_in(&x[..n * rows], [n, rows, 1, 1])]),
         ];
         for (op, ins) in ops {
             for pitch in [n, n + 8] {
@@ -160,6 +161,49 @@ fn row_ops_fast_equal_reference_on_views_and_strided_outputs() {
                 assert_eq!(bits(&fast), bits(&reference), "{} pitch {pitch}", op.name());
                 assert!(fast.chunks(pitch).all(|r| r[..n].iter().all(|v| v.is_finite())), "{}", op.name());
             }
+        }
+        // The fast SwiGLU's silu and RMS norm's f32 sums are within rounding of the reference.
+        let near = [
+            (Op::SwiGlu, vec![xi, f32_in(&x[..n * rows], [n, rows, 1, 1])]),
+            (Op::RmsNorm { eps: 1e-6 }, vec![xi, weight(&wb)]),
+        ];
+        for (op, ins) in near {
+            for pitch in [n, n + 8] {
+                let [reference, fast] = both_into(&op, &ins, [n, rows, 1, 1], pitch);
+                let rows_of = |v: &[f32]| v.chunks(pitch).flat_map(|r| r[..n].to_vec()).collect::<Vec<_>>();
+                let e = nmse(&rows_of(&fast), &rows_of(&reference));
+                assert!(e < 1e-10, "{} pitch {pitch}: {e:.2e}", op.name());
+            }
+        }
+    }
+}
+
+#[test]
+fn set_rows_fast_equals_reference_and_refuses_bad_slots() {
+    let mut rng = Rng(11);
+    let (n, rows, slots) = (24, 5, 9);
+    let src = rng.vec(n * rows);
+    for ids in [vec![3, 0, 8, 5, 1], vec![3, 0, 9, 5, 1]] {
+        let ii = In { data: Data::I32(&ids), dtype: DType::I32, offset: 0, ne: [rows, 1, 1, 1], nb: [4; 4] };
+        let cache = rng.vec(n * slots);
+        let ci = f32_in(&cache, [n, slots, 1, 1]);
+        let results = [Kernels::Reference, Kernels::Fast].map(|kernels| {
+            let mut buf = cache.clone();
+            let mut out =
+                Out { data: &mut buf, offset: 0, ne: [n, slots, 1, 1], nb: strides(DType::F32, [n, slots, 1, 1]) };
+            let r = execute(&Op::SetRows, &[ci, f32_in(&src, [n, rows, 1, 1]), ii], &mut out, kernels, 2);
+            (r.map_err(|e| e.to_string()), buf)
+        });
+        let [(reference, want), (fast, got)] = results;
+        if ids.contains(&9) {
+            let err = fast.expect_err("slot 9 of 9");
+            assert!(err.contains("out of range"), "{err}");
+            assert_eq!(reference.expect_err("slot 9 of 9"), err);
+        } else {
+            fast.expect("runs");
+            reference.expect("runs");
+            assert_eq!(got, want);
+            assert_eq!(&got[8 * n..9 * n], &src[2 * n..3 * n], "row 2 into slot 8");
         }
     }
 }
@@ -252,6 +296,18 @@ fn rope_rotates_pairs_by_position_and_leaves_position_zero_alone() {
     let (d, heads, n) = (16, 2, 3);
     let x = rng.vec(d * heads * n);
     let pos: Vec<i32> = vec![0, 5, 9, 0, 6, 2, 0, 7, 4]; // [n, 3]: t, h, w rows
+                                                         // Many tokens (several blocks of them over the threads) give the reference's values too.
+    let many = 21;
+    let (xs, ps) = (rng.vec(d * heads * many), (0..3 * many as i32).map(|i| i * 7 % 50).collect::<Vec<i32>>());
+    let psi = In {
+        data: Data::I32(&ps),
+        dtype: DType::I32,
+        offset: 0,
+        ne: [many, 3, 1, 1],
+        nb: [4, 4 * many, 12 * many, 12 * many],
+    };
+    let op = Op::Rope { kind: RopeKind::MropeInterleaved { sections: [2, 1, 1] }, theta: 1e4, n_dims: d };
+    assert_eq!(compare(&op, &[f32_in(&xs, [d, heads, many, 1]), psi], [d, heads, many, 1]), 0.0);
     let pi =
         In { data: Data::I32(&pos), dtype: DType::I32, offset: 0, ne: [n, 3, 1, 1], nb: [4, 4 * n, 12 * n, 12 * n] };
     for kind in [RopeKind::MropeInterleaved { sections: [2, 1, 1] }, RopeKind::Axial2d] {
