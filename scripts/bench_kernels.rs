@@ -39,11 +39,11 @@ fn main() {
         let mut out = vec![0f32; m * n];
         for &simd in &levels {
             let t = Instant::now();
-            acts.matmul_with(simd, dtype, &weights, n, &mut out).unwrap();
+            acts.matmul_with(simd, dtype, &weights, n, 0..m, &mut out).unwrap();
             let reps = reps.unwrap_or((0.5 / t.elapsed().as_secs_f64().max(1e-6)).clamp(1.0, 1e5) as usize);
             let (t, c) = (Instant::now(), cpu_ns());
             for _ in 0..reps {
-                acts.matmul_with(simd, dtype, &weights, n, &mut out).unwrap();
+                acts.matmul_with(simd, dtype, &weights, n, 0..m, &mut out).unwrap();
             }
             // On-CPU time where Linux reports it: other processes on the machine then only
             // cost cache, not the time they run.

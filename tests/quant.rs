@@ -435,10 +435,10 @@ fn matmul_matches_the_scalar_kernels_at_every_simd_level() {
                 let acts = quantize_activations(dtype, &x, k).unwrap();
                 assert_eq!((acts.rows(), acts.row_len()), (m, k));
                 let mut scalar = vec![0f32; m * n];
-                acts.matmul_with(Simd::Scalar, dtype, &weights, n, &mut scalar).unwrap();
+                acts.matmul_with(Simd::Scalar, dtype, &weights, n, 0..m, &mut scalar).unwrap();
                 for simd in Simd::supported() {
                     let mut got = vec![f32::NAN; m * n];
-                    acts.matmul_with(simd, dtype, &weights, n, &mut got).unwrap();
+                    acts.matmul_with(simd, dtype, &weights, n, 0..m, &mut got).unwrap();
                     for i in 0..m {
                         let xi = &x[i * k..(i + 1) * k];
                         let one = quantize_activation(dtype, xi).unwrap();
@@ -514,12 +514,18 @@ fn products_of_ranges_of_sixteen_or_more_activation_rows_equal_the_whole() {
         let bits = |v: &[f32]| v.iter().map(|x| x.to_bits()).collect::<Vec<_>>();
         for range in [0..16, 16..50, 7..30, 0..50] {
             let mut part = vec![f32::NAN; range.len() * n];
-            acts.matmul_rows(dtype, &rows, n, range.clone(), &mut part).unwrap();
+            acts.matmul_with(Simd::detect(), dtype, &rows, n, range.clone(), &mut part).unwrap();
             assert_eq!(bits(&part), bits(&whole[range.start * n..range.end * n]), "{dtype} rows {range:?}");
         }
         let mut none = vec![0f32; 0];
-        assert!(acts.matmul_rows(dtype, &rows, n, 40..51, &mut none).is_err(), "{dtype}: rows past the last");
-        assert!(acts.matmul_rows(dtype, &rows, n, 3..8, &mut none).is_err(), "{dtype}: output too short");
+        assert!(
+            acts.matmul_with(Simd::detect(), dtype, &rows, n, 40..51, &mut none).is_err(),
+            "{dtype}: rows past the last"
+        );
+        assert!(
+            acts.matmul_with(Simd::detect(), dtype, &rows, n, 3..8, &mut none).is_err(),
+            "{dtype}: output too short"
+        );
     }
 }
 
@@ -580,7 +586,7 @@ fn extreme_quants_and_scales_do_not_overflow_the_integer_sums() {
                     for simd in Simd::supported() {
                         let got = vec_dot_quantized_with(simd, dtype, &row, &act).unwrap();
                         let mut rows_out = [f32::NAN; 16];
-                        many.matmul_with(simd, dtype, &row, 1, &mut rows_out).unwrap();
+                        many.matmul_with(simd, dtype, &row, 1, 0..16, &mut rows_out).unwrap();
                         for got in std::iter::once(got).chain(rows_out) {
                             assert!(
                                 (f64::from(got) - exact).abs() <= 1e-6 * mag + 1e-30,

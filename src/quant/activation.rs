@@ -201,35 +201,13 @@ impl ActivationRows {
     /// `weights` dotted with every activation row (a row-major `[m, n]` result), as
     /// [`vec_dot_quantized`] computes each, with the fastest kernels this CPU runs.
     pub fn matmul(&self, dtype: DType, weights: &[u8], n: usize, out: &mut [f32]) -> Result<(), QuantError> {
-        self.matmul_with(Simd::detect(), dtype, weights, n, out)
+        self.matmul_with(Simd::detect(), dtype, weights, n, 0..self.m, out)
     }
 
-    /// [`matmul`](Self::matmul) for the activation rows `act_rows` only: `out[(i - start) * n + j]`
-    /// (a thread's share of a prompt's rows).
-    pub fn matmul_rows(
-        &self,
-        dtype: DType,
-        weights: &[u8],
-        n: usize,
-        act_rows: Range<usize>,
-        out: &mut [f32],
-    ) -> Result<(), QuantError> {
-        self.matmul_of(Simd::detect(), dtype, weights, n, act_rows, out)
-    }
-
-    /// [`matmul`](Self::matmul) with the kernels of `simd`, which this CPU must support.
+    /// [`matmul`](Self::matmul) for the activation rows `act_rows` only (`out[(i - start) * n + j]`:
+    /// a thread's share of a prompt's rows; `0..rows()` for all), with the kernels of `simd`,
+    /// which this CPU must support.
     pub fn matmul_with(
-        &self,
-        simd: Simd,
-        dtype: DType,
-        weights: &[u8],
-        n: usize,
-        out: &mut [f32],
-    ) -> Result<(), QuantError> {
-        self.matmul_of(simd, dtype, weights, n, 0..self.m, out)
-    }
-
-    fn matmul_of(
         &self,
         simd: Simd,
         dtype: DType,
@@ -373,10 +351,10 @@ pub fn vec_dot_quantized_with(simd: Simd, dtype: DType, row: &[u8], act: &Activa
     let mut out = [0f32];
     // An empty activation has no rows; its dot with the empty row is 0.
     if act.rows.m == 0 {
-        act.rows.matmul_with(simd, dtype, row, 1, &mut [])?;
+        act.rows.matmul_with(simd, dtype, row, 1, 0..0, &mut [])?;
         return Ok(0.0);
     }
-    act.rows.matmul_with(simd, dtype, row, 1, &mut out)?;
+    act.rows.matmul_with(simd, dtype, row, 1, 0..1, &mut out)?;
     Ok(out[0])
 }
 

@@ -268,7 +268,7 @@ fn par_matmul(
             start += len;
         }
         par_items(threads, items.into_iter(), |(act_rows, out)| {
-            if let Err(e) = acts.matmul_rows(dtype, weights, n, act_rows, out) {
+            if let Err(e) = acts.matmul_with(quant::Simd::detect(), dtype, weights, n, act_rows, out) {
                 fail(e);
             }
         });
