@@ -329,12 +329,21 @@ fn quantize_q8(dtype: DType, x: &[f32], k: usize, m: usize) -> ActivationRows {
     }
     let mut sums = Vec::with_capacity(x.len() / SUM_LEN);
     for q in q.chunks_exact(SUM_LEN) {
-        sums.push(q.iter().map(|&v| i32::from(v)).sum::<i32>());
+        let mut sum = 0i32;
+        for &v in q {
+            sum += i32::from(v);
+        }
+        sums.push(sum);
     }
     let per_block = dtype.block_len() / 32;
-    let dsums32 = sums.chunks_exact(2).enumerate().map(|(c, s)| d[c / per_block] * (s[0] + s[1]) as f32).collect();
-    let lo = q.iter().map(|&v| v as u8).collect();
-    let hi = q.iter().map(|&v| (v >> 8) as i8).collect();
+    let mut dsums32 = Vec::with_capacity(sums.len() / 2);
+    for (c, s) in sums.chunks_exact(2).enumerate() {
+        dsums32.push(d[c / per_block] * (s[0] + s[1]) as f32);
+    }
+    let (mut lo, mut hi) = (vec![0u8; q.len()], vec![0i8; q.len()]);
+    for ((lo, hi), &v) in lo.iter_mut().zip(hi.iter_mut()).zip(&q) {
+        (*lo, *hi) = (v as u8, (v >> 8) as i8);
+    }
     ActivationRows { dtype, k, m, repr: Repr::Q8 { d, q, sums, dsums32, lo, hi } }
 }
 
@@ -478,13 +487,18 @@ fn quantize_i16_block(x: &[f32], q: &mut [i16]) -> f32 {
     // the order does not matter; NaNs are skipped either way).
     let mut lanes = [0f32; 8];
     let chunks = x.chunks_exact(8);
-    let tail = chunks.remainder().iter().fold(0f32, |m, v| m.max(v.abs()));
+    let mut amax = 0f32;
+    for v in chunks.remainder() {
+        amax = amax.max(v.abs());
+    }
     for c in chunks {
         for (l, v) in lanes.iter_mut().zip(c) {
             *l = l.max(v.abs());
         }
     }
-    let amax = lanes.iter().fold(tail, |m, &v| m.max(v));
+    for &l in &lanes {
+        amax = amax.max(l);
+    }
     if amax == 0.0 || !amax.is_finite() {
         q.fill(0);
         return if amax.is_finite() { 0.0 } else { f32::NAN };
