@@ -306,25 +306,32 @@ pub fn quantize_activations(row_dtype: DType, x: &[f32], k: usize) -> Result<Act
         // SAFETY: every level above Scalar has AVX2 and FMA (`Simd::detect` checked this CPU).
         return Ok(unsafe { quantize_q8_avx2(dtype, x, k, m) });
     }
-    Ok(quantize_q8(dtype, x, k, m))
+    Ok(quantize_q8::<false>(dtype, x, k, m))
 }
 
 /// [`quantize_q8`] compiled for AVX2: the same operations, in wider registers.
 #[cfg(target_arch = "x86_64")]
 #[target_feature(enable = "avx2,fma")]
 fn quantize_q8_avx2(dtype: DType, x: &[f32], k: usize, m: usize) -> ActivationRows {
-    quantize_q8(dtype, x, k, m)
+    quantize_q8::<true>(dtype, x, k, m)
 }
 
 /// `m` rows of `k` values (`x`, lengths checked) in the 16-bit block form `dtype` (Q8_0 or
-/// Q8K) names.
+/// Q8K) names; blocks rounded by the AVX2 kernel where `AVX2` (only in [`quantize_q8_avx2`]).
 #[inline(always)]
-fn quantize_q8(dtype: DType, x: &[f32], k: usize, m: usize) -> ActivationRows {
+fn quantize_q8<const AVX2: bool>(dtype: DType, x: &[f32], k: usize, m: usize) -> ActivationRows {
     let mut q = vec![0i16; x.len()];
     // Plain loops rather than closures, so that everything is compiled into the caller (with
     // its target features).
     let mut d = Vec::with_capacity(x.len() / dtype.block_len());
     for (x, q) in x.chunks_exact(dtype.block_len()).zip(q.chunks_exact_mut(dtype.block_len())) {
+        #[cfg(target_arch = "x86_64")]
+        if AVX2 {
+            // SAFETY: AVX2 is set only in quantize_q8_avx2, which runs once `Simd::detect`
+            // found AVX2 on this CPU.
+            d.push(unsafe { super::x86::quantize_i16_block(x, q) });
+            continue;
+        }
         d.push(quantize_i16_block(x, q));
     }
     let mut sums = Vec::with_capacity(x.len() / SUM_LEN);
@@ -518,11 +525,50 @@ fn quantize_i16_block(x: &[f32], q: &mut [i16]) -> f32 {
 /// removing 2^23 rounds `|x|` to an integer, and `|x| - trunc(|x|)` is its fraction. NaN
 /// stays NaN.
 #[inline]
-fn round_half_away(x: f32) -> f32 {
+pub(super) fn round_half_away(x: f32) -> f32 {
     const TWO_23: f32 = 8_388_608.0;
     let a = x.abs();
     let r = (a + TWO_23) - TWO_23;
     let t = if r > a { r - 1.0 } else { r };
     let up = if a - t >= 0.5 { 1.0 } else { 0.0 };
     (t + up).copysign(x)
+}
+
+#[cfg(all(test, target_arch = "x86_64"))]
+mod tests {
+    use super::*;
+
+    #[test]
+    fn avx2_block_rounding_equals_the_portable_one() {
+        if !std::is_x86_feature_detected!("avx2") {
+            eprintln!("no AVX2 on this CPU: the AVX2 rounding is not run here");
+            return;
+        }
+        // d = 1 (largest 32767): halves, values around them, signed zeros, NaNs, tiny values.
+        let mut special = vec![32767.0, -32767.0, 0.5, -0.5, 1.5, -2.5, 2.4999998, 3.5000002, -0.0, 0.0];
+        special.extend([f32::NAN, 1e-30, -1e-30, 16383.5, -16384.5, 32766.5, 7.0, -7.49999]);
+        let mut blocks = vec![special.clone(), [special.clone(), vec![f32::INFINITY]].concat(), vec![0.0; 32]];
+        let mut state = 0x2545_f491_4f6c_dd1du64;
+        for len in [32, 256, 37, 7] {
+            for scale in [1e-3f32, 1.0, 3e4] {
+                let block = (0..len)
+                    .map(|_| {
+                        state ^= state << 13;
+                        state ^= state >> 7;
+                        state ^= state << 17;
+                        ((state >> 40) as f32 / (1u64 << 24) as f32 - 0.5) * scale
+                    })
+                    .collect();
+                blocks.push(block);
+            }
+        }
+        for x in blocks {
+            let (mut portable, mut avx2) = (vec![7i16; x.len()], vec![9i16; x.len()]);
+            let d = quantize_i16_block(&x, &mut portable);
+            // SAFETY: AVX2 was detected above.
+            let d_avx2 = unsafe { crate::quant::x86::quantize_i16_block(&x, &mut avx2) };
+            assert_eq!(d.to_bits(), d_avx2.to_bits(), "scale of {x:?}");
+            assert_eq!(portable, avx2, "{x:?}");
+        }
+    }
 }

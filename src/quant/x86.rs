@@ -21,7 +21,7 @@
 
 use std::arch::x86_64::*;
 
-use super::activation::{drive, min_sum, Q8Row, Rows, GROUP, SUM_LEN, TILE_BYTES};
+use super::activation::{drive, min_sum, round_half_away, Q8Row, Rows, GROUP, SUM_LEN, TILE_BYTES};
 use super::block::{visit_blocks, BlockVisitor, Unpacked};
 use super::x86_bytes::{q4_k as q4_k_bytes, q6_k as q6_k_bytes};
 use super::x86_gemm::{q8_gemm_512, GEMM_MIN_ROWS};
@@ -89,6 +89,77 @@ pub(super) fn load_i16x8(a: &[i16; 8]) -> __m128i {
 pub(super) fn store_f32x16(a: &mut [f32; 16], v: __m512) {
     // SAFETY: writes exactly the 64 bytes of `a`; storeu has no alignment requirement.
     unsafe { _mm512_storeu_ps(a.as_mut_ptr(), v) }
+}
+
+#[inline]
+#[target_feature(enable = "avx")]
+fn store_f32x8(a: &mut [f32; 8], v: __m256) {
+    // SAFETY: writes exactly the 32 bytes of `a`; storeu has no alignment requirement.
+    unsafe { _mm256_storeu_ps(a.as_mut_ptr(), v) }
+}
+
+#[inline]
+#[target_feature(enable = "avx2")]
+fn store_i16x8(a: &mut [i16; 8], v: __m128i) {
+    // SAFETY: writes exactly the 16 bytes of `a`; storeu has no alignment requirement.
+    unsafe { _mm_storeu_si128(a.as_mut_ptr().cast(), v) }
+}
+
+// ---------------------------------------------------------------- activation rounding
+
+/// A block of activations rounded to 16-bit integers, as `activation::quantize_i16_block`
+/// does it (the same float operations lane by lane: the same integers and scale), eight values
+/// at a time; returns the scale.
+#[target_feature(enable = "avx2")]
+pub(super) fn quantize_i16_block(x: &[f32], q: &mut [i16]) -> f32 {
+    let (chunks, tail) = x.as_chunks::<8>();
+    let abs = _mm256_castsi256_ps(_mm256_set1_epi32(i32::MAX));
+    // `vmaxps` returns its second operand where either is NaN: NaNs of x are skipped, as
+    // `f32::max` skips them.
+    let mut lanes_max = _mm256_setzero_ps();
+    for c in chunks {
+        lanes_max = _mm256_max_ps(_mm256_and_ps(load_f32x8(c), abs), lanes_max);
+    }
+    let mut lanes = [0f32; 8];
+    store_f32x8(&mut lanes, lanes_max);
+    let mut amax = 0f32;
+    for v in tail {
+        amax = amax.max(v.abs());
+    }
+    for l in lanes {
+        amax = amax.max(l);
+    }
+    if amax == 0.0 || !amax.is_finite() {
+        q.fill(0);
+        return if amax.is_finite() { 0.0 } else { f32::NAN };
+    }
+    let d = amax / 32767.0;
+    let inv = 1.0 / d;
+    let (scale, two_23, one, half) =
+        (_mm256_set1_ps(inv), _mm256_set1_ps(8_388_608.0), _mm256_set1_ps(1.0), _mm256_set1_ps(0.5));
+    let (low, high, sign) =
+        (_mm256_set1_ps(-32767.0), _mm256_set1_ps(32767.0), _mm256_castsi256_ps(_mm256_set1_epi32(i32::MIN)));
+    let (q_chunks, q_tail) = q.as_chunks_mut::<8>();
+    for (c, qc) in chunks.iter().zip(q_chunks) {
+        let y = _mm256_mul_ps(load_f32x8(c), scale);
+        // round_half_away: |y| to the nearest integer through 2^23, one less where that rounded
+        // up (the integer part), plus one where the fraction is a half or more; y's sign.
+        let a = _mm256_and_ps(y, abs);
+        let r = _mm256_sub_ps(_mm256_add_ps(a, two_23), two_23);
+        let t = _mm256_sub_ps(r, _mm256_and_ps(_mm256_cmp_ps::<_CMP_GT_OQ>(r, a), one));
+        let up = _mm256_and_ps(_mm256_cmp_ps::<_CMP_GE_OQ>(_mm256_sub_ps(a, t), half), one);
+        let rounded = _mm256_or_ps(_mm256_add_ps(t, up), _mm256_and_ps(y, sign));
+        let clamped = _mm256_min_ps(_mm256_max_ps(rounded, low), high);
+        // A NaN of x becomes 0, as `as i32` makes it.
+        let ordered = _mm256_castps_si256(_mm256_cmp_ps::<_CMP_ORD_Q>(y, y));
+        let ints = _mm256_and_si256(_mm256_cvttps_epi32(clamped), ordered);
+        let packed = _mm256_permute4x64_epi64::<0b1000>(_mm256_packs_epi32(ints, ints));
+        store_i16x8(qc, _mm256_castsi256_si128(packed));
+    }
+    for (&v, q) in tail.iter().zip(q_tail) {
+        *q = round_half_away(v * inv).clamp(-32767.0, 32767.0) as i32 as i16;
+    }
+    d
 }
 
 // ---------------------------------------------------------------- small helpers
