@@ -540,7 +540,9 @@ fn attention(
         }
     }
     let data = Mutex::new(&mut out.data[out.offset / 4..][..n_q * n_head * d]);
-    let items = blocks.iter().flat_map(|b| (0..n_kv_head).map(move |kh| (b.clone(), kh)));
+    // The last tokens' blocks first: under a causal mask they see the most rows, and a
+    // thread left with one of them at the end would keep the others waiting.
+    let items = blocks.iter().rev().flat_map(|b| (0..n_kv_head).map(move |kh| (b.clone(), kh)));
     par_items(threads, items, |(tokens, kh)| {
         let queries: Vec<(usize, usize)> =
             tokens.flat_map(|t| (kh * group..(kh + 1) * group).map(move |h| (t, h))).collect();
@@ -657,9 +659,26 @@ fn attend_body<const FMA: bool>(
             for s in scores.iter_mut() {
                 *s = exp_nonpositive(*s - m);
             }
-            for (&p, vrow) in scores.iter().zip(values.chunks_exact(d)) {
+            for &p in scores.iter() {
                 total[i] += p;
-                for (o, &vv) in oi.iter_mut().zip(vrow) {
+            }
+            // The output 32 values at a time, held in registers over the block's keys (summed
+            // in the same order as one key at a time, where each key's additions waited on the
+            // last one's stores).
+            let (o_chunks, o_rest) = oi.as_chunks_mut::<32>();
+            for (c, oc) in o_chunks.iter_mut().enumerate() {
+                let mut acc = *oc;
+                for (&p, vrow) in scores.iter().zip(values.chunks_exact(d)) {
+                    let Some(vc) = vrow[32 * c..].first_chunk::<32>() else { continue };
+                    for j in 0..32 {
+                        acc[j] = mul_add::<FMA>(p, vc[j], acc[j]);
+                    }
+                }
+                *oc = acc;
+            }
+            let done = d - o_rest.len();
+            for (&p, vrow) in scores.iter().zip(values.chunks_exact(d)) {
+                for (o, &vv) in o_rest.iter_mut().zip(&vrow[done..]) {
                     *o = mul_add::<FMA>(p, vv, *o);
                 }
             }
