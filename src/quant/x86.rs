@@ -577,7 +577,7 @@ pub(crate) fn q8_matmul_512(dtype: DType, rows: Rows, acts: &[Q8Row], out: &mut 
 #[target_feature(enable = "avx512f,avx512bw,avx512vnni,avx2,fma,f16c")]
 pub(crate) fn float_matmul_512(dtype: DType, rows: Rows, xs: &[&[f32]], out: &mut [f32]) {
     match dtype {
-        DType::F16 => drive!(f16_rows_512(), rows, xs, out),
+        DType::F16 => f16_matmul_512(rows, xs, out),
         _ => float_matmul(dtype, rows, xs, out),
     }
 }
@@ -651,26 +651,105 @@ fn q8_0_512<const R: usize>(row: &[u8], acts: &[Q8Row; R]) -> [f32; R] {
     out
 }
 
-/// F16 rows, 32 values a step in two accumulators per row; the tail (under 32 values) is
-/// scalar.
+/// F16 rows against many activation rows: register tiles of [`F16_TILE_ROWS`] weight rows by
+/// [`F16_TILE_ACTS`] activation rows (six loads a step for eight multiply-adds, where one row
+/// against a group of activation rows loads one activation vector per multiply-add), over
+/// weight rows in tiles of about [`TILE_BYTES`] as `drive!` takes them; rows left over go one
+/// weight row at a time ([`f16_rows_512`]). Writes `out[i * rows.len() + j]`.
+#[target_feature(enable = "avx512f,avx512bw,avx512vnni,avx2,fma,f16c")]
+fn f16_matmul_512(rows: Rows, xs: &[&[f32]], out: &mut [f32]) {
+    let n = rows.len();
+    let tile = (TILE_BYTES / rows.row_bytes).max(1);
+    let (groups, rest) = xs.as_chunks::<F16_TILE_ACTS>();
+    for (t, tile_rows) in rows.tiles(tile).enumerate() {
+        let j0 = t * tile;
+        let tile_rows: Vec<&[u8]> = tile_rows.iter().collect();
+        let (pairs, odd) = tile_rows.as_chunks::<F16_TILE_ROWS>();
+        for (g, group) in groups.iter().enumerate() {
+            let i0 = F16_TILE_ACTS * g;
+            for (p, pair) in pairs.iter().enumerate() {
+                let sums = f16_tile_512(pair, group);
+                for (w, sums) in sums.iter().enumerate() {
+                    for (r, &v) in sums.iter().enumerate() {
+                        out[(i0 + r) * n + j0 + F16_TILE_ROWS * p + w] = v;
+                    }
+                }
+            }
+            for (jj, row) in odd.iter().enumerate() {
+                let sums = f16_rows_512::<F16_TILE_ACTS>(row, group);
+                for (r, &v) in sums.iter().enumerate() {
+                    out[(i0 + r) * n + j0 + F16_TILE_ROWS * pairs.len() + jj] = v;
+                }
+            }
+        }
+        for (i, x) in rest.iter().enumerate() {
+            let i = F16_TILE_ACTS * groups.len() + i;
+            for (jj, row) in tile_rows.iter().enumerate() {
+                out[i * n + j0 + jj] = f16_rows_512::<1>(row, std::array::from_ref(x))[0];
+            }
+        }
+    }
+}
+
+/// Weight rows per register tile of [`f16_matmul_512`].
+const F16_TILE_ROWS: usize = 2;
+/// Activation rows per register tile of [`f16_matmul_512`]. With the weight rows, eight
+/// accumulators: 4 x 4 (sixteen) were kept on the stack by the compiler, stored after every
+/// multiply-add, and ran slower than one weight row at a time.
+const F16_TILE_ACTS: usize = 4;
+
+/// `[weight row][activation row]` dot products of a register tile, 16 values a step (one f16
+/// to f32 conversion per weight vector for all the activation rows); the tail (under 16
+/// values) is scalar.
+#[inline]
+#[allow(clippy::needless_range_loop)]
+#[target_feature(enable = "avx512f,avx512bw,avx512vnni,avx2,fma,f16c")]
+fn f16_tile_512(rows: &[&[u8]; F16_TILE_ROWS], xs: &[&[f32]; F16_TILE_ACTS]) -> [[f32; F16_TILE_ACTS]; F16_TILE_ROWS] {
+    let k = xs[0].len();
+    let main = k - k % 16;
+    // Indexed by constants only, so that the accumulators stay in registers.
+    let mut acc = [[_mm512_setzero_ps(); F16_TILE_ACTS]; F16_TILE_ROWS];
+    let mut w = [_mm512_setzero_ps(); F16_TILE_ROWS];
+    for i in (0..main).step_by(16) {
+        for j in 0..F16_TILE_ROWS {
+            w[j] = _mm512_cvtph_ps(load_u8x32(sub(rows[j], 2 * i)));
+        }
+        for r in 0..F16_TILE_ACTS {
+            let x = load_f32x16(sub(xs[r], i));
+            for j in 0..F16_TILE_ROWS {
+                acc[j][r] = _mm512_fmadd_ps(w[j], x, acc[j][r]);
+            }
+        }
+    }
+    let mut out = [[0f32; F16_TILE_ACTS]; F16_TILE_ROWS];
+    for j in 0..F16_TILE_ROWS {
+        for r in 0..F16_TILE_ACTS {
+            let tail = if main < k { float::dot(DType::F16, &rows[j][main * 2..], &xs[r][main..]) } else { 0.0 };
+            out[j][r] = _mm512_reduce_add_ps(acc[j][r]) + tail;
+        }
+    }
+    out
+}
+
+/// F16 rows, 16 values a step in one accumulator per row, as [`f16_tile_512`] sums each of its
+/// pairs (so a product's values do not depend on which rows shared a tile); the tail (under 16
+/// values) is scalar.
 #[inline]
 #[target_feature(enable = "avx512f,avx512bw,avx512vnni,avx2,fma,f16c")]
 fn f16_rows_512<const R: usize>(row: &[u8], xs: &[&[f32]; R]) -> [f32; R] {
     let k = xs[0].len();
-    let main = k - k % 32;
-    let mut acc = [[_mm512_setzero_ps(); 2]; R];
-    for i in (0..main).step_by(32) {
-        let w0 = _mm512_cvtph_ps(load_u8x32(sub(row, 2 * i)));
-        let w1 = _mm512_cvtph_ps(load_u8x32(sub(row, 2 * i + 32)));
-        for r in 0..R {
-            acc[r][0] = _mm512_fmadd_ps(w0, load_f32x16(sub(xs[r], i)), acc[r][0]);
-            acc[r][1] = _mm512_fmadd_ps(w1, load_f32x16(sub(xs[r], i + 16)), acc[r][1]);
+    let main = k - k % 16;
+    let mut acc = [_mm512_setzero_ps(); R];
+    for i in (0..main).step_by(16) {
+        let w = _mm512_cvtph_ps(load_u8x32(sub(row, 2 * i)));
+        for (acc, x) in acc.iter_mut().zip(xs) {
+            *acc = _mm512_fmadd_ps(w, load_f32x16(sub(x, i)), *acc);
         }
     }
     let mut out = [0f32; R];
-    for r in 0..R {
-        let tail = if main < k { float::dot(DType::F16, &row[main * 2..], &xs[r][main..]) } else { 0.0 };
-        out[r] = _mm512_reduce_add_ps(_mm512_add_ps(acc[r][0], acc[r][1])) + tail;
+    for ((o, &acc), x) in out.iter_mut().zip(&acc).zip(xs) {
+        let tail = if main < k { float::dot(DType::F16, &row[main * 2..], &x[main..]) } else { 0.0 };
+        *o = _mm512_reduce_add_ps(acc) + tail;
     }
     out
 }
