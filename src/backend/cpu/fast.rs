@@ -318,13 +318,19 @@ fn binary(a: &In, b: &In, out: &mut Out, op: Binary, threads: usize) -> Option<R
             out.index([0, i1, i2, i3])
         })
         .collect();
+    // One row of b (a bias, say) may be model-file bytes: taken as f32 once.
+    let mut b_buf = Vec::new();
+    let b_row = (b.ne[1] * b.ne[2] * b.ne[3] == 1).then(|| b.row_f32(0, 0, 0, &mut b_buf)).filter(|y| y.len() == n);
     let mut rows = Vec::with_capacity(n_rows);
     let mut rest = &mut out.data[..];
     let mut taken = 0;
     for (r, start) in starts.into_iter().enumerate() {
         let (i1, i2, i3) = super::tensor::row_coords(r, &a.ne);
         let x = a.f32_row(i1, i2, i3)?;
-        let y = b.f32_row(i1 % b.ne[1], i2 % b.ne[2], i3 % b.ne[3])?;
+        let y = match b_row {
+            Some(y) => y,
+            None => b.f32_row(i1 % b.ne[1], i2 % b.ne[2], i3 % b.ne[3])?,
+        };
         let (_, tail) = std::mem::take(&mut rest).split_at_mut_checked(start.checked_sub(taken)?)?;
         let (o, tail) = tail.split_at_mut_checked(n)?;
         rest = tail;

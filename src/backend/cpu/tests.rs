@@ -154,6 +154,8 @@ fn row_ops_fast_equal_reference_on_views_and_strided_outputs() {
             (Op::Cont, vec![xi]),
             (Op::Add, vec![xi, f32_in(&b, [n, 1, 1, 1])]),
             (Op::Mul, vec![xi, f32_in(&x[..n * rows], [n, rows, 1, 1])]),
+            // A bias from the model file: bytes.
+            (Op::Add, vec![xi, weight(&bb)]),
         ];
         for (op, ins) in ops {
             for pitch in [n, n + 8] {
