@@ -214,9 +214,10 @@ const ACT_SPLIT_MIN_ROWS: usize = 16;
 /// Ranges of activation rows per thread: a late thread leaves its share to the others, and
 /// each range decodes the weights anew.
 const ACT_RANGES_PER_THREAD: usize = 2;
-/// Largest weight matrix whose products split the activation rows: one that every range can
-/// decode again and keep in its core's cache. (The 2B shape's, 2.4 MB and up, prefilled 10 %
-/// slower so; the small oracle model's, at most 74 KB, 31 % faster on 2 threads.)
+/// Largest quantized weight matrix whose products split the activation rows: one that every
+/// range can decode again and keep in its core's cache. (The 2B shape's, 2.4 MB and up,
+/// prefilled 10 % slower so; the small oracle model's, at most 74 KB, 31 % faster on 2
+/// threads.) Float weights have no tiles to decode: theirs split at any size.
 const ACT_SPLIT_MAX_WEIGHT_BYTES: usize = 1 << 20;
 
 /// `data[i * rows.len() + j] = rows[j] · act i`, the weight rows split into ranges handed
@@ -231,6 +232,7 @@ fn par_matmul(
     threads: usize,
 ) -> Result<(), quant::QuantError> {
     let (m, k) = (acts.rows(), acts.row_len());
+    let float = matches!(dtype, DType::F32 | DType::F16 | DType::BF16);
     // Multiply-adds worth a thread, and worth a range of rows.
     const MIN_THREAD_WORK: usize = 1 << 16;
     const MIN_RANGE_WORK: usize = 1 << 18;
@@ -250,7 +252,7 @@ fn par_matmul(
                 fail(e);
             }
         });
-    } else if m >= ACT_SPLIT_MIN_ROWS * threads && weights.len() <= ACT_SPLIT_MAX_WEIGHT_BYTES {
+    } else if m >= ACT_SPLIT_MIN_ROWS * threads && (float || weights.len() <= ACT_SPLIT_MAX_WEIGHT_BYTES) {
         // A prompt's rows: ranges of them over the threads, each against every weight row and
         // writing its own rows of the result. (Ranges of weight rows would each fill an
         // [m, range] block to be copied into place: a tenth of a small model's prefill.)
