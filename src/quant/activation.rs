@@ -494,29 +494,42 @@ fn quantize_i16_block(x: &[f32], q: &mut [i16]) -> f32 {
     // the order does not matter; NaNs are skipped either way).
     let mut lanes = [0f32; 8];
     let chunks = x.chunks_exact(8);
-    let mut amax = 0f32;
-    for v in chunks.remainder() {
-        amax = amax.max(v.abs());
-    }
+    let tail = chunks.remainder();
     for c in chunks {
         for (l, v) in lanes.iter_mut().zip(c) {
             *l = l.max(v.abs());
         }
     }
-    for &l in &lanes {
-        amax = amax.max(l);
-    }
-    if amax == 0.0 || !amax.is_finite() {
-        q.fill(0);
-        return if amax.is_finite() { 0.0 } else { f32::NAN };
-    }
-    let d = amax / 32767.0;
+    let d = match i16_block_scale(lanes, tail, q) {
+        Ok(d) => d,
+        Err(degenerate) => return degenerate,
+    };
     let inv = 1.0 / d;
     for (q, &v) in q.iter_mut().zip(x) {
         // Through i32: LLVM vectorizes a saturating f32 -> i32 conversion, not one to i16.
         *q = round_half_away(v * inv).clamp(-32767.0, 32767.0) as i32 as i16;
     }
     d
+}
+
+/// The 16-bit scale of a block from its largest magnitude, found among `lanes` (per-lane
+/// maxima of its first values) and `tail` (the rest), NaNs skipped (max is exact, so the order
+/// does not matter): Ok(largest / 32767), or for a block of zeros or with an infinity, `q`
+/// zeroed and Err(its scale: 0, or NaN).
+#[inline(always)]
+pub(super) fn i16_block_scale(lanes: [f32; 8], tail: &[f32], q: &mut [i16]) -> Result<f32, f32> {
+    let mut amax = 0f32;
+    for v in tail {
+        amax = amax.max(v.abs());
+    }
+    for l in lanes {
+        amax = amax.max(l);
+    }
+    if amax == 0.0 || !amax.is_finite() {
+        q.fill(0);
+        return Err(if amax.is_finite() { 0.0 } else { f32::NAN });
+    }
+    Ok(amax / 32767.0)
 }
 
 /// `x.round()` (halves away from zero) for |x| < 2^23, in float operations the compiler

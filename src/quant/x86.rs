@@ -21,7 +21,7 @@
 
 use std::arch::x86_64::*;
 
-use super::activation::{drive, min_sum, round_half_away, Q8Row, Rows, GROUP, SUM_LEN, TILE_BYTES};
+use super::activation::{drive, i16_block_scale, min_sum, round_half_away, Q8Row, Rows, GROUP, SUM_LEN, TILE_BYTES};
 use super::block::{visit_blocks, BlockVisitor, Unpacked};
 use super::x86_bytes::{q4_k as q4_k_bytes, q6_k as q6_k_bytes};
 use super::x86_gemm::{q8_gemm_512, GEMM_MIN_ROWS};
@@ -122,18 +122,10 @@ pub(super) fn quantize_i16_block(x: &[f32], q: &mut [i16]) -> f32 {
     }
     let mut lanes = [0f32; 8];
     store_f32x8(&mut lanes, lanes_max);
-    let mut amax = 0f32;
-    for v in tail {
-        amax = amax.max(v.abs());
-    }
-    for l in lanes {
-        amax = amax.max(l);
-    }
-    if amax == 0.0 || !amax.is_finite() {
-        q.fill(0);
-        return if amax.is_finite() { 0.0 } else { f32::NAN };
-    }
-    let d = amax / 32767.0;
+    let d = match i16_block_scale(lanes, tail, q) {
+        Ok(d) => d,
+        Err(degenerate) => return degenerate,
+    };
     let inv = 1.0 / d;
     let (scale, two_23, one, half) =
         (_mm256_set1_ps(inv), _mm256_set1_ps(8_388_608.0), _mm256_set1_ps(1.0), _mm256_set1_ps(0.5));
