@@ -29,6 +29,27 @@ use super::{float, DType};
 
 // ---------------------------------------------------------------- loads
 
+/// How far past the bytes a row kernel is reading it asks for the next weights. A decode
+/// step reads every weight row once, from memory, and the hardware prefetchers alone left
+/// the 2B shape's decode short of the machine's bandwidth: 4 KiB ahead took it from 24.8 to
+/// 26.5 tokens/s on two threads (14.5 to 15.9 on one); 1-3 KiB gained less, 8-16 KiB lost
+/// the gain again. Only the AVX-512 kernels ask: the AVX2 ones, with more work per byte,
+/// decoded 3 % slower with it (21.7 against 21.0 tokens/s).
+const PREFETCH_AHEAD: usize = 4096;
+
+/// Asks the cache for the lines that begin in `bytes` moved [`PREFETCH_AHEAD`] on: called on
+/// the consecutive runs of a row, it asks for each line once.
+#[inline(always)]
+pub(super) fn prefetch_ahead(bytes: &[u8]) {
+    let ahead = bytes.as_ptr().wrapping_add(PREFETCH_AHEAD);
+    let first = (ahead as usize).next_multiple_of(64) - ahead as usize;
+    for at in (first..bytes.len()).step_by(64) {
+        // SAFETY: a prefetch is a hint: it changes nothing the program can observe and never
+        // faults, whatever the address (past the end of the weights too).
+        unsafe { _mm_prefetch::<_MM_HINT_T0>(ahead.wrapping_add(at).cast()) };
+    }
+}
+
 /// `s[at..at + M]` as an array.
 #[inline(always)]
 pub(super) fn sub<T, const M: usize>(s: &[T], at: usize) -> &[T; M] {
@@ -628,6 +649,7 @@ fn q8_0_512<const R: usize>(row: &[u8], acts: &[Q8Row; R]) -> [f32; R] {
     let q = act_blocks::<32, R>(acts);
     let mut facc = [_mm512_setzero_ps(); R];
     for (b, blk) in blocks.iter().enumerate() {
+        prefetch_ahead(blk);
         let d = _mm512_cvtph_ps(_mm256_set1_epi16(i16::from_le_bytes(*sub(blk, 0))));
         let w = _mm512_cvtepi8_epi16(load_u8x32(sub(blk, 2)));
         for r in 0..R {
@@ -733,7 +755,9 @@ fn f16_rows_512<const R: usize>(row: &[u8], xs: &[&[f32]; R]) -> [f32; R] {
     let main = k - k % 16;
     let mut acc = [_mm512_setzero_ps(); R];
     for i in (0..main).step_by(16) {
-        let w = _mm512_cvtph_ps(load_u8x32(sub(row, 2 * i)));
+        let run = sub(row, 2 * i);
+        prefetch_ahead(run);
+        let w = _mm512_cvtph_ps(load_u8x32(run));
         for (acc, x) in acc.iter_mut().zip(xs) {
             *acc = _mm512_fmadd_ps(w, load_f32x16(sub(x, i)), *acc);
         }

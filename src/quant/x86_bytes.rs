@@ -31,7 +31,7 @@
 use std::arch::x86_64::*;
 
 use super::activation::{Q8Row, SUM_LEN};
-use super::x86::{act_dsums, f16x2, load_f32x8, load_u8x16, load_u8x32, scales_k4, sub};
+use super::x86::{act_dsums, f16x2, load_f32x8, load_u8x16, load_u8x32, prefetch_ahead, scales_k4, sub};
 
 #[inline]
 #[target_feature(enable = "avx512f")]
@@ -123,6 +123,7 @@ pub(super) fn q4_k<const R: usize>(row: &[u8], acts: &[Q8Row; R]) -> [f32; R] {
     let mut facc = [_mm512_setzero_ps(); R];
     let mut macc = [_mm256_setzero_ps(); R];
     for (b, blk) in blocks.iter().enumerate() {
+        prefetch_ahead(blk);
         let (d, dmin) = f16x2(sub(blk, 0));
         let (sc, mn) = scales_k4(sub(blk, 4));
         // The eight scales, an i16 each, in every 128-bit lane.
@@ -213,6 +214,7 @@ pub(super) fn q6_k<const R: usize>(row: &[u8], acts: &[Q8Row; R]) -> [f32; R] {
     }
     let mut facc = [_mm512_setzero_ps(); R];
     for (b, blk) in blocks.iter().enumerate() {
+        prefetch_ahead(blk);
         let (d, _) = f16x2(&[blk[208], blk[209], 0, 0]);
         let scale_bytes = load_u8x16(sub(blk, 192));
         let scales = _mm512_castsi256_si512(_mm256_cvtepi8_epi16(scale_bytes));
