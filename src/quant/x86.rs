@@ -724,12 +724,22 @@ fn f16_tile_512(rows: &[&[u8]; F16_TILE_ROWS], xs: &[&[f32]; F16_TILE_ACTS]) -> 
     // Indexed by constants only, so that the accumulators stay in registers.
     let mut acc = [[_mm512_setzero_ps(); F16_TILE_ACTS]; F16_TILE_ROWS];
     let mut w = [_mm512_setzero_ps(); F16_TILE_ROWS];
-    for i in (0..main).step_by(16) {
+    // Every operand cut into its steps up front, lengths checked once, not per load.
+    let steps = main / 16;
+    let mut wc: [&[[u8; 32]]; F16_TILE_ROWS] = [&[]; F16_TILE_ROWS];
+    for j in 0..F16_TILE_ROWS {
+        wc[j] = &rows[j][..2 * main].as_chunks::<32>().0[..steps];
+    }
+    let mut xc: [&[[f32; 16]]; F16_TILE_ACTS] = [&[]; F16_TILE_ACTS];
+    for r in 0..F16_TILE_ACTS {
+        xc[r] = &xs[r][..main].as_chunks::<16>().0[..steps];
+    }
+    for i in 0..steps {
         for j in 0..F16_TILE_ROWS {
-            w[j] = _mm512_cvtph_ps(load_u8x32(sub(rows[j], 2 * i)));
+            w[j] = _mm512_cvtph_ps(load_u8x32(&wc[j][i]));
         }
         for r in 0..F16_TILE_ACTS {
-            let x = load_f32x16(sub(xs[r], i));
+            let x = load_f32x16(&xc[r][i]);
             for j in 0..F16_TILE_ROWS {
                 acc[j][r] = _mm512_fmadd_ps(w[j], x, acc[j][r]);
             }

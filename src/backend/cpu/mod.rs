@@ -6,6 +6,8 @@ mod fast;
 mod pool;
 pub mod reference;
 pub mod tensor;
+#[cfg(target_arch = "x86_64")]
+mod x86_attend;
 
 use super::PlanId;
 use crate::gguf::GgufFile;

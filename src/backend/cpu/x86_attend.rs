@@ -1,0 +1,117 @@
+//! AVX-512 block sums of the CPU attention (fast.rs's `attend_body`), for `WIDE_QUERIES` queries
+//! at once: each load of a key or value vector serves all of them, and their sums are
+//! independent chains of multiply-adds (one query's scores were [`ATTN_KEYS`] / 8 chains of
+//! `head_dim` dependent adds each: the adds' latency, not the multipliers, set the pace).
+//!
+//! Every sum is formed as the portable loops form it (per lane, terms in the same order, each
+//! added by one fused multiply-add), so the results are those of the AVX2 path bit for bit,
+//! whichever queries share a call.
+//!
+//! Memory is read and written through array references only; every function here is
+//! `#[target_feature]` and called only once AVX-512 is detected.
+
+use std::arch::x86_64::*;
+
+use super::fast::{ATTN_KEYS, WIDE_QUERIES as QUERIES};
+
+#[inline]
+#[target_feature(enable = "avx512f")]
+fn load(a: &[f32; 16]) -> __m512 {
+    // SAFETY: reads exactly the 64 bytes of `a`; loadu has no alignment requirement.
+    unsafe { _mm512_loadu_ps(a.as_ptr()) }
+}
+
+#[inline]
+#[target_feature(enable = "avx512f")]
+fn store(a: &mut [f32; 16], v: __m512) {
+    // SAFETY: writes exactly the 64 bytes of `a`; storeu has no alignment requirement.
+    unsafe { _mm512_storeu_ps(a.as_mut_ptr(), v) }
+}
+
+/// `scores[g][j] = Σ_i q[g][i] · keys_t[i][j]` over the block's keys transposed (`keys_t[i]`:
+/// value i of every key), i in order. (Loops over constant indices: LLVM keeps such arrays
+/// of registers in registers, where iterators over them went through memory.)
+#[target_feature(enable = "avx512f")]
+pub(super) fn scores(q: [&[f32]; QUERIES], keys_t: &[[f32; ATTN_KEYS]], scores: &mut [[f32; ATTN_KEYS]; QUERIES]) {
+    const _: () = assert!(ATTN_KEYS == 32);
+    let mut acc = [[_mm512_setzero_ps(); 2]; QUERIES];
+    let [q0, q1, q2, q3] = q;
+    for ((((kt, &a), &b), &c), &e) in keys_t.iter().zip(q0).zip(q1).zip(q2).zip(q3) {
+        let (lo, hi) = kt.split_at(16);
+        let k = [load(lo.first_chunk().expect("16 of 32")), load(hi.first_chunk().expect("16 of 32"))];
+        let x = [a, b, c, e];
+        for g in 0..QUERIES {
+            let xg = _mm512_set1_ps(x[g]);
+            for h in 0..2 {
+                acc[g][h] = _mm512_fmadd_ps(xg, k[h], acc[g][h]);
+            }
+        }
+    }
+    for g in 0..QUERIES {
+        let (lo, hi) = scores[g].split_at_mut(16);
+        store(lo.first_chunk_mut().expect("16 of 32"), acc[g][0]);
+        store(hi.first_chunk_mut().expect("16 of 32"), acc[g][1]);
+    }
+}
+
+/// `out[g] += Σ_j p[g][j] · values[j]` over the first `n[g]` value rows (`values`: rows of
+/// `d` values, d a multiple of 16), j in order: 64 values of the rows at a time, then 16.
+#[target_feature(enable = "avx512f")]
+pub(super) fn values(p: &[[f32; ATTN_KEYS]; QUERIES], n: [usize; QUERIES], values: &[f32], out: [&mut [f32]; QUERIES]) {
+    let d = out[0].len();
+    let [o0, o1, o2, o3] = out;
+    let mut out = [
+        o0.as_chunks_mut::<16>().0,
+        o1.as_chunks_mut::<16>().0,
+        o2.as_chunks_mut::<16>().0,
+        o3.as_chunks_mut::<16>().0,
+    ];
+    let rows = n[0].max(n[1]).max(n[2]).max(n[3]);
+    let rows = &values[..rows * d];
+    let wide = d / 64 * 4;
+    for c in (0..wide).step_by(4) {
+        values_of::<4>(p, n, rows, d, &mut out, c);
+    }
+    for c in wide..d / 16 {
+        values_of::<1>(p, n, rows, d, &mut out, c);
+    }
+}
+
+/// [`values`] for the `W` vectors of 16 from vector `c` on of every row.
+#[inline]
+#[target_feature(enable = "avx512f")]
+fn values_of<const W: usize>(
+    p: &[[f32; ATTN_KEYS]; QUERIES],
+    n: [usize; QUERIES],
+    rows: &[f32],
+    d: usize,
+    out: &mut [&mut [[f32; 16]]; QUERIES],
+    c: usize,
+) {
+    let mut acc = [[_mm512_setzero_ps(); W]; QUERIES];
+    for g in 0..QUERIES {
+        for w in 0..W {
+            acc[g][w] = load(&out[g][c + w]);
+        }
+    }
+    for (j, row) in rows.chunks_exact(d).enumerate() {
+        let v = row.as_chunks::<16>().0;
+        let mut vs = [_mm512_setzero_ps(); W];
+        for w in 0..W {
+            vs[w] = load(&v[c + w]);
+        }
+        for g in 0..QUERIES {
+            if j < n[g] {
+                let pj = _mm512_set1_ps(p[g][j]);
+                for w in 0..W {
+                    acc[g][w] = _mm512_fmadd_ps(pj, vs[w], acc[g][w]);
+                }
+            }
+        }
+    }
+    for g in 0..QUERIES {
+        for w in 0..W {
+            store(&mut out[g][c + w], acc[g][w]);
+        }
+    }
+}
