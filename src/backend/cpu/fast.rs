@@ -810,17 +810,25 @@ fn softmax_block(scores: &mut [f32; ATTN_KEYS], n: usize, scale: f32, max: &mut 
     *total += halve(*scores, |a, b| a + b);
 }
 
-/// `v` reduced by `f` pairwise: lane j with lane j + half, halves shrinking.
+/// `v` reduced by `f` pairwise: lane j with lane j + half, halves shrinking. (Steps of fixed
+/// sizes, which the compiler vectorizes; a loop over the halves' sizes it left scalar.)
 #[inline(always)]
-fn halve(mut v: [f32; ATTN_KEYS], f: impl Fn(f32, f32) -> f32) -> f32 {
-    let mut half = ATTN_KEYS / 2;
-    while half > 0 {
-        for j in 0..half {
-            v[j] = f(v[j], v[j + half]);
-        }
-        half /= 2;
+#[allow(clippy::needless_range_loop)] // lanes of fixed-size arrays, as the vector code takes them
+fn halve(v: [f32; ATTN_KEYS], f: impl Fn(f32, f32) -> f32) -> f32 {
+    const _: () = assert!(ATTN_KEYS == 32);
+    let mut h16 = [0f32; 16];
+    for j in 0..16 {
+        h16[j] = f(v[j], v[j + 16]);
     }
-    v[0]
+    let mut h8 = [0f32; 8];
+    for j in 0..8 {
+        h8[j] = f(h16[j], h16[j + 8]);
+    }
+    let mut h4 = [0f32; 4];
+    for j in 0..4 {
+        h4[j] = f(h8[j], h8[j + 4]);
+    }
+    f(f(h4[0], h4[2]), f(h4[1], h4[3]))
 }
 
 /// `o += Σ_j p[j] · values[j]` (rows of `o.len()` values), j in order: 32 values of `o` at a
