@@ -584,8 +584,10 @@ fn dot(a: &[f32], b: &[f32]) -> f32 {
 /// item (of one head), 3.91 with 64, 3.82 with 128; small-model prefill was level.
 const ATTN_QUERIES: usize = 128;
 
-/// K/V rows per block: 32 rows of each at head_dim 128 are 32 KiB.
-pub(super) const ATTN_KEYS: usize = 32;
+/// K/V rows per block: a query's per-block work (softmax, rescale) over more keys. 64 against
+/// 32: the 2B shape's pp512 attention 501-530 -> 471-477 ms, a 448 x 448 encode's 1,197-1,254
+/// -> 1,113 ms, though at head_dim 128 a block's K and V (64 KiB) no longer fit L1.
+pub(super) const ATTN_KEYS: usize = 64;
 
 /// Causal attention, one work item per (block of tokens, [`ATTN_QUERIES`] queries or so, kv head): the
 /// item's queries pass over the K/V rows in blocks of [`ATTN_KEYS`], each block's scores first,
@@ -783,8 +785,9 @@ fn attend_body<const FMA: bool, const WIDE: bool>(
 /// One query's block of scores made its softmax weights (the first `n`; the rest 0): scaled,
 /// the running maximum `max` raised to theirs (the running `total` and output `o` rescaled to
 /// it), each weighed as `e^(s - max)`, their sum added to `total`. Over the whole block in
-/// fixed-size loops the compiler vectorizes (the maximum and the sum of 32 values one at a time
-/// were chains of dependent operations as long as a block's scores took), the sum pairwise.
+/// fixed-size loops the compiler vectorizes (the maximum and the sum of a block's values one
+/// at a time were chains of dependent operations as long as a block's scores took), the sum
+/// pairwise.
 #[inline(always)]
 #[allow(clippy::needless_range_loop)] // lanes of fixed-size arrays, as the vector code takes them
 fn softmax_block(scores: &mut [f32; ATTN_KEYS], n: usize, scale: f32, max: &mut f32, total: &mut f32, o: &mut [f32]) {
@@ -810,25 +813,17 @@ fn softmax_block(scores: &mut [f32; ATTN_KEYS], n: usize, scale: f32, max: &mut 
     *total += halve(*scores, |a, b| a + b);
 }
 
-/// `v` reduced by `f` pairwise: lane j with lane j + half, halves shrinking. (Steps of fixed
-/// sizes, which the compiler vectorizes; a loop over the halves' sizes it left scalar.)
+/// `v` reduced by `f` pairwise: lane j with lane j + half, halves shrinking.
 #[inline(always)]
-#[allow(clippy::needless_range_loop)] // lanes of fixed-size arrays, as the vector code takes them
-fn halve(v: [f32; ATTN_KEYS], f: impl Fn(f32, f32) -> f32) -> f32 {
-    const _: () = assert!(ATTN_KEYS == 32);
-    let mut h16 = [0f32; 16];
-    for j in 0..16 {
-        h16[j] = f(v[j], v[j + 16]);
+fn halve(mut v: [f32; ATTN_KEYS], f: impl Fn(f32, f32) -> f32) -> f32 {
+    let mut half = ATTN_KEYS / 2;
+    while half > 0 {
+        for j in 0..half {
+            v[j] = f(v[j], v[j + half]);
+        }
+        half /= 2;
     }
-    let mut h8 = [0f32; 8];
-    for j in 0..8 {
-        h8[j] = f(h16[j], h16[j + 8]);
-    }
-    let mut h4 = [0f32; 4];
-    for j in 0..4 {
-        h4[j] = f(h8[j], h8[j + 4]);
-    }
-    f(f(h4[0], h4[2]), f(h4[1], h4[3]))
+    v[0]
 }
 
 /// `o += Σ_j p[j] · values[j]` (rows of `o.len()` values), j in order: 32 values of `o` at a

@@ -33,24 +33,28 @@ fn store(a: &mut [f32; 16], v: __m512) {
 /// of registers in registers, where iterators over them went through memory.)
 #[target_feature(enable = "avx512f")]
 pub(super) fn scores(q: [&[f32]; QUERIES], keys_t: &[[f32; ATTN_KEYS]], scores: &mut [[f32; ATTN_KEYS]; QUERIES]) {
-    const _: () = assert!(ATTN_KEYS == 32);
-    let mut acc = [[_mm512_setzero_ps(); 2]; QUERIES];
+    const V: usize = ATTN_KEYS / 16;
+    let mut acc = [[_mm512_setzero_ps(); V]; QUERIES];
     let [q0, q1, q2, q3] = q;
     for ((((kt, &a), &b), &c), &e) in keys_t.iter().zip(q0).zip(q1).zip(q2).zip(q3) {
-        let (lo, hi) = kt.split_at(16);
-        let k = [load(lo.first_chunk().expect("16 of 32")), load(hi.first_chunk().expect("16 of 32"))];
+        let kt = kt.as_chunks::<16>().0;
+        let mut k = [_mm512_setzero_ps(); V];
+        for h in 0..V {
+            k[h] = load(&kt[h]);
+        }
         let x = [a, b, c, e];
         for g in 0..QUERIES {
             let xg = _mm512_set1_ps(x[g]);
-            for h in 0..2 {
+            for h in 0..V {
                 acc[g][h] = _mm512_fmadd_ps(xg, k[h], acc[g][h]);
             }
         }
     }
     for g in 0..QUERIES {
-        let (lo, hi) = scores[g].split_at_mut(16);
-        store(lo.first_chunk_mut().expect("16 of 32"), acc[g][0]);
-        store(hi.first_chunk_mut().expect("16 of 32"), acc[g][1]);
+        let s = scores[g].as_chunks_mut::<16>().0;
+        for h in 0..V {
+            store(&mut s[h], acc[g][h]);
+        }
     }
 }
 
