@@ -34,6 +34,7 @@ fn store(a: &mut [f32; 16], v: __m512) {
 #[target_feature(enable = "avx512f")]
 pub(super) fn scores(q: [&[f32]; QUERIES], keys_t: &[[f32; ATTN_KEYS]], scores: &mut [[f32; ATTN_KEYS]; QUERIES]) {
     const V: usize = ATTN_KEYS / 16;
+    const _: () = assert!(ATTN_KEYS.is_multiple_of(16), "whole vectors of keys");
     let mut acc = [[_mm512_setzero_ps(); V]; QUERIES];
     let [q0, q1, q2, q3] = q;
     for ((((kt, &a), &b), &c), &e) in keys_t.iter().zip(q0).zip(q1).zip(q2).zip(q3) {
