@@ -561,17 +561,10 @@ mod tests {
         let mut special = vec![32767.0, -32767.0, 0.5, -0.5, 1.5, -2.5, 2.4999998, 3.5000002, -0.0, 0.0];
         special.extend([f32::NAN, 1e-30, -1e-30, 16383.5, -16384.5, 32766.5, 7.0, -7.49999]);
         let mut blocks = vec![special.clone(), [special.clone(), vec![f32::INFINITY]].concat(), vec![0.0; 32]];
-        let mut state = 0x2545_f491_4f6c_dd1du64;
+        let mut rng = crate::rng::SplitMix64(0x2545_f491_4f6c_dd1d);
         for len in [32, 256, 37, 7] {
             for scale in [1e-3f32, 1.0, 3e4] {
-                let block = (0..len)
-                    .map(|_| {
-                        state ^= state << 13;
-                        state ^= state >> 7;
-                        state ^= state << 17;
-                        ((state >> 40) as f32 / (1u64 << 24) as f32 - 0.5) * scale
-                    })
-                    .collect();
+                let block = (0..len).map(|_| (rng.next_f64() as f32 - 0.5) * scale).collect();
                 blocks.push(block);
             }
         }

@@ -717,7 +717,8 @@ fn f16_matmul_512(rows: Rows, xs: &[&[f32]], out: &mut [f32]) {
 const F16_TILE_ROWS: usize = 2;
 /// Activation rows per register tile of [`f16_matmul_512`]. With the weight rows, eight
 /// accumulators: 4 x 4 (sixteen) were kept on the stack by the compiler, stored after every
-/// multiply-add, and ran slower than one weight row at a time.
+/// multiply-add, and ran slower than one weight row at a time; 2 x 8 and 2 x 6 took 25 % and
+/// 4 % longer over a 2B 448 x 448 encode's products.
 const F16_TILE_ACTS: usize = 4;
 
 /// A register tile's sums: per weight row and activation row, 16 lanes over the values.

@@ -6,14 +6,15 @@ use super::{execute, Kernels};
 use crate::graph::{Op, RopeKind};
 use crate::quant::{quantize_row, DType};
 
-struct Rng(u64);
+/// Uniform values in [-1, 1) (also for fast.rs's unit tests).
+pub(super) struct Rng(pub(super) u64);
 
 impl Rng {
     fn f32(&mut self) -> f32 {
         self.0 = self.0.wrapping_mul(6364136223846793005).wrapping_add(1442695040888963407);
         ((self.0 >> 40) as f32 / (1u64 << 24) as f32) * 2.0 - 1.0
     }
-    fn vec(&mut self, n: usize) -> Vec<f32> {
+    pub(super) fn vec(&mut self, n: usize) -> Vec<f32> {
         (0..n).map(|_| self.f32()).collect()
     }
 }
@@ -22,7 +23,7 @@ fn strides(dtype: DType, ne: [usize; 4]) -> [usize; 4] {
     crate::graph::contiguous_strides(dtype, ne)
 }
 
-fn f32_in(data: &[f32], ne: [usize; 4]) -> In<'_> {
+pub(super) fn f32_in(data: &[f32], ne: [usize; 4]) -> In<'_> {
     In { data: Data::F32(data), dtype: DType::F32, offset: 0, ne, nb: strides(DType::F32, ne) }
 }
 
