@@ -115,7 +115,7 @@ fn cm_kv_rows() -> u32 {
 
 /// A tuning probe's value: `var` as a number that `valid` takes, else `default` (read once by
 /// each caller; a bad value warned about, with what `expected` says, and unset).
-fn probe(var: &str, default: usize, valid: impl Fn(usize) -> bool, expected: &str) -> usize {
+pub(super) fn probe(var: &str, default: usize, valid: impl Fn(usize) -> bool, expected: &str) -> usize {
     let Ok(v) = std::env::var(var) else { return default };
     match v.trim().parse::<usize>() {
         Ok(n) if valid(n) => n,

@@ -273,7 +273,7 @@ impl Variants {
                 if let Some(subgroup) = self.subgroup_matvec {
                     if self.wide_matvec && k.is_multiple_of(32) {
                         let cols = wide_cols(cols);
-                        kinds.push(MatKind::VecWide { subgroup, rows: wide_rows(wt, k, n, cols), cols });
+                        kinds.push(MatKind::VecWide { subgroup, rows: wide_rows(wt, k, n, cols, subgroup), cols });
                     }
                     kinds.push(MatKind::VecSg { subgroup });
                 }
@@ -406,8 +406,8 @@ pub fn wide_cols(cols: usize) -> u32 {
 /// leave far more workgroups than the GPU holds (a vocabulary head): its blocks are read in
 /// many small pieces, and more rows per thread made its other products slower (H200; the
 /// 151,936-row head 260 -> 222 us at 4, 233 at 8).
-pub fn wide_rows(wt: WType, k: usize, n: usize, cols: u32) -> u32 {
-    let per_group = 128 / wide_threads_per_row(k);
+pub fn wide_rows(wt: WType, k: usize, n: usize, cols: u32, subgroup: u32) -> u32 {
+    let per_group = 128 / wide_threads_per_row(k, subgroup);
     let most = (WIDE_MAX_SUMS / cols).max(2);
     if wt == WType::Q6K {
         return if n / (per_group * 4) >= 16 * WIDE_MIN_GROUPS { 4.min(most) } else { 2 };
@@ -419,10 +419,24 @@ pub fn wide_rows(wt: WType, k: usize, n: usize, cols: u32) -> u32 {
 /// of 4 on the H200).
 const WIDE_MIN_GROUPS: usize = 256;
 
-/// Threads per row of `mul_mat_vec_wide`: 128 where rows are whole multiples of 128 units of
-/// 32 values, else 64 (every thread then takes the same number of units).
-fn wide_threads_per_row(k: usize) -> usize {
-    if (k / 32).is_multiple_of(128) {
+/// Threads per row of `mul_mat_vec_wide` on subgroups of `subgroup` lanes: 128 where rows are
+/// whole multiples of 128 units of 32 values, else 64 (every thread then takes the same number
+/// of units); or what HRX_VK_WIDE_TPR asks (a tuning probe, as HRX_VK_ATTN_SPLITS: 128, 64, or
+/// the subgroup's size, one subgroup a row without shared memory or barriers) where the
+/// device's subgroups divide it.
+fn wide_threads_per_row(k: usize, subgroup: u32) -> usize {
+    static ASKED: std::sync::OnceLock<usize> = std::sync::OnceLock::new();
+    let asked = *ASKED.get_or_init(|| {
+        super::attn::probe(
+            "HRX_VK_WIDE_TPR",
+            0,
+            |n| n.is_power_of_two() && (8..=128).contains(&n),
+            "8 to 128, a power of two",
+        )
+    });
+    if asked >= subgroup as usize && asked.is_multiple_of(subgroup as usize) {
+        asked
+    } else if (k / 32).is_multiple_of(128) {
         128
     } else {
         64
@@ -501,8 +515,11 @@ pub fn launch(
             row
         }
     };
-    let tpr = wide_threads_per_row(k);
-    push.push(if matches!(kind, MatKind::VecWide { .. }) { tpr as u32 } else { 0 });
+    let tpr = match kind {
+        MatKind::VecWide { subgroup, .. } => wide_threads_per_row(k, subgroup),
+        _ => 0,
+    };
+    push.push(tpr as u32);
     // The prologue: mode (0 none, 1 RMS norm, 2 SwiGLU), the float offset of its second input
     // (binding 4), the norm's epsilon.
     match prologue {
