@@ -325,15 +325,18 @@ void main() {
             }
             if (sg_count == 1u) {
                 // The row group is one subgroup: its sums are whole after subgroupAdd, with no
-                // shared memory or barrier. Lane (c * ROWS + r) % tpr stores row r of column c.
-                [[unroll]] for (uint c = 0u; c < COLS; c++) {
-                    float squares = p.pro_mode == PRO_RMS_NORM ? subgroupAdd(ss[c]) : 0.0;
-                    [[unroll]] for (uint r = 0u; r < ROWS; r++) {
-                        float s = subgroupAdd(acc[c * ROWS + r]);
-                        if (t == (c * ROWS + r) % tpr) {
-                            store_sum(c0 + c, cols, row0 + r, ne, s, squares);
-                        }
+                // shared memory or barrier. Lane t stores sums t, t + tpr, ... (row r of column
+                // c at c * ROWS + r).
+                [[unroll]] for (uint i = 0u; i < ROWS * COLS; i++) {
+                    acc[i] = subgroupAdd(acc[i]);
+                }
+                if (p.pro_mode == PRO_RMS_NORM) {
+                    [[unroll]] for (uint c = 0u; c < COLS; c++) {
+                        ss[c] = subgroupAdd(ss[c]);
                     }
+                }
+                for (uint i = t; i < ROWS * COLS; i += tpr) {
+                    store_sum(c0 + i / ROWS, cols, row0 + i % ROWS, ne, acc[i], ss[i / ROWS]);
                 }
                 continue;
             }
