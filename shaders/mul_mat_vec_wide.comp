@@ -4,10 +4,10 @@
 #extension GL_EXT_control_flow_attributes : require
 // Matrix-vector product for decode, built for memory parallelism: a row of w is split over T
 // threads (`p.tpr`: one subgroup, or 64 or 128 threads of several), each taking whole units of
-// 32 values (a K-quant's 4 values of each of 8 groups, its block's other units in the lanes
-// beside it; a Q8_0 block), so that every weight byte of the matrix is requested by some
-// thread at once rather than walked by a few lanes in a loop; each thread does ROWS rows with
-// one load of x per unit (more rows: fewer loads of x per row of w, and fewer workgroups).
+// 32 values (a quarter-block slice of a K-quant, a Q8_0 block), so that every weight byte of
+// the matrix is requested by some thread at once rather than walked by a few lanes in a loop;
+// each thread does ROWS rows with one load of x per unit (more rows: fewer loads of x per row
+// of w, and fewer workgroups).
 // Partial sums are reduced with subgroupAdd, then, where a row group is several subgroups,
 // across them through shared memory. A workgroup of 128 threads computes
 // 128 / T row groups of ROWS rows for COLS columns (specialization constant 0: a few
@@ -78,86 +78,78 @@ uvec2 load8_at2(uint off) {
 // scaling; CLASSES runs of consecutive groups that share a scale, and class_scale(raw, u, j),
 // the multiplier and bias of run j: its groups add multiplier * dot(q, x) - bias * sum(x).
 // Scaling the sums, not the values, is one multiply per run and row instead of one per value.
-#if defined(W_Q4_K) || defined(W_Q6_K)
-// Unit u of a K-quant: lane j = u % 8 of block b = u / 8 takes values 32i + 4j .. +3 for its
-// groups i = 0..7, so the 8 lanes of a block read each group's x as 8 consecutive vec4s (one
-// 128-byte line: a subgroup's load of x touches 4 lines where a unit of 32 consecutive values
-// touched 32), and their weights as consecutive words. Every group has a scale of its own.
-uint unit_k(uint u, uint i) {
-    return (u / 8u) * 256u + 32u * i + 4u * (u % 8u);
-}
-
-#define CLASSES 8u
-#endif
 #if defined(W_Q4_K)
-// Qs word m of a block (bytes 32m..32m+3 + 4j for lane j) holds in its low nibbles values
-// 64m + 4j.. of sub-block 2m, in its high nibbles the same 32 further, of sub-block 2m + 1:
-// group i is word i / 2's low (even i) or high nibbles, of sub-block i. A lane loads words j,
-// j + 8, j + 16, j + 24. A block is 9 uvec4s: d/dmin and the scales, then qs. Raw: the
-// block's head, the four words.
+// Unit u: qs bytes 16j..16j+15 of block b = u / 8 (j = u % 8): their low nibbles are values
+// 64c + 16h .. +15 (c = j / 2, h = j % 2) of sub-block 2c (groups 0-3), their high nibbles
+// the same 16 values 32 further, of sub-block 2c + 1 (groups 4-7). A block is 9 uvec4s:
+// d/dmin and the scales, then qs. Raw: the block's head, the 16 bytes of qs.
 #define RAW 2u
+
+uint unit_k(uint u, uint i) {
+    uint j = u % 8u;
+    return (u / 8u) * 256u + 64u * (j / 2u) + 16u * (j % 2u) + 32u * (i / 4u) + 4u * (i % 4u);
+}
 
 void unit_fetch(uint row0, uint rows, uint u, out uvec4 raw[ROWS][RAW]) {
     [[unroll]] for (uint r = 0u; r < ROWS; r++) {
         uint row = p.w_off + min(row0 + r, rows - 1u) * p.w_nb1;
         uint blk = (row >> 4u) + (u / 8u) * 9u;
-        uint qs = (blk + 1u) * 4u + u % 8u;
         raw[r][0] = w_vec4[blk];
-        raw[r][1] = uvec4(w[qs], w[qs + 8u], w[qs + 16u], w[qs + 24u]);
+        raw[r][1] = w_vec4[blk + 1u + u % 8u];
     }
 }
 
+// Groups 0-3: low nibbles, sub-block 2c; 4-7: high nibbles, sub-block 2c + 1.
+#define CLASSES 2u
 #define HAS_BIAS
 
 vec4 unit_q(uvec4 raw[RAW], uint row, uint u, uint i) {
-    uint q = raw[1][i / 2u];
-    return i % 2u == 0u ? nibbles_lo(q) : nibbles_hi(q);
+    uint q = raw[1][i % 4u];
+    return i < 4u ? nibbles_lo(q) : nibbles_hi(q);
 }
 
 vec2 class_scale(uvec4 raw[RAW], uint u, uint j) {
-    return q4_k_scale_bias(raw[0], j);
+    return q4_k_scale_bias(raw[0], 2u * ((u % 8u) / 2u) + j);
 }
 #elif defined(W_Q6_K)
-// Group i = 4n + t is quarter t of half n of the block: values 128n + 32t + l (l = 4j..4j+3)
-// are the low (t < 2) or high nibbles of ql bytes 64n + 32 (t % 2) + l with bits 2t, 2t + 1 of
-// qh bytes 128 + 32n + l, scaled by scale 8n + l / 16 + 2t and d. Blocks are 210 bytes, so
-// 2-byte aligned: load4_at2. Raw: the four ql words (n, t % 2), the two qh words and d, the
-// 16 scales.
+// Unit u: values l0..l0+7 (l0 = 8 (u % 4)) of the four quarters t of half n = (u % 8) / 4 of
+// block b = u / 8 (groups 2t, 2t + 1): 8 bytes of ql at 64n + l0, 8 at 64n + 32 + l0, 8 of
+// qh at 32n + l0, the scales and d. Blocks are 210 bytes, so 2-byte aligned: load8_at2.
+// Raw: the two ql pieces; qh and the 8 scale bytes from 8n; d.
 #define RAW 3u
 
-// The 4 bytes at byte `off` of w, 2-byte aligned, in two word loads and no branch (lanes of a
-// subgroup read blocks of different alignment).
-uint load4_at2(uint off) {
-    uint i = off >> 2u;
-    uint a = w[i];
-    uint b = w[i + 1u];
-    return (off & 2u) != 0u ? (a >> 16u) | (b << 16u) : a;
+uint unit_k(uint u, uint i) {
+    return (u / 8u) * 256u + 128u * ((u % 8u) / 4u) + (u % 4u) * 8u + 32u * (i / 2u) + 4u * (i % 2u);
 }
 
 void unit_fetch(uint row0, uint rows, uint u, out uvec4 raw[ROWS][RAW]) {
-    uint l = 4u * (u % 8u);
+    uint n = (u % 8u) / 4u;
+    uint l0 = (u % 4u) * 8u;
     [[unroll]] for (uint r = 0u; r < ROWS; r++) {
         uint blk = p.w_off + min(row0 + r, rows - 1u) * p.w_nb1 + (u / 8u) * 210u;
-        raw[r][0] = uvec4(load4_at2(blk + l), load4_at2(blk + 32u + l), load4_at2(blk + 64u + l),
-                          load4_at2(blk + 96u + l));
-        raw[r][1] = uvec4(load4_at2(blk + 128u + l), load4_at2(blk + 160u + l), load_u16(blk + 208u), 0u);
-        uvec2 lo = load8_at2(blk + 192u);
-        raw[r][2] = uvec4(lo, load8_at2(blk + 200u));
+        raw[r][0] = uvec4(load8_at2(blk + 64u * n + l0), load8_at2(blk + 64u * n + 32u + l0));
+        raw[r][1] = uvec4(load8_at2(blk + 128u + 32u * n + l0), load8_at2(blk + 192u + 8u * n));
+        raw[r][2] = uvec4(load_u16(blk + 208u), 0u, 0u, 0u);
     }
 }
 
+// Quarter t = i / 2 of group i: its 16 values share a scale.
+#define CLASSES 4u
+
 vec4 unit_q(uvec4 raw[RAW], uint row, uint u, uint i) {
-    uint n = i / 4u;
-    uint t = i % 4u;
-    uint lo = raw[0][2u * n + t % 2u] >> (4u * (t / 2u));
-    uint q = (lo & 0x0F0F0F0Fu) | (((raw[1][n] >> (2u * t)) & 0x03030303u) << 4u);
+    // Word h = i % 2 of quarter t: ql low nibbles of the first or second piece for t = 0, 1,
+    // their high nibbles for t = 2, 3; qh bits 2t, 2t + 1.
+    uint t = i / 2u;
+    uint h = i % 2u;
+    uint lo = (t % 2u == 0u ? raw[0][h] : raw[0][2u + h]) >> (4u * (t / 2u));
+    uint q = (lo & 0x0F0F0F0Fu) | (((raw[1][h] >> (2u * t)) & 0x03030303u) << 4u);
     return u8x4(q) - 32.0;
 }
 
-vec2 class_scale(uvec4 raw[RAW], uint u, uint i) {
-    uint at = 8u * (i / 4u) + (u % 8u) / 4u + 2u * (i % 4u);
-    uint sc = (raw[2][at / 4u] >> (8u * (at % 4u))) & 0xFFu;
-    return vec2(float(int(sc << 24) >> 24) * unpackHalf2x16(raw[1].z).x, 0.0);
+vec2 class_scale(uvec4 raw[RAW], uint u, uint t) {
+    // Scale 8n + l0 / 16 + 2t of the 16 at 192: byte 2t (or 2t + 1) of the 8 loaded.
+    uint sc = (raw[1][2u + t / 2u] >> (8u * ((u % 4u) / 2u) + 16u * (t % 2u))) & 0xFFu;
+    return vec2(float(int(sc << 24) >> 24) * unpackHalf2x16(raw[2].x).x, 0.0);
 }
 #elif defined(W_Q8_0)
 // Unit u: block u (32 values). Raw: the 32 quants, then d.
