@@ -72,6 +72,11 @@ uvec2 load8_at2(uint off) {
     return odd ? uvec2((a >> 16u) | (b << 16u), (b >> 16u) | (c << 16u)) : uvec2(a, b);
 }
 
+// Units of a K-quant laid across a block's 8 lanes instead (lane j taking values 32i + 4j..
+// of every group i, so that the lanes' loads of x and w are consecutive; a scale per group)
+// decoded slower on the H100 (2B shape, tg128 334-335 against 368-382 tok/s in one call, every
+// product slower in the profile: each unit takes more load instructions and 8 scales, not 2).
+//
 // Each weight type gives: unit_k(u, i), the index along K of the i-th of the 8 groups of 4
 // values of unit u; unit_fetch, the loads of unit u of ROWS rows into RAW uvec4s per row
 // (nothing computed from them); unit_q, the 4 values of group i of one row from them before

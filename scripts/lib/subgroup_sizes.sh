@@ -48,9 +48,14 @@ subgroup_size_run() {
 }
 
 # Every size above that runs: 16 lanes on Debian 12's lavapipe, 4 on Mesa 26.1's where it was
-# fetched (lavapipe_coopmat_setup; under CI=true a failed fetch has failed already).
+# fetched (lavapipe_coopmat_setup; under CI=true a failed fetch has failed already). At 16 lanes
+# the wide mat-vec kernel also runs with a row to one subgroup (HRX_VK_WIDE_TPR: its sums
+# without shared memory or barrier, as RDNA's 64 lanes take it by default), without arguments.
 subgroup_size_tests() {
   subgroup_size_run system 512 "$@" || return 1
+  if [ $# -eq 0 ]; then
+    HRX_VK_WIDE_TPR=16 subgroup_size_run system 512 wide_matvec_at_decode_shapes matmul_with_a_fused_residual_every_kernel || return 1
+  fi
   if lavapipe_coopmat_setup; then
     subgroup_size_run mesa26 128 "$@" || return 1
   else
