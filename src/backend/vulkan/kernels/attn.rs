@@ -7,7 +7,7 @@
 //! with Q K^T and P V on the matrix units (f16 operands, f32 sums).
 
 use super::coop::CoopMat;
-use super::{dyn_words, expect_f32, floats, word, Dyn, Grid, KernelId, Launch, Operand, Scratch};
+use super::{dyn_words, expect_f32, floats, probe, word, Dyn, Grid, KernelId, Launch, Operand, Scratch};
 use crate::backend::vulkan::error::{Result, VkError};
 use crate::quant::DType;
 
@@ -111,19 +111,6 @@ fn cm_kv_rows() -> u32 {
     *ROWS.get_or_init(|| {
         probe("HRX_VK_ATTN_CM_ROWS", CM_KV_ROWS as usize, |n| matches!(n, 16 | 32 | 64), "16, 32 or 64") as u32
     })
-}
-
-/// A tuning probe's value: `var` as a number that `valid` takes, else `default` (read once by
-/// each caller; a bad value warned about, with what `expected` says, and unset).
-pub(super) fn probe(var: &str, default: usize, valid: impl Fn(usize) -> bool, expected: &str) -> usize {
-    let Ok(v) = std::env::var(var) else { return default };
-    match v.trim().parse::<usize>() {
-        Ok(n) if valid(n) => n,
-        _ => {
-            log::warn!("{var}={v:?}: expected {expected}; unset");
-            default
-        }
-    }
 }
 
 impl AttnCoop {

@@ -9,7 +9,7 @@
 //! build, `mul_mat_cm_narrow` ([`Variants`]).
 
 use super::coop::{CoopMat, Tiles};
-use super::{dyn_words, expect_f32, floats, word, Dyn, Grid, KernelId, Launch, Operand, Scratch, WType};
+use super::{dyn_words, expect_f32, floats, probe, word, Dyn, Grid, KernelId, Launch, Operand, Scratch, WType};
 use crate::backend::vulkan::error::{Result, VkError};
 use crate::backend::vulkan::info::CoopShape;
 use crate::backend::vulkan::info::DeviceInfo;
@@ -427,14 +427,16 @@ const WIDE_MIN_GROUPS: usize = 256;
 fn wide_threads_per_row(k: usize, subgroup: u32) -> usize {
     static ASKED: std::sync::OnceLock<usize> = std::sync::OnceLock::new();
     let asked = *ASKED.get_or_init(|| {
-        super::attn::probe(
-            "HRX_VK_WIDE_TPR",
-            0,
-            |n| n.is_power_of_two() && (8..=128).contains(&n),
-            "8 to 128, a power of two",
-        )
+        probe("HRX_VK_WIDE_TPR", 0, |n| n.is_power_of_two() && (8..=128).contains(&n), "8 to 128, a power of two")
     });
-    if asked >= subgroup as usize && asked.is_multiple_of(subgroup as usize) {
+    let fits = asked >= subgroup as usize && asked.is_multiple_of(subgroup as usize);
+    if asked != 0 && !fits {
+        static SAID: std::sync::Once = std::sync::Once::new();
+        SAID.call_once(|| {
+            log::warn!("HRX_VK_WIDE_TPR={asked}: not whole subgroups of this device's {subgroup} lanes; unset")
+        });
+    }
+    if fits {
         asked
     } else if (k / 32).is_multiple_of(128) {
         128
