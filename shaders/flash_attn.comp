@@ -11,12 +11,11 @@
 layout(local_size_x = 128) in;
 
 layout(set = 0, binding = 1) readonly buffer Q { float q[]; };
-layout(set = 0, binding = 2) readonly buffer K { float k[]; };
-layout(set = 0, binding = 3) readonly buffer V { float v[]; };
 layout(set = 0, binding = 4) readonly buffer Slots { int slots[]; };
 layout(set = 0, binding = 5) writeonly buffer D { float d[]; };
 
 #include "flash_attn_params.glsl"
+#include "attn_kv.glsl"
 
 // K rows are staged through shared memory KS dimensions at a time, read by neighbouring
 // threads from neighbouring addresses (a thread per key reading its own row directly would
@@ -74,7 +73,7 @@ void main() {
                 for (uint e = tid; e < WG * KS; e += WG) {
                     uint r = e / KS;
                     uint i = i0 + e % KS;
-                    ks[r * (KS + 1u) + e % KS] = r < rows && i < hd ? k[kb + (j0 + r) * p.k_nb2 + i] : 0.0;
+                    ks[r * (KS + 1u) + e % KS] = r < rows && i < hd ? kv_at(true, kb + (j0 + r) * p.k_nb2 + i) : 0.0;
                 }
                 barrier();
                 uint width = min(KS, hd - i0);
@@ -94,7 +93,7 @@ void main() {
                 if (i < hd) {
                     float a = acc[c] * alpha;
                     for (uint jj = 0u; jj < rows; jj++) {
-                        a += ps[jj] * v[vb + (j0 + jj) * p.v_nb2 + i];
+                        a += ps[jj] * kv_at(false, vb + (j0 + jj) * p.v_nb2 + i);
                     }
                     acc[c] = a;
                 }

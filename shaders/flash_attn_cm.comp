@@ -44,14 +44,11 @@ const float NEG = -1.0e30;      // below any score, finite: exp2(NEG - NEG) must
 
 layout(set = 0, binding = 1) readonly buffer Q { float q[]; };
 layout(set = 0, binding = 1) readonly buffer Q4 { vec4 q4[]; };
-layout(set = 0, binding = 2) readonly buffer K { float k[]; };
-layout(set = 0, binding = 2) readonly buffer K4 { vec4 k4[]; };
-layout(set = 0, binding = 3) readonly buffer V { float v[]; };
-layout(set = 0, binding = 3) readonly buffer V4 { vec4 v4[]; };
 layout(set = 0, binding = 4) readonly buffer Slots { int slots[]; };
 layout(set = 0, binding = 5) writeonly buffer D { float d[]; };
 
 #include "flash_attn_params.glsl"
+#include "attn_kv.glsl"
 
 shared f16vec4 k_tile[BC * LDK4];
 shared f16vec4 v_tile[BC * LDK4];
@@ -65,11 +62,11 @@ shared float f_buf[4u * R * R];
 // where the operand is 16-byte aligned.
 vec4 kv4(bool is_k, bool aligned, uint at, uint n) {
     if (n >= 4u && aligned) {
-        return is_k ? k4[at >> 2u] : v4[at >> 2u];
+        return kv4_at(is_k, at);
     }
     vec4 r = vec4(0.0);
     for (uint i = 0u; i < min(n, 4u); i++) {
-        r[i] = is_k ? k[at + i] : v[at + i];
+        r[i] = kv_at(is_k, at + i);
     }
     return r;
 }

@@ -48,10 +48,6 @@
 layout(local_size_x = 128) in;
 
 layout(set = 0, binding = 1) readonly buffer Q { float q[]; };
-layout(set = 0, binding = 2) readonly buffer K { float k[]; };
-layout(set = 0, binding = 2) readonly buffer K4 { vec4 k_vec4[]; };
-layout(set = 0, binding = 3) readonly buffer V { float v[]; };
-layout(set = 0, binding = 3) readonly buffer V4 { vec4 v_vec4[]; };
 layout(set = 0, binding = 4) readonly buffer Slots { int slots[]; };
 layout(set = 0, binding = 5) writeonly buffer D { float d[]; };
 // Partial results of every split, then a counter per (query, head): see the push constants.
@@ -60,6 +56,7 @@ layout(set = 0, binding = 6) coherent buffer SU { uint scratch_u[]; };
 
 #define ATTN_SPLITS
 #include "flash_attn_params.glsl"
+#include "attn_kv.glsl"
 
 shared float sh_o[MAXSG * 256u];
 shared float sh_m[MAXSG];
@@ -69,9 +66,9 @@ shared bool sh_last;
 
 vec4 load4(bool is_k, uint i) {
     if ((i & 3u) == 0u) {
-        return is_k ? k_vec4[i >> 2u] : v_vec4[i >> 2u];
+        return kv4_at(is_k, i);
     }
-    return is_k ? vec4(k[i], k[i + 1u], k[i + 2u], k[i + 3u]) : vec4(v[i], v[i + 1u], v[i + 2u], v[i + 3u]);
+    return vec4(kv_at(is_k, i), kv_at(is_k, i + 1u), kv_at(is_k, i + 2u), kv_at(is_k, i + 3u));
 }
 
 void main() {

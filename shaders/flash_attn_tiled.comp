@@ -40,12 +40,11 @@ const float NEG = -1.0e30;  // below any score, finite: exp2(NEG - NEG) must not
 #define ATTN_TILE_ROWS BR
 
 layout(set = 0, binding = 1) readonly buffer Q { float q[]; };
-layout(set = 0, binding = 2) readonly buffer K { float k[]; };
-layout(set = 0, binding = 3) readonly buffer V { float v[]; };
 layout(set = 0, binding = 4) readonly buffer Slots { int slots[]; };
 layout(set = 0, binding = 5) writeonly buffer D { float d[]; };
 
 #include "flash_attn_params.glsl"
+#include "attn_kv.glsl"
 
 shared vec4 qs[BR * DM4];
 shared vec4 ks[BC * KROW];
@@ -60,7 +59,7 @@ void load_k(uint base, uint row0, uint rows, uint hd) {
     for (uint e = gl_LocalInvocationID.x; e < BC * DM; e += 64u) {
         uint r = e / DM;
         uint i = e % DM;
-        ks[r * KROW + i / 4u][i % 4u] = r < rows && i < hd ? k[base + (row0 + r) * p.k_nb2 + i] : 0.0;
+        ks[r * KROW + i / 4u][i % 4u] = r < rows && i < hd ? kv_at(true, base + (row0 + r) * p.k_nb2 + i) : 0.0;
     }
 }
 
@@ -68,7 +67,7 @@ void load_v(uint base, uint row0, uint rows, uint hd) {
     for (uint e = gl_LocalInvocationID.x; e < BC * DM; e += 64u) {
         uint r = e / DM;
         uint i = e % DM;
-        vs[r * DM4 + i / 4u][i % 4u] = r < rows && i < hd ? v[base + (row0 + r) * p.v_nb2 + i] : 0.0;
+        vs[r * DM4 + i / 4u][i % 4u] = r < rows && i < hd ? kv_at(false, base + (row0 + r) * p.v_nb2 + i) : 0.0;
     }
 }
 

@@ -5,7 +5,11 @@
 // reduced in shared memory as in rms_norm.comp, then each thread turns pairs of the
 // normalized row and copies its unrotated tail. With a fused SET_ROWS (p.d_rows > 0) token t
 // goes to token slot ids[t] of the output (a KV cache; d_nb.z its row stride), and a token
-// whose id is out of range is not written.
+// whose id is out of range is not written; with p.d_f16 that cache holds f16 values, written
+// in pairs (a u32 word of two halves: rotation pairs j, j + 1 per thread; the launch checks
+// that rows and rotated halves are whole, aligned pairs).
+
+#extension GL_EXT_control_flow_attributes : require
 
 #include "common.glsl"
 
@@ -17,6 +21,7 @@ layout(set = 0, binding = 2) readonly buffer Wt { float wt[]; };
 layout(set = 0, binding = 3) readonly buffer Pos { int pos[]; };
 layout(set = 0, binding = 4) readonly buffer Ids { int ids[]; };
 layout(set = 0, binding = 5) writeonly buffer D { float d[]; };
+layout(set = 0, binding = 5) writeonly buffer DH { uint d_half2[]; };
 
 layout(push_constant) uniform Params {
 #include "rope_fields.glsl"
@@ -25,6 +30,7 @@ layout(push_constant) uniform Params {
     uint i_off;    // fused SET_ROWS: ids offset and stride (ints), output rows; 0 rows: none
     uint i_nb0;
     uint d_rows;
+    uint d_f16;    // 1: the output holds f16 values (offsets and strides in halves, unit element stride)
 } p;
 
 #include "rope_angle.glsl"
@@ -62,6 +68,28 @@ void main() {
             barrier();
         }
         float scale = 1.0 / sqrt(partial[0] / float(ne.x) + p.eps);
+        if (p.d_f16 != 0u) {
+            for (uint j = 2u * tid; j < half_dims; j += 2u * WG) {
+                vec2 lo; // outputs j, j + 1
+                vec2 hi; // outputs j + half_dims, j + half_dims + 1
+                [[unroll]] for (uint e = 0u; e < 2u; e++) {
+                    vec2 cs = rope_cos_sin(j + e, i.y);
+                    float a = x[xr + (j + e) * p.x_nb.x] * scale * wt[p.w_off + j + e];
+                    float b = x[xr + (j + e + half_dims) * p.x_nb.x] * scale * wt[p.w_off + j + e + half_dims];
+                    lo[e] = a * cs.x - b * cs.y;
+                    hi[e] = b * cs.x + a * cs.y;
+                }
+                d_half2[(dr + j) >> 1u] = packHalf2x16(lo);
+                d_half2[(dr + j + half_dims) >> 1u] = packHalf2x16(hi);
+            }
+            for (uint k = p.n_dims + 2u * tid; k < ne.x; k += 2u * WG) {
+                float a = x[xr + k * p.x_nb.x] * scale * wt[p.w_off + k];
+                float b = x[xr + (k + 1u) * p.x_nb.x] * scale * wt[p.w_off + k + 1u];
+                d_half2[(dr + k) >> 1u] = packHalf2x16(vec2(a, b));
+            }
+            barrier();
+            continue;
+        }
         for (uint j = tid; j < half_dims; j += WG) {
             vec2 cs = rope_cos_sin(j, i.y);
             float a = x[xr + j * p.x_nb.x] * scale * wt[p.w_off + j];

@@ -992,6 +992,80 @@ fn set_rows_writes_only_the_given_rows() {
     assert!(e < ELEM_NMSE, "set_rows: nmse {e}");
 }
 
+/// Bytes of an f16 store of `n` halves, each NaN (so unwritten halves show).
+fn nan_halves(n: usize) -> Vec<u8> {
+    std::iter::repeat_n(half::f16::NAN.to_le_bytes(), n).flatten().collect()
+}
+
+/// The halves of `bytes`.
+fn halves(bytes: &[u8]) -> Vec<half::f16> {
+    bytes.chunks_exact(2).map(|b| half::f16::from_le_bytes([b[0], b[1]])).collect()
+}
+
+/// Whether the GPU's half `got` is `want` rounded to f16: within one step of f16's grid there
+/// (the conversion's rounding is the implementation's).
+fn rounded_from(got: half::f16, want: f32) -> bool {
+    let near = half::f16::from_f32(want);
+    let step = (half::f16::from_bits(near.to_bits() + 1).to_f32() - near.to_f32()).abs();
+    (got.to_f32() - want).abs() < step
+}
+
+/// SET_ROWS into a cache of f16 values (`Registry::cache_dtype`): rows ids[r] hold src's rows
+/// rounded to f16, two halves a thread; every other half keeps its bytes; rows that are no whole
+/// aligned pairs of halves are refused.
+#[test]
+fn set_rows_into_an_f16_cache() {
+    let Some(ks) = kernel_set() else { return };
+    let mut rng = Rng::new(27);
+    let (w, slots, n) = (48, 19, 5);
+    let ids: Vec<i32> = vec![7, 0, 18, 3, 11];
+    let src = Strided::new(&mut rng, [w, n, 1, 1], 3, 1);
+    // The destination 6 halves in, rows padded to 52 halves.
+    let (offset, row) = (6, 52);
+    let dst = Operand {
+        dtype: DType::F16,
+        ne: [w, slots, 1, 1],
+        nb: [2, 2 * row, 2 * row * slots, 2 * row * slots],
+        offset: 2 * offset,
+        dynamic: None,
+    };
+    let launch =
+        vulkan_common::launch(&Op::SetRows, &[dst, src.operand(), i32_operand([n, 1, 1, 1])], &dst, None).unwrap();
+    let dev = ks.device();
+    let store = offset + row * slots;
+    let before = nan_halves(store);
+    let out_buf = upload(dev, &before, 0);
+    let ids_arg = i32_arg(&ids, [n, 1, 1, 1]);
+    let bufs = [upload(dev, &[0; 4], 0), upload(dev, &f32_bytes(&src.data), 0), upload(dev, &ids_arg.bytes, 0)];
+    run(ks, &launch, &[], &[&bufs[0], &bufs[1], &bufs[2]], &out_buf, src.ne, None);
+    let mut bytes = vec![0; 2 * store];
+    out_buf.read(0, &mut bytes).unwrap();
+    let got = halves(&bytes);
+    let values = src.gather(&src.data);
+    assert!(got[..offset].iter().all(|h| h.is_nan()), "a half before the destination was written");
+    for (i, h) in got.iter().enumerate().skip(offset) {
+        let (r, c) = ((i - offset) / row, (i - offset) % row);
+        match ids.iter().position(|&id| id as usize == r).filter(|_| c < w) {
+            Some(t) => assert!(rounded_from(*h, values[t * w + c]), "row {r} value {c}: {h} for {}", values[t * w + c]),
+            None => assert!(h.is_nan(), "half {i} (row {r}) was written"),
+        }
+    }
+    // An odd offset, an odd row stride or an odd row width: no whole pairs.
+    for (off, stride, width) in [(7, 52, 48), (6, 51, 48), (6, 52, 47)] {
+        let dst = Operand {
+            offset: 2 * off,
+            nb: [2, 2 * stride, 2 * stride * slots, 2 * stride * slots],
+            ne: [width, slots, 1, 1],
+            ..dst
+        };
+        let src = Operand { ne: [width, n, 1, 1], ..src.operand() };
+        assert!(
+            vulkan_common::launch(&Op::SetRows, &[dst, src, i32_operand([n, 1, 1, 1])], &dst, None).is_err(),
+            "{off} {stride} {width}"
+        );
+    }
+}
+
 #[test]
 fn rope_mrope_and_axial() {
     let Some(ks) = kernel_set() else { return };
@@ -1108,6 +1182,79 @@ fn rms_norm_then_rope_in_one_kernel() {
     }
 }
 
+/// The norm and rope with the SET_ROWS into a cache of f16 values fused: rows ids[t] hold what
+/// the kernel writes into an f32 cache (checked against the reference above) rounded to f16,
+/// two halves a thread, the unrotated tail too; every other half keeps its bytes. Heads of an
+/// odd length or a destination at an odd half are refused (no whole pairs).
+#[test]
+fn rms_norm_rope_into_an_f16_cache() {
+    let Some(ks) = kernel_set() else { return };
+    let mut rng = Rng::new(26);
+    let dev = ks.device();
+    let (norm, set_rows) = (Op::RmsNorm { eps: 1e-6 }, Op::SetRows);
+    let cases = [([24, 20, 20], 128, 128, 8, 3, 7), ([3, 2, 2], 24, 16, 2, 5, 12), ([3, 2, 2], 22, 12, 2, 5, 12)];
+    for (sections, hd, n_dims, heads, n, rows) in cases {
+        let rope = Op::Rope { kind: RopeKind::MropeInterleaved { sections }, theta: 1_000_000.0, n_dims };
+        let x = Strided::new(&mut rng, [hd, heads, n, 1], 2, 3);
+        let w = Strided::new(&mut rng, [hd, 1, 1, 1], 0, 1);
+        let pos: Vec<i32> = (0..n * 3).map(|_| (rng.next_u64() % 5000) as i32).collect();
+        let ids: Vec<i32> = (0..n).map(|t| (rows - 1 - 2 * t) as i32).collect();
+        let operands = [x.operand(), i32_operand([n, 3, 1, 1]), i32_operand([n, 1, 1, 1]), w.operand()];
+        let (pos_arg, ids_arg) = (i32_arg(&pos, [n, 3, 1, 1]), i32_arg(&ids, [n, 1, 1, 1]));
+        let bufs =
+            [&f32_bytes(&x.data), &pos_arg.bytes, &ids_arg.bytes, &f32_bytes(&w.data)].map(|b| upload(dev, b, 0));
+        let ops = Ops { node: &rope, folded: Some(&norm), fused: Some(&set_rows) };
+        let width = hd * heads;
+        // The cache 2 values in, as values (NaN where nothing was written).
+        let cache = |dtype: DType| {
+            let size = dtype.block_bytes();
+            let ne = [width, rows, 1, 1];
+            Operand { dtype, ne, nb: contiguous_strides(dtype, ne), offset: 2 * size, dynamic: None }
+        };
+        let run_into = |dtype: DType| -> Vec<f32> {
+            let out = cache(dtype);
+            let launch = kernels::launch(KernelId::RmsNormRope, ops, &operands, &out, None).unwrap();
+            let values = 2 + width * rows;
+            let start = match dtype {
+                DType::F16 => nan_halves(values),
+                _ => f32_bytes(&vec![f32::NAN; values]),
+            };
+            let out_buf = upload(dev, &start, 0);
+            run(ks, &launch, &[], &[&bufs[0], &bufs[1], &bufs[2], &bufs[3]], &out_buf, x.ne, Some([2, 1, 1]));
+            let mut bytes = vec![0; start.len()];
+            out_buf.read(0, &mut bytes).unwrap();
+            match dtype {
+                DType::F16 => halves(&bytes).iter().map(|h| h.to_f32()).collect(),
+                _ => bytes.chunks_exact(4).map(|b| f32::from_le_bytes([b[0], b[1], b[2], b[3]])).collect(),
+            }
+        };
+        let (full, half) = (run_into(DType::F32), run_into(DType::F16));
+        for (i, (&f, &h)) in full.iter().zip(&half).enumerate() {
+            let row = i.checked_sub(2).map(|v| v / width);
+            if f.is_nan() {
+                assert!(h.is_nan(), "hd={hd}: half {i} (row {row:?}) was written");
+            } else {
+                assert!(rounded_from(half::f16::from_f32(h), f), "hd={hd}: half {i} (row {row:?}): {h} for {f}");
+            }
+        }
+        let written = full.iter().filter(|v| !v.is_nan()).count();
+        assert_eq!(written, n * width, "hd={hd}: every token's rows");
+        eprintln!(
+            "rms_norm_rope hd={hd} n_dims={n_dims} heads={heads} n={n} into f16 rows of {rows}: {written} halves"
+        );
+        let odd = Operand { offset: 2, ..cache(DType::F16) };
+        assert!(kernels::launch(KernelId::RmsNormRope, ops, &operands, &odd, None).is_err(), "an odd half");
+    }
+    // Heads of 23 values: their rows start at odd halves.
+    let x = Operand::contiguous(DType::F32, [23, 2, 3, 1], 0);
+    let w = Operand::contiguous(DType::F32, [23, 1, 1, 1], 0);
+    let out = Operand::contiguous(DType::F16, [46, 5, 1, 1], 0);
+    let operands = [x, i32_operand([3, 3, 1, 1]), i32_operand([3, 1, 1, 1]), w];
+    let rope = Op::Rope { kind: RopeKind::MropeInterleaved { sections: [3, 2, 2] }, theta: 10_000.0, n_dims: 16 };
+    let ops = Ops { node: &rope, folded: Some(&norm), fused: Some(&set_rows) };
+    assert!(kernels::launch(KernelId::RmsNormRope, ops, &operands, &out, None).is_err(), "heads of 23 halves");
+}
+
 /// An attention case: q [d, heads, n_q]; k and v head views of a [d * kv_heads, n_kv] cache
 /// (as the text graph's); causal with `slots` (one per query), else over every kv row.
 /// `run`: the run-time (queries, kv rows) of a plan made for n_q and n_kv (both axes dynamic),
@@ -1128,6 +1275,8 @@ struct AttnCase {
     /// q, k and v 16-byte aligned (offsets and strides whole vec4s), as a model's are; else
     /// padded rows and odd offsets.
     aligned: bool,
+    /// K and V of f16 values (a GPU's KV cache, `Registry::cache_dtype`), else f32.
+    f16: bool,
 }
 
 impl AttnCase {
@@ -1144,7 +1293,12 @@ impl AttnCase {
             max: None,
             gain: 1.0,
             aligned: false,
+            f16: false,
         }
+    }
+
+    fn f16(self) -> AttnCase {
+        AttnCase { f16: true, ..self }
     }
 
     fn aligned(self) -> AttnCase {
@@ -1209,8 +1363,9 @@ impl AttnCase {
             (None, _) => "full".into(),
         };
         let (run, max, gain, aligned) = (self.run, self.max, self.gain, self.aligned);
+        let kv = if self.f16 { "f16" } else { "f32" };
         format!(
-            "{} d={d} heads={h}/{kvh} n_q={n_q} n_kv={n_kv} {causal} run={run:?} max={max:?} gain={gain} aligned={aligned}",
+            "{} d={d} heads={h}/{kvh} n_q={n_q} n_kv={n_kv} {causal} run={run:?} max={max:?} gain={gain} aligned={aligned} kv={kv}",
             kernel.name()
         )
     }
@@ -1273,14 +1428,29 @@ fn check_attention(ks: &KernelSet, rng: &mut Rng, case: &AttnCase, kernel: Kerne
         s
     };
     let (k, v) = (cache(rng), cache(rng));
-    let out = Strided::new(rng, [d, heads, n_q, 1], 3, 1);
-    let op = Op::Attention { scale: 1.0 / (d as f32).sqrt(), segment: case.segment.unwrap_or(n_kv) };
     // Queries (symbol 0) and kv rows (symbol 1) at their run-time lengths.
     let (run_q, run_kv) = case.run.unwrap_or((n_q, n_kv));
     let dynamic = case.run.map(|_| Dyn { axis: 2, sym: 0, num: 1, den: 1 });
     let kv_dyn = case.run.map(|_| Dyn { axis: 2, sym: 1, num: 1, den: 1 });
-    let mut ops =
-        vec![q.operand(), Operand { dynamic: kv_dyn, ..k.operand() }, Operand { dynamic: kv_dyn, ..v.operand() }];
+    let kv_ne = [d, kv_heads, run_kv, 1];
+    // An f16 cache: the same values rounded, at the same element offsets and strides.
+    let kv_dtype = if case.f16 { DType::F16 } else { DType::F32 };
+    let kv_bytes = |s: &Strided| match kv_dtype {
+        DType::F16 => s.data.iter().flat_map(|&x| half::f16::from_f32(x).to_le_bytes()).collect(),
+        _ => f32_bytes(&s.data),
+    };
+    let (k_bytes, v_bytes) = (kv_bytes(&k), kv_bytes(&v));
+    let size = kv_dtype.block_bytes();
+    let kv_operand = |s: &Strided| Operand {
+        dtype: kv_dtype,
+        offset: s.offset / 4 * size,
+        nb: s.nb.map(|b| b / 4 * size),
+        dynamic: kv_dyn,
+        ..s.operand()
+    };
+    let out = Strided::new(rng, [d, heads, n_q, 1], 3, 1);
+    let op = Op::Attention { scale: 1.0 / (d as f32).sqrt(), segment: case.segment.unwrap_or(n_kv) };
+    let mut ops = vec![q.operand(), kv_operand(&k), kv_operand(&v)];
     let spans = case.segment == Some(0);
     let slots_ne = |n: usize| if spans { [2, n, 1, 1] } else { [n, 1, 1, 1] };
     if case.slots.is_some() {
@@ -1290,8 +1460,7 @@ fn check_attention(ks: &KernelSet, rng: &mut Rng, case: &AttnCase, kernel: Kerne
     let launch = kernels::launch(kernel, Ops::single(&op), &ops, &out_op, dynamic).unwrap();
     // The GPU: every planned row bound, the run-time lengths in the sizes buffer.
     let dev = ks.device();
-    let mut bufs = vec![upload(dev, &f32_bytes(&q.data), 0), upload(dev, &f32_bytes(&k.data), 0)];
-    bufs.push(upload(dev, &f32_bytes(&v.data), 0));
+    let mut bufs = vec![upload(dev, &f32_bytes(&q.data), 0), upload(dev, &k_bytes, 0), upload(dev, &v_bytes, 0)];
     if let Some(slots) = &case.slots {
         bufs.push(upload(dev, &slots.iter().flat_map(|x| x.to_le_bytes()).collect::<Vec<u8>>(), 0));
     }
@@ -1302,8 +1471,12 @@ fn check_attention(ks: &KernelSet, rng: &mut Rng, case: &AttnCase, kernel: Kerne
     run(ks, &launch, &[run_q as u32, run_kv as u32], &refs, &out_buf, run_ne, case.max);
     let store = out_buf.read_f32(0, out.data.len()).unwrap();
     // The CPU reference on the run-time rows.
-    let kv_ne = [d, kv_heads, run_kv, 1];
-    let mut views = vec![In { ne: run_ne, ..q.input() }, In { ne: kv_ne, ..k.input() }, In { ne: kv_ne, ..v.input() }];
+    let (ko, vo) = (kv_operand(&k), kv_operand(&v));
+    let mut views = vec![
+        In { ne: run_ne, ..q.input() },
+        In { data: Data::Bytes(&k_bytes), dtype: kv_dtype, offset: ko.offset, ne: kv_ne, nb: ko.nb },
+        In { data: Data::Bytes(&v_bytes), dtype: kv_dtype, offset: vo.offset, ne: kv_ne, nb: vo.nb },
+    ];
     let per_query = if spans { 2 } else { 1 };
     let slot_arg = case.slots.as_ref().map(|s| i32_arg(&s[..per_query * run_q], slots_ne(run_q)));
     views.extend(slot_arg.as_ref().map(|a| a.view));
@@ -1391,6 +1564,28 @@ fn flash_attention_causal_grouped_and_full() {
     ];
     for case in cases {
         check_attention_kernels(ks, &mut rng, case);
+    }
+}
+
+/// K and V of f16 values, as a GPU keeps its KV cache (`Registry::cache_dtype`): every kernel
+/// reads the same rounded values the reference does, aligned (quads of halves) and at odd
+/// offsets and strides (single halves), causal over sequences, decode steps over a long cache,
+/// grouped heads, run-time lengths and peaked softmaxes.
+#[test]
+fn attention_over_an_f16_cache() {
+    let Some(ks) = kernel_set() else { return };
+    let mut rng = Rng::new(43);
+    let prefill = |n_q: usize, n_kv: usize| (0..n_q).map(|t| (n_kv - n_q + t) as i32).collect::<Vec<i32>>();
+    let cases = [
+        AttnCase::new((128, 4, 2, 5, 500)).segments(100, vec![30, 199, 200, 350, 499]).aligned(),
+        AttnCase::new((64, 4, 2, 5, 150)).random_slots(&mut rng, 150),
+        AttnCase::new((128, 4, 2, 1, 2000)).random_slots(&mut rng, 2000).aligned(),
+        AttnCase::new((128, 2, 1, 40, 600)).slots(prefill(40, 600)).aligned().gain(20.0),
+        AttnCase::new((64, 2, 2, 64, 900)).run(50, 300).slots(prefill(64, 300)),
+        AttnCase::new((40, 3, 3, 9, 9)),
+    ];
+    for case in cases {
+        check_attention_kernels(ks, &mut rng, case.f16());
     }
 }
 

@@ -141,17 +141,18 @@ impl DescriberFlags {
         let weights = size(&self.model) + size(&self.mmproj);
         let memory = backend.memory_bytes();
         let n_ctx = self.text.n_ctx;
+        let per_sequence = kv_bytes_per_sequence(&params, n_ctx, backend.registry().cache_dtype());
         let n_seq = match (batch, memory) {
-            (None, memory) => memory.map_or(1, |memory| default_sequences(&params, n_ctx, memory, weights)),
-            (Some(n), Some(memory)) if n > most_sequences(&params, n_ctx, memory, weights) => {
+            (None, memory) => memory.map_or(1, |memory| default_sequences(per_sequence, memory, weights)),
+            (Some(n), Some(memory)) if n > most_sequences(per_sequence, memory, weights) => {
                 let mib = |bytes: u64| bytes >> 20;
                 return Err(CliError::usage(format!(
                     "{} {n}: {n} KV caches of --ctx {n_ctx} slots take {} MiB, and the device's {} MiB hold {} MiB beside the model files: at most {}",
                     flag.names[0],
-                    mib(kv_bytes_per_sequence(&params, n_ctx).saturating_mul(n as u64)),
+                    mib(per_sequence.saturating_mul(n as u64)),
                     mib(memory),
                     mib(memory.saturating_sub(weights)),
-                    most_sequences(&params, n_ctx, memory, weights)
+                    most_sequences(per_sequence, memory, weights)
                 )));
             }
             (Some(n), _) => n,

@@ -3,9 +3,10 @@
 
 use super::{CliError, Command};
 use crate::backend::vulkan::kernels::{AttnCoop, AttnTile, Variants, TILED_MIN_QUERIES};
-use crate::backend::vulkan::{DeviceInfo, Instance, VkError};
+use crate::backend::vulkan::{DeviceInfo, Instance, VkError, VulkanRegistry};
 use crate::backend::DeviceChoice;
 use crate::cli::args::Args;
+use crate::hrx::Registry;
 use crate::json::Json;
 use std::io::Write;
 
@@ -23,7 +24,8 @@ f16 -> f32 at subgroup scope: the shapes listed and the one used; HRX_VK_NO_COOP
 keeps the tiles) the matrix units with f16 operands and f32 sums (mul_mat_cm), with
 HRX_VK_EXACT=1 f32-exact ones (mul_mat_cm_exact, split operands, slower);
 which heads the query-tiled attention kernel takes for many queries (those whose tile fits
-the shared memory; HRX_VK_NO_TILED_ATTN=1 keeps the one-query kernel everywhere);
+the shared memory; HRX_VK_NO_TILED_ATTN=1 keeps the one-query kernel everywhere); the
+KV cache's values (f16, half the bytes a decode step reads; HRX_VK_EXACT=1 keeps f32);
 shared memory, workgroup and push-constant limits; the optional features hrx may use
 (fp16 / int8 arithmetic and storage, subgroup size control, integer dot products,
 cooperative matrices); whether dispatches can be timed (HRX_VK_PROFILE=1: timestamps on
@@ -230,6 +232,8 @@ impl Report {
                 )
             };
             writeln!(out, "    attention       {attention}")?;
+            let cache = VulkanRegistry::for_device(d).cache_dtype().name().to_lowercase();
+            writeln!(out, "    KV cache        {cache} values (HRX_VK_EXACT=1: f32)")?;
             writeln!(
                 out,
                 "    limits          shared memory {}, workgroup {} invocations, push constants {} B, storage buffer range {}",

@@ -157,6 +157,13 @@ fn err<T>(node: &str, message: String) -> Result<T> {
     Err(GraphError::new(node, message))
 }
 
+// Graphs and the builders' records that hold one (a text graph with its outputs' ids) load alike.
+impl AsRef<Graph> for Graph {
+    fn as_ref(&self) -> &Graph {
+        self
+    }
+}
+
 impl Graph {
     pub fn new(name: &str) -> Graph {
         Graph { name: name.to_owned(), ..Default::default() }
@@ -412,6 +419,9 @@ impl Graph {
         if d.external.is_none() {
             return err(name, "set_rows needs an external destination".into());
         }
+        if !matches!(d.dtype, DType::F32 | DType::F16) {
+            return err(name, format!("set_rows into {}: only f32 and f16 rows are written", d.dtype));
+        }
         self.expect_i32_ids(ids, name)?;
         if d.ne[0] != s.ne[0] || self.value(ids).ne[0] != s.ne[1] {
             return err(name, format!("set_rows of {} into {}", s.shape_str(), d.shape_str()));
@@ -555,7 +565,9 @@ impl Graph {
             && qv.ne[1] % kv.ne[1] == 0
             && qv.ne[3] == 1
             && kv.ne[3] == 1
-            && qv.dtype == DType::F32;
+            && qv.dtype == DType::F32
+            && kv.dtype == vv.dtype
+            && matches!(kv.dtype, DType::F32 | DType::F16);
         if !ok {
             return err(name, format!("attention q {} k {} v {}", qv.shape_str(), kv.shape_str(), vv.shape_str()));
         }

@@ -15,6 +15,7 @@
 mod arena;
 
 use crate::graph::{ExternalId, Graph, NodeId, Op, MAX_DIMS};
+use crate::quant::DType;
 use std::collections::{BTreeMap, HashSet};
 use std::fmt;
 
@@ -227,6 +228,11 @@ pub trait Registry {
     /// (a GPU's storage-buffer range, less the offset alignment), or None without such a limit.
     fn max_value_bytes(&self) -> Option<usize> {
         None
+    }
+    /// The element type the backend's kernels keep caches of rows in (a model's KV cache):
+    /// f32, or f16 where they write and read rows as halves.
+    fn cache_dtype(&self) -> DType {
+        DType::F32
     }
 }
 

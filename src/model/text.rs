@@ -39,6 +39,9 @@ pub struct TextShape {
     pub n_ctx: usize,
     /// Sequences the KV cache holds, `n_ctx` slots each (a query attends its own's).
     pub n_seq: usize,
+    /// The element type of the KV cache: f32, or f16 (half the bytes a decode step reads at
+    /// depth) where the backend keeps caches so (`Registry::cache_dtype`).
+    pub cache: DType,
 }
 
 /// A built text graph and the ids the runtime needs.
@@ -52,6 +55,12 @@ pub struct TextGraph {
     pub n_outputs: SymId,
 }
 
+impl AsRef<Graph> for TextGraph {
+    fn as_ref(&self) -> &Graph {
+        &self.graph
+    }
+}
+
 struct Builder<'a> {
     g: Graph,
     p: &'a TextParams,
@@ -60,6 +69,7 @@ struct Builder<'a> {
     slots: NodeId,
     n_ctx: usize,
     n_seq: usize,
+    cache: DType,
 }
 
 impl Builder<'_> {
@@ -93,19 +103,19 @@ impl Builder<'_> {
     /// attention.
     fn cache(&mut self, name: &str, rows: NodeId, n: usize) -> Result<NodeId> {
         let (hd, nkv) = (self.p.head_dim, self.p.n_head_kv);
-        let (row, slots) = (hd * nkv, self.n_ctx * self.n_seq);
-        let storage = self.g.external_storage(name, DType::F32, row * slots * 4, false);
+        let (row, slots, size) = (hd * nkv, self.n_ctx * self.n_seq, self.cache.block_bytes());
+        let storage = self.g.external_storage(name, self.cache, row * slots * size, false);
         let cache = self.g.external_window(
             name,
             storage,
             0,
             [row, slots, 1, 1],
-            [4, row * 4, row * 4 * slots, row * 4 * slots],
+            [size, row * size, row * size * slots, row * size * slots],
             None,
         )?;
         let flat = self.g.reshape(rows, [row, n, 1, 1], &format!("{name}.rows"))?;
         let written = self.g.set_rows(cache, flat, self.slots, &format!("{name}.write"))?;
-        let nb = [4, hd * 4, row * 4, row * 4 * slots];
+        let nb = [size, hd * size, row * size, row * size * slots];
         self.g.view(written, [hd, nkv, slots, 1], nb, 0, None, &format!("{name}.heads"))
     }
 
@@ -172,7 +182,7 @@ pub fn build(p: &TextParams, shape: TextShape) -> Result<TextGraph> {
         Some(DynAxis { axis: 0, sym: n_outputs, num: 1, den: 1 }),
     )?;
 
-    let mut b = Builder { g, p, tokens, positions, slots, n_ctx: shape.n_ctx, n_seq: shape.n_seq };
+    let mut b = Builder { g, p, tokens, positions, slots, n_ctx: shape.n_ctx, n_seq: shape.n_seq, cache: shape.cache };
     let mut x = inp;
     for il in 0..p.n_layer {
         let att = b.attention(il, x, n)?;

@@ -8,6 +8,7 @@ use super::session::{feed_together, PromptPiece, Session};
 use super::text_model::{Read, Scores, TextModel};
 use super::RuntimeError;
 use crate::model::TextParams;
+use crate::quant::DType;
 use crate::tokenizer::Tokenizer;
 use std::ops::ControlFlow;
 use std::path::{Path, PathBuf};
@@ -294,15 +295,17 @@ fn finish<T>(a: Active<T>, listener: &mut dyn Listener<T>) -> Finished<T> {
     Finished { tag, generation }
 }
 
-/// Bytes of KV cache a sequence of `n_ctx` slots takes: K and V, f32, of every layer.
-pub fn kv_bytes_per_sequence(p: &TextParams, n_ctx: usize) -> u64 {
-    (p.n_layer * 2 * p.n_head_kv * p.head_dim * 4) as u64 * n_ctx as u64
+/// Bytes of KV cache a sequence of `n_ctx` slots takes: K and V of every layer, in values of
+/// `cache` (`Registry::cache_dtype`).
+pub fn kv_bytes_per_sequence(p: &TextParams, n_ctx: usize, cache: DType) -> u64 {
+    (p.n_layer * 2 * p.n_head_kv * p.head_dim * cache.block_bytes()) as u64 * n_ctx as u64
 }
 
-/// Most sequences whose KV caches a device of `memory` bytes holds beside `weights` bytes of
-/// model (at least 1: one sequence is what any run takes, whatever the memory says).
-pub fn most_sequences(p: &TextParams, n_ctx: usize, memory: u64, weights: u64) -> usize {
-    let n = memory.saturating_sub(weights) / kv_bytes_per_sequence(p, n_ctx).max(1);
+/// Most sequences whose KV caches (`per_sequence` bytes each) a device of `memory` bytes holds
+/// beside `weights` bytes of model (at least 1: one sequence is what any run takes, whatever the
+/// memory says).
+pub fn most_sequences(per_sequence: u64, memory: u64, weights: u64) -> usize {
+    let n = memory.saturating_sub(weights) / per_sequence.max(1);
     usize::try_from(n).unwrap_or(usize::MAX).max(1)
 }
 
@@ -313,11 +316,12 @@ pub fn most_sequences(p: &TextParams, n_ctx: usize, memory: u64, weights: u64) -
 pub const MAX_DEFAULT_SEQUENCES: usize = 32;
 
 /// The default batch for a device of `memory` bytes holding `weights` bytes of model: as many
-/// sequences as a quarter of what the weights leave holds KV caches for (the rest for the
+/// sequences as a quarter of what the weights leave holds KV caches (`per_sequence` bytes
+/// each) for (the rest for the
 /// plans' arenas, the vision encoder and everything else on the device), 1 to
 /// [`MAX_DEFAULT_SEQUENCES`].
-pub fn default_sequences(p: &TextParams, n_ctx: usize, memory: u64, weights: u64) -> usize {
+pub fn default_sequences(per_sequence: u64, memory: u64, weights: u64) -> usize {
     let left = memory.saturating_sub(weights) / 4;
-    let n = left / kv_bytes_per_sequence(p, n_ctx).max(1);
+    let n = left / per_sequence.max(1);
     (n as usize).clamp(1, MAX_DEFAULT_SEQUENCES)
 }

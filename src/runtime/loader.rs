@@ -8,32 +8,46 @@ use crate::backend::{Backend, Executor};
 use crate::gguf::GgufFile;
 use crate::graph::Graph;
 use crate::hrx::{Plan, Registry};
+use crate::quant::DType;
 use std::sync::Arc;
 
 /// Plans each of `graphs` for `registry` (a plan per graph, in order).
-pub fn plan_all(graphs: &[Graph], registry: &dyn Registry) -> Result<Vec<Plan>, RuntimeError> {
-    Ok(graphs.iter().map(|g| Plan::new(g.clone(), registry)).collect::<Result<Vec<_>, _>>()?)
+pub fn plan_all<'a>(
+    graphs: impl IntoIterator<Item = &'a Graph>,
+    registry: &dyn Registry,
+) -> Result<Vec<Plan>, RuntimeError> {
+    Ok(graphs.into_iter().map(|g| Plan::new(g.clone(), registry)).collect::<Result<Vec<_>, _>>()?)
 }
 
-/// An executor of `graphs` (plan `PlanId(i)` is graph i) with weights bound from `files`, and
-/// the backend it runs on: `backend`, or the CPU (with a warning naming the node) when a
-/// Vulkan plan leaves a node to the CPU (no kernel for an op or weight type).
-pub fn load(graphs: &[Graph], backend: &Backend, files: &[Arc<GgufFile>]) -> Result<(Backend, Executor), RuntimeError> {
+/// An executor of the graphs `build` makes for a backend's cache element type
+/// (`Registry::cache_dtype`; plan `PlanId(i)` is graph i) with weights bound from `files`, the
+/// backend it runs on and the graphs: `backend`, or the CPU (with a warning naming the node,
+/// the graphs built again for its caches) when a Vulkan plan leaves a node to it (no kernel for
+/// an op or weight type).
+pub fn load<G: AsRef<Graph>>(
+    build: impl Fn(DType) -> Result<Vec<G>, RuntimeError>,
+    backend: &Backend,
+    files: &[Arc<GgufFile>],
+) -> Result<(Backend, Executor, Vec<G>), RuntimeError> {
     let t0 = std::time::Instant::now();
-    let plans = plan_all(graphs, &*backend.registry())?;
+    let registry = backend.registry();
+    let graphs = build(registry.cache_dtype())?;
+    let plans = plan_all(graphs.iter().map(AsRef::as_ref), &*registry)?;
     log::debug!("{} graphs planned in {:.3} s", graphs.len(), t0.elapsed().as_secs_f64());
-    let (backend, plans) = match backend.cpu_node(&plans) {
-        None => (backend.clone(), plans),
+    let (backend, plans, graphs) = match backend.cpu_node(&plans) {
+        None => (backend.clone(), plans, graphs),
         Some(node) => {
             log::warn!("{node} has no Vulkan kernel; running on the CPU");
             let cpu = Backend::Cpu(Kernels::from_env());
-            let plans = plan_all(graphs, &*cpu.registry())?;
-            (cpu, plans)
+            let registry = cpu.registry();
+            let graphs = build(registry.cache_dtype())?;
+            let plans = plan_all(graphs.iter().map(AsRef::as_ref), &*registry)?;
+            (cpu, plans, graphs)
         }
     };
     let t0 = std::time::Instant::now();
     let exec = backend.executor(plans, files)?;
     // Weight uploads, pipelines and recordings: the rest of a cold start.
     log::debug!("executor built in {:.3} s", t0.elapsed().as_secs_f64());
-    Ok((backend, exec))
+    Ok((backend, exec, graphs))
 }

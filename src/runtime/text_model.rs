@@ -8,7 +8,7 @@ use crate::gguf::{GgufFile, TensorInfo};
 use crate::hrx::{Plan, Registry};
 use crate::model::text::{self, TextGraph, TextShape};
 use crate::model::{ModelError, TextParams};
-use crate::quant;
+use crate::quant::{self, DType};
 use crate::tokenizer::{Tokenizer, TokenizerError};
 use std::path::{Path, PathBuf};
 use std::sync::Arc;
@@ -210,14 +210,15 @@ pub fn plan_text(
     options: &TextOptions,
     registry: &dyn Registry,
 ) -> Result<Vec<Plan>, RuntimeError> {
-    let graphs: Vec<_> = build_graphs(params, options)?.into_iter().map(|g| g.graph).collect();
-    loader::plan_all(&graphs, registry)
+    let graphs = build_graphs(params, options, registry.cache_dtype())?;
+    loader::plan_all(graphs.iter().map(|g| &g.graph), registry)
 }
 
-/// The graphs of the plans, by `Step`: prefill, decode and, for several sequences, the batch.
-fn build_graphs(params: &TextParams, options: &TextOptions) -> Result<Vec<TextGraph>, RuntimeError> {
+/// The graphs of the plans, by `Step`: prefill, decode and, for several sequences, the batch;
+/// KV caches of `cache` values.
+fn build_graphs(params: &TextParams, options: &TextOptions, cache: DType) -> Result<Vec<TextGraph>, RuntimeError> {
     let (n_ctx, n_seq) = (options.n_ctx, options.n_seq);
-    let shape = |name, max_tokens, max_outputs| TextShape { name, max_tokens, max_outputs, n_ctx, n_seq };
+    let shape = |name, max_tokens, max_outputs| TextShape { name, max_tokens, max_outputs, n_ctx, n_seq, cache };
     let mut graphs = vec![
         text::build(params, shape("text-prefill", options.chunk, options.prefill_outputs()))?,
         text::build(params, shape("text-decode", 1, 1))?,
@@ -286,16 +287,14 @@ impl TextModel {
         if options.chunk == 0 || options.n_ctx == 0 || options.n_seq == 0 {
             return Err(RuntimeError::Usage("context, sequence and chunk counts must be at least 1".into()));
         }
-        let graphs = build_graphs(&params, &options)?;
-        let plain: Vec<_> = graphs.iter().map(|g| g.graph.clone()).collect();
-        let loaded = loader::load(&plain, backend, &[Arc::clone(&file)]);
+        let loaded = loader::load(|cache| build_graphs(&params, &options, cache), backend, &[Arc::clone(&file)]);
         // The tokenizer's error, if any, is the one reported.
         let tokenizer = tokenizer
             .join()
             .map_err(|_| RuntimeError::Usage("the thread making the tokenizer failed".into()))?
             .map_err(|source| RuntimeError::Tokenizer { file: path.clone(), source })?;
         let tokenizer = Arc::new(tokenizer);
-        let (backend, exec) = loaded?;
+        let (backend, exec, graphs) = loaded?;
         // TextParams checked every tensor the graphs read, the embedding table among them.
         let token_embd = file.tensor(text::TOKEN_EMBD).cloned().ok_or_else(|| {
             RuntimeError::Model(ModelError {

@@ -143,8 +143,9 @@ impl VisionModel {
     pub fn load_on(file: Arc<GgufFile>, max_patches: usize, backend: &Backend) -> Result<VisionModel, RuntimeError> {
         let params = VisionParams::from_gguf(&file)?;
         let max_patches = planned_patches(&params, max_patches, &*backend.registry())?;
-        let VisionGraph { graph, .. } = vision::build(&params, max_patches)?;
-        let (backend, exec) = loader::load(&[graph], backend, &[file])?;
+        // The encoder keeps no caches: one graph for every backend.
+        let build = |_| Ok(vec![vision::build(&params, max_patches)?.graph]);
+        let (backend, exec, _) = loader::load(build, backend, &[file])?;
         Ok(VisionModel { params, max_patches, backend, exec, plan: PlanId(0), runs: Vec::new() })
     }
 

@@ -8,6 +8,7 @@ use super::info::DeviceInfo;
 use super::kernels::{self, KernelId, MatKind, Operand, Ops, Variants};
 use crate::graph::{Graph, NodeId, Op};
 use crate::hrx::{Device, Fusion, Group, Kernel, Registry};
+use crate::quant::DType;
 
 /// What every Vulkan device guarantees: a storage-buffer window of 2^27 bytes, offsets aligned
 /// to at most 256 bytes (the portable registry plans splits with these).
@@ -91,6 +92,17 @@ impl Registry for VulkanRegistry {
     /// `bind_window`), so it may take the range less one alignment.
     fn max_value_bytes(&self) -> Option<usize> {
         usize::try_from(self.max_range.saturating_sub(self.align)).ok()
+    }
+
+    /// Halves: the cache-writing kernels round rows to f16 and attention reads them back as
+    /// such (the matrix-unit attention rounds its K and V to f16 anyway), so a decode step
+    /// reads half the bytes of a long context. f32 in the exact mode (HRX_VK_EXACT=1).
+    fn cache_dtype(&self) -> DType {
+        if self.variants.exact {
+            DType::F32
+        } else {
+            DType::F16
+        }
     }
 
     fn kernel(&self, graph: &Graph, id: NodeId) -> Option<Kernel> {

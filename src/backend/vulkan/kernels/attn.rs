@@ -7,12 +7,14 @@
 //! with Q K^T and P V on the matrix units (f16 operands, f32 sums).
 
 use super::coop::CoopMat;
-use super::{dyn_words, expect_f32, floats, probe, word, Dyn, Grid, KernelId, Launch, Operand, Scratch};
+use super::{
+    cache_f16, dyn_words, expect_f32, floats, probe, values, word, Dyn, Grid, KernelId, Launch, Operand, Scratch,
+};
 use crate::backend::vulkan::error::{Result, VkError};
 use crate::quant::DType;
 
 /// Words of the attention kernels' push constants.
-pub const PUSH_WORDS: usize = 28;
+pub const PUSH_WORDS: usize = 29;
 /// Largest head dimension the kernels hold.
 pub const MAX_HEAD_DIM: usize = 256;
 /// From this many planned queries on, the tiled kernel runs (where a tile fits): below it most
@@ -287,9 +289,14 @@ fn push_words(
     dynamic: Option<Dyn>,
     max_head_dim: usize,
 ) -> Result<Vec<u32>> {
+    expect_f32(q, "q")?;
+    expect_f32(out, "the output")?;
+    let kv_f16 = cache_f16(k, "k")?;
+    if v.dtype != k.dtype {
+        return Err(VkError::Invalid(format!("flash_attn: k is {}, v {}", k.dtype, v.dtype)));
+    }
     for (o, what) in [(q, "q"), (k, "k"), (v, "v"), (out, "the output")] {
-        expect_f32(o, what)?;
-        if o.nb[0] != 4 || o.ne[3] != 1 {
+        if o.nb[0] != o.dtype.block_bytes() || o.ne[3] != 1 {
             return Err(VkError::Invalid(format!(
                 "flash_attn: {what} must have unit stride along head_dim and 3 axes"
             )));
@@ -310,9 +317,9 @@ fn push_words(
     }
     push.extend(dyn_words(dynamic)?);
     for o in [q, k, v, out] {
-        push.push(floats(o.offset, "offset")?);
-        push.push(floats(o.nb[1], "head stride")?);
-        push.push(floats(o.nb[2], "row stride")?);
+        push.push(values(o, o.offset, "offset")?);
+        push.push(values(o, o.nb[1], "head stride")?);
+        push.push(values(o, o.nb[2], "row stride")?);
     }
     push.push(word(k.ne[1], "kv heads")?);
     push.push(word(k.ne[2], "kv rows")?);
@@ -338,6 +345,7 @@ fn push_words(
         None => push.push(u32::MAX),
     }
     push.push(scale.to_bits());
+    push.push(kv_f16);
     Ok(push)
 }
 

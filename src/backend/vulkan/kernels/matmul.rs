@@ -168,8 +168,9 @@ pub struct Variants {
     /// 2B model twice as fast as the tiled f32 kernel.
     pub coopmat: Option<CoopMat>,
     /// HRX_VK_EXACT=1: cooperative-matrix products keep f32 accuracy: `mul_mat_cm_exact`
-    /// (operands split into f16 halves, three products per block). For checking `mul_mat_cm`
-    /// against, on the same device.
+    /// (operands split into f16 halves, three products per block), attention runs in f32
+    /// tiles and the KV cache keeps f32 values (`VulkanRegistry::cache_dtype`). For checking
+    /// the fast defaults against, on the same device.
     pub exact: bool,
     /// Whether decode products take `mul_mat_vec_wide` (where the subgroup kernel runs, with
     /// subgroups of at most 64 lanes) rather than `mul_mat_vec_sg` (HRX_VK_MATVEC=sg).

@@ -234,7 +234,7 @@ impl KernelId {
             KernelId::GetRows(..) => rows::GET_PUSH_WORDS,
             KernelId::SetRows => rows::SET_PUSH_WORDS,
             KernelId::Rope => rope::PUSH_WORDS,
-            KernelId::RmsNormRope => rope::PUSH_WORDS + 5,
+            KernelId::RmsNormRope => rope::PUSH_WORDS + 6,
             KernelId::FlashAttn | KernelId::FlashAttnTiled(_) | KernelId::FlashAttnCm(_) => attn::PUSH_WORDS,
             KernelId::FlashAttnSplit(_) => attn::PUSH_WORDS + 1,
             KernelId::Argmax => argmax::PUSH_WORDS,
@@ -498,6 +498,25 @@ fn floats(bytes: usize, what: &str) -> Result<u32> {
     word(bytes / 4, what)
 }
 
+/// How a kernel that writes or reads rows of a cache (`Registry::cache_dtype`) takes `o`: 0 as
+/// f32 values, 1 as f16 ones (its offsets and strides then count halves).
+fn cache_f16(o: &Operand, what: &str) -> Result<u32> {
+    match o.dtype {
+        DType::F32 => Ok(0),
+        DType::F16 => Ok(1),
+        other => Err(VkError::Invalid(format!("{what} is {other}, the kernel takes f32 or f16 values"))),
+    }
+}
+
+/// A byte offset or stride of an f32 or f16 operand `o` in its values.
+fn values(o: &Operand, bytes: usize, what: &str) -> Result<u32> {
+    let size = o.dtype.block_bytes();
+    if !bytes.is_multiple_of(size) {
+        return Err(VkError::Invalid(format!("{what}: {bytes} bytes is not a whole number of {} values", o.dtype)));
+    }
+    word(bytes / size, what)
+}
+
 fn expect_f32(o: &Operand, what: &str) -> Result<()> {
     if o.dtype != DType::F32 {
         return Err(VkError::Invalid(format!("{what} is {}, the kernel reads f32", o.dtype)));
@@ -654,24 +673,33 @@ fn launch_norm_rope(
         Some(Op::SetRows) => {
             let ids = arg(2)?;
             let width = x.ne[0] * x.ne[1];
+            let half = cache_f16(out, "rms_norm_rope's destination")?;
+            let size = out.dtype.block_bytes();
+            // Halves go out in pairs: whole, aligned pairs of rotated halves, tails and rows.
+            let pairs = half == 0 || [x.ne[0], out.offset / size, out.nb[1] / size].iter().all(|v| v.is_multiple_of(2));
             if ids.dtype != DType::I32
                 || ids.ne != [x.ne[2], 1, 1, 1]
                 || x.ne[3] != 1
-                || out.dtype != DType::F32
                 || out.ne[0] != width
                 || out.ne[2] != 1
                 || out.ne[3] != 1
-                || out.nb[0] != 4
+                || out.nb[0] != size
+                || !out.offset.is_multiple_of(size)
+                || !out.nb[1].is_multiple_of(size)
+                || !pairs
             {
                 return Err(VkError::Invalid(format!(
-                    "rms_norm_rope: {:?} by ids {:?} into rows {:?}",
-                    x.ne, ids.ne, out.ne
+                    "rms_norm_rope: {:?} by ids {:?} into rows {} {:?}",
+                    x.ne, ids.ne, out.dtype, out.ne
                 )));
             }
-            let nb = [4, 4 * x.ne[0], out.nb[1], out.nb[1] * out.ne[1]];
-            let rotated = Operand { nb, dynamic: x.dynamic, ..Operand::contiguous(DType::F32, x.ne, out.offset) };
+            // The kernel counts the destination's offsets and strides in its values: a cache of
+            // halves goes through the f32 launches' checks as floats at 4 / 2 times its bytes.
+            let (row, offset) = (out.nb[1] / size * 4, out.offset / size * 4);
+            let nb = [4, 4 * x.ne[0], row, row * out.ne[1]];
+            let rotated = Operand { nb, dynamic: x.dynamic, ..Operand::contiguous(DType::F32, x.ne, offset) };
             let scatter =
-                [floats(ids.offset, "ids offset")?, floats(ids.nb[0], "ids stride")?, word(out.ne[1], "rows")?];
+                [floats(ids.offset, "ids offset")?, floats(ids.nb[0], "ids stride")?, word(out.ne[1], "rows")?, half];
             (rotated, Some(scatter), arg(3)?)
         }
         Some(other) => return Err(VkError::Invalid(format!("rms_norm_rope does not fuse {}", other.name()))),
@@ -682,8 +710,8 @@ fn launch_norm_rope(
     let mut launch = rope::launch(kind, *theta, *n_dims, x, pos, &rotated, dynamic)?;
     launch.push.push(floats(weight.offset, "weight offset")?);
     launch.push.push(eps.to_bits());
-    // Rows 0: no scatter.
-    launch.push.extend(ids.unwrap_or([0, 0, 0]));
+    // Rows 0: no scatter (and f32 values).
+    launch.push.extend(ids.unwrap_or([0; 4]));
     launch.kernel = KernelId::RmsNormRope;
     launch.grid = Grid::Rows;
     // The grid follows the rope's rows (the folded norm's value), not the destination's.

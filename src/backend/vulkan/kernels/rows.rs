@@ -1,15 +1,18 @@
 //! Row gathers and scatters: GET_ROWS and GET_ROWS_WEIGHTED (`get_rows.comp`, a table of any
 //! weight type read by bytes) and SET_ROWS (`set_rows.comp`, f32 rows into a storage such as a
-//! KV cache).
+//! KV cache, of f32 or f16 values).
 
-use super::{dyn_words, expect_f32, floats, shape_words, word, Dyn, Grid, KernelId, Launch, Operand, Scratch, WType};
+use super::{
+    cache_f16, dyn_words, expect_f32, floats, shape_words, values, word, Dyn, Grid, KernelId, Launch, Operand, Scratch,
+    WType,
+};
 use crate::backend::vulkan::error::{Result, VkError};
 use crate::quant::DType;
 
 /// Words of `get_rows.comp`'s push constants.
 pub const GET_PUSH_WORDS: usize = 20;
 /// Words of `set_rows.comp`'s push constants.
-pub const SET_PUSH_WORDS: usize = 17;
+pub const SET_PUSH_WORDS: usize = 18;
 
 fn ints(bytes: usize, what: &str) -> Result<u32> {
     floats(bytes, what)
@@ -93,8 +96,18 @@ pub fn get_rows(
 /// Rows of `src` [width, rows] into rows `ids` of `out` (the destination storage).
 pub fn set_rows(dst: &Operand, src: &Operand, ids: &Operand, out: &Operand) -> Result<Launch> {
     expect_f32(src, "src")?;
-    expect_f32(out, "the destination")?;
+    let half = cache_f16(out, "set_rows' destination")?;
     expect_i32(ids, "ids")?;
+    // Halves go out in pairs: contiguous rows of whole, aligned pairs.
+    let size = out.dtype.block_bytes();
+    let pairs = half == 0
+        || out.nb[0] == size && [src.ne[0], out.offset / size, out.nb[1] / size].iter().all(|v| v.is_multiple_of(2));
+    if !pairs {
+        return Err(VkError::Invalid(format!(
+            "set_rows: f16 rows of {} values at byte {} (row stride {}) are not whole pairs",
+            src.ne[0], out.offset, out.nb[1]
+        )));
+    }
     let flat = |o: &Operand| o.ne[2] == 1 && o.ne[3] == 1;
     if !flat(src)
         || !flat(out)
@@ -119,10 +132,11 @@ pub fn set_rows(dst: &Operand, src: &Operand, ids: &Operand, out: &Operand) -> R
     push.push(floats(src.nb[1], "src stride")?);
     push.push(ints(ids.offset, "ids offset")?);
     push.push(ints(ids.nb[0], "ids stride")?);
-    push.push(floats(out.offset, "destination offset")?);
-    push.push(floats(out.nb[0], "destination stride")?);
-    push.push(floats(out.nb[1], "destination stride")?);
+    push.push(values(out, out.offset, "destination offset")?);
+    push.push(values(out, out.nb[0], "destination stride")?);
+    push.push(values(out, out.nb[1], "destination stride")?);
     push.push(word(out.ne[1], "destination rows")?);
+    push.push(half);
     Ok(Launch {
         kernel: KernelId::SetRows,
         push,
