@@ -1567,6 +1567,12 @@ fn flash_attention_causal_grouped_and_full() {
     }
 }
 
+/// The slots of a prompt chunk of `n_q` tokens ending a sequence of `n_kv` (causal: each sees
+/// the rows up to its own).
+fn prefill_slots(n_q: usize, n_kv: usize) -> Vec<i32> {
+    (0..n_q).map(|t| (n_kv - n_q + t) as i32).collect()
+}
+
 /// K and V of f16 values, as a GPU keeps its KV cache (`Registry::cache_dtype`): every kernel
 /// reads the same rounded values the reference does, aligned (quads of halves) and at odd
 /// offsets and strides (single halves), causal over sequences, decode steps over a long cache,
@@ -1575,13 +1581,12 @@ fn flash_attention_causal_grouped_and_full() {
 fn attention_over_an_f16_cache() {
     let Some(ks) = kernel_set() else { return };
     let mut rng = Rng::new(43);
-    let prefill = |n_q: usize, n_kv: usize| (0..n_q).map(|t| (n_kv - n_q + t) as i32).collect::<Vec<i32>>();
     let cases = [
         AttnCase::new((128, 4, 2, 5, 500)).segments(100, vec![30, 199, 200, 350, 499]).aligned(),
         AttnCase::new((64, 4, 2, 5, 150)).random_slots(&mut rng, 150),
         AttnCase::new((128, 4, 2, 1, 2000)).random_slots(&mut rng, 2000).aligned(),
-        AttnCase::new((128, 2, 1, 40, 600)).slots(prefill(40, 600)).aligned().gain(20.0),
-        AttnCase::new((64, 2, 2, 64, 900)).run(50, 300).slots(prefill(64, 300)),
+        AttnCase::new((128, 2, 1, 40, 600)).slots(prefill_slots(40, 600)).aligned().gain(20.0),
+        AttnCase::new((64, 2, 2, 64, 900)).run(50, 300).slots(prefill_slots(64, 300)),
         AttnCase::new((40, 3, 3, 9, 9)),
     ];
     for case in cases {
@@ -1627,12 +1632,11 @@ fn split_attention_over_long_caches() {
 fn attention_of_a_prompt_chunk_over_a_long_cache() {
     let Some(ks) = kernel_set() else { return };
     let mut rng = Rng::new(33);
-    let prefill = |n_q: usize, n_kv: usize| (0..n_q).map(|t| (n_kv - n_q + t) as i32).collect::<Vec<i32>>();
     let cases = [
-        AttnCase::new((128, 4, 2, 40, 2000)).slots(prefill(40, 2000)).aligned(),
+        AttnCase::new((128, 4, 2, 40, 2000)).slots(prefill_slots(40, 2000)).aligned(),
         AttnCase::new((64, 2, 1, 70, 1500)).random_slots(&mut rng, 1500).gain(20.0),
         // Fewer rows at run time than planned: fewer splits, the others skip.
-        AttnCase::new((128, 2, 2, 64, 4096)).run(50, 900).slots(prefill(64, 900)).aligned(),
+        AttnCase::new((128, 2, 2, 64, 4096)).run(50, 900).slots(prefill_slots(64, 900)).aligned(),
         // Not causal: every query sees every row.
         AttnCase::new((64, 2, 1, 20, 1200)).aligned(),
     ];
@@ -1651,11 +1655,10 @@ fn tiled_attention_odd_tiles_heads_and_limits() {
     let Some(ks) = kernel_set() else { return };
     let mut rng = Rng::new(28);
     // A prefill chunk at the end of a cache: query t sees rows 0..=base + t.
-    let prefill = |n_q: usize, n_kv: usize| (0..n_q).map(|t| (n_kv - n_q + t) as i32).collect::<Vec<i32>>();
     let cases = [
         AttnCase::new((64, 4, 2, 37, 150)).random_slots(&mut rng, 150),
-        AttnCase::new((128, 4, 2, 50, 90)).slots(prefill(50, 90)),
-        AttnCase::new((64, 2, 1, 70, 70)).slots(prefill(70, 70)),
+        AttnCase::new((128, 4, 2, 50, 90)).slots(prefill_slots(50, 90)),
+        AttnCase::new((64, 2, 1, 70, 70)).slots(prefill_slots(70, 70)),
         // Every query the same limit, one below a tile edge.
         AttnCase::new((80, 3, 1, 30, 77)).slots(vec![31; 30]),
         AttnCase::new((40, 2, 2, 33, 1)).slots(vec![0; 33]),
@@ -1666,11 +1669,11 @@ fn tiled_attention_odd_tiles_heads_and_limits() {
         AttnCase::new((16, 2, 1, 13, 130)),
         // Scores spanning hundreds: the running maximum moves, rows rescale.
         AttnCase::new((64, 2, 1, 40, 200)).gain(30.0),
-        AttnCase::new((128, 2, 1, 30, 100)).slots(prefill(30, 100)).gain(20.0),
+        AttnCase::new((128, 2, 1, 30, 100)).slots(prefill_slots(30, 100)).gain(20.0),
         // Operands laid out as a model's (the vec4 loads), several tiles of queries.
-        AttnCase::new((128, 4, 2, 150, 150)).slots(prefill(150, 150)).aligned(),
+        AttnCase::new((128, 4, 2, 150, 150)).slots(prefill_slots(150, 150)).aligned(),
         AttnCase::new((64, 2, 2, 200, 200)).aligned(),
-        AttnCase::new((80, 2, 1, 70, 90)).slots(prefill(70, 90)).aligned(),
+        AttnCase::new((80, 2, 1, 70, 90)).slots(prefill_slots(70, 90)).aligned(),
     ];
     for case in cases {
         check_attention_kernels(ks, &mut rng, case);
