@@ -361,6 +361,49 @@ fn plans_with_cpu_nodes_fall_back_to_the_cpu_backend() {
     assert_eq!(backend.cpu_node(&[gpu]), None);
 }
 
+/// The runtime's loader builds a model's graphs for the cache type of the backend that runs
+/// them: f16 rows on a Vulkan device (f32 in the exact mode), and where a plan leaves a node to
+/// the CPU (Q3_K weights) the graphs again with f32 rows, which the CPU executor binds (it
+/// keeps no f16 storages) and runs.
+#[test]
+fn the_loader_builds_caches_for_the_backend_that_runs_them() {
+    use hrx::backend::Backend;
+    use hrx::runtime::{loader, RuntimeError};
+    let Some(dev) = vulkan_common::device() else { return };
+    let backend = Backend::Vulkan(dev);
+    let (k, n, slots) = (256, 8, 4);
+    // A row of x into slot ids[0] of a cache, and a product of `wtype` weights with x.
+    let graph = |wtype: DType, cache: DType| -> Result<Vec<Graph>, RuntimeError> {
+        let mut g = Graph::new("cached");
+        let x = g.input("x", DType::F32, [k, 1, 1, 1], None)?;
+        let ids = g.input("ids", DType::I32, [1, 1, 1, 1], None)?;
+        let size = cache.block_bytes();
+        let storage = g.external_storage("cache", cache, k * slots * size, false);
+        let nb = [size, k * size, k * slots * size, k * slots * size];
+        let rows = g.external_window("cache", storage, 0, [k, slots, 1, 1], nb, None)?;
+        let written = g.set_rows(rows, x, ids, "write")?;
+        let w = g.weight(&format!("w_{}", wtype.name()), wtype, [k, n, 1, 1])?;
+        let y = g.matmul(w, x, "proj")?;
+        g.mark_output(y);
+        g.mark_output(written);
+        Ok(vec![g])
+    };
+    let mut file = GgufWriter::new();
+    for wtype in [DType::Q4K, DType::Q3K] {
+        let bytes = vec![0; wtype.row_bytes(k as u64).unwrap() as usize * n];
+        file.add_tensor(&format!("w_{}", wtype.name()), wtype, &[k as u64, n as u64], bytes).unwrap();
+    }
+    let file = Arc::new(GgufFile::from_bytes("cached.gguf", file.to_bytes()).unwrap());
+    let want = backend.registry().cache_dtype();
+    for (wtype, device, cache) in [(DType::Q4K, "vulkan", want), (DType::Q3K, "cpu", DType::F32)] {
+        let (ran_on, _, graphs) = loader::load(|c| graph(wtype, c), &backend, &[Arc::clone(&file)]).unwrap();
+        let built = graphs[0].externals.iter().find(|e| e.name == "cache").map(|e| e.dtype);
+        eprintln!("{wtype} weights: {} with a cache of {built:?}", ran_on.describe());
+        assert!(ran_on.describe().starts_with(device), "{wtype}: {}", ran_on.describe());
+        assert_eq!(built, Some(cache), "{wtype} weights");
+    }
+}
+
 /// Independent nodes recorded back to back share one barrier: four ops that each read only
 /// `x`, then two sums of pairs, then their product. The recording has fewer barriers than
 /// dispatches and still matches the CPU executor.
