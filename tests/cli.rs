@@ -2,6 +2,7 @@
 
 mod common;
 
+use common::TempDir;
 use std::process::{Command, Output};
 use tinyjson::JsonValue;
 
@@ -97,8 +98,7 @@ fn every_command_has_help() {
 
 #[test]
 fn models_finds_files_in_hrx_models() {
-    let dir = std::env::temp_dir().join(format!("hrx-models-{}", std::process::id()));
-    std::fs::create_dir_all(&dir).unwrap();
+    let dir = TempDir::new("cli-models");
     std::fs::write(dir.join("Qwen3VL-2B-Instruct-Q4_K_M.gguf"), b"x").unwrap();
     let models = |verify: bool| {
         let mut args = vec!["models", "--json"];
@@ -117,7 +117,6 @@ fn models_finds_files_in_hrx_models() {
     let (code, two_b) = models(true);
     assert_eq!(code, Some(1));
     assert!(two_b["model_state"].get::<String>().unwrap().starts_with("MISMATCH: "), "{two_b:?}");
-    std::fs::remove_dir_all(&dir).unwrap();
 }
 
 #[test]
@@ -126,8 +125,7 @@ fn a_file_named_as_a_known_model_is_checked_against_models_toml_on_load_and_by_v
     // path (the default model, -m for describe and generate, models --verify), one line naming
     // the field.
     let Some(oracle) = common::oracle() else { return };
-    let dir = std::env::temp_dir().join(format!("hrx-impostor-{}", std::process::id()));
-    std::fs::create_dir_all(&dir).unwrap();
+    let dir = TempDir::new("cli-impostor");
     let (m, mm) = (dir.join("Qwen3VL-2B-Instruct-Q4_K_M.gguf"), dir.join("mmproj-Qwen3VL-2B-Instruct-F16.gguf"));
     std::fs::copy(oracle.join("models/tiny/qwen3vl-tiny-F16.gguf"), &m).unwrap();
     std::fs::copy(oracle.join("models/tiny/mmproj-qwen3vl-tiny-F16.gguf"), &mm).unwrap();
@@ -159,7 +157,6 @@ fn a_file_named_as_a_known_model_is_checked_against_models_toml_on_load_and_by_v
     std::fs::rename(&m, &mine).unwrap();
     let out = run(&["generate", "-m", mine.to_str().unwrap(), "-p", "hi", "-n", "1"]);
     assert!(out.status.success(), "{}", stderr(&out));
-    std::fs::remove_dir_all(&dir).unwrap();
 }
 
 #[test]
@@ -179,15 +176,6 @@ fn help_gives_the_real_defaults_of_known_models_and_of_other_files() {
     }
 }
 
-/// Writes `bytes` to a temp file named `name` and returns its path.
-fn temp_file(name: &str, bytes: &[u8]) -> std::path::PathBuf {
-    let dir = std::env::temp_dir().join(format!("hrx-cli-{}", std::process::id()));
-    std::fs::create_dir_all(&dir).unwrap();
-    let path = dir.join(name);
-    std::fs::write(&path, bytes).unwrap();
-    path
-}
-
 #[test]
 fn describe_reports_each_bad_image_on_one_line_and_still_describes_the_good_one() {
     let Some(oracle) = common::oracle() else { return };
@@ -196,12 +184,13 @@ fn describe_reports_each_bad_image_on_one_line_and_still_describes_the_good_one(
     let mut corrupt = png.clone();
     corrupt[40..60].fill(0xAB);
     let jpg = std::fs::read(oracle.join("images/pattern-333x517.jpg")).unwrap();
+    let dir = TempDir::new("cli-bad-images");
     let bad = [
-        temp_file("corrupt.png", &corrupt),
-        temp_file("truncated.jpg", &jpg[..jpg.len() / 2]),
+        dir.file("corrupt.png", &corrupt),
+        dir.file("truncated.jpg", &jpg[..jpg.len() / 2]),
         std::path::Path::new(env!("CARGO_MANIFEST_DIR")).join("tests/data/image/bomb-100000x100000.png"),
-        temp_file("empty.png", b""),
-        temp_file("notes.jpg", b"this is a text file, not a picture\n"),
+        dir.file("empty.png", b""),
+        dir.file("notes.jpg", b"this is a text file, not a picture\n"),
     ];
     let mut args: Vec<String> = vec!["describe".into()];
     args.extend(bad.iter().map(|p| p.display().to_string()));
@@ -240,7 +229,8 @@ fn describe_refuses_a_prompt_over_the_context_with_its_real_size() {
     let Some(oracle) = common::oracle() else { return };
     let model = oracle.join("models/tiny");
     let (m, mm) = (model.join("qwen3vl-tiny-F16.gguf"), model.join("mmproj-qwen3vl-tiny-F16.gguf"));
-    let image = temp_file("big-1500x1000.png", &common::black_png(1500, 1000));
+    let dir = TempDir::new("cli-over-context");
+    let image = dir.file("big-1500x1000.png", &common::black_png(1500, 1000));
     let describe = |ctx: &str| {
         hrx(&[
             "describe",
@@ -282,7 +272,7 @@ fn describe_refuses_a_prompt_over_the_context_with_its_real_size() {
         "--mmproj",
         mm.to_str().unwrap(),
         "--image",
-        temp_file("big-1500x1000-again.png", &common::black_png(1500, 1000)).to_str().unwrap(),
+        dir.file("big-1500x1000-again.png", &common::black_png(1500, 1000)).to_str().unwrap(),
         "-p",
         "Describe this image.",
         "-n",
@@ -395,8 +385,9 @@ fn every_weight_type_runs_wholly_on_vulkan_with_the_cpus_logits() {
     if !vulkan_present("the weight types on Vulkan") {
         return;
     }
+    let dir = TempDir::new("cli-weight-types");
     for kind in ["f16", "bf16", "q8_0", "q4_k_m", "q5_k_m"] {
-        let model = temp_file(&format!("types-{kind}.gguf"), b"");
+        let model = dir.file(&format!("types-{kind}.gguf"), b"");
         let m = model.to_str().unwrap();
         let out = hrx(&["synth", "-o", m, "--type", kind]);
         assert!(out.status.success(), "{kind}: {}", stderr(&out));
@@ -408,7 +399,7 @@ fn every_weight_type_runs_wholly_on_vulkan_with_the_cpus_logits() {
             assert_eq!(*g["cpu_nodes"].get::<f64>().unwrap(), 0.0, "{kind}: a node left to the CPU");
         }
         let logits = |device: &str| -> Vec<f32> {
-            let dump = temp_file(&format!("types-{kind}-{device}.f32"), b"");
+            let dump = dir.file(&format!("types-{kind}-{device}.f32"), b"");
             let out = hrx(&[
                 "generate",
                 "-m",
@@ -446,7 +437,8 @@ fn bench_with_vk_profile_prints_gpu_time_per_kernel() {
     if !vulkan_present("the GPU profile") {
         return;
     }
-    let model = temp_file("profile-synth.gguf", b"");
+    let dir = TempDir::new("cli-profile");
+    let model = dir.file("profile-synth.gguf", b"");
     let out = hrx(&["synth", "-o", model.to_str().unwrap()]);
     assert!(out.status.success(), "{}", stderr(&out));
     let bench = |json: bool| {
@@ -501,8 +493,7 @@ fn bench_with_vk_profile_prints_gpu_time_per_kernel() {
 /// -p 0 (one test only), as llama-bench does.
 #[test]
 fn synth_projector_describes_and_bench_takes_depth() {
-    let dir = std::env::temp_dir().join(format!("hrx-cli-synth-{}", std::process::id()));
-    std::fs::create_dir_all(&dir).unwrap();
+    let dir = TempDir::new("cli-synth");
     let (text, mmproj) = (dir.join("text.gguf"), dir.join("mmproj.gguf"));
     let (t, m) = (text.to_str().unwrap(), mmproj.to_str().unwrap());
     for args in [vec!["synth", "-o", t], vec!["synth", "--mmproj", "-o", m]] {
@@ -547,15 +538,13 @@ fn synth_projector_describes_and_bench_takes_depth() {
     let json: JsonValue = String::from_utf8(out.stdout).unwrap().trim().parse().unwrap();
     assert!(json["tg"].is_null() && json["pp"]["tokens_per_second"].get::<f64>().is_some(), "{json:?}");
     assert_eq!(hrx(&["bench", "-m", t, "-p", "0", "-n", "0"]).status.code(), Some(2));
-    let _ = std::fs::remove_dir_all(&dir);
 }
 
 /// Without -m and with the default model nowhere, describe says where it looked and how to add
 /// a folder: the folders searched, $HRX_MODELS among the ways.
 #[test]
 fn describe_without_a_model_names_the_folders_and_hrx_models() {
-    let dir = std::env::temp_dir().join(format!("hrx-no-model-{}", std::process::id()));
-    std::fs::create_dir_all(&dir).unwrap();
+    let dir = TempDir::new("cli-no-model");
     let out = Command::new(env!("CARGO_BIN_EXE_hrx"))
         .args(["describe", "photo.png"])
         .current_dir(&dir)
@@ -568,7 +557,6 @@ fn describe_without_a_model_names_the_folders_and_hrx_models() {
     assert!(!out.status.success(), "{err}");
     assert!(err.contains("is not installed") && err.contains("$HRX_MODELS"), "{err}");
     assert!(err.contains(&dir.join(".local/share/hrx/models").display().to_string()), "{err}");
-    std::fs::remove_dir_all(&dir).unwrap();
 }
 
 /// The tiny oracle model's two files, as arguments.
@@ -639,7 +627,8 @@ fn describe_heads_only_the_answers_it_gives_and_logs_timings() {
     let Some(oracle) = common::oracle() else { return };
     let good = oracle.join("images/tiny-40x30.png");
     let jpg = std::fs::read(oracle.join("images/pattern-333x517.jpg")).unwrap();
-    let cut = temp_file("cut-short.jpg", &jpg[..jpg.len() / 2]);
+    let dir = TempDir::new("cli-cut-short");
+    let cut = dir.file("cut-short.jpg", &jpg[..jpg.len() / 2]);
     let (cut, good) = (cut.to_str().unwrap(), good.to_str().unwrap());
     let out = describe_tiny(&oracle, &[cut, good, "-n", "2"], b"", &[("RUST_LOG", "info")]);
     assert_eq!(out.status.code(), Some(1), "{}", stderr(&out));

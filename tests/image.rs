@@ -4,6 +4,7 @@
 
 mod common;
 
+use common::TempDir;
 use hrx::image::{
     decode_bytes, decode_file, preprocess, read_from, ImageError, ImageErrorKind, Limits, Patches, PreprocessConfig,
     RgbImage,
@@ -351,7 +352,7 @@ fn webp_lossless_is_exact_and_lossy_is_close() {
 
 #[test]
 fn format_comes_from_the_bytes_not_the_name() {
-    let dir = tempdir("sniff");
+    let dir = TempDir::new("image-sniff");
     let png_as_jpg = dir.join("really-a-png.jpg");
     std::fs::copy(data_dir().join("rgb8.png"), &png_as_jpg).unwrap();
     let img = decode_file(&png_as_jpg, &Limits::default()).unwrap();
@@ -370,12 +371,6 @@ fn data_after_the_jpeg_end_marker_is_ignored() {
 // ------------------------------------------------------------------------------------------
 // Bad input: an error naming the file, on one line, before any big allocation
 
-fn tempdir(tag: &str) -> PathBuf {
-    let dir = std::env::temp_dir().join(format!("hrx-image-test-{tag}-{}", std::process::id()));
-    std::fs::create_dir_all(&dir).unwrap();
-    dir
-}
-
 fn decode_err(path: &Path, limits: &Limits) -> ImageError {
     let err = decode_file(path, limits).expect_err("must not decode");
     let msg = err.to_string();
@@ -387,14 +382,16 @@ fn decode_err(path: &Path, limits: &Limits) -> ImageError {
 
 #[test]
 fn zero_byte_file() {
-    let path = tempdir("empty").join("empty.png");
+    let dir = TempDir::new("image-empty");
+    let path = dir.join("empty.png");
     std::fs::write(&path, b"").unwrap();
     assert!(matches!(decode_err(&path, &Limits::default()).kind, ImageErrorKind::Empty));
 }
 
 #[test]
 fn text_file_named_jpg() {
-    let path = tempdir("text").join("notes.jpg");
+    let dir = TempDir::new("image-text");
+    let path = dir.join("notes.jpg");
     std::fs::write(&path, "Shopping list:\n- milk\n- bread ✓\n").unwrap();
     let err = decode_err(&path, &Limits::default());
     assert!(matches!(err.kind, ImageErrorKind::UnknownFormat { looks_like: Some("text") }), "{err}");
@@ -402,7 +399,8 @@ fn text_file_named_jpg() {
 
 #[test]
 fn missing_file() {
-    let path = tempdir("missing").join("nope.png");
+    let dir = TempDir::new("image-missing");
+    let path = dir.join("nope.png");
     assert!(matches!(decode_err(&path, &Limits::default()).kind, ImageErrorKind::Io(_)));
 }
 
@@ -411,7 +409,8 @@ fn corrupt_png() {
     let mut bytes = std::fs::read(data_dir().join("rgb8.png")).unwrap();
     let idat = bytes.windows(4).position(|w| w == b"IDAT").unwrap();
     bytes[idat + 10] ^= 0x55; // inside the compressed data: CRC and zlib both break
-    let path = tempdir("corrupt").join("corrupt.png");
+    let dir = TempDir::new("image-corrupt");
+    let path = dir.join("corrupt.png");
     std::fs::write(&path, &bytes).unwrap();
     let err = decode_err(&path, &Limits::default());
     assert!(matches!(err.kind, ImageErrorKind::Corrupt { format: "PNG", .. }), "{err}");
@@ -420,9 +419,10 @@ fn corrupt_png() {
 /// A JPEG cut short says so (jpeg-decoder's own words were "failed to fill whole buffer").
 #[test]
 fn truncated_jpeg_and_png() {
+    let dir = TempDir::new("image-truncated");
     for (source, keep) in [("photo-420.jpg", 2), ("photo-progressive.jpg", 2), ("rgb8.png", 2), ("photo-444.jpg", 5)] {
         let bytes = std::fs::read(data_dir().join(source)).unwrap();
-        let path = tempdir("truncated").join(format!("truncated-{source}"));
+        let path = dir.join(format!("truncated-{source}"));
         std::fs::write(&path, &bytes[..bytes.len() * (keep - 1) / keep]).unwrap();
         let err = decode_err(&path, &Limits::default());
         if source.ends_with(".jpg") {

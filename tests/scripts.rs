@@ -5,8 +5,9 @@
 
 mod common;
 
+use common::TempDir;
 use std::io::Write as _;
-use std::path::{Path, PathBuf};
+use std::path::Path;
 use std::process::{Command, Output};
 
 fn repo() -> &'static Path {
@@ -15,12 +16,6 @@ fn repo() -> &'static Path {
 
 fn stderr(o: &Output) -> String {
     String::from_utf8_lossy(&o.stderr).into_owned()
-}
-
-fn temp_dir(tag: &str) -> PathBuf {
-    let dir = std::env::temp_dir().join(format!("hrx-scripts-{tag}-{}", std::process::id()));
-    std::fs::create_dir_all(&dir).unwrap();
-    dir
 }
 
 /// Run from another directory, scripts/describe takes the image and model paths relative to
@@ -45,19 +40,18 @@ fn scripts_describe_takes_paths_relative_to_the_callers_directory() {
     assert!(out.status.success(), "{}", stderr(&out));
     assert!(String::from_utf8_lossy(&out.stdout).contains(&format!(r#""image":"{image}""#)), "{out:?}");
     // No model given or installed: the repository's models/ is among the folders searched.
-    let empty = temp_dir("describe");
-    let out = describe(&empty, &["photo.png"]);
+    let empty = TempDir::new("scripts-describe");
+    let out = describe(empty.path(), &["photo.png"]);
     assert!(!out.status.success());
     let searched = repo().join("models").display().to_string();
     assert!(stderr(&out).contains(&searched), "{searched}: {}", stderr(&out));
-    std::fs::remove_dir_all(&empty).unwrap();
 }
 
 /// ensure_apt_packages installs only what is missing, never upgrading what is there
 /// (--no-upgrade), keeps apt's output off stdout (a log), and says on stderr what it does.
 #[test]
 fn deps_install_only_missing_packages_and_keep_apt_off_stdout() {
-    let dir = temp_dir("apt");
+    let dir = TempDir::new("scripts-apt");
     let calls = dir.join("calls");
     // Stand-ins: apt-get records its arguments and chatters on stdout; sudo just runs.
     let apt = format!("#!/bin/sh\necho \"$*\" >>'{}'\necho 'Reading package lists... Done'\n", calls.display());
@@ -66,7 +60,7 @@ fn deps_install_only_missing_packages_and_keep_apt_off_stdout() {
         std::fs::write(&path, body).unwrap();
         Command::new("chmod").arg("+x").arg(&path).status().unwrap();
     }
-    let path = format!("{}:{}", dir.display(), std::env::var("PATH").unwrap_or_default());
+    let path = format!("{}:{}", dir.path().display(), std::env::var("PATH").unwrap_or_default());
     let installed = "bash"; // whatever this machine is, bash is installed (dpkg knows it on Debian)
     let out = Command::new("bash")
         .args(["-c", &format!(". scripts/lib/deps.sh && ensure_apt_packages {installed} hrx-test-no-such-package")])
@@ -87,7 +81,6 @@ fn deps_install_only_missing_packages_and_keep_apt_off_stdout() {
     if Path::new("/usr/bin/dpkg-query").exists() {
         assert!(!install[0].contains(installed), "{calls}");
     }
-    std::fs::remove_dir_all(&dir).unwrap();
 }
 
 // scripts/release and the files it packages (scripts/dist): what CI can check without the
@@ -222,7 +215,7 @@ fn the_units_verify_and_score_under_systemd_analyze_where_it_is_installed() {
         let _ = writeln!(std::io::stderr(), "systemd-analyze not installed: the units were only parsed");
         return;
     }
-    let dir = temp_dir("units");
+    let dir = TempDir::new("scripts-units");
     let units = ["hrx-serve.service", "hrx-caption.service", "hrx-caption.timer"];
     for u in units {
         let text = std::fs::read_to_string(repo().join("scripts/dist").join(u)).unwrap();
@@ -240,7 +233,6 @@ fn the_units_verify_and_score_under_systemd_analyze_where_it_is_installed() {
         let text = String::from_utf8_lossy(&out.stdout);
         assert!(out.status.success() && text.contains("Overall exposure level"), "{u}: {text}{}", stderr(&out));
     }
-    std::fs::remove_dir_all(&dir).unwrap();
 }
 
 /// The package puts models.toml where hrx reads its system copy, and hrx searches the

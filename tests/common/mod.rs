@@ -7,7 +7,55 @@ pub mod server;
 pub mod together;
 
 use std::io::Write;
-use std::path::PathBuf;
+use std::path::{Path, PathBuf};
+
+/// A fresh folder of one test's own in the system's temp folder, removed with what the test
+/// left in it when dropped (also when the test fails).
+pub struct TempDir(PathBuf);
+
+impl TempDir {
+    /// `hrx-test-TAG-PID`, emptied first.
+    pub fn new(tag: &str) -> TempDir {
+        let dir = std::env::temp_dir().join(format!("hrx-test-{tag}-{}", std::process::id()));
+        let _ = std::fs::remove_dir_all(&dir);
+        std::fs::create_dir_all(&dir).unwrap();
+        TempDir(dir)
+    }
+
+    pub fn path(&self) -> &Path {
+        &self.0
+    }
+
+    pub fn join(&self, name: impl AsRef<Path>) -> PathBuf {
+        self.0.join(name)
+    }
+
+    /// Writes `bytes` to the file `name` in the folder and returns its path.
+    pub fn file(&self, name: &str, bytes: &[u8]) -> PathBuf {
+        let path = self.join(name);
+        std::fs::write(&path, bytes).unwrap();
+        path
+    }
+}
+
+// Where a path or an environment value is wanted (current_dir, env("HOME", ..)).
+impl AsRef<Path> for TempDir {
+    fn as_ref(&self) -> &Path {
+        &self.0
+    }
+}
+
+impl AsRef<std::ffi::OsStr> for TempDir {
+    fn as_ref(&self) -> &std::ffi::OsStr {
+        self.0.as_os_str()
+    }
+}
+
+impl Drop for TempDir {
+    fn drop(&mut self) {
+        let _ = std::fs::remove_dir_all(&self.0);
+    }
+}
 
 /// The oracle directory (`HRX_ORACLE`, default `../shared/oracle` next to the crate).
 /// Missing, the test fails: a skipped check must not read as a pass. With
