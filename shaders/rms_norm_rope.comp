@@ -9,8 +9,6 @@
 // in pairs (a u32 word of two halves: rotation pairs j, j + 1 per thread; the launch checks
 // that rows and rotated halves are whole, aligned pairs).
 
-#extension GL_EXT_control_flow_attributes : require
-
 #include "common.glsl"
 
 #define WG 128u
@@ -68,37 +66,33 @@ void main() {
             barrier();
         }
         float scale = 1.0 / sqrt(partial[0] / float(ne.x) + p.eps);
+        // Value k of the normalized row, and pair j of it rotated (outputs j, j + half_dims).
+#define NORMED(k) (x[xr + (k) * p.x_nb.x] * scale * wt[p.w_off + (k)])
+#define ROTATED(j, cs) vec2(NORMED(j) * cs.x - NORMED((j) + half_dims) * cs.y, \
+                            NORMED((j) + half_dims) * cs.x + NORMED(j) * cs.y)
         if (p.d_f16 != 0u) {
+            // Two pairs a thread: outputs j, j + 1 and j + half_dims, j + half_dims + 1.
             for (uint j = 2u * tid; j < half_dims; j += 2u * WG) {
-                vec2 lo; // outputs j, j + 1
-                vec2 hi; // outputs j + half_dims, j + half_dims + 1
-                [[unroll]] for (uint e = 0u; e < 2u; e++) {
-                    vec2 cs = rope_cos_sin(j + e, i.y);
-                    float a = x[xr + (j + e) * p.x_nb.x] * scale * wt[p.w_off + j + e];
-                    float b = x[xr + (j + e + half_dims) * p.x_nb.x] * scale * wt[p.w_off + j + e + half_dims];
-                    lo[e] = a * cs.x - b * cs.y;
-                    hi[e] = b * cs.x + a * cs.y;
-                }
-                d_half2[(dr + j) >> 1u] = packHalf2x16(lo);
-                d_half2[(dr + j + half_dims) >> 1u] = packHalf2x16(hi);
+                vec2 c0 = rope_cos_sin(j, i.y);
+                vec2 c1 = rope_cos_sin(j + 1u, i.y);
+                vec2 r0 = ROTATED(j, c0);
+                vec2 r1 = ROTATED(j + 1u, c1);
+                d_half2[(dr + j) >> 1u] = packHalf2x16(vec2(r0.x, r1.x));
+                d_half2[(dr + j + half_dims) >> 1u] = packHalf2x16(vec2(r0.y, r1.y));
             }
             for (uint k = p.n_dims + 2u * tid; k < ne.x; k += 2u * WG) {
-                float a = x[xr + k * p.x_nb.x] * scale * wt[p.w_off + k];
-                float b = x[xr + (k + 1u) * p.x_nb.x] * scale * wt[p.w_off + k + 1u];
-                d_half2[(dr + k) >> 1u] = packHalf2x16(vec2(a, b));
+                d_half2[(dr + k) >> 1u] = packHalf2x16(vec2(NORMED(k), NORMED(k + 1u)));
             }
-            barrier();
-            continue;
-        }
-        for (uint j = tid; j < half_dims; j += WG) {
-            vec2 cs = rope_cos_sin(j, i.y);
-            float a = x[xr + j * p.x_nb.x] * scale * wt[p.w_off + j];
-            float b = x[xr + (j + half_dims) * p.x_nb.x] * scale * wt[p.w_off + j + half_dims];
-            d[dr + j * p.d_nb.x] = a * cs.x - b * cs.y;
-            d[dr + (j + half_dims) * p.d_nb.x] = b * cs.x + a * cs.y;
-        }
-        for (uint k = p.n_dims + tid; k < ne.x; k += WG) {
-            d[dr + k * p.d_nb.x] = x[xr + k * p.x_nb.x] * scale * wt[p.w_off + k];
+        } else {
+            for (uint j = tid; j < half_dims; j += WG) {
+                vec2 cs = rope_cos_sin(j, i.y);
+                vec2 r = ROTATED(j, cs);
+                d[dr + j * p.d_nb.x] = r.x;
+                d[dr + (j + half_dims) * p.d_nb.x] = r.y;
+            }
+            for (uint k = p.n_dims + tid; k < ne.x; k += WG) {
+                d[dr + k * p.d_nb.x] = NORMED(k);
+            }
         }
         barrier();
     }
