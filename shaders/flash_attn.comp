@@ -15,6 +15,7 @@ layout(set = 0, binding = 4) readonly buffer Slots { int slots[]; };
 layout(set = 0, binding = 5) writeonly buffer D { float d[]; };
 
 #include "flash_attn_params.glsl"
+#define KV_CONSTANT 0
 #include "attn_kv.glsl"
 
 // K rows are staged through shared memory KS dimensions at a time, read by neighbouring

@@ -24,7 +24,6 @@ layout(push_constant) uniform Params {
     uint kv_den;
     uint s_off;     // slots offset (ints); 0xFFFFFFFF: no slots (not causal)
     float scale;
-    uint kv_f16;    // 1: K and V hold f16 values (attn_kv.glsl)
     uint segment;   // kv rows per sequence: a causal query sees its own sequence's rows;
                     // 0: the slots are spans, each query's first kv row and end
 #if defined(ATTN_SPLITS)

@@ -56,6 +56,7 @@ layout(set = 0, binding = 6) coherent buffer SU { uint scratch_u[]; };
 
 #define ATTN_SPLITS
 #include "flash_attn_params.glsl"
+#define KV_CONSTANT 0
 #include "attn_kv.glsl"
 
 shared float sh_o[MAXSG * 256u];

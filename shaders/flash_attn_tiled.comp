@@ -44,6 +44,7 @@ layout(set = 0, binding = 4) readonly buffer Slots { int slots[]; };
 layout(set = 0, binding = 5) writeonly buffer D { float d[]; };
 
 #include "flash_attn_params.glsl"
+#define KV_CONSTANT 3
 #include "attn_kv.glsl"
 
 shared vec4 qs[BR * DM4];

@@ -12,7 +12,7 @@ mod vulkan_common;
 use hrx::backend::cpu::tensor::{Data, In, Out};
 use hrx::backend::cpu::{execute, Kernels};
 use hrx::backend::vulkan::kernels::{
-    self, CoopMat, Dyn, KernelId, KernelSet, Launch, MatKind, Operand, Ops, Variants, WType, FOLD_MAX_ROWS,
+    self, CoopMat, Dyn, KernelId, KernelSet, KvValues, Launch, MatKind, Operand, Ops, Variants, WType, FOLD_MAX_ROWS,
     WIDE_MAX_SUBGROUP,
 };
 use hrx::backend::vulkan::{Buffer, CommandBuffer, DescriptorPool, Location};
@@ -1381,7 +1381,7 @@ fn split_kernels(info: &hrx::backend::vulkan::DeviceInfo, d: usize) -> Vec<Kerne
     [kernels::SplitWidth::Wide, kernels::SplitWidth::Narrow]
         .into_iter()
         .filter(|w| d <= w.max_head_dim(subgroup))
-        .map(KernelId::FlashAttnSplit)
+        .map(|w| KernelId::FlashAttnSplit(w, KvValues::F32))
         .collect()
 }
 
@@ -1391,26 +1391,29 @@ fn split_kernels(info: &hrx::backend::vulkan::DeviceInfo, d: usize) -> Vec<Kerne
 /// one on them (heads of up to 128 values).
 fn attn_kernels(ks: &KernelSet, d: usize) -> Vec<KernelId> {
     let info = ks.device().info();
-    let mut kernels = vec![KernelId::FlashAttn];
+    let mut kernels = vec![KernelId::FlashAttn(KvValues::F32)];
     if d.is_multiple_of(4) {
         kernels.extend(split_kernels(info, d));
     }
     let tile = kernels::AttnTile::for_head_dim(d).expect("a tile for every head size up to 256");
     if tile.shared_bytes() <= info.max_shared_memory {
-        kernels.push(KernelId::FlashAttnTiled(tile));
+        kernels.push(KernelId::FlashAttnTiled(tile, KvValues::F32));
     }
     if let Some(cm) = coop_variant(ks) {
         let tile = kernels::AttnCoop::new(cm, d, info.max_shared_memory);
         assert_eq!(tile.is_some(), d <= 128 && d.is_multiple_of(4), "d={d}: the cooperative-matrix attention");
-        kernels.extend(tile.map(KernelId::FlashAttnCm));
+        kernels.extend(tile.map(|tile| KernelId::FlashAttnCm(tile, KvValues::F32)));
     }
     kernels
 }
 
-/// Runs `case` with `kernel` on the GPU and the CPU reference; returns the NMSE over the
+/// Runs `case` with `kernel` (the one built for its cache values) on the GPU and the CPU
+/// reference; returns the NMSE over the
 /// run-time queries, after checking that no later query was written.
 fn check_attention(ks: &KernelSet, rng: &mut Rng, case: &AttnCase, kernel: KernelId) -> f64 {
     let AttnCase { d, heads, kv_heads, n_q, n_kv, .. } = *case;
+    // The kernel built for the case's cache values.
+    let kernel = kernel.with_kv(if case.f16 { KvValues::F16 } else { KvValues::F32 });
     let (q_pad, q_off, kv_off) = if case.aligned { (0, 4, 8) } else { (1, 2, 1) };
     let mut q = Strided::new(rng, [d, heads, n_q, 1], q_pad, q_off);
     q.data.iter_mut().for_each(|x| *x *= case.gain);
@@ -1495,7 +1498,7 @@ fn check_attention(ks: &KernelSet, rng: &mut Rng, case: &AttnCase, kernel: Kerne
     let e = nmse(got, &out.gather(&want_store)[..run_len]);
     eprintln!("{}: nmse {e:.3e}", case.name(kernel));
     // The matrix-unit kernel rounds Q, K, V and P to f16 (1e-7..1e-6 here).
-    let tolerance = if matches!(kernel, KernelId::FlashAttnCm(_)) { F16_NMSE } else { MAT_NMSE };
+    let tolerance = if matches!(kernel, KernelId::FlashAttnCm(..)) { F16_NMSE } else { MAT_NMSE };
     assert!(e < tolerance, "{}: nmse {e}", case.name(kernel));
     e
 }
@@ -1729,13 +1732,13 @@ fn attention_over_many_queries_plans_the_tiled_kernel() {
             .and_then(|cm| kernels::AttnCoop::new(cm, d, info.max_shared_memory))
             .filter(|_| n_q >= kernels::TILED_MIN_QUERIES);
         let want = match (coop, tiled, few) {
-            (Some(tile), _, _) => KernelId::FlashAttnCm(tile),
-            (None, true, _) => KernelId::FlashAttnTiled(tile),
+            (Some(tile), _, _) => KernelId::FlashAttnCm(tile, KvValues::F32),
+            (None, true, _) => KernelId::FlashAttnTiled(tile, KvValues::F32),
             (None, false, true) => match split.and_then(|s| kernels::SplitWidth::for_head(d, s)) {
-                Some(width) => KernelId::FlashAttnSplit(width),
-                None => KernelId::FlashAttn,
+                Some(width) => KernelId::FlashAttnSplit(width, KvValues::F32),
+                None => KernelId::FlashAttn(KvValues::F32),
             },
-            (None, false, false) => KernelId::FlashAttn,
+            (None, false, false) => KernelId::FlashAttn(KvValues::F32),
         };
         assert_eq!(got, want, "d={d} n_q={n_q}");
         // The plan's name (and variant) leads back to the kernel.
@@ -1745,7 +1748,7 @@ fn attention_over_many_queries_plans_the_tiled_kernel() {
         // Vulkan's guaranteed 16 KiB holds no tile: the one-query kernel.
         assert_eq!(
             kernels::select(Ops::single(&op), &ins, &out, None, &Variants::PORTABLE).unwrap(),
-            KernelId::FlashAttn
+            KernelId::FlashAttn(KvValues::F32)
         );
     }
     if info.max_shared_memory >= 32768 && variants.tiled_attention {
@@ -1772,7 +1775,7 @@ fn time_attention(ks: &KernelSet, (d, heads, kv_heads, n): (usize, usize, usize,
     let attn = Op::Attention { scale: 1.0 / (d as f32).sqrt(), segment: n };
     let mut outs = Vec::new();
     for kernel in attn_kernels(ks, d) {
-        let n_q = if kernel == KernelId::FlashAttn { slice } else { n };
+        let n_q = if kernel == KernelId::FlashAttn(KvValues::F32) { slice } else { n };
         let ne = [d, heads, n_q, 1];
         let qo = Operand::contiguous(DType::F32, ne, 0);
         let mut ins = vec![qo, kv, kv];

@@ -25,7 +25,7 @@ keeps the tiles) the matrix units with f16 operands and f32 sums (mul_mat_cm), w
 HRX_VK_EXACT=1 f32-exact ones (mul_mat_cm_exact, split operands, slower);
 which heads the query-tiled attention kernel takes for many queries (those whose tile fits
 the shared memory; HRX_VK_NO_TILED_ATTN=1 keeps the one-query kernel everywhere); the
-KV cache's values (f16, half the bytes a decode step reads; HRX_VK_EXACT=1 keeps f32);
+KV cache's values (f32; HRX_VK_KV_F16=1 halves: half the memory, slower decode on NVIDIA);
 shared memory, workgroup and push-constant limits; the optional features hrx may use
 (fp16 / int8 arithmetic and storage, subgroup size control, integer dot products,
 cooperative matrices); whether dispatches can be timed (HRX_VK_PROFILE=1: timestamps on
@@ -233,7 +233,7 @@ impl Report {
             };
             writeln!(out, "    attention       {attention}")?;
             let cache = VulkanRegistry::for_device(d).cache_dtype().name().to_lowercase();
-            writeln!(out, "    KV cache        {cache} values (HRX_VK_EXACT=1: f32)")?;
+            writeln!(out, "    KV cache        {cache} values (HRX_VK_KV_F16=1: f16)")?;
             writeln!(
                 out,
                 "    limits          shared memory {}, workgroup {} invocations, push constants {} B, storage buffer range {}",

@@ -624,8 +624,8 @@ fn check_variant(kernel: KernelId, info: &DeviceInfo) -> std::result::Result<(),
             info.subgroup_matvec() == Some(subgroup)
         }
         KernelId::MatMul(kind, _) => kind.coop().is_none_or(|cm| info.coopmat_matmul() == Some(cm)),
-        KernelId::FlashAttnCm(tile) => info.coopmat_matmul() == Some(tile.cm),
-        KernelId::FlashAttnSplit(_) => info.subgroup_matvec().is_some_and(|s| s >= SPLIT_MIN_SUBGROUP),
+        KernelId::FlashAttnCm(tile, _) => info.coopmat_matmul() == Some(tile.cm),
+        KernelId::FlashAttnSplit(..) => info.subgroup_matvec().is_some_and(|s| s >= SPLIT_MIN_SUBGROUP),
         _ => true,
     };
     if runs {

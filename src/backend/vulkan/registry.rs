@@ -94,14 +94,13 @@ impl Registry for VulkanRegistry {
         usize::try_from(self.max_range.saturating_sub(self.align)).ok()
     }
 
-    /// Halves: the cache-writing kernels round rows to f16 and attention reads them back as
-    /// such (the matrix-unit attention rounds its K and V to f16 anyway), so a decode step
-    /// reads half the bytes of a long context. f32 in the exact mode (HRX_VK_EXACT=1).
+    /// f32, or halves with HRX_VK_KV_F16=1 (`Variants::kv_f16`): the cache-writing kernels
+    /// round rows to f16 and attention reads them back as such, half the bytes.
     fn cache_dtype(&self) -> DType {
-        if self.variants.exact {
-            DType::F32
-        } else {
+        if self.variants.kv_f16 {
             DType::F16
+        } else {
+            DType::F32
         }
     }
 

@@ -8,13 +8,13 @@
 
 use super::coop::CoopMat;
 use super::{
-    cache_f16, dyn_words, expect_f32, floats, probe, values, word, Dyn, Grid, KernelId, Launch, Operand, Scratch,
+    dyn_words, expect_f32, floats, probe, values, word, Dyn, Grid, KernelId, KvValues, Launch, Operand, Scratch,
 };
 use crate::backend::vulkan::error::{Result, VkError};
 use crate::quant::DType;
 
 /// Words of the attention kernels' push constants.
-pub const PUSH_WORDS: usize = 29;
+pub const PUSH_WORDS: usize = 28;
 /// Largest head dimension the kernels hold.
 pub const MAX_HEAD_DIM: usize = 256;
 /// From this many planned queries on, the tiled kernel runs (where a tile fits): below it most
@@ -190,7 +190,7 @@ impl SplitWidth {
 }
 
 /// The attention kernel for `out`'s planned query count and head size over `kv_rows` kv rows
-/// in sequences of `segment`, on a device whose workgroups may use `shared_memory` bytes: for
+/// in sequences of `segment`, of `kv` values, on a device whose workgroups may use `shared_memory` bytes: for
 /// many queries, on the matrix units where the device's cooperative-matrix variant `coop`
 /// takes the heads, else tiled where the tile fits; for a few, the kv rows split over many
 /// workgroups where the device has subgroup arithmetic on subgroups of `subgroup` lanes (the
@@ -200,6 +200,7 @@ impl SplitWidth {
 pub fn choose(
     out: &Operand,
     (kv_rows, segment): (usize, usize),
+    kv: KvValues,
     shared_memory: u32,
     subgroup: Option<u32>,
     coop: Option<CoopMat>,
@@ -209,20 +210,20 @@ pub fn choose(
     let sequences = kv_rows.checked_div(segment).unwrap_or(1);
     let many = out.ne[2] >= TILED_MIN_QUERIES && out.ne[2] > sequences;
     if let Some(tile) = coop.and_then(|cm| AttnCoop::new(cm, out.ne[0], shared_memory)).filter(|_| many) {
-        return KernelId::FlashAttnCm(tile);
+        return KernelId::FlashAttnCm(tile, kv);
     }
     match AttnTile::for_head_dim(out.ne[0]) {
-        Some(tile) if many && tile.shared_bytes() <= shared_memory => KernelId::FlashAttnTiled(tile),
+        Some(tile) if many && tile.shared_bytes() <= shared_memory => KernelId::FlashAttnTiled(tile, kv),
         _ if !many => match subgroup.and_then(|s| SplitWidth::for_head(out.ne[0], s)) {
-            Some(width) => KernelId::FlashAttnSplit(width),
-            None => KernelId::FlashAttn,
+            Some(width) => KernelId::FlashAttnSplit(width, kv),
+            None => KernelId::FlashAttn(kv),
         },
-        _ => KernelId::FlashAttn,
+        _ => KernelId::FlashAttn(kv),
     }
 }
 
-/// `kernel` (an attention kernel) on `ins`: q, k, v and, causal, the slots, whose kv rows are
-/// sequences of `segment`.
+/// `kernel` (an attention kernel, built for the values k and v hold) on `ins`: q, k, v and,
+/// causal, the slots, whose kv rows are sequences of `segment`.
 pub fn launch(
     kernel: KernelId,
     ins: &[Operand],
@@ -231,9 +232,9 @@ pub fn launch(
     dynamic: Option<Dyn>,
 ) -> Result<Launch> {
     let (grid, max_head_dim) = match kernel {
-        KernelId::FlashAttn => (Grid::Rows, MAX_HEAD_DIM),
-        KernelId::FlashAttnTiled(tile) => (Grid::QueryTiles { queries: tile.queries() }, tile.max_head_dim()),
-        KernelId::FlashAttnCm(tile) => {
+        KernelId::FlashAttn(_) => (Grid::Rows, MAX_HEAD_DIM),
+        KernelId::FlashAttnTiled(tile, _) => (Grid::QueryTiles { queries: tile.queries() }, tile.max_head_dim()),
+        KernelId::FlashAttnCm(tile, _) => {
             if AttnCoop::new(tile.cm, ins.first().map_or(0, |q| q.ne[0]), u32::MAX) != Some(tile) {
                 return Err(VkError::Invalid(format!("{} does not take these heads", kernel.name())));
             }
@@ -241,7 +242,7 @@ pub fn launch(
         }
         // Splits over the most kv rows a query sees (its sequence's); the kernel spreads the
         // run-time ones over them.
-        KernelId::FlashAttnSplit(_) => {
+        KernelId::FlashAttnSplit(..) => {
             let most = ins.get(1).map_or(1, |k| if segment == 0 { k.ne[2] } else { k.ne[2].min(segment) });
             let splits = most.div_ceil(SPLIT_MIN_ROWS).clamp(1, max_splits());
             (Grid::Split { splits }, MAX_HEAD_DIM)
@@ -253,6 +254,9 @@ pub fn launch(
     };
     if slots.len() > 1 {
         return Err(VkError::Invalid(format!("flash_attn: {} inputs, not q, k, v (and slots)", ins.len())));
+    }
+    if kernel.kv() != Some(KvValues::of(k, "k")?) {
+        return Err(VkError::Invalid(format!("{} does not read k and v of {} values", kernel.name(), k.dtype)));
     }
     let spans = segment == 0;
     if spans && slots.is_empty() || !spans && !k.ne[2].is_multiple_of(segment) {
@@ -291,7 +295,6 @@ fn push_words(
 ) -> Result<Vec<u32>> {
     expect_f32(q, "q")?;
     expect_f32(out, "the output")?;
-    let kv_f16 = cache_f16(k, "k")?;
     if v.dtype != k.dtype {
         return Err(VkError::Invalid(format!("flash_attn: k is {}, v {}", k.dtype, v.dtype)));
     }
@@ -345,13 +348,14 @@ fn push_words(
         None => push.push(u32::MAX),
     }
     push.push(scale.to_bits());
-    push.push(kv_f16);
     Ok(push)
 }
 
 #[cfg(test)]
 mod tests {
     use super::*;
+
+    const F32: KvValues = KvValues::F32;
 
     #[test]
     fn every_tile_fits_32_kib_and_its_threads() {
@@ -369,46 +373,64 @@ mod tests {
     fn many_queries_take_the_tiled_kernel_where_it_fits() {
         let out = |d, n_q| Operand::contiguous(DType::F32, [d, 16, n_q, 1], 0);
         const ONE: (usize, usize) = (4096, 4096);
-        assert_eq!(choose(&out(64, 4096), ONE, 32768, None, None), KernelId::FlashAttnTiled(AttnTile::D64));
-        assert_eq!(choose(&out(128, 512), ONE, 49152, Some(32), None), KernelId::FlashAttnTiled(AttnTile::D128));
+        assert_eq!(choose(&out(64, 4096), ONE, F32, 32768, None, None), KernelId::FlashAttnTiled(AttnTile::D64, F32));
         assert_eq!(
-            choose(&out(128, TILED_MIN_QUERIES - 1), ONE, 49152, None, None),
-            KernelId::FlashAttn,
+            choose(&out(128, 512), ONE, F32, 49152, Some(32), None),
+            KernelId::FlashAttnTiled(AttnTile::D128, F32)
+        );
+        assert_eq!(
+            choose(&out(128, TILED_MIN_QUERIES - 1), ONE, F32, 49152, None, None),
+            KernelId::FlashAttn(F32),
             "a decode step"
         );
-        let split = |w| KernelId::FlashAttnSplit(w);
-        assert_eq!(choose(&out(128, 1), ONE, 49152, Some(32), None), split(SplitWidth::Narrow), "a decode step");
+        let split = |w| KernelId::FlashAttnSplit(w, F32);
+        assert_eq!(choose(&out(128, 1), ONE, F32, 49152, Some(32), None), split(SplitWidth::Narrow), "a decode step");
         assert_eq!(
-            choose(&out(128, 1), ONE, 49152, Some(8), None),
+            choose(&out(128, 1), ONE, F32, 49152, Some(8), None),
             split(SplitWidth::Wide),
             "8 lanes: 64 values narrow"
         );
-        assert_eq!(choose(&out(256, 1), ONE, 49152, Some(8), None), split(SplitWidth::Wide), "8 lanes x 8 vec4s");
-        assert_eq!(choose(&out(256, 1), ONE, 49152, Some(4), None), KernelId::FlashAttn, "no split kernel holds it");
-        assert_eq!(choose(&out(64, 4096), ONE, 16384, None, None), KernelId::FlashAttn, "Vulkan's guaranteed 16 KiB");
+        assert_eq!(choose(&out(256, 1), ONE, F32, 49152, Some(8), None), split(SplitWidth::Wide), "8 lanes x 8 vec4s");
+        assert_eq!(
+            choose(&out(256, 1), ONE, F32, 49152, Some(4), None),
+            KernelId::FlashAttn(F32),
+            "no split kernel holds it"
+        );
+        assert_eq!(
+            choose(&out(64, 4096), ONE, F32, 16384, None, None),
+            KernelId::FlashAttn(F32),
+            "Vulkan's guaranteed 16 KiB"
+        );
         // Cooperative matrices: many queries on them where the shape and heads allow.
         let nv = CoopMat { subgroup: 32, shape: crate::backend::vulkan::CoopShape { m: 16, n: 16, k: 16 } };
-        let cm = |class| KernelId::FlashAttnCm(AttnCoop { class, cm: nv });
-        assert_eq!(choose(&out(128, 512), ONE, 49152, Some(32), Some(nv)), cm(AttnTile::D128));
-        assert_eq!(choose(&out(64, 4096), ONE, 49152, Some(32), Some(nv)), cm(AttnTile::D64));
-        assert_eq!(choose(&out(128, 1), ONE, 49152, Some(32), Some(nv)), split(SplitWidth::Narrow), "a decode step");
+        let cm = |class| KernelId::FlashAttnCm(AttnCoop { class, cm: nv }, F32);
+        assert_eq!(choose(&out(128, 512), ONE, F32, 49152, Some(32), Some(nv)), cm(AttnTile::D128));
+        assert_eq!(choose(&out(64, 4096), ONE, F32, 49152, Some(32), Some(nv)), cm(AttnTile::D64));
         assert_eq!(
-            choose(&out(256, 512), ONE, 65536, Some(32), Some(nv)),
-            KernelId::FlashAttnTiled(AttnTile::D256),
+            choose(&out(128, 1), ONE, F32, 49152, Some(32), Some(nv)),
+            split(SplitWidth::Narrow),
+            "a decode step"
+        );
+        assert_eq!(
+            choose(&out(256, 512), ONE, F32, 65536, Some(32), Some(nv)),
+            KernelId::FlashAttnTiled(AttnTile::D256, F32),
             "heads of 256"
         );
         assert_eq!(
-            choose(&out(66, 512), ONE, 49152, Some(32), Some(nv)),
-            KernelId::FlashAttnTiled(AttnTile::D128),
+            choose(&out(66, 512), ONE, F32, 49152, Some(32), Some(nv)),
+            KernelId::FlashAttnTiled(AttnTile::D128, F32),
             "not vec4s"
         );
         assert_eq!(
-            choose(&out(128, 512), ONE, 32768, Some(32), Some(nv)),
-            KernelId::FlashAttnTiled(AttnTile::D128),
+            choose(&out(128, 512), ONE, F32, 32768, Some(32), Some(nv)),
+            KernelId::FlashAttnTiled(AttnTile::D128, F32),
             "32 KiB"
         );
         let tall = CoopMat { shape: crate::backend::vulkan::CoopShape { m: 16, n: 8, k: 16 }, ..nv };
-        assert_eq!(choose(&out(128, 512), ONE, 49152, Some(32), Some(tall)), KernelId::FlashAttnTiled(AttnTile::D128));
+        assert_eq!(
+            choose(&out(128, 512), ONE, F32, 49152, Some(32), Some(tall)),
+            KernelId::FlashAttnTiled(AttnTile::D128, F32)
+        );
         assert_eq!(AttnCoop { class: AttnTile::D128, cm: nv }.shared_bytes(), 36356);
     }
 
@@ -416,12 +438,15 @@ mod tests {
     fn a_batch_of_decode_steps_takes_a_per_query_kernel() {
         let out = |n_q| Operand::contiguous(DType::F32, [128, 16, n_q, 1], 0);
         let nv = CoopMat { subgroup: 32, shape: crate::backend::vulkan::CoopShape { m: 16, n: 16, k: 16 } };
-        let split = KernelId::FlashAttnSplit(SplitWidth::Narrow);
+        let split = KernelId::FlashAttnSplit(SplitWidth::Narrow, F32);
         // 16 queries over 16 sequences: one each.
-        assert_eq!(choose(&out(16), (16 * 512, 512), 49152, Some(32), Some(nv)), split);
-        assert_eq!(choose(&out(16), (16 * 512, 512), 49152, None, None), KernelId::FlashAttn);
+        assert_eq!(choose(&out(16), (16 * 512, 512), F32, 49152, Some(32), Some(nv)), split);
+        assert_eq!(choose(&out(16), (16 * 512, 512), F32, 49152, None, None), KernelId::FlashAttn(F32));
         // A prefill chunk over the same cache: many queries per sequence, tiles.
-        assert!(matches!(choose(&out(256), (16 * 512, 512), 49152, Some(32), Some(nv)), KernelId::FlashAttnCm(_)));
+        assert!(matches!(
+            choose(&out(256), (16 * 512, 512), F32, 49152, Some(32), Some(nv)),
+            KernelId::FlashAttnCm(..)
+        ));
         // Splits over a sequence's rows, not the whole cache's.
         let (q, kv) = (out(4), Operand::contiguous(DType::F32, [128, 2, 4 * 64, 1], 0));
         let slots = Operand::contiguous(DType::I32, [4, 1, 1, 1], 0);
@@ -434,7 +459,7 @@ mod tests {
     fn a_tile_refuses_heads_above_its_class_and_odd_inputs() {
         let f32_op = |ne| Operand::contiguous(DType::F32, ne, 0);
         let (q, kv) = (f32_op([80, 4, 40, 1]), f32_op([80, 2, 100, 1]));
-        let tiled = |tile| KernelId::FlashAttnTiled(tile);
+        let tiled = |tile| KernelId::FlashAttnTiled(tile, F32);
         assert!(launch(tiled(AttnTile::D128), &[q, kv, kv], (0.1, 100), &q, None).is_ok());
         assert!(launch(tiled(AttnTile::D64), &[q, kv, kv], (0.1, 100), &q, None).is_err(), "80 values in a 64 tile");
         assert!(launch(tiled(AttnTile::D128), &[q, kv], (0.1, 100), &q, None).is_err());
@@ -442,6 +467,14 @@ mod tests {
         assert!(launch(tiled(AttnTile::D128), &[q, kv, kv, slots], (0.1, 100), &q, None).is_ok());
         assert!(launch(tiled(AttnTile::D128), &[q, kv, kv, slots, slots], (0.1, 100), &q, None).is_err());
         assert!(launch(KernelId::RmsNorm, &[q, kv, kv], (0.1, 100), &q, None).is_err());
+        // A kernel reads the values it was built for: an f16 cache takes the f16 pipeline.
+        let kv16 = Operand::contiguous(DType::F16, kv.ne, 0);
+        assert!(launch(tiled(AttnTile::D128), &[q, kv16, kv16], (0.1, 100), &q, None).is_err(), "f32 kernel");
+        let half = KernelId::FlashAttnTiled(AttnTile::D128, KvValues::F16);
+        assert!(launch(half, &[q, kv16, kv16], (0.1, 100), &q, None).is_ok());
+        assert!(launch(half, &[q, kv, kv], (0.1, 100), &q, None).is_err(), "f16 kernel");
+        assert_eq!(half.name(), "flash_attn_tiled_d128_f16");
+        assert_eq!(half.constants(), [24, 16, 128, 1], "the tile's, then KV_F16");
         let l = launch(tiled(AttnTile::D128), &[q, kv, kv], (0.1, 100), &q, None).unwrap();
         // 4 heads x 2 tiles of 24 queries (of 40), in a grid clamped to 5.
         assert_eq!(l.groups([80, 4, 40, 1], [65535; 3]), [8, 1, 1]);

@@ -168,10 +168,15 @@ pub struct Variants {
     /// 2B model twice as fast as the tiled f32 kernel.
     pub coopmat: Option<CoopMat>,
     /// HRX_VK_EXACT=1: cooperative-matrix products keep f32 accuracy: `mul_mat_cm_exact`
-    /// (operands split into f16 halves, three products per block), attention runs in f32
-    /// tiles and the KV cache keeps f32 values (`VulkanRegistry::cache_dtype`). For checking
-    /// the fast defaults against, on the same device.
+    /// (operands split into f16 halves, three products per block) and attention runs in f32
+    /// tiles. For checking the fast defaults against, on the same device.
     pub exact: bool,
+    /// HRX_VK_KV_F16=1 (not with `exact`): the KV cache keeps f16 values
+    /// (`VulkanRegistry::cache_dtype`), half the bytes and memory of f32. Not the default: on
+    /// the H100 (2B shape, one call) decode read them slower (tg64 after 4,096 tokens 250.5
+    /// against 278.7 tok/s, tg128 370.6 against 383.7) though a prefill gained (pp512 19,900
+    /// against 19,539).
+    pub kv_f16: bool,
     /// Whether decode products take `mul_mat_vec_wide` (where the subgroup kernel runs, with
     /// subgroups of at most 64 lanes) rather than `mul_mat_vec_sg` (HRX_VK_MATVEC=sg).
     pub wide_matvec: bool,
@@ -197,6 +202,7 @@ impl Variants {
         subgroup_matvec: None,
         coopmat: None,
         exact: false,
+        kv_f16: false,
         narrow: true,
         wide_matvec: false,
         fuse: true,
@@ -242,6 +248,7 @@ impl Variants {
             subgroup_matvec,
             coopmat,
             exact,
+            kv_f16: switch("HRX_VK_KV_F16") && !exact,
             narrow: !switch("HRX_VK_NO_NARROW"),
             coop_attention: coopmat.filter(|_| !exact && shuffle),
             wide_matvec: wide && subgroup_matvec.is_some_and(|s| s <= WIDE_MAX_SUBGROUP),

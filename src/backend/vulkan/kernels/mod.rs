@@ -62,6 +62,36 @@ pub enum UnaryOp {
     GeluErf = 2,
 }
 
+/// The values an attention kernel reads from K and V, the KV cache's (`Registry::cache_dtype`):
+/// its specialization constant KV_F16 (shaders/attn_kv.glsl), so that a pipeline reads one kind
+/// with no branch among its loads.
+#[derive(Clone, Copy, Debug, PartialEq, Eq, Hash)]
+pub enum KvValues {
+    F32 = 0,
+    F16 = 1,
+}
+
+impl KvValues {
+    pub const ALL: [KvValues; 2] = [KvValues::F32, KvValues::F16];
+
+    /// Those `o` holds (`what` names it in the refusal).
+    pub fn of(o: &Operand, what: &str) -> Result<KvValues> {
+        match o.dtype {
+            DType::F32 => Ok(KvValues::F32),
+            DType::F16 => Ok(KvValues::F16),
+            other => Err(VkError::Invalid(format!("{what} is {other}, the kernel takes f32 or f16 values"))),
+        }
+    }
+
+    /// The suffix of the kernel's name: none for f32 values.
+    fn suffix(self) -> &'static str {
+        match self {
+            KvValues::F32 => "",
+            KvValues::F16 => "_f16",
+        }
+    }
+}
+
 /// A kernel: one pipeline.
 #[derive(Clone, Copy, Debug, PartialEq, Eq, Hash)]
 pub enum KernelId {
@@ -76,15 +106,16 @@ pub enum KernelId {
     Rope,
     /// RMS_NORM then ROPE of its output, in one dispatch.
     RmsNormRope,
-    /// Attention for a few queries: a workgroup per (head, query).
-    FlashAttn,
+    /// Attention for a few queries: a workgroup per (head, query). Each attention kernel reads
+    /// K and V of one kind of values.
+    FlashAttn(KvValues),
     /// Attention for many queries: a workgroup per (head, tile of queries).
-    FlashAttnTiled(AttnTile),
+    FlashAttnTiled(AttnTile, KvValues),
     /// As `FlashAttnTiled`, on the matrix units.
-    FlashAttnCm(AttnCoop),
+    FlashAttnCm(AttnCoop, KvValues),
     /// Attention for a few queries over long contexts: the kv rows of each (head, query) split
     /// over many workgroups, combined by the last to finish.
-    FlashAttnSplit(SplitWidth),
+    FlashAttnSplit(SplitWidth, KvValues),
     /// The index of each row's largest value.
     Argmax,
     /// 16-byte words from input 1 to the output: the copy bandwidth `hrx bench --kernels`
@@ -109,16 +140,18 @@ impl KernelId {
             KernelId::SetRows,
             KernelId::Rope,
             KernelId::RmsNormRope,
-            KernelId::FlashAttn,
-            KernelId::FlashAttnSplit(SplitWidth::Wide),
-            KernelId::FlashAttnSplit(SplitWidth::Narrow),
             KernelId::Argmax,
             KernelId::Copy,
         ]);
-        all.extend(AttnTile::ALL.map(KernelId::FlashAttnTiled));
-        all.extend(
-            [AttnTile::D64, AttnTile::D128].map(|class| KernelId::FlashAttnCm(AttnCoop { class, cm: CoopMat::UNSET })),
-        );
+        for kv in KvValues::ALL {
+            all.extend([KernelId::FlashAttn(kv)]);
+            all.extend([SplitWidth::Wide, SplitWidth::Narrow].map(|w| KernelId::FlashAttnSplit(w, kv)));
+            all.extend(AttnTile::ALL.map(|tile| KernelId::FlashAttnTiled(tile, kv)));
+            all.extend(
+                [AttnTile::D64, AttnTile::D128]
+                    .map(|class| KernelId::FlashAttnCm(AttnCoop { class, cm: CoopMat::UNSET }, kv)),
+            );
+        }
         all
     }
 
@@ -130,9 +163,9 @@ impl KernelId {
             (KernelId::MatMul(kind, w), subgroup, shape) => {
                 Some(KernelId::MatMul(kind.with_variant(subgroup, shape)?, w))
             }
-            (KernelId::FlashAttnCm(tile), Some(subgroup), Some([m, n, k])) => {
+            (KernelId::FlashAttnCm(tile, kv), Some(subgroup), Some([m, n, k])) => {
                 let cm = CoopMat { subgroup, shape: crate::backend::vulkan::info::CoopShape { m, n, k } };
-                Some(KernelId::FlashAttnCm(AttnCoop { cm, ..tile }))
+                Some(KernelId::FlashAttnCm(AttnCoop { cm, ..tile }, kv))
             }
             (id, None, None) => Some(id),
             _ => None,
@@ -143,8 +176,30 @@ impl KernelId {
     pub fn subgroup(self) -> Option<u32> {
         match self {
             KernelId::MatMul(kind, _) => kind.subgroup(),
-            KernelId::FlashAttnCm(tile) => Some(tile.cm.subgroup),
+            KernelId::FlashAttnCm(tile, _) => Some(tile.cm.subgroup),
             _ => None,
+        }
+    }
+
+    /// The values K and V hold, for an attention kernel.
+    pub fn kv(self) -> Option<KvValues> {
+        match self {
+            KernelId::FlashAttn(kv)
+            | KernelId::FlashAttnTiled(_, kv)
+            | KernelId::FlashAttnCm(_, kv)
+            | KernelId::FlashAttnSplit(_, kv) => Some(kv),
+            _ => None,
+        }
+    }
+
+    /// This attention kernel reading `kv` values; any other kernel as it is.
+    pub fn with_kv(self, kv: KvValues) -> KernelId {
+        match self {
+            KernelId::FlashAttn(_) => KernelId::FlashAttn(kv),
+            KernelId::FlashAttnTiled(tile, _) => KernelId::FlashAttnTiled(tile, kv),
+            KernelId::FlashAttnCm(tile, _) => KernelId::FlashAttnCm(tile, kv),
+            KernelId::FlashAttnSplit(width, _) => KernelId::FlashAttnSplit(width, kv),
+            other => other,
         }
     }
 
@@ -152,7 +207,7 @@ impl KernelId {
     pub fn shape(self) -> Option<[u32; 3]> {
         match self {
             KernelId::MatMul(kind, _) => kind.shape(),
-            KernelId::FlashAttnCm(tile) => Some([tile.cm.shape.m, tile.cm.shape.n, tile.cm.shape.k]),
+            KernelId::FlashAttnCm(tile, _) => Some([tile.cm.shape.m, tile.cm.shape.n, tile.cm.shape.k]),
             _ => None,
         }
     }
@@ -179,11 +234,11 @@ impl KernelId {
             KernelId::SetRows => "set_rows",
             KernelId::Rope => "rope",
             KernelId::RmsNormRope => "rms_norm_rope",
-            KernelId::FlashAttn => "flash_attn",
-            KernelId::FlashAttnTiled(_) => "flash_attn_tiled",
-            KernelId::FlashAttnCm(_) => "flash_attn_cm",
-            KernelId::FlashAttnSplit(SplitWidth::Wide) => "flash_attn_split",
-            KernelId::FlashAttnSplit(SplitWidth::Narrow) => "flash_attn_split_narrow",
+            KernelId::FlashAttn(_) => "flash_attn",
+            KernelId::FlashAttnTiled(..) => "flash_attn_tiled",
+            KernelId::FlashAttnCm(..) => "flash_attn_cm",
+            KernelId::FlashAttnSplit(SplitWidth::Wide, _) => "flash_attn_split",
+            KernelId::FlashAttnSplit(SplitWidth::Narrow, _) => "flash_attn_split_narrow",
             KernelId::Argmax => "argmax",
             KernelId::Copy => "copy",
         }
@@ -206,8 +261,16 @@ impl KernelId {
 
     /// The name plans, logs and profiles show: the module's, or for modules that run several
     /// ops through a specialization constant, the op's (`add`, `gelu_erf`,
-    /// `get_rows_weighted_q4_k`).
+    /// `get_rows_weighted_q4_k`); an attention kernel's over f16 values ends in `_f16`.
     pub fn name(self) -> String {
+        let name = self.base_name();
+        match self.kv() {
+            Some(kv) => name + kv.suffix(),
+            None => name,
+        }
+    }
+
+    fn base_name(self) -> String {
         match self {
             KernelId::Binary(BinaryOp::Add) => "add".into(),
             KernelId::Binary(BinaryOp::Mul) => "mul".into(),
@@ -216,8 +279,8 @@ impl KernelId {
             KernelId::Unary(UnaryOp::GeluTanh) => "gelu".into(),
             KernelId::Unary(UnaryOp::GeluErf) => "gelu_erf".into(),
             KernelId::GetRows(w, true) => format!("get_rows_weighted_{}", w.suffix()),
-            KernelId::FlashAttnTiled(tile) => format!("flash_attn_tiled_{}", tile.suffix()),
-            KernelId::FlashAttnCm(tile) => format!("flash_attn_cm_{}", tile.class.suffix()),
+            KernelId::FlashAttnTiled(tile, _) => format!("flash_attn_tiled_{}", tile.suffix()),
+            KernelId::FlashAttnCm(tile, _) => format!("flash_attn_cm_{}", tile.class.suffix()),
             KernelId::MatMul(MatKind::VecWide { cols, .. }, _) if cols > 1 => format!("{}_x{cols}", self.module()),
             KernelId::MatMul(MatKind::CoopLarge(_), w) => format!("mul_mat_cm_large_{}", w.suffix()),
             other => other.module(),
@@ -235,8 +298,8 @@ impl KernelId {
             KernelId::SetRows => rows::SET_PUSH_WORDS,
             KernelId::Rope => rope::PUSH_WORDS,
             KernelId::RmsNormRope => rope::PUSH_WORDS + 6,
-            KernelId::FlashAttn | KernelId::FlashAttnTiled(_) | KernelId::FlashAttnCm(_) => attn::PUSH_WORDS,
-            KernelId::FlashAttnSplit(_) => attn::PUSH_WORDS + 1,
+            KernelId::FlashAttn(_) | KernelId::FlashAttnTiled(..) | KernelId::FlashAttnCm(..) => attn::PUSH_WORDS,
+            KernelId::FlashAttnSplit(..) => attn::PUSH_WORDS + 1,
             KernelId::Argmax => argmax::PUSH_WORDS,
             KernelId::Copy => 1,
         }
@@ -250,8 +313,10 @@ impl KernelId {
             KernelId::MatMul(MatKind::VecWide { cols, .. }, _) => vec![cols],
             // The workgroup (four subgroups), the matrix-unit shape and the tiles.
             KernelId::MatMul(kind, _) => kind.coop_tiles().map_or_else(Vec::new, |(cm, tiles)| tiles.constants(cm)),
-            KernelId::FlashAttnTiled(tile) => tile.constants(),
-            KernelId::FlashAttnCm(tile) => tile.constants(),
+            // The tile's, then KV_F16.
+            KernelId::FlashAttnTiled(tile, kv) => [tile.constants(), vec![kv as u32]].concat(),
+            KernelId::FlashAttnCm(tile, kv) => [tile.constants(), vec![kv as u32]].concat(),
+            KernelId::FlashAttn(kv) | KernelId::FlashAttnSplit(_, kv) => vec![kv as u32],
             _ => Vec::new(),
         }
     }
@@ -261,7 +326,7 @@ impl KernelId {
     fn subgroup_size(self) -> Option<u32> {
         match self {
             KernelId::MatMul(kind, _) => kind.coop().map(|cm| cm.subgroup),
-            KernelId::FlashAttnCm(tile) => Some(tile.cm.subgroup),
+            KernelId::FlashAttnCm(tile, _) => Some(tile.cm.subgroup),
             _ => None,
         }
     }
@@ -498,14 +563,10 @@ fn floats(bytes: usize, what: &str) -> Result<u32> {
     word(bytes / 4, what)
 }
 
-/// How a kernel that writes or reads rows of a cache (`Registry::cache_dtype`) takes `o`: 0 as
-/// f32 values, 1 as f16 ones (its offsets and strides then count halves).
+/// How a kernel that writes rows of a cache (`Registry::cache_dtype`) takes `o`, its push
+/// constant: 0 as f32 values, 1 as f16 ones (its offsets and strides then count halves).
 fn cache_f16(o: &Operand, what: &str) -> Result<u32> {
-    match o.dtype {
-        DType::F32 => Ok(0),
-        DType::F16 => Ok(1),
-        other => Err(VkError::Invalid(format!("{what} is {other}, the kernel takes f32 or f16 values"))),
-    }
+    Ok(KvValues::of(o, what)? as u32)
 }
 
 /// A byte offset or stride of an f32 or f16 operand `o` in its values.
@@ -563,10 +624,10 @@ pub fn select(ops: Ops, ins: &[Operand], out: &Operand, dynamic: Option<Dyn>, va
             return Err(VkError::Invalid(format!("no kernel runs {}", ops.names())));
         }
         (Op::Attention { segment, .. }, _) if variants.tiled_attention => {
-            let kv_rows = ins.get(1).map_or(0, |k| k.ne[2]);
+            let k = ins.get(1).ok_or_else(|| VkError::Invalid("attention needs k".into()))?;
             let split = variants.subgroup_matvec.filter(|&s| s >= SPLIT_MIN_SUBGROUP);
             let (shared, coop) = (variants.shared_memory, variants.coop_attention());
-            vec![attn::choose(out, (kv_rows, *segment), shared, split, coop)]
+            vec![attn::choose(out, (k.ne[2], *segment), KvValues::of(k, "k")?, shared, split, coop)]
         }
         (op, _) => vec![op_launch(op, ins, out, dynamic)?.kernel],
     };
@@ -609,7 +670,7 @@ pub fn launch(kernel: KernelId, ops: Ops, ins: &[Operand], out: &Operand, dynami
         }
         (KernelId::RmsNormRope, rope, Some(norm), fused) => launch_norm_rope(norm, rope, fused, ins, out, dynamic)?,
         (
-            KernelId::FlashAttnTiled(_) | KernelId::FlashAttnCm(_) | KernelId::FlashAttnSplit(_),
+            KernelId::FlashAttnTiled(..) | KernelId::FlashAttnCm(..) | KernelId::FlashAttnSplit(..),
             Op::Attention { scale, segment },
             None,
             None,
@@ -643,7 +704,10 @@ fn op_launch(op: &Op, ins: &[Operand], out: &Operand, dynamic: Option<Dyn>) -> R
         Op::GetRowsWeighted => rows::get_rows(arg(0)?, arg(1)?, Some(arg(2)?), out, dynamic),
         Op::SetRows => rows::set_rows(arg(0)?, arg(1)?, arg(2)?, out),
         Op::Rope { kind, theta, n_dims } => rope::launch(kind, *theta, *n_dims, arg(0)?, arg(1)?, out, dynamic),
-        Op::Attention { scale, segment } => attn::launch(KernelId::FlashAttn, ins, (*scale, *segment), out, dynamic),
+        Op::Attention { scale, segment } => {
+            let kernel = KernelId::FlashAttn(KvValues::of(arg(1)?, "k")?);
+            attn::launch(kernel, ins, (*scale, *segment), out, dynamic)
+        }
         Op::Argmax => argmax::launch(arg(0)?, out, dynamic),
         other => Err(VkError::Invalid(format!("no Vulkan kernel for {}", other.name()))),
     }
@@ -753,8 +817,8 @@ mod tests {
     fn variant_shared_bytes(k: KernelId) -> u32 {
         match k {
             KernelId::MatMul(kind, _) => kind.coop_tiles().map_or(0, |(cm, tiles)| tiles.shared_bytes(cm.shape)),
-            KernelId::FlashAttnTiled(tile) => tile.shared_bytes(),
-            KernelId::FlashAttnCm(tile) => tile.shared_bytes(),
+            KernelId::FlashAttnTiled(tile, _) => tile.shared_bytes(),
+            KernelId::FlashAttnCm(tile, _) => tile.shared_bytes(),
             _ => 0,
         }
     }
@@ -821,10 +885,10 @@ mod tests {
                 kernel
             };
             let (d, heads, kv_heads) = (t.head_dim, t.n_head, t.n_head_kv);
-            assert!(matches!(attention(d, heads, kv_heads, 1, 4096), KernelId::FlashAttnSplit(_)));
-            assert!(matches!(attention(d, heads, kv_heads, 512, 512), KernelId::FlashAttnCm(_)));
+            assert!(matches!(attention(d, heads, kv_heads, 1, 4096), KernelId::FlashAttnSplit(..)));
+            assert!(matches!(attention(d, heads, kv_heads, 512, 512), KernelId::FlashAttnCm(..)));
             let vd = v.n_embd / v.n_head;
-            assert!(matches!(attention(vd, v.n_head, v.n_head, patches, patches), KernelId::FlashAttnCm(_)));
+            assert!(matches!(attention(vd, v.n_head, v.n_head, patches, patches), KernelId::FlashAttnCm(..)));
         }
     }
 
