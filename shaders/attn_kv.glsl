@@ -1,7 +1,7 @@
 // K and V of the attention kernels (flash_attn*.comp; included after flash_attn_params.glsl):
 // f32 values, or with KV_F16 f16 ones (a KV cache kept in halves, `Registry::cache_dtype`),
 // read as pairs and quads of halves. Offsets and strides count values either way. KV_F16 is a
-// specialization constant, id KV_CONSTANT (the kernel's first after its own, kernels/attn.rs
+// specialization constant, id KV_CONSTANT (the kernel's first after its own; kernels/mod.rs
 // KvValues): a pipeline reads one kind of value with no branch around its loads (a branch on a
 // push constant there made a decode step at depth 2,048 on lavapipe 20 % slower).
 layout(constant_id = KV_CONSTANT) const bool KV_F16 = false;
@@ -15,21 +15,10 @@ layout(set = 0, binding = 3) readonly buffer V4 { vec4 v4[]; };
 layout(set = 0, binding = 3) readonly buffer VH2 { uint v_half2[]; };
 layout(set = 0, binding = 3) readonly buffer VH4 { uvec2 v_half4[]; };
 
-// The two halves of `h` as floats, by integer moves and a multiply: NVIDIA converts halves at
-// an eighth of its f32 rate (the H100: 16 a clock per multiprocessor), where these run at full
-// rate. The magnitude's bits go to the f32 exponent and mantissa fields and 2^112 rebases the
-// exponent: exact for every finite half, subnormals too (where f32 subnormals are kept); an
-// infinity or NaN comes out finite (65,536 or more), as no cache of finite values holds.
-vec2 halves(uint h) {
-    uvec2 magnitude = uvec2(h << 13u, h >> 3u) & 0x0FFFE000u;
-    uvec2 sign = uvec2(h << 16u, h) & 0x80000000u;
-    return uintBitsToFloat(magnitude | sign) * 5.192296858534828e33;
-}
-
 // Value i of K (is_k) or V.
 float kv_at(bool is_k, uint i) {
     if (KV_F16) {
-        return halves(is_k ? k_half2[i >> 1u] : v_half2[i >> 1u])[i & 1u];
+        return unpackHalf2x16(is_k ? k_half2[i >> 1u] : v_half2[i >> 1u])[i & 1u];
     }
     return is_k ? k[i] : v[i];
 }
@@ -38,7 +27,7 @@ float kv_at(bool is_k, uint i) {
 vec4 kv4_at(bool is_k, uint i) {
     if (KV_F16) {
         uvec2 h = is_k ? k_half4[i >> 2u] : v_half4[i >> 2u];
-        return vec4(halves(h.x), halves(h.y));
+        return vec4(unpackHalf2x16(h.x), unpackHalf2x16(h.y));
     }
     return is_k ? k4[i >> 2u] : v4[i >> 2u];
 }
