@@ -9,7 +9,12 @@
 // workgroup's subgroups), combines its subgroups, and writes (max, sum, unnormalized output)
 // to scratch; the last workgroup of a (head, query) to finish (an atomic counter) combines the
 // splits into the output and resets the counter for the next run. Same inputs and push
-// constants as flash_attn.comp, plus the split count; head_dim <= 256, a multiple of 4.
+// constants as flash_attn.comp, plus the split count; head_dim <= 256, a multiple of 4, and K
+// and V in whole vec4s (offsets and strides multiples of 4 values, as a cache's are): a lane's
+// values of a row are one load. A fallback for other rows (four loads) cost registers: the f16
+// module took 71 on the H100 against the f32 one's 64: 7 workgroups a multiprocessor instead of
+// 8, too few to hold the 1,024 of a decode step after 4,096 tokens at once (51 us a layer
+// against 40).
 // A subgroup takes AT_ONCE rows per step, the loads of their k (then v) rows issued together, and the
 // combine weighs each split once (a thread per split): a decode step waits on chains of
 // loads, not on bytes.
@@ -64,13 +69,6 @@ shared float sh_m[MAXSG];
 shared float sh_l[MAXSG];
 shared float sh_w[MAX_SPLITS];
 shared bool sh_last;
-
-vec4 load4(bool is_k, uint i) {
-    if ((i & 3u) == 0u) {
-        return kv4_at(is_k, i);
-    }
-    return vec4(kv_at(is_k, i), kv_at(is_k, i + 1u), kv_at(is_k, i + 2u), kv_at(is_k, i + 3u));
-}
 
 void main() {
     uvec4 ne = runtime_ne(p.ne, p.dyn);
@@ -128,7 +126,7 @@ void main() {
                 uint c = 4u * (lane + i * gl_SubgroupSize);
                 if (c < hd) {
                     [[unroll]] for (uint r = 0u; r < AT_ONCE; r++) {
-                        sc[r] += dot(qv[i], load4(true, kb + jr[r] * p.k_nb2 + c));
+                        sc[r] += dot(qv[i], kv4_at(true, kb + jr[r] * p.k_nb2 + c));
                     }
                 }
             }
@@ -153,7 +151,7 @@ void main() {
                 if (c < hd) {
                     vec4 acc = o[i] * alpha;
                     [[unroll]] for (uint r = 0u; r < AT_ONCE; r++) {
-                        acc += pj[r] * load4(false, vb + jr[r] * p.v_nb2 + c);
+                        acc += pj[r] * kv4_at(false, vb + jr[r] * p.v_nb2 + c);
                     }
                     o[i] = acc;
                 }

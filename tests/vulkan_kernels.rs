@@ -1386,13 +1386,13 @@ fn split_kernels(info: &hrx::backend::vulkan::DeviceInfo, d: usize) -> Vec<Kerne
 }
 
 /// The attention kernels the test device runs for `d`: the one-query kernel, the split one
-/// where the device has subgroup arithmetic (lavapipe does), the tiled one of its head size
-/// (every tile fits lavapipe's 32 KiB) and, where the device has cooperative matrices, the
-/// one on them (heads of up to 128 values).
-fn attn_kernels(ks: &KernelSet, d: usize) -> Vec<KernelId> {
+/// where the device has subgroup arithmetic (lavapipe does) and K and V are whole vec4s
+/// (`vec4s`), the tiled one of its head size (every tile fits lavapipe's 32 KiB) and, where the
+/// device has cooperative matrices, the one on them (heads of up to 128 values).
+fn attn_kernels(ks: &KernelSet, d: usize, vec4s: bool) -> Vec<KernelId> {
     let info = ks.device().info();
     let mut kernels = vec![KernelId::FlashAttn(KvValues::F32)];
-    if d.is_multiple_of(4) {
+    if vec4s && d.is_multiple_of(4) {
         kernels.extend(split_kernels(info, d));
     }
     let tile = kernels::AttnTile::for_head_dim(d).expect("a tile for every head size up to 256");
@@ -1505,7 +1505,7 @@ fn check_attention(ks: &KernelSet, rng: &mut Rng, case: &AttnCase, kernel: Kerne
 
 /// Every attention kernel of the case's head size.
 fn check_attention_kernels(ks: &KernelSet, rng: &mut Rng, case: AttnCase) {
-    for kernel in attn_kernels(ks, case.d) {
+    for kernel in attn_kernels(ks, case.d, case.aligned) {
         check_attention(ks, rng, &case, kernel);
     }
 }
@@ -1620,7 +1620,8 @@ fn split_attention_over_long_caches() {
         AttnCase::new((64, 8, 2, 2, 900)).random_slots(&mut rng, 900),
         AttnCase::new((64, 3, 1, 1, 600)).random_slots(&mut rng, 600),
     ];
-    for case in cases {
+    // K and V in whole vec4s, as the kernel takes them (a cache's rows are).
+    for case in cases.map(AttnCase::aligned) {
         for kernel in split_kernels(ks.device().info(), case.d) {
             // Twice: the second run starts from the counters the first left.
             check_attention(ks, &mut rng, &case, kernel);
@@ -1644,7 +1645,7 @@ fn attention_of_a_prompt_chunk_over_a_long_cache() {
         AttnCase::new((64, 2, 1, 20, 1200)).aligned(),
     ];
     for case in cases {
-        for kernel in attn_kernels(ks, case.d) {
+        for kernel in attn_kernels(ks, case.d, case.aligned) {
             check_attention(ks, &mut rng, &case, kernel);
             check_attention(ks, &mut rng, &case, kernel);
         }
@@ -1756,6 +1757,12 @@ fn attention_over_many_queries_plans_the_tiled_kernel() {
         let want = if variants.coop_attention().is_some() { "flash_attn_cm_d64" } else { "flash_attn_tiled_d64" };
         assert_eq!(kernels::select(Ops::single(&op), &ins, &out, None, &variants).unwrap().name(), want);
     }
+    // A decode step over K and V off whole vec4s (2 values in): the split kernel refuses them,
+    // the one-query kernel takes them.
+    let (mut ins, out) = ops(128, 1);
+    ins[1].offset = 8;
+    let got = kernels::select(Ops::single(&op), &ins, &out, None, &variants).unwrap();
+    assert_eq!(got, KernelId::FlashAttn(KvValues::F32));
 }
 
 /// Times attention of `heads` (over `kv_heads`) x `n` queries x `n` kv rows x `d` with every
@@ -1774,7 +1781,7 @@ fn time_attention(ks: &KernelSet, (d, heads, kv_heads, n): (usize, usize, usize,
     let kv = Operand::contiguous(DType::F32, [d, kv_heads, n, 1], 0);
     let attn = Op::Attention { scale: 1.0 / (d as f32).sqrt(), segment: n };
     let mut outs = Vec::new();
-    for kernel in attn_kernels(ks, d) {
+    for kernel in attn_kernels(ks, d, true) {
         let n_q = if kernel == KernelId::FlashAttn(KvValues::F32) { slice } else { n };
         let ne = [d, heads, n_q, 1];
         let qo = Operand::contiguous(DType::F32, ne, 0);

@@ -269,6 +269,12 @@ pub fn launch(
         if !out.ne[0].is_multiple_of(4) {
             return Err(VkError::Invalid(format!("flash_attn_split: head_dim {} is not whole vec4s", out.ne[0])));
         }
+        // Each lane reads its values of a row as one vec4 (a cache's rows are so).
+        let vec4s =
+            |o: &Operand| [o.offset, o.nb[1], o.nb[2]].iter().all(|b| b.is_multiple_of(4 * o.dtype.block_bytes()));
+        if !vec4s(k) || !vec4s(v) {
+            return Err(VkError::Invalid("flash_attn_split: k and v rows are not whole vec4s".into()));
+        }
         push.push(word(splits, "splits")?);
         // A record (max, sum, head_dim outputs) per (query, head, split), then a counter per
         // (query, head).
@@ -453,6 +459,12 @@ mod tests {
         let l = launch(split, &[q, kv, kv, slots], (0.1, 64), &q, None).unwrap();
         assert_eq!(l.grid, Grid::Split { splits: 4 });
         assert!(launch(split, &[q, kv, kv, slots], (0.1, 100), &q, None).is_err(), "256 rows are no sequences of 100");
+        // K and V in whole vec4s only: an offset of 2 values is refused, 4 taken.
+        for (values, ok) in [(2, false), (4, true)] {
+            let off = Operand::contiguous(DType::F32, kv.ne, 4 * values);
+            let l = launch(split, &[q, off, kv, slots], (0.1, 64), &q, None);
+            assert_eq!(l.is_ok(), ok, "k at value {values}");
+        }
     }
 
     #[test]

@@ -627,7 +627,12 @@ pub fn select(ops: Ops, ins: &[Operand], out: &Operand, dynamic: Option<Dyn>, va
             let k = ins.get(1).ok_or_else(|| VkError::Invalid("attention needs k".into()))?;
             let split = variants.subgroup_matvec.filter(|&s| s >= SPLIT_MIN_SUBGROUP);
             let (shared, coop) = (variants.shared_memory, variants.coop_attention());
-            vec![attn::choose(out, (k.ne[2], *segment), KvValues::of(k, "k")?, shared, split, coop)]
+            let kv = KvValues::of(k, "k")?;
+            // The one-query kernel takes what the chosen one refuses (k and v off vec4s).
+            let chosen = attn::choose(out, (k.ne[2], *segment), kv, shared, split, coop);
+            let mut kernels = vec![chosen, KernelId::FlashAttn(kv)];
+            kernels.dedup();
+            kernels
         }
         (op, _) => vec![op_launch(op, ins, out, dynamic)?.kernel],
     };
