@@ -233,7 +233,7 @@ impl Report {
             };
             writeln!(out, "    attention       {attention}")?;
             let cache = VulkanRegistry::for_device(d).cache_dtype().name().to_lowercase();
-            writeln!(out, "    KV cache        {cache} values (HRX_VK_KV_F16=1: f16)")?;
+            writeln!(out, "    KV cache        {cache} values (f32 by default, f16 with HRX_VK_KV_F16=1)")?;
             writeln!(
                 out,
                 "    limits          shared memory {}, workgroup {} invocations, push constants {} B, storage buffer range {}",

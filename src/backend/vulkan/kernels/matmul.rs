@@ -243,12 +243,19 @@ impl Variants {
         };
         let coopmat = info.coopmat_matmul().filter(|_| !no_coopmat);
         let exact = switch("HRX_VK_EXACT");
+        let kv_f16 = switch("HRX_VK_KV_F16");
+        if kv_f16 && exact {
+            static SAID: std::sync::Once = std::sync::Once::new();
+            SAID.call_once(|| {
+                log::warn!("HRX_VK_KV_F16=1 with HRX_VK_EXACT=1: the exact mode keeps the KV cache in f32")
+            });
+        }
         let shuffle = info.subgroup_in_compute && info.subgroup_ops.contains(&"shuffle");
         Variants {
             subgroup_matvec,
             coopmat,
             exact,
-            kv_f16: switch("HRX_VK_KV_F16") && !exact,
+            kv_f16: kv_f16 && !exact,
             narrow: !switch("HRX_VK_NO_NARROW"),
             coop_attention: coopmat.filter(|_| !exact && shuffle),
             wide_matvec: wide && subgroup_matvec.is_some_and(|s| s <= WIDE_MAX_SUBGROUP),

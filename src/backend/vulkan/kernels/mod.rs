@@ -144,7 +144,7 @@ impl KernelId {
             KernelId::Copy,
         ]);
         for kv in KvValues::ALL {
-            all.extend([KernelId::FlashAttn(kv)]);
+            all.push(KernelId::FlashAttn(kv));
             all.extend([SplitWidth::Wide, SplitWidth::Narrow].map(|w| KernelId::FlashAttnSplit(w, kv)));
             all.extend(AttnTile::ALL.map(|tile| KernelId::FlashAttnTiled(tile, kv)));
             all.extend(
