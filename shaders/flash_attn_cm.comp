@@ -12,7 +12,8 @@
 //   the row maximum m, P = exp2(S - m) (f16, to shared memory), the running sum; the rescale
 //   factor exp2(m_old - m) of each row as an R x R matrix of rows of that factor, by which the
 //   O accumulators are multiplied element by element; O += P V.
-// At the end O is scaled by 1 / sum the same way and written through a patch of shared memory.
+// At the end O is scaled by 1 / sum the same way and written through a patch of shared memory,
+// as f32 values or, with p.d_f16 (activations kept in halves), pairs of f16 ones.
 // The tile sizes are specialization constants (kernels/attn.rs, AttnTileCm); head_dim may be
 // below DM (zeros beyond it), a multiple of 4.
 
@@ -46,6 +47,7 @@ layout(set = 0, binding = 1) readonly buffer Q { float q[]; };
 layout(set = 0, binding = 1) readonly buffer Q4 { vec4 q4[]; };
 layout(set = 0, binding = 4) readonly buffer Slots { int slots[]; };
 layout(set = 0, binding = 5) writeonly buffer D { float d[]; };
+layout(set = 0, binding = 5) writeonly buffer DH { uint d_half2[]; };
 
 #include "flash_attn_params.glsl"
 #define KV_CONSTANT 4
@@ -291,12 +293,17 @@ void main() {
             coopMatStore(o[j] * fi, s_buf, s_base, LDS, gl_CooperativeMatrixLayoutRowMajor);
             subgroupMemoryBarrierShared();
             subgroupBarrier();
-            for (uint e = lane; e < R * R; e += SUB) {
+            // A value, or a pair of values (R and hd are even), per lane at a time.
+            uint per = p.d_f16 != 0u ? 2u : 1u;
+            for (uint e = lane * per; e < R * R; e += SUB * per) {
                 uint r = e / R;
                 uint c = j * R + e % R;
                 uint t = t0 + sg * R + r;
-                if (t < n_q && c < hd) {
-                    d[db + t * p.d_nb2 + c] = s_buf[s_base + r * LDS + e % R];
+                uint at = s_base + r * LDS + e % R;
+                if (t < n_q && c < hd && per == 2u) {
+                    d_half2[(db + t * p.d_nb2 + c) >> 1u] = packHalf2x16(vec2(s_buf[at], s_buf[at + 1u]));
+                } else if (t < n_q && c < hd) {
+                    d[db + t * p.d_nb2 + c] = s_buf[at];
                 }
             }
             subgroupBarrier();

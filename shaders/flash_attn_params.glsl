@@ -26,6 +26,7 @@ layout(push_constant) uniform Params {
     float scale;
     uint segment;   // kv rows per sequence: a causal query sees its own sequence's rows;
                     // 0: the slots are spans, each query's first kv row and end
+    uint d_f16;     // 1: the output holds f16 values, in pairs (flash_attn_cm only)
 #if defined(ATTN_SPLITS)
     uint splits;    // most workgroups per (head, query)
 #endif

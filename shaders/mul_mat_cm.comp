@@ -11,7 +11,7 @@
 //
 // Staging, built to hide memory latency behind the matrix units: BK-deep slices of w and x go
 // to shared memory as f16, in two buffers, in chunks of 16 values of a row of w (the weight
-// type's fetch16 / decode16, wtype.glsl) or of a column of x (four 16-byte loads). Each slice's
+// type's fetch16 / decode16, wtype.glsl) or of a column of x (four 16-byte loads, two with X_F16). Each slice's
 // loads are issued DEPTH slices ahead of its products: at step s a thread issues the loads of
 // slice s + DEPTH into register set s % DEPTH, runs the products of slice s from shared memory,
 // then decodes slice s + 1 (loaded DEPTH - 1 steps earlier) from its set into the other
@@ -39,6 +39,13 @@
 #include "mul_mat_cm_tiles.glsl"
 
 layout(set = 0, binding = 2) readonly buffer X4 { vec4 x_vec4[]; };
+// X_F16: x holds f16 values (activations kept in halves, kernels/matmul.rs): a chunk's 16 are
+// two 16-byte loads of halves, staged unconverted, where f32 values take four loads and a
+// conversion. On the H100 (2B shapes, 512 columns) staging x as halves took the products from
+// 158 to 102 us (2048 -> 6144), 130 to 91 (6144 -> 2048). x's offset and column strides are
+// then whole 16-byte words (the launch checks).
+layout(constant_id = 9) const bool X_F16 = false;
+layout(set = 0, binding = 2) readonly buffer XH8 { uvec4 x_half8[]; };
 
 // Two buffers of each operand's slice: rows of w (k contiguous), columns of x (k contiguous),
 // as groups of 4 halves; coopMatLoad reads them as halves (offsets and strides count groups:
@@ -56,10 +63,11 @@ const uint X_CHUNKS = WG_N * CHUNKS / THREADS;
 // tile, values 16 * (tid % CHUNKS) .. + 15 of the slice.
 const uint PASS = THREADS / CHUNKS;
 
-// A slice's loads as issued: the weight chunks' raw words, the x chunks' values.
+// A slice's loads as issued: the weight chunks' raw words, the x chunks' values as bits (four
+// vec4s of floats, or with X_F16 two of halves).
 struct Raw {
     uvec4 w[W_CHUNKS * W16_RAW];
-    vec4 x[X_CHUNKS * 4u];
+    uvec4 x[X_CHUNKS * 4u];
 };
 
 // Byte offsets of this thread's rows of w and float offsets of its columns of x (the edge
@@ -81,12 +89,17 @@ void fetch(uint k, inout Raw r) {
     }
     [[unroll]] for (uint c = 0u; c < X_CHUNKS; c++) {
         uint at = x_cols[c] + k;
+        if (X_F16) {
+            r.x[c * 4u] = x_half8[at >> 3u];
+            r.x[c * 4u + 1u] = x_half8[(at >> 3u) + 1u];
+            continue;
+        }
         [[unroll]] for (uint i = 0u; i < 4u; i++) {
             uint e = at + 4u * i;
             if (x_aligned) {
-                r.x[c * 4u + i] = x_vec4[e >> 2u];
+                r.x[c * 4u + i] = floatBitsToUint(x_vec4[e >> 2u]);
             } else {
-                r.x[c * 4u + i] = vec4(x[e], x[e + 1u], x[e + 2u], x[e + 3u]);
+                r.x[c * 4u + i] = floatBitsToUint(vec4(x[e], x[e + 1u], x[e + 2u], x[e + 3u]));
             }
         }
     }
@@ -112,8 +125,16 @@ void store(uint k, uint buf, uint tid, Raw r) {
     }
     [[unroll]] for (uint c = 0u; c < X_CHUNKS; c++) {
         uint at = (buf * WG_N + tid / CHUNKS + c * PASS) * LDS4 + g;
+        if (X_F16) {
+            [[unroll]] for (uint i = 0u; i < 2u; i++) {
+                uvec4 h = r.x[c * 4u + i];
+                x_tile[at + 2u * i] = f16vec4(unpackFloat2x16(h.x), unpackFloat2x16(h.y));
+                x_tile[at + 2u * i + 1u] = f16vec4(unpackFloat2x16(h.z), unpackFloat2x16(h.w));
+            }
+            continue;
+        }
         [[unroll]] for (uint i = 0u; i < 4u; i++) {
-            x_tile[at + i] = f16vec4(r.x[c * 4u + i]);
+            x_tile[at + i] = f16vec4(uintBitsToFloat(r.x[c * 4u + i]));
         }
     }
 }

@@ -1,6 +1,7 @@
 #version 450
 // RMSNorm with weight along ne0: d = x / sqrt(mean(x^2) + eps) * w. One workgroup per row
-// (grid-stride over rows), sum of squares reduced in shared memory.
+// (grid-stride over rows), sum of squares reduced in shared memory. With p.d_f16 the output
+// holds f16 values (activations kept in halves), written in pairs along contiguous rows.
 
 #include "common.glsl"
 
@@ -10,16 +11,18 @@ layout(local_size_x = 256) in;
 layout(set = 0, binding = 1) readonly buffer X { float x[]; };
 layout(set = 0, binding = 2) readonly buffer Wt { float wt[]; };
 layout(set = 0, binding = 5) writeonly buffer D { float d[]; };
+layout(set = 0, binding = 5) writeonly buffer DH { uint d_half2[]; };
 
 layout(push_constant) uniform Params {
     uvec4 ne;    // shape (maximal)
     uvec4 dyn;   // dynamic axis (common.glsl)
     uvec4 x_nb;  // strides in floats
-    uvec4 d_nb;
-    uint x_off;  // offsets in floats
+    uvec4 d_nb;  // in the output's values
+    uint x_off;  // offsets in floats (the output's: in its values)
     uint w_off;
     uint d_off;
     float eps;
+    uint d_f16;  // 1: the output holds f16 values (unit element stride, even offsets)
 } p;
 
 shared float partial[WG];
@@ -46,8 +49,15 @@ void main() {
             barrier();
         }
         float scale = 1.0 / sqrt(partial[0] / float(ne.x) + p.eps);
-        for (uint k = tid; k < ne.x; k += WG) {
-            d[dr + k * p.d_nb.x] = x[xr + k * p.x_nb.x] * scale * wt[p.w_off + k];
+        if (p.d_f16 != 0u) {
+            for (uint k = 2u * tid; k < ne.x; k += 2u * WG) {
+                vec2 v = vec2(x[xr + k * p.x_nb.x], x[xr + (k + 1u) * p.x_nb.x]) * scale;
+                d_half2[(dr + k) >> 1u] = packHalf2x16(v * vec2(wt[p.w_off + k], wt[p.w_off + k + 1u]));
+            }
+        } else {
+            for (uint k = tid; k < ne.x; k += WG) {
+                d[dr + k * p.d_nb.x] = x[xr + k * p.x_nb.x] * scale * wt[p.w_off + k];
+            }
         }
         barrier();
     }

@@ -188,8 +188,8 @@ fn hung_submission() {
     let set = pool.bind(&p, &bufs.iter().collect::<Vec<_>>()).unwrap();
     let mut cmd = CommandBuffer::new(&dev).unwrap();
     cmd.begin().unwrap();
-    // Push constants: shape 0 (no rows), a static shape (dyn.x = 4), strides, offsets, eps.
-    let mut push = [0u32; 20];
+    // Push constants: shape 0 (no rows), a static shape (dyn.x = 4), strides, offsets, eps, f32.
+    let mut push = [0u32; 21];
     push[4] = 4;
     let max = dev.info().max_workgroup_count;
     cmd.dispatch(&p, &set, &push, [max[0].min(65535), max[1].min(65535), 1]).unwrap();

@@ -12,7 +12,7 @@ mod vulkan_common;
 use hrx::backend::cpu::tensor::{Data, In, Out};
 use hrx::backend::cpu::{execute, Kernels};
 use hrx::backend::vulkan::kernels::{
-    self, CoopMat, Dyn, KernelId, KernelSet, KvValues, Launch, MatKind, Operand, Ops, Variants, WType, FOLD_MAX_ROWS,
+    self, CoopMat, Dyn, KernelId, KernelSet, Launch, MatKind, Operand, Ops, Values, Variants, WType, FOLD_MAX_ROWS,
     WIDE_MAX_SUBGROUP,
 };
 use hrx::backend::vulkan::{Buffer, CommandBuffer, DescriptorPool, Location};
@@ -392,7 +392,7 @@ fn a_norm_folds_only_into_wide_products_of_bounded_rows() {
     ] {
         let w = Operand::contiguous(DType::Q4K, [k, n, 1, 1], 0);
         let out = Operand::contiguous(DType::F32, [n, 1, 1, 1], 0);
-        let got = kernels::launch(KernelId::MatMul(kind, WType::Q4K), ops, &[w, x, weight], &out, None);
+        let got = kernels::launch(KernelId::MatMul(kind, WType::Q4K, Values::F32), ops, &[w, x, weight], &out, None);
         assert_eq!(got.is_ok(), folds, "{kind:?} into {n} rows: {:?}", got.err());
     }
 }
@@ -542,7 +542,7 @@ fn plans_for_a_device_name_its_kernel_variants() {
     let cm = variants.coopmat;
     assert_eq!(kernel(mat).subgroup, cm.map(|c| c.subgroup));
     assert_eq!(kernel(mat).shape, cm.map(|c| [c.shape.m, c.shape.n, c.shape.k]));
-    let selected = KernelId::MatMul(variants.mat_kinds(WType::Q4K, 512, 64, 64)[0], kernels::WType::Q4K);
+    let selected = KernelId::MatMul(variants.mat_kinds(WType::Q4K, 512, 64, 64)[0], kernels::WType::Q4K, Values::F32);
     assert_eq!(KernelId::from_plan(&kernel(mat)), Some(selected));
 }
 
@@ -1381,7 +1381,7 @@ fn split_kernels(info: &hrx::backend::vulkan::DeviceInfo, d: usize) -> Vec<Kerne
     [kernels::SplitWidth::Wide, kernels::SplitWidth::Narrow]
         .into_iter()
         .filter(|w| d <= w.max_head_dim(subgroup))
-        .map(|w| KernelId::FlashAttnSplit(w, KvValues::F32))
+        .map(|w| KernelId::FlashAttnSplit(w, Values::F32))
         .collect()
 }
 
@@ -1391,18 +1391,18 @@ fn split_kernels(info: &hrx::backend::vulkan::DeviceInfo, d: usize) -> Vec<Kerne
 /// device has cooperative matrices, the one on them (heads of up to 128 values).
 fn attn_kernels(ks: &KernelSet, d: usize, vec4s: bool) -> Vec<KernelId> {
     let info = ks.device().info();
-    let mut kernels = vec![KernelId::FlashAttn(KvValues::F32)];
+    let mut kernels = vec![KernelId::FlashAttn(Values::F32)];
     if vec4s && d.is_multiple_of(4) {
         kernels.extend(split_kernels(info, d));
     }
     let tile = kernels::AttnTile::for_head_dim(d).expect("a tile for every head size up to 256");
     if tile.shared_bytes() <= info.max_shared_memory {
-        kernels.push(KernelId::FlashAttnTiled(tile, KvValues::F32));
+        kernels.push(KernelId::FlashAttnTiled(tile, Values::F32));
     }
     if let Some(cm) = coop_variant(ks) {
         let tile = kernels::AttnCoop::new(cm, d, info.max_shared_memory);
         assert_eq!(tile.is_some(), d <= 128 && d.is_multiple_of(4), "d={d}: the cooperative-matrix attention");
-        kernels.extend(tile.map(|tile| KernelId::FlashAttnCm(tile, KvValues::F32)));
+        kernels.extend(tile.map(|tile| KernelId::FlashAttnCm(tile, Values::F32)));
     }
     kernels
 }
@@ -1413,7 +1413,7 @@ fn attn_kernels(ks: &KernelSet, d: usize, vec4s: bool) -> Vec<KernelId> {
 fn check_attention(ks: &KernelSet, rng: &mut Rng, case: &AttnCase, kernel: KernelId) -> f64 {
     let AttnCase { d, heads, kv_heads, n_q, n_kv, .. } = *case;
     // The kernel built for the case's cache values.
-    let kernel = kernel.with_kv(if case.f16 { KvValues::F16 } else { KvValues::F32 });
+    let kernel = kernel.with_kv(if case.f16 { Values::F16 } else { Values::F32 });
     let (q_pad, q_off, kv_off) = if case.aligned { (0, 4, 8) } else { (1, 2, 1) };
     let mut q = Strided::new(rng, [d, heads, n_q, 1], q_pad, q_off);
     q.data.iter_mut().for_each(|x| *x *= case.gain);
@@ -1733,13 +1733,13 @@ fn attention_over_many_queries_plans_the_tiled_kernel() {
             .and_then(|cm| kernels::AttnCoop::new(cm, d, info.max_shared_memory))
             .filter(|_| n_q >= kernels::TILED_MIN_QUERIES);
         let want = match (coop, tiled, few) {
-            (Some(tile), _, _) => KernelId::FlashAttnCm(tile, KvValues::F32),
-            (None, true, _) => KernelId::FlashAttnTiled(tile, KvValues::F32),
+            (Some(tile), _, _) => KernelId::FlashAttnCm(tile, Values::F32),
+            (None, true, _) => KernelId::FlashAttnTiled(tile, Values::F32),
             (None, false, true) => match split.and_then(|s| kernels::SplitWidth::for_head(d, s)) {
-                Some(width) => KernelId::FlashAttnSplit(width, KvValues::F32),
-                None => KernelId::FlashAttn(KvValues::F32),
+                Some(width) => KernelId::FlashAttnSplit(width, Values::F32),
+                None => KernelId::FlashAttn(Values::F32),
             },
-            (None, false, false) => KernelId::FlashAttn(KvValues::F32),
+            (None, false, false) => KernelId::FlashAttn(Values::F32),
         };
         assert_eq!(got, want, "d={d} n_q={n_q}");
         // The plan's name (and variant) leads back to the kernel.
@@ -1749,7 +1749,7 @@ fn attention_over_many_queries_plans_the_tiled_kernel() {
         // Vulkan's guaranteed 16 KiB holds no tile: the one-query kernel.
         assert_eq!(
             kernels::select(Ops::single(&op), &ins, &out, None, &Variants::PORTABLE).unwrap(),
-            KernelId::FlashAttn(KvValues::F32)
+            KernelId::FlashAttn(Values::F32)
         );
     }
     if info.max_shared_memory >= 32768 && variants.tiled_attention {
@@ -1762,7 +1762,7 @@ fn attention_over_many_queries_plans_the_tiled_kernel() {
     let (mut ins, out) = ops(128, 1);
     ins[1].offset = 8;
     let got = kernels::select(Ops::single(&op), &ins, &out, None, &variants).unwrap();
-    assert_eq!(got, KernelId::FlashAttn(KvValues::F32));
+    assert_eq!(got, KernelId::FlashAttn(Values::F32));
 }
 
 /// Times attention of `heads` (over `kv_heads`) x `n` queries x `n` kv rows x `d` with every
@@ -1782,7 +1782,7 @@ fn time_attention(ks: &KernelSet, (d, heads, kv_heads, n): (usize, usize, usize,
     let attn = Op::Attention { scale: 1.0 / (d as f32).sqrt(), segment: n };
     let mut outs = Vec::new();
     for kernel in attn_kernels(ks, d, true) {
-        let n_q = if kernel == KernelId::FlashAttn(KvValues::F32) { slice } else { n };
+        let n_q = if kernel == KernelId::FlashAttn(Values::F32) { slice } else { n };
         let ne = [d, heads, n_q, 1];
         let qo = Operand::contiguous(DType::F32, ne, 0);
         let mut ins = vec![qo, kv, kv];
@@ -1866,4 +1866,155 @@ fn gelu_gelu_erf_and_cont_strided() {
             assert!(e < ELEM_NMSE, "{} {ne:?}: nmse {e}", launch.kernel.name());
         }
     }
+}
+
+/// Runs `launch` into a buffer of `n` halves (NaN first) and returns them.
+fn run_into_halves(ks: &KernelSet, launch: &Launch, ins: &[&Buffer], n: usize, out_ne: [usize; 4]) -> Vec<half::f16> {
+    let out_buf = upload(ks.device(), &nan_halves(n), 0);
+    run(ks, launch, &[], ins, &out_buf, out_ne, None);
+    let mut bytes = vec![0; 2 * n];
+    out_buf.read(0, &mut bytes).unwrap();
+    halves(&bytes)
+}
+
+/// Runs `launch` into a buffer of `n` floats (NaN first) and returns them.
+fn run_into_floats(ks: &KernelSet, launch: &Launch, ins: &[&Buffer], n: usize, out_ne: [usize; 4]) -> Vec<f32> {
+    let out_buf = ks.device().buffer((4 * n) as u64, Location::Device, "test output").unwrap();
+    out_buf.write_f32(0, &vec![f32::NAN; n]).unwrap();
+    run(ks, launch, &[], ins, &out_buf, out_ne, None);
+    out_buf.read_f32(0, n).unwrap()
+}
+
+/// `o` holding f16 values at the same element offset and strides.
+fn as_halves(o: Operand) -> Operand {
+    Operand { dtype: DType::F16, offset: o.offset / 2, nb: o.nb.map(|b| b / 2), ..o }
+}
+
+/// Activations kept in halves (`Registry::keeps_halves`): the kernels that make them (RMS
+/// norm, SwiGLU, attention on the matrix units) write, in pairs, what they write as f32
+/// rounded to f16 (within one step of f16's grid: the conversion's rounding is the
+/// implementation's), and nothing past the output's rows; outputs that are no whole pairs
+/// along contiguous rows are refused, as are the kernels that write only f32.
+#[test]
+fn norm_swiglu_and_attention_write_halves() {
+    let Some(ks) = kernel_set() else { return };
+    let dev = ks.device();
+    let mut rng = Rng::new(41);
+    // Rows of 48 values padded to 52, 4 floats in: even offsets and strides in halves.
+    let ne = [48, 5, 2, 1];
+    let out32 = Strided::new(&mut rng, ne, 4, 4);
+    let out16 = as_halves(out32.operand());
+    let n = out32.data.len();
+    let check = |what: &str, launch32: &Launch, launch16: &Launch, ins: &[&Buffer], out_ne: [usize; 4]| {
+        let want = out32.gather(&run_into_floats(ks, launch32, ins, n, out_ne));
+        let got = run_into_halves(ks, launch16, ins, n, out_ne);
+        let got: Vec<half::f16> = out32
+            .gather(&got.iter().map(|h| h.to_f32()).collect::<Vec<f32>>())
+            .into_iter()
+            .map(half::f16::from_f32)
+            .collect();
+        assert_eq!(launch16.kernel, launch32.kernel, "{what}: one kernel writes both");
+        for (i, (g, w)) in got.iter().zip(&want).enumerate() {
+            assert!(w.is_finite() && rounded_from(*g, *w), "{what}: value {i} is {g}, f32 gives {w}");
+        }
+        let written = out32.gather(&(0..n).map(|i| i as f32).collect::<Vec<f32>>());
+        let all = run_into_halves(ks, launch16, ins, n, out_ne);
+        for (i, h) in all.iter().enumerate() {
+            assert_eq!(h.is_nan(), !written.contains(&(i as f32)), "{what}: half {i} of the store");
+        }
+    };
+    // RMS norm.
+    let x = Strided::new(&mut rng, ne, 3, 1);
+    let w = Strided::new(&mut rng, [ne[0], 1, 1, 1], 0, 4);
+    let norm = Op::RmsNorm { eps: 1e-6 };
+    let (xb, wb) = (upload(dev, &f32_bytes(&x.data), 0), upload(dev, &f32_bytes(&w.data), 0));
+    let launch = |out: &Operand| vulkan_common::launch(&norm, &[x.operand(), w.operand()], out, None);
+    check("rms_norm", &launch(&out32.operand()).unwrap(), &launch(&out16).unwrap(), &[&xb, &wb], ne);
+    // SwiGLU (and ADD, one kernel).
+    let (a, b) = (Strided::new(&mut rng, ne, 2, 3), Strided::new(&mut rng, ne, 1, 0));
+    let (ab, bb) = (upload(dev, &f32_bytes(&a.data), 0), upload(dev, &f32_bytes(&b.data), 0));
+    for op in [Op::SwiGlu, Op::Add] {
+        let launch = |out: &Operand| vulkan_common::launch(&op, &[a.operand(), b.operand()], out, None);
+        check(op.name(), &launch(&out32.operand()).unwrap(), &launch(&out16).unwrap(), &[&ab, &bb], ne);
+    }
+    // Attention on the matrix units: heads of 48 (5 heads over 1 kv head, 2 queries), every kv row.
+    let attn = Op::Attention { scale: 0.2, segment: 7 };
+    let q = Strided::new(&mut rng, ne, 0, 4);
+    let kv = |rng: &mut Rng| Strided::new(rng, [48, 1, 7, 1], 0, 8);
+    let (k, v) = (kv(&mut rng), kv(&mut rng));
+    let ins = [q.operand(), k.operand(), v.operand()];
+    let bufs = [&q, &k, &v].map(|s| upload(dev, &f32_bytes(&s.data), 0));
+    let refs: Vec<&Buffer> = bufs.iter().collect();
+    if let Some(cm) = coop_variant(ks) {
+        let tile = kernels::AttnCoop::new(cm, 48, dev.info().max_shared_memory).unwrap();
+        let kernel = KernelId::FlashAttnCm(tile, Values::F32);
+        let launch = |out: &Operand| kernels::launch(kernel, Ops::single(&attn), &ins, out, None);
+        check(&kernel.name(), &launch(&out32.operand()).unwrap(), &launch(&out16).unwrap(), &refs, ne);
+    }
+    // The others write f32 only.
+    let tile = kernels::AttnTile::for_head_dim(48).unwrap();
+    for kernel in [KernelId::FlashAttn(Values::F32), KernelId::FlashAttnTiled(tile, Values::F32)] {
+        assert!(kernels::launch(kernel, Ops::single(&attn), &ins, &out16, None).is_err(), "{}", kernel.name());
+    }
+    // No whole pairs: an odd offset, an odd row stride, an odd row width, a strided row.
+    let odd = [
+        Operand { offset: out16.offset + 2, ..out16 },
+        Operand { nb: [2, 102, 510, 1020], ..out16 },
+        Operand { ne: [47, 5, 2, 1], ..out16 },
+        Operand { nb: [4, 208, 1040, 2080], ..out16 },
+    ];
+    for out in odd {
+        let x_op = Operand { ne: out.ne, ..x.operand() };
+        let a_op = Operand { ne: out.ne, ..a.operand() };
+        let w_op = Operand { ne: [out.ne[0], 1, 1, 1], ..w.operand() };
+        assert!(vulkan_common::launch(&norm, &[x_op, w_op], &out, None).is_err(), "rms_norm into {out:?}");
+        assert!(vulkan_common::launch(&Op::SwiGlu, &[a_op, a_op], &out, None).is_err(), "swiglu into {out:?}");
+    }
+}
+
+/// The matrix-unit products take x in halves (activations kept so, `Registry::keeps_halves`):
+/// they stage x as f16 either way, so a product of x in halves gives exactly what it gives on
+/// the same values in f32. x must then lie in whole 16-byte words of its columns; the other
+/// kinds, and a product with a folded producer, refuse halves.
+#[test]
+fn products_of_x_in_halves_are_those_of_the_same_x_in_f32() {
+    let Some(ks) = kernel_set() else { return };
+    let Some(cm) = coop_variant(ks) else { return };
+    let dev = ks.device();
+    let mut rng = Rng::new(43);
+    let (k, n, cols) = (256, 96, [37, 2, 1]);
+    let w_bytes = quantized(&mut rng, DType::Q4K, k, n);
+    let w_op = Operand::contiguous(DType::Q4K, [k, n, 1, 1], 0);
+    // x's values f16's, in columns padded to 264 values, 8 in.
+    let mut x32 = Strided::new(&mut rng, [k, cols[0], cols[1], cols[2]], 8, 8);
+    x32.data.iter_mut().for_each(|v| *v = half::f16::from_f32(*v).to_f32());
+    let x16 = as_halves(x32.operand());
+    let x16_bytes: Vec<u8> = x32.data.iter().flat_map(|&v| half::f16::from_f32(v).to_le_bytes()).collect();
+    let out = Strided::new(&mut rng, [n, cols[0], cols[1], cols[2]], 1, 7);
+    let (wb, xb32, xb16) =
+        (upload(dev, &w_bytes, 0), upload(dev, &f32_bytes(&x32.data), 0), upload(dev, &x16_bytes, 0));
+    let out_ne = out.ne;
+    let mut kinds = vec![MatKind::Coop(cm), MatKind::CoopLarge(cm)];
+    kinds.extend([1, 2].map(|blocks| MatKind::CoopNarrow { cm, blocks }));
+    for kind in kinds {
+        let from32 = vulkan_common::launch_mat(kind, &w_op, &x32.operand(), &out.operand(), None, None).unwrap();
+        let from16 = vulkan_common::launch_mat(kind, &w_op, &x16, &out.operand(), None, None).unwrap();
+        assert_eq!(from16.kernel, KernelId::MatMul(kind, WType::Q4K, Values::F16));
+        let want = out.gather(&run_into_floats(ks, &from32, &[&wb, &xb32], out.data.len(), out_ne));
+        let got = out.gather(&run_into_floats(ks, &from16, &[&wb, &xb16], out.data.len(), out_ne));
+        assert!(want.iter().all(|v| v.is_finite()), "{}: an output was not written", from32.kernel.name());
+        let same = got.iter().zip(&want).all(|(g, w)| g.to_bits() == w.to_bits());
+        assert!(same, "{}: {:?} against {:?}", from16.kernel.name(), &got[..4], &want[..4]);
+        // Columns off 16-byte words, an offset off them.
+        for x in [Operand { nb: [2, 514, 514 * 37, 514 * 74], ..x16 }, Operand { offset: x16.offset + 8, ..x16 }] {
+            assert!(vulkan_common::launch_mat(kind, &w_op, &x, &out.operand(), None, None).is_err(), "{x:?}");
+        }
+    }
+    for kind in [MatKind::Tiled, MatKind::Vec, MatKind::Rows, MatKind::CoopExact(cm)] {
+        assert!(vulkan_common::launch_mat(kind, &w_op, &x16, &out.operand(), None, None).is_err(), "{kind:?}");
+    }
+    let weight = Operand::contiguous(DType::F32, [k, 1, 1, 1], 0);
+    let ops = Ops { folded: Some(&Op::RmsNorm { eps: 1e-6 }), ..Ops::single(&Op::MatMul) };
+    let kernel = KernelId::MatMul(MatKind::Coop(cm), WType::Q4K, Values::F16);
+    assert!(kernels::launch(kernel, ops, &[w_op, x16, weight], &out.operand(), None).is_err(), "a folded norm");
 }

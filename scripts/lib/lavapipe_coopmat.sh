@@ -1,9 +1,10 @@
 #!/usr/bin/env bash
 # Mesa 26.1's lavapipe, the first CPU Vulkan driver with cooperative matrices (8 x 8 x 8 f16
 # into f32 at subgroup scope, subgroups of 8): with it the cooperative-matrix kernels
-# (mul_mat_cm, its narrow build, mul_mat_cm_exact) run without a GPU. Debian 12's lavapipe (Mesa 22.3) has none,
-# so the normal suite never runs them; scripts/test runs the Vulkan kernel and executor tests a second time
-# on this driver.
+# (mul_mat_cm, its narrow build, mul_mat_cm_exact, flash_attn_cm, activations kept in halves)
+# run without a GPU. Debian 12's lavapipe (Mesa 22.3) has none,
+# so the normal suite never runs them; scripts/test runs the Vulkan kernel, executor and oracle tests
+# a second time on this driver.
 #
 # Debian 13 (trixie) has it in trixie-backports. `lavapipe_coopmat_setup` downloads
 # mesa-vulkan-drivers from there and the trixie libraries libvulkan_lvp.so needs (the Vulkan
@@ -23,8 +24,9 @@
 # Sourced by scripts/test, or run directly:
 #   scripts/lib/lavapipe_coopmat.sh setup            fetch the driver into .lavapipe/ (network)
 #   scripts/lib/lavapipe_coopmat.sh run BINARY ...   run a binary on it
-#   scripts/lib/lavapipe_coopmat.sh test [ARGS]      build and run tests/vulkan_kernels.rs and
-#                                                    tests/vulkan_executor.rs on it
+#   scripts/lib/lavapipe_coopmat.sh test [ARGS]      build and run tests/vulkan_kernels.rs,
+#                                                    tests/vulkan_executor.rs and
+#                                                    tests/vulkan_oracle.rs on it
 # Setup is skipped when .lavapipe/ already holds what LAVAPIPE_PACKAGES names.
 
 LAVAPIPE_DIR="${LAVAPIPE_DIR:-.lavapipe}"
@@ -135,7 +137,9 @@ lavapipe_coopmat_test() {
     return 0
   fi
   local test bin start
-  for test in vulkan_kernels vulkan_executor; do
+  # The oracle's models end to end too: with cooperative matrices the products read activations
+  # kept in halves (Registry::keeps_halves), which Debian's lavapipe never plans.
+  for test in vulkan_kernels vulkan_executor vulkan_oracle; do
     bin="$(lavapipe_test_binary "$test")"
     if [ -z "$bin" ]; then
       echo "lavapipe_coopmat: no $test test binary" >&2

@@ -73,6 +73,7 @@ fn help() -> String {
                  HRX_VK_NO_COOPMAT=1 (many-column products and attention in f32 tiles instead\n\
                  of on cooperative matrices with f16 operands), HRX_VK_EXACT=1 (cooperative-matrix\n\
                  products with f32-exact split operands), HRX_VK_KV_F16=1 (a KV cache of f16 values),\n\
+                 HRX_VK_F32_ACTIVATIONS=1 (activations the matrix-unit products read kept in f32),\n\
                  HRX_VK_NO_SUBGROUP=1 (portable matrix-vector kernels),\n\
                  HRX_VK_MATVEC=sg (the one-subgroup-per-row matrix-vector kernel instead of the\n\
                  wide one), HRX_VK_NO_NARROW=1 (5 to 32 columns on 64x64 cooperative-matrix tiles\n\

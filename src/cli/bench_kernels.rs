@@ -4,7 +4,9 @@
 
 use super::CliError;
 use crate::backend::vulkan::bench::{copy_bandwidth, time_matmul, MatCase, MatTiming};
-use crate::backend::vulkan::kernels::{wide_cols, KernelId, KernelSet, MatKind, WType, WIDE_MAX_SUBGROUP, WIDE_ROWS};
+use crate::backend::vulkan::kernels::{
+    wide_cols, KernelId, KernelSet, MatKind, Values, WType, WIDE_MAX_SUBGROUP, WIDE_ROWS,
+};
 use crate::backend::{Backend, DeviceChoice};
 use crate::gguf::GgufFile;
 use crate::graph::Op;
@@ -95,11 +97,16 @@ pub fn run(
     let mut timings: Vec<MatTiming> = Vec::new();
     for &(dtype, k, n) in &shapes {
         for &(m, ref kinds) in &runs {
-            let named =
-                |k: MatKind| WType::from_dtype(dtype).is_some_and(|w| KernelId::MatMul(k, w).name().contains(only));
-            for &kind in kinds.iter().filter(|&&k| named(k)) {
-                if let Some(t) = time_matmul(&dev, &ks, MatCase { dtype, k, n, m }, kind).map_err(failed)? {
-                    timings.push(t);
+            // Each kind with x in f32 values, and in halves where it takes them.
+            let xs = |k: MatKind| if k.takes_halves() { &Values::ALL[..] } else { &[Values::F32][..] };
+            let named = |k: MatKind, x: Values| {
+                WType::from_dtype(dtype).is_some_and(|w| KernelId::MatMul(k, w, x).name().contains(only))
+            };
+            for &kind in kinds {
+                for &x in xs(kind).iter().filter(|&&x| named(kind, x)) {
+                    if let Some(t) = time_matmul(&dev, &ks, MatCase { dtype, k, n, m }, kind, x).map_err(failed)? {
+                        timings.push(t);
+                    }
                 }
             }
         }

@@ -22,7 +22,8 @@ the portable ones); which matrix-matrix kernel the prefill and vision products u
 portable f32 tiles (mul_mat), or on devices with cooperative matrices (Vulkan 1.3, f16 x
 f16 -> f32 at subgroup scope: the shapes listed and the one used; HRX_VK_NO_COOPMAT=1
 keeps the tiles) the matrix units with f16 operands and f32 sums (mul_mat_cm), with
-HRX_VK_EXACT=1 f32-exact ones (mul_mat_cm_exact, split operands, slower);
+HRX_VK_EXACT=1 f32-exact ones (mul_mat_cm_exact, split operands, slower); whether the
+activations only those products read are kept in f16 (HRX_VK_F32_ACTIVATIONS=1 keeps f32);
 which heads the query-tiled attention kernel takes for many queries (those whose tile fits
 the shared memory; HRX_VK_NO_TILED_ATTN=1 keeps the one-query kernel everywhere); the
 KV cache's values (f32; HRX_VK_KV_F16=1 halves: half the memory, slower decode on NVIDIA);
@@ -206,6 +207,12 @@ impl Report {
                 (None, None, _) => "portable f32 tiles (mul_mat)".to_owned(),
             };
             writeln!(out, "    matrix-matrix   {matmat}")?;
+            let activations = if variants.half_activations {
+                "f16 where only matrix-unit products read them, as x (they stage x as f16 anyway; HRX_VK_F32_ACTIVATIONS=1: f32)"
+            } else {
+                "f32"
+            };
+            writeln!(out, "    activations     {activations}")?;
             let fits: Vec<String> = AttnTile::ALL
                 .into_iter()
                 .filter(|t| t.shared_bytes() <= variants.shared_memory)

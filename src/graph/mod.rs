@@ -185,6 +185,14 @@ impl Graph {
         id
     }
 
+    /// The value a chain of layout ops from `id` windows (`id` itself where it is no layout op).
+    pub fn layout_root(&self, mut id: NodeId) -> NodeId {
+        while let (true, Some(&input)) = (self.nodes[id.0].op.is_layout(), self.nodes[id.0].inputs.first()) {
+            id = input;
+        }
+        id
+    }
+
     /// Nodes that read `id`, in order.
     pub fn consumers(&self, id: NodeId) -> Vec<NodeId> {
         (0..self.nodes.len()).map(NodeId).filter(|&n| self.nodes[n.0].inputs.contains(&id)).collect()

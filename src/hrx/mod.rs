@@ -5,6 +5,9 @@
 //! arena between its producer and last consumer) or **Alias** (a layout op whose window lies
 //! inside its input's bytes: elided). A layout op that cannot alias records why (`AliasMiss`).
 //!
+//! Before placing, a transient value that only compute nodes read may be kept in halves where
+//! the registry takes it so (`Registry::keeps_halves`): its dtype, and its views', become f16.
+//!
 //! Plan, node by node (DESIGN.md):
 //! 1. a compute op gets a registration on the device, or is left to the CPU (a split);
 //! 2. a layout op aliases if it can (elided);
@@ -234,6 +237,14 @@ pub trait Registry {
     fn cache_dtype(&self) -> DType {
         DType::F32
     }
+    /// Whether the backend keeps value `id` in halves: `graph` holds it (and its views) as
+    /// f16, and the backend's kernels for `id` and for each of `readers` (every compute node
+    /// reading it, directly or through views) take it so, at no loss to the readers' results
+    /// (they round it to f16 themselves otherwise). The planner asks for transient f32 values of
+    /// compute nodes that no graph output or external storage holds.
+    fn keeps_halves(&self, _graph: &Graph, _id: NodeId, _readers: &[NodeId]) -> bool {
+        false
+    }
 }
 
 /// The CPU runs every compute op: the fallback that keeps every graph runnable.
@@ -375,6 +386,8 @@ impl Plan {
         registered_transient: &HashSet<NodeId>,
     ) -> Result<Plan, PlanError> {
         let import = import(&graph, registered_transient);
+        let mut graph = graph;
+        keep_halves(&mut graph, &import, registry);
         let mut placements = Vec::with_capacity(graph.nodes.len());
         let mut refusals = Vec::new();
         for (i, node) in graph.nodes.iter().enumerate() {
@@ -525,6 +538,65 @@ impl Plan {
     }
 }
 
+/// Values the registry keeps in halves (`Registry::keeps_halves`): a transient f32 value of a
+/// compute node, read only by compute nodes (directly or through views that alias it), none of
+/// it a graph output, becomes f16 (its views too: byte strides and offsets halved) where the
+/// registry takes it so; as it was where not. Its bytes halve, and so do its readers' loads.
+fn keep_halves(graph: &mut Graph, import: &Import, registry: &dyn Registry) {
+    let n = graph.nodes.len();
+    let mut readers: Vec<Vec<NodeId>> = vec![Vec::new(); n];
+    for (i, node) in graph.nodes.iter().enumerate() {
+        for input in &node.inputs {
+            readers[input.0].push(NodeId(i));
+        }
+    }
+    for p in 0..n {
+        let node = &graph.nodes[p];
+        let candidate = import.class[p] == Class::Transient
+            && !node.op.is_layout()
+            && node.op != Op::External
+            && node.value.external.is_none()
+            && node.value.dtype == DType::F32
+            && !graph.outputs.contains(&NodeId(p));
+        if !candidate {
+            continue;
+        }
+        // Its views (aliases of its bytes) and the compute nodes that read it or them.
+        let (mut views, mut computes, mut todo) = (Vec::new(), Vec::new(), vec![NodeId(p)]);
+        let mut plain = true;
+        while let Some(v) = todo.pop() {
+            for &r in &readers[v.0] {
+                if !graph.node(r).op.is_layout() {
+                    computes.push(r);
+                } else if import.class[r.0] == Class::Alias && !graph.outputs.contains(&r) {
+                    views.push(r);
+                    todo.push(r);
+                } else {
+                    plain = false;
+                }
+            }
+        }
+        computes.sort();
+        computes.dedup();
+        if !plain || computes.is_empty() {
+            continue;
+        }
+        let held: Vec<NodeId> = std::iter::once(NodeId(p)).chain(views).collect();
+        let saved: Vec<_> = held.iter().map(|&i| graph.node(i).value.clone()).collect();
+        for &i in &held {
+            let v = &mut graph.nodes[i.0].value;
+            v.dtype = DType::F16;
+            v.nb = v.nb.map(|b| b / 2);
+            v.view_offset /= 2;
+        }
+        if !registry.keeps_halves(graph, NodeId(p), &computes) {
+            for (&i, v) in held.iter().zip(saved) {
+                graph.nodes[i.0].value = v;
+            }
+        }
+    }
+}
+
 /// Folds producers into their readers where the registry has kernels for every reader:
 /// each reader's dispatch computes the producer's value from the producer's inputs. A graph
 /// output is never folded (nothing would write it). Returns each folded producer with its last
@@ -654,7 +726,7 @@ fn refusal(graph: &Graph, import: &Import, id: NodeId) -> String {
         Some(m) => format!("not_aliasing_input({})", m.name()),
         None => "registered_transient".to_owned(),
     };
-    let storage_id = |n: NodeId| import.storage_owner[n.0].map_or_else(|| external_root(graph, n).0, |o| o.0);
+    let storage_id = |n: NodeId| import.storage_owner[n.0].map_or_else(|| graph.layout_root(n).0, |o| o.0);
     let nb = v.nb.iter().map(usize::to_string).collect::<Vec<_>>().join(",");
     format!(
         "unsupported HRX node {}: {} output={}:{}<-{} inputs=[{inputs}] consumers=[{consumers}] alias={alias} storages=out{}/in{} nb=[{nb}] offs={} inputs={}",
@@ -668,14 +740,6 @@ fn refusal(graph: &Graph, import: &Import, id: NodeId) -> String {
         v.view_offset,
         node.inputs.len()
     )
-}
-
-/// The external leaf at the end of a layout chain.
-fn external_root(graph: &Graph, mut id: NodeId) -> NodeId {
-    while graph.node(id).op.is_layout() {
-        id = graph.node(id).inputs[0];
-    }
-    id
 }
 
 /// Run-time length of every axis of value `id` given the symbol values.

@@ -303,3 +303,61 @@ fn a_reader_through_a_reshape_fuses_and_binds_no_alias_nor_its_destination() {
     let plan = Plan::new(g, &FusesAll { reserve: true }).unwrap();
     assert!(fused_pairs(&plan).iter().all(|&(first, _)| first != sum), "{:?}", plan.placements);
 }
+
+/// The CPU's kernels, keeping in halves every value that only products read as x (as the
+/// Vulkan registry does for its matrix-unit products), and noting each value it was asked about.
+struct HalvesForProducts {
+    asked: std::cell::RefCell<Vec<NodeId>>,
+}
+
+impl Registry for HalvesForProducts {
+    fn device(&self) -> Device {
+        Device::Cpu
+    }
+    fn kernel(&self, graph: &Graph, id: NodeId) -> Option<Kernel> {
+        CpuRegistry.kernel(graph, id)
+    }
+    fn keeps_halves(&self, graph: &Graph, id: NodeId, readers: &[NodeId]) -> bool {
+        self.asked.borrow_mut().push(id);
+        assert_eq!(graph.value(id).dtype, DType::F16, "asked about {id:?} before it was made halves");
+        readers.iter().all(|&r| {
+            let node = graph.node(r);
+            node.op == Op::MatMul && graph.layout_root(node.inputs[0]) != id && graph.layout_root(node.inputs[1]) == id
+        })
+    }
+}
+
+/// A value only products read as x (directly and through a reshape) is kept in halves where
+/// the registry takes it so: it and its view become f16 (byte strides halved: half the bytes);
+/// a value something else reads, refused, stays exactly as it was; graph outputs and layout
+/// nodes are never asked about.
+#[test]
+fn values_only_products_read_are_kept_in_halves_where_the_registry_takes_them() {
+    let mut g = Graph::new("halves");
+    let x = g.input("x", DType::F32, [64, 8, 1, 1], None).unwrap();
+    let w = g.input("w", DType::F32, [64, 32, 1, 1], None).unwrap();
+    let doubled = g.add(x, x, "doubled").unwrap();
+    let seen = g.reshape(doubled, [64, 8, 1, 1], "seen").unwrap();
+    let p1 = g.matmul(w, seen, "p1").unwrap();
+    let p2 = g.matmul(w, doubled, "p2").unwrap();
+    let both = g.add(p1, p2, "both").unwrap();
+    let squared = g.mul(x, x, "squared").unwrap();
+    let p3 = g.matmul(w, squared, "p3").unwrap();
+    let kept = g.add(squared, squared, "kept").unwrap();
+    let out = g.add(both, p3, "out").unwrap();
+    g.mark_output(out);
+    g.mark_output(kept);
+    let registry = HalvesForProducts { asked: Default::default() };
+    let plan = Plan::new(g.clone(), &registry).unwrap();
+    for id in [doubled, seen] {
+        let (before, after) = (g.value(id), plan.graph.value(id));
+        assert_eq!((after.dtype, after.ne), (DType::F16, before.ne), "{id:?}");
+        assert_eq!(after.nb, before.nb.map(|b| b / 2), "{id:?}");
+    }
+    // Read by an ADD too: refused, restored.
+    assert_eq!(plan.graph.value(squared), g.value(squared));
+    let asked = registry.asked.borrow();
+    assert!(asked.contains(&doubled) && asked.contains(&squared), "{asked:?}");
+    assert!(!asked.contains(&out) && !asked.contains(&seen), "{asked:?}");
+    assert_eq!(2 * plan.graph.value(doubled).extent_bytes(), g.value(doubled).extent_bytes());
+}

@@ -3,7 +3,7 @@
 #![allow(dead_code)] // each test binary uses its own subset
 
 use hrx::backend::vulkan::kernels::{
-    self, Dyn, KernelId, KernelSet, Launch, MatKind, Operand, Ops, Variants, WType, BINDINGS, OUTPUT_BINDING,
+    self, Dyn, KernelId, KernelSet, Launch, MatKind, Operand, Ops, Values, Variants, WType, BINDINGS, OUTPUT_BINDING,
     SCRATCH_BINDING,
 };
 use hrx::backend::vulkan::VkError;
@@ -170,7 +170,7 @@ pub fn launch_mat(
     dynamic: Option<Dyn>,
 ) -> Result<Launch, VkError> {
     let wt = WType::from_dtype(w.dtype).ok_or_else(|| VkError::Invalid(format!("no matrix kernel for {}", w.dtype)))?;
-    let kernel = KernelId::MatMul(kind, wt);
+    let kernel = KernelId::MatMul(kind, wt, Values::of(x, "x")?);
     match residual {
         None => kernels::launch(kernel, Ops::single(&Op::MatMul), &[*w, *x], out, dynamic),
         Some(r) => kernels::launch(

@@ -16,7 +16,7 @@ use super::command::CommandBuffer;
 use super::descriptor::DescriptorPool;
 use super::device::Device;
 use super::error::{Result, VkError};
-use super::kernels::{self, KernelId, KernelSet, MatKind, Operand, Ops, WType, BINDINGS};
+use super::kernels::{self, KernelId, KernelSet, MatKind, Operand, Ops, Values, WType, BINDINGS};
 use super::memory::Location;
 use super::timestamps::TimestampPool;
 use crate::graph::Op;
@@ -137,12 +137,20 @@ pub fn copy_bandwidth(device: &Device, ks: &KernelSet, bytes: u64) -> Result<(f6
 
 /// Times matrix kernel `kind` on `case`; None when the kernel does not take the case (its
 /// launch refuses the operands).
-pub fn time_matmul(device: &Device, ks: &KernelSet, case: MatCase, kind: MatKind) -> Result<Option<MatTiming>> {
+/// x holds `xv` values (f16: activations kept in halves, where the kind takes them).
+pub fn time_matmul(
+    device: &Device,
+    ks: &KernelSet,
+    case: MatCase,
+    kind: MatKind,
+    xv: Values,
+) -> Result<Option<MatTiming>> {
     let wt = WType::from_dtype(case.dtype)
         .ok_or_else(|| VkError::Invalid(format!("no matrix kernel for {}", case.dtype)))?;
-    let kernel = KernelId::MatMul(kind, wt);
+    let kernel = KernelId::MatMul(kind, wt, xv);
+    let x_dtype = if xv == Values::F16 { DType::F16 } else { DType::F32 };
     let w_op = Operand::contiguous(case.dtype, [case.k, case.n, 1, 1], 0);
-    let x_op = Operand::contiguous(DType::F32, [case.k, case.m, 1, 1], 0);
+    let x_op = Operand::contiguous(x_dtype, [case.k, case.m, 1, 1], 0);
     let d_op = Operand::contiguous(DType::F32, [case.n, case.m, 1, 1], 0);
     let Ok(launch) = kernels::launch(kernel, Ops::single(&Op::MatMul), &[w_op, x_op], &d_op, None) else {
         return Ok(None);
@@ -161,9 +169,14 @@ pub fn time_matmul(device: &Device, ks: &KernelSet, case: MatCase, kind: MatKind
         })
         .collect::<Result<Vec<Buffer>>>()?;
     up.flush()?;
-    let x = device.buffer(4 * (case.k * case.m) as u64, Location::Device, "bench x")?;
     let xs: Vec<f32> = (0..case.k * case.m).map(|i| ((i * 37 % 101) as f32 - 50.0) / 64.0).collect();
-    x.write_f32(0, &xs)?;
+    let x = device.buffer((x_dtype.block_bytes() * case.k * case.m) as u64, Location::Device, "bench x")?;
+    match xv {
+        Values::F32 => x.write_f32(0, &xs)?,
+        Values::F16 => {
+            x.write(0, &xs.iter().flat_map(|&v| half::f16::from_f32(v).to_le_bytes()).collect::<Vec<u8>>())?
+        }
+    }
     let d = device.buffer(4 * (case.n * case.m) as u64, Location::Device, "bench output")?;
     let sizes = device.buffer(16, Location::Device, "bench sizes")?;
     sizes.clear()?;

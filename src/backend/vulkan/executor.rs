@@ -620,10 +620,10 @@ fn record(
 /// Refuses a kernel variant the device cannot run (a plan made for another device).
 fn check_variant(kernel: KernelId, info: &DeviceInfo) -> std::result::Result<(), String> {
     let runs = match kernel {
-        KernelId::MatMul(MatKind::VecSg { subgroup } | MatKind::VecWide { subgroup, .. }, _) => {
+        KernelId::MatMul(MatKind::VecSg { subgroup } | MatKind::VecWide { subgroup, .. }, ..) => {
             info.subgroup_matvec() == Some(subgroup)
         }
-        KernelId::MatMul(kind, _) => kind.coop().is_none_or(|cm| info.coopmat_matmul() == Some(cm)),
+        KernelId::MatMul(kind, ..) => kind.coop().is_none_or(|cm| info.coopmat_matmul() == Some(cm)),
         KernelId::FlashAttnCm(tile, _) => info.coopmat_matmul() == Some(tile.cm),
         KernelId::FlashAttnSplit(..) => info.subgroup_matvec().is_some_and(|s| s >= SPLIT_MIN_SUBGROUP),
         _ => true,

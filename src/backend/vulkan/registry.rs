@@ -4,8 +4,9 @@
 //! and the groups of nodes that run as one dispatch (fused readers, folded producers). Every
 //! other compute node is left to the CPU. The executor records exactly what the plan says.
 
+use super::error::{Result, VkError};
 use super::info::DeviceInfo;
-use super::kernels::{self, KernelId, MatKind, Operand, Ops, Variants};
+use super::kernels::{self, BinaryOp, KernelId, MatKind, Operand, Ops, Values, Variants};
 use crate::graph::{Graph, NodeId, Op};
 use crate::hrx::{Device, Fusion, Group, Kernel, Registry};
 use crate::quant::DType;
@@ -26,6 +27,17 @@ pub struct VulkanRegistry {
 }
 
 impl VulkanRegistry {
+    /// The kernel `kernels::select` gives compute node `id` on this device, or why none.
+    fn select(&self, graph: &Graph, id: NodeId) -> Result<KernelId> {
+        let node = graph.node(id);
+        if node.op.is_layout() || node.op == Op::External {
+            return Err(VkError::Invalid(format!("{} is no compute op", node.op.name())));
+        }
+        let ins: Vec<Operand> = node.inputs.iter().map(|&i| operand(graph, i)).collect();
+        let dynamic = node.value.dyn_axis.map(Into::into);
+        kernels::select(Ops::single(&node.op), &ins, &operand(graph, id), dynamic, &self.variants)
+    }
+
     /// The portable kernels, within the limits every Vulkan device has.
     pub const PORTABLE: VulkanRegistry =
         VulkanRegistry { variants: Variants::PORTABLE, max_range: MIN_STORAGE_RANGE, align: MAX_OFFSET_ALIGN };
@@ -105,19 +117,32 @@ impl Registry for VulkanRegistry {
     }
 
     fn kernel(&self, graph: &Graph, id: NodeId) -> Option<Kernel> {
-        let node = graph.node(id);
-        if node.op.is_layout() || node.op == Op::External {
-            return None;
-        }
-        let ins: Vec<Operand> = node.inputs.iter().map(|&i| operand(graph, i)).collect();
-        let dynamic = node.value.dyn_axis.map(Into::into);
-        match kernels::select(Ops::single(&node.op), &ins, &operand(graph, id), dynamic, &self.variants) {
+        match self.select(graph, id) {
             Ok(k) => Some(kernel(k, self.splits(graph, id)?)),
             Err(why) => {
-                log::debug!("node {} ({}) stays on the CPU: {why}", id.0, node.name);
+                log::debug!("node {} ({}) stays on the CPU: {why}", id.0, graph.node(id).name);
                 None
             }
         }
+    }
+
+    /// Activations only matrix-unit products read, as x (`Variants::half_activations`), from a
+    /// kernel that writes halves: an RMS norm, a SwiGLU, attention on the matrix units. The
+    /// products stage x as f16 either way, so their results do not change; their loads halve.
+    fn keeps_halves(&self, graph: &Graph, id: NodeId, readers: &[NodeId]) -> bool {
+        let writes = matches!(
+            self.select(graph, id),
+            Ok(KernelId::RmsNorm | KernelId::Binary(BinaryOp::SwiGlu) | KernelId::FlashAttnCm(..))
+        );
+        let read_as_x = |r: NodeId| {
+            let ins = &graph.node(r).inputs;
+            let root = |i: usize| ins.get(i).map(|&v| graph.layout_root(v));
+            root(0) != Some(id) && root(1) == Some(id) && ins.len() == 2
+        };
+        self.variants.half_activations && writes && readers.iter().all(|&r| {
+            read_as_x(r)
+                && matches!(self.select(graph, r), Ok(KernelId::MatMul(kind, _, Values::F16)) if kind.takes_halves())
+        })
     }
 
     /// What `kernels::select` runs as one dispatch: a product with the ADD of its output (the
@@ -142,7 +167,7 @@ impl Registry for VulkanRegistry {
         // those pairs fuse wherever they occur.
         let few_columns = matches!(
             k,
-            KernelId::MatMul(MatKind::Vec | MatKind::VecSg { .. } | MatKind::VecWide { .. } | MatKind::Rows, _)
+            KernelId::MatMul(MatKind::Vec | MatKind::VecSg { .. } | MatKind::VecWide { .. } | MatKind::Rows, ..)
         );
         // A bias (one row added to every column) keeps only the product's input alive one node
         // longer: the value it adds is a weight.

@@ -8,13 +8,13 @@
 
 use super::coop::CoopMat;
 use super::{
-    dyn_words, expect_f32, floats, probe, values, word, Dyn, Grid, KernelId, KvValues, Launch, Operand, Scratch,
+    dyn_words, expect_f32, floats, halves, probe, values, word, Dyn, Grid, KernelId, Launch, Operand, Scratch, Values,
 };
 use crate::backend::vulkan::error::{Result, VkError};
 use crate::quant::DType;
 
 /// Words of the attention kernels' push constants.
-pub const PUSH_WORDS: usize = 28;
+pub const PUSH_WORDS: usize = 29;
 /// Largest head dimension the kernels hold.
 pub const MAX_HEAD_DIM: usize = 256;
 /// From this many planned queries on, the tiled kernel runs (where a tile fits): below it most
@@ -200,7 +200,7 @@ impl SplitWidth {
 pub fn choose(
     out: &Operand,
     (kv_rows, segment): (usize, usize),
-    kv: KvValues,
+    kv: Values,
     shared_memory: u32,
     subgroup: Option<u32>,
     coop: Option<CoopMat>,
@@ -255,7 +255,7 @@ pub fn launch(
     if slots.len() > 1 {
         return Err(VkError::Invalid(format!("flash_attn: {} inputs, not q, k, v (and slots)", ins.len())));
     }
-    if kernel.kv() != Some(KvValues::of(k, "k")?) {
+    if kernel.kv() != Some(Values::of(k, "k")?) {
         return Err(VkError::Invalid(format!("{} does not read k and v of {} values", kernel.name(), k.dtype)));
     }
     let spans = segment == 0;
@@ -264,6 +264,14 @@ pub fn launch(
     }
     let mut push = push_words(q, k, v, slots.first().map(|s| (s, spans)), scale, out, dynamic, max_head_dim)?;
     push.push(word(segment, "segment")?);
+    // flash_attn_cm writes its output in f32 or f16 values (activations kept in halves), the
+    // others in f32.
+    let half = halves(out, "the attention's output")?;
+    let pairs = [out.offset, out.nb[1], out.nb[2]].iter().all(|b| b.is_multiple_of(4)) && out.ne[0].is_multiple_of(2);
+    if half == 1 && !(matches!(kernel, KernelId::FlashAttnCm(..)) && pairs) {
+        return Err(VkError::Invalid(format!("{} does not write these f16 values", kernel.name())));
+    }
+    push.push(half);
     let mut scratch = Scratch::default();
     if let Grid::Split { splits } = grid {
         if !out.ne[0].is_multiple_of(4) {
@@ -300,7 +308,6 @@ fn push_words(
     max_head_dim: usize,
 ) -> Result<Vec<u32>> {
     expect_f32(q, "q")?;
-    expect_f32(out, "the output")?;
     if v.dtype != k.dtype {
         return Err(VkError::Invalid(format!("flash_attn: k is {}, v {}", k.dtype, v.dtype)));
     }
@@ -361,7 +368,7 @@ fn push_words(
 mod tests {
     use super::*;
 
-    const F32: KvValues = KvValues::F32;
+    const F32: Values = Values::F32;
 
     #[test]
     fn every_tile_fits_32_kib_and_its_threads() {
@@ -482,7 +489,7 @@ mod tests {
         // A kernel reads the values it was built for: an f16 cache takes the f16 pipeline.
         let kv16 = Operand::contiguous(DType::F16, kv.ne, 0);
         assert!(launch(tiled(AttnTile::D128), &[q, kv16, kv16], (0.1, 100), &q, None).is_err(), "f32 kernel");
-        let half = KernelId::FlashAttnTiled(AttnTile::D128, KvValues::F16);
+        let half = KernelId::FlashAttnTiled(AttnTile::D128, Values::F16);
         assert!(launch(half, &[q, kv16, kv16], (0.1, 100), &q, None).is_ok());
         assert!(launch(half, &[q, kv, kv], (0.1, 100), &q, None).is_err(), "f16 kernel");
         assert_eq!(half.name(), "flash_attn_tiled_d128_f16");

@@ -9,7 +9,9 @@
 //! build, `mul_mat_cm_narrow` ([`Variants`]).
 
 use super::coop::{CoopMat, Tiles};
-use super::{dyn_words, expect_f32, floats, probe, word, Dyn, Grid, KernelId, Launch, Operand, Scratch, WType};
+use super::{
+    dyn_words, expect_f32, floats, probe, values, word, Dyn, Grid, KernelId, Launch, Operand, Scratch, Values, WType,
+};
 use crate::backend::vulkan::error::{Result, VkError};
 use crate::backend::vulkan::info::CoopShape;
 use crate::backend::vulkan::info::DeviceInfo;
@@ -100,6 +102,12 @@ impl MatKind {
         }
     }
 
+    /// Whether it reads x in f16 values too (activations kept in halves): the matrix-unit
+    /// kinds that stage x as f16 anyway (mul_mat_cm.comp's X_F16), so that halves lose nothing.
+    pub fn takes_halves(self) -> bool {
+        matches!(self, MatKind::Coop(_) | MatKind::CoopLarge(_) | MatKind::CoopNarrow { .. })
+    }
+
     /// The subgroup size a variant is built around, where it is one.
     pub fn subgroup(self) -> Option<u32> {
         match self {
@@ -177,6 +185,12 @@ pub struct Variants {
     /// against 278.7 tok/s, tg128 370.6 against 383.7) though a prefill gained (pp512 19,900
     /// against 19,539).
     pub kv_f16: bool,
+    /// Whether activations that only matrix-unit products read are kept in halves
+    /// (`VulkanRegistry::keeps_halves`): where products are f16 (`coopmat`, not `exact`), unless
+    /// HRX_VK_F32_ACTIVATIONS=1. The products round x to f16 as they stage it anyway, so the
+    /// results are the same; x's loads halve (H100, 2B shapes at 512 columns: 2048 -> 6144 in
+    /// 102 us against 158).
+    pub half_activations: bool,
     /// Whether decode products take `mul_mat_vec_wide` (where the subgroup kernel runs, with
     /// subgroups of at most 64 lanes) rather than `mul_mat_vec_sg` (HRX_VK_MATVEC=sg).
     pub wide_matvec: bool,
@@ -203,6 +217,7 @@ impl Variants {
         coopmat: None,
         exact: false,
         kv_f16: false,
+        half_activations: false,
         narrow: true,
         wide_matvec: false,
         fuse: true,
@@ -256,6 +271,7 @@ impl Variants {
             coopmat,
             exact,
             kv_f16: kv_f16 && !exact,
+            half_activations: coopmat.is_some() && !exact && !switch("HRX_VK_F32_ACTIVATIONS"),
             narrow: !switch("HRX_VK_NO_NARROW"),
             coop_attention: coopmat.filter(|_| !exact && shuffle),
             wide_matvec: wide && subgroup_matvec.is_some_and(|s| s <= WIDE_MAX_SUBGROUP),
@@ -478,14 +494,28 @@ pub fn launch(
 ) -> Result<Launch> {
     let wt = WType::from_dtype(w.dtype)
         .ok_or_else(|| VkError::Invalid(format!("no matrix kernel for {} weights", w.dtype)))?;
-    expect_f32(x, "x")?;
+    let xv = Values::of(x, "x")?;
+    let kernel = KernelId::MatMul(kind, wt, xv);
+    // Halves as whole 16-byte words of a column (two loads of a 16-value chunk).
+    let words = |b: usize| b.is_multiple_of(16);
+    if xv == Values::F16
+        && !(kind.takes_halves() && prologue.is_none() && words(x.offset) && x.nb[1..].iter().all(|&b| words(b)))
+    {
+        return Err(VkError::Invalid(format!(
+            "{} reads no f16 x {:?}/{:?} at {}",
+            kernel.name(),
+            x.ne,
+            x.nb,
+            x.offset
+        )));
+    }
     expect_f32(out, "the output")?;
     let (k, n) = (w.ne[0], w.ne[1]);
     let shape_ok = x.ne[0] == k && w.ne[2] == 1 && w.ne[3] == 1 && out.ne == [n, x.ne[1], x.ne[2], x.ne[3]];
     if !shape_ok || k % w.dtype.block_len() != 0 {
         return Err(VkError::Invalid(format!("mul_mat: w {:?} x {:?} -> {:?}", w.ne, x.ne, out.ne)));
     }
-    if w.nb[0] != w.dtype.block_bytes() || x.nb[0] != 4 || out.nb[0] != 4 {
+    if w.nb[0] != w.dtype.block_bytes() || x.nb[0] != x.dtype.block_bytes() || out.nb[0] != 4 {
         return Err(VkError::Invalid("mul_mat: rows of w, x and the output must be contiguous".into()));
     }
     if wt == WType::F32 && (!w.offset.is_multiple_of(4) || !w.nb[1].is_multiple_of(4)) {
@@ -496,9 +526,9 @@ pub fn launch(
         push.push(word(v, "mul_mat: size")?);
     }
     push.extend(dyn_words(dynamic)?);
-    push.push(floats(x.offset, "x offset")?);
+    push.push(values(x, x.offset, "x offset")?);
     for i in 1..4 {
-        push.push(floats(x.nb[i], "x stride")?);
+        push.push(values(x, x.nb[i], "x stride")?);
     }
     push.push(floats(out.offset, "output offset")?);
     for i in 1..4 {
@@ -542,10 +572,7 @@ pub fn launch(
     match prologue {
         None => push.extend([0, 0, 0]),
         Some(_) if !matches!(kind, MatKind::VecWide { cols, .. } if cols == 1 || n <= FOLD_MAX_ROWS) => {
-            return Err(VkError::Invalid(format!(
-                "{} folds no producer into {n} rows",
-                KernelId::MatMul(kind, wt).name()
-            )));
+            return Err(VkError::Invalid(format!("{} folds no producer into {n} rows", kernel.name())));
         }
         Some(Prologue::RmsNorm { weight, eps }) => {
             expect_f32(&weight, "the norm weight")?;
@@ -603,7 +630,7 @@ pub fn launch(
         }
         MatKind::Tiled => Grid::Mat { rows: 64, cols: 64 },
         MatKind::Coop(cm) | MatKind::CoopLarge(cm) | MatKind::CoopNarrow { cm, .. } => {
-            let name = KernelId::MatMul(kind, wt).name();
+            let name = kernel.name();
             let tiles = kind.coop_tiles().map_or_else(|| Tiles::fast(cm), |(_, tiles)| tiles);
             if !k.is_multiple_of(tiles.bk as usize) {
                 return Err(VkError::Invalid(format!("{name}: K {k} is not whole slices of {}", tiles.bk)));
@@ -623,14 +650,7 @@ pub fn launch(
         MatKind::CoopExact(cm) => coop_grid(cm, Tiles::exact())?,
         MatKind::Rows => Grid::Mat { rows: 64, cols: 1 },
     };
-    Ok(Launch {
-        kernel: KernelId::MatMul(kind, wt),
-        push,
-        grid,
-        grid_input: None,
-        slots: Vec::new(),
-        scratch: Scratch::default(),
-    })
+    Ok(Launch { kernel, push, grid, grid_input: None, slots: Vec::new(), scratch: Scratch::default() })
 }
 
 /// The alignment of rows of w that `mul_mat_cm` reads in 16-value chunks (shaders/wtype.glsl's

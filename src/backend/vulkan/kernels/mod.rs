@@ -62,23 +62,26 @@ pub enum UnaryOp {
     GeluErf = 2,
 }
 
-/// The values an attention kernel reads from K and V, the KV cache's (`Registry::cache_dtype`):
-/// its specialization constant KV_F16 (shaders/attn_kv.glsl), so that a pipeline reads one kind
-/// with no branch among its loads.
+/// The values an operand holds where a kernel takes either kind: K and V of an attention kernel
+/// (the KV cache's, `Registry::cache_dtype`: its specialization constant KV_F16,
+/// shaders/attn_kv.glsl), x of a matrix-unit product (activations kept in halves,
+/// `Registry::keeps_halves`: X_F16, shaders/mul_mat_cm_tiles.glsl), so that a pipeline reads one
+/// kind with no branch among its loads; the output of a kernel that writes halves in pairs (a
+/// push constant: its stores are few).
 #[derive(Clone, Copy, Debug, PartialEq, Eq, Hash)]
-pub enum KvValues {
+pub enum Values {
     F32 = 0,
     F16 = 1,
 }
 
-impl KvValues {
-    pub const ALL: [KvValues; 2] = [KvValues::F32, KvValues::F16];
+impl Values {
+    pub const ALL: [Values; 2] = [Values::F32, Values::F16];
 
     /// Those `o` holds (`what` names it in the refusal).
-    pub fn of(o: &Operand, what: &str) -> Result<KvValues> {
+    pub fn of(o: &Operand, what: &str) -> Result<Values> {
         match o.dtype {
-            DType::F32 => Ok(KvValues::F32),
-            DType::F16 => Ok(KvValues::F16),
+            DType::F32 => Ok(Values::F32),
+            DType::F16 => Ok(Values::F16),
             other => Err(VkError::Invalid(format!("{what} is {other}, the kernel takes f32 or f16 values"))),
         }
     }
@@ -86,8 +89,8 @@ impl KvValues {
     /// The suffix of the kernel's name: none for f32 values.
     fn suffix(self) -> &'static str {
         match self {
-            KvValues::F32 => "",
-            KvValues::F16 => "_f16",
+            Values::F32 => "",
+            Values::F16 => "_f16",
         }
     }
 }
@@ -95,7 +98,8 @@ impl KvValues {
 /// A kernel: one pipeline.
 #[derive(Clone, Copy, Debug, PartialEq, Eq, Hash)]
 pub enum KernelId {
-    MatMul(MatKind, WType),
+    /// A product of weights of this type; x of these values (f16: `MatKind::takes_halves`).
+    MatMul(MatKind, WType, Values),
     Binary(BinaryOp),
     RmsNorm,
     LayerNorm,
@@ -108,14 +112,14 @@ pub enum KernelId {
     RmsNormRope,
     /// Attention for a few queries: a workgroup per (head, query). Each attention kernel reads
     /// K and V of one kind of values.
-    FlashAttn(KvValues),
+    FlashAttn(Values),
     /// Attention for many queries: a workgroup per (head, tile of queries).
-    FlashAttnTiled(AttnTile, KvValues),
+    FlashAttnTiled(AttnTile, Values),
     /// As `FlashAttnTiled`, on the matrix units.
-    FlashAttnCm(AttnCoop, KvValues),
+    FlashAttnCm(AttnCoop, Values),
     /// Attention for a few queries over long contexts: the kv rows of each (head, query) split
     /// over many workgroups, combined by the last to finish.
-    FlashAttnSplit(SplitWidth, KvValues),
+    FlashAttnSplit(SplitWidth, Values),
     /// The index of each row's largest value.
     Argmax,
     /// 16-byte words from input 1 to the output: the copy bandwidth `hrx bench --kernels`
@@ -129,7 +133,10 @@ impl KernelId {
     pub fn all() -> Vec<KernelId> {
         let mut all = Vec::new();
         for w in WType::ALL {
-            all.extend(MatKind::all().into_iter().map(|kind| KernelId::MatMul(kind, w)));
+            for kind in MatKind::all() {
+                let xs = if kind.takes_halves() { &Values::ALL[..] } else { &[Values::F32][..] };
+                all.extend(xs.iter().map(|&x| KernelId::MatMul(kind, w, x)));
+            }
             all.extend([KernelId::GetRows(w, false), KernelId::GetRows(w, true)]);
         }
         all.extend([BinaryOp::Add, BinaryOp::Mul, BinaryOp::SwiGlu].map(KernelId::Binary));
@@ -143,7 +150,7 @@ impl KernelId {
             KernelId::Argmax,
             KernelId::Copy,
         ]);
-        for kv in KvValues::ALL {
+        for kv in Values::ALL {
             all.push(KernelId::FlashAttn(kv));
             all.extend([SplitWidth::Wide, SplitWidth::Narrow].map(|w| KernelId::FlashAttnSplit(w, kv)));
             all.extend(AttnTile::ALL.map(|tile| KernelId::FlashAttnTiled(tile, kv)));
@@ -160,8 +167,8 @@ impl KernelId {
     pub fn from_plan(kernel: &crate::hrx::Kernel) -> Option<KernelId> {
         let id = KernelId::all().into_iter().find(|k| k.name() == kernel.name)?;
         match (id, kernel.subgroup, kernel.shape) {
-            (KernelId::MatMul(kind, w), subgroup, shape) => {
-                Some(KernelId::MatMul(kind.with_variant(subgroup, shape)?, w))
+            (KernelId::MatMul(kind, w, x), subgroup, shape) => {
+                Some(KernelId::MatMul(kind.with_variant(subgroup, shape)?, w, x))
             }
             (KernelId::FlashAttnCm(tile, kv), Some(subgroup), Some([m, n, k])) => {
                 let cm = CoopMat { subgroup, shape: crate::backend::vulkan::info::CoopShape { m, n, k } };
@@ -175,14 +182,14 @@ impl KernelId {
     /// The subgroup size the kernel is built around, where it is one.
     pub fn subgroup(self) -> Option<u32> {
         match self {
-            KernelId::MatMul(kind, _) => kind.subgroup(),
+            KernelId::MatMul(kind, ..) => kind.subgroup(),
             KernelId::FlashAttnCm(tile, _) => Some(tile.cm.subgroup),
             _ => None,
         }
     }
 
     /// The values K and V hold, for an attention kernel.
-    pub fn kv(self) -> Option<KvValues> {
+    pub fn kv(self) -> Option<Values> {
         match self {
             KernelId::FlashAttn(kv)
             | KernelId::FlashAttnTiled(_, kv)
@@ -193,7 +200,7 @@ impl KernelId {
     }
 
     /// This attention kernel reading `kv` values; any other kernel as it is.
-    pub fn with_kv(self, kv: KvValues) -> KernelId {
+    pub fn with_kv(self, kv: Values) -> KernelId {
         match self {
             KernelId::FlashAttn(_) => KernelId::FlashAttn(kv),
             KernelId::FlashAttnTiled(tile, _) => KernelId::FlashAttnTiled(tile, kv),
@@ -206,7 +213,7 @@ impl KernelId {
     /// The matrix-unit shape (M, N, K) the kernel is built around, where it is one.
     pub fn shape(self) -> Option<[u32; 3]> {
         match self {
-            KernelId::MatMul(kind, _) => kind.shape(),
+            KernelId::MatMul(kind, ..) => kind.shape(),
             KernelId::FlashAttnCm(tile, _) => Some([tile.cm.shape.m, tile.cm.shape.n, tile.cm.shape.k]),
             _ => None,
         }
@@ -215,17 +222,17 @@ impl KernelId {
     /// Its family in the kernel table (shaders/modules.txt).
     fn family(self) -> &'static str {
         match self {
-            KernelId::MatMul(MatKind::Vec, _) => "mul_mat_vec",
-            KernelId::MatMul(MatKind::VecSg { .. }, _) => "mul_mat_vec_sg",
-            KernelId::MatMul(MatKind::VecWide { rows: 2, .. }, _) => "mul_mat_vec_wide",
-            KernelId::MatMul(MatKind::VecWide { rows: 4, .. }, _) => "mul_mat_vec_wide4",
-            KernelId::MatMul(MatKind::VecWide { .. }, _) => "mul_mat_vec_wide8",
-            KernelId::MatMul(MatKind::Tiled, _) => "mul_mat",
-            KernelId::MatMul(MatKind::Coop(_) | MatKind::CoopLarge(_), _) => "mul_mat_cm",
-            KernelId::MatMul(MatKind::CoopNarrow { blocks: 1, .. }, _) => "mul_mat_cm_narrow",
-            KernelId::MatMul(MatKind::CoopNarrow { .. }, _) => "mul_mat_cm_narrow2",
-            KernelId::MatMul(MatKind::CoopExact(_), _) => "mul_mat_cm_exact",
-            KernelId::MatMul(MatKind::Rows, _) => "mul_mat_rows",
+            KernelId::MatMul(MatKind::Vec, ..) => "mul_mat_vec",
+            KernelId::MatMul(MatKind::VecSg { .. }, ..) => "mul_mat_vec_sg",
+            KernelId::MatMul(MatKind::VecWide { rows: 2, .. }, ..) => "mul_mat_vec_wide",
+            KernelId::MatMul(MatKind::VecWide { rows: 4, .. }, ..) => "mul_mat_vec_wide4",
+            KernelId::MatMul(MatKind::VecWide { .. }, ..) => "mul_mat_vec_wide8",
+            KernelId::MatMul(MatKind::Tiled, ..) => "mul_mat",
+            KernelId::MatMul(MatKind::Coop(_) | MatKind::CoopLarge(_), ..) => "mul_mat_cm",
+            KernelId::MatMul(MatKind::CoopNarrow { blocks: 1, .. }, ..) => "mul_mat_cm_narrow",
+            KernelId::MatMul(MatKind::CoopNarrow { .. }, ..) => "mul_mat_cm_narrow2",
+            KernelId::MatMul(MatKind::CoopExact(_), ..) => "mul_mat_cm_exact",
+            KernelId::MatMul(MatKind::Rows, ..) => "mul_mat_rows",
             KernelId::Binary(_) => "binary",
             KernelId::RmsNorm => "rms_norm",
             KernelId::LayerNorm => "layer_norm",
@@ -246,7 +253,7 @@ impl KernelId {
 
     fn wtype(self) -> Option<WType> {
         match self {
-            KernelId::MatMul(_, w) | KernelId::GetRows(w, _) => Some(w),
+            KernelId::MatMul(_, w, _) | KernelId::GetRows(w, _) => Some(w),
             _ => None,
         }
     }
@@ -261,12 +268,14 @@ impl KernelId {
 
     /// The name plans, logs and profiles show: the module's, or for modules that run several
     /// ops through a specialization constant, the op's (`add`, `gelu_erf`,
-    /// `get_rows_weighted_q4_k`); an attention kernel's over f16 values ends in `_f16`.
+    /// `get_rows_weighted_q4_k`); an attention kernel's over f16 values ends in `_f16`, a
+    /// product's of x in f16 values in `_x_f16`.
     pub fn name(self) -> String {
         let name = self.base_name();
-        match self.kv() {
-            Some(kv) => name + kv.suffix(),
-            None => name,
+        match (self, self.kv()) {
+            (_, Some(kv)) => name + kv.suffix(),
+            (KernelId::MatMul(.., Values::F16), None) => name + "_x_f16",
+            _ => name,
         }
     }
 
@@ -281,8 +290,8 @@ impl KernelId {
             KernelId::GetRows(w, true) => format!("get_rows_weighted_{}", w.suffix()),
             KernelId::FlashAttnTiled(tile, _) => format!("flash_attn_tiled_{}", tile.suffix()),
             KernelId::FlashAttnCm(tile, _) => format!("flash_attn_cm_{}", tile.class.suffix()),
-            KernelId::MatMul(MatKind::VecWide { cols, .. }, _) if cols > 1 => format!("{}_x{cols}", self.module()),
-            KernelId::MatMul(MatKind::CoopLarge(_), w) => format!("mul_mat_cm_large_{}", w.suffix()),
+            KernelId::MatMul(MatKind::VecWide { cols, .. }, ..) if cols > 1 => format!("{}_x{cols}", self.module()),
+            KernelId::MatMul(MatKind::CoopLarge(_), w, _) => format!("mul_mat_cm_large_{}", w.suffix()),
             other => other.module(),
         }
     }
@@ -310,9 +319,11 @@ impl KernelId {
             KernelId::Binary(op) => vec![op as u32],
             KernelId::Unary(op) => vec![op as u32],
             KernelId::GetRows(_, weighted) => vec![u32::from(weighted)],
-            KernelId::MatMul(MatKind::VecWide { cols, .. }, _) => vec![cols],
-            // The workgroup (four subgroups), the matrix-unit shape and the tiles.
-            KernelId::MatMul(kind, _) => kind.coop_tiles().map_or_else(Vec::new, |(cm, tiles)| tiles.constants(cm)),
+            KernelId::MatMul(MatKind::VecWide { cols, .. }, ..) => vec![cols],
+            // The workgroup (four subgroups), the matrix-unit shape and the tiles, then X_F16.
+            KernelId::MatMul(kind, _, x) => {
+                kind.coop_tiles().map_or_else(Vec::new, |(cm, tiles)| [tiles.constants(cm), vec![x as u32]].concat())
+            }
             // The tile's, then KV_F16.
             KernelId::FlashAttnTiled(tile, kv) => [tile.constants(), vec![kv as u32]].concat(),
             KernelId::FlashAttnCm(tile, kv) => [tile.constants(), vec![kv as u32]].concat(),
@@ -325,7 +336,7 @@ impl KernelId {
     /// of subgroups per workgroup.
     fn subgroup_size(self) -> Option<u32> {
         match self {
-            KernelId::MatMul(kind, _) => kind.coop().map(|cm| cm.subgroup),
+            KernelId::MatMul(kind, ..) => kind.coop().map(|cm| cm.subgroup),
             KernelId::FlashAttnCm(tile, _) => Some(tile.cm.subgroup),
             _ => None,
         }
@@ -541,11 +552,11 @@ fn shape_words(out: &Operand, dynamic: Option<Dyn>, capacity: usize) -> Result<V
     Ok(push)
 }
 
-/// The byte strides of an f32 operand as words of floats.
+/// The byte strides of an f32 or f16 operand as words of its values.
 fn stride_words(o: &Operand, what: &str) -> Result<[u32; MAX_DIMS]> {
     let mut words = [0; MAX_DIMS];
     for (w, &nb) in words.iter_mut().zip(&o.nb) {
-        *w = floats(nb, what)?;
+        *w = values(o, nb, what)?;
     }
     Ok(words)
 }
@@ -563,10 +574,25 @@ fn floats(bytes: usize, what: &str) -> Result<u32> {
     word(bytes / 4, what)
 }
 
-/// How a kernel that writes rows of a cache (`Registry::cache_dtype`) takes `o`, its push
-/// constant: 0 as f32 values, 1 as f16 ones (its offsets and strides then count halves).
-fn cache_f16(o: &Operand, what: &str) -> Result<u32> {
-    Ok(KvValues::of(o, what)? as u32)
+/// How a kernel that writes f32 or f16 values (a cache's rows, `Registry::cache_dtype`, or
+/// activations kept in halves) takes its output `o`, its push constant: 0 as f32 values, 1 as
+/// f16 ones (its offsets and strides then count halves).
+fn halves(o: &Operand, what: &str) -> Result<u32> {
+    Ok(Values::of(o, what)? as u32)
+}
+
+/// The output `o` of a kernel that writes it as f32 values or, in pairs, as halves: its push
+/// words (offset, strides: values) and the halves flag. Halves go out as whole aligned pairs
+/// along contiguous rows.
+fn out_words(o: &Operand, kernel: &str) -> Result<(u32, [u32; MAX_DIMS], u32)> {
+    let half = halves(o, &format!("{kernel}'s output"))?;
+    let words = stride_words(o, "output stride")?;
+    let offset = values(o, o.offset, "output offset")?;
+    let pairs = o.ne[0].is_multiple_of(2) && offset.is_multiple_of(2) && words[1..].iter().all(|w| w.is_multiple_of(2));
+    if half == 1 && (words[0] != 1 || !pairs) {
+        return Err(VkError::Invalid(format!("{kernel}: halves are written in pairs along contiguous rows")));
+    }
+    Ok((offset, words, half))
 }
 
 /// A byte offset or stride of an f32 or f16 operand `o` in its values.
@@ -617,7 +643,8 @@ pub fn select(ops: Ops, ins: &[Operand], out: &Operand, dynamic: Option<Dyn>, va
             let wt = WType::from_dtype(w.dtype)
                 .ok_or_else(|| VkError::Invalid(format!("no matrix kernel for {} weights", w.dtype)))?;
             let kinds = variants.mat_kinds(wt, w.ne[0], w.ne[1], out.ne[1] * out.ne[2] * out.ne[3]);
-            kinds.into_iter().map(|kind| KernelId::MatMul(kind, wt)).collect()
+            let x = ins.get(1).map_or(Ok(Values::F32), |x| Values::of(x, "x"))?;
+            kinds.into_iter().map(|kind| KernelId::MatMul(kind, wt, x)).collect()
         }
         (Op::Rope { .. }, _) if matches!(ops.folded, Some(Op::RmsNorm { .. })) => vec![KernelId::RmsNormRope],
         _ if ops.folded.is_some() || ops.fused.is_some() => {
@@ -627,7 +654,7 @@ pub fn select(ops: Ops, ins: &[Operand], out: &Operand, dynamic: Option<Dyn>, va
             let k = ins.get(1).ok_or_else(|| VkError::Invalid("attention needs k".into()))?;
             let split = variants.subgroup_matvec.filter(|&s| s >= SPLIT_MIN_SUBGROUP);
             let (shared, coop) = (variants.shared_memory, variants.coop_attention());
-            let kv = KvValues::of(k, "k")?;
+            let kv = Values::of(k, "k")?;
             // The one-query kernel takes what the chosen one refuses (k and v off vec4s).
             let chosen = attn::choose(out, (k.ne[2], *segment), kv, shared, split, coop);
             let mut kernels = vec![chosen, KernelId::FlashAttn(kv)];
@@ -652,7 +679,7 @@ pub fn select(ops: Ops, ins: &[Operand], out: &Operand, dynamic: Option<Dyn>, va
 pub fn launch(kernel: KernelId, ops: Ops, ins: &[Operand], out: &Operand, dynamic: Option<Dyn>) -> Result<Launch> {
     let arg = |i: usize| ins.get(i).ok_or_else(|| VkError::Invalid(format!("{} needs input {i}", kernel.name())));
     let launch = match (kernel, ops.node, ops.folded, ops.fused) {
-        (KernelId::MatMul(kind, _), Op::MatMul, folded, fused) => {
+        (KernelId::MatMul(kind, ..), Op::MatMul, folded, fused) => {
             // w, x (or the folded producer's first input), the fused ADD's residual, the folded
             // producer's second input: bindings 1, 2, 3, 4.
             let residual = match fused {
@@ -710,7 +737,7 @@ fn op_launch(op: &Op, ins: &[Operand], out: &Operand, dynamic: Option<Dyn>) -> R
         Op::SetRows => rows::set_rows(arg(0)?, arg(1)?, arg(2)?, out),
         Op::Rope { kind, theta, n_dims } => rope::launch(kind, *theta, *n_dims, arg(0)?, arg(1)?, out, dynamic),
         Op::Attention { scale, segment } => {
-            let kernel = KernelId::FlashAttn(KvValues::of(arg(1)?, "k")?);
+            let kernel = KernelId::FlashAttn(Values::of(arg(1)?, "k")?);
             attn::launch(kernel, ins, (*scale, *segment), out, dynamic)
         }
         Op::Argmax => argmax::launch(arg(0)?, out, dynamic),
@@ -742,7 +769,7 @@ fn launch_norm_rope(
         Some(Op::SetRows) => {
             let ids = arg(2)?;
             let width = x.ne[0] * x.ne[1];
-            let half = cache_f16(out, "rms_norm_rope's destination")?;
+            let half = halves(out, "rms_norm_rope's destination")?;
             let size = out.dtype.block_bytes();
             // Halves go out in pairs: whole, aligned pairs of rotated halves, tails and rows.
             let pairs = half == 0 || [x.ne[0], out.offset / size, out.nb[1] / size].iter().all(|v| v.is_multiple_of(2));
@@ -804,9 +831,9 @@ mod tests {
         for &id in &all {
             assert!(shaders::spirv(&id.module()).is_some(), "{id:?}: no module {}", id.module());
             let id = match id {
-                KernelId::MatMul(kind, w) => {
+                KernelId::MatMul(kind, w, x) => {
                     let shape = kind.shape().map(|_| [16, 16, 16]);
-                    KernelId::MatMul(kind.with_variant(kind.subgroup().map(|_| 32), shape).unwrap(), w)
+                    KernelId::MatMul(kind.with_variant(kind.subgroup().map(|_| 32), shape).unwrap(), w, x)
                 }
                 other => other,
             };
@@ -821,7 +848,7 @@ mod tests {
     /// within lavapipe's 32 KiB, on which every one of them runs in CI).
     fn variant_shared_bytes(k: KernelId) -> u32 {
         match k {
-            KernelId::MatMul(kind, _) => kind.coop_tiles().map_or(0, |(cm, tiles)| tiles.shared_bytes(cm.shape)),
+            KernelId::MatMul(kind, ..) => kind.coop_tiles().map_or(0, |(cm, tiles)| tiles.shared_bytes(cm.shape)),
             KernelId::FlashAttnTiled(tile, _) => tile.shared_bytes(),
             KernelId::FlashAttnCm(tile, _) => tile.shared_bytes(),
             _ => 0,
@@ -850,7 +877,7 @@ mod tests {
             let fits = |k: KernelId| {
                 let sized = match k {
                     // Built around the default size, which they run at without requiring it.
-                    KernelId::MatMul(MatKind::VecSg { subgroup } | MatKind::VecWide { subgroup, .. }, _) => {
+                    KernelId::MatMul(MatKind::VecSg { subgroup } | MatKind::VecWide { subgroup, .. }, ..) => {
                         subgroup == info.subgroup_size
                     }
                     _ => k.subgroup_size().is_none_or(|s| (min..=max).contains(&s)),
@@ -869,17 +896,17 @@ mod tests {
             };
             for shape in text {
                 for wt in [DType::Q4K, DType::Q6K] {
-                    assert!(matches!(product(wt, shape, 1), KernelId::MatMul(MatKind::VecWide { .. }, _)));
+                    assert!(matches!(product(wt, shape, 1), KernelId::MatMul(MatKind::VecWide { .. }, ..)));
                     let many = product(wt, shape, 512);
-                    assert!(matches!(many, KernelId::MatMul(MatKind::Coop(_) | MatKind::CoopLarge(_), _)));
+                    assert!(matches!(many, KernelId::MatMul(MatKind::Coop(_) | MatKind::CoopLarge(_), ..)));
                     // The 6,144-row products on the large tiles (192 workgroups of them).
-                    let large = matches!(many, KernelId::MatMul(MatKind::CoopLarge(_), _));
+                    let large = matches!(many, KernelId::MatMul(MatKind::CoopLarge(_), ..));
                     assert_eq!(large, shape.1 >= 6144, "{shape:?}");
                 }
             }
             for shape in vision {
                 let many = product(DType::F16, shape, patches);
-                assert!(matches!(many, KernelId::MatMul(MatKind::Coop(_) | MatKind::CoopLarge(_), _)));
+                assert!(matches!(many, KernelId::MatMul(MatKind::Coop(_) | MatKind::CoopLarge(_), ..)));
             }
             let attention = |d: usize, heads: usize, kv_heads: usize, queries: usize, kv_rows: usize| {
                 let q = Operand::contiguous(DType::F32, [d, heads, queries, 1], 0);
@@ -914,27 +941,31 @@ mod tests {
             MatKind::Rows,
         ];
         for kind in kinds {
-            let id = KernelId::MatMul(kind, WType::Q4K);
+            let id = KernelId::MatMul(kind, WType::Q4K, Values::F32);
             assert_eq!(KernelId::from_plan(&planned(id)), Some(id), "{kind:?}");
         }
         assert_eq!(KernelId::from_plan(&planned(KernelId::RmsNormRope)), Some(KernelId::RmsNormRope));
         // The two cooperative-matrix kernels are told apart by name, and their pipelines by
         // the specialization constants the variant gives.
-        let (fast, exact) =
-            (KernelId::MatMul(MatKind::Coop(cm), WType::F16), KernelId::MatMul(MatKind::CoopExact(cm), WType::F16));
+        let (fast, exact) = (
+            KernelId::MatMul(MatKind::Coop(cm), WType::F16, Values::F32),
+            KernelId::MatMul(MatKind::CoopExact(cm), WType::F16, Values::F32),
+        );
         assert_eq!((fast.name(), exact.name()), ("mul_mat_cm_f16".to_owned(), "mul_mat_cm_exact_f16".to_owned()));
-        assert_eq!(fast.constants(), vec![32, 8, 8, 8, 16, 16, 64, 2, 0]);
-        assert_eq!(exact.constants(), vec![32, 8, 8, 8, 32, 32, 32, 1, 0]);
+        assert_eq!(fast.constants(), vec![32, 8, 8, 8, 16, 16, 64, 2, 0, 0]);
+        assert_eq!(exact.constants(), vec![32, 8, 8, 8, 32, 32, 32, 1, 0, 0]);
         let big = KernelId::MatMul(
             MatKind::Coop(CoopMat { subgroup: 32, shape: CoopShape { m: 16, n: 16, k: 16 } }),
             WType::F16,
+            Values::F16,
         );
-        assert_eq!((big.constants(), big.subgroup_size()), (vec![128, 16, 16, 16, 32, 32, 64, 2, 0], Some(32)));
+        assert_eq!((big.constants(), big.subgroup_size()), (vec![128, 16, 16, 16, 32, 32, 64, 2, 0, 1], Some(32)));
+        assert_eq!(big.name(), "mul_mat_cm_f16_x_f16");
         // A variant without what it is built around does not exist.
         let mut no_shape = planned(fast);
         no_shape.shape = None;
         assert_eq!(KernelId::from_plan(&no_shape), None);
-        let mut stray = planned(KernelId::MatMul(MatKind::Tiled, WType::Q4K));
+        let mut stray = planned(KernelId::MatMul(MatKind::Tiled, WType::Q4K, Values::F32));
         stray.shape = Some([16, 16, 16]);
         assert_eq!(KernelId::from_plan(&stray), None);
     }

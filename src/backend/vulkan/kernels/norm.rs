@@ -1,15 +1,17 @@
-//! RMS_NORM (`rms_norm.comp`) and LAYER_NORM (`layer_norm.comp`) along ne0 over strided f32 rows.
+//! RMS_NORM (`rms_norm.comp`) and LAYER_NORM (`layer_norm.comp`) along ne0 over strided f32 rows
+//! (RMS_NORM's output in f32 or f16 values).
 
-use super::{expect_f32, floats, shape_words, stride_words, Dyn, Grid, KernelId, Launch, Operand, Scratch};
+use super::{expect_f32, floats, out_words, shape_words, stride_words, Dyn, Grid, KernelId, Launch, Operand, Scratch};
 use crate::backend::vulkan::error::{Result, VkError};
 
 /// Words of `rms_norm.comp`'s push constants.
-pub const PUSH_WORDS: usize = 20;
+pub const PUSH_WORDS: usize = 21;
 
+/// The output f32, or f16 (activations kept in halves: `out_words`).
 pub fn launch(x: &Operand, weight: &Operand, eps: f32, out: &Operand, dynamic: Option<Dyn>) -> Result<Launch> {
     expect_f32(x, "x")?;
     expect_f32(weight, "the weight")?;
-    expect_f32(out, "the output")?;
+    let (d_off, d_nb, d_f16) = out_words(out, "rms_norm")?;
     if x.ne != out.ne || weight.ne[0] != x.ne[0] || weight.nb[0] != 4 {
         return Err(VkError::Invalid(format!("rms_norm: {:?} with weight {:?} -> {:?}", x.ne, weight.ne, out.ne)));
     }
@@ -18,11 +20,12 @@ pub fn launch(x: &Operand, weight: &Operand, eps: f32, out: &Operand, dynamic: O
     }
     let mut push = shape_words(out, dynamic, PUSH_WORDS)?;
     push.extend(stride_words(x, "x stride")?);
-    push.extend(stride_words(out, "output stride")?);
+    push.extend(d_nb);
     push.push(floats(x.offset, "x offset")?);
     push.push(floats(weight.offset, "weight offset")?);
-    push.push(floats(out.offset, "output offset")?);
+    push.push(d_off);
     push.push(eps.to_bits());
+    push.push(d_f16);
     Ok(Launch {
         kernel: KernelId::RmsNorm,
         push,

@@ -3,7 +3,7 @@
 //! KV cache, of f32 or f16 values).
 
 use super::{
-    cache_f16, dyn_words, expect_f32, floats, shape_words, values, word, Dyn, Grid, KernelId, Launch, Operand, Scratch,
+    dyn_words, expect_f32, floats, halves, shape_words, values, word, Dyn, Grid, KernelId, Launch, Operand, Scratch,
     WType,
 };
 use crate::backend::vulkan::error::{Result, VkError};
@@ -96,7 +96,7 @@ pub fn get_rows(
 /// Rows of `src` [width, rows] into rows `ids` of `out` (the destination storage).
 pub fn set_rows(dst: &Operand, src: &Operand, ids: &Operand, out: &Operand) -> Result<Launch> {
     expect_f32(src, "src")?;
-    let half = cache_f16(out, "set_rows' destination")?;
+    let half = halves(out, "set_rows' destination")?;
     expect_i32(ids, "ids")?;
     // Halves go out in pairs: contiguous rows of whole, aligned pairs.
     let size = out.dtype.block_bytes();
