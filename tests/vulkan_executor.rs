@@ -394,10 +394,10 @@ fn the_loader_builds_caches_for_the_backend_that_runs_them() {
         file.add_tensor(&format!("w_{}", wtype.name()), wtype, &[k as u64, n as u64], bytes).unwrap();
     }
     let file = Arc::new(GgufFile::from_bytes("cached.gguf", file.to_bytes()).unwrap());
-    // f32, or with HRX_VK_KV_F16=1 (scripts/test runs this test so too) f16.
+    // f16, or with HRX_VK_KV_F32=1 (scripts/test runs this test so too) or HRX_VK_EXACT=1 f32.
     let want = backend.registry().cache_dtype();
-    let f16 = std::env::var("HRX_VK_KV_F16").is_ok_and(|v| v == "1");
-    assert_eq!(want, if f16 { DType::F16 } else { DType::F32 }, "the registry's cache values");
+    let f32 = ["HRX_VK_KV_F32", "HRX_VK_EXACT"].iter().any(|v| std::env::var(v).is_ok_and(|v| v == "1"));
+    assert_eq!(want, if f32 { DType::F32 } else { DType::F16 }, "the registry's cache values");
     for (wtype, device, cache) in [(DType::Q4K, "vulkan", want), (DType::Q3K, "cpu", DType::F32)] {
         let (ran_on, _, graphs) = loader::load(|c| graph(wtype, c), &backend, &[Arc::clone(&file)]).unwrap();
         let built = graphs[0].externals.iter().find(|e| e.name == "cache").map(|e| e.dtype);

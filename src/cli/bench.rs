@@ -72,7 +72,7 @@ fn help() -> String {
                  one kernel's alone, and the speeds measured are lower. Kernel choices to compare:\n\
                  HRX_VK_NO_COOPMAT=1 (many-column products and attention in f32 tiles instead\n\
                  of on cooperative matrices with f16 operands), HRX_VK_EXACT=1 (cooperative-matrix\n\
-                 products with f32-exact split operands), HRX_VK_KV_F16=1 (a KV cache of f16 values),\n\
+                 products with f32-exact split operands), HRX_VK_KV_F32=1 (a KV cache of f32 values),\n\
                  HRX_VK_F32_ACTIVATIONS=1 (activations the matrix-unit products read kept in f32),\n\
                  HRX_VK_NO_SUBGROUP=1 (portable matrix-vector kernels),\n\
                  HRX_VK_MATVEC=sg (the one-subgroup-per-row matrix-vector kernel instead of the\n\

@@ -26,7 +26,7 @@ HRX_VK_EXACT=1 f32-exact ones (mul_mat_cm_exact, split operands, slower); whethe
 activations only those products read are kept in f16 (HRX_VK_F32_ACTIVATIONS=1 keeps f32);
 which heads the query-tiled attention kernel takes for many queries (those whose tile fits
 the shared memory; HRX_VK_NO_TILED_ATTN=1 keeps the one-query kernel everywhere); the
-KV cache's values (f32; HRX_VK_KV_F16=1 halves: half the memory, slower decode on NVIDIA);
+KV cache's values (f16, half the memory of f32; HRX_VK_KV_F32=1 or HRX_VK_EXACT=1: f32);
 shared memory, workgroup and push-constant limits; the optional features hrx may use
 (fp16 / int8 arithmetic and storage, subgroup size control, integer dot products,
 cooperative matrices); whether dispatches can be timed (HRX_VK_PROFILE=1: timestamps on
@@ -240,7 +240,10 @@ impl Report {
             };
             writeln!(out, "    attention       {attention}")?;
             let cache = VulkanRegistry::for_device(d).cache_dtype().name().to_lowercase();
-            writeln!(out, "    KV cache        {cache} values (f32 by default, f16 with HRX_VK_KV_F16=1)")?;
+            writeln!(
+                out,
+                "    KV cache        {cache} values (f16 by default, f32 with HRX_VK_KV_F32=1 or HRX_VK_EXACT=1)"
+            )?;
             writeln!(
                 out,
                 "    limits          shared memory {}, workgroup {} invocations, push constants {} B, storage buffer range {}",

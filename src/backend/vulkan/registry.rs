@@ -106,8 +106,8 @@ impl Registry for VulkanRegistry {
         usize::try_from(self.max_range.saturating_sub(self.align)).ok()
     }
 
-    /// f32, or halves with HRX_VK_KV_F16=1 (`Variants::kv_f16`): the cache-writing kernels
-    /// round rows to f16 and attention reads them back as such, half the bytes.
+    /// Halves (`Variants::kv_f16`: unless HRX_VK_KV_F32=1 or the exact mode): the cache-writing
+    /// kernels round rows to f16 and attention reads them back as such, half the bytes.
     fn cache_dtype(&self) -> DType {
         if self.variants.kv_f16 {
             DType::F16

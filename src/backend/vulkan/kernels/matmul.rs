@@ -179,11 +179,10 @@ pub struct Variants {
     /// (operands split into f16 halves, three products per block) and attention runs in f32
     /// tiles. For checking the fast defaults against, on the same device.
     pub exact: bool,
-    /// HRX_VK_KV_F16=1 (not with `exact`): the KV cache keeps f16 values
-    /// (`VulkanRegistry::cache_dtype`), half the bytes and memory of f32. Not the default: on
-    /// the H100 (2B shape, one call) decode read them slower (tg64 after 4,096 tokens 250.5
-    /// against 278.7 tok/s, tg128 370.6 against 383.7) though a prefill gained (pp512 19,900
-    /// against 19,539).
+    /// The KV cache keeps f16 values (`VulkanRegistry::cache_dtype`), half the bytes and memory
+    /// of f32, unless `exact` or HRX_VK_KV_F32=1. On the H100 (2B shape, one call each) decode
+    /// after 4,096 tokens 295.2 against 289.6 tok/s, pp512 26,057 against 25,136, pp2048 24,024
+    /// against 22,863 (attention reads half the bytes).
     pub kv_f16: bool,
     /// Whether activations that only matrix-unit products read are kept in halves
     /// (`VulkanRegistry::keeps_halves`): where products are f16 (`coopmat`, not `exact`), unless
@@ -258,19 +257,22 @@ impl Variants {
         };
         let coopmat = info.coopmat_matmul().filter(|_| !no_coopmat);
         let exact = switch("HRX_VK_EXACT");
-        let kv_f16 = switch("HRX_VK_KV_F16");
-        if kv_f16 && exact {
+        // The retired opt-in switch is named, not ignored: f16 values are now the default.
+        if std::env::var_os("HRX_VK_KV_F16").is_some() {
             static SAID: std::sync::Once = std::sync::Once::new();
             SAID.call_once(|| {
-                log::warn!("HRX_VK_KV_F16=1 with HRX_VK_EXACT=1: the exact mode keeps the KV cache in f32")
+                log::warn!(
+                    "HRX_VK_KV_F16 is no longer read: the KV cache keeps f16 values by default (HRX_VK_KV_F32=1 keeps f32)"
+                )
             });
         }
+        let kv_f32 = switch("HRX_VK_KV_F32");
         let shuffle = info.subgroup_in_compute && info.subgroup_ops.contains(&"shuffle");
         Variants {
             subgroup_matvec,
             coopmat,
             exact,
-            kv_f16: kv_f16 && !exact,
+            kv_f16: !kv_f32 && !exact,
             half_activations: coopmat.is_some() && !exact && !switch("HRX_VK_F32_ACTIVATIONS"),
             narrow: !switch("HRX_VK_NO_NARROW"),
             coop_attention: coopmat.filter(|_| !exact && shuffle),
