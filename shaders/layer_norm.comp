@@ -1,6 +1,8 @@
 #version 450
 // LayerNorm along ne0: d = (x - mean) / sqrt(var + eps) * w + b. One workgroup per row
 // (grid-stride over rows); the mean, then the variance around it, reduced in shared memory.
+// With p.d_f16 the output holds f16 values (activations kept in halves), written in pairs
+// along contiguous rows.
 
 #include "common.glsl"
 
@@ -11,18 +13,25 @@ layout(set = 0, binding = 1) readonly buffer X { float x[]; };
 layout(set = 0, binding = 2) readonly buffer Wt { float wt[]; };
 layout(set = 0, binding = 3) readonly buffer Bs { float bs[]; };
 layout(set = 0, binding = 5) writeonly buffer D { float d[]; };
+layout(set = 0, binding = 5) writeonly buffer DH { uint d_half2[]; };
 
 layout(push_constant) uniform Params {
     uvec4 ne;    // shape (maximal)
     uvec4 dyn;   // dynamic axis (common.glsl)
     uvec4 x_nb;  // strides in floats
-    uvec4 d_nb;
-    uint x_off;  // offsets in floats
+    uvec4 d_nb;  // in the output's values
+    uint x_off;  // offsets in floats (the output's: in its values)
     uint w_off;
     uint b_off;
     uint d_off;
     float eps;
+    uint d_f16;  // 1: the output holds f16 values (unit element stride, even offsets)
 } p;
+
+// Value k of the normalized row at xr.
+float normed(uint xr, uint k, float mean, float inv) {
+    return (x[xr + k * p.x_nb.x] - mean) * inv * wt[p.w_off + k] + bs[p.b_off + k];
+}
 
 shared float partial[WG];
 
@@ -59,8 +68,14 @@ void main() {
             ss += v * v;
         }
         float inv = 1.0 / sqrt(reduce_sum(ss, tid) / float(ne.x) + p.eps);
-        for (uint k = tid; k < ne.x; k += WG) {
-            d[dr + k * p.d_nb.x] = (x[xr + k * p.x_nb.x] - mean) * inv * wt[p.w_off + k] + bs[p.b_off + k];
+        if (p.d_f16 != 0u) {
+            for (uint k = 2u * tid; k < ne.x; k += 2u * WG) {
+                d_half2[(dr + k) >> 1u] = packHalf2x16(vec2(normed(xr, k, mean, inv), normed(xr, k + 1u, mean, inv)));
+            }
+        } else {
+            for (uint k = tid; k < ne.x; k += WG) {
+                d[dr + k * p.d_nb.x] = normed(xr, k, mean, inv);
+            }
         }
     }
 }

@@ -1890,13 +1890,13 @@ fn as_halves(o: Operand) -> Operand {
     Operand { dtype: DType::F16, offset: o.offset / 2, nb: o.nb.map(|b| b / 2), ..o }
 }
 
-/// Activations kept in halves (`Registry::keeps_halves`): the kernels that make them (RMS
-/// norm, SwiGLU, attention on the matrix units) write, in pairs, what they write as f32
+/// Activations kept in halves (`Registry::keeps_halves`): the kernels that make them (RMS and
+/// layer norms, SwiGLU, GELU, attention on the matrix units) write, in pairs, what they write as f32
 /// rounded to f16 (within one step of f16's grid: the conversion's rounding is the
 /// implementation's), and nothing past the output's rows; outputs that are no whole pairs
 /// along contiguous rows are refused, as are the kernels that write only f32.
 #[test]
-fn norm_swiglu_and_attention_write_halves() {
+fn norms_activations_and_attention_write_halves() {
     let Some(ks) = kernel_set() else { return };
     let dev = ks.device();
     let mut rng = Rng::new(41);
@@ -1930,6 +1930,17 @@ fn norm_swiglu_and_attention_write_halves() {
     let (xb, wb) = (upload(dev, &f32_bytes(&x.data), 0), upload(dev, &f32_bytes(&w.data), 0));
     let launch = |out: &Operand| vulkan_common::launch(&norm, &[x.operand(), w.operand()], out, None);
     check("rms_norm", &launch(&out32.operand()).unwrap(), &launch(&out16).unwrap(), &[&xb, &wb], ne);
+    // Layer norm (the bias a second row of the weight's).
+    let bias = Strided::new(&mut rng, [ne[0], 1, 1, 1], 0, 2);
+    let bb = upload(dev, &f32_bytes(&bias.data), 0);
+    let layer = Op::LayerNorm { eps: 1e-6 };
+    let launch = |out: &Operand| vulkan_common::launch(&layer, &[x.operand(), w.operand(), bias.operand()], out, None);
+    check("layer_norm", &launch(&out32.operand()).unwrap(), &launch(&out16).unwrap(), &[&xb, &wb, &bb], ne);
+    // GELU, both forms.
+    for op in [Op::Gelu(Gelu::Tanh), Op::Gelu(Gelu::Erf)] {
+        let launch = |out: &Operand| vulkan_common::launch(&op, &[x.operand()], out, None);
+        check(op.name(), &launch(&out32.operand()).unwrap(), &launch(&out16).unwrap(), &[&xb], ne);
+    }
     // SwiGLU (and ADD, one kernel).
     let (a, b) = (Strided::new(&mut rng, ne, 2, 3), Strided::new(&mut rng, ne, 1, 0));
     let (ab, bb) = (upload(dev, &f32_bytes(&a.data), 0), upload(dev, &f32_bytes(&b.data), 0));
@@ -1968,6 +1979,9 @@ fn norm_swiglu_and_attention_write_halves() {
         let a_op = Operand { ne: out.ne, ..a.operand() };
         let w_op = Operand { ne: [out.ne[0], 1, 1, 1], ..w.operand() };
         assert!(vulkan_common::launch(&norm, &[x_op, w_op], &out, None).is_err(), "rms_norm into {out:?}");
+        let layer_ins = [x_op, w_op, Operand { ne: w_op.ne, ..bias.operand() }];
+        assert!(vulkan_common::launch(&layer, &layer_ins, &out, None).is_err(), "layer_norm into {out:?}");
+        assert!(vulkan_common::launch(&Op::Gelu(Gelu::Erf), &[x_op], &out, None).is_err(), "gelu into {out:?}");
         assert!(vulkan_common::launch(&Op::SwiGlu, &[a_op, a_op], &out, None).is_err(), "swiglu into {out:?}");
     }
 }

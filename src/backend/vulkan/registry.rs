@@ -6,7 +6,7 @@
 
 use super::error::{Result, VkError};
 use super::info::DeviceInfo;
-use super::kernels::{self, BinaryOp, KernelId, MatKind, Operand, Ops, Values, Variants};
+use super::kernels::{self, BinaryOp, KernelId, MatKind, Operand, Ops, UnaryOp, Values, Variants};
 use crate::graph::{Graph, NodeId, Op};
 use crate::hrx::{Device, Fusion, Group, Kernel, Registry};
 use crate::quant::DType;
@@ -127,12 +127,16 @@ impl Registry for VulkanRegistry {
     }
 
     /// Activations only matrix-unit products read, as x (`Variants::half_activations`), from a
-    /// kernel that writes halves: an RMS norm, a SwiGLU, attention on the matrix units. The
+    /// kernel that writes halves: a norm, a SwiGLU, a GELU, attention on the matrix units. The
     /// products stage x as f16 either way, so their results do not change; their loads halve.
     fn keeps_halves(&self, graph: &Graph, id: NodeId, readers: &[NodeId]) -> bool {
         let writes = matches!(
             self.select(graph, id),
-            Ok(KernelId::RmsNorm | KernelId::Binary(BinaryOp::SwiGlu) | KernelId::FlashAttnCm(..))
+            Ok(KernelId::RmsNorm
+                | KernelId::LayerNorm
+                | KernelId::Binary(BinaryOp::SwiGlu)
+                | KernelId::Unary(UnaryOp::GeluTanh | UnaryOp::GeluErf)
+                | KernelId::FlashAttnCm(..))
         );
         let read_as_x = |r: NodeId| {
             let ins = &graph.node(r).inputs;

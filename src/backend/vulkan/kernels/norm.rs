@@ -1,5 +1,5 @@
 //! RMS_NORM (`rms_norm.comp`) and LAYER_NORM (`layer_norm.comp`) along ne0 over strided f32 rows
-//! (RMS_NORM's output in f32 or f16 values).
+//! (their outputs in f32 or f16 values).
 
 use super::{expect_f32, floats, out_words, shape_words, stride_words, Dyn, Grid, KernelId, Launch, Operand, Scratch};
 use crate::backend::vulkan::error::{Result, VkError};
@@ -37,9 +37,9 @@ pub fn launch(x: &Operand, weight: &Operand, eps: f32, out: &Operand, dynamic: O
 }
 
 /// Words of `layer_norm.comp`'s push constants.
-pub const LAYER_PUSH_WORDS: usize = 21;
+pub const LAYER_PUSH_WORDS: usize = 22;
 
-/// LayerNorm with weight and bias along ne0: `layer_norm.comp`.
+/// LayerNorm with weight and bias along ne0: `layer_norm.comp`; the output f32 or f16.
 pub fn layer_norm(
     x: &Operand,
     weight: &Operand,
@@ -51,7 +51,7 @@ pub fn layer_norm(
     expect_f32(x, "x")?;
     expect_f32(weight, "the weight")?;
     expect_f32(bias, "the bias")?;
-    expect_f32(out, "the output")?;
+    let (d_off, d_nb, d_f16) = out_words(out, "layer_norm")?;
     let param_ok = |p: &Operand| p.ne[0] == x.ne[0] && p.nb[0] == 4;
     if x.ne != out.ne || !param_ok(weight) || !param_ok(bias) {
         return Err(VkError::Invalid(format!(
@@ -64,12 +64,13 @@ pub fn layer_norm(
     }
     let mut push = shape_words(out, dynamic, LAYER_PUSH_WORDS)?;
     push.extend(stride_words(x, "x stride")?);
-    push.extend(stride_words(out, "output stride")?);
+    push.extend(d_nb);
     push.push(floats(x.offset, "x offset")?);
     push.push(floats(weight.offset, "weight offset")?);
     push.push(floats(bias.offset, "bias offset")?);
-    push.push(floats(out.offset, "output offset")?);
+    push.push(d_off);
     push.push(eps.to_bits());
+    push.push(d_f16);
     Ok(Launch {
         kernel: KernelId::LayerNorm,
         push,
