@@ -83,6 +83,8 @@ impl Tiles {
     /// so that every thread stages whole chunks of both (subgroups of 64: 128 x 128). Measured
     /// on the H200 against 64 x 32 and 64 x 64 per subgroup, 32-deep slices and one to six
     /// slices in flight (`scripts/device_bench`, step probe): the fastest at the 2B shapes.
+    /// Again with x in halves (H100, 8655ae6): three or four slices in flight were no faster
+    /// (2048 -> 6144 at 512 columns 103.4 / 108.4 us against 101.9).
     /// 41 KiB of shared memory at 16 x 16 x 16, 19.5 KiB at lavapipe's 8 x 8 x 8.
     ///
     /// HRX_VK_CM_TILES=SG_M,SG_N,BK,DEPTH[,PROBE] sets a subgroup's tile, the slice depth and
