@@ -8,7 +8,8 @@
 
 use super::coop::CoopMat;
 use super::{
-    dyn_words, expect_f32, floats, halves, probe, values, word, Dyn, Grid, KernelId, Launch, Operand, Scratch, Values,
+    dyn_words, expect_f32, floats, out_words, probe, values, word, Dyn, Grid, KernelId, Launch, Operand, Scratch,
+    Values,
 };
 use crate::backend::vulkan::error::{Result, VkError};
 use crate::quant::DType;
@@ -266,10 +267,9 @@ pub fn launch(
     push.push(word(segment, "segment")?);
     // flash_attn_cm writes its output in f32 or f16 values (activations kept in halves), the
     // others in f32.
-    let half = halves(out, "the attention's output")?;
-    let pairs = [out.offset, out.nb[1], out.nb[2]].iter().all(|b| b.is_multiple_of(4)) && out.ne[0].is_multiple_of(2);
-    if half == 1 && !(matches!(kernel, KernelId::FlashAttnCm(..)) && pairs) {
-        return Err(VkError::Invalid(format!("{} does not write these f16 values", kernel.name())));
+    let (_, _, half) = out_words(out, &kernel.name())?;
+    if half == 1 && !matches!(kernel, KernelId::FlashAttnCm(..)) {
+        return Err(VkError::Invalid(format!("{} writes f32 values only", kernel.name())));
     }
     push.push(half);
     let mut scratch = Scratch::default();
