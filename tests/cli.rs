@@ -358,7 +358,7 @@ fn plan_for_the_cpu_and_for_vulkan() {
         {
             assert!(text.contains(kernel), "{kernel} missing from:\n{text}");
         }
-        assert!(text.contains("mul_mat_vec_wide_q") || text.contains("mul_mat_vec_sg_q"), "{text}");
+        assert!(text.contains("mul_mat_vec_wide4_q") || text.contains("mul_mat_vec_sg_q"), "{text}");
         assert!(text.contains("flash_attn_tiled_") || text.contains("flash_attn_cm_"), "{text}");
     } else {
         eprintln!("\n!!!!! no Vulkan device: the Vulkan plan is not checked !!!!!\n");

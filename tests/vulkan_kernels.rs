@@ -326,7 +326,7 @@ fn subgroup_kernel_is_chosen_where_the_device_has_subgroup_arithmetic() {
     };
     let variants = Variants::for_device(info);
     if std::env::var("HRX_VK_NO_SUBGROUP").is_ok_and(|v| v == "1") {
-        assert_eq!(variants.mat_kinds(WType::Q4K, 512, 64, 1)[0], MatKind::Vec);
+        assert_eq!(variants.mat_kinds(512, 64, 1)[0], MatKind::Vec);
         return;
     }
     // The wide kernel where subgroups are at most 64 lanes (and HRX_VK_MATVEC is not sg), the
@@ -335,19 +335,15 @@ fn subgroup_kernel_is_chosen_where_the_device_has_subgroup_arithmetic() {
         let wide = variants.wide_matvec.then_some(MatKind::VecWide { subgroup, rows, cols: 1 });
         wide.into_iter().chain([MatKind::VecSg { subgroup }, MatKind::Vec]).collect::<Vec<_>>()
     };
-    // Rows per thread from the rows there are: 8 for many, 2 for a few.
-    assert_eq!(variants.mat_kinds(WType::Q4K, 512, 6144, 1), want(8));
-    assert_eq!(variants.mat_kinds(WType::Q4K, 512, 2048, 1), want(4));
-    assert_eq!(variants.mat_kinds(WType::Q4K, 512, 1024, 1), want(2));
-    assert_eq!(variants.mat_kinds(WType::Q4K, 512, 5, 1), want(2));
-    // Q6_K keeps 2 rows per thread.
-    let q6 = variants.mat_kinds(WType::Q6K, 512, 6144, 1);
-    assert!(!variants.wide_matvec || q6[0] == MatKind::VecWide { subgroup, rows: 2, cols: 1 }, "{q6:?}");
+    // Four rows per thread for one column, whatever the rows and weight type.
+    for n in [151_936, 6144, 2048, 1024, 5] {
+        assert_eq!(variants.mat_kinds(512, n, 1), want(4), "{n} rows");
+    }
     // A few sequences decoded together: every column in one workgroup, fewer rows per thread
     // for more columns (at most 16 sums a thread).
     if variants.wide_matvec {
-        let first = |cols| variants.mat_kinds(WType::Q4K, 512, 6144, cols)[0];
-        assert_eq!(first(2), MatKind::VecWide { subgroup, rows: 8, cols: 2 });
+        let first = |cols| variants.mat_kinds(512, 6144, cols)[0];
+        assert_eq!(first(2), MatKind::VecWide { subgroup, rows: 4, cols: 2 });
         assert_eq!(first(3), MatKind::VecWide { subgroup, rows: 4, cols: 4 });
         // From 5 columns narrow cooperative-matrix tiles where the device has them.
         let narrow = variants.coopmat.filter(|_| variants.narrow && !variants.exact);
@@ -357,18 +353,15 @@ fn subgroup_kernel_is_chosen_where_the_device_has_subgroup_arithmetic() {
         // A vocabulary head at 8 columns: too many narrow tiles, so the fast ones, and no
         // wide kernel after them (a folded norm would choose it).
         let fast = variants.coopmat.filter(|_| !variants.exact).map(MatKind::Coop);
-        let head = variants.mat_kinds(WType::Q6K, 2048, 151_936, 8);
+        let head = variants.mat_kinds(2048, 151_936, 8);
         assert_eq!(head[0], fast.unwrap_or(MatKind::VecWide { subgroup, rows: 2, cols: 8 }), "{head:?}");
         assert_eq!(fast.is_some(), !head.iter().any(|k| matches!(k, MatKind::VecWide { .. })), "{head:?}");
     }
     // Rows not whole units of 32 values never take the wide kernel.
-    assert!(!variants.mat_kinds(WType::Q4K, 520, 6144, 1).iter().any(|k| matches!(k, MatKind::VecWide { .. })));
+    assert!(!variants.mat_kinds(520, 6144, 1).iter().any(|k| matches!(k, MatKind::VecWide { .. })));
     // Only the vector kernels have subgroup variants (the tiled one may have cooperative ones).
-    assert!(matches!(
-        variants.mat_kinds(WType::Q4K, 512, 64, 64)[0],
-        MatKind::Tiled | MatKind::Coop(_) | MatKind::CoopExact(_)
-    ));
-    assert_eq!(variants.mat_kinds(WType::Q4K, 64, 64, 1), [MatKind::Rows]);
+    assert!(matches!(variants.mat_kinds(512, 64, 64)[0], MatKind::Tiled | MatKind::Coop(_) | MatKind::CoopExact(_)));
+    assert_eq!(variants.mat_kinds(64, 64, 1), [MatKind::Rows]);
 }
 
 /// The wide mat-vec kernel folds an RMS norm into products of up to `FOLD_MAX_ROWS` rows, and
@@ -449,7 +442,7 @@ fn coopmat_kernel_is_chosen_where_the_device_has_cooperative_matrices() {
     let Some(ks) = kernel_set() else { return };
     let info = ks.device().info();
     let variants = Variants::for_device(info);
-    let many = variants.mat_kinds(WType::Q4K, 512, 64, 64)[0];
+    let many = variants.mat_kinds(512, 64, 64)[0];
     let switch = |name: &str| std::env::var(name).is_ok_and(|v| v == "1");
     match coop_variant(ks) {
         Some(_) if switch("HRX_VK_NO_COOPMAT") => {
@@ -462,26 +455,23 @@ fn coopmat_kernel_is_chosen_where_the_device_has_cooperative_matrices() {
             assert_eq!(many, MatKind::Coop(cm));
             // A few columns (sequences decoded together) on the narrow tiles, unless HRX_VK_NO_NARROW=1
             // or a product has 64 x 64 tiles enough to fill the GPU (a vocabulary head).
-            let first = |n, cols| variants.mat_kinds(WType::Q4K, 2048, n, cols)[0];
+            let first = |n, cols| variants.mat_kinds(2048, n, cols)[0];
             let narrow = |blocks| if variants.narrow { MatKind::CoopNarrow { cm, blocks } } else { MatKind::Coop(cm) };
             assert!(matches!(first(2048, 16), MatKind::CoopNarrow { .. }) == variants.narrow);
             // Tiles of two blocks where the columns fill them and they still make many
             // workgroups (6,144 rows), of one where they would not (512 rows).
             assert_eq!(first(6144, 32), narrow(2));
             assert_eq!(first(512, 32), narrow(1));
-            assert_eq!(variants.mat_kinds(WType::Q6K, 2048, 151_936, 32)[0], MatKind::Coop(cm));
-            assert_eq!(variants.mat_kinds(WType::Q4K, 2048, 2048, 33)[0], MatKind::Coop(cm));
+            assert_eq!(variants.mat_kinds(2048, 151_936, 32)[0], MatKind::Coop(cm));
+            assert_eq!(variants.mat_kinds(2048, 2048, 33)[0], MatKind::Coop(cm));
             // The large tiles for products of many rows and columns that still make enough
             // workgroups of them (the 2B shape's 2048 -> 6144 at 512 tokens), not for fewer rows.
             let large = kernels::Tiles::large(cm);
             if large.stages_evenly(cm) && large.shared_bytes(cm.shape) <= info.max_shared_memory {
                 let rows = 48 * large.rows() as usize;
-                assert_eq!(
-                    variants.mat_kinds(WType::Q4K, 2048, rows, 4 * large.cols() as usize)[0],
-                    MatKind::CoopLarge(cm)
-                );
-                assert_eq!(variants.mat_kinds(WType::Q4K, 2048, rows / 3, 512)[0], MatKind::Coop(cm));
-                assert_eq!(variants.mat_kinds(WType::Q4K, 2048, rows, large.cols() as usize)[0], MatKind::Coop(cm));
+                assert_eq!(variants.mat_kinds(2048, rows, 4 * large.cols() as usize)[0], MatKind::CoopLarge(cm));
+                assert_eq!(variants.mat_kinds(2048, rows / 3, 512)[0], MatKind::Coop(cm));
+                assert_eq!(variants.mat_kinds(2048, rows, large.cols() as usize)[0], MatKind::Coop(cm));
             }
             assert!(variants.f16_products());
             assert!(info.features.coopmat_f16_shapes.contains(&cm.shape));
@@ -495,10 +485,7 @@ fn coopmat_kernel_is_chosen_where_the_device_has_cooperative_matrices() {
         }
     }
     // Vector products never take them.
-    assert!(!variants
-        .mat_kinds(WType::Q4K, 512, 64, 1)
-        .iter()
-        .any(|k| matches!(k, MatKind::Coop(_) | MatKind::CoopExact(_))));
+    assert!(!variants.mat_kinds(512, 64, 1).iter().any(|k| matches!(k, MatKind::Coop(_) | MatKind::CoopExact(_))));
     // A variant the kernels are not written for is refused at launch, not run.
     let odd = CoopMat { subgroup: 32, shape: hrx::backend::vulkan::CoopShape { m: 16, n: 16, k: 64 } };
     let w_op = Operand::contiguous(DType::F32, [64, 4, 1, 1], 0);
@@ -526,7 +513,7 @@ fn plans_for_a_device_name_its_kernel_variants() {
     };
     let variants = Variants::for_device(info);
     let want_vec = match (variants.subgroup_matvec, variants.wide_matvec) {
-        (Some(_), true) => "mul_mat_vec_wide_q4_k",
+        (Some(_), true) => "mul_mat_vec_wide4_q4_k",
         (Some(_), false) => "mul_mat_vec_sg_q4_k",
         (None, _) => "mul_mat_vec_q4_k",
     };
@@ -542,7 +529,7 @@ fn plans_for_a_device_name_its_kernel_variants() {
     let cm = variants.coopmat;
     assert_eq!(kernel(mat).subgroup, cm.map(|c| c.subgroup));
     assert_eq!(kernel(mat).shape, cm.map(|c| [c.shape.m, c.shape.n, c.shape.k]));
-    let selected = KernelId::MatMul(variants.mat_kinds(WType::Q4K, 512, 64, 64)[0], kernels::WType::Q4K, Values::F32);
+    let selected = KernelId::MatMul(variants.mat_kinds(512, 64, 64)[0], kernels::WType::Q4K, Values::F32);
     assert_eq!(KernelId::from_plan(&kernel(mat)), Some(selected));
 }
 

@@ -287,7 +287,7 @@ impl Variants {
     /// the device's best first: the registry takes the first that accepts the operands (the
     /// wide mat-vec kernel reads Q4_K blocks as 16-byte vectors, so it needs 16-byte aligned
     /// rows).
-    pub fn mat_kinds(&self, wt: WType, k: usize, n: usize, cols: usize) -> Vec<MatKind> {
+    pub fn mat_kinds(&self, k: usize, n: usize, cols: usize) -> Vec<MatKind> {
         let narrow = self.narrow_kind(n, cols);
         let units = if cols >= NARROW_MIN_COLS { self.units_take(k, n, cols) } else { None };
         match MatKind::choose(k, cols) {
@@ -306,7 +306,7 @@ impl Variants {
                 if let Some(subgroup) = self.subgroup_matvec {
                     if self.wide_matvec && k.is_multiple_of(32) {
                         let cols = wide_cols(cols);
-                        kinds.push(MatKind::VecWide { subgroup, rows: wide_rows(wt, k, n, cols, subgroup), cols });
+                        kinds.push(MatKind::VecWide { subgroup, rows: wide_rows(cols), cols });
                     }
                     kinds.push(MatKind::VecSg { subgroup });
                 }
@@ -431,26 +431,21 @@ pub fn wide_cols(cols: usize) -> u32 {
     WIDE_COLS.into_iter().find(|&c| c as usize >= cols).unwrap_or(WIDE_COLS[WIDE_COLS.len() - 1])
 }
 
-/// Rows per thread of `mul_mat_vec_wide` for `n` rows of `k` values of type `wt`, `cols`
-/// columns per workgroup: the most (of 8, 4, 2) that still leave `WIDE_MIN_GROUPS` workgroups
-/// and at most `WIDE_MAX_SUMS` sums per thread. Each load of x serves that many rows
-/// of w, and at two rows per thread the loads of x (and of the folded norm's weight or up) were
-/// several times the bytes of w, the products' bound at decode. Q6_K stays at 2 but where 4
-/// leave far more workgroups than the GPU holds (a vocabulary head): its blocks are read in
-/// many small pieces, and more rows per thread made its other products slower (H200; the
-/// 151,936-row head 260 -> 222 us at 4, 233 at 8).
-pub fn wide_rows(wt: WType, k: usize, n: usize, cols: u32, subgroup: u32) -> u32 {
-    let per_group = 128 / wide_threads_per_row(k, subgroup);
-    let most = (WIDE_MAX_SUMS / cols).max(2);
-    if wt == WType::Q6K {
-        return if n / (per_group * 4) >= 16 * WIDE_MIN_GROUPS { 4.min(most) } else { 2 };
-    }
-    [8, 4].into_iter().find(|&r| r <= most && n / (per_group * r as usize) >= WIDE_MIN_GROUPS).unwrap_or(2)
+/// Rows per thread of `mul_mat_vec_wide` at `cols` columns per workgroup: 4, or fewer where
+/// that would keep more than `WIDE_MAX_SUMS` sums a thread; HRX_VK_WIDE_ROWS=2|4|8 asks for
+/// another (a tuning probe, as HRX_VK_WIDE_TPR). Four rows for every product measured faster
+/// on the H100 (2B shape, alternating in one call) than the earlier choice (8 for the 6,144-row
+/// gate and up, 2 for the 1,024-row k and v and for Q6_K but the head, so as to leave 256
+/// workgroups): tg128 431-440 against 373-379 tok/s, tg64 after 4,096 tokens 346-354 against
+/// 290-297; two rows for all measured 389 (the kernels alone, their weights in the L2 cache
+/// between repetitions, favour two rows: they are latency-bound in a decode step).
+pub fn wide_rows(cols: u32) -> u32 {
+    static ASKED: std::sync::OnceLock<u32> = std::sync::OnceLock::new();
+    let asked =
+        *ASKED.get_or_init(|| probe("HRX_VK_WIDE_ROWS", 0, |n| WIDE_ROWS.contains(&(n as u32)), "2, 4 or 8") as u32);
+    let rows = if asked == 0 { 4 } else { asked };
+    rows.min((WIDE_MAX_SUMS / cols).max(2))
 }
-
-/// Workgroups `wide_rows` leaves a product at least: enough to fill a large GPU (132 units
-/// of 4 on the H200).
-const WIDE_MIN_GROUPS: usize = 256;
 
 /// Threads per row of `mul_mat_vec_wide` on subgroups of `subgroup` lanes: 128 where rows are
 /// whole multiples of 128 units of 32 values, else 64 (every thread then takes the same number

@@ -642,7 +642,7 @@ pub fn select(ops: Ops, ins: &[Operand], out: &Operand, dynamic: Option<Dyn>, va
         (Op::MatMul, Some(w)) => {
             let wt = WType::from_dtype(w.dtype)
                 .ok_or_else(|| VkError::Invalid(format!("no matrix kernel for {} weights", w.dtype)))?;
-            let kinds = variants.mat_kinds(wt, w.ne[0], w.ne[1], out.ne[1] * out.ne[2] * out.ne[3]);
+            let kinds = variants.mat_kinds(w.ne[0], w.ne[1], out.ne[1] * out.ne[2] * out.ne[3]);
             let x = ins.get(1).map_or(Ok(Values::F32), |x| Values::of(x, "x"))?;
             kinds.into_iter().map(|kind| KernelId::MatMul(kind, wt, x)).collect()
         }
