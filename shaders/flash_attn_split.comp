@@ -41,7 +41,8 @@
 // once for them, 100 registers against fewer) was slower there at every depth (tg128 381 against
 // 399, tg64 after 1,024 tokens 317.5 against 328.5, after 4,096 277.5 against 282.2).
 #define AT_ONCE 4u
-// Most splits (kernels/attn.rs MAX_SPLITS): one combine weight each, at most one per thread.
+// Most splits (kernels/attn.rs MAX_SPLITS; the launch gives at most 32 by default, DEFAULT_SPLITS):
+// one combine weight each, at most one per thread.
 // 128 (splits of 32 rows after 4,096 tokens) measured slower on the H200: 272.6 against 286.8
 // tok/s.
 #define MAX_SPLITS 64u

@@ -151,16 +151,20 @@ impl AttnCoop {
 
 /// Fewest planned kv rows a split of `flash_attn_split` is given (its MIN_CHUNK).
 const SPLIT_MIN_ROWS: usize = 16;
-/// Most splits of a (head, query).
+/// Most splits of a (head, query) the kernel takes (its MAX_SPLITS).
 const MAX_SPLITS: usize = 64;
+/// Splits of a (head, query) at most by default: on the H100 (2B shape, one sequence,
+/// alternating in one call) 32 decoded after 1,024 and 4,096 tokens at 415.6 and 374.4 tok/s
+/// against 64's 392.3 and 355.0 (longer splits: fewer workgroups, each over more rows).
+const DEFAULT_SPLITS: usize = 32;
 
-/// The most splits of a (head, query): MAX_SPLITS, or fewer with HRX_VK_ATTN_SPLITS=N (a
-/// tuning probe, as HRX_VK_CM_TILES: `hrx bench` with each; read once, a bad value warned
+/// The most splits of a (head, query): DEFAULT_SPLITS, or HRX_VK_ATTN_SPLITS=N up to MAX_SPLITS
+/// (a tuning probe, as HRX_VK_CM_TILES: `hrx bench` with each; read once, a bad value warned
 /// about and unset).
 fn max_splits() -> usize {
     static SPLITS: std::sync::OnceLock<usize> = std::sync::OnceLock::new();
     *SPLITS.get_or_init(|| {
-        probe("HRX_VK_ATTN_SPLITS", MAX_SPLITS, |n| (1..=MAX_SPLITS).contains(&n), &format!("1 to {MAX_SPLITS}"))
+        probe("HRX_VK_ATTN_SPLITS", DEFAULT_SPLITS, |n| (1..=MAX_SPLITS).contains(&n), &format!("1 to {MAX_SPLITS}"))
     })
 }
 
