@@ -437,8 +437,9 @@ pub fn wide_cols(cols: usize) -> u32 {
 /// on the H100 (2B shape, alternating in one call) than the earlier choice (8 for the 6,144-row
 /// gate and up, 2 for the 1,024-row k and v and for Q6_K but the head, so as to leave 256
 /// workgroups): tg128 431-440 against 373-379 tok/s, tg64 after 4,096 tokens 346-354 against
-/// 290-297; two rows for all measured 389 (the kernels alone, their weights in the L2 cache
-/// between repetitions, favour two rows: they are latency-bound in a decode step).
+/// 290-297; two rows for all 419, eight 392 (another call: 443.5 at four). Timed alone
+/// (`hrx bench --kernels`, a barrier after each) two rows look faster on most shapes; in a
+/// decode step the products of a stage (q, k, v; gate, up) share the GPU.
 pub fn wide_rows(cols: u32) -> u32 {
     static ASKED: std::sync::OnceLock<u32> = std::sync::OnceLock::new();
     let asked =
