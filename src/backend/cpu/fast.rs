@@ -7,15 +7,20 @@ use super::tensor::{Data, In, Out};
 use super::KernelError;
 use crate::graph::{Gelu, Op, RopeKind};
 use crate::quant::{self, DType};
-use std::ops::Range;
 use std::sync::{Mutex, PoisonError};
 
 pub fn execute(op: &Op, ins: &[In], out: &mut Out, threads: usize) -> Option<Result<(), KernelError>> {
     match op {
         Op::MatMul => matmul(ins.first()?, ins.get(1)?, out, threads),
-        Op::Attention { scale, segment } => {
-            attention(ins.first()?, ins.get(1)?, ins.get(2)?, ins.get(3), (*scale, *segment), out, threads)
-        }
+        Op::Attention { scale, segment } => super::attention::attention(
+            ins.first()?,
+            ins.get(1)?,
+            ins.get(2)?,
+            ins.get(3),
+            (*scale, *segment),
+            out,
+            threads,
+        ),
         Op::RmsNorm { eps } => rms_norm(ins.first()?, ins.get(1)?, *eps, out, threads),
         Op::Rope { kind, theta, n_dims } => rope(ins.first()?, ins.get(1)?, kind, *theta, *n_dims, out, threads),
         Op::Add => binary(ins.first()?, ins.get(1)?, out, Binary::Add, threads),
@@ -172,7 +177,7 @@ fn layer_norm(
 /// Out is a plain [ne0, rows] matrix: rows ne0 apart, unit stride. The stride of an axis of
 /// length 1 is never used, so it does not matter (a dynamic axis run below its planned maximum
 /// leaves the planned strides on the axes above it).
-fn out_is_matrix(out: &Out) -> bool {
+pub(super) fn out_is_matrix(out: &Out) -> bool {
     let mut packed = 4;
     out.nb[0] == 4
         && (1..4).all(|i| {
@@ -185,7 +190,7 @@ fn out_is_matrix(out: &Out) -> bool {
 /// running `f` on the ones it takes: a thread that falls behind (descheduled on a busy
 /// machine, say) just takes fewer. Callers pass no more threads than items: one item runs on
 /// the caller without waking the pool (a decode step's row-wise ops).
-fn par_items<T: Send>(threads: usize, items: impl Iterator<Item = T> + Send, f: impl Fn(T) + Sync) {
+pub(super) fn par_items<T: Send>(threads: usize, items: impl Iterator<Item = T> + Send, f: impl Fn(T) + Sync) {
     let items = Mutex::new(items);
     let work = || loop {
         let Some(item) = items.lock().unwrap_or_else(PoisonError::into_inner).next() else { break };
@@ -578,287 +583,12 @@ fn dot(a: &[f32], b: &[f32]) -> f32 {
     acc.iter().sum::<f32>() + tail
 }
 
-/// Queries per work item of attention, about (whole tokens: every head of a kv head's group):
-/// they share each block of K/V rows while it is in L1, and the block's keys are laid out
-/// transposed once for all of them. A 2B image encode (448 x 448) took 4.20 s with 16 a work
-/// item (of one head), 3.91 with 64, 3.82 with 128; small-model prefill was level.
-const ATTN_QUERIES: usize = 128;
-
-/// K/V rows per block: a query's per-block work (softmax, rescale) over more keys. 64 against
-/// 32: the 2B shape's pp512 attention 501-530 -> 471-477 ms, a 448 x 448 encode's 1,197-1,254
-/// -> 1,113 ms, though at head_dim 128 a block's K and V (64 KiB) no longer fit L1.
-pub(super) const ATTN_KEYS: usize = 64;
-
-/// Causal attention, one work item per (block of tokens, [`ATTN_QUERIES`] queries or so, kv head): the
-/// item's queries pass over the K/V rows in blocks of [`ATTN_KEYS`], each block's scores first,
-/// then one rescale of the running sums per block (an online softmax by blocks).
-fn attention(
-    q: &In,
-    k: &In,
-    v: &In,
-    slots: Option<&In>,
-    (scale, segment): (f32, usize),
-    out: &mut Out,
-    threads: usize,
-) -> Option<Result<(), KernelError>> {
-    if !out_is_matrix(out) || k.dtype != DType::F32 && k.dtype != DType::F16 {
-        return None;
-    }
-    let (d, n_head, n_q, n_kv_head) = (q.ne[0], q.ne[1], q.ne[2], k.ne[1]);
-    let group = n_head / n_kv_head;
-    let kv = match (0..n_q).map(|t| reference::kv_range(slots, t, k.ne[2], segment)).collect::<Result<Vec<_>, _>>() {
-        Ok(kv) => kv,
-        Err(e) => return Some(Err(e)),
-    };
-    // Blocks of consecutive tokens of one sequence (one first kv row): each query's kv rows
-    // are then cut into the same blocks of keys whatever else is in the call (a batch of
-    // sequences gives the same numbers as each alone).
-    let tokens_per_item = ATTN_QUERIES.div_ceil(group.max(1));
-    let mut blocks: Vec<Range<usize>> = Vec::new();
-    for (t, rows) in kv.iter().enumerate() {
-        match blocks.last_mut() {
-            Some(b) if b.len() < tokens_per_item && kv[b.start].start == rows.start => b.end = t + 1,
-            _ => blocks.push(t..t + 1),
-        }
-    }
-    let data = Mutex::new(&mut out.data[out.offset / 4..][..n_q * n_head * d]);
-    // The last tokens' blocks first: under a causal mask they see the most rows, and a
-    // thread left with one of them at the end would keep the others waiting.
-    let items = blocks.iter().rev().flat_map(|b| (0..n_kv_head).map(move |kh| (b.clone(), kh)));
-    par_items(threads, items, |(tokens, kh)| {
-        let queries: Vec<(usize, usize)> =
-            tokens.flat_map(|t| (kh * group..(kh + 1) * group).map(move |h| (t, h))).collect();
-        let mut o = vec![0f32; queries.len() * d];
-        attend(Heads { q, k, v, kv_head: kh }, &queries, &kv, scale, &mut o);
-        let mut data = data.lock().unwrap_or_else(PoisonError::into_inner);
-        for (&(t, h), row) in queries.iter().zip(o.chunks_exact(d)) {
-            data[(t * n_head + h) * d..][..d].copy_from_slice(row);
-        }
-    });
-    Some(Ok(()))
-}
-
-/// The query rows and one kv head of the K and V caches.
-struct Heads<'a, 'b> {
-    q: &'a In<'b>,
-    k: &'a In<'b>,
-    v: &'a In<'b>,
-    kv_head: usize,
-}
-
-/// `out` (a row of head_dim per query) = softmax(q · K^T · scale) · V for each (token, head)
-/// of `queries` (tokens whose kv rows start alike), over the K/V rows `kv[token]`.
-fn attend(heads: Heads, queries: &[(usize, usize)], kv: &[Range<usize>], scale: f32, out: &mut [f32]) {
-    #[cfg(target_arch = "x86_64")]
-    match quant::Simd::detect() {
-        // SAFETY: Avx512 has AVX-512F, AVX2 and FMA (`Simd::detect` checked this CPU).
-        quant::Simd::Avx512 if heads.q.ne[0].is_multiple_of(16) => {
-            return unsafe { attend_512(heads, queries, kv, scale, out) }
-        }
-        // SAFETY: every level above Scalar has AVX2 and FMA (`Simd::detect` checked this CPU).
-        quant::Simd::Avx2 | quant::Simd::Avx512 => return unsafe { attend_avx2(heads, queries, kv, scale, out) },
-        quant::Simd::Scalar => {}
-    }
-    attend_body::<false, false>(heads, queries, kv, scale, out)
-}
-
-/// [`attend_body`] compiled for AVX2: the same operations in the same order, in wider
-/// registers, multiply-adds fused.
-#[cfg(target_arch = "x86_64")]
-#[target_feature(enable = "avx2,fma")]
-fn attend_avx2(heads: Heads, queries: &[(usize, usize)], kv: &[Range<usize>], scale: f32, out: &mut [f32]) {
-    attend_body::<true, false>(heads, queries, kv, scale, out)
-}
-
-/// [`attend_body`] with the block sums of [`WIDE_QUERIES`] queries at a time in AVX-512
-/// registers (x86_attend.rs; head_dim a multiple of 16): the AVX2 path's numbers.
-#[cfg(target_arch = "x86_64")]
-#[target_feature(enable = "avx512f,avx2,fma")]
-fn attend_512(heads: Heads, queries: &[(usize, usize)], kv: &[Range<usize>], scale: f32, out: &mut [f32]) {
-    attend_body::<true, true>(heads, queries, kv, scale, out)
-}
-
-/// Queries whose block sums the AVX-512 attention forms together.
-pub(super) const WIDE_QUERIES: usize = 4;
-
-/// `a * b + c`, fused (one rounding) where `FMA`: the instruction where the caller is compiled
-/// with it, a slow libm call elsewhere, so the portable path multiplies and adds.
-#[inline(always)]
-fn mul_add<const FMA: bool>(a: f32, b: f32, c: f32) -> f32 {
-    if FMA {
-        a.mul_add(b, c)
-    } else {
-        a * b + c
-    }
-}
-
-/// The attention of [`attend`]: the K/V rows in blocks of [`ATTN_KEYS`], each block's scores
-/// for a query first, then one rescale of its running sums per block (an online softmax by
-/// blocks). `WIDE` (AVX-512, head_dim a multiple of 16): the scores and weighted values of
-/// [`WIDE_QUERIES`] queries at a time through x86_attend.rs, the same sums as the loops here.
-#[inline(always)]
-fn attend_body<const FMA: bool, const WIDE: bool>(
-    heads: Heads,
-    queries: &[(usize, usize)],
-    kv: &[Range<usize>],
-    scale: f32,
-    out: &mut [f32],
-) {
-    let Heads { q, k, v, kv_head } = heads;
-    let d = q.ne[0];
-    let mut buf = Vec::new();
-    let mut qs = Vec::with_capacity(queries.len() * d);
-    for &(t, h) in queries {
-        qs.extend_from_slice(q.row_f32(h, t, 0, &mut buf));
-    }
-    let mut max = vec![f32::NEG_INFINITY; queries.len()];
-    let mut total = vec![0f32; queries.len()];
-    let first = queries.iter().map(|&(t, _)| kv[t].start).min().unwrap_or(0);
-    let longest = queries.iter().map(|&(t, _)| kv[t].end).max().unwrap_or(0);
-    // A block's keys transposed (value i of key j at i * ATTN_KEYS + j), so that a query's
-    // scores for the whole block are one vector of sums: every multiply-add goes to eight or
-    // sixteen keys at once, with no sum across lanes per key.
-    let mut keys_t = vec![[0f32; ATTN_KEYS]; d];
-    let mut values = Vec::with_capacity(ATTN_KEYS * d);
-    for j0 in (first..longest).step_by(ATTN_KEYS) {
-        let j1 = (j0 + ATTN_KEYS).min(longest);
-        values.clear();
-        for (jj, j) in (j0..j1).enumerate() {
-            for (kt, &x) in keys_t.iter_mut().zip(k.row_f32(kv_head, j, 0, &mut buf)) {
-                kt[jj] = x;
-            }
-            values.extend_from_slice(&v.row_f32(kv_head, j, 0, &mut buf)[..d]);
-        }
-        let mut i = 0;
-        while i < queries.len() {
-            let group = if WIDE && queries.len() - i >= WIDE_QUERIES { WIDE_QUERIES } else { 1 };
-            // Keys of the block each query sees (past them: sums not read).
-            let mut n = [0; WIDE_QUERIES];
-            for (n, &(t, _)) in n.iter_mut().zip(&queries[i..i + group]) {
-                *n = kv[t].end.min(j1).saturating_sub(j0);
-            }
-            if n == [0; WIDE_QUERIES] {
-                i += group;
-                continue;
-            }
-            let (qg, og) = (&qs[i * d..(i + group) * d], &mut out[i * d..(i + group) * d]);
-            let mut scores = [[0f32; ATTN_KEYS]; WIDE_QUERIES];
-            if group == WIDE_QUERIES {
-                #[cfg(target_arch = "x86_64")]
-                {
-                    let q = [&qg[..d], &qg[d..2 * d], &qg[2 * d..3 * d], &qg[3 * d..]];
-                    // SAFETY: WIDE only from attend_512, which runs with AVX-512F.
-                    unsafe { super::x86_attend::scores(q, &keys_t, &mut scores) };
-                }
-            } else {
-                let scores = &mut scores[0];
-                for (&q, kt) in qg.iter().zip(&keys_t) {
-                    for j in 0..ATTN_KEYS {
-                        scores[j] = mul_add::<FMA>(q, kt[j], scores[j]);
-                    }
-                }
-            }
-            for (g, (scores, oi)) in scores.iter_mut().zip(og.chunks_exact_mut(d)).enumerate() {
-                if n[g] > 0 {
-                    softmax_block(scores, n[g], scale, &mut max[i + g], &mut total[i + g], oi);
-                }
-            }
-            if group == WIDE_QUERIES {
-                #[cfg(target_arch = "x86_64")]
-                {
-                    let (o01, o23) = og.split_at_mut(2 * d);
-                    let (o0, o1) = o01.split_at_mut(d);
-                    let (o2, o3) = o23.split_at_mut(d);
-                    // SAFETY: WIDE only from attend_512, which runs with AVX-512F.
-                    unsafe { super::x86_attend::values(&scores, n, &values, [o0, o1, o2, o3]) };
-                }
-            } else {
-                weighted_values::<FMA>(&scores[0][..n[0]], &values, og);
-            }
-            i += group;
-        }
-    }
-    for (oi, &total) in out.chunks_exact_mut(d).zip(&total) {
-        let inv = 1.0 / total;
-        oi.iter_mut().for_each(|o| *o *= inv);
-    }
-}
-
-/// One query's block of scores made its softmax weights (the first `n`; the rest 0): scaled,
-/// the running maximum `max` raised to theirs (the running `total` and output `o` rescaled to
-/// it), each weighed as `e^(s - max)`, their sum added to `total`. Over the whole block in
-/// fixed-size loops the compiler vectorizes (the maximum and the sum of a block's values one
-/// at a time were chains of dependent operations as long as a block's scores took), the sum
-/// pairwise.
-#[inline(always)]
-#[allow(clippy::needless_range_loop)] // lanes of fixed-size arrays, as the vector code takes them
-fn softmax_block(scores: &mut [f32; ATTN_KEYS], n: usize, scale: f32, max: &mut f32, total: &mut f32, o: &mut [f32]) {
-    let mut masked = [f32::NEG_INFINITY; ATTN_KEYS];
-    for j in 0..ATTN_KEYS {
-        scores[j] *= scale;
-        if j < n {
-            masked[j] = scores[j];
-        }
-    }
-    let m = halve(masked, f32::max).max(*max);
-    if m > *max {
-        let correction = (*max - m).exp();
-        *total *= correction;
-        for o in o.iter_mut() {
-            *o *= correction;
-        }
-        *max = m;
-    }
-    for j in 0..ATTN_KEYS {
-        scores[j] = if j < n { exp_nonpositive(scores[j] - m) } else { 0.0 };
-    }
-    *total += halve(*scores, |a, b| a + b);
-}
-
-/// `v` reduced by `f` pairwise: lane j with lane j + half, halves shrinking.
-#[inline(always)]
-fn halve(mut v: [f32; ATTN_KEYS], f: impl Fn(f32, f32) -> f32) -> f32 {
-    let mut half = ATTN_KEYS / 2;
-    while half > 0 {
-        for j in 0..half {
-            v[j] = f(v[j], v[j + half]);
-        }
-        half /= 2;
-    }
-    v[0]
-}
-
-/// `o += Σ_j p[j] · values[j]` (rows of `o.len()` values), j in order: 32 values of `o` at a
-/// time held in registers over the block's keys (one key at a time, each key's additions
-/// waited on the last one's stores).
-#[inline(always)]
-fn weighted_values<const FMA: bool>(p: &[f32], values: &[f32], o: &mut [f32]) {
-    let d = o.len();
-    let (o_chunks, o_rest) = o.as_chunks_mut::<32>();
-    for (c, oc) in o_chunks.iter_mut().enumerate() {
-        let mut acc = *oc;
-        for (&p, vrow) in p.iter().zip(values.chunks_exact(d)) {
-            let Some(vc) = vrow[32 * c..].first_chunk::<32>() else { continue };
-            for j in 0..32 {
-                acc[j] = mul_add::<FMA>(p, vc[j], acc[j]);
-            }
-        }
-        *oc = acc;
-    }
-    let done = d - o_rest.len();
-    for (&p, vrow) in p.iter().zip(values.chunks_exact(d)) {
-        for (o, &vv) in o_rest.iter_mut().zip(&vrow[done..]) {
-            *o = mul_add::<FMA>(p, vv, *o);
-        }
-    }
-}
-
 /// `e^x` for the softmax's `x ≤ 0`, within 2 ulp of `f32::exp` (0 below -87.34, where e^x
 /// leaves the normal range), in operations the compiler vectorizes (libm's `expf` is a
 /// call per value): `e^x = 2^n · e^r` with `n = round(x / ln 2)`, `|r| ≤ ln 2 / 2`, `r`
 /// taken off in two parts (the first exact in f32), `e^r` by Cephes' degree-7 polynomial.
 #[inline(always)]
-fn exp_nonpositive(x: f32) -> f32 {
+pub(super) fn exp_nonpositive(x: f32) -> f32 {
     const LN2_HI: f32 = 0.693_359_4;
     const LN2_LO: f32 = -2.121_944_4e-4;
     let n = (x * std::f32::consts::LOG2_E).round();
@@ -903,38 +633,6 @@ mod tests {
             // A few ulp, or nothing to speak of where e^x leaves the normal range.
             assert!((got - want).abs() <= 8.0 * f32::EPSILON * want.abs() + 1e-30, "silu({x}): {got} vs {want}");
             x += 0.0173;
-        }
-    }
-
-    /// The AVX-512 attention's numbers are the AVX2 path's, bit for bit: causal and ragged
-    /// blocks, queries seeing no keys of a block, groups of four and the queries left over.
-    #[cfg(target_arch = "x86_64")]
-    #[test]
-    fn avx512_attention_equals_avx2() {
-        if quant::Simd::detect() != quant::Simd::Avx512 {
-            eprintln!("no AVX-512 on this CPU: the AVX-512 attention is not run here");
-            return;
-        }
-        let mut rng = super::super::tests::Rng(7);
-        for (d, group, n_q, n_kv) in
-            [(16, 2, 7, 40), (48, 1, 9, 70), (64, 1, 16, 100), (80, 3, 5, 33), (128, 2, 11, 65)]
-        {
-            let (q, k, v) = (rng.vec(d * group * n_q), rng.vec(d * n_kv), rng.vec(d * n_kv));
-            let f32_in = super::super::tests::f32_in;
-            let (qi, ki, vi) =
-                (f32_in(&q, [d, group, n_q, 1]), f32_in(&k, [d, 1, n_kv, 1]), f32_in(&v, [d, 1, n_kv, 1]));
-            // Token t sees the first n_kv - n_q + t + 1 rows (the last token all of them).
-            let kv: Vec<Range<usize>> = (0..n_q).map(|t| 0..n_kv - n_q + t + 1).collect();
-            let queries: Vec<(usize, usize)> = (0..n_q).flat_map(|t| (0..group).map(move |h| (t, h))).collect();
-            let heads = || Heads { q: &qi, k: &ki, v: &vi, kv_head: 0 };
-            let (mut wide, mut narrow) = (vec![0f32; queries.len() * d], vec![0f32; queries.len() * d]);
-            // SAFETY: the CPU has AVX-512 (checked above), so AVX2 and FMA too.
-            unsafe {
-                attend_512(heads(), &queries, &kv, 0.2, &mut wide);
-                attend_avx2(heads(), &queries, &kv, 0.2, &mut narrow);
-            }
-            assert_eq!(wide, narrow, "head_dim {d}");
-            assert!(wide.iter().all(|x| x.is_finite() && *x != 0.0));
         }
     }
 

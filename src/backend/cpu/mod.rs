@@ -2,6 +2,7 @@
 //! the model file. Two kernel sets behind one interface: `reference` (plain loops, the numeric
 //! reference; `HRX_KERNELS=reference`) and `fast` (threads, quantized dot products).
 
+mod attention;
 mod fast;
 mod pool;
 pub mod reference;

@@ -214,10 +214,12 @@ fn set_rows_fast_equals_reference_and_refuses_bad_slots() {
 #[test]
 fn attention_fast_matches_reference_over_several_sequences() {
     let mut rng = Rng(5);
-    let (d, heads, kv_heads, segment) = (16, 4, 2, 40);
-    // A batch of decode steps (sequence s at its own depth) and a chunk ending sequence 0 and
+    // Sequences of 300 slots: past 256 keys, a query's rows come in two chunks, merged.
+    let (d, heads, kv_heads, segment) = (16, 4, 2, 300);
+    // A batch of decode steps (sequence s at its own depth: one row, every row, two chunks,
+    // one) and a prompt's chunk ending sequence 0 (its queries seeing 281 to 300 rows) and
     // starting sequence 1 (20 queries each, over two blocks of tokens).
-    let cases: [Vec<i32>; 2] = [vec![7, 40 + 39, 80, 120 + 21], (20..60).collect()];
+    let cases: [Vec<i32>; 2] = [vec![0, 300 + 299, 600 + 280, 900 + 21], (280..320).collect()];
     for slots in cases {
         let (n_q, n_kv) = (slots.len(), 4 * segment);
         let (q, k, v) = (rng.vec(d * heads * n_q), rng.vec(d * kv_heads * n_kv), rng.vec(d * kv_heads * n_kv));

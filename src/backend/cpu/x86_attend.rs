@@ -1,4 +1,4 @@
-//! AVX-512 block sums of the CPU attention (fast.rs's `attend_body`), for `WIDE_QUERIES` queries
+//! AVX-512 block sums of the CPU attention (attention.rs's `attend_body`), for `WIDE_QUERIES` queries
 //! at once: each load of a key or value vector serves all of them, and their sums are
 //! independent chains of multiply-adds (one query's scores were [`ATTN_KEYS`] / 8 chains of
 //! `head_dim` dependent adds each: the adds' latency, not the multipliers, set the pace).
@@ -12,7 +12,7 @@
 
 use std::arch::x86_64::*;
 
-use super::fast::{ATTN_KEYS, WIDE_QUERIES as QUERIES};
+use super::attention::{ATTN_KEYS, WIDE_QUERIES as QUERIES};
 
 #[inline]
 #[target_feature(enable = "avx512f")]
@@ -57,6 +57,66 @@ pub(super) fn scores(q: [&[f32]; QUERIES], keys_t: &[[f32; ATTN_KEYS]], scores: 
             store(&mut s[h], acc[g][h]);
         }
     }
+}
+
+/// `keys_t[i][j] = keys[j * d + i]`: the block's keys (rows of `d` values, d a multiple of 16)
+/// transposed in tiles of 16 keys by 16 values; lanes of keys past the last row of a tile are
+/// zero, those of tiles past the last row are left as they were.
+#[target_feature(enable = "avx512f")]
+pub(super) fn transpose_keys(keys: &[f32], d: usize, keys_t: &mut [[f32; ATTN_KEYS]]) {
+    let n = keys.len() / d;
+    for g in 0..n.div_ceil(16).min(ATTN_KEYS / 16) {
+        for t in 0..d / 16 {
+            let mut rows = [_mm512_setzero_ps(); 16];
+            for (jj, row) in rows.iter_mut().enumerate() {
+                let j = 16 * g + jj;
+                if j < n {
+                    *row = load(keys[j * d + 16 * t..][..16].first_chunk().expect("16 values"));
+                }
+            }
+            for (c, col) in transpose16(rows).into_iter().enumerate() {
+                store(&mut keys_t[16 * t + c].as_chunks_mut::<16>().0[g], col);
+            }
+        }
+    }
+}
+
+/// The 16 x 16 matrix whose rows are `r` transposed: 32-bit then 64-bit interleaves of row
+/// pairs, then two rounds of 128-bit lane shuffles.
+#[inline]
+#[target_feature(enable = "avx512f")]
+fn transpose16(r: [__m512; 16]) -> [__m512; 16] {
+    // a[2k], a[2k + 1]: rows 2k and 2k + 1 interleaved; per 128-bit lane L, columns 4L, 4L + 1
+    // and 4L + 2, 4L + 3.
+    let mut a = [_mm512_setzero_ps(); 16];
+    for k in 0..8 {
+        a[2 * k] = _mm512_unpacklo_ps(r[2 * k], r[2 * k + 1]);
+        a[2 * k + 1] = _mm512_unpackhi_ps(r[2 * k], r[2 * k + 1]);
+    }
+    // b[4k + c]: per 128-bit lane L, column 4L + c of rows 4k..4k + 4.
+    let pd = _mm512_castps_pd;
+    let mut b = [_mm512_setzero_ps(); 16];
+    for k in 0..4 {
+        let (lo, hi) = (4 * k, 4 * k + 2);
+        b[4 * k] = _mm512_castpd_ps(_mm512_unpacklo_pd(pd(a[lo]), pd(a[hi])));
+        b[4 * k + 1] = _mm512_castpd_ps(_mm512_unpackhi_pd(pd(a[lo]), pd(a[hi])));
+        b[4 * k + 2] = _mm512_castpd_ps(_mm512_unpacklo_pd(pd(a[lo + 1]), pd(a[hi + 1])));
+        b[4 * k + 3] = _mm512_castpd_ps(_mm512_unpackhi_pd(pd(a[lo + 1]), pd(a[hi + 1])));
+    }
+    // Column 4L + c is lane L of b[c], b[4 + c], b[8 + c], b[12 + c]: a 4 x 4 transpose of lanes
+    // (0x88 takes lanes 0 and 2 of each operand, 0xDD lanes 1 and 3).
+    let mut out = [_mm512_setzero_ps(); 16];
+    for c in 0..4 {
+        let x0 = _mm512_shuffle_f32x4::<0x88>(b[c], b[4 + c]);
+        let x1 = _mm512_shuffle_f32x4::<0xDD>(b[c], b[4 + c]);
+        let y0 = _mm512_shuffle_f32x4::<0x88>(b[8 + c], b[12 + c]);
+        let y1 = _mm512_shuffle_f32x4::<0xDD>(b[8 + c], b[12 + c]);
+        out[c] = _mm512_shuffle_f32x4::<0x88>(x0, y0);
+        out[4 + c] = _mm512_shuffle_f32x4::<0x88>(x1, y1);
+        out[8 + c] = _mm512_shuffle_f32x4::<0xDD>(x0, y0);
+        out[12 + c] = _mm512_shuffle_f32x4::<0xDD>(x1, y1);
+    }
+    out
 }
 
 /// `out[g] += Σ_j p[g][j] · values[j]` over the first `n[g]` value rows (`values`: rows of
