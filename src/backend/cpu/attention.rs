@@ -37,8 +37,11 @@ const ATTN_QUERIES: usize = 128;
 pub(super) const ATTN_KEYS: usize = 64;
 
 /// K/V rows per chunk (a whole number of blocks): a decode step's work items. Merging a chunk
-/// costs a query two multiply-adds per value, against two per key and value within it.
-const CHUNK_KEYS: usize = 4 * ATTN_KEYS;
+/// costs a query two multiply-adds per value, against two per key and value within it. 128
+/// against 256 (2B decode on two threads, alternating runs): 256 tokens deep 21.5-22.4 against
+/// 18.3-20.4 tokens/s (two items, one a thread, where 256 made one), 1,024 deep 17.0-17.7
+/// against 16.5; 64 was level with 128.
+const CHUNK_KEYS: usize = 2 * ATTN_KEYS;
 
 /// Queries per kv head up to which a block of tokens is split by chunks (a decode step's
 /// token: its kv head's group); more share each K/V row read by one kv head's item.

@@ -214,9 +214,9 @@ fn set_rows_fast_equals_reference_and_refuses_bad_slots() {
 #[test]
 fn attention_fast_matches_reference_over_several_sequences() {
     let mut rng = Rng(5);
-    // Sequences of 300 slots: past 256 keys, a query's rows come in two chunks, merged.
+    // Sequences of 300 slots: a query's rows come in up to three chunks, merged.
     let (d, heads, kv_heads, segment) = (16, 4, 2, 300);
-    // A batch of decode steps (sequence s at its own depth: one row, every row, two chunks,
+    // A batch of decode steps (sequence s at its own depth: one row, every row, three chunks,
     // one) and a prompt's chunk ending sequence 0 (its queries seeing 281 to 300 rows) and
     // starting sequence 1 (20 queries each, over two blocks of tokens).
     let cases: [Vec<i32>; 2] = [vec![0, 300 + 299, 600 + 280, 900 + 21], (280..320).collect()];
