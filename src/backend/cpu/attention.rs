@@ -108,7 +108,9 @@ pub(super) fn attention(
         }
     };
     let partials: Vec<Mutex<Option<Partial>>> = items.iter().map(|_| Mutex::new(None)).collect();
-    par_items(threads, items.iter().zip(&partials), |(work, partial)| match work {
+    // No more threads than items: one item (a decode step's first 128 tokens) runs on the
+    // caller without waking the pool.
+    par_items(threads.min(items.len()), items.iter().zip(&partials), |(work, partial)| match work {
         Work::Head { tokens, kv_head } => {
             let task = task(tokens, *kv_head..kv_head + 1);
             let mut sum = Partial::empty(task.n_queries(group), d);
