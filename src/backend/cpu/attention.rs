@@ -13,9 +13,9 @@
 //! decode step's attention is spread over the threads by its keys, and each item reads whole
 //! cache rows (every kv head of a token, one after another), which the hardware prefetchers
 //! follow. One kv head's rows lie a cache row apart (4 KiB in the 2B shape), where they do
-//! not: each read waited on memory (2B decode 1,024 tokens deep on two threads: 12.2-13.3
-//! tokens/s by kv heads, 18.5-19.3 by chunks, alternating runs; software prefetches of the
-//! next rows stalled on the full miss queue and gained nothing over these).
+//! not: each read waited on memory (2B decode 1,024 tokens deep on two threads, alternating
+//! runs: 13.3-13.6 tokens/s by kv heads, 17.6-17.9 by chunks of 128 keys; software prefetches
+//! of the next rows stalled on the full miss queue and gained nothing over these).
 
 use super::fast::{exp_nonpositive, out_is_matrix, par_items};
 use super::reference;
