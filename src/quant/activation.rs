@@ -47,7 +47,31 @@ enum Repr {
     /// Rows follow each other in every vector. Scales stay f32: this format never leaves
     /// memory, so there is no reason to lose precision. `lo` and `hi` are `q` split into bytes,
     /// `q = 256 · hi + lo`, for the byte-product kernels (x86_bytes.rs).
-    Q8 { d: Vec<f32>, q: Vec<i16>, sums: Vec<i32>, dsums32: Vec<f32>, lo: Vec<u8>, hi: Vec<i8> },
+    Q8 { d: Vec<f32>, q: Vec<i16>, sums: Vec<i32>, dsums32: Vec<f32>, lo: Vec<u8>, hi: Vec<i8>, order: PlaneOrder },
+}
+
+/// The order of the values in an activation's byte planes (`lo`, `hi`): that of the byte-product
+/// kernel of the row dtype it was made for, so that each 64-value register of the planes
+/// meets the register of weights that kernel unpacks with least work.
+#[derive(Clone, Copy, Debug, PartialEq, Eq)]
+pub(crate) enum PlaneOrder {
+    /// Values in order.
+    Natural,
+    /// Per 128 values, values 0..32, 64..96, 32..64, 96..128: a Q4_K block's 64 bytes of
+    /// nibbles j (values 128j..128j + 128, two runs of 32 bytes) give, masked, the first two
+    /// quarters, and shifted the last two.
+    Q4K,
+}
+
+impl PlaneOrder {
+    /// The order for products with `row` rows.
+    pub(crate) fn of(row: DType) -> PlaneOrder {
+        if row == DType::Q4K {
+            PlaneOrder::Q4K
+        } else {
+            PlaneOrder::Natural
+        }
+    }
 }
 
 /// Weight rows of `row_bytes` (> 0) bytes each, back to back in `data` (a whole number of
@@ -134,6 +158,8 @@ pub(crate) struct Q8Row<'a> {
     pub lo: &'a [u8],
     #[cfg_attr(not(target_arch = "x86_64"), allow(dead_code))]
     pub hi: &'a [i8],
+    #[cfg_attr(not(target_arch = "x86_64"), allow(dead_code))]
+    pub order: PlaneOrder,
 }
 
 impl ActivationQ {
@@ -180,9 +206,9 @@ impl ActivationRows {
         match (&mut self.repr, more.repr) {
             (Repr::F32(x), Repr::F32(y)) => x.extend(y),
             (
-                Repr::Q8 { d, q, sums, dsums32, lo, hi },
-                Repr::Q8 { d: d2, q: q2, sums: s2, dsums32: ds2, lo: l2, hi: h2 },
-            ) => {
+                Repr::Q8 { d, q, sums, dsums32, lo, hi, order },
+                Repr::Q8 { d: d2, q: q2, sums: s2, dsums32: ds2, lo: l2, hi: h2, order: o2 },
+            ) if *order == o2 => {
                 d.extend(d2);
                 q.extend(q2);
                 sums.extend(s2);
@@ -190,7 +216,8 @@ impl ActivationRows {
                 lo.extend(l2);
                 hi.extend(h2);
             }
-            // The dtype names the form: F32 holds F32 rows, the others Q8.
+            // The dtype names the form (F32 holds F32 rows, the others Q8); Q8 rows made for
+            // Q4_K rows lay their planes out apart from those for the other K formats.
             _ => return Err(QuantError::ActivationKind { row: more.dtype, activation: self.dtype }),
         }
         self.m += more.m;
@@ -252,7 +279,7 @@ impl ActivationRows {
     /// Row `i` of a Q8 activation (empty slices for F32 ones).
     fn q8_row(&self, i: usize) -> Q8Row<'_> {
         match &self.repr {
-            Repr::Q8 { d, q, sums, dsums32, lo, hi } => {
+            Repr::Q8 { d, q, sums, dsums32, lo, hi, order } => {
                 let nb = self.k / self.dtype.block_len();
                 Q8Row {
                     d: &d[i * nb..(i + 1) * nb],
@@ -261,9 +288,12 @@ impl ActivationRows {
                     dsums32: &dsums32[i * self.k / 32..(i + 1) * self.k / 32],
                     lo: &lo[i * self.k..(i + 1) * self.k],
                     hi: &hi[i * self.k..(i + 1) * self.k],
+                    order: *order,
                 }
             }
-            Repr::F32(_) => Q8Row { d: &[], q: &[], sums: &[], dsums32: &[], lo: &[], hi: &[] },
+            Repr::F32(_) => {
+                Q8Row { d: &[], q: &[], sums: &[], dsums32: &[], lo: &[], hi: &[], order: PlaneOrder::Natural }
+            }
         }
     }
 }
@@ -304,22 +334,22 @@ pub fn quantize_activations(row_dtype: DType, x: &[f32], k: usize) -> Result<Act
     #[cfg(target_arch = "x86_64")]
     if Simd::detect() != Simd::Scalar {
         // SAFETY: every level above Scalar has AVX2 and FMA (`Simd::detect` checked this CPU).
-        return Ok(unsafe { quantize_q8_avx2(dtype, x, k, m) });
+        return Ok(unsafe { quantize_q8_avx2(dtype, x, k, m, PlaneOrder::of(row_dtype)) });
     }
-    Ok(quantize_q8::<false>(dtype, x, k, m))
+    Ok(quantize_q8::<false>(dtype, x, k, m, PlaneOrder::of(row_dtype)))
 }
 
 /// [`quantize_q8`] compiled for AVX2: the same operations, in wider registers.
 #[cfg(target_arch = "x86_64")]
 #[target_feature(enable = "avx2,fma")]
-fn quantize_q8_avx2(dtype: DType, x: &[f32], k: usize, m: usize) -> ActivationRows {
-    quantize_q8::<true>(dtype, x, k, m)
+fn quantize_q8_avx2(dtype: DType, x: &[f32], k: usize, m: usize, order: PlaneOrder) -> ActivationRows {
+    quantize_q8::<true>(dtype, x, k, m, order)
 }
 
 /// `m` rows of `k` values (`x`, lengths checked) in the 16-bit block form `dtype` (Q8_0 or
 /// Q8K) names; blocks rounded by the AVX2 kernel where `AVX2` (only in [`quantize_q8_avx2`]).
 #[inline(always)]
-fn quantize_q8<const AVX2: bool>(dtype: DType, x: &[f32], k: usize, m: usize) -> ActivationRows {
+fn quantize_q8<const AVX2: bool>(dtype: DType, x: &[f32], k: usize, m: usize, order: PlaneOrder) -> ActivationRows {
     let mut q = vec![0i16; x.len()];
     // Plain loops rather than closures, so that everything is compiled into the caller (with
     // its target features).
@@ -348,10 +378,27 @@ fn quantize_q8<const AVX2: bool>(dtype: DType, x: &[f32], k: usize, m: usize) ->
         dsums32.push(d[c / per_block] * (s[0] + s[1]) as f32);
     }
     let (mut lo, mut hi) = (vec![0u8; q.len()], vec![0i8; q.len()]);
-    for ((lo, hi), &v) in lo.iter_mut().zip(hi.iter_mut()).zip(&q) {
+    match order {
+        PlaneOrder::Natural => split_planes(&q, &mut lo, &mut hi),
+        // Q4_K rows are whole blocks of 256 values, so every row is whole runs of 128.
+        PlaneOrder::Q4K => {
+            for (g, run) in q.chunks_exact(128).enumerate() {
+                for (to, from) in [(0, 0), (32, 64), (64, 32), (96, 96)] {
+                    let at = 128 * g + to..128 * g + to + 32;
+                    split_planes(&run[from..from + 32], &mut lo[at.clone()], &mut hi[at]);
+                }
+            }
+        }
+    }
+    ActivationRows { dtype, k, m, repr: Repr::Q8 { d, q, sums, dsums32, lo, hi, order } }
+}
+
+/// `q`'s values split into bytes, `q = 256 · hi + lo`.
+#[inline(always)]
+fn split_planes(q: &[i16], lo: &mut [u8], hi: &mut [i8]) {
+    for ((lo, hi), &v) in lo.iter_mut().zip(hi).zip(q) {
         (*lo, *hi) = (v as u8, (v >> 8) as i8);
     }
-    ActivationRows { dtype, k, m, repr: Repr::Q8 { d, q, sums, dsums32, lo, hi } }
 }
 
 /// Approximate `Σ row[i] * x[i]` for a `dtype` row and an activation from

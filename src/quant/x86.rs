@@ -21,7 +21,9 @@
 
 use std::arch::x86_64::*;
 
-use super::activation::{drive, i16_block_scale, min_sum, round_half_away, Q8Row, Rows, GROUP, SUM_LEN, TILE_BYTES};
+use super::activation::{
+    drive, i16_block_scale, min_sum, round_half_away, PlaneOrder, Q8Row, Rows, GROUP, SUM_LEN, TILE_BYTES,
+};
 use super::block::{visit_blocks, BlockVisitor, Unpacked};
 use super::x86_bytes::{q4_k as q4_k_bytes, q6_k as q6_k_bytes};
 use super::x86_gemm::{q8_gemm_512, GEMM_MIN_ROWS};
@@ -578,9 +580,11 @@ pub(crate) fn q8_matmul_512(dtype: DType, rows: Rows, acts: &[Q8Row], out: &mut 
     if acts.len() >= GEMM_MIN_ROWS {
         return q8_gemm_512(dtype, rows, acts, out);
     }
+    // The byte-product kernels read the planes in their own order ([`PlaneOrder`]).
+    let order = acts.first().map(|a| a.order);
     match dtype {
-        DType::Q4K => drive!(q4_k_bytes(), rows, acts, out, 4),
-        DType::Q6K => drive!(q6_k_bytes(), rows, acts, out, 4),
+        DType::Q4K if order == Some(PlaneOrder::Q4K) => drive!(q4_k_bytes(), rows, acts, out, 4),
+        DType::Q6K if order == Some(PlaneOrder::Natural) => drive!(q6_k_bytes(), rows, acts, out, 4),
         DType::Q8_0 => drive!(q8_0_512(), rows, acts, out),
         _ => q8_matmul(dtype, rows, acts, out),
     }

@@ -97,8 +97,11 @@ fn pair_sums(w: __m512i, lo: &[u8; 64], hi: &[i8; 64]) -> (__m512i, __m512i) {
     (_mm512_maddubs_epi16(load_u8x64(lo), w), _mm512_maddubs_epi16(w, load_i8x64(hi)))
 }
 
-/// Q4_K (see x86.rs's `q4_k`): a chunk is a 32-byte run of nibbles, values 64j..64j + 32 in
-/// its low nibbles (sub-block 2j) and 64j + 32..64j + 64 in its high ones (2j + 1).
+/// Q4_K (see x86.rs's `q4_k`), on planes in [`PlaneOrder::Q4K`](super::activation::PlaneOrder::Q4K): a pair of chunks is 64 bytes
+/// of nibbles, values 128p..128p + 128, whose low nibbles are sub-blocks 4p (bytes 0-31) and
+/// 4p + 2 (bytes 32-63), the planes' chunk 2p, and whose high nibbles are sub-blocks 4p + 1
+/// and 4p + 3, chunk 2p + 1: one load, mask and shift for 128 values (a chunk of values in
+/// order took a broadcast 32-byte run, a masked shift and a mask for 64).
 #[inline]
 #[target_feature(enable = "avx512f,avx512bw,avx512vnni,avx2,fma,f16c")]
 pub(super) fn q4_k<const R: usize>(row: &[u8], acts: &[Q8Row; R]) -> [f32; R] {
@@ -108,16 +111,17 @@ pub(super) fn q4_k<const R: usize>(row: &[u8], acts: &[Q8Row; R]) -> [f32; R] {
     let m4 = _mm512_set1_epi8(0x0F);
     // Per pair of chunks (2p, 2p + 1), the byte shuffle that puts, in each 128-bit lane, the
     // scale of the first chunk's sub-block there in i16 lanes 0-3 and the second's in 4-7, as
-    // `_mm512_packs_epi32` lays out their dword sums: sub-block 2j in 128-bit lanes 0 and 1
-    // (low nibbles), 2j + 1 in lanes 2 and 3; the i16 picking bytes 2i and 2i + 1 is scale i.
+    // `_mm512_packs_epi32` lays out their dword sums: sub-blocks 4p and 4p + 1 in 128-bit lanes
+    // 0 and 1, 4p + 2 and 4p + 3 in lanes 2 and 3; the i16 picking bytes 2i and 2i + 1 is
+    // scale i.
     let pick = |i: i16| (i * 2) | ((i * 2 + 1) << 8);
     let mut picks = [_mm512_setzero_si512(); 2];
     for (p, picks) in picks.iter_mut().enumerate() {
-        let (a, b) = (4 * p as i16, 4 * p as i16 + 2);
-        // 128-bit lanes 0, 1: sub-blocks a, b; lanes 2, 3: a + 1, b + 1 (i64 per four i16).
+        let (a, b) = (4 * p as i16, 4 * p as i16 + 1);
+        // 128-bit lanes 0, 1: sub-blocks a, b; lanes 2, 3: a + 2, b + 2 (i64 per four i16).
         let four = |i: i16| i64::from(pick(i) as u16) * 0x0001_0001_0001_0001;
         *picks =
-            _mm512_set_epi64(four(b + 1), four(a + 1), four(b + 1), four(a + 1), four(b), four(a), four(b), four(a));
+            _mm512_set_epi64(four(b + 2), four(a + 2), four(b + 2), four(a + 2), four(b), four(a), four(b), four(a));
     }
     let zero = _mm512_setzero_si512();
     let mut facc = [_mm512_setzero_ps(); R];
@@ -130,13 +134,8 @@ pub(super) fn q4_k<const R: usize>(row: &[u8], acts: &[Q8Row; R]) -> [f32; R] {
         let scales = _mm512_broadcast_i32x4(_mm_cvtepu8_epi16(_mm_cvtsi64_si128(i64::from_le_bytes(sc))));
         let mut iacc = [[_mm512_setzero_si512(); 2]; R];
         for (p, &pick) in picks.iter().enumerate() {
-            // Each chunk's 32 bytes in both halves, the upper one shifted: low nibbles, then
-            // high.
-            let nibbles = |j: usize| {
-                let v = _mm512_broadcast_i64x4(load_u8x32(sub(blk, 16 + 32 * j)));
-                _mm512_and_si512(_mm512_mask_srli_epi16::<4>(v, 0xFFFF_0000, v), m4)
-            };
-            let (w0, w1) = (nibbles(2 * p), nibbles(2 * p + 1));
+            let v = load_u8x64(sub(blk, 16 + 64 * p));
+            let (w0, w1) = (_mm512_and_si512(v, m4), _mm512_and_si512(_mm512_srli_epi16::<4>(v), m4));
             let s = _mm512_shuffle_epi8(scales, pick);
             for r in 0..R {
                 let (c0, c1) = (4 * b + 2 * p, 4 * b + 2 * p + 1);
