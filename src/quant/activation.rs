@@ -46,7 +46,7 @@ enum Repr {
     /// each 32 times their `d` (the rounded activation's sum, for the SIMD kernels' mins).
     /// Rows follow each other in every vector. Scales stay f32: this format never leaves
     /// memory, so there is no reason to lose precision. `lo` and `hi` are `q` split into bytes,
-    /// `q = 256 · hi + lo`, for the byte-product kernels (x86_bytes.rs).
+    /// `q = 256 · hi + lo`, in `order`, for the byte-product kernels (x86_bytes.rs).
     Q8 { d: Vec<f32>, q: Vec<i16>, sums: Vec<i32>, dsums32: Vec<f32>, lo: Vec<u8>, hi: Vec<i8>, order: PlaneOrder },
 }
 
