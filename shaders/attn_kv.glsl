@@ -10,10 +10,12 @@ layout(set = 0, binding = 2) readonly buffer K { float k[]; };
 layout(set = 0, binding = 2) readonly buffer K4 { vec4 k4[]; };
 layout(set = 0, binding = 2) readonly buffer KH2 { uint k_half2[]; };
 layout(set = 0, binding = 2) readonly buffer KH4 { uvec2 k_half4[]; };
+layout(set = 0, binding = 2) readonly buffer KH8 { uvec4 k_half8[]; };
 layout(set = 0, binding = 3) readonly buffer V { float v[]; };
 layout(set = 0, binding = 3) readonly buffer V4 { vec4 v4[]; };
 layout(set = 0, binding = 3) readonly buffer VH2 { uint v_half2[]; };
 layout(set = 0, binding = 3) readonly buffer VH4 { uvec2 v_half4[]; };
+layout(set = 0, binding = 3) readonly buffer VH8 { uvec4 v_half8[]; };
 
 // Value i of K (is_k) or V.
 float kv_at(bool is_k, uint i) {

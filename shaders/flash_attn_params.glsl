@@ -81,12 +81,12 @@ shared uint span_first[ATTN_TILE_ROWS];
 shared uint span_end[ATTN_TILE_ROWS];
 shared uint span_count;
 
-// The spans of queries t0 .. t0 + ATTN_TILE_ROWS - 1 (of n_q): every query's first row and end,
-// then (one thread) queries that see nothing dropped and runs with the same first row merged.
-// Every thread of the workgroup calls it, past the previous tile's last next_chunk.
-void tile_spans(uint t0, uint n_q, uint n_kv) {
+// The spans of queries t0 .. t0 + rows - 1 (of n_q; rows <= ATTN_TILE_ROWS): every query's first
+// row and end, then (one thread) queries that see nothing dropped and runs with the same first
+// row merged. Every thread of the workgroup calls it, past the previous tile's last next_chunk.
+void tile_spans(uint t0, uint rows, uint n_q, uint n_kv) {
     barrier();
-    for (uint r = gl_LocalInvocationIndex; r < ATTN_TILE_ROWS; r += gl_WorkGroupSize.x) {
+    for (uint r = gl_LocalInvocationIndex; r < rows; r += gl_WorkGroupSize.x) {
         span_first[r] = first(t0 + r, n_q, n_kv);
         span_end[r] = limit(t0 + r, n_q, n_kv);
     }
@@ -94,7 +94,7 @@ void tile_spans(uint t0, uint n_q, uint n_kv) {
     if (gl_LocalInvocationIndex == 0u) {
         // In place: entry n is written only after entry r >= n was read.
         uint n = 0u;
-        for (uint r = 0u; r < ATTN_TILE_ROWS; r++) {
+        for (uint r = 0u; r < rows; r++) {
             uint f = span_first[r];
             uint e = span_end[r];
             if (f >= e) {

@@ -94,7 +94,7 @@ void main() {
         uint vb = p.v_off + (h / group) * p.v_nb1;
         // The tile's first chunk of kv rows (every thread finds it alike, so the loop below
         // is uniform across the workgroup).
-        tile_spans(t0, n_q, n_kv_all);
+        tile_spans(t0, BR, n_q, n_kv_all);
         uvec2 chunk = next_chunk(0u, BC);
         uint lim[RM];
         uint fst[RM];

@@ -1578,6 +1578,10 @@ fn attention_over_an_f16_cache() {
         AttnCase::new((128, 2, 1, 40, 600)).slots(prefill_slots(40, 600)).aligned().gain(20.0),
         AttnCase::new((64, 2, 2, 64, 900)).run(50, 300).slots(prefill_slots(64, 300)),
         AttnCase::new((40, 3, 3, 9, 9)),
+        // Heads of whole quads of halves but not of eights (no 16-byte loads); groups of four
+        // heads (a tile of the matrix-unit kernel takes four heads' queries).
+        AttnCase::new((36, 4, 2, 70, 130)).slots(prefill_slots(70, 130)).aligned(),
+        AttnCase::new((128, 8, 2, 100, 300)).slots(prefill_slots(100, 300)).aligned(),
     ];
     for case in cases {
         check_attention_kernels(ks, &mut rng, case.f16());
@@ -1665,6 +1669,9 @@ fn tiled_attention_odd_tiles_heads_and_limits() {
         AttnCase::new((128, 4, 2, 150, 150)).slots(prefill_slots(150, 150)).aligned(),
         AttnCase::new((64, 2, 2, 200, 200)).aligned(),
         AttnCase::new((80, 2, 1, 70, 90)).slots(prefill_slots(70, 90)).aligned(),
+        // Groups of four and eight heads: the matrix-unit kernel's tiles take four heads.
+        AttnCase::new((64, 8, 2, 70, 150)).random_slots(&mut rng, 150),
+        AttnCase::new((40, 8, 1, 33, 90)).slots(prefill_slots(33, 90)).gain(20.0),
     ];
     for case in cases {
         check_attention_kernels(ks, &mut rng, case);

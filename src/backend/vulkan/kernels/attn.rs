@@ -119,13 +119,16 @@ fn cm_kv_rows() -> u32 {
 impl AttnCoop {
     /// The tile for heads of `head_dim` values on `cm`, where the kernel is written for it: a
     /// square shape (queries, kv rows and head values in blocks of one side), subgroups of at
-    /// least that many lanes (whole rows of the softmax per lane group), heads of at most 128
-    /// values in whole vec4s, and its shared memory within `shared_memory`.
+    /// least that many lanes (whole rows of the softmax per lane group, each lane whole vec4s of
+    /// a step's kv rows), heads of at most 128 values in whole vec4s, and its shared memory
+    /// within `shared_memory`.
     pub fn new(cm: CoopMat, head_dim: usize, shared_memory: u32) -> Option<AttnCoop> {
         let class = AttnTile::for_head_dim(head_dim).filter(|c| c.max_head_dim() <= 128)?;
         let r = cm.shape.m;
         let square = cm.shape.n == r && cm.shape.k == r && matches!(r, 8 | 16);
-        let lanes = cm.subgroup >= r && cm.subgroup.is_multiple_of(r);
+        let lanes = cm.subgroup >= r
+            && cm.subgroup.is_multiple_of(r)
+            && cm_kv_rows().checked_div(cm.subgroup / r).is_some_and(|columns| columns.is_multiple_of(4));
         let tile = AttnCoop { class, cm };
         (square && lanes && head_dim.is_multiple_of(4) && tile.shared_bytes() <= shared_memory).then_some(tile)
     }
