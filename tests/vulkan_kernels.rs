@@ -335,9 +335,13 @@ fn subgroup_kernel_is_chosen_where_the_device_has_subgroup_arithmetic() {
         let wide = variants.wide_matvec.then_some(MatKind::VecWide { subgroup, rows, cols: 1 });
         wide.into_iter().chain([MatKind::VecSg { subgroup }, MatKind::Vec]).collect::<Vec<_>>()
     };
-    // Four rows per thread for one column, whatever the rows and weight type.
-    for n in [151_936, 6144, 2048, 1024, 5] {
+    // Four rows per thread for one column, whatever the weight type; two for a vocabulary's
+    // rows (WIDE_LONG_ROWS: 65,536 and more).
+    for n in [6144, 2048, 1024, 5, 65_535] {
         assert_eq!(variants.mat_kinds(512, n, 1), want(4), "{n} rows");
+    }
+    for n in [65_536, 151_936] {
+        assert_eq!(variants.mat_kinds(512, n, 1), want(2), "{n} rows");
     }
     // A few sequences decoded together: every column in one workgroup, fewer rows per thread
     // for more columns (at most 16 sums a thread).
@@ -584,9 +588,17 @@ fn wide_matvec_at_decode_shapes() {
     for (dtype, w_off) in [(DType::Q4K, 32), (DType::Q6K, 6), (DType::Q8_0, 2), (DType::F16, 2), (DType::Q5K, 4)] {
         // Ragged rows for each rows-per-thread variant, and ragged column groups (one
         // workgroup column, so it loops over them) for each columns-per-workgroup one.
-        for (k, n, rows, cols) in
-            [(2048, 19, 2, 1), (4096, 6, 4, 1), (6144, 21, 8, 1), (2048, 35, 8, 2), (2048, 21, 4, 4), (4096, 9, 2, 8)]
-        {
+        // A vocabulary's worth of rows (from WIDE_LONG_ROWS: 32 threads a row), ragged too.
+        let cases = [
+            (2048, 19, 2, 1),
+            (4096, 6, 4, 1),
+            (6144, 21, 8, 1),
+            (2048, 35, 8, 2),
+            (2048, 21, 4, 4),
+            (4096, 9, 2, 8),
+            (512, 65_541, 2, 1),
+        ];
+        for (k, n, rows, cols) in cases {
             let kind = MatKind::VecWide { subgroup, rows, cols };
             let columns = if cols == 1 { 2 } else { 2 * cols as usize - 1 };
             let mut w_bytes = vec![0u8; w_off];

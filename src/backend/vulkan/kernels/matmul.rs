@@ -306,7 +306,7 @@ impl Variants {
                 if let Some(subgroup) = self.subgroup_matvec {
                     if self.wide_matvec && k.is_multiple_of(32) {
                         let cols = wide_cols(cols);
-                        kinds.push(MatKind::VecWide { subgroup, rows: wide_rows(cols), cols });
+                        kinds.push(MatKind::VecWide { subgroup, rows: wide_rows(n, cols), cols });
                     }
                     kinds.push(MatKind::VecSg { subgroup });
                 }
@@ -431,29 +431,43 @@ pub fn wide_cols(cols: usize) -> u32 {
     WIDE_COLS.into_iter().find(|&c| c as usize >= cols).unwrap_or(WIDE_COLS[WIDE_COLS.len() - 1])
 }
 
-/// Rows per thread of `mul_mat_vec_wide` at `cols` columns per workgroup: 4, or fewer where
-/// that would keep more than `WIDE_MAX_SUMS` sums a thread; HRX_VK_WIDE_ROWS=2|4|8 asks for
-/// another (a tuning probe, as HRX_VK_WIDE_TPR). Four rows for every product measured faster
+/// Rows per thread of `mul_mat_vec_wide` for `n` rows at `cols` columns per workgroup: 4 (2 from
+/// `WIDE_LONG_ROWS` rows), or fewer where that would keep more than `WIDE_MAX_SUMS` sums a
+/// thread; HRX_VK_WIDE_ROWS=2|4|8 asks for another (a tuning probe, as HRX_VK_WIDE_TPR). Four
+/// rows for every other product measured faster
 /// on the H100 (2B shape, alternating in one call) than the earlier choice (8 for the 6,144-row
 /// gate and up, 2 for the 1,024-row k and v and for Q6_K but the head, so as to leave 256
 /// workgroups): tg128 431-440 against 373-379 tok/s, tg64 after 4,096 tokens 346-354 against
 /// 290-297; two rows for all 419, eight 392 (another call: 443.5 at four). Timed alone
 /// (`hrx bench --kernels`, a barrier after each) two rows look faster on most shapes; in a
 /// decode step the products of a stage (q, k, v; gate, up) share the GPU.
-pub fn wide_rows(cols: u32) -> u32 {
+pub fn wide_rows(n: usize, cols: u32) -> u32 {
     static ASKED: std::sync::OnceLock<u32> = std::sync::OnceLock::new();
     let asked =
         *ASKED.get_or_init(|| probe("HRX_VK_WIDE_ROWS", 0, |n| WIDE_ROWS.contains(&(n as u32)), "2, 4 or 8") as u32);
-    let rows = if asked == 0 { 4 } else { asked };
+    let rows = match asked {
+        0 if n >= WIDE_LONG_ROWS => 2,
+        0 => 4,
+        asked => asked,
+    };
     rows.min((WIDE_MAX_SUMS / cols).max(2))
 }
 
-/// Threads per row of `mul_mat_vec_wide` on subgroups of `subgroup` lanes: 128 where rows are
-/// whole multiples of 128 units of 32 values, else 64 (every thread then takes the same number
-/// of units); or what HRX_VK_WIDE_TPR asks (a tuning probe, as HRX_VK_ATTN_SPLITS: 128, 64, or
+/// Rows from which `mul_mat_vec_wide` gives a row 32 threads (where subgroups divide 32) and a
+/// thread 2 rows: the grid is then many times what a GPU runs at once, so fewer threads a row
+/// cost no parallelism, and each thread's loads of x and its reduction serve more weights. On
+/// the H200 (`hrx bench --kernels`, one call) the 151,936-row Q6_K head took 176 us at 64
+/// threads and 4 rows, 158 at 32 and 4, 151 at 32 and 2; at 2,048 rows 32 threads lost (Q6_K
+/// 6144 -> 2048: 19.4 us against 12.9).
+const WIDE_LONG_ROWS: usize = 65_536;
+
+/// Threads per row of `mul_mat_vec_wide` for `n` rows of `k` values on subgroups of `subgroup`
+/// lanes: 32 for `WIDE_LONG_ROWS` rows and more where subgroups divide 32; else 128 where rows
+/// are whole multiples of 128 units of 32 values, else 64 (every thread then takes the same
+/// number of units); or what HRX_VK_WIDE_TPR asks (a tuning probe, as HRX_VK_ATTN_SPLITS: 128, 64, or
 /// the subgroup's size, one subgroup a row without shared memory or barriers) where the
 /// device's subgroups divide it.
-fn wide_threads_per_row(k: usize, subgroup: u32) -> usize {
+fn wide_threads_per_row(k: usize, n: usize, subgroup: u32) -> usize {
     static ASKED: std::sync::OnceLock<usize> = std::sync::OnceLock::new();
     let asked = *ASKED.get_or_init(|| {
         probe("HRX_VK_WIDE_TPR", 0, |n| n.is_power_of_two() && (8..=128).contains(&n), "8 to 128, a power of two")
@@ -467,6 +481,8 @@ fn wide_threads_per_row(k: usize, subgroup: u32) -> usize {
     }
     if fits {
         asked
+    } else if n >= WIDE_LONG_ROWS && 32usize.is_multiple_of(subgroup as usize) {
+        32
     } else if (k / 32).is_multiple_of(128) {
         128
     } else {
@@ -561,7 +577,7 @@ pub fn launch(
         }
     };
     let tpr = match kind {
-        MatKind::VecWide { subgroup, .. } => wide_threads_per_row(k, subgroup),
+        MatKind::VecWide { subgroup, .. } => wide_threads_per_row(k, n, subgroup),
         _ => 0,
     };
     push.push(tpr as u32);
