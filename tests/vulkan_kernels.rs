@@ -588,7 +588,10 @@ fn wide_matvec_at_decode_shapes() {
     for (dtype, w_off) in [(DType::Q4K, 32), (DType::Q6K, 6), (DType::Q8_0, 2), (DType::F16, 2), (DType::Q5K, 4)] {
         // Ragged rows for each rows-per-thread variant, and ragged column groups (one
         // workgroup column, so it loops over them) for each columns-per-workgroup one.
-        // A vocabulary's worth of rows (from WIDE_LONG_ROWS: 32 threads a row), ragged too.
+        // A vocabulary's worth of rows (from WIDE_LONG_ROWS: 32 threads a row), ragged too. The
+        // grid is clamped to two workgroups (each loops over row groups) but for it: thousands
+        // of iterations of a workgroup, each with its barriers, end early on Debian 12's
+        // lavapipe (Mesa 22.3; 26.1 runs them).
         let cases = [
             (2048, 19, 2, 1),
             (4096, 6, 4, 1),
@@ -610,7 +613,8 @@ fn wide_matvec_at_decode_shapes() {
             let out = Strided::new(&mut rng, [n, columns, 1, 1], 1, 0);
             let x_bytes = f32_bytes(&x.data);
             let launch = vulkan_common::launch_mat(kind, &w_op, &x.operand(), &out.operand(), None, None).unwrap();
-            let e = compare(ks, &Op::MatMul, &launch, [(&w_bytes, w_in), (&x_bytes, x.input())], &out, Some([2, 1, 1]));
+            let max = if n > 4096 { [1024, 1, 1] } else { [2, 1, 1] };
+            let e = compare(ks, &Op::MatMul, &launch, [(&w_bytes, w_in), (&x_bytes, x.input())], &out, Some(max));
             eprintln!("{:<24} K={k} N={n} columns={columns}: nmse {e:.3e}", launch.kernel.name());
             assert!(e < MAT_NMSE, "{} K={k} N={n} columns={columns}: nmse {e}", launch.kernel.name());
         }
