@@ -94,7 +94,9 @@ impl AttnTile {
 }
 
 /// `flash_attn_cm.comp`'s tile: four subgroups of `cm`'s square matrix-unit side of queries
-/// each, `CM_KV_ROWS` kv rows per step, heads of up to `class.max_head_dim()` values (64 or
+/// each (of one head, or the same queries of the 2 or 4 heads that share a kv head: the kernel
+/// picks from the group, and the grid of heads x tiles of `queries()` holds its work either
+/// way), `CM_KV_ROWS` kv rows per step, heads of up to `class.max_head_dim()` values (64 or
 /// 128).
 #[derive(Clone, Copy, Debug, PartialEq, Eq, Hash)]
 pub struct AttnCoop {
