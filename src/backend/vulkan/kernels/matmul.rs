@@ -434,8 +434,8 @@ pub fn wide_cols(cols: usize) -> u32 {
 /// Rows per thread of `mul_mat_vec_wide` for `n` rows at `cols` columns per workgroup: 4 (2 from
 /// `WIDE_LONG_ROWS` rows), or fewer where that would keep more than `WIDE_MAX_SUMS` sums a
 /// thread; HRX_VK_WIDE_ROWS=2|4|8 asks for another (a tuning probe, as HRX_VK_WIDE_TPR). Four
-/// rows for every other product measured faster
-/// on the H100 (2B shape, alternating in one call) than the earlier choice (8 for the 6,144-row
+/// rows for every other product measured faster on the H100 (2B shape, alternating in one call)
+/// than the earlier choice (8 for the 6,144-row
 /// gate and up, 2 for the 1,024-row k and v and for Q6_K but the head, so as to leave 256
 /// workgroups): tg128 431-440 against 373-379 tok/s, tg64 after 4,096 tokens 346-354 against
 /// 290-297; two rows for all 419, eight 392 (another call: 443.5 at four). Timed alone
@@ -464,8 +464,8 @@ const WIDE_LONG_ROWS: usize = 65_536;
 /// Threads per row of `mul_mat_vec_wide` for `n` rows of `k` values on subgroups of `subgroup`
 /// lanes: 32 for `WIDE_LONG_ROWS` rows and more where subgroups divide 32; else 128 where rows
 /// are whole multiples of 128 units of 32 values, else 64 (every thread then takes the same
-/// number of units); or what HRX_VK_WIDE_TPR asks (a tuning probe, as HRX_VK_ATTN_SPLITS: 128, 64, or
-/// the subgroup's size, one subgroup a row without shared memory or barriers) where the
+/// number of units); or what HRX_VK_WIDE_TPR asks (a tuning probe, as HRX_VK_ATTN_SPLITS: 128,
+/// 64, or the subgroup's size, one subgroup a row without shared memory or barriers) where the
 /// device's subgroups divide it.
 fn wide_threads_per_row(k: usize, n: usize, subgroup: u32) -> usize {
     static ASKED: std::sync::OnceLock<usize> = std::sync::OnceLock::new();
