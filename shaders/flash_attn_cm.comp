@@ -10,9 +10,9 @@
 // as f16 (loaded into registers during the previous step):
 //   S = Q K^T (R x BC per subgroup; Q, pre-scaled by scale * log2 e, held as A fragments for
 //   the whole pass), stored to shared memory; the online softmax by rows, LPR lanes to a row,
-//   each CPL neighbouring columns: the row maximum m, P = exp2(S - m) (f16, to shared memory), the running sum; the rescale
-//   factor exp2(m_old - m) of each row as an R x R matrix of rows of that factor, by which the
-//   O accumulators are multiplied element by element; O += P V.
+//   each CPL neighbouring columns: the row maximum m, P = exp2(S - m) (f16, to shared memory),
+//   the running sum; the rescale factor exp2(m_old - m) of each row as an R x R matrix of rows
+//   of that factor, by which the O accumulators are multiplied element by element; O += P V.
 // At the end O is scaled by 1 / sum the same way and written through a patch of shared memory,
 // as f32 values or, with p.d_f16 (activations kept in halves), pairs of f16 ones.
 // The tile sizes are specialization constants (kernels/attn.rs, AttnTileCm); head_dim may be
@@ -101,8 +101,9 @@ uvec4 kv8_bits(bool is_k, bool aligned8, bool aligned, uint at, uint n) {
 
 // A step's K and V rows as this thread loads them, eight values at a time: element
 // e = tid + i * THREADS of the BC x DM tile is kv_k[2i], kv_k[2i + 1] / kv_v[..] (f32 values)
-// or kv_kh[i] / kv_vh[i] (KV_F16: eight halves' bits, one 16-byte load: on the H200 the loads'
-// instructions were a third of a 2,048-token prefill's attention as 8-byte ones).
+// or kv_kh[i] / kv_vh[i] (KV_F16: eight halves' bits, one 16-byte load; on the H200 a
+// 2,048-token prefill's attention took 27.5 ms without its K and V loads, 42.6 with them as
+// 8-byte ones).
 // Loaded a step ahead and stored to the tiles as f16 only after that step's products: the
 // loads' latency is hidden behind them, which decides the speed where a GPU has a workgroup or
 // two per multiprocessor (a 512-token text chunk). Halves are copied as bits: on the H100 a

@@ -128,11 +128,14 @@ impl AttnCoop {
         let class = AttnTile::for_head_dim(head_dim).filter(|c| c.max_head_dim() <= 128)?;
         let r = cm.shape.m;
         let square = cm.shape.n == r && cm.shape.k == r && matches!(r, 8 | 16);
-        let lanes = cm.subgroup >= r
+        // With r 8 or 16 (square) and subgroups of whole multiples of it, subgroup / r lanes
+        // take a row, at least one.
+        let lanes = square
+            && cm.subgroup >= r
             && cm.subgroup.is_multiple_of(r)
-            && cm_kv_rows().checked_div(cm.subgroup / r).is_some_and(|columns| columns.is_multiple_of(4));
+            && (cm_kv_rows() / (cm.subgroup / r)).is_multiple_of(4);
         let tile = AttnCoop { class, cm };
-        (square && lanes && head_dim.is_multiple_of(4) && tile.shared_bytes() <= shared_memory).then_some(tile)
+        (lanes && head_dim.is_multiple_of(4) && tile.shared_bytes() <= shared_memory).then_some(tile)
     }
 
     /// Queries per workgroup.
