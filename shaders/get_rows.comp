@@ -31,6 +31,8 @@ layout(push_constant) uniform Params {
     uint d_nb1;
 } p;
 
+// Values a row of the table holds (wtype.glsl: Q6_K rows of whole quads are stored by quads).
+#define W_ROW_VALUES p.ne.x
 #include "wtype.glsl"
 
 void main() {

@@ -25,6 +25,9 @@ layout(push_constant) uniform Params {
     uint r_row;    // 1: r is one row of N, added to every column (a bias)
 } p;
 
+// Values a row of w holds (wtype.glsl: Q6_K rows of whole quads are stored by quads).
+#define W_ROW_VALUES p.K
+
 #define PRO_NONE 0u
 #define PRO_RMS_NORM 1u // x = rms_norm(x') * w, x' bound as x, w at binding 4
 #define PRO_SWIGLU 2u   // x = silu(gate) * up, the gate bound as x, up at binding 4 laid out as it

@@ -79,19 +79,19 @@ float row_dot(uint row, uint xo, uint lane, uint step) {
         uint b = u / 16u;
         uint n = (u % 16u) / 8u;
         uint l = (u % 8u) * 4u;
-        uint blk = row + b * 210u;
-        uint ql0 = load_u32(blk + 64u * n + l);
-        uint ql1 = load_u32(blk + 64u * n + 32u + l);
-        uint qh = load_u32(blk + 128u + 32u * n + l);
+        uvec4 blk = q6_k_block(row, b);
+        uint ql0 = load_u32(blk.x + 64u * n + l);
+        uint ql1 = load_u32(blk.x + 64u * n + 32u + l);
+        uint qh = load_u32(blk.y + 32u * n + l);
         uint lo[4] = uint[4](ql0, ql1, ql0 >> 4u, ql1 >> 4u);
         uint xi = xo + b * 256u + 128u * n + l;
         float sum = 0.0;
         for (uint t = 0u; t < 4u; t++) {
             uint q = (lo[t] & 0x0F0F0F0Fu) | (((qh >> (2u * t)) & 0x03030303u) << 4u);
-            float sc = float(int(load_u8(blk + 192u + 8u * n + l / 16u + 2u * t) << 24) >> 24);
+            float sc = float(int(load_u8(blk.z + 8u * n + l / 16u + 2u * t) << 24) >> 24);
             sum += sc * dot(u8x4(q) - 32.0, x4(xi + 32u * t));
         }
-        acc += load_f16(blk + 208u) * sum;
+        acc += load_f16(blk.w) * sum;
     }
     return acc;
 }

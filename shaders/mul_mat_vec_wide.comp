@@ -76,6 +76,11 @@ uvec2 load8_at2(uint off) {
 // of every group i, so that the lanes' loads of x and w are consecutive; a scale per group)
 // decoded slower on the H100 (2B shape, tg128 334-335 against 368-382 tok/s in one call, every
 // product slower in the profile: each unit takes more load instructions and 8 scales, not 2).
+// So did Q6_K laid across (its x loads consecutive, but 19 loads of a unit's weights where the
+// mapping below takes 13, 5 stored by quads: H100, tg128 435-440 against 453-454, the head 176
+// us against 152), and
+// x staged in shared memory by the workgroup first (consecutive loads, then a barrier: 369-370
+// against 441, every product slower).
 //
 // Each weight type gives: unit_k(u, i), the index along K of the i-th of the 8 groups of 4
 // values of unit u; unit_fetch, the loads of unit u of ROWS rows into RAW uvec4s per row
@@ -119,9 +124,13 @@ vec2 class_scale(uvec4 raw[RAW], uint u, uint j) {
 #elif defined(W_Q6_K)
 // Unit u: values l0..l0+7 (l0 = 8 (u % 4)) of the four quarters t of half n = (u % 8) / 4 of
 // block b = u / 8 (groups 2t, 2t + 1): 8 bytes of ql at 64n + l0, 8 at 64n + 32 + l0, 8 of
-// qh at 32n + l0, the scales and d. Blocks are 210 bytes, so 2-byte aligned: load8_at2.
+// qh at 32n + l0, the scales and d. In the file's layout blocks are 210 bytes, so 2-byte
+// aligned: load8_at2, three word loads a piece; stored by quads (rows of whole runs of four
+// blocks, wtypes/q6_k.glsl) the pieces are 8-byte aligned (where w is): a load each.
 // Raw: the two ql pieces; qh and the 8 scale bytes from 8n; d.
 #define RAW 3u
+
+layout(set = 0, binding = 1) readonly buffer W2 { uvec2 w_vec2[]; };
 
 uint unit_k(uint u, uint i) {
     return (u / 8u) * 256u + 128u * ((u % 8u) / 4u) + (u % 4u) * 8u + 32u * (i / 2u) + 4u * (i % 2u);
@@ -130,11 +139,18 @@ uint unit_k(uint u, uint i) {
 void unit_fetch(uint row0, uint rows, uint u, out uvec4 raw[ROWS][RAW]) {
     uint n = (u % 8u) / 4u;
     uint l0 = (u % 4u) * 8u;
+    bool aligned = q6_k_quads() && p.w_off % 8u == 0u;
     [[unroll]] for (uint r = 0u; r < ROWS; r++) {
-        uint blk = p.w_off + min(row0 + r, rows - 1u) * p.w_nb1 + (u / 8u) * 210u;
-        raw[r][0] = uvec4(load8_at2(blk + 64u * n + l0), load8_at2(blk + 64u * n + 32u + l0));
-        raw[r][1] = uvec4(load8_at2(blk + 128u + 32u * n + l0), load8_at2(blk + 192u + 8u * n));
-        raw[r][2] = uvec4(load_u16(blk + 208u), 0u, 0u, 0u);
+        uvec4 blk = q6_k_block(p.w_off + min(row0 + r, rows - 1u) * p.w_nb1, u / 8u);
+        uvec4 at = uvec4(blk.x + 64u * n + l0, blk.x + 64u * n + 32u + l0, blk.y + 32u * n + l0, blk.z + 8u * n);
+        if (aligned) {
+            raw[r][0] = uvec4(w_vec2[at.x >> 3u], w_vec2[at.y >> 3u]);
+            raw[r][1] = uvec4(w_vec2[at.z >> 3u], w_vec2[at.w >> 3u]);
+        } else {
+            raw[r][0] = uvec4(load8_at2(at.x), load8_at2(at.y));
+            raw[r][1] = uvec4(load8_at2(at.z), load8_at2(at.w));
+        }
+        raw[r][2] = uvec4(load_u16(blk.w), 0u, 0u, 0u);
     }
 }
 

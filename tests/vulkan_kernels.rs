@@ -95,7 +95,7 @@ fn compare(
     max: Option<[u32; 3]>,
 ) -> f64 {
     let dev = ks.device();
-    let bufs = ins.map(|(bytes, _)| upload(dev, bytes, 0));
+    let bufs = ins.map(|(bytes, input)| upload(dev, &vulkan_common::stored(bytes, &input), 0));
     let out_buf = dev.buffer((out.data.len() * 4) as u64, Location::Device, "test output").unwrap();
     out_buf.write_f32(0, &vec![f32::NAN; out.data.len()]).unwrap();
     run(ks, launch, &[], &[&bufs[0], &bufs[1]], &out_buf, out.ne, max);
@@ -303,6 +303,9 @@ fn matmul_k_quants() {
     for dtype in [DType::Q4K, DType::Q5K, DType::Q6K] {
         for (k, n, cols) in
             [(256, 1, [1, 1, 1]), (512, 7, [3, 1, 1]), (768, 67, [1, 2, 1]), (256, 65, [70, 1, 1]), (512, 3, [9, 2, 2])]
+                .into_iter()
+                // Rows of whole quads of blocks: Q6_K's stored by quads (weight_layout).
+                .chain([(1024, 9, [3, 1, 1]), (2048, 5, [1, 1, 1])])
         {
             check_matmul(ks, &mut rng, dtype, k, n, cols, None);
         }
@@ -585,7 +588,11 @@ fn wide_matvec_at_decode_shapes() {
         return;
     };
     let mut rng = Rng::new(21);
-    for (dtype, w_off) in [(DType::Q4K, 32), (DType::Q6K, 6), (DType::Q8_0, 2), (DType::F16, 2), (DType::Q5K, 4)] {
+    // Q6_K at a 2-byte and an 8-byte aligned offset: stored by quads, the kernel reads the
+    // pieces of its rows as words around them, or (8-byte aligned) a load each.
+    let types =
+        [(DType::Q4K, 32), (DType::Q6K, 6), (DType::Q6K, 8), (DType::Q8_0, 2), (DType::F16, 2), (DType::Q5K, 4)];
+    for (dtype, w_off) in types {
         // Ragged rows for each rows-per-thread variant, and ragged column groups (one
         // workgroup column, so it loops over them) for each columns-per-workgroup one.
         // A vocabulary's worth of rows (from WIDE_LONG_ROWS: 32 threads a row), ragged too. The
@@ -893,7 +900,7 @@ fn compare_args(
     grid_ne: [usize; 4],
 ) -> f64 {
     let dev = ks.device();
-    let bufs: Vec<_> = args.iter().map(|a| upload(dev, &a.bytes, 0)).collect();
+    let bufs: Vec<_> = args.iter().map(|a| upload(dev, &vulkan_common::stored(&a.bytes, &a.view), 0)).collect();
     let refs: Vec<_> = bufs.iter().collect();
     let out_buf = dev.buffer((out.data.len() * 4) as u64, Location::Device, "test output").unwrap();
     let start = init.map_or_else(|| vec![f32::NAN; out.data.len()], <[f32]>::to_vec);
@@ -912,8 +919,12 @@ fn compare_args(
 fn get_rows_of_every_table_type() {
     let Some(ks) = kernel_set() else { return };
     let mut rng = Rng::new(21);
-    for dtype in [DType::F32, DType::F16, DType::BF16, DType::Q8_0, DType::Q4K, DType::Q5K, DType::Q6K] {
-        let (k, rows, n) = (if dtype.block_len() > 32 { 512 } else { 96 }, 37, 11);
+    let types = [DType::F32, DType::F16, DType::BF16, DType::Q8_0, DType::Q4K, DType::Q5K, DType::Q6K];
+    // And Q6_K rows of whole quads of blocks (stored by quads, weight_layout).
+    for (dtype, k) in
+        types.map(|d| (d, if d.block_len() > 32 { 512 } else { 96 })).into_iter().chain([(DType::Q6K, 1024)])
+    {
+        let (rows, n) = (37, 11);
         let table_bytes = quantized(&mut rng, dtype, k, rows);
         let t_ne = [k, rows, 1, 1];
         let t_op = Operand { dtype, ne: t_ne, nb: contiguous_strides(dtype, t_ne), offset: 0, dynamic: None };

@@ -3,24 +3,43 @@
 // low bits: nibble (t >= 2 ? high : low) of ql[64n + 32(t & 1) + l]; high bits: bits 2t..2t+1
 // of qh[32n + l]; scale scales[8n + l / 16 + 2t]; value = d * scale * (q - 32)
 // (ggml's dequantize_row_q6_K).
+// Rows of a multiple of 1,024 values (W_ROW_VALUES, which the kernel defines) are stored by
+// quads on the device (src/backend/vulkan/weight_layout.rs): each run of four blocks as their
+// ql (4 x 128 bytes), qh (4 x 64), scales (4 x 16) and d (4 x 2).
 #define W_BLOCK 256u
 
+// Whether rows are stored by quads.
+bool q6_k_quads() {
+    return W_ROW_VALUES % 1024u == 0u;
+}
+
+// The byte offsets of block b's ql, qh, scales and d in the row at byte `row`.
+uvec4 q6_k_block(uint row, uint b) {
+    if (q6_k_quads()) {
+        uint quad = row + (b / 4u) * 840u;
+        uint q = b % 4u;
+        return uvec4(quad + 128u * q, quad + 512u + 64u * q, quad + 768u + 16u * q, quad + 832u + 2u * q);
+    }
+    uint blk = row + b * 210u;
+    return uvec4(blk, blk + 128u, blk + 192u, blk + 208u);
+}
+
 vec4 load_w4(uint row, uint k) {
-    uint blk = row + (k / 256u) * 210u;
+    uvec4 blk = q6_k_block(row, k / 256u);
     uint v = k % 256u;
     uint n = v / 128u;
     uint t = (v % 128u) / 32u;
     uint l = v % 32u;
-    uint lo = load_u32(blk + 64u * n + 32u * (t & 1u) + l);
+    uint lo = load_u32(blk.x + 64u * n + 32u * (t & 1u) + l);
     if (t >= 2u) {
         lo >>= 4u;
     }
     lo &= 0x0F0F0F0Fu;
-    uint hi = (load_u32(blk + 128u + 32u * n + l) >> (2u * t)) & 0x03030303u;
+    uint hi = (load_u32(blk.y + 32u * n + l) >> (2u * t)) & 0x03030303u;
     uint q = lo | (hi << 4u);
     vec4 qf = u8x4(q) - 32.0;
-    float d = load_f16(blk + 208u);
-    float sc = float(int(load_u8(blk + 192u + 8u * n + l / 16u + 2u * t) << 24) >> 24);
+    float d = load_f16(blk.w);
+    float sc = float(int(load_u8(blk.z + 8u * n + l / 16u + 2u * t) << 24) >> 24);
     return (d * sc) * qf;
 }
 
@@ -35,15 +54,15 @@ float load_w1(uint row, uint k) {
 #define W16_RAW 3u
 
 void q6_k_chunk(uint row, uint k, out uint ql, out uint qh, out uint sc, out uint d) {
-    uint blk = row + (k / 256u) * 210u;
+    uvec4 blk = q6_k_block(row, k / 256u);
     uint v = k % 256u;
     uint n = v / 128u;
     uint t = (v % 128u) / 32u;
     uint l0 = v % 32u;
-    ql = blk + 64u * n + 32u * (t & 1u) + l0;
-    qh = blk + 128u + 32u * n + l0;
-    sc = blk + 192u + 8u * n + l0 / 16u + 2u * t;
-    d = blk + 208u;
+    ql = blk.x + 64u * n + 32u * (t & 1u) + l0;
+    qh = blk.y + 32u * n + l0;
+    sc = blk.z + 8u * n + l0 / 16u + 2u * t;
+    d = blk.w;
 }
 
 void fetch16(uint row, uint k, out uvec4 raw[W16_RAW]) {

@@ -2,10 +2,12 @@
 //! elsewhere), test data, running one kernel, and the normalized error.
 #![allow(dead_code)] // each test binary uses its own subset
 
+use hrx::backend::cpu::tensor::In;
 use hrx::backend::vulkan::kernels::{
     self, Dyn, KernelId, KernelSet, Launch, MatKind, Operand, Ops, Values, Variants, WType, BINDINGS, OUTPUT_BINDING,
     SCRATCH_BINDING,
 };
+use hrx::backend::vulkan::weight_layout::Stored;
 use hrx::backend::vulkan::VkError;
 use hrx::backend::vulkan::{Buffer, CommandBuffer, DescriptorPool, Device, DeviceOptions, Location, Selection};
 use hrx::backend::DeviceChoice;
@@ -113,6 +115,17 @@ pub fn f32_bytes(v: &[f32]) -> Vec<u8> {
 }
 
 /// A device buffer holding `bytes` at byte `offset` (zeros before it).
+/// The bytes of a buffer holding the weight `input` (at byte `input.offset` of `bytes`, rows of
+/// `input.ne[0]` values, whole rows to the end) as the device stores weights
+/// (`weight_layout`: Q6_K rows of whole quads by quads), what a model's upload gives.
+pub fn stored(bytes: &[u8], input: &In) -> Vec<u8> {
+    let (head, tensor) = bytes.split_at(input.offset.min(bytes.len()));
+    let mut out = head.to_vec();
+    out.resize(bytes.len(), 0);
+    Stored::of(input.dtype, input.ne[0], tensor).copy_range(&mut out[head.len()..], 0);
+    out
+}
+
 pub fn upload(dev: &Device, bytes: &[u8], offset: usize) -> Buffer {
     let b = dev.buffer((offset + bytes.len()) as u64, Location::Device, "test input").unwrap();
     b.write(offset as u64, bytes).unwrap();

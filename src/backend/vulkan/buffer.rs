@@ -9,6 +9,7 @@ use super::command::CommandBuffer;
 use super::device::{Device, Shared};
 use super::error::{Result, VkError};
 use super::memory::{self, Allocation, Location};
+use super::weight_layout::Stored;
 use ash::vk;
 use std::sync::Arc;
 
@@ -161,7 +162,7 @@ impl Buffer {
             // above), the GPU is done with it, and `out` cannot overlap it.
             let src = unsafe { std::slice::from_raw_parts(p.as_ptr().add(offset as usize), total) };
             // A step of 32 sequences reads 19 MB of logits: one thread took 2.9 ms of its 11.
-            copy_on_threads(out, &[src]);
+            copy_on_threads(out, &[Piece::whole(Stored::AsIs(src))]);
             return Ok(());
         }
         if total == 0 {
@@ -260,12 +261,12 @@ impl Buffer {
     }
 
     /// Its first `len` bytes from `pieces` laid end to end (a mapped staging buffer's).
-    fn write_pieces(&self, len: u64, pieces: &[&[u8]]) -> Result<()> {
+    fn write_pieces(&self, len: u64, pieces: &[Piece]) -> Result<()> {
         self.check(0, len as usize, "write")?;
         let Some(p) = self.inner.alloc.mapped else {
             return Err(VkError::Invalid("a staging buffer that is not mapped".into()));
         };
-        if pieces.iter().map(|d| d.len() as u64).sum::<u64>() != len {
+        if pieces.iter().map(|d| d.len as u64).sum::<u64>() != len {
             return Err(VkError::Invalid(format!("staged pieces do not make {len} bytes")));
         }
         // SAFETY: as in `write_mapped`: the range is inside the mapped allocation (checked
@@ -277,7 +278,7 @@ impl Buffer {
     }
 
     /// Copies `data` into this mapped buffer at byte `offset`; false when it is not mapped.
-    fn write_mapped(&self, offset: u64, data: &[u8]) -> Result<bool> {
+    fn write_mapped(&self, offset: u64, data: Stored) -> Result<bool> {
         self.check(offset, data.len(), "write")?;
         let Some(p) = self.inner.alloc.mapped else { return Ok(false) };
         // SAFETY: the range is inside this buffer's mapped allocation (checked above), the GPU
@@ -286,7 +287,7 @@ impl Buffer {
         // makes it (writes and reads of one range come from one thread: the executor's run
         // and the uploader are sequential), and `data` cannot overlap it.
         let dst = unsafe { std::slice::from_raw_parts_mut(p.as_ptr().add(offset as usize), data.len()) };
-        copy_on_threads(dst, &[data]);
+        copy_on_threads(dst, &[Piece::whole(data)]);
         Ok(true)
     }
 }
@@ -307,14 +308,28 @@ pub struct Readback {
 /// of encoder rows are spread too (0.56-0.86 ms from the staging buffer).
 const PARALLEL_COPY: usize = 2 << 20;
 
+/// Bytes `from..from + len` of what `bytes` stores: a piece of a staging buffer's bytes.
+#[derive(Clone, Copy, Debug)]
+struct Piece<'a> {
+    bytes: Stored<'a>,
+    from: usize,
+    len: usize,
+}
+
+impl<'a> Piece<'a> {
+    fn whole(bytes: Stored<'a>) -> Piece<'a> {
+        Piece { bytes, from: 0, len: bytes.len() }
+    }
+}
+
 /// `pieces`, laid end to end, copied into `dst` (as long as they are together), on several
 /// threads for large copies, each a contiguous share of the bytes whatever the pieces' sizes:
 /// a model's weights go from the file's mapping to mapped device or staging memory (a staging
 /// buffer's many weights in one round of threads, not a round each), and a batched step's
 /// logits back, at several times one core's rate (one thread copied the 2B model's 1.1 GB in
 /// 0.24 s on the H200's host).
-fn copy_on_threads(dst: &mut [u8], pieces: &[&[u8]]) {
-    debug_assert_eq!(pieces.iter().map(|p| p.len()).sum::<usize>(), dst.len());
+fn copy_on_threads(dst: &mut [u8], pieces: &[Piece]) {
+    debug_assert_eq!(pieces.iter().map(|p| p.len).sum::<usize>(), dst.len());
     // The size first: `available_parallelism` reads cgroup files (tens of microseconds),
     // and a prompt's rows are hundreds of small writes.
     let threads =
@@ -323,7 +338,7 @@ fn copy_on_threads(dst: &mut [u8], pieces: &[&[u8]]) {
     let copy_share = |share: &mut [u8], start: usize| {
         let (mut at, mut filled) = (0, 0);
         for p in pieces {
-            let (first, end) = (at, at + p.len());
+            let (first, end) = (at, at + p.len);
             at = end;
             if end <= start {
                 continue;
@@ -332,8 +347,8 @@ fn copy_on_threads(dst: &mut [u8], pieces: &[&[u8]]) {
                 break;
             }
             let from = start.saturating_sub(first);
-            let n = (p.len() - from).min(share.len() - filled);
-            share[filled..filled + n].copy_from_slice(&p[from..from + n]);
+            let n = (p.len - from).min(share.len() - filled);
+            p.bytes.copy_range(&mut share[filled..filled + n], p.from + from);
             filled += n;
         }
     };
@@ -364,7 +379,7 @@ pub struct Uploader<'a> {
     /// copies, and are `pending`'s bytes, end to end, once it is submitted.
     filling: Option<Slot>,
     used: u64,
-    pending: Vec<&'a [u8]>,
+    pending: Vec<Piece<'a>>,
     /// The slot filled before, its copies running.
     running: Option<std::thread::JoinHandle<Result<Slot>>>,
     /// A slot whose copies are done.
@@ -393,6 +408,11 @@ impl<'a> Uploader<'a> {
 
     /// Copies `data` into `dst` at byte `offset`.
     pub fn write(&mut self, dst: &Buffer, offset: u64, data: &'a [u8]) -> Result<()> {
+        self.write_stored(dst, offset, Stored::AsIs(data))
+    }
+
+    /// Copies `data` into `dst` at byte `offset` as the device stores it.
+    pub fn write_stored(&mut self, dst: &Buffer, offset: u64, data: Stored<'a>) -> Result<()> {
         if dst.write_mapped(offset, data)? {
             return Ok(());
         }
@@ -409,7 +429,7 @@ impl<'a> Uploader<'a> {
             };
             let n = (data.len() - done).min((staging_bytes - at) as usize);
             recording(&mut slot.cmd)?.copy(&staging, at, dst, offset + done as u64, n as u64)?;
-            self.pending.push(&data[done..done + n]);
+            self.pending.push(Piece { bytes: data, from: done, len: n });
             self.used += n as u64;
             done += n;
         }
@@ -511,7 +531,7 @@ mod tests {
             .enumerate()
             .map(|(i, &n)| (0..n).map(|j| (i * 31 + j * 7 + j / 257) as u8).collect())
             .collect();
-        let pieces: Vec<&[u8]> = data.iter().map(Vec::as_slice).collect();
+        let pieces: Vec<Piece> = data.iter().map(|d| Piece::whole(Stored::AsIs(d))).collect();
         let want: Vec<u8> = data.concat();
         assert!(want.len() >= PARALLEL_COPY, "several threads");
         let mut got = vec![0xAAu8; want.len()];
@@ -519,7 +539,7 @@ mod tests {
         assert!(got == want);
         // One piece, below the threads' threshold too.
         let mut small = vec![0u8; 100];
-        copy_on_threads(&mut small, &[&want[5..105]]);
+        copy_on_threads(&mut small, &[Piece { bytes: Stored::AsIs(&want), from: 5, len: 100 }]);
         assert_eq!(small, want[5..105]);
     }
 }

@@ -32,6 +32,7 @@ use super::kernels::{
 use super::memory::Location;
 use super::profile::{KernelTimes, Profile};
 use super::timestamps::TimestampPool;
+use super::weight_layout::Stored;
 use crate::gguf::GgufFile;
 use crate::graph::{External, Graph, NodeId, Value};
 use crate::hrx::{runtime_ne, Device as Where, Loc, Placement, Plan};
@@ -689,7 +690,10 @@ fn fill(device: &Device, exts: &[&External], storages: &[Buffer], files: &[Arc<G
     for (ext, b) in exts.iter().zip(storages) {
         if ext.is_weight {
             let (file, i) = crate::backend::find_weight(ext, files).map_err(VkError::Invalid)?;
-            up.write(b, 0, file.tensor_data(&file.tensors()[i]))?;
+            let tensor = &file.tensors()[i];
+            let data = file.tensor_data(tensor);
+            let row_values = tensor.shape().first().map_or(0, |&n| n as usize);
+            up.write_stored(b, 0, Stored::of(ext.dtype, row_values, data))?;
         } else {
             up.clear(b)?;
         }

@@ -39,6 +39,7 @@ mod registry;
 mod select;
 pub mod shaders;
 mod timestamps;
+pub mod weight_layout;
 
 pub use buffer::{Buffer, Readback};
 pub use command::CommandBuffer;
