@@ -541,5 +541,16 @@ mod tests {
         let mut small = vec![0u8; 100];
         copy_on_threads(&mut small, &[Piece { bytes: Stored::AsIs(&want), from: 5, len: 100 }]);
         assert_eq!(small, want[5..105]);
+        // Weights stored by quads, cut into pieces (as staging buffers cut them) and across the
+        // threads' shares: the same bytes as the whole.
+        let quads: Vec<u8> = (0..840 * 5000).map(|j| (j * 13 + j / 211) as u8).collect();
+        let mut whole = vec![0u8; quads.len()];
+        Stored::Quads(&quads).copy_range(&mut whole, 0);
+        let cuts = [0, 1_000_001, 2_500_000, quads.len()];
+        let pieces: Vec<Piece> =
+            cuts.windows(2).map(|c| Piece { bytes: Stored::Quads(&quads), from: c[0], len: c[1] - c[0] }).collect();
+        let mut got = vec![0u8; quads.len()];
+        copy_on_threads(&mut got, &pieces);
+        assert!(got == whole && whole != quads);
     }
 }
