@@ -4,9 +4,9 @@
 //! scales (4 x 16) and d (4 x 2). Same size, same row stride; the pieces a decode product's
 //! thread reads (8 bytes of ql, 8 of qh, 8 scales) are then 8-byte aligned where a file's
 //! 210-byte blocks are 2-byte aligned, so it reads them in 5 loads where it took 13. On the
-//! H100 (2B shape) a build reading the file's layout with such loads (wrong values, same
-//! bytes moved) decoded at 452.0 against 435.9 tok/s, its 151,936-row head in 125 us against
-//! 151 (113 at four rows a thread). The shaders apply the same rule (shaders/wtypes/q6_k.glsl, `q6_k_block`).
+//! H100 (2B shape, README) the 151,936-row head then took 126 us against 151 and a decode step
+//! ran at 448-450 against 435-440 tokens/s. The shaders apply the same rule
+//! (shaders/wtypes/q6_k.glsl, `q6_k_block`).
 
 use crate::quant::DType;
 
