@@ -167,6 +167,33 @@ fn a_recorded_plan_without_mapped_device_memory() {
     check_block(&dev);
 }
 
+/// Q6_K rows of whole runs of four blocks (1,024 values) are stored by quads on the device
+/// (`weight_layout`): uploaded so, mapped or through staging copies, every kernel that reads
+/// them (the portable ones and the device's own, for one column and four: f32 sums) gives
+/// what the CPU gives from the file's blocks. Read as the file's layout, they would give noise.
+#[test]
+fn q6_k_weights_stored_by_quads_match_the_cpu() {
+    let (width, ff) = (1024, 256);
+    for map_device_memory in [true, false] {
+        let options = DeviceOptions { map_device_memory, ..vulkan_common::options("executor-quads") };
+        let Some(dev) = vulkan_common::device_with(options) else { return };
+        let mut rng = Rng::new(29);
+        let file = weights_of(&mut rng, width, ff);
+        for registry in [VulkanRegistry::PORTABLE, VulkanRegistry::for_device(dev.info())] {
+            let (graph, out) = block_of(width, ff, 4);
+            let gpu_plan = Plan::new(graph.clone(), &registry).unwrap();
+            let mut gpu = VulkanExecutor::new(&dev, vec![gpu_plan], std::slice::from_ref(&file)).unwrap();
+            let cpu_plan = Plan::new(graph, &CpuRegistry).unwrap();
+            let mut cpu = CpuExecutor::new(vec![cpu_plan], std::slice::from_ref(&file), Kernels::Reference).unwrap();
+            for t in [1, 4] {
+                let e = block_nmse(&mut gpu, &mut cpu, &mut rng, width, out, t);
+                eprintln!("quads, mapped {map_device_memory}, {t} columns: nmse {e:.3e}");
+                assert!(e < 1e-9, "mapped {map_device_memory}, {t} columns: nmse {e}");
+            }
+        }
+    }
+}
+
 /// Weights go up through one staging buffer: a staging buffer per weight, in a host block
 /// given back to the driver after each, made the 2B model's cold start 27 s on NVIDIA's driver
 /// (a driver allocation per weight). Here 24 products' weights take a few allocations in all,
