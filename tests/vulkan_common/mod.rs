@@ -122,7 +122,7 @@ pub fn stored(bytes: &[u8], input: &In) -> Vec<u8> {
     let (head, tensor) = bytes.split_at(input.offset.min(bytes.len()));
     let mut out = head.to_vec();
     out.resize(bytes.len(), 0);
-    Stored::of(input.dtype, input.ne[0], tensor).copy_range(&mut out[head.len()..], 0);
+    Stored::of(input.dtype, input.ne[0], tensor).unwrap().copy_range(&mut out[head.len()..], 0);
     out
 }
 

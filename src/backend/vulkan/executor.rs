@@ -693,7 +693,9 @@ fn fill(device: &Device, exts: &[&External], storages: &[Buffer], files: &[Arc<G
             let tensor = &file.tensors()[i];
             let data = file.tensor_data(tensor);
             let row_values = tensor.shape().first().map_or(0, |&n| n as usize);
-            up.write_stored(b, 0, Stored::of(ext.dtype, row_values, data))?;
+            let stored = Stored::of(ext.dtype, row_values, data)
+                .map_err(|e| VkError::Invalid(format!("weight {:?}: {e}", ext.name)))?;
+            up.write_stored(b, 0, stored)?;
         } else {
             up.clear(b)?;
         }

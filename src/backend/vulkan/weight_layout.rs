@@ -45,12 +45,15 @@ pub enum Stored<'a> {
 
 impl<'a> Stored<'a> {
     /// The bytes of a weight of `dtype` with rows of `row_values` values, as stored: by quads
-    /// where `by_quads` says (and the bytes are whole quads, as a weight's rows then are).
-    pub fn of(dtype: DType, row_values: usize, data: &'a [u8]) -> Stored<'a> {
-        if by_quads(dtype, row_values) && data.len().is_multiple_of(QUAD_BYTES) {
-            Stored::Quads(data)
+    /// where `by_quads` says. An error where those are not whole quads (rows of whole quads
+    /// are): the kernels would read them as quads all the same.
+    pub fn of(dtype: DType, row_values: usize, data: &'a [u8]) -> Result<Stored<'a>, String> {
+        if !by_quads(dtype, row_values) {
+            Ok(Stored::AsIs(data))
+        } else if data.len().is_multiple_of(QUAD_BYTES) {
+            Ok(Stored::Quads(data))
         } else {
-            Stored::AsIs(data)
+            Err(format!("{} bytes of {dtype} rows of {row_values} values: not whole runs of four blocks", data.len()))
         }
     }
 
@@ -113,5 +116,8 @@ mod tests {
             assert_eq!(part, whole[from..from + len], "{from}+{len}");
         }
         assert!(by_quads(DType::Q6K, 2048) && !by_quads(DType::Q6K, 768) && !by_quads(DType::Q4K, 2048));
+        assert!(matches!(Stored::of(DType::Q6K, 1024, &src), Ok(Stored::Quads(_))));
+        assert!(matches!(Stored::of(DType::Q6K, 768, &src[..630]), Ok(Stored::AsIs(_))));
+        assert!(Stored::of(DType::Q6K, 1024, &src[..630]).is_err());
     }
 }
