@@ -338,13 +338,10 @@ fn subgroup_kernel_is_chosen_where_the_device_has_subgroup_arithmetic() {
         let wide = variants.wide_matvec.then_some(MatKind::VecWide { subgroup, rows, cols: 1 });
         wide.into_iter().chain([MatKind::VecSg { subgroup }, MatKind::Vec]).collect::<Vec<_>>()
     };
-    // Four rows per thread for one column, whatever the weight type; two for a vocabulary's
-    // rows (WIDE_LONG_ROWS: 65,536 and more).
-    for n in [6144, 2048, 1024, 5, 65_535] {
+    // Four rows per thread for one column, whatever the weight type and the number of rows (a
+    // vocabulary's too: WIDE_LONG_ROWS, 65,536 and more, changes only the threads a row).
+    for n in [6144, 2048, 1024, 5, 65_535, 65_536, 151_936] {
         assert_eq!(variants.mat_kinds(512, n, 1), want(4), "{n} rows");
-    }
-    for n in [65_536, 151_936] {
-        assert_eq!(variants.mat_kinds(512, n, 1), want(2), "{n} rows");
     }
     // A few sequences decoded together: every column in one workgroup, fewer rows per thread
     // for more columns (at most 16 sums a thread).

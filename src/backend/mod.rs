@@ -308,6 +308,28 @@ impl Executor {
         }
     }
 
+    /// Runs `f` on f32 values `offset..offset + len` of run-time buffer `name` of `plan` in
+    /// place, where the host holds it (the CPU's buffers) or maps it (Vulkan's, mostly): true;
+    /// false where it can only be written (`write_f32`).
+    pub fn fill_f32(
+        &mut self,
+        plan: PlanId,
+        name: &str,
+        offset: usize,
+        len: usize,
+        f: impl FnOnce(&mut [f32]),
+    ) -> Result<bool, ExecError> {
+        match self {
+            Executor::Cpu(e) => {
+                let buf = e.f32_buffer(plan, name).ok_or_else(|| ExecError::NoBuffer(name.to_owned()))?;
+                let end = offset.checked_add(len).ok_or_else(|| ExecError::NoBuffer(name.to_owned()))?;
+                f(buf.get_mut(offset..end).ok_or_else(|| ExecError::NoBuffer(name.to_owned()))?);
+                Ok(true)
+            }
+            Executor::Vulkan(e) => Ok(e.fill_f32(plan, name, offset, len, f)?),
+        }
+    }
+
     /// Writes i32 `values` into run-time buffer `name` of `plan`, `offset` values in.
     pub fn write_i32(&mut self, plan: PlanId, name: &str, offset: usize, values: &[i32]) -> Result<(), ExecError> {
         match self {

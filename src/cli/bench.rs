@@ -2,7 +2,7 @@
 
 use super::flags::{json_schema, Flag, Help, Placement, JSON, JSON_SCHEMA, MAX_BATCH, MMPROJ, MODEL};
 use super::{CliError, Command};
-use crate::backend::vulkan::{Profile, RecordingStats};
+use crate::backend::vulkan::{Profile, RecordingStats, RunTimes};
 use crate::cli::args::Args;
 use crate::json::Json;
 use crate::runtime::sampler::argmax;
@@ -62,7 +62,9 @@ fn help() -> String {
                 tower on an N x N image, default 448: seconds per image). Each test runs -r times;\n\
                 the mean and standard deviation are printed. Token ids and pixels are fixed\n\
                 pseudo-random values, so any model works. On Vulkan it also prints each graph's\n\
-                dispatches and pipeline barriers per run (--json: \"graphs\").",
+                dispatches and pipeline barriers per run and, where the device writes timestamps,\n\
+                its GPU time per run from the first dispatch to the last: beside tg's time per\n\
+                token, what the host adds to a step (--json: \"graphs\").",
         options,
         footer: "environment: HRX_KERNELS=reference benchmarks the reference kernels. HRX_VK_PROFILE=1\n\
                  (Vulkan) times every dispatch with GPU timestamps and prints, per graph, each kernel's\n\
@@ -206,6 +208,8 @@ fn run(mut args: Args, out: &mut dyn Write) -> Result<(), CliError> {
     let (mut pp, mut tg, mut tg_json, mut mask_share, mut mask_ms) =
         (Vec::new(), Vec::new(), Vec::new(), Vec::new(), Vec::new());
     let mut cold_mask_ms = None;
+    // The recordings' totals after the warm-up round: GPU times are of the timed rounds.
+    let mut warmed = Vec::new();
     // One untimed round first, as llama-bench warms up: first runs pay for first touches.
     for rep in 0..=reps {
         if n_prompt > 0 {
@@ -230,6 +234,7 @@ fn run(mut args: Args, out: &mut dyn Write) -> Result<(), CliError> {
             mask_ms.push(1e3 * mask_seconds / n_gen as f64);
         }
         if rep == 0 {
+            warmed = model.recording_stats();
             pp.clear();
             tg.clear();
             cold_mask_ms = mask_ms.pop();
@@ -237,8 +242,9 @@ fn run(mut args: Args, out: &mut dyn Write) -> Result<(), CliError> {
             mask_share.clear();
         }
     }
-    // Each Vulkan graph's dispatches and barriers per run (none on the CPU).
-    let mut graphs = model.recording_stats();
+    // Each Vulkan graph's dispatches and barriers per run (none on the CPU), its GPU time
+    // over the timed rounds.
+    let mut graphs = after_warm_up(model.recording_stats(), &warmed);
     let encode = match &mmproj {
         None => None,
         Some(path) => Some(bench_encode(Path::new(path), image_size, reps, threads, model.backend(), &mut graphs)?),
@@ -330,7 +336,11 @@ fn run(mut args: Args, out: &mut dyn Write) -> Result<(), CliError> {
             writeln!(out, "command buffers recorded: {load} at load, {after} after every run")?;
         }
         for g in &graphs {
-            writeln!(out, "graph {}: {} dispatches, {} barriers per run", g.graph, g.dispatches, g.barriers)?;
+            write!(out, "graph {}: {} dispatches, {} barriers per run", g.graph, g.dispatches, g.barriers)?;
+            match g.gpu.as_ref().and_then(|t| t.mean_ms().map(|ms| (ms, t.runs))) {
+                Some((ms, runs)) => writeln!(out, "; GPU {ms:.3} ms a run, first dispatch to last (mean of {runs})")?,
+                None => writeln!(out)?,
+            }
         }
         write_profiles(&graphs, out)?;
     }
@@ -393,6 +403,8 @@ fn graph_json(g: &RecordingStats) -> Json {
         ("name", Json::str(&g.graph)),
         ("dispatches", Json::Int(g.dispatches as i128)),
         ("barriers", Json::Int(g.barriers as i128)),
+        ("runs", g.gpu.as_ref().map_or(Json::Null, |t| Json::Int(t.runs as i128))),
+        ("gpu_ms_per_run", g.gpu.as_ref().and_then(RunTimes::mean_ms).map_or(Json::Null, Json::Num)),
         ("profile", profile),
     ])
 }
@@ -446,6 +458,15 @@ pub(super) fn write_profiles(graphs: &[RecordingStats], out: &mut dyn Write) -> 
     Ok(())
 }
 
+/// Recordings' stats with their GPU times counted from `warmed`, the same recordings' stats
+/// after the warm-up round.
+fn after_warm_up(mut graphs: Vec<RecordingStats>, warmed: &[RecordingStats]) -> Vec<RecordingStats> {
+    for (g, w) in graphs.iter_mut().zip(warmed) {
+        g.gpu = g.gpu.as_ref().zip(w.gpu.as_ref()).map(|(now, then)| now.since(then));
+    }
+    graphs
+}
+
 /// Seconds to encode a pseudo-random `side` x `side` image on the text model's backend:
 /// (side, mean, sd); the encoder's recording goes to `graphs` (Vulkan).
 fn bench_encode(
@@ -463,13 +484,14 @@ fn bench_encode(
     let mut times = Vec::with_capacity(reps);
     // One untimed encode first (first touches), as for pp and tg.
     vision.encode(&patches.pixel_values, gh, gw)?;
+    let warmed = vision.recording_stats();
     for _ in 0..reps {
         let t = Instant::now();
         vision.encode(&patches.pixel_values, gh, gw)?;
         times.push(t.elapsed().as_secs_f64());
     }
     let (mean, sd) = mean_sd(&times);
-    graphs.extend(vision.recording_stats());
+    graphs.extend(after_warm_up(vision.recording_stats(), &warmed));
     Ok((patches.resized_hw.0, mean, sd))
 }
 

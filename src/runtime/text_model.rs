@@ -2,6 +2,7 @@
 //! several sequences, the batched decode plan) made once, and the executor that replays them.
 
 use super::{loader, RuntimeError};
+use crate::backend::cpu::pool::par_items;
 use crate::backend::cpu::Kernels;
 use crate::backend::{Backend, DeviceChoice, Executor, PlanId};
 use crate::gguf::{GgufFile, TensorInfo};
@@ -11,7 +12,7 @@ use crate::model::{ModelError, TextParams};
 use crate::quant::{self, DType};
 use crate::tokenizer::{Tokenizer, TokenizerError};
 use std::path::{Path, PathBuf};
-use std::sync::Arc;
+use std::sync::{Arc, Mutex, PoisonError};
 use std::thread::JoinHandle;
 
 /// Run-time options of the text model.
@@ -193,7 +194,8 @@ pub struct TextModel {
     /// a zero deepstack part (none at first: fresh device memory need not be zero; none after
     /// an image's rows).
     deepstack_clean: Vec<usize>,
-    /// The input rows of the last call, kept for the next: a prefill chunk of 1,024 image
+    /// Where the input buffer can only be written (Vulkan memory the host does not map): the
+    /// input rows of the last call, kept for the next: a prefill chunk of 1,024 image
     /// rows is 32 MB, and making them in fresh memory took 3.4-3.8 ms on the H200's host,
     /// 1.6-2.2 ms in kept memory (`hrx caption`, batch 32).
     rows: Vec<f32>,
@@ -535,57 +537,60 @@ impl TextModel {
         // Text rows are written without their deepstack part where it is known to be zero
         // already (`deepstack_clean`): a 512-token text prompt then writes 4 MB, not 16.
         let text_only = inputs.iter().all(|i| matches!(i, TokenInput::Text(_)));
-        let row_width = if text_only { n_embd } else { width };
-        // A prompt's rows on several threads: dequantizing them one by one took a third of a
-        // GPU prefill's time.
-        // Into the rows kept from the last call (`fill` writes every value), or fresh
-        // zeroed memory, whose pages the threads below touch side by side.
-        let mut kept = std::mem::take(&mut self.rows);
-        if kept.len() < n * row_width {
-            kept = vec![0f32; n * row_width];
-        }
-        let rows = &mut kept[..n * row_width];
-        let threads =
-            if n >= PARALLEL_ROWS { std::thread::available_parallelism().map_or(1, |t| t.get().min(8)) } else { 1 };
-        let per_thread = n.div_ceil(threads);
-        if threads == 1 {
-            // A decode step's one row: no thread (starting one took 0.13 ms, 5 % of a step).
-            inputs.iter().zip(rows.chunks_mut(row_width)).try_for_each(|(i, r)| fill(i, r))?;
-        } else {
-            std::thread::scope(|s| {
-                let workers: Vec<_> = rows
-                    .chunks_mut(per_thread * row_width)
-                    .zip(inputs.chunks(per_thread))
-                    .map(|(rows, ins)| {
-                        s.spawn(move || ins.iter().zip(rows.chunks_mut(row_width)).try_for_each(|(i, r)| fill(i, r)))
-                    })
-                    .collect();
-                workers.into_iter().try_for_each(|w| {
-                    w.join()
-                        .unwrap_or_else(|_| Err(RuntimeError::Usage("a thread making the prompt's rows failed".into())))
-                })
-            })?;
-        }
-        let made = started.elapsed();
         let which = step.plan();
-        if text_only {
-            for (t, row) in rows.chunks(n_embd).enumerate() {
-                self.exec.write_f32(plan, text::INP_WIDE, t * width, row)?;
-            }
-            let clean = self.deepstack_clean[which];
-            if clean < n && width > n_embd {
-                let zeros = vec![0f32; width - n_embd];
-                for t in clean..n {
-                    self.exec.write_f32(plan, text::INP_WIDE, t * width + n_embd, &zeros)?;
+        let clean = if text_only { self.deepstack_clean[which] } else { 0 };
+        // Rows of `stride` values, row t from input t, on the pool's threads for a prompt
+        // (dequantizing them one by one took a third of a GPU prefill's time; spawning threads
+        // for each call 1 ms of a 512-token chunk on the H100's host); where rows are `width`
+        // wide, a text row's deepstack part only where it is not known to be zero.
+        let make = |rows: &mut [f32], stride: usize| -> Result<(), RuntimeError> {
+            let threads =
+                if n >= PARALLEL_ROWS { std::thread::available_parallelism().map_or(1, |t| t.get().min(8)) } else { 1 };
+            let failed = Mutex::new(None);
+            par_items(threads, rows.chunks_mut(stride).zip(inputs).enumerate(), |(t, (row, input))| {
+                let text = matches!(input, TokenInput::Text(_));
+                let row = if text && t < clean { &mut row[..n_embd.min(stride)] } else { row };
+                if let Err(e) = fill(input, row) {
+                    *failed.lock().unwrap_or_else(PoisonError::into_inner) = Some(e);
                 }
+            });
+            failed.into_inner().unwrap_or_else(PoisonError::into_inner).map_or(Ok(()), Err)
+        };
+        // Straight into the input buffer where the host holds or maps it; else into the rows
+        // kept from the last call (`fill` writes every value), or fresh zeroed memory, then
+        // written.
+        let mut in_place = Ok(());
+        if !self.exec.fill_f32(plan, text::INP_WIDE, 0, n * width, |rows| in_place = make(rows, width))? {
+            let row_width = if text_only { n_embd } else { width };
+            let mut kept = std::mem::take(&mut self.rows);
+            if kept.len() < n * row_width {
+                kept = vec![0f32; n * row_width];
             }
+            let rows = &mut kept[..n * row_width];
+            make(rows, row_width)?;
+            if text_only {
+                for (t, row) in rows.chunks(n_embd).enumerate() {
+                    self.exec.write_f32(plan, text::INP_WIDE, t * width, row)?;
+                }
+                if clean < n && width > n_embd {
+                    let zeros = vec![0f32; width - n_embd];
+                    for t in clean..n {
+                        self.exec.write_f32(plan, text::INP_WIDE, t * width + n_embd, &zeros)?;
+                    }
+                }
+            } else {
+                self.exec.write_f32(plan, text::INP_WIDE, 0, rows)?;
+            }
+            self.rows = kept;
+        }
+        in_place?;
+        let made = started.elapsed();
+        if text_only {
             self.deepstack_clean[which] = clean.max(n);
         } else {
-            self.exec.write_f32(plan, text::INP_WIDE, 0, rows)?;
             // The other plans' input may be the same buffer (plans of one size share it).
             self.deepstack_clean.iter_mut().for_each(|c| *c = 0);
         }
-        self.rows = kept;
         // Positions: component c of token t at c * max + t (the planned stride).
         for c in 0..3 {
             let column: Vec<i32> = positions.iter().map(|p| p[c]).collect();

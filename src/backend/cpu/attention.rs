@@ -17,7 +17,8 @@
 //! runs: 13.3-13.6 tokens/s by kv heads, 17.6-17.9 by chunks of 128 keys; software prefetches
 //! of the next rows stalled on the full miss queue and gained nothing over these).
 
-use super::fast::{exp_nonpositive, out_is_matrix, par_items};
+use super::fast::{exp_nonpositive, out_is_matrix};
+use super::pool::par_items;
 use super::reference;
 use super::tensor::{In, Out};
 use super::KernelError;

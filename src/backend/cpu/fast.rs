@@ -2,6 +2,7 @@
 //! products on quantized blocks without dequantizing whole matrices. Each returns None when
 //! its layout preconditions do not hold, and the reference kernel runs instead.
 
+use super::pool::par_items;
 use super::reference;
 use super::tensor::{Data, In, Out};
 use super::KernelError;
@@ -184,22 +185,6 @@ pub(super) fn out_is_matrix(out: &Out) -> bool {
             packed *= out.ne[i - 1];
             out.ne[i] <= 1 || out.nb[i] == packed
         })
-}
-
-/// Hands the items out one at a time to up to `threads` threads, the caller included, each
-/// running `f` on the ones it takes: a thread that falls behind (descheduled on a busy
-/// machine, say) just takes fewer. Callers pass no more threads than items: one item runs on
-/// the caller without waking the pool (a decode step's row-wise ops).
-pub(super) fn par_items<T: Send>(threads: usize, items: impl Iterator<Item = T> + Send, f: impl Fn(T) + Sync) {
-    let items = Mutex::new(items);
-    let work = || loop {
-        let Some(item) = items.lock().unwrap_or_else(PoisonError::into_inner).next() else { break };
-        f(item);
-    };
-    if threads <= 1 {
-        return work();
-    }
-    super::pool::Pool::global().run(threads, &work);
 }
 
 fn matmul(w: &In, x: &In, out: &mut Out, threads: usize) -> Option<Result<(), KernelError>> {

@@ -4,7 +4,7 @@
 
 mod attention;
 mod fast;
-mod pool;
+pub mod pool;
 pub mod reference;
 pub mod tensor;
 #[cfg(target_arch = "x86_64")]

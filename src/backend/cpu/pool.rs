@@ -183,3 +183,19 @@ fn spin_while(busy: impl Fn() -> bool) {
         }
     }
 }
+
+/// Hands the items out one at a time to up to `threads` threads of the process's pool, the
+/// caller included, each running `f` on the ones it takes: a thread that falls behind
+/// (descheduled on a busy machine, say) just takes fewer. Callers pass no more threads than
+/// items: one item runs on the caller without waking the pool (a decode step's row-wise ops).
+pub fn par_items<T: Send>(threads: usize, items: impl Iterator<Item = T> + Send, f: impl Fn(T) + Sync) {
+    let items = Mutex::new(items);
+    let work = || loop {
+        let Some(item) = items.lock().unwrap_or_else(PoisonError::into_inner).next() else { break };
+        f(item);
+    };
+    if threads <= 1 {
+        return work();
+    }
+    Pool::global().run(threads, &work);
+}

@@ -214,6 +214,26 @@ impl Buffer {
         self.write(offset, &le_bytes(values, |v| v.to_le_bytes()))
     }
 
+    /// Runs `f` on the `len` f32 values at byte `offset` where the host maps this buffer, in
+    /// place: values made straight into the memory the GPU reads (a prompt's rows, on several
+    /// threads), with no copy after. False, `f` not run, where the buffer is not mapped (or
+    /// the host is not little-endian): write the values with `write_f32` then.
+    pub fn fill_mapped_f32(&self, offset: u64, len: usize, f: impl FnOnce(&mut [f32])) -> Result<bool> {
+        self.check(offset, 4 * len, "write")?;
+        let Some(p) = self.inner.alloc.mapped.filter(|_| cfg!(target_endian = "little")) else { return Ok(false) };
+        // SAFETY: `offset` is inside the mapped allocation (checked above).
+        let at = unsafe { p.as_ptr().add(offset as usize) };
+        if !at.cast::<f32>().is_aligned() {
+            return Err(VkError::Invalid(format!("f32 values at byte {offset}: not 4-byte aligned")));
+        }
+        // SAFETY: as in `write_mapped`: the range is inside the mapped allocation (checked
+        // above) and aligned for f32, which every bit pattern is; the GPU is not using it, and
+        // no other reference to it lives while `f` runs.
+        let values = unsafe { std::slice::from_raw_parts_mut(at.cast::<f32>(), len) };
+        f(values);
+        Ok(true)
+    }
+
     /// Writes u32 values at byte `offset`.
     pub fn write_u32(&self, offset: u64, values: &[u32]) -> Result<()> {
         self.write(offset, &le_bytes(values, |v| v.to_le_bytes()))

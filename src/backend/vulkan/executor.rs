@@ -30,7 +30,7 @@ use super::kernels::{
     SCRATCH_BINDING, SPLIT_MIN_SUBGROUP,
 };
 use super::memory::Location;
-use super::profile::{KernelTimes, Profile};
+use super::profile::{KernelTimes, Profile, RunTimes};
 use super::timestamps::TimestampPool;
 use super::weight_layout::Stored;
 use crate::gguf::GgufFile;
@@ -75,8 +75,16 @@ struct Recorded {
     cmd: CommandBuffer,
     /// Host-visible copies of the graph's outputs, made by the recording.
     readback: Vec<(NodeId, Buffer)>,
-    /// When profiling: the timestamps each run writes, and their totals per kernel.
-    timing: Option<(TimestampPool, KernelTimes)>,
+    /// Where the device writes timestamps: those each run writes and their totals.
+    timing: Option<Timing>,
+}
+
+/// The timestamps of a recording: one before its first dispatch and one after its last (its
+/// GPU time per run), or when profiling one after every dispatch (each one's time too).
+struct Timing {
+    pool: TimestampPool,
+    runs: RunTimes,
+    kernels: Option<KernelTimes>,
 }
 
 /// What one plan's recording holds and, when profiling, where its GPU time went.
@@ -90,6 +98,8 @@ pub struct RecordingStats {
     pub barriers: usize,
     /// Scratch buffers the recording holds (dispatches of one layout ordered by barriers share).
     pub scratch_buffers: usize,
+    /// Its runs' GPU time, first dispatch to last (where the device writes timestamps).
+    pub gpu: Option<RunTimes>,
     pub profile: Option<Profile>,
 }
 
@@ -227,7 +237,8 @@ impl VulkanExecutor {
                 kernels: r.launches.iter().map(|d| d.launch.kernel.name()).collect(),
                 barriers: r.barriers,
                 scratch_buffers: r.scratch.len(),
-                profile: r.timing.as_ref().map(|(_, times)| times.profile()),
+                gpu: r.timing.as_ref().map(|t| t.runs.clone()),
+                profile: r.timing.as_ref().and_then(|t| t.kernels.as_ref()).map(KernelTimes::profile),
             })
             .collect()
     }
@@ -270,6 +281,23 @@ impl VulkanExecutor {
         }
     }
 
+    /// Runs `f` on f32 values `offset..offset + len` of run-time buffer `name` of `plan` in
+    /// place where the host maps the buffer (`Buffer::fill_mapped_f32`); false where it does
+    /// not (then `write_f32`).
+    pub fn fill_f32(
+        &self,
+        plan: PlanId,
+        name: &str,
+        offset: usize,
+        len: usize,
+        f: impl FnOnce(&mut [f32]),
+    ) -> Result<bool> {
+        match self.named(plan, name)? {
+            (b, DType::F32) => b.fill_mapped_f32(4 * offset as u64, len, f),
+            (_, d) => Err(VkError::Invalid(format!("buffer {name:?} holds {d}, not f32"))),
+        }
+    }
+
     /// Reads the first `out.len()` values of f32 run-time buffer `name` of `plan` into `out`.
     pub fn read_f32_into(&mut self, plan: PlanId, name: &str, out: &mut [f32]) -> Result<()> {
         match self.named(plan, name)? {
@@ -307,8 +335,12 @@ impl VulkanExecutor {
             target.write_u32(r.words.args_at, &groups)?;
         }
         r.cmd.submit_and_wait()?;
-        if let Some((pool, times)) = &mut r.timing {
-            times.add(&pool.ticks()?);
+        if let Some(t) = &mut r.timing {
+            let ticks = t.pool.ticks()?;
+            t.runs.add(&ticks);
+            if let Some(kernels) = &mut t.kernels {
+                kernels.add(&ticks);
+            }
         }
         Ok(())
     }
@@ -518,8 +550,15 @@ fn record(
     let mut cmd = CommandBuffer::new(device)?;
     cmd.begin()?;
     let mut barriers = usize::from(words.record_upload(&mut cmd)?);
-    // Profiling: timestamp 0 before the first dispatch, k + 1 after dispatch k (profile.rs).
-    let timestamps = if device.profiling() { Some(TimestampPool::new(device, n_runs as u32 + 1)?) } else { None };
+    // Timestamp 0 before the first dispatch and one after the last; profiling: k + 1 after
+    // dispatch k (profile.rs).
+    let profiling = device.profiling();
+    let timestamps = match n_runs {
+        0 => None,
+        n if profiling => Some(TimestampPool::new(device, n as u32 + 1)?),
+        _ if info.can_time() => Some(TimestampPool::new(device, 2)?),
+        _ => None,
+    };
     if let Some(pool) = &timestamps {
         cmd.reset_timestamps(pool)?;
         cmd.write_timestamp(pool, 0)?;
@@ -540,7 +579,7 @@ fn record(
         // Profiling times each dispatch alone: a barrier before every one but the first.
         // Between dispatches only compute waits for compute: the indirect arguments and run
         // sizes were made visible once, by the barrier after their upload.
-        if wait || (timestamps.is_some() && !launches.is_empty()) {
+        if wait || (profiling && !launches.is_empty()) {
             cmd.compute_barrier()?;
             barriers += 1;
         }
@@ -566,7 +605,7 @@ fn record(
             Some(groups) => cmd.dispatch(&pipeline, &set, &launch.push, groups)?,
             None => cmd.dispatch_indirect(&pipeline, &set, &launch.push, args, args_at + 12 * launches.len() as u64)?,
         }
-        if let Some(pool) = &timestamps {
+        if let Some(pool) = timestamps.as_ref().filter(|_| profiling) {
             cmd.write_timestamp(pool, launches.len() as u32 + 1)?;
         }
         launches.push(Dispatch { grid_value, rows: piece.map(|(_, rows)| rows), launch, label });
@@ -574,6 +613,9 @@ fn record(
     // One barrier after the last dispatch, always: the readback copies below wait for it,
     // and so does every command of the next replay (a barrier orders everything after it in
     // submission order, later submissions included).
+    if let Some(pool) = timestamps.as_ref().filter(|_| !profiling) {
+        cmd.write_timestamp(pool, 1)?;
+    }
     if !launches.is_empty() {
         cmd.barrier()?;
         barriers += 1;
@@ -599,10 +641,12 @@ fn record(
     cmd.finish()?;
     let timing = match timestamps {
         Some(pool) => {
-            let times =
-                KernelTimes::new(launches.iter().map(|d| d.label.clone()), info.timestamp_bits, info.timestamp_period);
+            let kernels = profiling.then(|| {
+                KernelTimes::new(launches.iter().map(|d| d.label.clone()), info.timestamp_bits, info.timestamp_period)
+            });
             // A query no dispatch wrote would never become available: every read would fail.
-            if times.timestamps() != pool.queries() {
+            let written = kernels.as_ref().map_or(2, KernelTimes::timestamps);
+            if written != pool.queries() {
                 return Err(VkError::Invalid(format!(
                     "graph {}: {} timestamps for {} dispatches",
                     graph.name,
@@ -610,7 +654,7 @@ fn record(
                     launches.len()
                 )));
             }
-            Some((pool, times))
+            Some(Timing { pool, runs: RunTimes::new(info.timestamp_bits, info.timestamp_period), kernels })
         }
         None => None,
     };

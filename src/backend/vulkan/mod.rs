@@ -51,7 +51,7 @@ pub use info::{CoopShape, DeviceInfo, DeviceKind, Features, Heap};
 pub use instance::Instance;
 pub use memory::Location;
 pub use pipeline::{Pipeline, PipelineSpec};
-pub use profile::{KernelTime, Profile};
+pub use profile::{KernelTime, Profile, RunTimes};
 pub use registry::VulkanRegistry;
 pub use select::{pick, Selection};
 pub use timestamps::TimestampPool;

@@ -1,8 +1,12 @@
-//! GPU time per kernel (`HRX_VK_PROFILE=1`). A profiled recording writes timestamp 0 before
-//! its first dispatch and timestamp k + 1 after dispatch k, with a barrier between every two
-//! dispatches so that each difference is one dispatch's time alone (without those barriers,
-//! dispatches that may overlap would share time: a difference would be the time between two
-//! ends). `KernelTimes` adds the differences up by kernel, run after run.
+//! GPU time per run and per kernel. Every recording on a device that writes timestamps
+//! writes one before its first dispatch and one after its last: `RunTimes` adds up the
+//! difference, the GPU time of a run, which beside the wall time of a run says how much of it
+//! the host took (submission, waiting, reading back). A profiled recording (`HRX_VK_PROFILE=1`)
+//! writes timestamp 0 before its first dispatch and timestamp k + 1 after dispatch k, with a
+//! barrier between every two dispatches so that each difference is one dispatch's time alone
+//! (without those barriers, dispatches that may overlap would share time: a difference would
+//! be the time between two ends). `KernelTimes` adds the differences up by kernel, run after
+//! run.
 
 use super::timestamps::valid_mask;
 
@@ -28,6 +32,43 @@ pub struct Profile {
 impl Profile {
     pub fn total_nanos(&self) -> f64 {
         self.kernels.iter().map(|k| k.nanos).sum()
+    }
+}
+
+/// GPU time of a recording's runs: the first timestamp of each run to its last.
+#[derive(Clone, Debug, PartialEq)]
+pub struct RunTimes {
+    pub runs: usize,
+    /// Nanoseconds over every run so far.
+    pub nanos: f64,
+    ns_per_tick: f64,
+    mask: u64,
+}
+
+impl RunTimes {
+    /// No runs yet, on a device whose timestamps have `valid_bits` bits and tick every
+    /// `ns_per_tick` nanoseconds.
+    pub fn new(valid_bits: u32, ns_per_tick: f32) -> RunTimes {
+        RunTimes { runs: 0, nanos: 0.0, ns_per_tick: f64::from(ns_per_tick), mask: valid_mask(valid_bits) }
+    }
+
+    /// Adds one run's timestamps, in recording order.
+    pub fn add(&mut self, ticks: &[u64]) {
+        if let (Some(first), Some(last)) = (ticks.first(), ticks.last()) {
+            // The counter may wrap past its valid bits between the two.
+            self.nanos += (last.wrapping_sub(*first) & self.mask) as f64 * self.ns_per_tick;
+            self.runs += 1;
+        }
+    }
+
+    /// The runs after `earlier`, a copy of these totals taken before them.
+    pub fn since(&self, earlier: &RunTimes) -> RunTimes {
+        RunTimes { runs: self.runs.saturating_sub(earlier.runs), nanos: self.nanos - earlier.nanos, ..*self }
+    }
+
+    /// Mean GPU time of a run in milliseconds (None before the first).
+    pub fn mean_ms(&self) -> Option<f64> {
+        (self.runs > 0).then(|| self.nanos / 1e6 / self.runs as f64)
     }
 }
 
@@ -109,5 +150,24 @@ mod tests {
         let top = (1u64 << 36) - 5;
         t.add(&[top, 7]);
         assert_eq!(t.profile().kernels[0].nanos, 12.0);
+        let mut runs = RunTimes::new(36, 1.0);
+        runs.add(&[top, 2, 7]);
+        assert_eq!((runs.runs, runs.nanos), (1, 12.0));
+    }
+
+    #[test]
+    fn a_run_lasts_from_its_first_timestamp_to_its_last() {
+        let mut runs = RunTimes::new(64, 2.0);
+        assert_eq!(runs.mean_ms(), None);
+        runs.add(&[100, 110, 600]);
+        runs.add(&[0, 1_000_000]);
+        // Ticks of 2 ns: 1,000 ns and 2,000,000 ns.
+        assert_eq!((runs.runs, runs.nanos), (2, 2_001_000.0));
+        assert_eq!(runs.mean_ms(), Some(1.0005));
+        runs.add(&[]);
+        assert_eq!(runs.runs, 2);
+        let earlier = runs.clone();
+        runs.add(&[0, 500]);
+        assert_eq!(runs.since(&earlier).mean_ms(), Some(0.001));
     }
 }

@@ -306,7 +306,7 @@ impl Variants {
                 if let Some(subgroup) = self.subgroup_matvec {
                     if self.wide_matvec && k.is_multiple_of(32) {
                         let cols = wide_cols(cols);
-                        kinds.push(MatKind::VecWide { subgroup, rows: wide_rows(n, cols), cols });
+                        kinds.push(MatKind::VecWide { subgroup, rows: wide_rows(cols), cols });
                     }
                     kinds.push(MatKind::VecSg { subgroup });
                 }
@@ -431,34 +431,31 @@ pub fn wide_cols(cols: usize) -> u32 {
     WIDE_COLS.into_iter().find(|&c| c as usize >= cols).unwrap_or(WIDE_COLS[WIDE_COLS.len() - 1])
 }
 
-/// Rows per thread of `mul_mat_vec_wide` for `n` rows at `cols` columns per workgroup: 4 (2 from
-/// `WIDE_LONG_ROWS` rows), or fewer where that would keep more than `WIDE_MAX_SUMS` sums a
-/// thread; HRX_VK_WIDE_ROWS=2|4|8 asks for another (a tuning probe, as HRX_VK_WIDE_TPR). Four
-/// rows for every other product measured faster on the H100 (2B shape, alternating in one call)
-/// than the earlier choice (8 for the 6,144-row
-/// gate and up, 2 for the 1,024-row k and v and for Q6_K but the head, so as to leave 256
-/// workgroups): tg128 431-440 against 373-379 tok/s, tg64 after 4,096 tokens 346-354 against
-/// 290-297; two rows for all 419, eight 392 (another call: 443.5 at four). Timed alone
-/// (`hrx bench --kernels`, a barrier after each) two rows look faster on most shapes; in a
-/// decode step the products of a stage (q, k, v; gate, up) share the GPU.
-pub fn wide_rows(n: usize, cols: u32) -> u32 {
+/// Rows per thread of `mul_mat_vec_wide` at `cols` columns per workgroup: 4, or fewer where that
+/// would keep more than `WIDE_MAX_SUMS` sums a thread; HRX_VK_WIDE_ROWS=2|4|8 asks for another (a
+/// tuning probe, as HRX_VK_WIDE_TPR). Four rows measured faster on the H100 (2B shape,
+/// alternating in one call) than the earlier choice (8 for the 6,144-row gate and up, 2 for the
+/// 1,024-row k and v and for Q6_K, so as to leave 256 workgroups): tg128 431-440 against 373-379
+/// tok/s, tg64 after 4,096 tokens 346-354 against 290-297; two rows for all 419, eight 392
+/// (another call: 443.5 at four). Timed alone (`hrx bench --kernels`, a barrier after each) two
+/// rows look faster on most shapes; in a decode step the products of a stage (q, k, v; gate,
+/// up) share the GPU. The 151,936-row head took 2 rows until Q6_K was stored by quads; since,
+/// 4 are faster there too (H100, one call: 121.1 us against 125.9 in `--kernels`, the decode
+/// step's GPU time 2.032-2.036 ms against 2.050-2.055).
+pub fn wide_rows(cols: u32) -> u32 {
     static ASKED: std::sync::OnceLock<u32> = std::sync::OnceLock::new();
     let asked =
         *ASKED.get_or_init(|| probe("HRX_VK_WIDE_ROWS", 0, |n| WIDE_ROWS.contains(&(n as u32)), "2, 4 or 8") as u32);
-    let rows = match asked {
-        0 if n >= WIDE_LONG_ROWS => 2,
-        0 => 4,
-        asked => asked,
-    };
+    let rows = if asked == 0 { 4 } else { asked };
     rows.min((WIDE_MAX_SUMS / cols).max(2))
 }
 
-/// Rows from which `mul_mat_vec_wide` gives a row 32 threads (where subgroups divide 32) and a
-/// thread 2 rows: the grid is then many times what a GPU runs at once, so fewer threads a row
-/// cost no parallelism, and each thread's loads of x and its reduction serve more weights. On
-/// the H200 (`hrx bench --kernels`, one call) the 151,936-row Q6_K head took 176 us at 64
-/// threads and 4 rows, 158 at 32 and 4, 151 at 32 and 2; at 2,048 rows 32 threads lost (Q6_K
-/// 6144 -> 2048: 19.4 us against 12.9).
+/// Rows from which `mul_mat_vec_wide` gives a row 32 threads (where subgroups divide 32): the
+/// grid is then many times what a GPU runs at once, so fewer threads a row cost no
+/// parallelism, and each thread's loads of x and its reduction serve more weights. On the H200
+/// (`hrx bench --kernels`, one call) the 151,936-row Q6_K head took 176 us at 64 threads and 4
+/// rows, 158 at 32 and 4, 151 at 32 and 2 (Q6_K in the file's layout); at 2,048 rows 32 threads
+/// lost (Q6_K 6144 -> 2048: 19.4 us against 12.9).
 const WIDE_LONG_ROWS: usize = 65_536;
 
 /// Threads per row of `mul_mat_vec_wide` for `n` rows of `k` values on subgroups of `subgroup`
