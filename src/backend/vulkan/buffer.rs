@@ -10,8 +10,9 @@ use super::device::{Device, Shared};
 use super::error::{Result, VkError};
 use super::memory::{self, Allocation, Location};
 use super::weight_layout::Stored;
+use crate::backend::cpu::pool::Pool;
 use ash::vk;
-use std::sync::Arc;
+use std::sync::{Arc, Mutex, PoisonError};
 
 /// Largest staging copy at a time: a read's, and an upload's. An upload's staging buffer is
 /// smaller, since host memory the GPU reads costs the NVIDIA driver ~0.3 ms a MiB to allocate
@@ -376,12 +377,22 @@ fn copy_on_threads(dst: &mut [u8], pieces: &[Piece]) {
         copy_share(dst, 0);
         return;
     }
+    // Shares handed out to whichever thread asks: the process's parked threads where they are
+    // free, else threads of this copy's own (the text and vision models upload side by side).
     let per = dst.len().div_ceil(threads);
-    std::thread::scope(|s| {
-        for (t, share) in dst.chunks_mut(per).enumerate() {
-            s.spawn(move || copy_share(share, t * per));
-        }
-    });
+    let shares = Mutex::new(dst.chunks_mut(per).enumerate());
+    let work = || loop {
+        let Some((t, share)) = shares.lock().unwrap_or_else(PoisonError::into_inner).next() else { break };
+        copy_share(share, t * per);
+    };
+    if !Pool::global().try_run(threads, &work) {
+        std::thread::scope(|s| {
+            for _ in 1..threads {
+                s.spawn(work);
+            }
+            work();
+        });
+    }
 }
 
 /// Writes into buffers through staging buffers, many copies per submission: a model's hundreds
@@ -572,5 +583,15 @@ mod tests {
         let mut got = vec![0u8; quads.len()];
         copy_on_threads(&mut got, &pieces);
         assert!(got == whole && whole != quads);
+        // From inside a job of the process's pool (busy then: the copy finds threads of its
+        // own), on every thread that takes the job at once.
+        let copies = Mutex::new(0);
+        Pool::global().run(2, &|| {
+            let mut got = vec![0u8; quads.len()];
+            copy_on_threads(&mut got, &pieces);
+            assert!(got == whole);
+            *copies.lock().unwrap_or_else(PoisonError::into_inner) += 1;
+        });
+        assert!(*copies.lock().unwrap_or_else(PoisonError::into_inner) >= 1);
     }
 }
