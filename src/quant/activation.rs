@@ -46,8 +46,17 @@ enum Repr {
     /// each 32 times their `d` (the rounded activation's sum, for the SIMD kernels' mins).
     /// Rows follow each other in every vector. Scales stay f32: this format never leaves
     /// memory, so there is no reason to lose precision. `lo` and `hi` are `q` split into bytes,
-    /// `q = 256 · hi + lo`, in `order`, for the byte-product kernels (x86_bytes.rs).
-    Q8 { d: Vec<f32>, q: Vec<i16>, sums: Vec<i32>, dsums32: Vec<f32>, lo: Vec<u8>, hi: Vec<i8>, order: PlaneOrder },
+    /// `q = 256 · hi + lo`, in `order`, for the byte-product kernels (x86_bytes.rs); empty,
+    /// with no order, where no kernel of the product reads them ([`plane_order`]).
+    Q8 {
+        d: Vec<f32>,
+        q: Vec<i16>,
+        sums: Vec<i32>,
+        dsums32: Vec<f32>,
+        lo: Vec<u8>,
+        hi: Vec<i8>,
+        order: Option<PlaneOrder>,
+    },
 }
 
 /// The order of the values in an activation's byte planes (`lo`, `hi`): that of the byte-product
@@ -63,15 +72,21 @@ pub(crate) enum PlaneOrder {
     Q4K,
 }
 
-impl PlaneOrder {
-    /// The order for products with `row` rows.
-    pub(crate) fn of(row: DType) -> PlaneOrder {
-        if row == DType::Q4K {
-            PlaneOrder::Q4K
-        } else {
-            PlaneOrder::Natural
-        }
+/// The byte planes that rows for a product of `m` activation rows with `row` rows carry: only
+/// the AVX-512 one-row kernels of Q4_K and Q6_K read them, which take products of fewer than
+/// `GEMM_MIN_ROWS` rows (a prompt's rows take the tiled kernel, which reads `q`: making the
+/// planes was a twentieth of a small model's prefill).
+fn plane_order(row: DType, m: usize) -> Option<PlaneOrder> {
+    #[cfg(target_arch = "x86_64")]
+    if m < super::x86_gemm::GEMM_MIN_ROWS && Simd::detect() == Simd::Avx512 {
+        return match row {
+            DType::Q4K => Some(PlaneOrder::Q4K),
+            DType::Q6K => Some(PlaneOrder::Natural),
+            _ => None,
+        };
     }
+    let _ = (row, m);
+    None
 }
 
 /// Weight rows of `row_bytes` (> 0) bytes each, back to back in `data` (a whole number of
@@ -159,7 +174,7 @@ pub(crate) struct Q8Row<'a> {
     #[cfg_attr(not(target_arch = "x86_64"), allow(dead_code))]
     pub hi: &'a [i8],
     #[cfg_attr(not(target_arch = "x86_64"), allow(dead_code))]
-    pub order: PlaneOrder,
+    pub order: Option<PlaneOrder>,
 }
 
 impl ActivationQ {
@@ -194,34 +209,14 @@ impl ActivationRows {
         self.k
     }
 
-    /// Adds `more`'s rows after these (both made by [`quantize_activations`] for the same row
-    /// dtype and length, e.g. ranges of one matrix's rows quantized on several threads).
-    pub fn append(&mut self, more: ActivationRows) -> Result<(), QuantError> {
-        if more.dtype != self.dtype {
-            return Err(QuantError::ActivationKind { row: more.dtype, activation: self.dtype });
-        }
-        if more.k != self.k {
-            return Err(QuantError::PartialRow { values: more.k, row_len: self.k });
-        }
-        match (&mut self.repr, more.repr) {
-            (Repr::F32(x), Repr::F32(y)) => x.extend(y),
-            (
-                Repr::Q8 { d, q, sums, dsums32, lo, hi, order },
-                Repr::Q8 { d: d2, q: q2, sums: s2, dsums32: ds2, lo: l2, hi: h2, order: o2 },
-            ) if *order == o2 => {
-                d.extend(d2);
-                q.extend(q2);
-                sums.extend(s2);
-                dsums32.extend(ds2);
-                lo.extend(l2);
-                hi.extend(h2);
+    /// Whether these rows serve products with `row` weight rows as rows quantized for them
+    /// would: the same activation form, and the byte planes such rows would carry.
+    pub fn fits(&self, row: DType) -> bool {
+        activation_dtype(row) == Some(self.dtype)
+            && match &self.repr {
+                Repr::F32(_) => true,
+                Repr::Q8 { order, .. } => plane_order(row, self.m).is_none_or(|o| *order == Some(o)),
             }
-            // The dtype names the form (F32 holds F32 rows, the others Q8); Q8 rows made for
-            // Q4_K rows lay their planes out apart from those for the other K formats.
-            _ => return Err(QuantError::ActivationKind { row: more.dtype, activation: self.dtype }),
-        }
-        self.m += more.m;
-        Ok(())
     }
 
     /// `out[i * n + j] = Σ row_j · x_i`: each of the `n` weight rows stored back to back in
@@ -286,14 +281,12 @@ impl ActivationRows {
                     q: &q[i * self.k..(i + 1) * self.k],
                     sums: &sums[i * self.k / SUM_LEN..(i + 1) * self.k / SUM_LEN],
                     dsums32: &dsums32[i * self.k / 32..(i + 1) * self.k / 32],
-                    lo: &lo[i * self.k..(i + 1) * self.k],
-                    hi: &hi[i * self.k..(i + 1) * self.k],
+                    lo: lo.get(i * self.k..(i + 1) * self.k).unwrap_or_default(),
+                    hi: hi.get(i * self.k..(i + 1) * self.k).unwrap_or_default(),
                     order: *order,
                 }
             }
-            Repr::F32(_) => {
-                Q8Row { d: &[], q: &[], sums: &[], dsums32: &[], lo: &[], hi: &[], order: PlaneOrder::Natural }
-            }
+            Repr::F32(_) => Q8Row { d: &[], q: &[], sums: &[], dsums32: &[], lo: &[], hi: &[], order: None },
         }
     }
 }
@@ -319,6 +312,20 @@ pub fn quantize_activation(row_dtype: DType, x: &[f32]) -> Result<ActivationQ, Q
 /// Prepares the rows of `x`, `k` values each, for [`ActivationRows::matmul`] with
 /// `row_dtype` rows, each as [`quantize_activation`] does. `k = 0` takes no rows.
 pub fn quantize_activations(row_dtype: DType, x: &[f32], k: usize) -> Result<ActivationRows, QuantError> {
+    quantize_activations_in_parts(row_dtype, x, k, 1, |parts| parts.into_iter().for_each(ActivationPart::quantize))
+}
+
+/// [`quantize_activations`] with the rows cut into up to `parts` ranges, handed to `run` to be
+/// quantized, side by side where it likes (a prompt's rows on the CPU backend's threads):
+/// `run` must call [`ActivationPart::quantize`] on every part, or the rows of those it leaves
+/// are zero. F32 activations have no parts.
+pub fn quantize_activations_in_parts(
+    row_dtype: DType,
+    x: &[f32],
+    k: usize,
+    parts: usize,
+    run: impl FnOnce(Vec<ActivationPart<'_>>),
+) -> Result<ActivationRows, QuantError> {
     let dtype =
         activation_dtype(row_dtype).ok_or(QuantError::Unsupported { dtype: row_dtype, op: "quantize_activation" })?;
     if !k.is_multiple_of(row_dtype.block_len()) {
@@ -331,57 +338,110 @@ pub fn quantize_activations(row_dtype: DType, x: &[f32], k: usize) -> Result<Act
     if dtype == DType::F32 {
         return Ok(ActivationRows { dtype, k, m, repr: Repr::F32(x.to_vec()) });
     }
-    #[cfg(target_arch = "x86_64")]
-    if Simd::detect() != Simd::Scalar {
-        // SAFETY: every level above Scalar has AVX2 and FMA (`Simd::detect` checked this CPU).
-        return Ok(unsafe { quantize_q8_avx2(dtype, x, k, m, PlaneOrder::of(row_dtype)) });
+    let order = plane_order(row_dtype, m);
+    let (n, block) = (x.len(), dtype.block_len());
+    let planes = if order.is_some() { n } else { 0 };
+    let (mut d, mut q, mut sums, mut dsums32) =
+        (vec![0f32; n / block], vec![0i16; n], vec![0i32; n / SUM_LEN], vec![0f32; n / 32]);
+    let (mut lo, mut hi) = (vec![0u8; planes], vec![0i8; planes]);
+    // Every part but the last holds `per` values, whole rows; each vector is cut with them.
+    let per = m.div_ceil(parts.clamp(1, m.max(1))) * k;
+    {
+        let mut list = Vec::with_capacity(parts);
+        let (mut d, mut q, mut sums, mut dsums32) = (&mut d[..], &mut q[..], &mut sums[..], &mut dsums32[..]);
+        let (mut lo, mut hi) = (&mut lo[..], &mut hi[..]);
+        for x in x.chunks(per.max(1)) {
+            let (v, planes) = (x.len(), if order.is_some() { x.len() } else { 0 });
+            list.push(ActivationPart {
+                x,
+                block,
+                order,
+                d: split_off(&mut d, v / block),
+                q: split_off(&mut q, v),
+                sums: split_off(&mut sums, v / SUM_LEN),
+                dsums32: split_off(&mut dsums32, v / 32),
+                lo: split_off(&mut lo, planes),
+                hi: split_off(&mut hi, planes),
+            });
+        }
+        run(list);
     }
-    Ok(quantize_q8::<false>(dtype, x, k, m, PlaneOrder::of(row_dtype)))
+    Ok(ActivationRows { dtype, k, m, repr: Repr::Q8 { d, q, sums, dsums32, lo, hi, order } })
 }
 
-/// [`quantize_q8`] compiled for AVX2: the same operations, in wider registers.
+/// The first `len` entries of `v`, leaving it the rest.
+fn split_off<'a, T>(v: &mut &'a mut [T], len: usize) -> &'a mut [T] {
+    let (head, rest) = std::mem::take(v).split_at_mut(len);
+    *v = rest;
+    head
+}
+
+/// A range of whole rows of activations being made by [`quantize_activations_in_parts`]: their
+/// values, and the parts of the result they fill.
+pub struct ActivationPart<'a> {
+    x: &'a [f32],
+    block: usize,
+    order: Option<PlaneOrder>,
+    d: &'a mut [f32],
+    q: &'a mut [i16],
+    sums: &'a mut [i32],
+    dsums32: &'a mut [f32],
+    lo: &'a mut [u8],
+    hi: &'a mut [i8],
+}
+
+impl ActivationPart<'_> {
+    /// Rounds the part's rows into its share of the result.
+    pub fn quantize(self) {
+        #[cfg(target_arch = "x86_64")]
+        if Simd::detect() != Simd::Scalar {
+            // SAFETY: every level above Scalar has AVX2 and FMA (`Simd::detect` checked this CPU).
+            return unsafe { quantize_part_avx2(self) };
+        }
+        quantize_part::<false>(self)
+    }
+}
+
+/// [`quantize_part`] compiled for AVX2: the same operations, in wider registers.
 #[cfg(target_arch = "x86_64")]
 #[target_feature(enable = "avx2,fma")]
-fn quantize_q8_avx2(dtype: DType, x: &[f32], k: usize, m: usize, order: PlaneOrder) -> ActivationRows {
-    quantize_q8::<true>(dtype, x, k, m, order)
+fn quantize_part_avx2(part: ActivationPart) {
+    quantize_part::<true>(part)
 }
 
-/// `m` rows of `k` values (`x`, lengths checked) in the 16-bit block form `dtype` (Q8_0 or
-/// Q8K) names; blocks rounded by the AVX2 kernel where `AVX2` (only in [`quantize_q8_avx2`]).
+/// Rows of values in the 16-bit block form (Q8_0 or Q8K, blocks of `part.block`); blocks
+/// rounded by the AVX2 kernel where `AVX2` (only in [`quantize_part_avx2`]).
 #[inline(always)]
-fn quantize_q8<const AVX2: bool>(dtype: DType, x: &[f32], k: usize, m: usize, order: PlaneOrder) -> ActivationRows {
-    let mut q = vec![0i16; x.len()];
+fn quantize_part<const AVX2: bool>(part: ActivationPart) {
+    let ActivationPart { x, block, order, d, q, sums, dsums32, lo, hi } = part;
     // Plain loops rather than closures, so that everything is compiled into the caller (with
     // its target features).
-    let mut d = Vec::with_capacity(x.len() / dtype.block_len());
-    for (x, q) in x.chunks_exact(dtype.block_len()).zip(q.chunks_exact_mut(dtype.block_len())) {
+    for ((x, q), d) in x.chunks_exact(block).zip(q.chunks_exact_mut(block)).zip(d.iter_mut()) {
         #[cfg(target_arch = "x86_64")]
         if AVX2 {
-            // SAFETY: AVX2 is set only in quantize_q8_avx2, which runs once `Simd::detect`
+            // SAFETY: AVX2 is set only in quantize_part_avx2, which runs once `Simd::detect`
             // found AVX2 on this CPU.
-            d.push(unsafe { super::x86::quantize_i16_block(x, q) });
+            *d = unsafe { super::x86::quantize_i16_block(x, q) };
             continue;
         }
-        d.push(quantize_i16_block(x, q));
+        *d = quantize_i16_block(x, q);
     }
-    let mut sums = Vec::with_capacity(x.len() / SUM_LEN);
-    for q in q.chunks_exact(SUM_LEN) {
-        let mut sum = 0i32;
+    for (q, sum) in q.chunks_exact(SUM_LEN).zip(sums.iter_mut()) {
+        let mut s = 0i32;
         for &v in q {
-            sum += i32::from(v);
+            s += i32::from(v);
         }
-        sums.push(sum);
+        *sum = s;
     }
-    let per_block = dtype.block_len() / 32;
-    let mut dsums32 = Vec::with_capacity(sums.len() / 2);
-    for (c, s) in sums.chunks_exact(2).enumerate() {
-        dsums32.push(d[c / per_block] * (s[0] + s[1]) as f32);
+    let per_block = block / 32;
+    for (c, (s, ds)) in sums.chunks_exact(2).zip(dsums32.iter_mut()).enumerate() {
+        *ds = d[c / per_block] * (s[0] + s[1]) as f32;
     }
-    let (mut lo, mut hi) = (vec![0u8; q.len()], vec![0i8; q.len()]);
     match order {
-        PlaneOrder::Natural => split_planes(&q, &mut lo, &mut hi),
+        None => {}
+        Some(PlaneOrder::Natural) => split_planes(q, lo, hi),
         // Q4_K rows are whole blocks of 256 values, so every row is whole runs of 128.
-        PlaneOrder::Q4K => {
+        Some(PlaneOrder::Q4K) => {
             for (g, run) in q.chunks_exact(128).enumerate() {
                 for (to, from) in [(0, 0), (32, 64), (64, 32), (96, 96)] {
                     let at = 128 * g + to..128 * g + to + 32;
@@ -390,7 +450,6 @@ fn quantize_q8<const AVX2: bool>(dtype: DType, x: &[f32], k: usize, m: usize, or
             }
         }
     }
-    ActivationRows { dtype, k, m, repr: Repr::Q8 { d, q, sums, dsums32, lo, hi, order } }
 }
 
 /// `q`'s values split into bytes, `q = 256 · hi + lo`.

@@ -36,8 +36,8 @@ mod x86_bytes;
 mod x86_gemm;
 
 pub use activation::{
-    activation_dtype, quantize_activation, quantize_activations, vec_dot_quantized, vec_dot_quantized_with,
-    ActivationQ, ActivationRows,
+    activation_dtype, quantize_activation, quantize_activations, quantize_activations_in_parts, vec_dot_quantized,
+    vec_dot_quantized_with, ActivationPart, ActivationQ, ActivationRows,
 };
 pub use dequant::dequantize_row;
 pub use dot::vec_dot_f32;

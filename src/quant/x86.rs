@@ -580,8 +580,9 @@ pub(crate) fn q8_matmul_512(dtype: DType, rows: Rows, acts: &[Q8Row], out: &mut 
     if acts.len() >= GEMM_MIN_ROWS {
         return q8_gemm_512(dtype, rows, acts, out);
     }
-    // The byte-product kernels read the planes in their own order ([`PlaneOrder`]).
-    let order = acts.first().map(|a| a.order);
+    // The byte-product kernels read the planes in their own order ([`PlaneOrder`]); rows without
+    // them take the 16-bit kernels.
+    let order = acts.first().and_then(|a| a.order);
     match dtype {
         DType::Q4K if order == Some(PlaneOrder::Q4K) => drive!(q4_k_bytes(), rows, acts, out, 4),
         DType::Q6K if order == Some(PlaneOrder::Natural) => drive!(q6_k_bytes(), rows, acts, out, 4),

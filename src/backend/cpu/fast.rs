@@ -6,13 +6,52 @@ use super::pool::par_items;
 use super::reference;
 use super::tensor::{Data, In, Out};
 use super::KernelError;
-use crate::graph::{Gelu, Op, RopeKind};
+use crate::graph::{Gelu, NodeId, Op, RopeKind};
 use crate::quant::{self, DType};
 use std::sync::{Mutex, PoisonError};
 
-pub fn execute(op: &Op, ins: &[In], out: &mut Out, threads: usize) -> Option<Result<(), KernelError>> {
+/// What one run of a graph computes once for several nodes, each with the value it was made
+/// from: the caller keeps it true (clears what a node may have changed; see `run_node`).
+#[derive(Default)]
+pub struct RunMemo {
+    /// The last product's quantized activation rows, for the products after it that read the
+    /// same value (a layer's q, k and v products; gate and up).
+    pub quantized: KeptRows,
+    /// RoPE's angles (sine, cosine) per token and frequency for a positions value, for every
+    /// RoPE of the run that turns by the same positions and frequencies (q and k of every
+    /// layer: computing them was 3 % of a small model's prefill).
+    pub trig: Angles,
+}
+
+/// Quantized activation rows and the value they were made from.
+pub type KeptRows = Option<(NodeId, quant::ActivationRows)>;
+
+/// RoPE's (sine, cosine) per token and frequency, and what they were made from.
+pub type Angles = Option<(TrigKey, Vec<(f64, f64)>)>;
+
+/// What a table of RoPE angles depends on: the positions value and the frequencies.
+#[derive(PartialEq)]
+pub struct TrigKey {
+    pos: NodeId,
+    kind: RopeKind,
+    theta: u32,
+    n_dims: usize,
+    tokens: usize,
+}
+
+/// Runs `op` with the fast kernels, None where they do not apply. `memo`: the run's
+/// [`RunMemo`] and the node's inputs.
+pub fn execute(
+    op: &Op,
+    ins: &[In],
+    out: &mut Out,
+    threads: usize,
+    memo: Option<(&[NodeId], &mut RunMemo)>,
+) -> Option<Result<(), KernelError>> {
+    // The value a memo entry is made from: the product's activations, RoPE's positions.
+    let memo = memo.and_then(|(inputs, m)| Some((*inputs.get(1)?, m)));
     match op {
-        Op::MatMul => matmul(ins.first()?, ins.get(1)?, out, threads),
+        Op::MatMul => matmul(ins.first()?, ins.get(1)?, out, threads, memo.map(|(id, m)| (id, &mut m.quantized))),
         Op::Attention { scale, segment } => super::attention::attention(
             ins.first()?,
             ins.get(1)?,
@@ -23,7 +62,9 @@ pub fn execute(op: &Op, ins: &[In], out: &mut Out, threads: usize) -> Option<Res
             threads,
         ),
         Op::RmsNorm { eps } => rms_norm(ins.first()?, ins.get(1)?, *eps, out, threads),
-        Op::Rope { kind, theta, n_dims } => rope(ins.first()?, ins.get(1)?, kind, *theta, *n_dims, out, threads),
+        Op::Rope { kind, theta, n_dims } => {
+            rope(ins.first()?, ins.get(1)?, kind, *theta, *n_dims, out, threads, memo.map(|(id, m)| (id, &mut m.trig)))
+        }
         Op::Add => binary(ins.first()?, ins.get(1)?, out, Binary::Add, threads),
         Op::Mul => binary(ins.first()?, ins.get(1)?, out, Binary::Mul, threads),
         Op::SwiGlu => binary(ins.first()?, ins.get(1)?, out, Binary::SwiGlu, threads),
@@ -187,7 +228,13 @@ pub(super) fn out_is_matrix(out: &Out) -> bool {
         })
 }
 
-fn matmul(w: &In, x: &In, out: &mut Out, threads: usize) -> Option<Result<(), KernelError>> {
+fn matmul(
+    w: &In,
+    x: &In,
+    out: &mut Out,
+    threads: usize,
+    memo: Option<(NodeId, &mut KeptRows)>,
+) -> Option<Result<(), KernelError>> {
     let (k, n_out) = (w.ne[0], w.ne[1]);
     if !out_is_matrix(out) || w.ne[2] != 1 || w.ne[3] != 1 {
         return None;
@@ -221,12 +268,32 @@ fn matmul(w: &In, x: &In, out: &mut Out, threads: usize) -> Option<Result<(), Ke
         return Some(Ok(()));
     }
     // Each activation row is quantized once (16-bit blocks) for formats with an integer dot
-    // product; float weights dot the f32 rows directly.
-    let acts = match quantize_rows(dtype, xs, k, threads) {
-        Ok(a) => a,
-        Err(e) => return Some(Err(KernelError::Quant(e))),
+    // product, and once for every product of the run that reads the same value; float weights
+    // dot the f32 rows directly.
+    let fresh;
+    let acts = match memo {
+        Some((input, kept)) => {
+            let fits = |(id, rows): &(NodeId, quant::ActivationRows)| {
+                *id == input && rows.fits(dtype) && (rows.rows(), rows.row_len()) == (m, k)
+            };
+            if !kept.as_ref().is_some_and(fits) {
+                *kept = None;
+                match quantize_rows(dtype, xs, k, threads) {
+                    Ok(rows) => *kept = Some((input, rows)),
+                    Err(e) => return Some(Err(KernelError::Quant(e))),
+                }
+            }
+            &kept.as_ref()?.1
+        }
+        None => match quantize_rows(dtype, xs, k, threads) {
+            Ok(rows) => {
+                fresh = rows;
+                &fresh
+            }
+            Err(e) => return Some(Err(KernelError::Quant(e))),
+        },
     };
-    Some(par_matmul(&acts, dtype, weights, n_out, data, threads).map_err(KernelError::Quant))
+    Some(par_matmul(acts, dtype, weights, n_out, data, threads).map_err(KernelError::Quant))
 }
 
 /// The rows of `xs` (`k` > 0 values each) prepared for `dtype` weight rows, a range of rows
@@ -240,29 +307,10 @@ fn quantize_rows(
 ) -> Result<quant::ActivationRows, quant::QuantError> {
     // Fewer rows go on one thread: a decode step's one row, a few sequences' rows.
     const MIN_ROWS_PER_THREAD: usize = 8;
-    let m = xs.len() / k;
-    let threads = threads.min(m / MIN_ROWS_PER_THREAD);
-    if threads < 2 {
-        return quant::quantize_activations(dtype, xs, k);
-    }
-    let ranges: Vec<&[f32]> = xs.chunks(m.div_ceil(threads) * k).collect();
-    let parts: Vec<Mutex<Option<_>>> = ranges.iter().map(|_| Mutex::new(None)).collect();
-    par_items(threads, ranges.iter().zip(&parts), |(x, part)| {
-        *part.lock().unwrap_or_else(PoisonError::into_inner) = Some(quant::quantize_activations(dtype, x, k));
-    });
-    let mut parts = parts.into_iter().map(|p| p.into_inner().unwrap_or_else(PoisonError::into_inner));
-    let mut all = match parts.next().flatten() {
-        Some(first) => first?,
-        None => return quant::quantize_activations(dtype, xs, k),
-    };
-    for part in parts {
-        match part {
-            Some(rows) => all.append(rows?)?,
-            // Every range was handed out: par_items returns when none is left.
-            None => return quant::quantize_activations(dtype, xs, k),
-        }
-    }
-    Ok(all)
+    let threads = threads.min(xs.len() / k / MIN_ROWS_PER_THREAD).max(1);
+    quant::quantize_activations_in_parts(dtype, xs, k, threads, |parts| {
+        par_items(threads.min(parts.len()), parts.into_iter(), quant::ActivationPart::quantize)
+    })
 }
 
 /// Activation rows per thread from which a product splits them, not the weight rows, over the
@@ -500,6 +548,7 @@ const ROPE_TOKENS: usize = 8;
 /// values), on contiguous rows: the angles once per token, every head's row as a slice
 /// rather than element by element through four-index addressing; blocks of tokens over the
 /// threads.
+#[allow(clippy::too_many_arguments)]
 fn rope(
     x: &In,
     pos: &In,
@@ -508,6 +557,7 @@ fn rope(
     n_dims: usize,
     out: &mut Out,
     threads: usize,
+    memo: Option<(NodeId, &mut Angles)>,
 ) -> Option<Result<(), KernelError>> {
     let (d, heads) = (out.ne[0], out.ne[1]);
     if !out_is_matrix(out) || x.ne != out.ne || n_dims > d || !n_dims.is_multiple_of(2) {
@@ -518,29 +568,57 @@ fn rope(
         return Some(Ok(()));
     }
     let half = n_dims / 2;
-    let freqs: Vec<(usize, f64)> = (0..half).map(|j| reference::rope_frequency(kind, theta, n_dims, j)).collect();
+    let tokens = out.ne[2];
     // Rows run through the heads of a token first: a token's rows lie together in out.
     let mut rows = Vec::with_capacity(n_rows);
     for r in 0..n_rows {
         let (h, t, i3) = super::tensor::row_coords(r, &out.ne);
         rows.push(x.f32_row(h, t, i3)?);
     }
-    let tokens = out.ne[2];
+    // Every head of a token turns by the same angles: (sin, cos) per token and pair.
+    let angles = |table: &mut Vec<(f64, f64)>| {
+        let freqs: Vec<(usize, f64)> = (0..half).map(|j| reference::rope_frequency(kind, theta, n_dims, j)).collect();
+        table.resize(tokens * half, (0.0, 0.0));
+        let items = table.chunks_mut(ROPE_TOKENS * half).enumerate();
+        par_items(threads.min(tokens.div_ceil(ROPE_TOKENS)), items, |(item, trig)| {
+            for (i, trig) in trig.chunks_exact_mut(half).enumerate() {
+                let t = item * ROPE_TOKENS + i;
+                for (tj, &(comp, inv_freq)) in trig.iter_mut().zip(&freqs) {
+                    *tj = (f64::from(pos.i32_at([t, comp, 0, 0])) * inv_freq).sin_cos();
+                }
+            }
+        });
+    };
+    let fresh;
+    let trig: &[(f64, f64)] = match memo {
+        Some((pos_id, kept)) => {
+            let key = TrigKey { pos: pos_id, kind: kind.clone(), theta: theta.to_bits(), n_dims, tokens };
+            if !kept.as_ref().is_some_and(|(k, _)| *k == key) {
+                let mut table = kept.take().map(|(_, t)| t).unwrap_or_default();
+                angles(&mut table);
+                *kept = Some((key, table));
+            }
+            &kept.as_ref()?.1
+        }
+        None => {
+            let mut table = Vec::new();
+            angles(&mut table);
+            fresh = table;
+            &fresh
+        }
+    };
     let data = &mut out.data[out.offset / 4..][..n_rows * d];
     let items = data.chunks_mut(ROPE_TOKENS * heads * d).zip(rows.chunks(ROPE_TOKENS * heads)).enumerate();
     let threads = threads.min((n_rows / heads).div_ceil(ROPE_TOKENS));
     par_items(threads, items, |(item, (o, x))| {
-        let mut trig = vec![(0f64, 0f64); half];
         for (i, (o, x)) in o.chunks_exact_mut(heads * d).zip(x.chunks_exact(heads)).enumerate() {
             let t = (item * ROPE_TOKENS + i) % tokens;
-            for (tj, &(comp, inv_freq)) in trig.iter_mut().zip(&freqs) {
-                *tj = (f64::from(pos.i32_at([t, comp, 0, 0])) * inv_freq).sin_cos();
-            }
+            let trig = &trig[t * half..(t + 1) * half];
             for (o, x) in o.chunks_exact_mut(d).zip(x) {
                 let (o_lo, o_hi) = o.split_at_mut(half);
                 let (x_lo, x_hi) = x.split_at(half);
                 for ((((o_a, o_b), &a), &b), &(sin, cos)) in
-                    o_lo.iter_mut().zip(o_hi.iter_mut()).zip(x_lo).zip(x_hi).zip(&trig)
+                    o_lo.iter_mut().zip(o_hi.iter_mut()).zip(x_lo).zip(x_hi).zip(trig)
                 {
                     let (a, b) = (f64::from(a), f64::from(b));
                     *o_a = (a * cos - b * sin) as f32;

@@ -99,6 +99,10 @@ pub struct CpuExecutor {
     arena: Vec<f32>,
     kernels: Kernels,
     threads: usize,
+    /// What this run computed once for several nodes (see `run_node`).
+    memo: Box<fast::RunMemo>,
+    /// The external storage of the positions that `memo`'s RoPE angles were made from.
+    trig_storage: Option<usize>,
 }
 
 impl CpuExecutor {
@@ -151,7 +155,16 @@ impl CpuExecutor {
         }
         let arena_bytes = plans.iter().map(|p| p.arena_bytes).max().unwrap_or(0);
         let threads = std::thread::available_parallelism().map_or(1, |n| n.get());
-        Ok(CpuExecutor { plans, storage_of, storages, arena: vec![0.0; arena_bytes / 4], kernels, threads })
+        Ok(CpuExecutor {
+            plans,
+            storage_of,
+            storages,
+            arena: vec![0.0; arena_bytes / 4],
+            kernels,
+            threads,
+            memo: Box::default(),
+            trig_storage: None,
+        })
     }
 
     pub fn plan(&self, id: PlanId) -> &Plan {
@@ -194,6 +207,8 @@ impl CpuExecutor {
                 return Err(KernelError::PastPlan { symbol: sym_name.clone(), value: v, max: *max });
             }
         }
+        // Values of the last run are gone (their bytes and inputs rewritten).
+        *self.memo = fast::RunMemo::default();
         for i in 0..graph.nodes.len() {
             if let Placement::Run { .. } = self.plans[plan.0].placements[i] {
                 self.run_node(plan, NodeId(i), symbols).map_err(|e| {
@@ -264,7 +279,31 @@ impl CpuExecutor {
             ins.push(sources.input(loc, v.dtype, runtime_ne(graph, input, symbols), v.nb)?);
         }
         let mut out = Out { data: out_data, offset: out_offset, ne: out_ne, nb: node.value.nb };
-        execute(&node.op, &ins, &mut out, self.kernels, self.threads)
+        // A product's quantized activation rows serve the next products that read the same
+        // value while nothing else runs: products write only their own outputs, which in the
+        // arena never share bytes with a value still to be read (an external output might).
+        if node.op != Op::MatMul || !matches!(out_loc, Loc::Arena { .. }) {
+            self.memo.quantized = None;
+        }
+        // RoPE's angles stay true while no node writes the storage of their positions (an
+        // arena value is never rewritten while it can still be read).
+        if let (Loc::External { storage, .. }, Some(pos)) = (out_loc, self.trig_storage) {
+            if storage.0 == pos {
+                self.memo.trig = None;
+            }
+        }
+        if matches!(node.op, Op::Rope { .. }) {
+            let pos = node.inputs.get(1).and_then(|id| p.locs[id.0]).map(global).transpose()?;
+            let storage = match pos {
+                Some(Loc::External { storage, .. }) => Some(storage.0),
+                _ => None,
+            };
+            if storage != self.trig_storage {
+                self.memo.trig = None;
+                self.trig_storage = storage;
+            }
+        }
+        execute_with(&node.op, &ins, &mut out, self.kernels, self.threads, Some((&node.inputs, &mut self.memo)))
     }
 }
 
@@ -290,8 +329,20 @@ fn new_storage(ext: &crate::graph::External, files: &[Arc<GgufFile>]) -> Result<
 
 /// Runs one op with the chosen kernel set.
 pub fn execute(op: &Op, ins: &[In], out: &mut Out, kernels: Kernels, threads: usize) -> Result<(), KernelError> {
+    execute_with(op, ins, out, kernels, threads, None)
+}
+
+/// [`execute`] with the run's [`fast::RunMemo`] and the node's inputs.
+fn execute_with(
+    op: &Op,
+    ins: &[In],
+    out: &mut Out,
+    kernels: Kernels,
+    threads: usize,
+    memo: Option<(&[NodeId], &mut fast::RunMemo)>,
+) -> Result<(), KernelError> {
     if kernels == Kernels::Fast {
-        if let Some(result) = fast::execute(op, ins, out, threads) {
+        if let Some(result) = fast::execute(op, ins, out, threads, memo) {
             return result;
         }
     }

@@ -439,3 +439,48 @@ fn pool_runs_every_thread_and_raises_panics() {
     });
     assert!(count.load(Ordering::Relaxed) >= 1);
 }
+
+#[test]
+fn a_runs_memo_gives_each_node_the_values_it_would_compute_alone() {
+    // Within a run, products that read one value share its quantized rows, and RoPEs that turn
+    // by one positions value share its angles: each node's output must equal its own
+    // computation, also where the shared rows do not fit (another weight dtype, whose byte
+    // planes differ) or the angles' frequencies differ.
+    use super::execute_with;
+    use super::fast::RunMemo;
+    use crate::graph::NodeId;
+    let mut rng = Rng(9);
+    let mut memo = RunMemo::default();
+    let alone_and_memo = |op: &Op, ins: &[In], out_ne: [usize; 4], inputs: &[NodeId], memo: &mut RunMemo| {
+        let n: usize = out_ne.iter().product();
+        let mut outs = [vec![0f32; n], vec![0f32; n]];
+        for (i, buf) in outs.iter_mut().enumerate() {
+            let mut out = Out { data: buf, offset: 0, ne: out_ne, nb: strides(DType::F32, out_ne) };
+            let memo = (i == 1).then_some((inputs, &mut *memo));
+            execute_with(op, ins, &mut out, Kernels::Fast, 2, memo).expect("runs");
+        }
+        let bits = |v: &[f32]| v.iter().map(|x| x.to_bits()).collect::<Vec<_>>();
+        assert_eq!(bits(&outs[1]), bits(&outs[0]), "{op:?}");
+    };
+    let (k, n) = (512, 40);
+    let ids = [NodeId(1), NodeId(2)];
+    for m in [3, 37] {
+        let x = rng.vec(k * m);
+        for dtype in [DType::Q4K, DType::Q4K, DType::Q6K, DType::Q8_0, DType::F16, DType::Q4K] {
+            let mut w = vec![0u8; dtype.row_bytes((k * n) as u64).expect("whole blocks") as usize];
+            quantize_row(dtype, &rng.vec(k * n), &mut w).expect("quantizes");
+            let w_in =
+                In { data: Data::Bytes(&w), dtype, offset: 0, ne: [k, n, 1, 1], nb: strides(dtype, [k, n, 1, 1]) };
+            alone_and_memo(&Op::MatMul, &[w_in, f32_in(&x, [k, m, 1, 1])], [n, m, 1, 1], &ids, &mut memo);
+        }
+    }
+    let (d, heads, t) = (16, 2, 19);
+    let x = rng.vec(d * heads * t);
+    let pos: Vec<i32> = (0..3 * t as i32).map(|i| i * 5 % 23).collect();
+    let pi =
+        In { data: Data::I32(&pos), dtype: DType::I32, offset: 0, ne: [t, 3, 1, 1], nb: [4, 4 * t, 12 * t, 12 * t] };
+    for (theta, n_dims) in [(1e4, d), (1e4, d), (5e5, d), (5e5, d / 2)] {
+        let op = Op::Rope { kind: RopeKind::MropeInterleaved { sections: [2, 1, 1] }, theta, n_dims };
+        alone_and_memo(&op, &[f32_in(&x, [d, heads, t, 1]), pi], [d, heads, t, 1], &ids, &mut memo);
+    }
+}
