@@ -323,18 +323,24 @@ fn pass<const N: usize, const S: usize, const R: usize>(
             }
         }
     }
+    // Row 4g + j's four partial sums l0..l3 are 128-bit lane j of facc[g]: each row's
+    // ((l0 + l1) + (l2 + l3)) - min, in registers. Pairs of groups are shuffled into one
+    // register per step (0x88 takes elements 0 and 2 of each operand's lane, 0xDD 1 and 3):
+    // lane j of `whole` then holds rows j, 4 + j, 8 + j and 12 + j, a 4 x 4 transpose of the
+    // row order that `rows` undoes (the same permutation, as a transpose is its own inverse).
+    let rows = _mm512_set_epi32(15, 11, 7, 3, 14, 10, 6, 2, 13, 9, 5, 1, 12, 8, 4, 0);
     let mut sums = [[0f32; TILE_ROWS]; R];
     for r in 0..R {
-        let mut mins = [0f32; 16];
-        store_f32x16(&mut mins, macc[r]);
-        for g in 0..GROUPS {
-            let mut lanes = [0f32; 16];
-            store_f32x16(&mut lanes, facc[g][r]);
-            for row in 0..4 {
-                let l = &lanes[4 * row..4 * row + 4];
-                sums[r][4 * g + row] = ((l[0] + l[1]) + (l[2] + l[3])) - mins[4 * g + row];
-            }
-        }
+        let (ab, cd) = (pair(facc[0][r], facc[1][r]), pair(facc[2][r], facc[3][r]));
+        let whole = pair(ab, cd);
+        store_f32x16(&mut sums[r], _mm512_sub_ps(_mm512_permutexvar_ps(rows, whole), macc[r]));
     }
     sums
+}
+
+/// Per 128-bit lane, `[a0 + a1, a2 + a3, b0 + b1, b2 + b3]`.
+#[inline]
+#[target_feature(enable = "avx512f")]
+fn pair(a: __m512, b: __m512) -> __m512 {
+    _mm512_add_ps(_mm512_shuffle_ps::<0x88>(a, b), _mm512_shuffle_ps::<0xDD>(a, b))
 }
