@@ -18,7 +18,7 @@
 //!   weight so that no lane passes 2^31: the integer sums stay exact, as in every kernel here.
 //! - Formats with mins subtract `dmin · min_j` times the activation's sum over sub-block `j`
 //!   (f32, as the one-row kernels do), for all 16 rows of the tile per instruction.
-//! - The activation rows pass over the tile a slab of [`SLAB_VALUES`] values at a time, their
+//! - The activation rows pass over the tile a slab of [`slab_values`] values at a time, their
 //!   sums kept between slabs ([`Acc`]): a 2B row's whole tile (64 KiB) did not stay in the
 //!   level-1 cache while three activation rows passed (2B prefill 54.7 against 48.3 tokens/s
 //!   for 2,048-value slabs, 51.0 for 512; the same float operations in the same order).
@@ -29,6 +29,7 @@
 
 use std::arch::x86_64::*;
 use std::ops::Range;
+use std::sync::OnceLock;
 
 use super::activation::{Q8Row, Rows, SUM_LEN};
 use super::block::{visit_blocks, BlockVisitor, Unpacked};
@@ -251,7 +252,7 @@ fn gemm<const B: usize, const N: usize, const S: usize>(
     let tiles: Vec<Rows> = rows.tiles(TILE_ROWS).collect();
     // Every activation row passes over a slab of the tile's blocks before the next slab: the
     // slab stays in the level-1 cache while they do.
-    let slab = (SLAB_VALUES / N).max(1);
+    let slab = (slab_values() / N).max(1);
     let mut accs = vec![Acc::default(); acts.len()];
     for (t, tile_rows) in tiles.iter().enumerate() {
         tile.fill(dtype, *tile_rows, &unpack);
@@ -285,8 +286,39 @@ fn gemm<const B: usize, const N: usize, const S: usize>(
     }
 }
 
-/// Values of a slab of blocks ([`gemm`]): 16 rows of them are 32 KiB of the tile.
-const SLAB_VALUES: usize = 1024;
+/// Values of a slab of blocks ([`gemm`]): the most, a power of two, whose 16 rows (32 bytes a
+/// value) fill at most two thirds of the core's level-1 data cache, leaving room for the
+/// activations: 1,024 on a 48 KiB cache, 512 on a 32 KiB one and where the system does not
+/// say.
+fn slab_values() -> usize {
+    static VALUES: OnceLock<usize> = OnceLock::new();
+    *VALUES.get_or_init(|| {
+        let room = l1_data_bytes().unwrap_or(32 * 1024) * 2 / 3;
+        let mut values = 256;
+        while 32 * values * 2 <= room {
+            values *= 2;
+        }
+        values
+    })
+}
+
+/// The size of the first CPU's level-1 data cache, as Linux describes it.
+fn l1_data_bytes() -> Option<usize> {
+    let dir = std::path::Path::new("/sys/devices/system/cpu/cpu0/cache");
+    (0..8).find_map(|i| {
+        let read = |name: &str| std::fs::read_to_string(dir.join(format!("index{i}/{name}"))).ok();
+        if read("level")?.trim() != "1" || read("type")?.trim() != "Data" {
+            return None;
+        }
+        let size = read("size")?;
+        let size = size.trim();
+        let (digits, unit) = match size.strip_suffix('K') {
+            Some(d) => (d, 1024),
+            None => (size, 1),
+        };
+        digits.parse::<usize>().ok()?.checked_mul(unit)
+    })
+}
 
 /// One activation row's sums with a tile's rows so far: per group, row 4g + j's four partial
 /// sums in lanes 4j..4j + 4 of `f[g]`; row t's `Σ dmin · min · activation sum` in `m[t]`.
@@ -396,4 +428,18 @@ fn pass<const N: usize, const S: usize, const R: usize>(
 #[target_feature(enable = "avx512f")]
 fn pair(a: __m512, b: __m512) -> __m512 {
     _mm512_add_ps(_mm512_shuffle_ps::<0x88>(a, b), _mm512_shuffle_ps::<0xDD>(a, b))
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    #[test]
+    fn slabs_fill_two_thirds_of_the_level_one_cache_at_most() {
+        let values = slab_values();
+        assert!(values.is_power_of_two() && values >= 256, "{values}");
+        let room = l1_data_bytes().unwrap_or(32 * 1024) * 2 / 3;
+        assert!(32 * values <= room.max(32 * 256), "{values} values for {room} bytes");
+        assert!(32 * values * 2 > room, "{values} values leave half of {room} bytes unused");
+    }
 }
