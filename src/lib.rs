@@ -17,12 +17,13 @@
 //! - [`caption`], [`serve`], [`cli`]: the surfaces users touch (batch captioning, the
 //!   OpenAI-compatible server, the command line with its shared flag table).
 //! - [`catalog`]: models.toml, the registry of known models; [`json`]: a small JSON value;
-//!   [`rng`]: the seeded generator tests and sampling share.
+//!   [`rng`]: the seeded generator tests and sampling share; [`fault`]: the faults tests inject.
 
 pub mod backend;
 pub mod caption;
 pub mod catalog;
 pub mod cli;
+pub mod fault;
 pub mod gguf;
 pub mod graph;
 pub mod hrx;

@@ -19,7 +19,15 @@ use tinyjson::JsonValue;
 const CASES: [&str; 6] = ["I1", "I2", "I3", "I4", "I5", "I6"];
 
 fn describer(oracle: &Path, model: &str, mmproj: &str, kernels: Kernels) -> Describer {
-    let text = TextOptions { n_ctx: 512, n_seq: 1, chunk: 128, max_outputs: 1, kernels, device: DeviceChoice::Cpu };
+    let text = TextOptions {
+        n_ctx: 512,
+        n_seq: 1,
+        chunk: 128,
+        max_outputs: 1,
+        kernels,
+        device: DeviceChoice::Cpu,
+        check: false,
+    };
     let images = ImageOptions { max_pixels: PreprocessConfig::HF_MAX_PIXELS / 16, ..ImageOptions::default() };
     Describer::load(&oracle.join("models").join(model), &oracle.join("models").join(mmproj), text, images)
         .expect("models load")

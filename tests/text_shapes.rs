@@ -21,7 +21,7 @@ fn write(spec: &TextSpec, name: &str) -> PathBuf {
 fn last_logits(path: &std::path::Path, kernels: Kernels, chunk: usize, prompt: &[u32]) -> Vec<f32> {
     let mut model = TextModel::load(
         path,
-        TextOptions { n_ctx: 64, n_seq: 1, chunk, max_outputs: 1, kernels, device: DeviceChoice::Cpu },
+        TextOptions { n_ctx: 64, n_seq: 1, chunk, max_outputs: 1, kernels, device: DeviceChoice::Cpu, check: false },
     )
     .expect("loads");
     let pieces: Vec<PromptPiece> = prompt.iter().map(|&t| PromptPiece::Token(t)).collect();
@@ -161,6 +161,7 @@ fn a_caller_can_stop_the_generation_between_tokens() {
             max_outputs: 1,
             kernels: Kernels::Fast,
             device: DeviceChoice::Cpu,
+            check: false,
         },
     )
     .expect("loads");
@@ -211,8 +212,15 @@ fn prompts_prefilled_together_match_each_alone_on_the_cpu() {
     // The fast kernels take another product for 16 rows and more (x86_gemm's GEMM_MIN_ROWS),
     // so a prompt in a fuller chunk may round differently: far below fast-vs-reference's 1e-6.
     for (kernels, tolerance) in [(Kernels::Reference, 1e-12), (Kernels::Fast, 1e-7)] {
-        let options =
-            TextOptions { n_ctx: 48, n_seq: 4, chunk: 16, max_outputs: 1, kernels, device: DeviceChoice::Cpu };
+        let options = TextOptions {
+            n_ctx: 48,
+            n_seq: 4,
+            chunk: 16,
+            max_outputs: 1,
+            kernels,
+            device: DeviceChoice::Cpu,
+            check: false,
+        };
         let mut model = TextModel::load(&path, options).expect("loads");
         common::together::prompts_fed_together_match_each_alone(&mut model, tolerance);
     }

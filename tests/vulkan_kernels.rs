@@ -15,7 +15,7 @@ use hrx::backend::vulkan::kernels::{
     self, CoopMat, Dyn, KernelId, KernelSet, Launch, MatKind, Operand, Ops, Values, Variants, WType, FOLD_MAX_ROWS,
     WIDE_MAX_SUBGROUP,
 };
-use hrx::backend::vulkan::{Buffer, CommandBuffer, DescriptorPool, Location};
+use hrx::backend::vulkan::{selfcheck, Buffer, CommandBuffer, DescriptorPool, Location, TESTED_SUBGROUP_SIZES};
 use hrx::graph::{contiguous_strides, Gelu, Op, RopeKind};
 use hrx::quant::{quantize_row, DType};
 use vulkan_common::{f32_bytes, nmse, run, upload, Rng};
@@ -165,9 +165,9 @@ fn coop_variant(ks: &KernelSet) -> Option<CoopMat> {
 fn mat_kinds(ks: &KernelSet) -> Vec<MatKind> {
     let info = ks.device().info();
     let mut kinds = vec![MatKind::Vec, MatKind::Tiled, MatKind::Rows];
-    kinds.extend(info.subgroup_matvec().map(|subgroup| MatKind::VecSg { subgroup }));
+    kinds.extend(info.subgroup_kernels().map(|subgroup| MatKind::VecSg { subgroup }));
     kinds.extend(
-        info.subgroup_matvec()
+        info.subgroup_kernels()
             .filter(|&s| s <= WIDE_MAX_SUBGROUP)
             .into_iter()
             .flat_map(|subgroup| WIDE_VARIANTS.map(|(rows, cols)| MatKind::VecWide { subgroup, rows, cols })),
@@ -252,12 +252,15 @@ fn kernel_set() -> Option<&'static KernelSet> {
     SHARED.get_or_init(|| vulkan_common::device().map(|d| KernelSet::new(&d))).as_ref()
 }
 
-/// The device runs subgroups of the size this run asked for: scripts/test runs this binary at
-/// each subgroup size lavapipe can be given (LP_NATIVE_VECTOR_WIDTH) with HRX_EXPECT_SUBGROUP
-/// set, so that a driver ignoring the width fails here rather than testing its default size
-/// again. Without it, the size must be one the kernels' variants are built from.
+/// The device runs subgroups of the size this run asked for, as hrx's subgroup probe sees
+/// them (gl_SubgroupSize, and subgroupAdd(1) over each subgroup, in every invocation):
+/// scripts/test runs this binary at each width lavapipe can be given (LP_NATIVE_VECTOR_WIDTH)
+/// with HRX_EXPECT_SUBGROUP the size it reports, so a driver ignoring the width fails here, and
+/// at 1024 and 2048 bits with HRX_EXPECT_LANES=16, the lanes lavapipe runs there: the probe
+/// must then fail, naming the driver (hrx leaves its subgroup kernels out on it). The subgroup
+/// kernels' own size is one a test ran, and the probe passes there too.
 #[test]
-fn the_device_has_the_subgroup_size_the_run_asked_for() {
+fn the_subgroup_probe_sees_what_the_device_runs() {
     let Some(ks) = kernel_set() else { return };
     let info = ks.device().info();
     let size = info.subgroup_size;
@@ -269,9 +272,22 @@ fn the_device_has_the_subgroup_size_the_run_asked_for() {
     }
     let (min, max) = info.subgroup_sizes;
     assert!((min..=max).contains(&size), "{}: subgroups of {size} outside {min}..={max}", info.name);
-    // The subgroup kernels are built around the device's size, wherever they run.
-    let variants = Variants::for_device(info);
-    assert!(variants.subgroup_matvec.is_none_or(|s| s == size), "{variants:?}");
+    let probed = selfcheck::probe(ks, size).unwrap();
+    match std::env::var("HRX_EXPECT_LANES") {
+        Ok(lanes) if lanes != size.to_string() => {
+            let why = probed.expect_err("the probe passed a size the device does not run");
+            let driver = info.driver_name.clone().unwrap_or_default();
+            assert!(why.contains(&driver) && why.contains(&format!("runs [{lanes}] lanes")), "{why}");
+            eprintln!("subgroup probe at {size}: {why}");
+        }
+        _ => assert_eq!(probed, Ok(()), "{}: subgroups of {size}", info.name),
+    }
+    if let Some(s) = info.subgroup_kernels() {
+        assert!(TESTED_SUBGROUP_SIZES.contains(&s), "{}: subgroup kernels at {s}", info.name);
+        if std::env::var("HRX_EXPECT_LANES").is_err() {
+            assert_eq!(selfcheck::probe(ks, s).unwrap(), Ok(()), "{}: subgroup kernels at {s}", info.name);
+        }
+    }
 }
 
 #[test]
@@ -316,7 +332,7 @@ fn matmul_k_quants() {
 fn subgroup_kernel_is_chosen_where_the_device_has_subgroup_arithmetic() {
     let Some(ks) = kernel_set() else { return };
     let info = ks.device().info();
-    let Some(subgroup) = info.subgroup_matvec() else {
+    let Some(subgroup) = info.subgroup_kernels() else {
         eprintln!(
             "{}: no subgroup kernels (size {}, ops {:?}, in compute {})",
             info.name, info.subgroup_size, info.subgroup_ops, info.subgroup_in_compute
@@ -516,7 +532,7 @@ fn plans_for_a_device_name_its_kernel_variants() {
         other => panic!("{other:?}"),
     };
     let variants = Variants::for_device(info);
-    let want_vec = match (variants.subgroup_matvec, variants.wide_matvec) {
+    let want_vec = match (variants.subgroup, variants.wide_matvec) {
         (Some(_), true) => "mul_mat_vec_wide4_q4_k",
         (Some(_), false) => "mul_mat_vec_sg_q4_k",
         (None, _) => "mul_mat_vec_q4_k",
@@ -527,7 +543,7 @@ fn plans_for_a_device_name_its_kernel_variants() {
         (None, _) => "mul_mat_q4_k",
     };
     assert_eq!((kernel(vec).name.as_str(), kernel(mat).name.as_str()), (want_vec, want_mat));
-    assert_eq!((kernel(vec).subgroup, kernel(vec).shape), (variants.subgroup_matvec, None));
+    assert_eq!((kernel(vec).subgroup, kernel(vec).shape), (variants.subgroup, None));
     // A cooperative-matrix variant is named with its subgroup size and shape, and the executor
     // rebuilds the same kernel from them.
     let cm = variants.coopmat;
@@ -580,7 +596,7 @@ fn coopmat_kernel_large_and_ragged_tiles() {
 #[test]
 fn wide_matvec_at_decode_shapes() {
     let Some(ks) = kernel_set() else { return };
-    let Some(subgroup) = ks.device().info().subgroup_matvec().filter(|&s| s <= WIDE_MAX_SUBGROUP) else {
+    let Some(subgroup) = ks.device().info().subgroup_kernels().filter(|&s| s <= WIDE_MAX_SUBGROUP) else {
         eprintln!("no subgroups of at most {WIDE_MAX_SUBGROUP} lanes: the wide kernel is not checked");
         return;
     };
@@ -643,7 +659,7 @@ fn subgroup_kernel_fits_any_grid() {
     // The grid follows the subgroup size given at launch; the kernel follows the one it runs
     // with. A size other than the device's only changes how many workgroups loop.
     let Some(ks) = kernel_set() else { return };
-    if ks.device().info().subgroup_matvec().is_none() {
+    if ks.device().info().subgroup_kernels().is_none() {
         return;
     }
     let mut rng = Rng::new(8);
@@ -1386,13 +1402,13 @@ impl AttnCase {
 /// narrow one only where they are wide enough: on lavapipe's 8 lanes, heads of up to 64; none
 /// on subgroups below `SPLIT_MIN_SUBGROUP`).
 fn split_kernels(info: &hrx::backend::vulkan::DeviceInfo, d: usize) -> Vec<KernelId> {
-    let Some(subgroup) = info.subgroup_matvec().filter(|&s| s >= kernels::SPLIT_MIN_SUBGROUP) else {
+    let Some(subgroup) = info.subgroup_kernels().filter(|&s| s >= kernels::SPLIT_MIN_SUBGROUP) else {
         return Vec::new();
     };
     [kernels::SplitWidth::Wide, kernels::SplitWidth::Narrow]
         .into_iter()
         .filter(|w| d <= w.max_head_dim(subgroup))
-        .map(|w| KernelId::FlashAttnSplit(w, Values::F32))
+        .map(|width| KernelId::FlashAttnSplit(kernels::AttnSplit { width, subgroup }, Values::F32))
         .collect()
 }
 
@@ -1619,7 +1635,7 @@ fn attention_over_an_f16_cache() {
 #[test]
 fn split_attention_over_long_caches() {
     let Some(ks) = kernel_set() else { return };
-    if ks.device().info().subgroup_matvec().is_none() {
+    if ks.device().info().subgroup_kernels().is_none() {
         eprintln!("no subgroup arithmetic: the split attention kernel is not checked");
         return;
     }
@@ -1743,7 +1759,7 @@ fn attention_over_many_queries_plans_the_tiled_kernel() {
             && tile.shared_bytes() <= info.max_shared_memory;
         // A few queries: kv rows split over workgroups where the device has subgroups of 8 or
         // more lanes.
-        let split = variants.subgroup_matvec.filter(|&s| s >= kernels::SPLIT_MIN_SUBGROUP);
+        let split = variants.subgroup.filter(|&s| s >= kernels::SPLIT_MIN_SUBGROUP);
         let few = n_q < kernels::TILED_MIN_QUERIES && variants.tiled_attention && split.is_some();
         // Many queries on the matrix units where the device has them.
         let coop = variants
@@ -1753,8 +1769,8 @@ fn attention_over_many_queries_plans_the_tiled_kernel() {
         let want = match (coop, tiled, few) {
             (Some(tile), _, _) => KernelId::FlashAttnCm(tile, Values::F32),
             (None, true, _) => KernelId::FlashAttnTiled(tile, Values::F32),
-            (None, false, true) => match split.and_then(|s| kernels::SplitWidth::for_head(d, s)) {
-                Some(width) => KernelId::FlashAttnSplit(width, Values::F32),
+            (None, false, true) => match split.and_then(|s| kernels::AttnSplit::for_head(d, s)) {
+                Some(split) => KernelId::FlashAttnSplit(split, Values::F32),
                 None => KernelId::FlashAttn(Values::F32),
             },
             (None, false, false) => KernelId::FlashAttn(Values::F32),
@@ -1762,7 +1778,7 @@ fn attention_over_many_queries_plans_the_tiled_kernel() {
         assert_eq!(got, want, "d={d} n_q={n_q}");
         // The plan's name (and variant) leads back to the kernel.
         let named =
-            hrx::hrx::Kernel { name: got.name(), subgroup: got.subgroup(), shape: got.shape(), splits: Vec::new() };
+            hrx::hrx::Kernel { subgroup: got.subgroup(), shape: got.shape(), ..hrx::hrx::Kernel::named(got.name()) };
         assert_eq!(KernelId::from_plan(&named), Some(got));
         // Vulkan's guaranteed 16 KiB holds no tile: the one-query kernel.
         assert_eq!(

@@ -51,7 +51,15 @@ fn tolerance(backend: &Backend, model: &Model) -> f64 {
 
 fn options() -> TextOptions {
     // The device is given as a backend; `device` only matters to `load`.
-    TextOptions { n_ctx: 512, n_seq: 1, chunk: 128, max_outputs: 1, kernels: Kernels::Fast, device: DeviceChoice::Auto }
+    TextOptions {
+        n_ctx: 512,
+        n_seq: 1,
+        chunk: 128,
+        max_outputs: 1,
+        kernels: Kernels::Fast,
+        device: DeviceChoice::Auto,
+        check: true,
+    }
 }
 
 fn config(max_new_tokens: usize) -> GenerateConfig {

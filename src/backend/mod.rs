@@ -127,12 +127,13 @@ pub enum Backend {
 }
 
 impl Backend {
-    /// Opens the backend `choice` names; never fails: without a usable Vulkan device it
+    /// Opens the backend `choice` names, with hrx's self-check of its kernels before a model
+    /// first runs there or not (`check`); never fails: without a usable Vulkan device it
     /// returns the CPU backend with `kernels`. A device that was named and does not open is
     /// a warning that blames `--device` or `HRX_DEVICE`; under `auto`, a machine without a
     /// Vulkan loader or device is no news (logged at info level: `hrx doctor` says it), one
     /// whose device fails to open is a warning.
-    pub fn open(choice: DeviceChoice, kernels: Kernels) -> Backend {
+    pub fn open(choice: DeviceChoice, kernels: Kernels, check: bool) -> Backend {
         if choice == DeviceChoice::Cpu {
             return Backend::Cpu(kernels);
         }
@@ -143,7 +144,8 @@ impl Backend {
             match choice.pick(&devices)? {
                 Some(i) => {
                     let t0 = std::time::Instant::now();
-                    let device = vulkan::Device::open(instance, devices[i].clone(), &vulkan::DeviceOptions::from_env());
+                    let options = vulkan::DeviceOptions { self_check: check, ..vulkan::DeviceOptions::from_env() };
+                    let device = vulkan::Device::open(instance, devices[i].clone(), &options);
                     log::debug!("vulkan device opened in {:.3} s", t0.elapsed().as_secs_f64());
                     device.map(Some)
                 }
@@ -167,7 +169,7 @@ impl Backend {
     pub fn registry(&self) -> Box<dyn Registry> {
         match self {
             Backend::Cpu(_) => Box::new(CpuRegistry),
-            Backend::Vulkan(d) => Box::new(VulkanRegistry::for_device(d.info())),
+            Backend::Vulkan(d) => Box::new(VulkanRegistry::with_variants(d.info(), d.variants())),
         }
     }
 

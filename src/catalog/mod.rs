@@ -60,6 +60,9 @@ impl ModelEntry {
 pub struct Catalog {
     pub default: String,
     pub models: Vec<ModelEntry>,
+    /// Whether hrx checks its kernels on a Vulkan device before a model first runs there
+    /// (`self_check = false` turns it off for this box, as `--no-check` does per command).
+    pub self_check: bool,
 }
 
 #[derive(Debug, Clone, PartialEq)]
@@ -159,7 +162,7 @@ impl Catalog {
     pub fn builtin() -> Catalog {
         // The built-in file is tested to parse (catalog tests); an empty catalog is the
         // harmless answer if it somehow did not.
-        Catalog::parse(BUILTIN).unwrap_or(Catalog { default: String::new(), models: Vec::new() })
+        Catalog::parse(BUILTIN).unwrap_or(Catalog { default: String::new(), models: Vec::new(), self_check: true })
     }
 
     /// The registry hrx uses: the system copy ([`SYSTEM_CATALOG`]) when there is one, else the
@@ -181,6 +184,7 @@ impl Catalog {
 
     pub fn parse(text: &str) -> Result<Catalog, CatalogError> {
         let mut default = None;
+        let mut self_check = None;
         let mut entries: Vec<(usize, Vec<(String, Scalar)>)> = Vec::new();
         for (i, raw) in text.lines().enumerate() {
             let line_no = i + 1;
@@ -204,6 +208,11 @@ impl Catalog {
                     Scalar::Str(s) => default = Some(s),
                     _ => return Err(err("default must be a string".into())),
                 },
+                None if key == "self_check" => match (value, self_check) {
+                    (Scalar::Bool(b), None) => self_check = Some(b),
+                    (Scalar::Bool(_), Some(_)) => return Err(err("self_check given twice".into())),
+                    _ => return Err(err("self_check must be true or false".into())),
+                },
                 None => return Err(err(format!("unknown top-level key {key:?}"))),
                 Some((_, fields)) => {
                     if fields.iter().any(|(k, _)| *k == key) {
@@ -218,7 +227,7 @@ impl Catalog {
         if !models.iter().any(|m| m.name == default) {
             return Err(CatalogError { line: 0, message: format!("default {default:?} names no [[model]]") });
         }
-        Ok(Catalog { default, models })
+        Ok(Catalog { default, models, self_check: self_check.unwrap_or(true) })
     }
 
     pub fn get(&self, name: &str) -> Option<&ModelEntry> {

@@ -140,7 +140,7 @@ fn run(mut args: Args, out: &mut dyn Write) -> Result<(), CliError> {
     let depth: usize = DEPTH.parse(&mut args)?.unwrap_or(0);
     let kernels = KERNELS.present(&mut args);
     let only = ONLY.string(&mut args)?;
-    let Placement { device, threads } = Placement::parse(&mut args)?;
+    let Placement { device, threads, check } = Placement::parse(&mut args)?;
     let mmproj = MMPROJ.string(&mut args)?;
     let image_size: Option<usize> = IMAGE_SIZE.parse(&mut args)?;
     let json = JSON.present(&mut args);
@@ -169,7 +169,14 @@ fn run(mut args: Args, out: &mut dyn Write) -> Result<(), CliError> {
         let image = mmproj.map(|path| (PathBuf::from(path), image_size));
         let chunk = ubatch.unwrap_or(GATHERED_CHUNK);
         let b = super::bench_batch::Batches { n_prompt, n_gen, sizes, image, chunk };
-        return super::bench_batch::run(Path::new(&model_path), TextOptions::on(device), threads, &b, json, out);
+        return super::bench_batch::run(
+            Path::new(&model_path),
+            TextOptions { check, ..TextOptions::on(device) },
+            threads,
+            &b,
+            json,
+            out,
+        );
     }
     if schema.is_some() && n_gen == 0 {
         return Err(CliError::usage("--json-schema times the mask of tg steps: give -n N"));
@@ -187,7 +194,7 @@ fn run(mut args: Args, out: &mut dyn Write) -> Result<(), CliError> {
     // Room for the depth, then the longer of the two tests (one prompt token before tg).
     let n_ctx = depth + n_prompt.max(n_gen + 1) + 8;
     let chunk = if n_prompt > 0 { n_prompt.min(512) } else { 512 };
-    let options = TextOptions { n_ctx, chunk, ..TextOptions::on(device) };
+    let options = TextOptions { n_ctx, chunk, check, ..TextOptions::on(device) };
     let t0 = Instant::now();
     let mut model = TextModel::load(Path::new(&model_path), options)?;
     let cold_start = t0.elapsed().as_secs_f64();

@@ -59,7 +59,7 @@ pub fn run(
     out: &mut dyn Write,
 ) -> Result<(), CliError> {
     let shapes = product_shapes(model, mmproj)?;
-    let Backend::Vulkan(dev) = Backend::open(device, crate::backend::cpu::Kernels::from_env()) else {
+    let Backend::Vulkan(dev) = Backend::open(device, crate::backend::cpu::Kernels::from_env(), false) else {
         return Err(CliError::Failed(
             "bench --kernels times Vulkan kernels: no Vulkan device (see `hrx doctor`; --device N)".into(),
         ));
@@ -73,7 +73,7 @@ pub fn run(
     // few sequences decoded together), the tiled ones for -p.
     let vec_kinds = |m: usize| {
         let mut kinds = vec![MatKind::Vec];
-        if let Some(subgroup) = info.subgroup_matvec() {
+        if let Some(subgroup) = info.subgroup_kernels() {
             kinds.push(MatKind::VecSg { subgroup });
             if subgroup <= WIDE_MAX_SUBGROUP {
                 let cols = wide_cols(m);

@@ -51,7 +51,7 @@ fn help() -> String {
 pub const COMMAND: Command = Command { name: "describe", summary: "describe images", help, run };
 
 /// The model files: both given, or the default model of models.toml found in the search folders.
-fn model_files(model: Option<String>, mmproj: Option<String>) -> Result<(PathBuf, PathBuf), CliError> {
+pub(super) fn model_files(model: Option<String>, mmproj: Option<String>) -> Result<(PathBuf, PathBuf), CliError> {
     match (model, mmproj) {
         (Some(m), Some(p)) => Ok((m.into(), p.into())),
         (None, None) => default_model_files(),
@@ -100,7 +100,7 @@ impl DescriberFlags {
         let stem = || model.file_stem().map(|s| s.to_string_lossy().into_owned()).unwrap_or_default();
         let name = settings.entry.clone().unwrap_or_else(stem);
         let placement = Placement::parse(args)?;
-        let text = text_options(args, placement.device)?;
+        let text = text_options(args, &placement)?;
         Ok(DescriberFlags { model, mmproj, name, config, schema_prompt, text, images, threads: placement.threads })
     }
 
@@ -126,7 +126,7 @@ impl DescriberFlags {
 
     pub fn load(&self) -> Result<Describer, CliError> {
         let file = TextFile::open(&self.model)?;
-        self.load_on(file, &Backend::open(self.text.device, self.text.kernels))
+        self.load_on(file, &Backend::open(self.text.device, self.text.kernels, self.text.check))
     }
 
     /// Loads with `batch` sequences decoded together (None: the default for the device's
@@ -135,7 +135,7 @@ impl DescriberFlags {
     /// naming `flag` (`--batch`, `--parallel`).
     pub fn load_batched(&mut self, batch: Option<usize>, flag: &Flag) -> Result<(Describer, usize), CliError> {
         let file = TextFile::open(&self.model)?;
-        let backend = Backend::open(self.text.device, self.text.kernels);
+        let backend = Backend::open(self.text.device, self.text.kernels, self.text.check);
         let params = TextParams::from_gguf(file.gguf()).map_err(RuntimeError::from)?;
         let size = |path: &Path| std::fs::metadata(path).map_or(0, |m| m.len());
         let weights = size(&self.model) + size(&self.mmproj);

@@ -1,7 +1,10 @@
 //! `hrx doctor [--json]`: the Vulkan devices this machine offers, what each can do that hrx
 //! cares about, and which one hrx would use. Exit code 1 when there is no loader or no device.
 
+use super::flags::CHECK;
 use super::{CliError, Command};
+
+mod check;
 use crate::backend::vulkan::kernels::{AttnCoop, AttnTile, Variants, TILED_MIN_QUERIES};
 use crate::backend::vulkan::{DeviceInfo, Instance, VkError, VulkanRegistry};
 use crate::backend::DeviceChoice;
@@ -49,6 +52,12 @@ pub const COMMAND: Command =
 
 fn run(mut args: Args, out: &mut dyn Write) -> Result<(), CliError> {
     let json = args.flag(&["--json"]);
+    if CHECK.present(&mut args) {
+        if json {
+            return Err(CliError::usage("--check prints its findings as text; --json goes without it"));
+        }
+        return check::run(args, out);
+    }
     let rest = args.finish()?;
     if !rest.is_empty() {
         return Err(CliError::usage("doctor takes no arguments"));
@@ -181,10 +190,16 @@ impl Report {
             writeln!(out, "    unified memory  {unified}")?;
             let ops = if d.subgroup_ops.is_empty() { "unknown".to_owned() } else { d.subgroup_ops.join(" ") };
             let variants = Variants::for_device(d);
-            let matvec = match (d.subgroup_matvec(), variants.subgroup_matvec) {
-                (_, Some(_)) => "subgroup (mul_mat_vec_sg)",
-                (Some(_), None) => "portable (mul_mat_vec; subgroup ones off: HRX_VK_NO_SUBGROUP=1)",
-                (None, None) => "portable (mul_mat_vec)",
+            let required = if d.pins_subgroups() { ", required" } else { "" };
+            let matvec = match (d.subgroup_kernels(), variants.subgroup) {
+                (_, Some(s)) => format!(
+                    "subgroup ones on subgroups of {s}{required} (mul_mat_vec_wide, mul_mat_vec_sg, flash_attn_split)"
+                ),
+                (Some(_), None) => "portable (mul_mat_vec; subgroup ones off: HRX_VK_NO_SUBGROUP=1)".to_owned(),
+                (None, None) => format!(
+                    "portable (mul_mat_vec: no size among those tested, {:?}, runs here)",
+                    crate::backend::vulkan::TESTED_SUBGROUP_SIZES
+                ),
             };
             let stage = if d.subgroup_in_compute { "" } else { " (not in compute shaders)" };
             writeln!(
@@ -351,7 +366,8 @@ impl Report {
                     ),
                     ("subgroup_ops", Json::Arr(d.subgroup_ops.iter().map(|s| Json::str(*s)).collect())),
                     ("subgroup_in_compute", Json::Bool(d.subgroup_in_compute)),
-                    ("subgroup_matvec", Json::Bool(d.subgroup_matvec().is_some())),
+                    ("subgroup_kernels", d.subgroup_kernels().map_or(Json::Null, |s| Json::Int(s.into()))),
+                    ("subgroups_required", Json::Bool(d.pins_subgroups())),
                     ("coopmat_matmul", d.coopmat_matmul().map_or(Json::Null, |cm| Json::str(cm.shape.to_string()))),
                     ("max_shared_memory", Json::Int(d.max_shared_memory.into())),
                     ("max_workgroup_invocations", Json::Int(d.max_workgroup_invocations.into())),

@@ -87,11 +87,16 @@ pub const NO_SCHEMA_PROMPT: Flag = Flag { names: &["--no-schema-prompt"], value:
 /// llama.cpp's layer offload count: accepted so its command lines run, and answered (hrx
 /// places every layer itself).
 pub const GPU_LAYERS: Flag = Flag { names: &["-ngl", "--gpu-layers", "--n-gpu-layers"], value: "N" };
+pub const NO_CHECK: Flag = Flag { names: &["--no-check"], value: "" };
+pub const CHECK: Flag = Flag { names: &["--check"], value: "" };
 
-/// `--device` and `--threads`: where the model runs.
+/// `--device`, `--threads` and `--no-check`: where the model runs.
 pub struct Placement {
     pub device: DeviceChoice,
     pub threads: Option<usize>,
+    /// Whether hrx's self-check runs on a Vulkan device before the model (not `--no-check`,
+    /// nor `self_check = false` in models.toml).
+    pub check: bool,
 }
 
 impl Placement {
@@ -107,6 +112,12 @@ impl Placement {
                 "llama.cpp's layer offload: accepted (an integer) and not needed, hrx places every \
                  layer itself (all of them on the device --device picks)",
             ),
+            NO_CHECK.help(
+                "skip hrx's self-check: by default, the first start on a Vulkan device, driver and hrx \
+                 build not seen before runs every kernel the model would use on small inputs against the \
+                 CPU (a second or so) and leaves out any that is wrong there (`hrx doctor --check` shows \
+                 it; models.toml's self_check = false skips it on a box)",
+            ),
         ]
     }
 
@@ -119,7 +130,8 @@ impl Placement {
         if let Some(n) = GPU_LAYERS.parse::<i64>(args)? {
             eprintln!("hrx: -ngl {n} is not needed: hrx places every layer itself (all on the device --device picks)");
         }
-        Ok(Placement { device, threads })
+        let check = !NO_CHECK.present(args) && crate::catalog::Catalog::load()?.0.self_check;
+        Ok(Placement { device, threads, check })
     }
 }
 
@@ -147,9 +159,9 @@ pub fn ctx_help() -> (String, String) {
     CTX.help(format!("context length in tokens (default {})", TextOptions::on(DeviceChoice::Auto).n_ctx))
 }
 
-/// Text-model options from `--ctx` on `device`.
-pub fn text_options(args: &mut Args, device: DeviceChoice) -> Result<TextOptions, CliError> {
-    let mut text = TextOptions::on(device);
+/// Text-model options from `--ctx` for `placement`'s device and self-check.
+pub fn text_options(args: &mut Args, placement: &Placement) -> Result<TextOptions, CliError> {
+    let mut text = TextOptions { check: placement.check, ..TextOptions::on(placement.device) };
     text.n_ctx = CTX.parse(args)?.unwrap_or(text.n_ctx);
     if text.n_ctx == 0 || text.n_ctx > 1 << 20 {
         return Err(CliError::usage("--ctx must be in 1..=1048576"));

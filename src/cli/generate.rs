@@ -76,7 +76,7 @@ fn run(mut args: Args, out: &mut dyn Write) -> Result<(), CliError> {
     let settings = ModelSettings::of_file(Path::new(&model_path), mmproj.as_deref().map(Path::new))?;
     let config = settings.defaults.parse(&mut args)?;
     let placement = Placement::parse(&mut args)?;
-    let options = text_options(&mut args, placement.device)?;
+    let options = text_options(&mut args, &placement)?;
     let json = JSON.present(&mut args);
     let dump_logits = DUMP_LOGITS.string(&mut args)?;
     let images = IMAGE.strings(&mut args)?;

@@ -58,13 +58,13 @@ fn run(mut args: Args, out: &mut dyn Write) -> Result<(), CliError> {
     let json = JSON.present(&mut args);
     let max_pixels: usize = IMAGE_MAX_PIXELS.parse(&mut args)?.unwrap_or(PreprocessConfig::KIOSK_MAX_PIXELS);
     let placement = Placement::parse(&mut args)?;
-    let options = text_options(&mut args, placement.device)?;
+    let options = text_options(&mut args, &placement)?;
     let options = options.with_sequences(flags::sequences(&mut args, &BATCH)?.unwrap_or(1));
     if !args.finish()?.is_empty() {
         return Err(CliError::usage("plan takes no positional arguments"));
     }
     // The backend a run would use, opened the same way: its registry names what would run.
-    let backend = Backend::open(options.device, options.kernels);
+    let backend = Backend::open(options.device, options.kernels, options.check);
     let registry = backend.registry();
     if !json {
         writeln!(out, "planned for: {}", backend.describe())?;

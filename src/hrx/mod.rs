@@ -72,6 +72,9 @@ pub struct Kernel {
     pub name: String,
     /// The subgroup size the variant is built around, where it is one.
     pub subgroup: Option<u32>,
+    /// The dispatch's pipeline requires `subgroup` (with full subgroups): it runs at exactly
+    /// that size, not at whatever the driver would pick (RDNA's wave64, say).
+    pub subgroup_required: bool,
     /// The matrix-unit shape (M, N, K) a cooperative-matrix variant is built around (its
     /// tiles follow from it and the subgroup size).
     pub shape: Option<[u32; 3]>,
@@ -83,14 +86,16 @@ pub struct Kernel {
 impl Kernel {
     /// A kernel of one dispatch without a subgroup variant.
     pub fn named(name: impl Into<String>) -> Kernel {
-        Kernel { name: name.into(), subgroup: None, shape: None, splits: Vec::new() }
+        Kernel { name: name.into(), subgroup: None, subgroup_required: false, shape: None, splits: Vec::new() }
     }
 
-    /// The variant as plans show it: ` (subgroup 32)`, ` (subgroup 32, 16x16x16)`, or nothing.
+    /// The variant as plans show it: ` (subgroup 32 required)`, ` (subgroup 32 required,
+    /// 16x16x16)`, ` (subgroup 8)` (the device's one size, not required), or nothing.
     pub fn variant(&self) -> String {
+        let required = if self.subgroup_required { " required" } else { "" };
         match (self.subgroup, self.shape) {
-            (Some(s), Some([m, n, k])) => format!(" (subgroup {s}, {m}x{n}x{k})"),
-            (Some(s), None) => format!(" (subgroup {s})"),
+            (Some(s), Some([m, n, k])) => format!(" (subgroup {s}{required}, {m}x{n}x{k})"),
+            (Some(s), None) => format!(" (subgroup {s}{required})"),
             (None, Some([m, n, k])) => format!(" ({m}x{n}x{k})"),
             (None, None) => String::new(),
         }
@@ -369,8 +374,8 @@ pub struct Census {
     /// (device, op) -> count, for compute nodes.
     pub by_op: BTreeMap<(String, String), usize>,
     /// (device, kernel) -> dispatches; a variant built around a subgroup size (and a
-    /// matrix-unit shape) shows it (`mul_mat_vec_sg_q4_k (subgroup 32)`,
-    /// `mul_mat_cm_q4_k (subgroup 32, 16x16x16)`), a fused pair its ops (`... (MUL_MAT+ADD)`).
+    /// matrix-unit shape) shows it (`mul_mat_vec_sg_q4_k (subgroup 32 required)`,
+    /// `mul_mat_cm_q4_k (subgroup 32 required, 16x16x16)`), a fused pair its ops (`... (MUL_MAT+ADD)`).
     pub by_kernel: BTreeMap<(String, String), usize>,
 }
 

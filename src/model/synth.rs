@@ -93,6 +93,8 @@ impl Normal {
 struct Writer {
     w: GgufWriter,
     rng: Normal,
+    /// Tensors are shapes only, their bytes zeros (`GgufWriter::add_zeros`).
+    zeros: bool,
 }
 
 impl Writer {
@@ -103,6 +105,10 @@ impl Writer {
 
     /// A tensor of `shape` (ggml order; rows of shape[0] values) with N(0, std) values.
     fn tensor(&mut self, name: &str, dtype: DType, shape: &[usize], std: f64) -> Result<(), String> {
+        let dims: Vec<u64> = shape.iter().map(|&d| d as u64).collect();
+        if self.zeros {
+            return self.w.add_zeros(name, dtype, &dims).map_err(|e| e.to_string());
+        }
         let (cols, rows) = (shape[0], shape[1..].iter().product::<usize>());
         let row_bytes =
             dtype.row_bytes(cols as u64).ok_or_else(|| format!("{name}: {cols} is not whole {dtype} blocks"))? as usize;
@@ -136,7 +142,6 @@ impl Writer {
                 .collect()
         });
         results.into_iter().collect::<Result<(), String>>()?;
-        let dims: Vec<u64> = shape.iter().map(|&d| d as u64).collect();
         self.w.add_tensor(name, dtype, &dims, data).map_err(|e| e.to_string())
     }
 
@@ -147,6 +152,9 @@ impl Writer {
 
     /// An f32 vector: `mean` + N(0, std).
     fn vector(&mut self, name: &str, n: usize, mean: f32, std: f64) -> Result<(), String> {
+        if self.zeros {
+            return self.w.add_zeros(name, DType::F32, &[n as u64]).map_err(|e| e.to_string());
+        }
         let data: Vec<u8> = (0..n).flat_map(|_| (mean + self.rng.sample(std)).to_le_bytes()).collect();
         self.w.add_tensor(name, DType::F32, &[n as u64], data).map_err(|e| e.to_string())
     }
@@ -200,6 +208,17 @@ fn tokenizer_metadata(w: &mut GgufWriter, vocab: Option<&GgufFile>, n_vocab: usi
 
 /// The GGUF image of a random text model of `spec`'s shape.
 pub fn text_model(spec: &TextSpec, vocab: Option<&GgufFile>) -> Result<Vec<u8>, String> {
+    Ok(text_writer(spec, vocab, false)?.to_bytes())
+}
+
+/// A text model of `spec`'s shape at `path` whose tensors are zeros left as holes (a few MB
+/// on disk at any shape): what planning reads, for tests of the 2B shapes.
+pub fn write_text_layout(spec: &TextSpec, path: &std::path::Path) -> Result<(), String> {
+    text_writer(spec, None, true)?.write_sparse(path).map_err(|e| format!("{}: {e}", path.display()))
+}
+
+/// The text model's writer, its tensors random or (`zeros`) shapes only.
+fn text_writer(spec: &TextSpec, vocab: Option<&GgufFile>, zeros: bool) -> Result<GgufWriter, String> {
     let s = spec;
     if !s.n_head.is_multiple_of(s.n_head_kv)
         || !s.head_dim.is_multiple_of(4)
@@ -210,7 +229,7 @@ pub fn text_model(spec: &TextSpec, vocab: Option<&GgufFile>) -> Result<Vec<u8>, 
             s.n_head, s.n_head_kv, s.head_dim, s.rope_sections
         ));
     }
-    let mut w = Writer { w: GgufWriter::new(), rng: Normal(SplitMix64(spec.seed)) };
+    let mut w = Writer { w: GgufWriter::new(), rng: Normal(SplitMix64(spec.seed)), zeros };
     w.w.set("general.architecture", Value::String(ARCH.into()));
     w.w.set("general.name", Value::String("hrx-synth".into()));
     let n_vocab = tokenizer_metadata(&mut w.w, vocab, s.n_vocab)?;
@@ -253,7 +272,7 @@ pub fn text_model(spec: &TextSpec, vocab: Option<&GgufFile>) -> Result<Vec<u8>, 
         w.matrix(&name("ffn_up"), s.dtype_of("ffn_up", l), e, s.n_ff, fan(e))?;
         w.matrix(&name("ffn_down"), s.dtype_of("ffn_down", l), s.n_ff, e, fan(s.n_ff))?;
     }
-    Ok(w.w.to_bytes())
+    Ok(w.w)
 }
 
 /// Shape of a synthetic Qwen3-VL vision projector (an mmproj file).
@@ -302,6 +321,16 @@ impl VisionSpec {
 /// The GGUF image of a random vision projector of `spec`'s shape, laid out as llama.cpp's
 /// converter writes Qwen3-VL's (`clip` architecture, `qwen3vl_merger` projector).
 pub fn vision_model(spec: &VisionSpec) -> Result<Vec<u8>, String> {
+    Ok(vision_writer(spec, false)?.to_bytes())
+}
+
+/// A vision projector of `spec`'s shape at `path` whose tensors are zeros left as holes.
+pub fn write_vision_layout(spec: &VisionSpec, path: &std::path::Path) -> Result<(), String> {
+    vision_writer(spec, true)?.write_sparse(path).map_err(|e| format!("{}: {e}", path.display()))
+}
+
+/// The projector's writer, its tensors random or (`zeros`) shapes only.
+fn vision_writer(spec: &VisionSpec, zeros: bool) -> Result<GgufWriter, String> {
     use super::vision_params::{patch_embd_name, MergerNames, ARCH as CLIP, PROJECTOR};
     let s = spec;
     if s.n_head == 0 || !s.n_embd.is_multiple_of(4 * s.n_head) || s.deepstack.iter().any(|&d| d >= s.n_layer) {
@@ -310,7 +339,7 @@ pub fn vision_model(spec: &VisionSpec) -> Result<Vec<u8>, String> {
             s.n_embd, s.n_head, s.deepstack, s.n_layer
         ));
     }
-    let mut w = Writer { w: GgufWriter::new(), rng: Normal(SplitMix64(spec.seed)) };
+    let mut w = Writer { w: GgufWriter::new(), rng: Normal(SplitMix64(spec.seed)), zeros };
     let key = |k: &str| format!("{CLIP}.vision.{k}");
     let size = |v: usize| Value::U32(v as u32);
     w.w.set("general.architecture", Value::String(CLIP.into()));
@@ -367,5 +396,5 @@ pub fn vision_model(spec: &VisionSpec) -> Result<Vec<u8>, String> {
         linear(&mut w, &names.fc1, mvh, mvh)?;
         linear(&mut w, &names.fc2, mvh, s.n_out)?;
     }
-    Ok(w.w.to_bytes())
+    Ok(w.w)
 }

@@ -117,7 +117,7 @@ impl Describer {
         images: ImageOptions,
     ) -> Result<Describer, RuntimeError> {
         let file = TextFile::open(model)?;
-        Self::load_file_on(file, mmproj, text, images, &Backend::open(text.device, text.kernels))
+        Self::load_file_on(file, mmproj, text, images, &Backend::open(text.device, text.kernels, text.check))
     }
 
     /// Loads both models on `backend` (one device for both).

@@ -32,12 +32,22 @@ pub struct TextOptions {
     pub kernels: Kernels,
     /// Where the plans run (`--device`, `HRX_DEVICE`).
     pub device: DeviceChoice,
+    /// Whether hrx's self-check runs on a Vulkan device before the plans do (`--no-check`).
+    pub check: bool,
 }
 
 impl TextOptions {
     /// The defaults (context 4096, chunks of 256 tokens), on `device`.
     pub fn on(device: DeviceChoice) -> TextOptions {
-        TextOptions { n_ctx: 4096, n_seq: 1, chunk: 256, max_outputs: 1, kernels: Kernels::from_env(), device }
+        TextOptions {
+            n_ctx: 4096,
+            n_seq: 1,
+            chunk: 256,
+            max_outputs: 1,
+            kernels: Kernels::from_env(),
+            device,
+            check: true,
+        }
     }
 
     /// These options for `n_seq` sequences: above one, prompts prefilled together
@@ -274,7 +284,7 @@ impl TextModel {
     /// Loads on the backend `options.device` chooses.
     pub fn load(path: &Path, options: TextOptions) -> Result<TextModel, RuntimeError> {
         let file = TextFile::open(path)?;
-        Self::load_file_on(file, options, &Backend::open(options.device, options.kernels))
+        Self::load_file_on(file, options, &Backend::open(options.device, options.kernels, options.check))
     }
 
     /// Loads on `backend`: plans for its registry, binds (uploads) the weights once.

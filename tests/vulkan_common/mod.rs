@@ -4,12 +4,11 @@
 
 use hrx::backend::cpu::tensor::In;
 use hrx::backend::vulkan::kernels::{
-    self, Dyn, KernelId, KernelSet, Launch, MatKind, Operand, Ops, Values, Variants, WType, BINDINGS, OUTPUT_BINDING,
-    SCRATCH_BINDING,
+    self, Dyn, KernelId, KernelSet, Launch, MatKind, Operand, Ops, Values, Variants, WType,
 };
 use hrx::backend::vulkan::weight_layout::Stored;
 use hrx::backend::vulkan::VkError;
-use hrx::backend::vulkan::{Buffer, CommandBuffer, DescriptorPool, Device, DeviceOptions, Location, Selection};
+use hrx::backend::vulkan::{once, Buffer, Device, DeviceOptions, Location, Selection};
 use hrx::backend::DeviceChoice;
 use hrx::graph::Op;
 use std::path::PathBuf;
@@ -144,27 +143,8 @@ pub fn run(
     out_ne: [usize; 4],
     max: Option<[u32; 3]>,
 ) {
-    let dev = kernels.device();
-    let sizes = dev.buffer(4 * syms.len().max(1) as u64, Location::Host, "sizes").unwrap();
-    sizes.write_u32(0, syms).unwrap();
-    let pipeline = kernels.pipeline(launch.kernel).unwrap();
-    let pool = DescriptorPool::new(dev, 1, BINDINGS).unwrap();
-    // Each input at its binding, the output at its own, scratch where the kernel wants some.
-    let scratch = dev.buffer(launch.scratch.bytes.max(4) as u64, Location::Device, "scratch").unwrap();
-    scratch.clear().unwrap();
-    let mut bound = vec![&sizes; BINDINGS as usize];
-    for (k, &b) in ins.iter().enumerate() {
-        bound[launch.slot(k) as usize] = b;
-    }
-    bound[OUTPUT_BINDING as usize] = out;
-    bound[SCRATCH_BINDING as usize] = &scratch;
-    let set = pool.bind(&pipeline, &bound).unwrap();
-    let mut cmd = CommandBuffer::new(dev).unwrap();
-    cmd.begin().unwrap();
-    cmd.dispatch(&pipeline, &set, &launch.push, launch.groups(out_ne, max.unwrap_or(dev.info().max_workgroup_count)))
-        .unwrap();
-    cmd.finish().unwrap();
-    cmd.submit_and_wait().unwrap();
+    let groups = launch.groups(out_ne, max.unwrap_or(kernels.device().info().max_workgroup_count));
+    once::dispatch(kernels, launch, syms, ins, out, groups).unwrap();
 }
 
 /// The portable kernel for `op` on these operands, as the registry selects it, and its launch.

@@ -6,8 +6,10 @@ use super::cache;
 use super::error::{call, Result, VkError};
 use super::info::{DeviceInfo, DeviceKind};
 use super::instance::Instance;
+use super::kernels::Variants;
 use super::memory::Allocator;
 use super::select::{pick, Selection};
+use super::selfcheck::Checks;
 use ash::vk;
 use std::path::PathBuf;
 use std::sync::atomic::{AtomicBool, Ordering};
@@ -37,6 +39,9 @@ pub struct DeviceOptions {
     /// (`HRX_VK_SPIN_US`, default `SPIN`); a CPU device never polls (it would take a core
     /// from the work it waits for).
     pub spin: Duration,
+    /// Run hrx's self-check before a model's plans first run here (`selfcheck`; on by default,
+    /// `--no-check` turns it off), its record kept in `cache_dir`.
+    pub self_check: bool,
 }
 
 /// How long a wait polls by default: a decode step, a prefill chunk or an image's encode on a
@@ -72,7 +77,7 @@ impl DeviceOptions {
                 SPIN
             })
         });
-        DeviceOptions { cache_dir, map_device_memory: true, profile, submit_timeout, spin }
+        DeviceOptions { cache_dir, map_device_memory: true, profile, submit_timeout, spin, self_check: true }
     }
 }
 
@@ -105,6 +110,10 @@ pub(crate) struct Shared {
     /// A submission ran past `submit_timeout` and may still be running: nothing is submitted
     /// after it, and mapped memory, which it may be reading or writing, is not touched.
     hung: AtomicBool,
+    /// The device was lost (`VK_ERROR_DEVICE_LOST`, or a test's fault): nothing more runs on it.
+    lost: AtomicBool,
+    /// What hrx's self-check found here.
+    pub checks: Checks,
     // Last: destroyed after the device (fields drop after `Drop::drop`, in order).
     _instance: Instance,
 }
@@ -139,15 +148,25 @@ impl Device {
             extensions.push(portability.as_ptr());
         }
         // The cooperative-matrix products need their extension and four features enabled (all
-        // checked as offered by `coopmat_matmul`); nothing else hrx runs needs any.
+        // checked as offered by `coopmat_matmul`); every kernel built around a subgroup size
+        // requires it where the device can (`pins_subgroups`), which takes size control and
+        // full subgroups: Vulkan 1.3's features, or VK_EXT_subgroup_size_control's before it.
         let coopmat = info.coopmat_matmul().is_some();
         if coopmat {
             extensions.push(ash::khr::cooperative_matrix::NAME.as_ptr());
         }
+        let pins = info.pins_subgroups();
+        let core_13 = info.api_version >= (1, 3, 0);
+        if pins && !core_13 {
+            extensions.push(ash::ext::subgroup_size_control::NAME.as_ptr());
+        }
         let mut coopmat_features = vk::PhysicalDeviceCooperativeMatrixFeaturesKHR::default().cooperative_matrix(true);
         let mut v12 = vk::PhysicalDeviceVulkan12Features::default().shader_float16(true).vulkan_memory_model(true);
         let mut v13 =
-            vk::PhysicalDeviceVulkan13Features::default().subgroup_size_control(true).compute_full_subgroups(true);
+            vk::PhysicalDeviceVulkan13Features::default().subgroup_size_control(pins).compute_full_subgroups(pins);
+        let mut size_control = vk::PhysicalDeviceSubgroupSizeControlFeatures::default()
+            .subgroup_size_control(true)
+            .compute_full_subgroups(true);
         // Profiling also asks the driver for each pipeline's statistics (registers, spills,
         // shared memory: its own names), where it offers them.
         let statistics =
@@ -163,8 +182,14 @@ impl Device {
             create = create.push_next(&mut statistics_features);
         }
         if coopmat {
-            create = create.push_next(&mut coopmat_features).push_next(&mut v12).push_next(&mut v13);
-        } else {
+            create = create.push_next(&mut coopmat_features).push_next(&mut v12);
+        }
+        if pins && core_13 || coopmat {
+            create = create.push_next(&mut v13);
+        } else if pins {
+            create = create.push_next(&mut size_control);
+        }
+        if !coopmat {
             // Kernel choice reads the device's info: without the features enabled, never the
             // cooperative-matrix kernels.
             info.features.coopmat_f16_shapes.clear();
@@ -202,6 +227,7 @@ impl Device {
         let largest_heap = info.heaps.iter().map(|h| h.size).max().unwrap_or(0);
         let statistics = statistics.then(|| ash::khr::pipeline_executable_properties::Device::new(&instance.raw, &raw));
         let spin = if info.kind == DeviceKind::Cpu { Duration::ZERO } else { options.spin };
+        let checks = Checks::new(&info, options.self_check, options.cache_dir.as_deref());
         let shared = Shared {
             statistics,
             raw,
@@ -217,6 +243,8 @@ impl Device {
             submit_timeout: options.submit_timeout,
             spin,
             hung: AtomicBool::new(false),
+            lost: AtomicBool::new(false),
+            checks,
             _instance: instance,
         };
         log::info!(
@@ -230,6 +258,33 @@ impl Device {
 
     pub fn info(&self) -> &DeviceInfo {
         &self.shared.info
+    }
+
+    /// The kernel variants hrx runs here: `Variants::for_device`, less what the self-check
+    /// found broken on it.
+    pub fn variants(&self) -> Variants {
+        self.shared.checks.apply(Variants::for_device(&self.shared.info))
+    }
+
+    /// Whether hrx's self-check runs here before a model's plans do.
+    pub fn checks_kernels(&self) -> bool {
+        self.shared.checks.enabled()
+    }
+
+    /// Forgets what the self-check found here, so that all of it runs again
+    /// (`hrx doctor --check`).
+    pub fn forget_checks(&self) {
+        self.shared.checks.forget();
+    }
+
+    /// What the self-check found broken here, a line each.
+    pub fn check_failures(&self) -> Vec<String> {
+        self.shared.checks.failures()
+    }
+
+    /// Marks the device lost, as `VK_ERROR_DEVICE_LOST` does: every later submission fails.
+    pub(crate) fn lose(&self) {
+        self.shared.lost.store(true, Ordering::Release);
     }
 
     /// Whether recordings time their dispatches (`DeviceOptions::profile` on a device that
@@ -267,8 +322,12 @@ impl Shared {
         self.allocator.lock().unwrap_or_else(|p| p.into_inner())
     }
 
-    /// Whether the device can still be used: not after a submission timed out.
+    /// Whether the device can still be used: not after a submission timed out, nor once it
+    /// was lost.
     pub fn usable(&self) -> Result<()> {
+        if self.lost.load(Ordering::Acquire) {
+            return Err(VkError::DeviceLost { during: "an earlier submission (the device is gone)".into() });
+        }
         match self.hung.load(Ordering::Acquire) {
             true => Err(VkError::Hung { seconds: self.submit_timeout.as_secs_f64() }),
             false => Ok(()),
@@ -311,7 +370,10 @@ impl Shared {
                 self.hung.store(true, Ordering::Release);
                 return Err(VkError::Timeout { during: what.to_owned(), seconds: self.submit_timeout.as_secs_f64() });
             }
-            Err(vk::Result::ERROR_DEVICE_LOST) => return Err(VkError::DeviceLost { during: what.to_owned() }),
+            Err(vk::Result::ERROR_DEVICE_LOST) => {
+                self.lost.store(true, Ordering::Release);
+                return Err(VkError::DeviceLost { during: what.to_owned() });
+            }
             Err(e) => return Err(VkError::from_call("vkWaitForFences", e)),
         }
         // SAFETY: the fence is signalled and no longer used by the queue.

@@ -109,6 +109,7 @@ pub struct RecordingStats {
 const RECORDED_OUTPUT_BYTES: u64 = 64 << 10;
 
 pub struct VulkanExecutor {
+    device: Device,
     plans: Vec<Recorded>,
     storages: Vec<Buffer>,
     arena: Buffer,
@@ -215,7 +216,15 @@ impl VulkanExecutor {
             t1.elapsed().as_secs_f64()
         );
         let max_groups = device.info().max_workgroup_count;
-        Ok(VulkanExecutor { plans: recorded, storages, arena, max_groups, recordings, readback: Readback::default() })
+        Ok(VulkanExecutor {
+            device: device.clone(),
+            plans: recorded,
+            storages,
+            arena,
+            max_groups,
+            recordings,
+            readback: Readback::default(),
+        })
     }
 
     pub fn plan(&self, id: PlanId) -> &Plan {
@@ -308,7 +317,7 @@ impl VulkanExecutor {
 
     /// Runs the recorded plan for these symbol values (each at most its planned maximum).
     pub fn run(&mut self, plan: PlanId, symbols: &[usize]) -> Result<()> {
-        let max_groups = self.max_groups;
+        let (max_groups, device) = (self.max_groups, &self.device);
         let r = self.plans.get_mut(plan.0).ok_or_else(|| VkError::Invalid(format!("no plan {}", plan.0)))?;
         let graph = &r.plan.graph;
         let mut words = Vec::with_capacity(graph.symbols.len());
@@ -333,6 +342,10 @@ impl VulkanExecutor {
         }
         if !groups.is_empty() {
             target.write_u32(r.words.args_at, &groups)?;
+        }
+        if crate::fault::run_loses_device() {
+            device.lose();
+            return Err(VkError::DeviceLost { during: format!("a run of graph {} (HRX_TEST_FAULT)", graph.name) });
         }
         r.cmd.submit_and_wait()?;
         if let Some(t) = &mut r.timing {
@@ -674,11 +687,13 @@ fn record(
 fn check_variant(kernel: KernelId, info: &DeviceInfo) -> std::result::Result<(), String> {
     let runs = match kernel {
         KernelId::MatMul(MatKind::VecSg { subgroup } | MatKind::VecWide { subgroup, .. }, ..) => {
-            info.subgroup_matvec() == Some(subgroup)
+            info.subgroup_kernels() == Some(subgroup)
         }
         KernelId::MatMul(kind, ..) => kind.coop().is_none_or(|cm| info.coopmat_matmul() == Some(cm)),
         KernelId::FlashAttnCm(tile, _) => info.coopmat_matmul() == Some(tile.cm),
-        KernelId::FlashAttnSplit(..) => info.subgroup_matvec().is_some_and(|s| s >= SPLIT_MIN_SUBGROUP),
+        KernelId::FlashAttnSplit(split, _) => {
+            info.subgroup_kernels() == Some(split.subgroup) && split.subgroup >= SPLIT_MIN_SUBGROUP
+        }
         _ => true,
     };
     if runs {

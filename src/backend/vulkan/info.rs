@@ -65,6 +65,16 @@ impl fmt::Display for CoopShape {
     }
 }
 
+/// The subgroup sizes hrx's subgroup kernels (and its cooperative-matrix kernels, whose
+/// workgroups are four subgroups) have run at in a test, and so the only sizes they run at:
+/// 4, 8 and 16 on lavapipe in CI (scripts/lib/subgroup_sizes.sh; lavapipe's reported 32 and 64
+/// run 16 lanes, see `selfcheck::probe`), 32 on NVIDIA (scripts/device_vulkan_tests). RDNA's
+/// wave64 is not among them: nothing of hrx has run on AMD, so there its kernels require 32.
+pub const TESTED_SUBGROUP_SIZES: [u32; 4] = [4, 8, 16, 32];
+
+/// The size taken wherever a pipeline may require it: the one tested on a GPU.
+const PREFERRED_SUBGROUP: u32 = 32;
+
 /// Optional capabilities hrx may use (false where unknown: a Vulkan 1.0 device).
 #[derive(Clone, Debug, Default, PartialEq)]
 pub struct Features {
@@ -150,13 +160,26 @@ impl DeviceInfo {
         self.extensions.iter().any(|e| e == name)
     }
 
-    /// The subgroup size of the subgroup matrix-vector kernels (`mul_mat_vec_sg_*`), where the
-    /// device runs them: subgroup arithmetic in compute shaders and a power-of-two subgroup
-    /// size from 4 to 128 (their 128-thread workgroups hold whole subgroups). Whether hrx
-    /// uses them is `Variants::for_device`'s choice.
-    pub fn subgroup_matvec(&self) -> Option<u32> {
-        let size_ok = self.subgroup_size.is_power_of_two() && (4..=128).contains(&self.subgroup_size);
-        (self.subgroup_in_compute && self.subgroup_ops.contains(&"arithmetic") && size_ok).then_some(self.subgroup_size)
+    /// The subgroup size every subgroup kernel runs at here (`mul_mat_vec_sg`, `mul_mat_vec_wide`,
+    /// `flash_attn_split`), where the device runs them: subgroup arithmetic in compute shaders,
+    /// and a size some test ran them at ([`TESTED_SUBGROUP_SIZES`]): 32 where a pipeline may
+    /// require it (RDNA's wave32, not the wave64 RADV would pick), else the default size when
+    /// a test ran it. Devices with size control require it ([`DeviceInfo::pins_subgroups`]);
+    /// without, the default is the only size, so it runs at that. Whether hrx uses them is
+    /// `Variants::for_device`'s choice (and the self-check's, which runs them here first).
+    pub fn subgroup_kernels(&self) -> Option<u32> {
+        if !self.subgroup_in_compute || !self.subgroup_ops.contains(&"arithmetic") {
+            return None;
+        }
+        let pinned = |s: u32| self.pins_subgroups() && (self.subgroup_sizes.0..=self.subgroup_sizes.1).contains(&s);
+        let tested = |s: &u32| TESTED_SUBGROUP_SIZES.contains(s);
+        [PREFERRED_SUBGROUP].into_iter().filter(|&s| pinned(s)).chain([self.subgroup_size]).find(tested)
+    }
+
+    /// Whether a pipeline can require its subgroup size, with full subgroups: hrx's subgroup
+    /// kernels then always do, so they run at the size their variant names and no other.
+    pub fn pins_subgroups(&self) -> bool {
+        self.features.full_subgroups
     }
 
     /// The cooperative-matrix variant of the matrix-matrix products (`mul_mat_cm_*` and
@@ -176,9 +199,12 @@ impl DeviceInfo {
             return None;
         }
         // The default size first (the kernels were measured at it), then the others the
-        // device lets a pipeline require; `CoopMat::choose` keeps those its kernels take.
+        // device lets a pipeline require; only sizes a test ran (`TESTED_SUBGROUP_SIZES`), and
+        // `CoopMat::choose` keeps those its kernels take.
         let (min, max) = self.subgroup_sizes;
-        let allowed = |s: u32| (min..=max).contains(&s) && 4 * s <= self.max_workgroup_invocations;
+        let allowed = |s: u32| {
+            (min..=max).contains(&s) && 4 * s <= self.max_workgroup_invocations && TESTED_SUBGROUP_SIZES.contains(&s)
+        };
         let others = (0..=7).map(|b| 1u32 << b).filter(|&s| s != self.subgroup_size);
         let candidates: Vec<u32> = std::iter::once(self.subgroup_size).chain(others).filter(|&s| allowed(s)).collect();
         CoopMat::choose(&f.coopmat_f16_shapes, &candidates, self.max_shared_memory)
@@ -187,6 +213,17 @@ impl DeviceInfo {
     /// Whether dispatches can be timed on the compute queue (`HRX_VK_PROFILE`).
     pub fn can_time(&self) -> bool {
         self.timestamp_bits > 0 && self.timestamp_period > 0.0
+    }
+
+    /// The driver as a person names it: its name and info where the device gives them (`NVIDIA
+    /// 580.159.04`, `llvmpipe Mesa 22.3.6 (LLVM 15.0.6)`), its version.
+    pub fn driver(&self) -> String {
+        let named: Vec<&str> =
+            [self.driver_name.as_deref(), self.driver_info.as_deref()].into_iter().flatten().collect();
+        match named.is_empty() {
+            true => format!("version {}", self.driver_version),
+            false => format!("{}, version {}", named.join(" "), self.driver_version),
+        }
     }
 
     /// "1.3.230"
@@ -554,11 +591,37 @@ mod tests {
         // Without a size the pipeline may require that fits, none.
         let only64 = DeviceInfo { subgroup_sizes: (64, 64), ..DeviceInfo::rdna(64) };
         assert_eq!(only64.coopmat_matmul(), None);
-        // With the shared memory for them, the default size wins.
+        // With the shared memory for 64's tiles, still 32: no test has run them at 64.
         let big = DeviceInfo { max_shared_memory: 98304, ..DeviceInfo::rdna(64) };
-        assert_eq!(big.coopmat_matmul(), Some(CoopMat { subgroup: 64, shape: sixteen }));
-        // The subgroup kernels run at the default size, which their grids follow.
-        assert_eq!(wave64.subgroup_matvec(), Some(64));
+        assert_eq!(big.coopmat_matmul(), Some(CoopMat { subgroup: 32, shape: sixteen }));
+        // The subgroup kernels require 32 too, the size they ran at on NVIDIA.
+        assert_eq!(wave64.subgroup_kernels(), Some(32));
+        assert_eq!(DeviceInfo::rdna(32).subgroup_kernels(), Some(32));
+    }
+
+    #[test]
+    fn subgroup_kernels_run_only_at_sizes_a_test_ran() {
+        let with = |default: u32, sizes: (u32, u32), pins: bool| {
+            let mut d = DeviceInfo { subgroup_size: default, subgroup_sizes: sizes, ..DeviceInfo::rdna(default) };
+            d.features.full_subgroups = pins;
+            d.subgroup_kernels()
+        };
+        // Wave64 only (no size control, or a range without 32): no subgroup kernel.
+        assert_eq!(with(64, (64, 64), true), None);
+        assert_eq!(with(64, (32, 64), false), None);
+        assert_eq!(with(128, (64, 128), true), None);
+        // lavapipe's widths: the default, the one size there is.
+        for lanes in [4, 8, 16] {
+            assert_eq!(with(lanes, (lanes, lanes), true), Some(lanes));
+        }
+        // 32 wherever a pipeline may require it, over a tested default (Intel's 8..32).
+        assert_eq!(with(16, (8, 32), true), Some(32));
+        assert_eq!(with(16, (8, 16), true), Some(16));
+        assert_eq!(with(32, (32, 32), false), Some(32));
+        // No subgroup arithmetic in compute shaders: none.
+        let mut none = DeviceInfo::rdna(64);
+        none.subgroup_in_compute = false;
+        assert_eq!(none.subgroup_kernels(), None);
     }
 
     #[test]

@@ -20,6 +20,9 @@ const MAX_OFFSET_ALIGN: u64 = 256;
 #[derive(Clone, Debug)]
 pub struct VulkanRegistry {
     variants: Variants,
+    /// Pipelines require the subgroup size their kernel is built around
+    /// (`DeviceInfo::pins_subgroups`).
+    pins_subgroups: bool,
     /// The device's storage-buffer range and offset alignment: products whose weights exceed
     /// one window run as several dispatches over row ranges.
     max_range: u64,
@@ -39,16 +42,32 @@ impl VulkanRegistry {
     }
 
     /// The portable kernels, within the limits every Vulkan device has.
-    pub const PORTABLE: VulkanRegistry =
-        VulkanRegistry { variants: Variants::PORTABLE, max_range: MIN_STORAGE_RANGE, align: MAX_OFFSET_ALIGN };
+    pub const PORTABLE: VulkanRegistry = VulkanRegistry {
+        variants: Variants::PORTABLE,
+        pins_subgroups: false,
+        max_range: MIN_STORAGE_RANGE,
+        align: MAX_OFFSET_ALIGN,
+    };
 
     /// The kernels `info`'s device runs (`Variants::for_device`), within its limits.
     pub fn for_device(info: &DeviceInfo) -> VulkanRegistry {
+        Self::with_variants(info, Variants::for_device(info))
+    }
+
+    /// `variants` on `info`'s device, within its limits.
+    pub fn with_variants(info: &DeviceInfo, variants: Variants) -> VulkanRegistry {
         VulkanRegistry {
-            variants: Variants::for_device(info),
+            variants,
+            pins_subgroups: info.pins_subgroups(),
             max_range: u64::from(info.max_storage_buffer_range),
             align: info.min_storage_buffer_offset_alignment.max(1),
         }
+    }
+
+    fn kernel_of(&self, id: KernelId, splits: Vec<(usize, usize)>) -> Kernel {
+        let subgroup = id.subgroup();
+        let subgroup_required = self.pins_subgroups && subgroup.is_some();
+        Kernel { name: id.name(), subgroup, subgroup_required, shape: id.shape(), splits }
     }
 
     /// The output row ranges of product `id`, when its weights need more than one window.
@@ -91,10 +110,6 @@ pub fn operand(graph: &Graph, id: NodeId) -> Operand {
     }
 }
 
-fn kernel(id: KernelId, splits: Vec<(usize, usize)>) -> Kernel {
-    Kernel { name: id.name(), subgroup: id.subgroup(), shape: id.shape(), splits }
-}
-
 impl Registry for VulkanRegistry {
     fn device(&self) -> Device {
         Device::Gpu
@@ -118,7 +133,7 @@ impl Registry for VulkanRegistry {
 
     fn kernel(&self, graph: &Graph, id: NodeId) -> Option<Kernel> {
         match self.select(graph, id) {
-            Ok(k) => Some(kernel(k, self.splits(graph, id)?)),
+            Ok(k) => Some(self.kernel_of(k, self.splits(graph, id)?)),
             Err(why) => {
                 log::debug!("node {} ({}) stays on the CPU: {why}", id.0, graph.node(id).name);
                 None
@@ -179,6 +194,58 @@ impl Registry for VulkanRegistry {
             && group.fused.is_some()
             && ins.get(2).is_some_and(|r| r.ne[1..] == [1, 1, 1]);
         let reserve = k == KernelId::RmsNormRope || few_columns || bias;
-        Some(Fusion { kernel: kernel(k, Vec::new()), reserve })
+        Some(Fusion { kernel: self.kernel_of(k, Vec::new()), reserve })
+    }
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+    use crate::backend::DeviceChoice;
+    use crate::gguf::GgufFile;
+    use crate::hrx::{Device, Placement, Plan};
+    use crate::model::synth::{write_text_layout, write_vision_layout, TextSpec, VisionSpec};
+    use crate::model::{TextParams, VisionParams};
+    use crate::runtime::text_model::{plan_text, TextOptions};
+    use crate::runtime::vision_model::plan_vision;
+
+    /// Qwen3-VL-2B planned for a fake RDNA device (RADV on Strix Halo: subgroups of 64 by
+    /// default, 32 to 64 allowed, 64 KiB, 16 x 16 x 16 f16 matrices), every graph a run makes:
+    /// prefill, decode, the batched decode steps of `caption --batch 32`, and the vision tower
+    /// at 1024 x 1024. Every node runs on the GPU, and every dispatch built around a subgroup
+    /// size requires one a test ran: 32 (no test has run hrx at wave64).
+    #[test]
+    fn the_2b_model_on_rdna_dispatches_only_at_subgroup_sizes_a_test_ran() {
+        let dir = std::env::temp_dir().join(format!("hrx-rdna-plan-{}", std::process::id()));
+        std::fs::create_dir_all(&dir).unwrap();
+        let (text_path, vision_path) = (dir.join("2b.gguf"), dir.join("2b-mmproj.gguf"));
+        write_text_layout(&TextSpec::qwen3vl_2b(), &text_path).unwrap();
+        write_vision_layout(&VisionSpec::qwen3vl_2b(), &vision_path).unwrap();
+        let text = TextParams::from_gguf(&GgufFile::open(&text_path).unwrap()).unwrap();
+        let vision = VisionParams::from_gguf(&GgufFile::open(&vision_path).unwrap()).unwrap();
+        std::fs::remove_dir_all(&dir).unwrap();
+        for default in [64, 32] {
+            let info = DeviceInfo::rdna(default);
+            let registry = VulkanRegistry::for_device(&info);
+            let options = TextOptions::on(DeviceChoice::Auto).with_sequences(32);
+            let mut plans: Vec<Plan> = plan_text(&text, &options, &registry).unwrap();
+            plans.push(plan_vision(&vision, 4096, &registry).unwrap());
+            let mut sized = std::collections::BTreeSet::new();
+            for plan in &plans {
+                for (i, p) in plan.placements.iter().enumerate() {
+                    let Placement::Run { device, kernel, .. } = p else { continue };
+                    let at = format!("wave{default}: graph {} node {i} ({})", plan.graph.name, kernel);
+                    assert_eq!(*device, Device::Gpu, "{at}");
+                    if let Some(size) = kernel.subgroup {
+                        assert!(size == 32 && kernel.subgroup_required, "{at}");
+                        sized.insert(kernel.name.clone());
+                    }
+                }
+            }
+            // The subgroup kernels and the matrix units are in use, not left out.
+            for family in ["mul_mat_vec_wide", "flash_attn_split", "mul_mat_cm", "flash_attn_cm"] {
+                assert!(sized.iter().any(|k| k.starts_with(family)), "wave{default}: no {family} in {sized:?}");
+            }
+        }
     }
 }

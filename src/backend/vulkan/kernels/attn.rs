@@ -202,6 +202,21 @@ impl SplitWidth {
     }
 }
 
+/// `flash_attn_split`'s variant: how much of a head each lane holds, on subgroups of how many
+/// lanes (its lanes stride a head's vec4s by the subgroup's size).
+#[derive(Clone, Copy, Debug, PartialEq, Eq, Hash)]
+pub struct AttnSplit {
+    pub width: SplitWidth,
+    pub subgroup: u32,
+}
+
+impl AttnSplit {
+    /// The narrowest that holds heads of `head_dim` values on subgroups of `subgroup` lanes.
+    pub fn for_head(head_dim: usize, subgroup: u32) -> Option<AttnSplit> {
+        SplitWidth::for_head(head_dim, subgroup).map(|width| AttnSplit { width, subgroup })
+    }
+}
+
 /// The attention kernel for `out`'s planned query count and head size over `kv_rows` kv rows
 /// in sequences of `segment`, of `kv` values, on a device whose workgroups may use `shared_memory` bytes: for
 /// many queries, on the matrix units where the device's cooperative-matrix variant `coop`
@@ -227,8 +242,8 @@ pub fn choose(
     }
     match AttnTile::for_head_dim(out.ne[0]) {
         Some(tile) if many && tile.shared_bytes() <= shared_memory => KernelId::FlashAttnTiled(tile, kv),
-        _ if !many => match subgroup.and_then(|s| SplitWidth::for_head(out.ne[0], s)) {
-            Some(width) => KernelId::FlashAttnSplit(width, kv),
+        _ if !many => match subgroup.and_then(|s| AttnSplit::for_head(out.ne[0], s)) {
+            Some(split) => KernelId::FlashAttnSplit(split, kv),
             None => KernelId::FlashAttn(kv),
         },
         _ => KernelId::FlashAttn(kv),
@@ -408,14 +423,22 @@ mod tests {
             KernelId::FlashAttn(F32),
             "a decode step"
         );
-        let split = |w| KernelId::FlashAttnSplit(w, F32);
-        assert_eq!(choose(&out(128, 1), ONE, F32, 49152, Some(32), None), split(SplitWidth::Narrow), "a decode step");
+        let split = |width, subgroup| KernelId::FlashAttnSplit(AttnSplit { width, subgroup }, F32);
+        assert_eq!(
+            choose(&out(128, 1), ONE, F32, 49152, Some(32), None),
+            split(SplitWidth::Narrow, 32),
+            "a decode step"
+        );
         assert_eq!(
             choose(&out(128, 1), ONE, F32, 49152, Some(8), None),
-            split(SplitWidth::Wide),
+            split(SplitWidth::Wide, 8),
             "8 lanes: 64 values narrow"
         );
-        assert_eq!(choose(&out(256, 1), ONE, F32, 49152, Some(8), None), split(SplitWidth::Wide), "8 lanes x 8 vec4s");
+        assert_eq!(
+            choose(&out(256, 1), ONE, F32, 49152, Some(8), None),
+            split(SplitWidth::Wide, 8),
+            "8 lanes x 8 vec4s"
+        );
         assert_eq!(
             choose(&out(256, 1), ONE, F32, 49152, Some(4), None),
             KernelId::FlashAttn(F32),
@@ -433,7 +456,7 @@ mod tests {
         assert_eq!(choose(&out(64, 4096), ONE, F32, 49152, Some(32), Some(nv)), cm(AttnTile::D64));
         assert_eq!(
             choose(&out(128, 1), ONE, F32, 49152, Some(32), Some(nv)),
-            split(SplitWidth::Narrow),
+            split(SplitWidth::Narrow, 32),
             "a decode step"
         );
         assert_eq!(
@@ -463,7 +486,7 @@ mod tests {
     fn a_batch_of_decode_steps_takes_a_per_query_kernel() {
         let out = |n_q| Operand::contiguous(DType::F32, [128, 16, n_q, 1], 0);
         let nv = CoopMat { subgroup: 32, shape: crate::backend::vulkan::CoopShape { m: 16, n: 16, k: 16 } };
-        let split = KernelId::FlashAttnSplit(SplitWidth::Narrow, F32);
+        let split = KernelId::FlashAttnSplit(AttnSplit { width: SplitWidth::Narrow, subgroup: 32 }, F32);
         // 16 queries over 16 sequences: one each.
         assert_eq!(choose(&out(16), (16 * 512, 512), F32, 49152, Some(32), Some(nv)), split);
         assert_eq!(choose(&out(16), (16 * 512, 512), F32, 49152, None, None), KernelId::FlashAttn(F32));

@@ -166,9 +166,10 @@ impl MatKind {
 /// `hrx doctor` agree.
 #[derive(Clone, Debug, PartialEq, Eq)]
 pub struct Variants {
-    /// Subgroup size of the subgroup matrix-vector kernel (`mul_mat_vec_sg`), where it runs in
-    /// place of `mul_mat_vec` (HRX_VK_NO_SUBGROUP=1 keeps the portable one).
-    pub subgroup_matvec: Option<u32>,
+    /// The subgroup size of the subgroup kernels (`DeviceInfo::subgroup_kernels`), where they
+    /// run: `mul_mat_vec_sg` and `mul_mat_vec_wide` in place of `mul_mat_vec`, `flash_attn_split`
+    /// for decode attention (HRX_VK_NO_SUBGROUP=1 keeps the portable ones).
+    pub subgroup: Option<u32>,
     /// The cooperative-matrix variant (subgroup size, matrix-unit shape) the many-column
     /// products run on in place of the tiled f32 kernel where the device has one (unless
     /// HRX_VK_NO_COOPMAT=1): `mul_mat_cm` (f16 operands, f32 sums: a normalized error of about
@@ -207,12 +208,15 @@ pub struct Variants {
     /// Bytes of shared memory a workgroup may use: kernels with a choice of tiles take one that
     /// fits, or a kernel without.
     pub shared_memory: u32,
+    /// Kernels hrx's self-check found giving wrong results here (or none), and why: never
+    /// chosen, the next kernel of their op is (`selfcheck`; empty until a check ran).
+    pub refused: Vec<(KernelId, String)>,
 }
 
 impl Variants {
     /// The kernels any Vulkan device runs: 16 KiB of shared memory is all Vulkan guarantees.
     pub const PORTABLE: Variants = Variants {
-        subgroup_matvec: None,
+        subgroup: None,
         coopmat: None,
         exact: false,
         kv_f16: false,
@@ -223,6 +227,7 @@ impl Variants {
         tiled_attention: true,
         coop_attention: None,
         shared_memory: 16384,
+        refused: Vec::new(),
     };
 
     /// What the device of `info` runs best, as the HRX_VK_* switches allow.
@@ -246,7 +251,7 @@ impl Variants {
         }
         // Every switch read (and a bad value reported) whatever the device offers.
         let (no_subgroup, no_coopmat) = (switch("HRX_VK_NO_SUBGROUP"), switch("HRX_VK_NO_COOPMAT"));
-        let subgroup_matvec = info.subgroup_matvec().filter(|_| !no_subgroup);
+        let subgroup = info.subgroup_kernels().filter(|_| !no_subgroup);
         let wide = match std::env::var("HRX_VK_MATVEC") {
             Ok(v) if v == "sg" => false,
             Ok(v) if v != "wide" => {
@@ -269,18 +274,37 @@ impl Variants {
         let kv_f32 = switch("HRX_VK_KV_F32");
         let shuffle = info.subgroup_in_compute && info.subgroup_ops.contains(&"shuffle");
         Variants {
-            subgroup_matvec,
+            subgroup,
             coopmat,
             exact,
             kv_f16: !kv_f32 && !exact,
             half_activations: coopmat.is_some() && !exact && !switch("HRX_VK_F32_ACTIVATIONS"),
             narrow: !switch("HRX_VK_NO_NARROW"),
             coop_attention: coopmat.filter(|_| !exact && shuffle),
-            wide_matvec: wide && subgroup_matvec.is_some_and(|s| s <= WIDE_MAX_SUBGROUP),
+            wide_matvec: wide && subgroup.is_some_and(|s| s <= WIDE_MAX_SUBGROUP),
             fuse: !switch("HRX_VK_NO_FUSE"),
             tiled_attention: !switch("HRX_VK_NO_TILED_ATTN"),
             shared_memory: info.max_shared_memory,
+            refused: Vec::new(),
         }
+    }
+
+    /// These variants without any kernel built around a subgroup size: the portable kernels,
+    /// for a device whose subgroups are not what it reports (`selfcheck::probe`).
+    pub fn without_subgroups(self) -> Variants {
+        Variants {
+            subgroup: None,
+            wide_matvec: false,
+            coopmat: None,
+            coop_attention: None,
+            half_activations: false,
+            ..self
+        }
+    }
+
+    /// Why `kernel` is never chosen here, if it is not (it failed the self-check).
+    pub fn refusal(&self, kernel: KernelId) -> Option<&str> {
+        self.refused.iter().find(|(k, _)| *k == kernel).map(|(_, why)| why.as_str())
     }
 
     /// The matrix kernels for `n` rows of `k` values of type `wt` and `cols` output columns,
@@ -298,12 +322,12 @@ impl Variants {
             // kernel's 669 alone and 1,141 with the final norm folded in). The wide one is left
             // out there: a fold would choose it.
             MatKind::Vec if units.is_some() => {
-                let sg = self.subgroup_matvec.map(|subgroup| MatKind::VecSg { subgroup });
+                let sg = self.subgroup.map(|subgroup| MatKind::VecSg { subgroup });
                 units.into_iter().chain(sg).chain([MatKind::Vec]).collect()
             }
             MatKind::Vec => {
                 let mut kinds = Vec::new();
-                if let Some(subgroup) = self.subgroup_matvec {
+                if let Some(subgroup) = self.subgroup {
                     if self.wide_matvec && k.is_multiple_of(32) {
                         let cols = wide_cols(cols);
                         kinds.push(MatKind::VecWide { subgroup, rows: wide_rows(cols), cols });
@@ -485,6 +509,18 @@ fn wide_threads_per_row(k: usize, n: usize, subgroup: u32) -> usize {
     } else {
         64
     }
+}
+
+/// Rows of weights the self-check gives a product of `n` rows on kernel `kind`: enough for a
+/// whole tile or row group and part of the next (192: one and a half of the large tiles' 128),
+/// and for the wide mat-vec kernel on long products as many as keep its launch's choices
+/// (`WIDE_LONG_ROWS`: 32 threads a row, and a folded producer only at one column).
+pub fn check_rows(kind: MatKind, n: usize) -> usize {
+    let rows = match kind {
+        MatKind::VecWide { .. } if n >= WIDE_LONG_ROWS => WIDE_LONG_ROWS,
+        _ => 192,
+    };
+    n.min(rows)
 }
 
 /// Largest subgroup `mul_mat_vec_wide` runs with: its row groups are 64 or 128 threads, whole

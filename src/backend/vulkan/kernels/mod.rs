@@ -16,10 +16,11 @@ mod rope;
 mod rows;
 mod unary;
 
-pub use attn::{AttnCoop, AttnTile, SplitWidth, TILED_MIN_QUERIES};
+pub use attn::{AttnCoop, AttnSplit, AttnTile, SplitWidth, TILED_MIN_QUERIES};
 pub use coop::{CoopMat, Tiles};
 pub use matmul::{
-    wide_cols, wide_rows, MatKind, Prologue, Variants, FOLD_MAX_ROWS, WIDE_COLS, WIDE_MAX_SUBGROUP, WIDE_ROWS,
+    check_rows, wide_cols, wide_rows, MatKind, Prologue, Variants, FOLD_MAX_ROWS, WIDE_COLS, WIDE_MAX_SUBGROUP,
+    WIDE_ROWS,
 };
 
 use super::device::Device;
@@ -119,12 +120,14 @@ pub enum KernelId {
     FlashAttnCm(AttnCoop, Values),
     /// Attention for a few queries over long contexts: the kv rows of each (head, query) split
     /// over many workgroups, combined by the last to finish.
-    FlashAttnSplit(SplitWidth, Values),
+    FlashAttnSplit(AttnSplit, Values),
     /// The index of each row's largest value.
     Argmax,
     /// 16-byte words from input 1 to the output: the copy bandwidth `hrx bench --kernels`
     /// compares products with; no graph node runs it.
     Copy,
+    /// What a subgroup of this many lanes is here (`selfcheck::probe`); no graph node runs it.
+    SubgroupProbe(u32),
 }
 
 impl KernelId {
@@ -149,10 +152,14 @@ impl KernelId {
             KernelId::RmsNormRope,
             KernelId::Argmax,
             KernelId::Copy,
+            KernelId::SubgroupProbe(0),
         ]);
         for kv in Values::ALL {
             all.push(KernelId::FlashAttn(kv));
-            all.extend([SplitWidth::Wide, SplitWidth::Narrow].map(|w| KernelId::FlashAttnSplit(w, kv)));
+            all.extend(
+                [SplitWidth::Wide, SplitWidth::Narrow]
+                    .map(|width| KernelId::FlashAttnSplit(AttnSplit { width, subgroup: 0 }, kv)),
+            );
             all.extend(AttnTile::ALL.map(|tile| KernelId::FlashAttnTiled(tile, kv)));
             all.extend(
                 [AttnTile::D64, AttnTile::D128]
@@ -170,6 +177,10 @@ impl KernelId {
             (KernelId::MatMul(kind, w, x), subgroup, shape) => {
                 Some(KernelId::MatMul(kind.with_variant(subgroup, shape)?, w, x))
             }
+            (KernelId::SubgroupProbe(_), Some(subgroup), None) => Some(KernelId::SubgroupProbe(subgroup)),
+            (KernelId::FlashAttnSplit(split, kv), Some(subgroup), None) => {
+                Some(KernelId::FlashAttnSplit(AttnSplit { subgroup, ..split }, kv))
+            }
             (KernelId::FlashAttnCm(tile, kv), Some(subgroup), Some([m, n, k])) => {
                 let cm = CoopMat { subgroup, shape: crate::backend::vulkan::info::CoopShape { m, n, k } };
                 Some(KernelId::FlashAttnCm(AttnCoop { cm, ..tile }, kv))
@@ -179,11 +190,14 @@ impl KernelId {
         }
     }
 
-    /// The subgroup size the kernel is built around, where it is one.
+    /// The subgroup size the kernel is built around, where it is one: it runs at exactly that
+    /// size (its pipeline requires it where the device allows, `DeviceInfo::pins_subgroups`).
     pub fn subgroup(self) -> Option<u32> {
         match self {
             KernelId::MatMul(kind, ..) => kind.subgroup(),
             KernelId::FlashAttnCm(tile, _) => Some(tile.cm.subgroup),
+            KernelId::FlashAttnSplit(split, _) => Some(split.subgroup),
+            KernelId::SubgroupProbe(subgroup) => Some(subgroup),
             _ => None,
         }
     }
@@ -205,7 +219,7 @@ impl KernelId {
             KernelId::FlashAttn(_) => KernelId::FlashAttn(kv),
             KernelId::FlashAttnTiled(tile, _) => KernelId::FlashAttnTiled(tile, kv),
             KernelId::FlashAttnCm(tile, _) => KernelId::FlashAttnCm(tile, kv),
-            KernelId::FlashAttnSplit(width, _) => KernelId::FlashAttnSplit(width, kv),
+            KernelId::FlashAttnSplit(split, _) => KernelId::FlashAttnSplit(split, kv),
             other => other,
         }
     }
@@ -244,10 +258,11 @@ impl KernelId {
             KernelId::FlashAttn(_) => "flash_attn",
             KernelId::FlashAttnTiled(..) => "flash_attn_tiled",
             KernelId::FlashAttnCm(..) => "flash_attn_cm",
-            KernelId::FlashAttnSplit(SplitWidth::Wide, _) => "flash_attn_split",
-            KernelId::FlashAttnSplit(SplitWidth::Narrow, _) => "flash_attn_split_narrow",
+            KernelId::FlashAttnSplit(AttnSplit { width: SplitWidth::Wide, .. }, _) => "flash_attn_split",
+            KernelId::FlashAttnSplit(AttnSplit { width: SplitWidth::Narrow, .. }, _) => "flash_attn_split_narrow",
             KernelId::Argmax => "argmax",
             KernelId::Copy => "copy",
+            KernelId::SubgroupProbe(_) => "subgroup_probe",
         }
     }
 
@@ -310,7 +325,7 @@ impl KernelId {
             KernelId::FlashAttn(_) | KernelId::FlashAttnTiled(..) | KernelId::FlashAttnCm(..) => attn::PUSH_WORDS,
             KernelId::FlashAttnSplit(..) => attn::PUSH_WORDS + 1,
             KernelId::Argmax => argmax::PUSH_WORDS,
-            KernelId::Copy => 1,
+            KernelId::Copy | KernelId::SubgroupProbe(_) => 1,
         }
     }
 
@@ -329,16 +344,6 @@ impl KernelId {
             KernelId::FlashAttnCm(tile, kv) => [tile.constants(), vec![kv as u32]].concat(),
             KernelId::FlashAttn(kv) | KernelId::FlashAttnSplit(_, kv) => vec![kv as u32],
             _ => Vec::new(),
-        }
-    }
-
-    /// The subgroup size the kernel must run with, for kernels built around a fixed number
-    /// of subgroups per workgroup.
-    fn subgroup_size(self) -> Option<u32> {
-        match self {
-            KernelId::MatMul(kind, ..) => kind.coop().map(|cm| cm.subgroup),
-            KernelId::FlashAttnCm(tile, _) => Some(tile.cm.subgroup),
-            _ => None,
         }
     }
 }
@@ -405,13 +410,26 @@ impl KernelSet {
         let spirv = shaders::spirv(&module)
             .ok_or_else(|| VkError::Pipeline { kernel: module.clone(), reason: "no such SPIR-V module".into() })?;
         let name = id.name();
+        // A kernel built around a subgroup size runs at exactly that size: required where the
+        // device allows it, else the device's one size.
+        let info = self.device.info();
+        let pins = info.pins_subgroups();
+        if let Some(size) = id.subgroup().filter(|&s| !pins && s != info.subgroup_size) {
+            return Err(VkError::Pipeline {
+                kernel: name,
+                reason: format!(
+                    "built for subgroups of {size}; {} runs {} and a pipeline cannot require another",
+                    info.name, info.subgroup_size
+                ),
+            });
+        }
         let spec = PipelineSpec {
             name: &name,
             spirv,
             bindings: BINDINGS,
             push_bytes: (id.push_words() * 4) as u32,
             constants: &id.constants(),
-            subgroup_size: id.subgroup_size(),
+            subgroup_size: id.subgroup().filter(|_| pins),
         };
         Pipeline::new(&self.device, &spec)
     }
@@ -631,6 +649,19 @@ impl<'a> Ops<'a> {
     }
 }
 
+/// The launch of the subgroup probe at `size` lanes: one workgroup of 128 invocations, each
+/// writing four words to the output (`selfcheck::probe`).
+pub fn probe_launch(size: u32) -> Launch {
+    Launch {
+        kernel: KernelId::SubgroupProbe(size),
+        push: vec![0],
+        grid: Grid::Rows,
+        grid_input: None,
+        slots: Vec::new(),
+        scratch: Scratch::default(),
+    }
+}
+
 /// The kernel the device runs for `ops` with `ins` (in `hrx::Group::inputs` order) and `out`
 /// under `variants`, or why there is none: the registry's choice at plan time. Matrix products
 /// take the device's best kind that accepts the operands (`Variants::mat_kinds`); attention
@@ -652,7 +683,7 @@ pub fn select(ops: Ops, ins: &[Operand], out: &Operand, dynamic: Option<Dyn>, va
         }
         (Op::Attention { segment, .. }, _) if variants.tiled_attention => {
             let k = ins.get(1).ok_or_else(|| VkError::Invalid("attention needs k".into()))?;
-            let split = variants.subgroup_matvec.filter(|&s| s >= SPLIT_MIN_SUBGROUP);
+            let split = variants.subgroup.filter(|&s| s >= SPLIT_MIN_SUBGROUP);
             let (shared, coop) = (variants.shared_memory, variants.coop_attention());
             let kv = Values::of(k, "k")?;
             // The one-query kernel takes what the chosen one refuses (k and v off vec4s).
@@ -663,9 +694,14 @@ pub fn select(ops: Ops, ins: &[Operand], out: &Operand, dynamic: Option<Dyn>, va
         }
         (op, _) => vec![op_launch(op, ins, out, dynamic)?.kernel],
     };
-    // The first that accepts the operands as the executor will launch it.
+    // The first that accepts the operands as the executor will launch it, of those the
+    // self-check did not find broken here.
     let mut refusal = None;
     for kernel in candidates {
+        if let Some(why) = variants.refusal(kernel) {
+            refusal = Some(VkError::Invalid(format!("{} failed hrx's self-check here: {why}", kernel.name())));
+            continue;
+        }
         match launch(kernel, ops, ins, out, dynamic) {
             Ok(l) => return Ok(l.kernel),
             Err(e) => refusal = Some(e),
@@ -857,8 +893,8 @@ mod tests {
 
     /// The Qwen3-VL-2B products and attention (text decode, a 512-token prefill, the vision
     /// tower over 4,096 patches: a 1024 x 1024 image) on RDNA-like devices, subgroups of 64 or
-    /// 32 by default: each takes a kernel the device runs, at a subgroup size it allows, within
-    /// its 64 KiB; prefill products on its matrix units.
+    /// 32 by default: each takes a kernel the device runs, at a subgroup size a test ran (32,
+    /// required), within its 64 KiB; prefill products on its matrix units.
     #[test]
     fn the_2b_shapes_take_kernels_that_fit_rdna() {
         use crate::backend::vulkan::DeviceInfo;
@@ -873,16 +909,14 @@ mod tests {
         for default in [64, 32] {
             let info = DeviceInfo::rdna(default);
             let variants = Variants::for_device(&info);
-            let (min, max) = info.subgroup_sizes;
+            assert!(info.pins_subgroups());
             let fits = |k: KernelId| {
-                let sized = match k {
-                    // Built around the default size, which they run at without requiring it.
-                    KernelId::MatMul(MatKind::VecSg { subgroup } | MatKind::VecWide { subgroup, .. }, ..) => {
-                        subgroup == info.subgroup_size
-                    }
-                    _ => k.subgroup_size().is_none_or(|s| (min..=max).contains(&s)),
-                };
-                assert!(sized, "subgroups of {default}: {} at subgroup {:?}", k.name(), k.subgroup());
+                assert!(
+                    k.subgroup().is_none_or(|s| s == 32),
+                    "subgroups of {default}: {} at {:?}",
+                    k.name(),
+                    k.subgroup()
+                );
                 let bytes = variant_shared_bytes(k);
                 assert!(bytes <= info.max_shared_memory, "subgroups of {default}: {} takes {bytes} bytes", k.name());
             };
@@ -925,7 +959,13 @@ mod tests {
     }
 
     fn planned(id: KernelId) -> Kernel {
-        Kernel { name: id.name(), subgroup: id.subgroup(), shape: id.shape(), splits: Vec::new() }
+        Kernel {
+            name: id.name(),
+            subgroup: id.subgroup(),
+            subgroup_required: false,
+            shape: id.shape(),
+            splits: Vec::new(),
+        }
     }
 
     #[test]
@@ -959,7 +999,7 @@ mod tests {
             WType::F16,
             Values::F16,
         );
-        assert_eq!((big.constants(), big.subgroup_size()), (vec![128, 16, 16, 16, 32, 32, 64, 2, 0, 1], Some(32)));
+        assert_eq!((big.constants(), big.subgroup()), (vec![128, 16, 16, 16, 32, 32, 64, 2, 0, 1], Some(32)));
         assert_eq!(big.name(), "mul_mat_cm_f16_x_f16");
         // A variant without what it is built around does not exist.
         let mut no_shape = planned(fast);
