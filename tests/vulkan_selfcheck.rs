@@ -144,12 +144,14 @@ fn a_kernel_the_self_check_finds_wrong_gives_way_to_the_next_or_to_the_cpu() {
 /// width.
 #[test]
 fn a_driver_whose_subgroups_are_not_what_it_reports_is_named_and_left_to_the_portable_kernels() {
-    let Some(_) = vulkan_common::device() else { return };
+    let Some(dev) = vulkan_common::device() else { return };
     let Some((model, mmproj, image)) = tiny() else { return };
     let devices = hrx::backend::vulkan::Instance::new().unwrap().devices().unwrap();
     let Some(lavapipe) = devices.iter().find(|d| d.driver_name.as_deref() == Some("llvmpipe")) else {
+        // CI's one device is lavapipe; a GPU machine may have none.
         let msg = "no lavapipe device: its subgroup lie is NOT TESTED";
-        assert!(!std::env::var("CI").is_ok_and(|v| v == "true"), "{msg} (CI has mesa-vulkan-drivers)");
+        let ci = std::env::var("CI").is_ok_and(|v| v == "true");
+        assert!(!ci || dev.info().kind != hrx::backend::vulkan::DeviceKind::Cpu, "{msg}");
         use std::io::Write;
         let _ = writeln!(std::io::stderr(), "!!!!! {msg} !!!!!");
         return;

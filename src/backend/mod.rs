@@ -218,6 +218,15 @@ impl Backend {
         }
     }
 
+    /// Whether its device was lost or hung (a Vulkan device that fails every submission now);
+    /// never for the CPU.
+    pub fn lost(&self) -> bool {
+        match self {
+            Backend::Vulkan(d) => d.is_lost(),
+            Backend::Cpu(_) => false,
+        }
+    }
+
     /// Saves what outlives the process (the Vulkan pipeline cache), as closing the device
     /// would: for a process about to end without closing it.
     pub fn save_caches(&self) {

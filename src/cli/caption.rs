@@ -11,6 +11,7 @@ use crate::json::Json;
 use crate::runtime::batch::{Batch, Finished, Quiet, Start, Started, Stepped};
 use crate::runtime::describe::Describer;
 use crate::runtime::generate::{GenerateConfig, Generation};
+use crate::runtime::recover::Losses;
 use crate::runtime::RuntimeError;
 use std::io::Write;
 use std::path::{Path, PathBuf};
@@ -49,6 +50,9 @@ fn help() -> String {
                 A bad image never stops the batch; its error is recorded once, and --resume skips it\n\
                 (--retry-failed tries it again). Images are one image however they are named (x.png,\n\
                 ./x.png, /abs/x.png). With --resume a last line cut short by a killed job is removed.\n\
+                A lost GPU (VK_ERROR_DEVICE_LOST, or a submission past HRX_VK_TIMEOUT) loses no image:\n\
+                the models are loaded again on a new device (after three losses in ten minutes, on\n\
+                the CPU) and the images under way are captioned again.\n\
                 Progress and a summary go to standard error.\n\
                 exit codes: 0 the run captioned everything it tried (or there was nothing left to do);\n\
                 3 it finished, and some images failed in this run (see their lines in FILE); 1 it could\n\
@@ -134,14 +138,23 @@ fn run(mut args: Args, _out: &mut dyn Write) -> Result<(), CliError> {
         let job = Job { prompt: &prompt, system: system.as_deref(), config: &flags.config };
         let (total, start) = (todo.len(), Instant::now());
         let mut progress = Progress { output: &output, journal: &mut journal, tally: &mut tally, total, start };
+        // A lost device loses no image: the models are loaded again and what was under way is
+        // captioned again (runtime::recover).
+        let mut losses = Losses::default();
         if n_seq == 1 {
             for path in &todo {
                 let t = Instant::now();
-                let entry = job.caption(&mut d, path);
+                let entry = loop {
+                    let entry = job.caption(&mut d, path);
+                    if !d.device_lost() {
+                        break entry;
+                    }
+                    d = losses.recover(&d, &format!("captioning {}", path.display()))?;
+                };
                 progress.report(path, entry, t)?;
             }
         } else {
-            job.caption_batched(&mut d, &todo, &mut progress)?;
+            job.caption_batched(&mut d, &todo, &mut progress, &mut losses)?;
         }
         tally.seconds = progress.start.elapsed().as_secs_f64();
     }
@@ -221,8 +234,15 @@ impl Job<'_> {
     /// Captions `todo` with up to n_seq of them decoded together: the images read and
     /// preprocessed on other threads into a bounded queue; as sequences free up, as many
     /// images encoded and their prompts prefilled together, each into a free sequence; every
-    /// caption under way decoded a token a step in one call.
-    fn caption_batched(&self, d: &mut Describer, todo: &[&PathBuf], progress: &mut Progress) -> Result<(), CliError> {
+    /// caption under way decoded a token a step in one call. Where the device is lost, the
+    /// models are loaded again (`losses`) and the images under way captioned again.
+    fn caption_batched(
+        &self,
+        d: &mut Describer,
+        todo: &[&PathBuf],
+        progress: &mut Progress,
+        losses: &mut Losses,
+    ) -> Result<(), CliError> {
         let preparer = d.preparer()?;
         let n_seq = d.text().options().n_seq;
         let workers = std::thread::available_parallelism().map_or(1, |n| n.get()).clamp(1, PREPARE_THREADS);
@@ -244,31 +264,46 @@ impl Job<'_> {
             let mut incoming = rx.into_iter();
             let tokenizer = Arc::clone(d.text().tokenizer());
             let mut batch = Batch::new(d.text(), &tokenizer);
+            // Images to caption again (a lost device's), read again here; whether the readers
+            // are done.
+            let mut redo: Vec<(usize, Instant)> = Vec::new();
+            let mut read_all = false;
             loop {
                 // As many images as there are free sequences, encoded (several a vision run),
                 // then their prompts prefilled together.
                 let mut prepared = Vec::new();
                 while prepared.len() < batch.room() {
-                    let Some((i, p)) = incoming.next() else { break };
-                    let t = Instant::now();
+                    let (i, p, t) = match redo.pop() {
+                        Some((i, t)) => (i, preparer.prepare(todo[i]), t),
+                        None => match incoming.next() {
+                            Some((i, p)) => (i, p, Instant::now()),
+                            None => {
+                                read_all = true;
+                                break;
+                            }
+                        },
+                    };
                     match p {
                         Ok(p) => prepared.push(((i, t), p)),
                         Err(e) => progress.report(todo[i], Err(e), t)?,
                     }
                 }
+                // Errors are reported once the device is known not to be lost (then the images
+                // are captioned again instead).
+                let mut failed = Vec::new();
                 let (tags, prepared): (Vec<_>, Vec<_>) = prepared.into_iter().unzip();
                 let mut encoded = Vec::new();
                 for ((i, t), image) in tags.into_iter().zip(d.encode_prepared(prepared, self.prompt, self.system)) {
                     match image {
                         Ok(image) => encoded.push(((i, t), [image])),
-                        Err(e) => progress.report(todo[i], Err(e), t)?,
+                        Err(e) => failed.push((i, t, e)),
                     }
                 }
                 let mut starts = Vec::with_capacity(encoded.len());
                 for ((i, t), images) in &encoded {
                     match d.prompt(images, self.prompt, self.system) {
                         Ok((_, pieces)) => starts.push(Start { pieces, config: self.config.clone(), tag: (*i, *t) }),
-                        Err(e) => progress.report(todo[*i], Err(e), *t)?,
+                        Err(e) => failed.push((*i, *t, e)),
                     }
                 }
                 for started in batch.start_all(d.text_mut(), starts, &mut Quiet) {
@@ -277,24 +312,35 @@ impl Job<'_> {
                         Started::Finished(Finished { tag: (i, t), generation }) => {
                             progress.report(todo[i], Ok(self.entry(todo[i], &generation, t)), t)?
                         }
-                        Started::Failed((i, t), e) => progress.report(todo[i], Err(e), t)?,
+                        Started::Failed((i, t), e) => failed.push((i, t, e)),
                     }
                 }
-                if batch.is_empty() {
+                if !batch.is_empty() && !d.device_lost() {
+                    match batch.step(d.text_mut(), &mut Quiet) {
+                        Ok(Stepped { finished, .. }) => {
+                            for Finished { tag: (i, t), generation } in finished {
+                                progress.report(todo[i], Ok(self.entry(todo[i], &generation, t)), t)?;
+                            }
+                        }
+                        Err(e) => {
+                            let message = e.to_string();
+                            for (i, t) in batch.abandon() {
+                                failed.push((i, t, RuntimeError::Usage(message.clone())));
+                            }
+                        }
+                    }
+                }
+                if d.device_lost() {
+                    redo.extend(failed.into_iter().map(|(i, t, _)| (i, t)).chain(batch.abandon()));
+                    *d = losses.recover(d, &format!("captioning a batch of {}", redo.len()))?;
+                    batch = Batch::new(d.text(), &tokenizer);
+                    continue;
+                }
+                for (i, t, e) in failed {
+                    progress.report(todo[i], Err(e), t)?;
+                }
+                if batch.is_empty() && redo.is_empty() && read_all {
                     return Ok(());
-                }
-                match batch.step(d.text_mut(), &mut Quiet) {
-                    Ok(Stepped { finished, .. }) => {
-                        for Finished { tag: (i, t), generation } in finished {
-                            progress.report(todo[i], Ok(self.entry(todo[i], &generation, t)), t)?;
-                        }
-                    }
-                    Err(e) => {
-                        let message = e.to_string();
-                        for (i, t) in batch.abandon() {
-                            progress.report(todo[i], Err(RuntimeError::Usage(message.clone())), t)?;
-                        }
-                    }
                 }
             }
         })

@@ -17,6 +17,7 @@ pub const HELP: &str = "\
 hrx doctor: show the Vulkan devices and which one hrx would use
 
 usage: hrx doctor [--json]
+       hrx doctor --check [-m MODEL.gguf --mmproj MMPROJ.gguf] [--device D] [--batch N] [--ctx N] [--image-max-pixels N]
 
 For each device: name, type, vendor and device ids, Vulkan API version, driver name,
 info and version; memory heaps (size, device-local, host-visible, host-cached); subgroup size and
@@ -42,10 +43,26 @@ included, and HRX_DEVICE=cpu the CPU backend.
 Exit code 1 (with the reason) when no Vulkan loader or no device is found, or when
 HRX_DEVICE names none; hrx then runs on the CPU backend only.
 
+--check runs hrx's self-check on the device a run would use (--device, else HRX_DEVICE, else
+auto), all of it again: the subgroup probe (do subgroups run as many lanes as the driver
+reports?) at each size hrx's subgroup kernels take, then every kernel variant the model's
+plans dispatch (its prefill, decode, with --batch its batched decode, and its vision encoder;
+the default model of models.toml without -m), each once on small inputs of its kind at the
+model's own row widths, against hrx's CPU kernels. What fails is left out and the plans are
+made again (the next kernel of the op, or the CPU for the model where none is left), and that
+is checked too. One line per check: ok with its normalized error and time, FAILED with why,
+or unchecked (the check could not be made; the kernel is used). What it found is kept beside
+the pipeline cache, as a first start's check is (describe, caption and serve run that check
+on a device, driver and hrx build not seen before; --no-check or models.toml's
+self_check = false skip it). Kernels run only at subgroup sizes a test ran (4, 8, 16, 32:
+32 required wherever the device allows it, as on AMD's RDNA, whose wave64 no test ran). Exit
+code 1 naming each failure with the device and driver.
+
   --json   one JSON object: {\"loader_version\",\"devices\":[...],\"selected\":INDEX|null,
            \"backend\":\"vulkan\"|\"cpu\",\"error\":MSG|null}
 
-example: HRX_DEVICE=1 hrx doctor";
+examples: HRX_DEVICE=1 hrx doctor
+          hrx doctor --check -m Qwen3VL-2B-Instruct-Q4_K_M.gguf --mmproj mmproj-Qwen3VL-2B-Instruct-F16.gguf";
 
 pub const COMMAND: Command =
     Command { name: "doctor", summary: "show Vulkan devices and the one hrx would use", help: || HELP.to_owned(), run };

@@ -67,7 +67,9 @@ fn help() -> String {
                 \x20                            (one model here)\n\
                 \x20 GET /v1/models             the model's name\n\
                 \x20 GET /v1/models/{id}        the model, if id is its name (else 404)\n\
-                \x20 GET /health                {\"status\":\"ok\"}\n\
+                \x20 GET /health                {\"status\":\"ok\",\"backend\":WHERE}; 503\n\
+                \x20                            {\"status\":\"recovering\"} while the models are loaded\n\
+                \x20                            again after the device was lost\n\
                 \x20 OPTIONS on each            a browser's preflight (CORS headers for --cors-origin pages)\n\
                 \x20 GET /metrics               Prometheus text: requests by outcome, queue depth, sequences\n\
                 \x20                            in use, model busy time, memory held by requests\n\
@@ -88,6 +90,10 @@ fn help() -> String {
                 Prints `listening on http://HOST:PORT (model NAME, --parallel N)` once ready, then\n\
                 one line per request on stderr: client address, request, status, seconds, and the\n\
                 reason of every refusal.\n\
+                A lost GPU (VK_ERROR_DEVICE_LOST, or a submission past HRX_VK_TIMEOUT) does not\n\
+                stop the server: the requests in flight get 503 with Retry-After, the models are\n\
+                loaded again on a new device (after three losses in ten minutes, on the CPU) and\n\
+                serving goes on.\n\
                 Sampling flags apply when a request does not say.",
         options,
         footer: "example:\n  hrx serve --port 8080 &\n  curl -s localhost:8080/v1/chat/completions -H 'Content-Type: application/json' \\\n    -d '{\"messages\":[{\"role\":\"user\",\"content\":\"Hello\"}],\"max_tokens\":32}'",

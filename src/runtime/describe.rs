@@ -169,19 +169,7 @@ impl Describer {
         });
         let text_model = text_model?;
         let (vision, patch, max_patches) = vision?;
-        // A device that cannot hold the budget's largest image gets a plan for fewer patches
-        // (with a warning): images are resized to what it holds.
-        let mut images = images;
-        let merge = vision.params().merge_patches();
-        if vision.max_patches() < max_patches / merge * merge {
-            images.max_pixels = vision.max_patches() * patch * patch;
-        }
-        if images.max_pixels < images.min_pixels {
-            return Err(RuntimeError::Usage(format!(
-                "this device holds images of at most {} pixels, under the least the processor resizes to ({})",
-                images.max_pixels, images.min_pixels
-            )));
-        }
+        let images = fit_images(images, &vision, patch, max_patches)?;
         if vision.params().wide_width() != text_model.params().wide_width() {
             return Err(RuntimeError::Model(ModelError {
                 file: mmproj.to_owned(),
@@ -195,6 +183,27 @@ impl Describer {
             }));
         }
         Ok(Describer { text: text_model, vision, images, notice: None })
+    }
+
+    /// Both models again on a new backend (`on_cpu`: hrx's CPU backend; else the device their
+    /// options choose, opened anew), their files, tokenizer and settings kept: what a
+    /// long-running command does once its device was lost (`runtime::recover`).
+    pub fn reopen(&self, on_cpu: bool) -> Result<Describer, RuntimeError> {
+        let o = self.text.options();
+        let backend = match on_cpu {
+            true => Backend::Cpu(o.kernels),
+            false => Backend::open(o.device, o.kernels, o.check),
+        };
+        let text = self.text.reload_on(&backend)?;
+        let vision = self.vision.reload_on(&backend)?;
+        let patch = vision.params().patch_size;
+        let images = fit_images(self.images.clone(), &vision, patch, self.vision.max_patches())?;
+        Ok(Describer { text, vision, images, notice: self.notice })
+    }
+
+    /// Whether a model's device was lost (or hung): nothing more runs on it.
+    pub fn device_lost(&self) -> bool {
+        self.text.backend().lost() || self.vision.backend().lost()
     }
 
     /// Ends a one-shot command's use of the models, its output written: the pipeline cache is
@@ -524,4 +533,26 @@ impl Describer {
         let generation = generate(&mut self.text, &mut Session::new(), &pieces, config, on_text)?;
         Ok((ids, generation))
     }
+}
+
+/// `images`, their largest resized to what the encoder `vision` holds where its device could
+/// not bind the `asked` patches it was asked to plan for (with a warning then); an error where
+/// that is below the least the processor resizes to.
+fn fit_images(
+    mut images: ImageOptions,
+    vision: &VisionModel,
+    patch: usize,
+    asked: usize,
+) -> Result<ImageOptions, RuntimeError> {
+    let merge = vision.params().merge_patches();
+    if vision.max_patches() < asked / merge * merge {
+        images.max_pixels = vision.max_patches() * patch * patch;
+    }
+    if images.max_pixels < images.min_pixels {
+        return Err(RuntimeError::Usage(format!(
+            "this device holds images of at most {} pixels, under the least the processor resizes to ({})",
+            images.max_pixels, images.min_pixels
+        )));
+    }
+    Ok(images)
 }

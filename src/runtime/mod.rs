@@ -8,6 +8,7 @@ pub mod describe;
 pub mod generate;
 pub mod loader;
 pub mod progress;
+pub mod recover;
 pub mod sampler;
 pub mod session;
 pub mod structured;

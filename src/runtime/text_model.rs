@@ -315,9 +315,29 @@ impl TextModel {
                 message: "missing".into(),
             })
         })?;
+        Ok(TextModel::assemble(params, tokenizer, file, options, token_embd, (backend, exec, graphs)))
+    }
+
+    /// This model's plans and weights again on `backend`, its file and tokenizer kept: what a
+    /// long-running command does once its device was lost (`runtime::recover`).
+    pub fn reload_on(&self, backend: &Backend) -> Result<TextModel, RuntimeError> {
+        let (params, options) = (&self.params, &self.options);
+        let loaded = loader::load(|cache| build_graphs(params, options, cache), backend, &[Arc::clone(&self.file)])?;
+        let (tokenizer, file) = (Arc::clone(&self.tokenizer), Arc::clone(&self.file));
+        Ok(TextModel::assemble(params.clone(), tokenizer, file, *options, self.token_embd.clone(), loaded))
+    }
+
+    fn assemble(
+        params: TextParams,
+        tokenizer: Arc<Tokenizer>,
+        file: Arc<GgufFile>,
+        options: TextOptions,
+        token_embd: TensorInfo,
+        (backend, exec, graphs): (Backend, Executor, Vec<TextGraph>),
+    ) -> TextModel {
         log::info!("text model on {}", backend.describe());
         let deepstack_clean = vec![0; graphs.len()];
-        Ok(TextModel {
+        TextModel {
             params,
             tokenizer,
             file,
@@ -329,7 +349,7 @@ impl TextModel {
             deepstack_clean,
             rows: Vec::new(),
             logits: Vec::new(),
-        })
+        }
     }
 
     pub fn params(&self) -> &TextParams {

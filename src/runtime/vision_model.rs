@@ -14,6 +14,7 @@ use std::path::Path;
 use std::sync::Arc;
 
 pub struct VisionModel {
+    file: Arc<GgufFile>,
     params: VisionParams,
     max_patches: usize,
     backend: Backend,
@@ -145,8 +146,13 @@ impl VisionModel {
         let max_patches = planned_patches(&params, max_patches, &*backend.registry())?;
         // The encoder keeps no caches: one graph for every backend.
         let build = |_| Ok(vec![vision::build(&params, max_patches)?.graph]);
-        let (backend, exec, _) = loader::load(build, backend, &[file])?;
-        Ok(VisionModel { params, max_patches, backend, exec, plan: PlanId(0), runs: Vec::new() })
+        let (backend, exec, _) = loader::load(build, backend, &[Arc::clone(&file)])?;
+        Ok(VisionModel { file, params, max_patches, backend, exec, plan: PlanId(0), runs: Vec::new() })
+    }
+
+    /// This encoder again on `backend`, planned for the images it took (`runtime::recover`).
+    pub fn reload_on(&self, backend: &Backend) -> Result<VisionModel, RuntimeError> {
+        Self::load_on(Arc::clone(&self.file), self.max_patches, backend)
     }
 
     pub fn params(&self) -> &VisionParams {

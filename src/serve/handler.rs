@@ -56,6 +56,19 @@ pub struct App {
     /// What chat requests in flight may hold.
     budget: Budget,
     counters: Counters,
+    /// Whether the model serves, or is being loaded again after its device was lost.
+    health: Mutex<Health>,
+}
+
+/// What `/health` says.
+#[derive(Clone, Debug)]
+pub enum Health {
+    /// Serving, on this backend.
+    Serving(String),
+    /// The device was lost: the models are being loaded again (said how).
+    Recovering(String),
+    /// They could not be loaded again (why): chat requests fail.
+    Failed(String),
 }
 
 /// What became of a request, for the log: its request line (`-` when none arrived), the status
@@ -96,6 +109,7 @@ impl App {
     ) -> App {
         let (jobs, incoming) = mpsc::channel();
         let sequences = describer.text().options().n_seq;
+        let health = Mutex::new(Health::Serving(describer.text().backend().describe()));
         App {
             jobs,
             tokenizer: Arc::clone(describer.text().tokenizer()),
@@ -112,7 +126,13 @@ impl App {
             turns: Turns::new(sequences, limits.queue_len, limits.queue_wait),
             budget: Budget::new(limits.memory_budget, decode_share(limits.memory_budget)),
             counters: Counters::default(),
+            health,
         }
+    }
+
+    /// Says what `/health` answers from now on (the model's thread, around a recovery).
+    pub(super) fn set_health(&self, health: Health) {
+        *self.health.lock().unwrap_or_else(PoisonError::into_inner) = health;
     }
 
     /// Starts the model's thread, which answers the chat requests from then on (once; later
@@ -284,7 +304,29 @@ impl App {
             return Err(HttpError::new(405, format!("{} takes {allowed}, not {}", request.path, request.method)));
         }
         match request.path.as_str() {
-            "/health" => send_json(stream, 200, &Json::obj([("status", Json::str("ok"))]), cors, keep),
+            "/health" => match self.health.lock().unwrap_or_else(PoisonError::into_inner).clone() {
+                Health::Serving(backend) => send_json(
+                    stream,
+                    200,
+                    &Json::obj([("status", Json::str("ok")), ("backend", Json::str(backend))]),
+                    cors,
+                    keep,
+                ),
+                Health::Recovering(why) => send_json(
+                    stream,
+                    503,
+                    &Json::obj([("status", Json::str("recovering")), ("reason", Json::str(why))]),
+                    &format!("{cors}Retry-After: 1\r\n"),
+                    keep,
+                ),
+                Health::Failed(why) => send_json(
+                    stream,
+                    503,
+                    &Json::obj([("status", Json::str("failed")), ("reason", Json::str(why))]),
+                    cors,
+                    keep,
+                ),
+            },
             "/v1/models" => send_json(stream, 200, &openai::models(&self.model_name), cors, keep),
             path if path.starts_with(MODELS) => {
                 let id = path.strip_prefix(MODELS).unwrap_or_default();
@@ -553,8 +595,12 @@ const CHAT: &str = "/v1/chat/completions";
 /// `GET /v1/models/{id}`: the model of that id.
 const MODELS: &str = "/v1/models/";
 
-/// A bad image or prompt is the client's (400); anything else is the server's (500).
+/// A bad image or prompt is the client's (400); a lost device a 503 to try again after (the
+/// model is being loaded again); anything else is the server's (500).
 pub(super) fn runtime(e: RuntimeError) -> HttpError {
+    if crate::runtime::recover::is_device_lost(&e) {
+        return HttpError::new(503, format!("{e}; the model is being loaded again, try again")).with_retry_after(2);
+    }
     let status = match e {
         // The client's own input: its images and the length of its conversation.
         RuntimeError::Usage(_) | RuntimeError::Image(_) | RuntimeError::ContextFull { .. } => 400,

@@ -9,13 +9,14 @@
 //! [`MAX_BEHIND`] wait to be written) without holding the others up; one that goes away, or
 //! stopped reading past the send timeout, ends its request at the next step.
 
-use super::handler::App;
+use super::handler::{App, Health};
 use super::http::HttpError;
 use super::openai::ChatImage;
 use crate::runtime::batch::{Batch, Finished, Listener, Start, Started, Stepped, Turn};
 use crate::runtime::chat::Message;
 use crate::runtime::describe::Describer;
 use crate::runtime::generate::{Delta, GenerateConfig, Generation};
+use crate::runtime::recover::Losses;
 use crate::runtime::sampler::TokenLogprob;
 use std::ops::ControlFlow;
 use std::panic::{self, AssertUnwindSafe};
@@ -109,10 +110,13 @@ impl Listener<Tag> for Readers {
 }
 
 /// Runs the requests `jobs` brings on `d` (whose n_seq sequences they share) until every
-/// sender of jobs is gone.
+/// sender of jobs is gone. Where `d`'s device is lost, the requests under way get a 503 and the
+/// models are loaded again (`runtime::recover`) while `/health` says so; the thread ends only
+/// where that fails on the CPU too.
 pub fn run(mut d: Describer, jobs: &Receiver<Job>, app: &App) {
     let tokenizer = Arc::clone(d.text().tokenizer());
     let mut batch = Batch::new(d.text(), &tokenizer);
+    let mut losses = Losses::default();
     // A request taken while every request under way was held, started at the loop's next turn.
     let mut waiting: Option<Job> = None;
     loop {
@@ -137,6 +141,9 @@ pub fn run(mut d: Describer, jobs: &Receiver<Job>, app: &App) {
             // new session, so the model is still good (the hook has logged it).
             let _ = panic::catch_unwind(AssertUnwindSafe(|| start(app, &mut d, &mut batch, arrived)));
         }
+        if d.device_lost() && !recover(app, &mut d, &mut batch, &mut losses) {
+            return;
+        }
         if batch.is_empty() {
             continue;
         }
@@ -160,6 +167,32 @@ pub fn run(mut d: Describer, jobs: &Receiver<Job>, app: &App) {
                     let _ = tag.events.send(Event::Done(Err(e.clone())));
                 }
             }
+        }
+        if d.device_lost() && !recover(app, &mut d, &mut batch, &mut losses) {
+            return;
+        }
+    }
+}
+
+/// After `d`'s device was lost: the requests still in sequences get a 503 to try again, and
+/// the models are loaded again while `/health` says so. False where that failed (the thread
+/// ends; requests then get a 500).
+fn recover(app: &App, d: &mut Describer, batch: &mut Batch<Tag>, losses: &mut Losses) -> bool {
+    for tag in batch.abandon() {
+        let _ = tag.events.send(Event::Done(Err(lost_device())));
+    }
+    let device = d.text().backend().describe();
+    app.set_health(Health::Recovering(format!("{device} was lost; the models are being loaded again")));
+    match losses.recover(d, "serving chat requests") {
+        Ok(reopened) => {
+            *d = reopened;
+            app.set_health(Health::Serving(d.text().backend().describe()));
+            true
+        }
+        Err(e) => {
+            log::error!("hrx serve: the models could not be loaded again ({e}); chat requests fail from now on");
+            app.set_health(Health::Failed(format!("the models could not be loaded again after a device loss: {e}")));
+            false
         }
     }
 }
@@ -188,15 +221,24 @@ fn start(app: &App, d: &mut Describer, batch: &mut Batch<Tag>, jobs: Vec<Job>) {
             }
         }
     }
-    for started in batch.start_all(d.text_mut(), starts, &mut Readers) {
+    let started = batch.start_all(d.text_mut(), starts, &mut Readers);
+    // A prefill that lost the device failed every prompt of it (its error told as text).
+    let lost = d.device_lost().then(lost_device);
+    for started in started {
         match started {
             Started::Running => {}
             Started::Finished(finished) => answer(finished),
             Started::Failed(tag, e) => {
-                let _ = tag.events.send(Event::Done(Err(super::handler::runtime(e))));
+                let e = lost.clone().unwrap_or_else(|| super::handler::runtime(e));
+                let _ = tag.events.send(Event::Done(Err(e)));
             }
         }
     }
+}
+
+/// The answer to a request the device's loss ended: try again once the model is loaded again.
+fn lost_device() -> HttpError {
+    HttpError::new(503, "the device was lost; the model is being loaded again, try again").with_retry_after(2)
 }
 
 /// Sends a request that ended its answer.

@@ -19,11 +19,17 @@ pub struct Server {
 
 impl Server {
     pub fn start(model: &Path, extra: &[&str]) -> Server {
+        Server::start_with(model, extra, &[])
+    }
+
+    /// As `start`, with `env` set for the server.
+    pub fn start_with(model: &Path, extra: &[&str], env: &[(&str, &str)]) -> Server {
         let m = model.join("qwen3vl-tiny-F16.gguf");
         let mm = model.join("mmproj-qwen3vl-tiny-F16.gguf");
         let mut child = Command::new(env!("CARGO_BIN_EXE_hrx"))
             .args(["serve", "-m", m.to_str().unwrap(), "--mmproj", mm.to_str().unwrap(), "--port", "0"])
             .args(extra)
+            .envs(env.iter().copied())
             .stdout(Stdio::piped())
             .stderr(Stdio::piped())
             .spawn()

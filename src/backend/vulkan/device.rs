@@ -282,6 +282,11 @@ impl Device {
         self.shared.checks.failures()
     }
 
+    /// Whether the device was lost or hung: every submission fails from then on.
+    pub fn is_lost(&self) -> bool {
+        self.shared.usable().is_err()
+    }
+
     /// Marks the device lost, as `VK_ERROR_DEVICE_LOST` does: every later submission fails.
     pub(crate) fn lose(&self) {
         self.shared.lost.store(true, Ordering::Release);
