@@ -97,16 +97,11 @@ impl Rng {
     }
 }
 
-/// Normalized mean squared error of `got` against `want` (llama.cpp's test-backend-ops).
+/// Normalized mean squared error of `got` against `want` (llama.cpp's test-backend-ops), as
+/// hrx's self-check measures it.
 pub fn nmse(got: &[f32], want: &[f32]) -> f64 {
     assert_eq!(got.len(), want.len());
-    let err: f64 = got.iter().zip(want).map(|(&g, &w)| (f64::from(g) - f64::from(w)).powi(2)).sum();
-    let norm: f64 = want.iter().map(|&w| f64::from(w).powi(2)).sum();
-    if norm == 0.0 {
-        err
-    } else {
-        err / norm
-    }
+    hrx::backend::vulkan::selfcheck::nmse(got, want)
 }
 
 pub fn f32_bytes(v: &[f32]) -> Vec<u8> {

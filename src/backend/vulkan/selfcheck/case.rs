@@ -569,7 +569,9 @@ fn stored(bytes: &[u8], o: &Operand) -> std::result::Result<Vec<u8>, String> {
     Ok(out)
 }
 
-fn nmse(got: &[f32], want: &[f32]) -> f64 {
+/// Normalized mean squared error of `got` against `want` (llama.cpp's test-backend-ops): the
+/// squared errors' sum over the squared reference's.
+pub fn nmse(got: &[f32], want: &[f32]) -> f64 {
     let err: f64 = got.iter().zip(want).map(|(&g, &w)| (f64::from(g) - f64::from(w)).powi(2)).sum();
     let norm: f64 = want.iter().map(|&w| f64::from(w).powi(2)).sum();
     if norm == 0.0 {
