@@ -18,7 +18,7 @@ use super::super::weight_layout::Stored;
 use crate::backend::cpu::tensor::{Data, In, Out};
 use crate::backend::cpu::{execute, Kernels};
 use crate::graph::{Graph, NodeId, Op, MAX_DIMS};
-use crate::hrx::{Group, Plan};
+use crate::hrx::{Group, Kernel, Plan};
 use crate::quant::{quantize_row, DType};
 use crate::rng::SplitMix64;
 use std::collections::HashMap;
@@ -70,9 +70,10 @@ impl<'p> Case<'p> {
             }
             _ => None,
         };
-        let ops = group_ops(graph, group).map(describe_op).collect::<Vec<_>>().join("+");
+        let ops = group_nodes(group).map(|n| describe_op(&graph.node(n).op)).collect::<Vec<_>>().join("+");
         let shapes: Vec<String> = ins.iter().chain([&out]).map(shape).collect();
-        let key = format!("{}{} {ops} {}", kernel.name(), variant(kernel), shapes.join(" "));
+        let named = Kernel { subgroup: kernel.subgroup(), shape: kernel.shape(), ..Kernel::named(kernel.name()) };
+        let key = format!("{named} {ops} {}", shapes.join(" "));
         let node_name = &graph.node(node).name;
         let label = format!("graph {} node {} ({node_name})", graph.name, node.0);
         Case { plan, group, kernel, key, label, syms, ins, out, rows }
@@ -230,7 +231,7 @@ impl<'p> Case<'p> {
         let graph = &self.plan.graph;
         let n: usize = rt.iter().product();
         let below = |rng: &mut SplitMix64, n: usize| (rng.next_u64() % n.max(1) as u64) as i32;
-        let (reader, index) = group_ops_ids(graph, self.group)
+        let (reader, index) = group_nodes(self.group)
             .flat_map(|r| graph.node(r).inputs.iter().enumerate().map(move |(k, &i)| (r, k, i)))
             .find(|&(_, _, i)| i == id)
             .map(|(r, k, _)| (r, k))
@@ -311,7 +312,7 @@ impl<'p> Case<'p> {
         }
         let contiguous = |ne: [usize; MAX_DIMS]| crate::graph::contiguous_strides(DType::F32, ne);
         let mut computed: HashMap<NodeId, (Vec<f32>, [usize; MAX_DIMS])> = HashMap::new();
-        let nodes: Vec<NodeId> = group_ops_ids(graph, self.group).collect();
+        let nodes: Vec<NodeId> = group_nodes(self.group).collect();
         let mut start = Some(start);
         let last = nodes.len() - 1;
         for (at, &n) in nodes.iter().enumerate() {
@@ -403,12 +404,8 @@ fn tolerance(kernel: KernelId) -> f64 {
     }
 }
 
-/// The ops of a group in dataflow order.
-fn group_ops(graph: &Graph, group: Group) -> impl Iterator<Item = &Op> {
-    group_ops_ids(graph, group).map(move |n| &graph.node(n).op)
-}
-
-fn group_ops_ids(_graph: &Graph, group: Group) -> impl Iterator<Item = NodeId> {
+/// The nodes a group computes, in dataflow order.
+fn group_nodes(group: Group) -> impl Iterator<Item = NodeId> {
     group.folded.into_iter().chain([group.node]).chain(group.fused)
 }
 
@@ -419,14 +416,6 @@ fn describe_op(op: &Op) -> String {
         Op::Rope { kind, n_dims, .. } => format!("ROPE({kind:?},{n_dims})"),
         Op::Attention { segment, .. } => format!("FLASH_ATTN({})", if *segment == 0 { "spans" } else { "causal" }),
         other => other.name().to_owned(),
-    }
-}
-
-fn variant(kernel: KernelId) -> String {
-    match (kernel.subgroup(), kernel.shape()) {
-        (Some(s), Some([m, n, k])) => format!(" (subgroup {s}, {m}x{n}x{k})"),
-        (Some(s), None) => format!(" (subgroup {s})"),
-        _ => String::new(),
     }
 }
 

@@ -12,7 +12,8 @@ mod case;
 mod probe;
 mod record;
 
-pub use case::{nmse, Case, Failure};
+pub use case::nmse;
+use case::{Case, Failure};
 pub use probe::probe;
 pub use record::{build_id, Verdict};
 
