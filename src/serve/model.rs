@@ -164,7 +164,7 @@ pub fn run(mut d: Describer, jobs: &Receiver<Job>, app: &App) {
             }
             Err(e) => {
                 for tag in batch.abandon() {
-                    let _ = tag.events.send(Event::Done(Err(e.clone())));
+                    fail(app, &d, &tag.events, e.clone());
                 }
             }
         }
@@ -178,11 +178,10 @@ pub fn run(mut d: Describer, jobs: &Receiver<Job>, app: &App) {
 /// the models are loaded again while `/health` says so. False where that failed (the thread
 /// ends; requests then get a 500).
 fn recover(app: &App, d: &mut Describer, batch: &mut Batch<Tag>, losses: &mut Losses) -> bool {
+    say_recovering(app, d);
     for tag in batch.abandon() {
-        let _ = tag.events.send(Event::Done(Err(lost_device())));
+        fail(app, d, &tag.events, lost_device());
     }
-    let device = d.text().backend().describe();
-    app.set_health(Health::Recovering(format!("{device} was lost; the models are being loaded again")));
     match losses.recover(d, "serving chat requests") {
         Ok(reopened) => {
             *d = reopened;
@@ -204,9 +203,7 @@ fn start(app: &App, d: &mut Describer, batch: &mut Batch<Tag>, jobs: Vec<Job>) {
     for Job { messages, images, config, events, reader } in jobs {
         match app.encode(d, &messages, &images) {
             Ok(images) => encoded.push((messages, images, config, events, reader)),
-            Err(e) => {
-                let _ = events.send(Event::Done(Err(e)));
-            }
+            Err(e) => fail(app, d, &events, e),
         }
     }
     let mut starts = Vec::with_capacity(encoded.len());
@@ -216,9 +213,7 @@ fn start(app: &App, d: &mut Describer, batch: &mut Batch<Tag>, jobs: Vec<Job>) {
                 let tag = Tag { events: events.clone(), reader: Arc::clone(reader), prompt_tokens: ids.len() };
                 starts.push(Start { pieces, config: config.clone(), tag });
             }
-            Err(e) => {
-                let _ = events.send(Event::Done(Err(super::handler::runtime(e))));
-            }
+            Err(e) => fail(app, d, events, super::handler::runtime(e)),
         }
     }
     let started = batch.start_all(d.text_mut(), starts, &mut Readers);
@@ -230,7 +225,7 @@ fn start(app: &App, d: &mut Describer, batch: &mut Batch<Tag>, jobs: Vec<Job>) {
             Started::Finished(finished) => answer(finished),
             Started::Failed(tag, e) => {
                 let e = lost.clone().unwrap_or_else(|| super::handler::runtime(e));
-                let _ = tag.events.send(Event::Done(Err(e)));
+                fail(app, d, &tag.events, e);
             }
         }
     }
@@ -239,6 +234,21 @@ fn start(app: &App, d: &mut Describer, batch: &mut Batch<Tag>, jobs: Vec<Job>) {
 /// The answer to a request the device's loss ended: try again once the model is loaded again.
 fn lost_device() -> HttpError {
     HttpError::new(503, "the device was lost; the model is being loaded again, try again").with_retry_after(2)
+}
+
+/// Ends a request with error `e`. Where `d`'s device was lost, `/health` says first that the
+/// models are being loaded again: its client may ask the moment the 503 arrives.
+fn fail(app: &App, d: &Describer, events: &Sender<Event>, e: HttpError) {
+    if d.device_lost() {
+        say_recovering(app, d);
+    }
+    let _ = events.send(Event::Done(Err(e)));
+}
+
+/// `/health` from now on: `d`'s device was lost, the models are being loaded again.
+fn say_recovering(app: &App, d: &Describer) {
+    let device = d.text().backend().describe();
+    app.set_health(Health::Recovering(format!("{device} was lost; the models are being loaded again")));
 }
 
 /// Sends a request that ended its answer.
