@@ -46,7 +46,11 @@ subgroup_size_run() {
       return 2
       ;;
   esac
-  echo "subgroup_sizes: subgroups of $lanes passed in $((SECONDS - start)) s" >&2
+  if [ -n "${HRX_EXPECT_LANES:-}" ]; then
+    echo "subgroup_sizes: reported $lanes, runs ${HRX_EXPECT_LANES}: the probe named it, in $((SECONDS - start)) s" >&2
+  else
+    echo "subgroup_sizes: subgroups of $lanes passed in $((SECONDS - start)) s" >&2
+  fi
 }
 
 # Every size above that runs: 16 lanes on Debian 12's lavapipe, 4 on Mesa 26.1's where it was
