@@ -304,29 +304,16 @@ impl App {
             return Err(HttpError::new(405, format!("{} takes {allowed}, not {}", request.path, request.method)));
         }
         match request.path.as_str() {
-            "/health" => match self.health.lock().unwrap_or_else(PoisonError::into_inner).clone() {
-                Health::Serving(backend) => send_json(
-                    stream,
-                    200,
-                    &Json::obj([("status", Json::str("ok")), ("backend", Json::str(backend))]),
-                    cors,
-                    keep,
-                ),
-                Health::Recovering(why) => send_json(
-                    stream,
-                    503,
-                    &Json::obj([("status", Json::str("recovering")), ("reason", Json::str(why))]),
-                    &format!("{cors}Retry-After: 1\r\n"),
-                    keep,
-                ),
-                Health::Failed(why) => send_json(
-                    stream,
-                    503,
-                    &Json::obj([("status", Json::str("failed")), ("reason", Json::str(why))]),
-                    cors,
-                    keep,
-                ),
-            },
+            "/health" => {
+                let health = self.health.lock().unwrap_or_else(PoisonError::into_inner).clone();
+                let (status, word, field, detail, retry) = match health {
+                    Health::Serving(backend) => (200, "ok", "backend", backend, ""),
+                    Health::Recovering(why) => (503, "recovering", "reason", why, "Retry-After: 1\r\n"),
+                    Health::Failed(why) => (503, "failed", "reason", why, ""),
+                };
+                let body = Json::obj([("status", Json::str(word)), (field, Json::str(detail))]);
+                send_json(stream, status, &body, &format!("{cors}{retry}"), keep)
+            }
             "/v1/models" => send_json(stream, 200, &openai::models(&self.model_name), cors, keep),
             path if path.starts_with(MODELS) => {
                 let id = path.strip_prefix(MODELS).unwrap_or_default();

@@ -25,6 +25,9 @@ pub fn run(mut args: Args, out: &mut dyn Write) -> Result<(), CliError> {
     let mmproj = MMPROJ.string(&mut args)?;
     let max_pixels: usize = IMAGE_MAX_PIXELS.parse(&mut args)?.unwrap_or(PreprocessConfig::KIOSK_MAX_PIXELS);
     let placement = Placement::parse(&mut args)?;
+    if placement.threads.is_some() {
+        return Err(CliError::usage("--threads: doctor --check's CPU side uses every core"));
+    }
     let options = text_options(&mut args, &placement)?;
     let options = options.with_sequences(flags::sequences(&mut args, &BATCH)?.unwrap_or(1));
     if !args.finish()?.is_empty() {
