@@ -22,6 +22,7 @@ use crate::hrx::{Group, Kernel, Plan};
 use crate::quant::{quantize_row, DType};
 use crate::rng::SplitMix64;
 use std::collections::HashMap;
+use std::sync::{Mutex, PoisonError};
 
 /// Offsets keep their position modulo this: every alignment a kernel or a device asks for.
 const OFFSET_CLASS: usize = 256;
@@ -32,6 +33,9 @@ const CHECK_TOKENS: usize = 72;
 const DISTINCT_ROWS: usize = 64;
 /// Query-row pairs an attention check's queries see at most, all together (its CPU side).
 const ATTENTION_PAIRS: usize = 1 << 15;
+/// Rows a destination written in place (a KV cache) keeps at most: past every row a check's
+/// tokens write (`CHECK_TOKENS`), so rows left alone are compared too.
+const CHECK_DEST_ROWS: usize = 256;
 
 /// A dispatch of a plan, as the self-check runs it.
 pub struct Case<'p> {
@@ -70,6 +74,16 @@ impl<'p> Case<'p> {
             }
             _ => None,
         };
+        // The destination a dispatch writes into, at `CHECK_DEST_ROWS` rows: filling and
+        // comparing a 4,096-row cache cost a quarter of a second a check.
+        let last = graph.node(group.output());
+        if let Some(dest) = last.op.writes_into().and_then(|k| last.inputs.get(k)) {
+            out.ne[1] = out.ne[1].min(CHECK_DEST_ROWS);
+            let inputs = group.inputs(graph);
+            for (o, _) in ins.iter_mut().zip(&inputs).filter(|(_, &id)| id == *dest) {
+                o.ne[1] = out.ne[1];
+            }
+        }
         let ops = group_nodes(group).map(|n| describe_op(&graph.node(n).op)).collect::<Vec<_>>().join("+");
         let shapes: Vec<String> = ins.iter().chain([&out]).map(shape).collect();
         let named = Kernel { subgroup: kernel.subgroup(), shape: kernel.shape(), ..Kernel::named(kernel.name()) };
@@ -93,12 +107,13 @@ impl<'p> Case<'p> {
         let launch =
             kernels::launch(self.kernel, ops, &self.ins, &self.out, graph.value(out_id).dyn_axis.map(Into::into))
                 .map_err(|e| Failure::Unchecked(format!("the kernel refuses the check's operands: {e}")))?;
+        let started = std::time::Instant::now();
         let mut rng = SplitMix64(0x5e1f_c4ec ^ self.key.len() as u64);
         let input_ids = self.group.inputs(graph);
         let datas: Vec<Vec<u8>> = input_ids
             .iter()
             .zip(&self.ins)
-            .map(|(&id, o)| self.input_bytes(id, o, &mut rng))
+            .map(|(&id, o)| self.input_bytes(id, o, &mut rng, threads))
             .collect::<std::result::Result<_, _>>()?;
         // The output: NaN where it is written (a value left unwritten shows), or for a kernel
         // that writes into a value (SET_ROWS), random values both sides start from.
@@ -150,13 +165,23 @@ impl<'p> Case<'p> {
             out_buf.read(0, &mut got)?;
             Ok(got)
         };
+        let inputs_made = started.elapsed();
         let got_bytes = gpu().map_err(Failure::Vulkan)?;
+        let gpu_done = started.elapsed();
         let mut got = gather(&got_bytes, &self.out, &out_rt);
         if corrupt {
             got.iter_mut().for_each(|v| *v *= 0.5);
         }
         // The CPU, node by node.
         let want = self.reference(&input_ids, &datas, start, threads).map_err(Failure::Unchecked)?;
+        let ms = |d: std::time::Duration| d.as_secs_f64() * 1e3;
+        log::debug!(
+            "self-check {}: inputs {:.1} ms, GPU {:.1} ms, CPU {:.1} ms",
+            self.key,
+            ms(inputs_made),
+            ms(gpu_done - inputs_made),
+            ms(started.elapsed() - gpu_done)
+        );
         if want.len() != got.len() {
             return Err(Failure::Unchecked(format!("{} values from the GPU, {} from the CPU", got.len(), want.len())));
         }
@@ -190,7 +215,13 @@ impl<'p> Case<'p> {
 
     /// Random bytes for group input `id` laid out as `o` (its run-time extent): values of its
     /// dtype, or the i32 its reader takes (ids in range, positions, a query's kv rows).
-    fn input_bytes(&self, id: NodeId, o: &Operand, rng: &mut SplitMix64) -> std::result::Result<Vec<u8>, Failure> {
+    fn input_bytes(
+        &self,
+        id: NodeId,
+        o: &Operand,
+        rng: &mut SplitMix64,
+        threads: usize,
+    ) -> std::result::Result<Vec<u8>, Failure> {
         let rt = runtime(o, &self.syms);
         let mut bytes = vec![0u8; span(o, &rt)];
         match o.dtype {
@@ -202,7 +233,8 @@ impl<'p> Case<'p> {
                 fill_floats(&mut bytes[o.offset..], o.dtype, rng)
             }
             dtype => {
-                // Weight rows: DISTINCT_ROWS random rows quantized, repeated.
+                // Weight rows: DISTINCT_ROWS random rows quantized (on threads: a k-quant's
+                // search took 40 ms for 64 rows of 6,144), repeated.
                 let row_bytes = dtype
                     .row_bytes(o.ne[0] as u64)
                     .ok_or_else(|| Failure::Unchecked(format!("{dtype} rows of {} values", o.ne[0])))?
@@ -210,10 +242,18 @@ impl<'p> Case<'p> {
                 let rows: usize = rt[1..].iter().product();
                 let n_distinct = DISTINCT_ROWS.min(rows).max(1);
                 let mut distinct = vec![0u8; row_bytes * n_distinct];
-                let mut values = vec![0f32; o.ne[0]];
-                for row in distinct.chunks_mut(row_bytes) {
-                    values.iter_mut().for_each(|v| *v = uniform(rng));
-                    quantize_row(dtype, &values, row).map_err(|e| Failure::Unchecked(e.to_string()))?;
+                let seeded: Vec<(u64, &mut [u8])> =
+                    distinct.chunks_mut(row_bytes).map(|r| (rng.next_u64(), r)).collect();
+                let failed = Mutex::new(None);
+                crate::backend::cpu::pool::par_items(threads.min(n_distinct), seeded.into_iter(), |(seed, row)| {
+                    let mut rng = SplitMix64(seed);
+                    let values: Vec<f32> = (0..o.ne[0]).map(|_| uniform(&mut rng)).collect();
+                    if let Err(e) = quantize_row(dtype, &values, row) {
+                        *failed.lock().unwrap_or_else(PoisonError::into_inner) = Some(e.to_string());
+                    }
+                });
+                if let Some(why) = failed.into_inner().unwrap_or_else(PoisonError::into_inner) {
+                    return Err(Failure::Unchecked(why));
                 }
                 for r in 0..rows {
                     let (i1, i2, i3) = crate::backend::cpu::tensor::row_coords(r, &rt);
@@ -243,7 +283,9 @@ impl<'p> Case<'p> {
             (Op::GetRows | Op::GetRowsWeighted, 1) => (0..n).map(|_| below(rng, input_rt(0)[1])).collect(),
             // Distinct rows of the destination.
             (Op::SetRows, 2) => {
-                let rows = graph.value(node.inputs[0]).ne[1];
+                // The destination's rows, at check size where the dispatch writes into it.
+                let rows =
+                    if reader == self.group.output() { self.out.ne[1] } else { graph.value(node.inputs[0]).ne[1] };
                 let mut all: Vec<i32> = (0..rows as i32).collect();
                 for i in 0..n.min(rows) {
                     let j = i + below(rng, rows - i) as usize;

@@ -21,6 +21,7 @@ use super::device::Device;
 use super::error::{Result, VkError};
 use super::info::DeviceInfo;
 use super::kernels::{KernelId, KernelSet, Variants};
+use super::memory::Location;
 use crate::hrx::{Device as Where, Placement, Plan};
 use record::Record;
 use std::collections::BTreeSet;
@@ -144,6 +145,10 @@ pub fn check(device: &Device, ks: &KernelSet, plans: &[Plan]) -> Result<Report> 
     // that cannot be made fails its case below, with its reason.
     let _ = ks.prepare(dispatches.iter().map(|d| d.2).chain(sizes.iter().map(|&s| KernelId::SubgroupProbe(s))));
     let threads = std::thread::available_parallelism().map_or(1, |n| n.get());
+    // A memory block left empty goes back to the driver, so each case's buffers would take a
+    // fresh 256 MiB block of each kind (16 ms a case on an H100): one small buffer of each
+    // kind holds them for the whole check.
+    let _blocks = [Location::Device, Location::Host].map(|at| device.buffer(4, at, "the self-check's memory"));
     let result = (|| -> Result<()> {
         for size in sizes {
             if checks.found().probes.contains_key(&size) {
