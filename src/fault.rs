@@ -34,7 +34,7 @@ fn parse(text: &str) -> Faults {
 
 fn faults() -> &'static Faults {
     static FAULTS: OnceLock<Faults> = OnceLock::new();
-    FAULTS.get_or_init(|| std::env::var("HRX_TEST_FAULT").map(|v| parse(&v)).unwrap_or_default())
+    FAULTS.get_or_init(|| crate::settings::settings().text(&crate::settings::TEST_FAULT).map(parse).unwrap_or_default())
 }
 
 /// Whether the self-check is to find `kernel` broken.

@@ -1,6 +1,37 @@
 //! hrx: Qwen3-VL on the GPU of small edge boxes.
 //!
-//! Modules, one job each (see ../shared/DESIGN.md), from the file to the user:
+//! One binary, one model family, one plan made at start-up and replayed for every image and
+//! every token. The data flow:
+//!
+//! ```text
+//! image file -> decode -> smart-resize -> normalize -> patches --+
+//!                                                               v
+//! GGUF (mmap) -> model params -> graph builders -> HRX import -> plan (once) -> executor
+//!                                                               ^             (Vulkan | CPU)
+//! prompt -> chat template -> BPE tokenizer -> token ids ---------+                 |
+//!                                                                                  v
+//!                                     text <- detokenize <- sampler <- logits <----+
+//! ```
+//!
+//! The rules the code keeps (the dispatcher's own are in [`hrx`]):
+//! - Shapes come from GGUF metadata, never from constants: any Qwen3-VL size, and any random
+//!   test model (`hrx synth`), loads and runs.
+//! - The plan is the single source of truth for what runs: the backend's registry decides each
+//!   node's launch at plan time (kernel, device variant, fusion, row splits), `hrx plan`
+//!   prints exactly that, and an executor only binds and records it. Per call only small
+//!   parameters change (token count, positions, KV length); no graph is rebuilt and no command
+//!   buffer recorded again per token.
+//! - Accumulate in f32. The CPU backend is the numeric reference, simple and obviously right;
+//!   the fast CPU kernels and every GPU kernel are tested against it on random inputs and odd
+//!   shapes (normalized mean squared error), and the whole model against HF transformers'
+//!   outputs (the oracle in tests/oracle).
+//! - GPU kernels are chosen from the properties the device reports and run only at subgroup
+//!   sizes a test ran; on the user's own device hrx checks them before first use and leaves
+//!   out what is wrong ([`backend::vulkan`]'s self-check).
+//! - Kernels know nothing of the model, the planner nothing of Qwen: model knowledge lives in
+//!   [`model`] alone.
+//!
+//! Modules, one job each, from the file to the user:
 //! - [`gguf`]: mmap a GGUF file, validate it, expose metadata and typed tensor views; write one.
 //! - [`quant`]: block formats — layouts, dequantize, CPU dot products, quantize.
 //! - [`tokenizer`]: byte-level BPE with the Qwen2 pre-tokenizer, NFC, streaming decode.
@@ -17,7 +48,8 @@
 //! - [`caption`], [`serve`], [`cli`]: the surfaces users touch (batch captioning, the
 //!   OpenAI-compatible server, the command line with its shared flag table).
 //! - [`catalog`]: models.toml, the registry of known models; [`json`]: a small JSON value;
-//!   [`rng`]: the seeded generator tests and sampling share; [`fault`]: the faults tests inject.
+//!   [`rng`]: the seeded generator tests and sampling share; [`fault`]: the faults tests inject;
+//!   [`settings`]: every `HRX_*` environment variable, declared and read once.
 
 pub mod backend;
 pub mod caption;
@@ -34,4 +66,5 @@ pub mod quant;
 pub mod rng;
 pub mod runtime;
 pub mod serve;
+pub mod settings;
 pub mod tokenizer;

@@ -96,10 +96,10 @@ impl DeviceChoice {
     /// else `auto`. The one place `HRX_DEVICE` is read: every command, `hrx doctor`'s
     /// "hrx uses" line and the tests resolve the device through it.
     pub fn resolve(flag: Option<&str>) -> Result<DeviceChoice, String> {
-        match (flag, std::env::var("HRX_DEVICE")) {
+        match (flag, crate::settings::settings().text(&crate::settings::DEVICE)) {
             (Some(v), _) => DeviceChoice::parse(v, ChosenBy::Flag),
-            (None, Ok(v)) => DeviceChoice::parse(&v, ChosenBy::Env),
-            (None, Err(_)) => Ok(DeviceChoice::Auto),
+            (None, Some(v)) => DeviceChoice::parse(v, ChosenBy::Env),
+            (None, None) => Ok(DeviceChoice::Auto),
         }
     }
 

@@ -307,8 +307,8 @@ fn entry(line: usize, mut fields: Vec<(String, Scalar)>) -> Result<ModelEntry, C
 /// (colon-separated), ~/.local/share/hrx/models, /var/lib/hrx/models.
 pub fn search_dirs() -> Vec<PathBuf> {
     let mut dirs = vec![PathBuf::from("models")];
-    if let Some(v) = std::env::var_os("HRX_MODELS") {
-        dirs.extend(std::env::split_paths(&v));
+    if let Some(v) = crate::settings::settings().paths(&crate::settings::MODELS) {
+        dirs.extend(std::env::split_paths(v));
     }
     if let Some(home) = std::env::var_os("HOME") {
         dirs.push(Path::new(&home).join(".local/share/hrx/models"));

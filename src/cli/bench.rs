@@ -430,7 +430,7 @@ pub(super) fn write_profiles(graphs: &[RecordingStats], out: &mut dyn Write) -> 
     let profiled: Vec<(&str, &Profile)> =
         graphs.iter().filter_map(|g| g.profile.as_ref().map(|p| (g.graph.as_str(), p))).collect();
     if profiled.is_empty() {
-        if std::env::var("HRX_VK_PROFILE").is_ok_and(|v| v == "1") {
+        if crate::settings::settings().switch(&crate::settings::VK_PROFILE) {
             writeln!(
                 out,
                 "GPU profile: none (HRX_VK_PROFILE=1 times Vulkan devices that write timestamps; this run has none)"

@@ -11,6 +11,7 @@ use crate::backend::DeviceChoice;
 use crate::cli::args::Args;
 use crate::hrx::Registry;
 use crate::json::Json;
+use crate::settings::settings;
 use std::io::Write;
 
 pub const HELP: &str = "\
@@ -340,7 +341,21 @@ impl Report {
                  (--device N runs on device N)"
             ),
             (None, Some(_), _) => writeln!(out, "hrx would run on the CPU backend only"),
+        }?;
+        let set = settings();
+        let shown: Vec<String> = crate::settings::ALL
+            .iter()
+            .filter_map(|v| set.shown(v).map(|value| format!("{}={value}", v.name)))
+            .collect();
+        if shown.is_empty() {
+            writeln!(out, "settings: no HRX_* variable set (`hrx help env` lists them and their defaults)")?;
+        } else {
+            writeln!(out, "settings: {} (`hrx help env` lists every variable)", shown.join(", "))?;
         }
+        for refused in &set.refused {
+            writeln!(out, "settings: {refused}")?;
+        }
+        Ok(())
     }
 
     fn json(&self) -> Json {
@@ -422,6 +437,14 @@ impl Report {
             ("selected", self.selected.map_or(Json::Null, |i| Json::Int(i as i128))),
             ("backend", Json::str(if self.selected.is_some() { "vulkan" } else { "cpu" })),
             ("error", self.error.as_ref().map_or(Json::Null, |e| Json::str(e.to_string()))),
+            (
+                "settings",
+                Json::obj(
+                    crate::settings::ALL
+                        .iter()
+                        .filter_map(|v| settings().shown(v).map(|value| (v.name, Json::str(value)))),
+                ),
+            ),
         ])
     }
 }

@@ -184,7 +184,10 @@ fn main_help() -> String {
     for c in COMMANDS {
         s.push_str(&format!("  {:<10} {}\n", c.name, c.summary));
     }
-    s.push_str("  help       show a command's help\n\nenvironment: RUST_LOG=info|debug for logs");
+    s.push_str(
+        "  help       show a command's help (hrx help env: the HRX_* environment variables)\n\n\
+         environment: RUST_LOG=info|debug for logs; `hrx help env` lists the rest",
+    );
     s
 }
 
@@ -210,6 +213,7 @@ pub fn run(argv: Vec<String>, out: &mut dyn Write) -> Result<(), CliError> {
             // `hrx help --help` and `hrx help help` are the main help too.
             let text = match rest.first().map(String::as_str) {
                 None | Some("-h" | "--help" | "help") => main_help(),
+                Some("env") => crate::settings::settings().table(),
                 Some(c) => (find(c)?.help)(),
             };
             writeln!(out, "{text}")?;

@@ -8,12 +8,22 @@
 //! Before placing, a transient value that only compute nodes read may be kept in halves where
 //! the registry takes it so (`Registry::keeps_halves`): its dtype, and its views', become f16.
 //!
-//! Plan, node by node (DESIGN.md):
-//! 1. a compute op gets a registration on the device, or is left to the CPU (a split);
+//! Plan, node by node:
+//! 1. a compute op gets a registration on the device, or is left to the CPU (a split): a node
+//!    the CPU can run never fails the graph;
 //! 2. a layout op aliases if it can (elided);
 //! 3. a layout op whose output is External, recorded `NoAliasSource`, is skipped: it is bound
 //!    from its tensor like any other external input;
 //! 4. any other layout window is a Transient nobody fills: planning fails, naming the node.
+//!    This is the only way a plan fails: it fails closed only on transient windows.
+//!
+//! The case that made rule 3: Qwen3-VL's text model takes a wide input embedding, `n_embd x
+//! (1 + n_deepstack)` values a token: slice 0 the token's embedding (or the vision merger's
+//! output), slice k the deepstack feature added after text layer k - 1. The text graph reads
+//! each slice as a view of the wide tensor; made in another graph, that tensor is no value of
+//! the text graph, so the views cannot alias it and are bound from it as external inputs. An
+//! engine that registered such a window as a transient read bytes no node wrote; here it is
+//! refused instead (`tests.rs` pins both).
 
 mod arena;
 
@@ -445,21 +455,30 @@ impl Plan {
                 plan.placements[reader.0] = Placement::Fused { into: first };
             }
         }
-        if std::env::var("HRX_LOG_DISPATCH").is_ok_and(|v| v == "1") {
-            for (i, (node, p)) in plan.graph.nodes.iter().zip(&plan.placements).enumerate() {
-                eprintln!(
-                    "hrx dispatch: graph {} node {i} {} {:?} -> {}",
-                    plan.graph.name,
-                    node.op.name(),
-                    node.name,
-                    placement_str(p)
-                );
-            }
-        }
         if !refusals.is_empty() {
             return Err(PlanError { graph: plan.graph.name.clone(), refusals, census: Box::new(plan.census()) });
         }
         Ok(plan)
+    }
+
+    /// Where each node went, a line a node: what `HRX_LOG_DISPATCH=1` has the runtime print.
+    pub fn dispatch_log(&self) -> Vec<String> {
+        let graph = &self.graph;
+        graph
+            .nodes
+            .iter()
+            .zip(&self.placements)
+            .enumerate()
+            .map(|(i, (node, p))| {
+                format!(
+                    "hrx dispatch: graph {} node {i} {} {:?} -> {}",
+                    graph.name,
+                    node.op.name(),
+                    node.name,
+                    placement_str(p)
+                )
+            })
+            .collect()
     }
 
     pub fn census(&self) -> Census {

@@ -1,6 +1,6 @@
-//! The dispatcher's rules on hand-built graphs, as the engine change in shared/seeds pinned
-//! them: a deepstack window on storage the graph does not hold is skipped and reads exactly
-//! its slice; the same window registered as a transient is refused; a real alias is elided.
+//! The dispatcher's rules (the module doc) on hand-built graphs: a deepstack window on storage
+//! the graph does not hold is skipped and reads exactly its slice; the same window registered
+//! as a transient is refused; a real alias is elided.
 
 use super::*;
 use crate::backend::cpu::{CpuExecutor, Kernels};

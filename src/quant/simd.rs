@@ -26,7 +26,8 @@ impl Simd {
     pub fn detect() -> Simd {
         static LEVEL: OnceLock<Simd> = OnceLock::new();
         *LEVEL.get_or_init(|| {
-            let cap = std::env::var("HRX_SIMD").ok().and_then(|v| Simd::ALL.into_iter().find(|s| s.name() == v));
+            let asked = crate::settings::settings().choice(&crate::settings::SIMD);
+            let cap = asked.and_then(|v| Simd::ALL.into_iter().find(|s| s.name() == v));
             let allowed = |s: &Simd| cap.is_none_or(|c| *s as u8 <= c as u8);
             Simd::ALL.into_iter().rev().find(|s| allowed(s) && s.is_supported()).unwrap_or(Simd::Scalar)
         })

@@ -13,6 +13,7 @@ use crate::gguf::GgufFile;
 use crate::graph::Graph;
 use crate::hrx::{Plan, Registry};
 use crate::quant::DType;
+use crate::settings::{self, settings};
 use std::sync::Arc;
 
 /// Plans each of `graphs` for `registry` (a plan per graph, in order).
@@ -20,7 +21,19 @@ pub fn plan_all<'a>(
     graphs: impl IntoIterator<Item = &'a Graph>,
     registry: &dyn Registry,
 ) -> Result<Vec<Plan>, RuntimeError> {
-    Ok(graphs.into_iter().map(|g| Plan::new(g.clone(), registry)).collect::<Result<Vec<_>, _>>()?)
+    graphs.into_iter().map(|g| plan(g.clone(), registry)).collect()
+}
+
+/// `graph`'s plan for `registry`, each node's placement on standard error under
+/// `HRX_LOG_DISPATCH=1`.
+pub fn plan(graph: Graph, registry: &dyn Registry) -> Result<Plan, RuntimeError> {
+    let plan = Plan::new(graph, registry)?;
+    if settings().switch(&settings::LOG_DISPATCH) {
+        for line in plan.dispatch_log() {
+            eprintln!("{line}");
+        }
+    }
+    Ok(plan)
 }
 
 /// An executor of the graphs `build` makes for a backend's cache element type

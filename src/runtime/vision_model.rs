@@ -49,7 +49,7 @@ impl std::ops::Deref for ImageRows {
 /// The vision plan for `registry`, for `hrx plan` and tests (built without binding weights).
 pub fn plan_vision(params: &VisionParams, max_patches: usize, registry: &dyn Registry) -> Result<Plan, RuntimeError> {
     let VisionGraph { graph, .. } = vision::build(params, max_patches)?;
-    Ok(Plan::new(graph, registry)?)
+    loader::plan(graph, registry)
 }
 
 /// Why a vision plan holds fewer patches than asked: at the asked size, its largest run-time

@@ -75,8 +75,8 @@ pub enum Kernels {
 impl Kernels {
     /// `HRX_KERNELS=reference` selects the reference kernels; anything else the fast ones.
     pub fn from_env() -> Kernels {
-        match std::env::var("HRX_KERNELS").as_deref() {
-            Ok("reference") => Kernels::Reference,
+        match crate::settings::settings().choice(&crate::settings::KERNELS) {
+            Some("reference") => Kernels::Reference,
             _ => Kernels::Fast,
         }
     }

@@ -10,6 +10,7 @@ use super::kernels::Variants;
 use super::memory::Allocator;
 use super::select::{pick, Selection};
 use super::selfcheck::Checks;
+use crate::settings::{self, settings};
 use ash::vk;
 use std::path::PathBuf;
 use std::sync::atomic::{AtomicBool, Ordering};
@@ -56,35 +57,17 @@ impl DeviceOptions {
     /// timestamps; `HRX_VK_TIMEOUT=SECONDS` for the submission limit (a malformed value is
     /// warned about and the default kept). (Which device is `backend::DeviceChoice`'s business.)
     pub fn from_env() -> DeviceOptions {
-        let cache_dir = match std::env::var_os("HRX_CACHE_DIR") {
-            Some(d) if d.is_empty() => None,
+        let set = settings();
+        let cache_dir = match set.text(&settings::CACHE_DIR) {
+            Some("") => None,
             Some(d) => Some(PathBuf::from(d)),
             None => cache::default_dir(),
         };
-        let profile = std::env::var("HRX_VK_PROFILE").is_ok_and(|v| v == "1");
-        let submit_timeout = std::env::var("HRX_VK_TIMEOUT").ok().map_or(SUBMIT_TIMEOUT, |v| {
-            parse_timeout(&v).unwrap_or_else(|| {
-                log::warn!(
-                    "HRX_VK_TIMEOUT={v:?}: expected a positive number of seconds; {} s",
-                    SUBMIT_TIMEOUT.as_secs()
-                );
-                SUBMIT_TIMEOUT
-            })
-        });
-        let spin = std::env::var("HRX_VK_SPIN_US").ok().map_or(SPIN, |v| {
-            v.trim().parse().map(Duration::from_micros).unwrap_or_else(|_| {
-                log::warn!("HRX_VK_SPIN_US={v:?}: expected a whole number of microseconds; {} us", SPIN.as_micros());
-                SPIN
-            })
-        });
+        let profile = set.switch(&settings::VK_PROFILE);
+        let submit_timeout = set.seconds(&settings::VK_TIMEOUT).map_or(SUBMIT_TIMEOUT, Duration::from_secs_f64);
+        let spin = set.whole(&settings::VK_SPIN_US).map_or(SPIN, Duration::from_micros);
         DeviceOptions { cache_dir, map_device_memory: true, profile, submit_timeout, spin, self_check: true }
     }
-}
-
-/// A positive, finite number of seconds ("120", "0.5").
-fn parse_timeout(text: &str) -> Option<Duration> {
-    let seconds: f64 = text.trim().parse().ok()?;
-    (seconds > 0.0).then(|| Duration::try_from_secs_f64(seconds).ok()).flatten()
 }
 
 /// Everything the handles share; destroyed when the last handle goes.

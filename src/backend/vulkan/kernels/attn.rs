@@ -8,11 +8,11 @@
 
 use super::coop::CoopMat;
 use super::{
-    dyn_words, expect_f32, floats, out_words, probe, values, word, Dyn, Grid, KernelId, Launch, Operand, Scratch,
-    Values,
+    dyn_words, expect_f32, floats, out_words, values, word, Dyn, Grid, KernelId, Launch, Operand, Scratch, Values,
 };
 use crate::backend::vulkan::error::{Result, VkError};
 use crate::quant::DType;
+use crate::settings::{self, settings};
 
 /// Words of the attention kernels' push constants.
 pub const PUSH_WORDS: usize = 29;
@@ -112,10 +112,7 @@ const CM_KV_ROWS: u32 = 32;
 /// `flash_attn_cm`'s kv rows per step: CM_KV_ROWS, or with HRX_VK_ATTN_CM_ROWS=16|32|64 (a
 /// tuning probe, as HRX_VK_CM_TILES) that.
 fn cm_kv_rows() -> u32 {
-    static ROWS: std::sync::OnceLock<u32> = std::sync::OnceLock::new();
-    *ROWS.get_or_init(|| {
-        probe("HRX_VK_ATTN_CM_ROWS", CM_KV_ROWS as usize, |n| matches!(n, 16 | 32 | 64), "16, 32 or 64") as u32
-    })
+    settings().whole(&settings::VK_ATTN_CM_ROWS).map_or(CM_KV_ROWS, |n| n as u32)
 }
 
 impl AttnCoop {
@@ -167,13 +164,9 @@ const MAX_SPLITS: usize = 64;
 const DEFAULT_SPLITS: usize = 32;
 
 /// The most splits of a (head, query): DEFAULT_SPLITS, or HRX_VK_ATTN_SPLITS=N up to MAX_SPLITS
-/// (a tuning probe, as HRX_VK_CM_TILES: `hrx bench` with each; read once, a bad value warned
-/// about and unset).
+/// (a tuning probe, as HRX_VK_CM_TILES: `hrx bench` with each).
 fn max_splits() -> usize {
-    static SPLITS: std::sync::OnceLock<usize> = std::sync::OnceLock::new();
-    *SPLITS.get_or_init(|| {
-        probe("HRX_VK_ATTN_SPLITS", DEFAULT_SPLITS, |n| (1..=MAX_SPLITS).contains(&n), &format!("1 to {MAX_SPLITS}"))
-    })
+    settings().whole(&settings::VK_ATTN_SPLITS).map_or(DEFAULT_SPLITS, |n| (n as usize).min(MAX_SPLITS))
 }
 
 /// How much of a head each lane of `flash_attn_split` holds: its registers, and so how many

@@ -4,6 +4,7 @@
 //! serves every device.
 
 use crate::backend::vulkan::info::CoopShape;
+use crate::settings::{self, settings, Var};
 
 /// A cooperative-matrix variant: the subgroup size the kernels run with (workgroups of four
 /// subgroups, full subgroups required) and the matrix-unit shape (f16 A and B, f32
@@ -103,8 +104,7 @@ impl Tiles {
             depth: 2,
             probe: 0,
         };
-        static OVERRIDE: std::sync::OnceLock<Option<[u32; 5]>> = std::sync::OnceLock::new();
-        default.overridden(cm, FAST_TILES_VAR, *OVERRIDE.get_or_init(|| tiles_override(FAST_TILES_VAR)))
+        default.overridden(cm, &settings::VK_CM_TILES)
     }
 
     /// `mul_mat_cm` on tiles twice `fast`'s each way: 4 x 4 accumulators per subgroup (64 x 64
@@ -124,20 +124,20 @@ impl Tiles {
             depth: 1,
             ..Tiles::fast(cm)
         };
-        static OVERRIDE: std::sync::OnceLock<Option<[u32; 5]>> = std::sync::OnceLock::new();
-        default.overridden(cm, LARGE_TILES_VAR, *OVERRIDE.get_or_init(|| tiles_override(LARGE_TILES_VAR)))
+        default.overridden(cm, &settings::VK_CM_LARGE)
     }
 
     /// These tiles with `values` (SG_M, SG_N, BK, DEPTH, PROBE, read from `var`) instead, where
     /// the kernel can stage them; a warning and these tiles where it cannot.
-    fn overridden(self, cm: CoopMat, var: &str, values: Option<[u32; 5]>) -> Tiles {
-        let Some([sg_m, sg_n, bk, depth, probe]) = values else { return self };
+    fn overridden(self, cm: CoopMat, var: &Var) -> Tiles {
+        let Some([sg_m, sg_n, bk, depth, probe]) = tiles_override(var) else { return self };
         let t = Tiles { sg_m, sg_n, bk, depth, probe, ..self };
         if (1..=8).contains(&depth) && probe <= 2 && t.stages_evenly(cm) {
             t
         } else {
             log::warn!(
-                "{var}={sg_m},{sg_n},{bk},{depth},{probe}: not tiles of {} for subgroups of {}; the default",
+                "{}={sg_m},{sg_n},{bk},{depth},{probe}: not tiles of {} for subgroups of {}; the default",
+                var.name,
                 cm.shape,
                 cm.subgroup
             );
@@ -175,8 +175,7 @@ impl Tiles {
             depth: 2,
             probe: 0,
         };
-        static OVERRIDE: std::sync::OnceLock<Option<[u32; 5]>> = std::sync::OnceLock::new();
-        default.overridden(cm, NARROW_TILES_VAR, *OVERRIDE.get_or_init(|| tiles_override(NARROW_TILES_VAR)))
+        default.overridden(cm, &settings::VK_CM_NARROW)
     }
 
     /// Whether `mul_mat_cm`'s staging divides evenly among the workgroup's threads: each
@@ -240,24 +239,12 @@ impl Tiles {
     }
 }
 
-/// The variables that set `Tiles::fast`'s, `Tiles::large`'s and `Tiles::narrow`'s tiles, for
-/// measuring others.
-const FAST_TILES_VAR: &str = "HRX_VK_CM_TILES";
-const LARGE_TILES_VAR: &str = "HRX_VK_CM_LARGE";
-const NARROW_TILES_VAR: &str = "HRX_VK_CM_NARROW";
-
-/// `var` as SG_M,SG_N,BK,DEPTH[,PROBE] (a malformed value is warned about and unset).
-fn tiles_override(var: &str) -> Option<[u32; 5]> {
-    let v = std::env::var(var).ok()?;
-    let n: Vec<u32> = v.split(',').filter_map(|x| x.trim().parse().ok()).collect();
-    match n[..] {
-        [a, b, c, d] if n.iter().all(|&x| x > 0) => Some([a, b, c, d, 0]),
-        [a, b, c, d, e] if n[..4].iter().all(|&x| x > 0) => Some([a, b, c, d, e]),
-        _ => {
-            log::warn!("{var}={v:?}: expected SG_M,SG_N,BK,DEPTH[,PROBE] (positive numbers); unset");
-            None
-        }
-    }
+/// The tiles `var` (HRX_VK_CM_TILES, _LARGE, _NARROW) asks for, SG_M,SG_N,BK,DEPTH[,PROBE],
+/// for measuring others.
+fn tiles_override(var: &Var) -> Option<[u32; 5]> {
+    let n = settings().wholes(var)?;
+    let at = |i: usize| n.get(i).map_or(0, |&v| u32::try_from(v).unwrap_or(u32::MAX));
+    Some([at(0), at(1), at(2), at(3), at(4)])
 }
 
 #[cfg(test)]

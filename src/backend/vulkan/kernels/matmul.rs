@@ -10,11 +10,12 @@
 
 use super::coop::{CoopMat, Tiles};
 use super::{
-    dyn_words, expect_f32, floats, probe, values, word, Dyn, Grid, KernelId, Launch, Operand, Scratch, Values, WType,
+    dyn_words, expect_f32, floats, values, word, Dyn, Grid, KernelId, Launch, Operand, Scratch, Values, WType,
 };
 use crate::backend::vulkan::error::{Result, VkError};
 use crate::backend::vulkan::info::CoopShape;
 use crate::backend::vulkan::info::DeviceInfo;
+use crate::settings::{self, settings};
 
 /// Words of `mul_mat_params.glsl`'s push constants.
 pub const PUSH_WORDS: usize = 25;
@@ -232,58 +233,23 @@ impl Variants {
 
     /// What the device of `info` runs best, as the HRX_VK_* switches allow.
     pub fn for_device(info: &DeviceInfo) -> Variants {
-        let switch = |name: &str| match std::env::var(name) {
-            Ok(v) if v == "1" => true,
-            Ok(v) if v != "0" => {
-                log::warn!("{name}={v:?}: expected 1 (on) or 0 (off); taken as off");
-                false
-            }
-            _ => false,
-        };
-        // The retired opt-in switch is named, not ignored: its choice is now the default.
-        if std::env::var_os("HRX_VK_COOPMAT").is_some() {
-            static SAID: std::sync::Once = std::sync::Once::new();
-            SAID.call_once(|| {
-                log::warn!(
-                    "HRX_VK_COOPMAT is no longer read: cooperative matrices are the default where the device has them (HRX_VK_NO_COOPMAT=1 keeps the f32 tiles)"
-                )
-            });
-        }
-        // Every switch read (and a bad value reported) whatever the device offers.
-        let (no_subgroup, no_coopmat) = (switch("HRX_VK_NO_SUBGROUP"), switch("HRX_VK_NO_COOPMAT"));
-        let subgroup = info.subgroup_kernels().filter(|_| !no_subgroup);
-        let wide = match std::env::var("HRX_VK_MATVEC") {
-            Ok(v) if v == "sg" => false,
-            Ok(v) if v != "wide" => {
-                log::warn!("HRX_VK_MATVEC={v:?}: expected sg or wide; taken as wide");
-                true
-            }
-            _ => true,
-        };
-        let coopmat = info.coopmat_matmul().filter(|_| !no_coopmat);
-        let exact = switch("HRX_VK_EXACT");
-        // The retired opt-in switch is named, not ignored: f16 values are now the default.
-        if std::env::var_os("HRX_VK_KV_F16").is_some() {
-            static SAID: std::sync::Once = std::sync::Once::new();
-            SAID.call_once(|| {
-                log::warn!(
-                    "HRX_VK_KV_F16 is no longer read: the KV cache keeps f16 values by default (HRX_VK_KV_F32=1 keeps f32)"
-                )
-            });
-        }
-        let kv_f32 = switch("HRX_VK_KV_F32");
+        let set = settings();
+        let subgroup = info.subgroup_kernels().filter(|_| !set.switch(&settings::VK_NO_SUBGROUP));
+        let wide = set.choice(&settings::VK_MATVEC) != Some("sg");
+        let coopmat = info.coopmat_matmul().filter(|_| !set.switch(&settings::VK_NO_COOPMAT));
+        let exact = set.switch(&settings::VK_EXACT);
         let shuffle = info.subgroup_in_compute && info.subgroup_ops.contains(&"shuffle");
         Variants {
             subgroup,
             coopmat,
             exact,
-            kv_f16: !kv_f32 && !exact,
-            half_activations: coopmat.is_some() && !exact && !switch("HRX_VK_F32_ACTIVATIONS"),
-            narrow: !switch("HRX_VK_NO_NARROW"),
+            kv_f16: !set.switch(&settings::VK_KV_F32) && !exact,
+            half_activations: coopmat.is_some() && !exact && !set.switch(&settings::VK_F32_ACTIVATIONS),
+            narrow: !set.switch(&settings::VK_NO_NARROW),
             coop_attention: coopmat.filter(|_| !exact && shuffle),
             wide_matvec: wide && subgroup.is_some_and(|s| s <= WIDE_MAX_SUBGROUP),
-            fuse: !switch("HRX_VK_NO_FUSE"),
-            tiled_attention: !switch("HRX_VK_NO_TILED_ATTN"),
+            fuse: !set.switch(&settings::VK_NO_FUSE),
+            tiled_attention: !set.switch(&settings::VK_NO_TILED_ATTN),
             shared_memory: info.max_shared_memory,
             refused: Vec::new(),
         }
@@ -467,10 +433,7 @@ pub fn wide_cols(cols: usize) -> u32 {
 /// 4 are faster there too (H100, one call: 121.1 us against 125.9 in `--kernels`, the decode
 /// step's GPU time 2.032-2.036 ms against 2.050-2.055).
 pub fn wide_rows(cols: u32) -> u32 {
-    static ASKED: std::sync::OnceLock<u32> = std::sync::OnceLock::new();
-    let asked =
-        *ASKED.get_or_init(|| probe("HRX_VK_WIDE_ROWS", 0, |n| WIDE_ROWS.contains(&(n as u32)), "2, 4 or 8") as u32);
-    let rows = if asked == 0 { 4 } else { asked };
+    let rows = settings().whole(&settings::VK_WIDE_ROWS).map_or(4, |n| n as u32);
     rows.min((WIDE_MAX_SUMS / cols).max(2))
 }
 
@@ -489,10 +452,7 @@ const WIDE_LONG_ROWS: usize = 65_536;
 /// 64, or the subgroup's size, one subgroup a row without shared memory or barriers) where the
 /// device's subgroups divide it.
 fn wide_threads_per_row(k: usize, n: usize, subgroup: u32) -> usize {
-    static ASKED: std::sync::OnceLock<usize> = std::sync::OnceLock::new();
-    let asked = *ASKED.get_or_init(|| {
-        probe("HRX_VK_WIDE_TPR", 0, |n| n.is_power_of_two() && (8..=128).contains(&n), "8 to 128, a power of two")
-    });
+    let asked = settings().whole(&settings::VK_WIDE_TPR).unwrap_or(0) as usize;
     let fits = asked >= subgroup as usize && asked.is_multiple_of(subgroup as usize);
     if asked != 0 && !fits {
         static SAID: std::sync::Once = std::sync::Once::new();

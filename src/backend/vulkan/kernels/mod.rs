@@ -536,19 +536,6 @@ impl From<DynAxis> for Dyn {
     }
 }
 
-/// A tuning probe's value: `var` as a number that `valid` takes, else `default` (read once by
-/// each caller; a bad value warned about, with what `expected` says, and unset).
-fn probe(var: &str, default: usize, valid: impl Fn(usize) -> bool, expected: &str) -> usize {
-    let Ok(v) = std::env::var(var) else { return default };
-    match v.trim().parse::<usize>() {
-        Ok(n) if valid(n) => n,
-        _ => {
-            log::warn!("{var}={v:?}: expected {expected}; unset");
-            default
-        }
-    }
-}
-
 /// Push-constant words of a dynamic axis; axis 4 means static.
 fn dyn_words(d: Option<Dyn>) -> Result<[u32; 4]> {
     match d {
