@@ -559,6 +559,45 @@ fn describe_without_a_model_names_the_folders_and_hrx_models() {
     assert!(err.contains(&dir.join(".local/share/hrx/models").display().to_string()), "{err}");
 }
 
+/// A newcomer with no model installed: a misspelled option is named (with the nearest spelling
+/// where one is near), not hidden behind the missing model; an unknown command gets the nearest
+/// command, or what hrx calls the thing other tools call so.
+#[test]
+fn a_newcomers_typos_are_named_before_the_missing_model() {
+    let dir = TempDir::new("cli-typos");
+    let run = |args: &[&str]| {
+        let out = Command::new(env!("CARGO_BIN_EXE_hrx"))
+            .args(args)
+            .current_dir(&dir)
+            .env("HOME", &dir)
+            .env_remove("HRX_MODELS")
+            .output()
+            .unwrap();
+        (out.status.code(), stderr(&out))
+    };
+    for (args, said) in [
+        (
+            &["describe", "--tempurature", "0.5", "a.png"][..],
+            "unknown option --tempurature; did you mean --temperature?",
+        ),
+        (&["serve", "--prot", "9000"][..], "unknown option --prot"),
+        (&["describe", "--hlep"][..], "unknown option --hlep"),
+        (&["caption", "photos/", "-o", "c.jsonl", "--top_k", "5"][..], "unknown option --top_k; did you mean --top-k?"),
+        (&["descibe", "a.png"][..], "unknown command \"descibe\"; did you mean `hrx describe`?"),
+        (&["pull", "qwen"][..], "hrx downloads nothing"),
+        (&["list"][..], "`hrx models` lists"),
+    ] {
+        let (code, err) = run(args);
+        assert_eq!(code, Some(2), "{args:?}: {err}");
+        assert!(err.contains(said), "{args:?}: {err}");
+        assert!(!err.contains("not installed"), "{args:?}: {err}");
+    }
+    // A negative number is a value, not an option: the missing model is what is wrong.
+    let (code, err) = run(&["describe", "--seed", "-1", "a.png"]);
+    assert_eq!(code, Some(1), "{err}");
+    assert!(err.contains("not installed"), "{err}");
+}
+
 /// The tiny oracle model's two files, as arguments.
 fn tiny_model(oracle: &std::path::Path) -> [String; 4] {
     let dir = oracle.join("models/tiny");

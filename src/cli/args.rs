@@ -117,7 +117,7 @@ impl Args {
 /// "unknown option --tempurature; did you mean --temperature?" when a known spelling is a
 /// likely typo of it (at most a third of the letters after the dashes off: `-x` gets no
 /// guess), else just the first part.
-fn unknown_option(item: &str, known: &[&str]) -> String {
+pub fn unknown_option(item: &str, known: &[&str]) -> String {
     let name = item.split_once('=').map_or(item, |(name, _)| name);
     let letters = name.trim_start_matches('-').chars().count();
     let nearest = known.iter().map(|k| (edit_distance(name, k), *k)).min();
@@ -128,7 +128,7 @@ fn unknown_option(item: &str, known: &[&str]) -> String {
 }
 
 /// Levenshtein distance over characters: insertions, deletions and substitutions.
-fn edit_distance(a: &str, b: &str) -> usize {
+pub fn edit_distance(a: &str, b: &str) -> usize {
     let b: Vec<char> = b.chars().collect();
     let mut row: Vec<usize> = (0..=b.len()).collect();
     for (i, ca) in a.chars().enumerate() {

@@ -222,17 +222,69 @@ pub fn run(argv: Vec<String>, out: &mut dyn Write) -> Result<(), CliError> {
         _ => {}
     }
     let command = find(&name)?;
-    let mut args = Args::new(rest);
+    let mut args = Args::new(rest.clone());
     if args.flag(&["-h", "--help"]) {
         writeln!(out, "{}", (command.help)())?;
         return Ok(());
     }
-    (command.run)(args, out).map_err(|e| match e {
-        CliError::Usage { message, command: None } => CliError::Usage { message, command: Some(command.name) },
-        other => other,
+    (command.run)(args, out).map_err(|e| {
+        // A misspelled option is named whatever else failed: without a model installed, the
+        // model is looked for before the options are read, and its absence is not the news.
+        let e = match (&e, unknown_in(&rest, &(command.help)())) {
+            (CliError::Io(_), _) | (_, None) => e,
+            (_, Some(unknown)) => CliError::usage(unknown),
+        };
+        match e {
+            CliError::Usage { message, command: None } => CliError::Usage { message, command: Some(command.name) },
+            other => other,
+        }
     })
 }
 
+/// The first option of `argv` that `help` (a command's --help) does not list, as an unknown
+/// option with the nearest spelling it lists. Negative numbers and text with spaces are
+/// values, not options.
+fn unknown_in(argv: &[String], help: &str) -> Option<String> {
+    let known: Vec<&str> = help
+        .lines()
+        .filter(|l| l.starts_with("  -"))
+        .flat_map(|l| l.trim_start().split("  ").next().unwrap_or("").split(", "))
+        .filter_map(|spelled| spelled.split_whitespace().next())
+        .chain(["-h", "--help"])
+        .collect();
+    argv.iter()
+        .take_while(|a| *a != "--")
+        .filter(|a| a.len() > 1 && a.starts_with('-') && a.parse::<f64>().is_err() && !a.contains(char::is_whitespace))
+        .find(|a| !known.contains(&a.split_once('=').map_or(a.as_str(), |(name, _)| name)))
+        .map(|a| args::unknown_option(a, &known))
+}
+
+/// Words people type for a command hrx names otherwise.
+const OTHER_NAMES: &[(&str, &str)] = &[
+    ("list", "`hrx models` lists the known models and which files are present"),
+    ("ls", "`hrx models` lists the known models and which files are present"),
+    ("pull", "hrx downloads nothing: `hrx models` names the files to fetch and where they go"),
+    ("download", "hrx downloads nothing: `hrx models` names the files to fetch and where they go"),
+    ("run", "`hrx describe IMAGE` describes an image; `hrx generate -p TEXT` answers a prompt"),
+    ("chat", "`hrx generate -p TEXT` answers a prompt; `hrx serve` is a chat server"),
+    ("server", "did you mean `hrx serve`?"),
+    ("info", "`hrx doctor` shows the devices; `hrx inspect FILE` a model file"),
+    ("version", "`hrx --version`"),
+];
+
 fn find(name: &str) -> Result<&'static Command, CliError> {
-    COMMANDS.iter().find(|c| c.name == name).ok_or_else(|| CliError::usage(format!("unknown command {name:?}")))
+    if let Some(c) = COMMANDS.iter().find(|c| c.name == name) {
+        return Ok(c);
+    }
+    let hint = match OTHER_NAMES.iter().find(|(other, _)| *other == name) {
+        Some((_, hint)) => format!("; {hint}"),
+        None => COMMANDS
+            .iter()
+            .map(|c| (args::edit_distance(name, c.name), c.name))
+            .min()
+            .filter(|(d, _)| *d <= 2)
+            .map(|(_, c)| format!("; did you mean `hrx {c}`?"))
+            .unwrap_or_default(),
+    };
+    Err(CliError::usage(format!("unknown command {name:?}{hint}")))
 }
