@@ -261,6 +261,24 @@ fn every_bad_request_gets_a_json_error_with_its_status() {
     assert_eq!(server.raw(big.as_bytes()).0, 413);
     // And the server still answers after all of that.
     assert_eq!(server.get("/health").0, 200);
+    // A 405 says the method the path takes (RFC 9110), and a 404 lists every endpoint.
+    for (request, allow) in [
+        ("POST /health", "Allow: GET, OPTIONS\r\n"),
+        ("DELETE /v1/models/tiny", "Allow: GET, OPTIONS\r\n"),
+        ("GET /v1/chat/completions", "Allow: POST, OPTIONS\r\n"),
+    ] {
+        let response = server
+            .raw_response(format!("{request} HTTP/1.1\r\nConnection: close\r\nContent-Length: 0\r\n\r\n").as_bytes());
+        assert!(response.starts_with("HTTP/1.1 405") && response.contains(allow), "{request}: {response}");
+    }
+    let (status, body) = server.get("/v1/chat");
+    assert_eq!(status, 404, "{body}");
+    let message = string(&json(&body), &["error", "message"]);
+    for endpoint in
+        ["POST /v1/chat/completions", "GET /v1/models,", "GET /v1/models/{id}", "GET /health", "GET /metrics"]
+    {
+        assert!(message.contains(endpoint), "{endpoint} not in {message}");
+    }
 }
 
 #[test]

@@ -160,7 +160,7 @@ impl App {
         for served in 0usize.. {
             let admit = |head: &http::Head| {
                 watch.working();
-                if head.path != CHAT {
+                if Route::of(head.path).map(|r| r.endpoint) != Some(Endpoint::Chat) {
                     return Ok(None);
                 }
                 let bytes = body_bytes(head.length);
@@ -176,7 +176,7 @@ impl App {
                 Ok(Some((request, _body))) => {
                     let cors = self.cors(request.origin.as_deref());
                     let result = self.route(&request, &mut stream, &cors);
-                    if request.path == CHAT {
+                    if Route::of(&request.path).map(|r| r.endpoint) == Some(Endpoint::Chat) {
                         self.count(&result);
                     }
                     (format!("{} {}", request.method, request.path), cors, request.keep_alive, result)
@@ -274,19 +274,14 @@ impl App {
     /// header lines every response carries.
     fn route(&self, request: &Request, stream: &mut TcpStream, cors: &str) -> Result<Sent, HttpError> {
         let keep = request.keep_alive;
-        let allowed = match request.path.as_str() {
-            "/health" | "/v1/models" | "/metrics" => "GET",
-            path if path.starts_with(MODELS) => "GET",
-            CHAT => "POST",
-            path => {
-                return Err(HttpError::new(
-                    404,
-                    format!(
-                        "no such endpoint {path}: hrx serves POST /v1/chat/completions, GET /v1/models, GET /v1/models/{{id}}, GET /health, GET /metrics"
-                    ),
-                ))
-            }
+        let Some(route) = Route::of(&request.path) else {
+            let served: Vec<String> = ROUTES.iter().map(|r| format!("{} {}", r.method, r.path)).collect();
+            return Err(HttpError::new(
+                404,
+                format!("no such endpoint {}: hrx serves {}", request.path, served.join(", ")),
+            ));
         };
+        let allowed = route.method;
         if request.method == "OPTIONS" {
             // A browser's preflight: what the endpoint takes and, for an allowed origin, that
             // its page may send it (with a JSON body).
@@ -301,10 +296,11 @@ impl App {
             return Ok(Sent { status: 204, open: keep });
         }
         if request.method != allowed {
-            return Err(HttpError::new(405, format!("{} takes {allowed}, not {}", request.path, request.method)));
+            let e = HttpError::new(405, format!("{} takes {allowed}, not {}", request.path, request.method));
+            return Err(HttpError { allow: Some(allowed), ..e });
         }
-        match request.path.as_str() {
-            "/health" => {
+        match route.endpoint {
+            Endpoint::Health => {
                 let health = self.health.lock().unwrap_or_else(PoisonError::into_inner).clone();
                 let (status, word, field, detail, retry) = match health {
                     Health::Serving(backend) => (200, "ok", "backend", backend, ""),
@@ -314,9 +310,9 @@ impl App {
                 let body = Json::obj([("status", Json::str(word)), (field, Json::str(detail))]);
                 send_json(stream, status, &body, &format!("{cors}{retry}"), keep)
             }
-            "/v1/models" => send_json(stream, 200, &openai::models(&self.model_name), cors, keep),
-            path if path.starts_with(MODELS) => {
-                let id = path.strip_prefix(MODELS).unwrap_or_default();
+            Endpoint::Models => send_json(stream, 200, &openai::models(&self.model_name), cors, keep),
+            Endpoint::Model => {
+                let id = request.path.strip_prefix(MODELS).unwrap_or_default();
                 if id != self.model_name {
                     return Err(HttpError::new(
                         404,
@@ -325,14 +321,17 @@ impl App {
                 }
                 send_json(stream, 200, &openai::model(&self.model_name), cors, keep)
             }
-            "/metrics" => {
+            Endpoint::Metrics => {
                 let text = admission::metrics(&self.turns, &self.budget, &self.counters);
                 let _ = http::write_response(stream, 200, "text/plain; version=0.0.4", cors, keep, text.as_bytes());
                 Ok(Sent { status: 200, open: keep })
             }
-            _ => {
+            Endpoint::Chat => {
                 let chat =
                     openai::parse_chat(&request.body, &self.defaults, self.max_tokens, !self.file_folders.is_empty())?;
+                if let Some(user) = &chat.user {
+                    log::info!("a chat request for end user {user:?}");
+                }
                 let _turn = self.turns.take().map_err(|r| self.refusal(r))?;
                 self.chat(chat, stream, cors, keep)
             }
@@ -582,6 +581,42 @@ const CHAT: &str = "/v1/chat/completions";
 /// `GET /v1/models/{id}`: the model of that id.
 const MODELS: &str = "/v1/models/";
 
+/// What `hrx serve` answers.
+#[derive(Clone, Copy, Debug, PartialEq, Eq)]
+enum Endpoint {
+    Chat,
+    Models,
+    Model,
+    Health,
+    Metrics,
+}
+
+/// A path, the one method it takes (and OPTIONS, a browser's preflight), what answers it.
+struct Route {
+    path: &'static str,
+    method: &'static str,
+    endpoint: Endpoint,
+}
+
+/// Every endpoint: routing, the 404's list and each 405's `Allow` come from here.
+const ROUTES: &[Route] = &[
+    Route { path: CHAT, method: "POST", endpoint: Endpoint::Chat },
+    Route { path: "/v1/models", method: "GET", endpoint: Endpoint::Models },
+    Route { path: "/v1/models/{id}", method: "GET", endpoint: Endpoint::Model },
+    Route { path: "/health", method: "GET", endpoint: Endpoint::Health },
+    Route { path: "/metrics", method: "GET", endpoint: Endpoint::Metrics },
+];
+
+impl Route {
+    /// The route of `path`: its own, or a `{id}` route's whose prefix it extends.
+    fn of(path: &str) -> Option<&'static Route> {
+        ROUTES.iter().find(|r| match r.path.split_once("{") {
+            Some((prefix, _)) => path.len() > prefix.len() && path.starts_with(prefix),
+            None => r.path == path,
+        })
+    }
+}
+
 /// A bad image or prompt is the client's (400); a lost device a 503 to try again after (the
 /// model is being loaded again); anything else is the server's (500).
 pub(super) fn runtime(e: RuntimeError) -> HttpError {
@@ -606,9 +641,9 @@ fn send_json(stream: &mut TcpStream, status: u16, body: &Json, headers: &str, ke
 }
 
 pub fn send_error(stream: &mut TcpStream, e: &HttpError, headers: &str, keep: bool) {
-    let mut headers = match e.status {
-        405 => format!("Allow: GET, POST, OPTIONS\r\n{headers}"),
-        _ => headers.to_owned(),
+    let mut headers = match e.allow {
+        Some(method) => format!("Allow: {method}, OPTIONS\r\n{headers}"),
+        None => headers.to_owned(),
     };
     if let Some(seconds) = e.retry_after {
         headers += &format!("Retry-After: {seconds}\r\n");

@@ -74,11 +74,13 @@ pub struct HttpError {
     pub message: String,
     /// Seconds after which to try again (a `Retry-After` header), for refusals under load.
     pub retry_after: Option<u32>,
+    /// The method the path takes, for a 405's `Allow` header.
+    pub allow: Option<&'static str>,
 }
 
 impl HttpError {
     pub fn new(status: u16, message: impl Into<String>) -> HttpError {
-        HttpError { status, message: message.into(), retry_after: None }
+        HttpError { status, message: message.into(), retry_after: None, allow: None }
     }
 
     pub fn with_retry_after(self, seconds: u32) -> HttpError {

@@ -37,7 +37,12 @@ pub struct ChatRequest {
     pub config: GenerateConfig,
     pub stream: bool,
     pub include_usage: bool,
+    /// OpenAI's `user`: the client's id of its end user, logged with the request.
+    pub user: Option<String>,
 }
+
+/// The longest `user` id taken (it goes into the log).
+const MAX_USER_CHARS: usize = 256;
 
 /// An image of a request: where its bytes are and how closely to look at it.
 #[derive(Debug, PartialEq)]
@@ -94,6 +99,7 @@ const FIELDS: &[&str] = &[
     "frequency_penalty",
     "presence_penalty",
     "response_format",
+    "user",
 ];
 
 /// The 400 for an object's first field (by name, so the answer is the same every time) that is
@@ -206,7 +212,14 @@ pub fn parse_chat(
             return Err(bad("stop cannot go with a JSON response_format: a stop string could cut the document"));
         }
     }
-    Ok(ChatRequest { messages, images, config, stream, include_usage })
+    let user = match field("user") {
+        None => None,
+        Some(v) => match v.get::<String>() {
+            Some(u) if u.chars().count() <= MAX_USER_CHARS => Some(u.clone()),
+            _ => return Err(bad(format!("user must be a string of at most {MAX_USER_CHARS} characters"))),
+        },
+    };
+    Ok(ChatRequest { messages, images, config, stream, include_usage, user })
 }
 
 /// `response_format`: `{"type":"text"}` (the default), `{"type":"json_object"}`, or
@@ -521,9 +534,10 @@ mod tests {
             {"role":"assistant","content":"A cat."},
             {"role":"user","content":[{"type":"text","text":"And "},{"type":"image_url","image_url":"data:;base64,aGk="}]}],
             "max_tokens":7,"temperature":0.5,"top_p":0.9,"top_k":5,"seed":-1,"stop":["\n"],"stream":true,
-            "stream_options":{"include_usage":true},"presence_penalty":0}"#;
+            "stream_options":{"include_usage":true},"presence_penalty":0,"user":"kiosk-7"}"#;
         let r = parse_chat(body, &defaults(), 4096, false).unwrap();
         assert_eq!(r.messages.len(), 4);
+        assert_eq!(r.user.as_deref(), Some("kiosk-7"));
         assert_eq!(r.messages[1].content, vec![Content::Image, Content::Text("What?".into())]);
         assert_eq!(r.messages[3].content, vec![Content::Text("And ".into()), Content::Image]);
         assert_eq!(r.images.len(), 2);
@@ -569,6 +583,7 @@ mod tests {
                 "stop cannot go with a JSON response_format",
             ),
             (format!(r#"{{{user},"user":"u1","logit_bias":{{}}}}"#), "logit_bias is not supported: this server reads model, messages"),
+            (format!(r#"{{{user},"user":7}}"#), "user must be a string"),
             (r#"{"messages":[{"role":"user","content":"x","name":"bob"}]}"#.to_owned(), "messages[0].name is not supported"),
             (
                 r#"{"messages":[{"role":"user","content":[{"type":"image_url","image_url":{"url":"data:;base64,aGk=","size":1}}]}]}"#.to_owned(),
