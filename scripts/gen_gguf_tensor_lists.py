@@ -3,7 +3,7 @@
 llama.cpp's own gguf-py (an independent reader), for tests/gguf.rs to compare `hrx inspect` with.
 
 usage: pip install gguf==0.19.0 numpy && python3 scripts/gen_gguf_tensor_lists.py [ORACLE_DIR]
-(ORACLE_DIR defaults to $HRX_ORACLE or ../shared/oracle)
+(ORACLE_DIR defaults to $HRX_ORACLE or tests/oracle)
 """
 import glob
 import json
@@ -12,7 +12,7 @@ import sys
 
 from gguf import GGUFReader
 
-oracle = sys.argv[1] if len(sys.argv) > 1 else os.environ.get("HRX_ORACLE", "../shared/oracle")
+oracle = sys.argv[1] if len(sys.argv) > 1 else os.environ.get("HRX_ORACLE", "tests/oracle")
 out_dir = os.path.join(os.path.dirname(__file__), "..", "tests", "data", "gguf")
 os.makedirs(out_dir, exist_ok=True)
 for path in sorted(glob.glob(os.path.join(oracle, "models", "*", "*.gguf"))):

@@ -57,7 +57,7 @@ impl Drop for TempDir {
     }
 }
 
-/// The oracle directory (`HRX_ORACLE`, default `../shared/oracle` next to the crate).
+/// The oracle directory: `HRX_ORACLE`, else the repository's own `tests/oracle`.
 /// Missing, the test fails: a skipped check must not read as a pass. With
 /// `HRX_ALLOW_NO_ORACLE=1` (never under `CI=true`) it returns None and the caller skips, after
 /// a line on stderr that the test harness does not hide and one in `$HRX_ORACLE_SKIPS` (the
@@ -65,7 +65,7 @@ impl Drop for TempDir {
 pub fn oracle() -> Option<PathBuf> {
     let dir = std::env::var_os("HRX_ORACLE")
         .map(PathBuf::from)
-        .unwrap_or_else(|| PathBuf::from(env!("CARGO_MANIFEST_DIR")).join("../shared/oracle"));
+        .unwrap_or_else(|| PathBuf::from(env!("CARGO_MANIFEST_DIR")).join("tests/oracle"));
     if dir.join("README.md").is_file() {
         return Some(dir);
     }
