@@ -586,11 +586,33 @@ fn a_newcomers_typos_are_named_before_the_missing_model() {
         (&["descibe", "a.png"][..], "unknown command \"descibe\"; did you mean `hrx describe`?"),
         (&["pull", "qwen"][..], "hrx downloads nothing"),
         (&["list"][..], "`hrx models` lists"),
+        (
+            &["describe", "-p", "What is it?", "-p", "Who?", "a.png"][..],
+            "-p given twice (\"What is it?\", then \"Who?\")",
+        ),
     ] {
         let (code, err) = run(args);
         assert_eq!(code, Some(2), "{args:?}: {err}");
         assert!(err.contains(said), "{args:?}: {err}");
         assert!(!err.contains("not installed"), "{args:?}: {err}");
+    }
+    // llama.cpp's -ngl 0 is the CPU, over HRX_DEVICE.
+    if let Some(oracle) = common::oracle() {
+        let out = Command::new(env!("CARGO_BIN_EXE_hrx"))
+            .args(["plan", "-m", &oracle.join("models/tiny/qwen3vl-tiny-F16.gguf").display().to_string(), "-ngl", "0"])
+            .env("HRX_DEVICE", "0")
+            .output()
+            .unwrap();
+        let text = String::from_utf8_lossy(&out.stdout);
+        assert!(out.status.success() && text.starts_with("planned for: cpu"), "{text}{}", stderr(&out));
+        let tiny = oracle.join("models/tiny/qwen3vl-tiny-F16.gguf").display().to_string();
+        let out = hrx(&["plan", "-m", &tiny, "-ngl", "0", "--device", "0"]);
+        assert_eq!(out.status.code(), Some(2));
+        assert!(
+            stderr(&out).contains("-ngl 0 (no layer on the GPU: the CPU) and --device 0 disagree"),
+            "{}",
+            stderr(&out)
+        );
     }
     // A negative number is a value, not an option: the missing model is what is wrong.
     let (code, err) = run(&["describe", "--seed", "-1", "a.png"]);

@@ -43,9 +43,22 @@ impl Args {
         found
     }
 
-    /// The value of `--name VALUE` or `--name=VALUE` (the last one wins); removes it.
+    /// The value of `--name VALUE` or `--name=VALUE`; removes it. Given twice, it is refused:
+    /// which one was meant is not for hrx to guess.
     pub fn value(&mut self, names: &[&'static str]) -> Result<Option<String>, UsageError> {
-        Ok(self.values(names)?.pop())
+        Ok(self.single(names)?.map(|(_, v)| v))
+    }
+
+    /// The one value of a single-valued option, with its spelling.
+    fn single(&mut self, names: &[&'static str]) -> Result<Option<(String, String)>, UsageError> {
+        let mut given = self.spelled_values(names)?;
+        match given.len() {
+            0 | 1 => Ok(given.pop()),
+            _ => Err(UsageError(format!(
+                "{} given twice ({:?}, then {:?}): give it once",
+                given[1].0, given[0].1, given[1].1
+            ))),
+        }
     }
 
     /// Every value of a repeatable option, in order.
@@ -84,9 +97,9 @@ impl Args {
         Ok(out)
     }
 
-    /// A parsed option value (the last one wins); an error names the spelling given.
+    /// A parsed option value (refused given twice); an error names the spelling given.
     pub fn parsed<T: std::str::FromStr>(&mut self, names: &[&'static str]) -> Result<Option<T>, UsageError> {
-        match self.spelled_values(names)?.pop() {
+        match self.single(names)? {
             None => Ok(None),
             Some((name, v)) => {
                 v.parse().map(Some).map_err(|_| UsageError(format!("{name}: cannot read {v:?} as a value")))

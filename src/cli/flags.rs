@@ -31,7 +31,7 @@ impl Flag {
         (spelled, text.into())
     }
 
-    /// Its value, parsed, when given (the last one wins).
+    /// Its value, parsed, when given (refused when given twice).
     pub fn parse<T: std::str::FromStr>(&self, args: &mut Args) -> Result<Option<T>, CliError> {
         Ok(args.parsed(self.names)?)
     }
@@ -109,8 +109,8 @@ impl Placement {
             ),
             THREADS.help("CPU threads (default: all cores)"),
             GPU_LAYERS.help(
-                "llama.cpp's layer offload: accepted (an integer) and not needed, hrx places every \
-                 layer itself (all of them on the device --device picks)",
+                "llama.cpp's layer offload: 0 runs on the CPU, as llama.cpp's -ngl 0; any other N is \
+                 not needed, hrx places every layer itself (all of them on the device --device picks)",
             ),
             NO_CHECK.help(
                 "skip hrx's self-check: by default, the first start on a Vulkan device, driver and hrx \
@@ -122,13 +122,28 @@ impl Placement {
     }
 
     pub fn parse(args: &mut Args) -> Result<Placement, CliError> {
-        let device = DeviceChoice::resolve(DEVICE.string(args)?.as_deref()).map_err(CliError::usage)?;
+        let named = DEVICE.string(args)?;
+        let device = DeviceChoice::resolve(named.as_deref()).map_err(CliError::usage)?;
+        let device = match GPU_LAYERS.parse::<i64>(args)? {
+            // llama.cpp's "no layer on the GPU": the CPU, unless --device names a device.
+            Some(0) if named.is_none() || device == DeviceChoice::Cpu => DeviceChoice::Cpu,
+            Some(0) => {
+                return Err(CliError::usage(format!(
+                    "-ngl 0 (no layer on the GPU: the CPU) and --device {} disagree: give one",
+                    named.unwrap_or_default()
+                )))
+            }
+            Some(n) => {
+                eprintln!(
+                    "hrx: -ngl {n} is not needed: hrx places every layer itself (all on the device --device picks)"
+                );
+                device
+            }
+            None => device,
+        };
         let threads = THREADS.parse(args)?;
         if threads == Some(0) {
             return Err(CliError::usage("--threads must be at least 1"));
-        }
-        if let Some(n) = GPU_LAYERS.parse::<i64>(args)? {
-            eprintln!("hrx: -ngl {n} is not needed: hrx places every layer itself (all on the device --device picks)");
         }
         let check = !NO_CHECK.present(args) && crate::catalog::Catalog::load()?.0.self_check;
         Ok(Placement { device, threads, check })
