@@ -613,6 +613,14 @@ fn a_newcomers_typos_are_named_before_the_missing_model() {
             "{}",
             stderr(&out)
         );
+        // A context past the model's trained length is said, not taken silently.
+        let out = hrx(&["generate", "-m", &tiny, "--device", "cpu", "--ctx", "300000", "-p", "hi", "-n", "1"]);
+        assert!(out.status.success(), "{}", stderr(&out));
+        assert!(
+            stderr(&out).contains("300000 tokens is past the 262144 the model was trained for"),
+            "{}",
+            stderr(&out)
+        );
     }
     // A negative number is a value, not an option: the missing model is what is wrong.
     let (code, err) = run(&["describe", "--seed", "-1", "a.png"]);

@@ -299,6 +299,14 @@ impl TextModel {
         if options.chunk == 0 || options.n_ctx == 0 || options.n_seq == 0 {
             return Err(RuntimeError::Usage("context, sequence and chunk counts must be at least 1".into()));
         }
+        if options.n_ctx > params.n_ctx_train {
+            log::warn!(
+                "a context of {} tokens is past the {} the model was trained for (its context_length): \
+                 answers that run past it may wander",
+                options.n_ctx,
+                params.n_ctx_train
+            );
+        }
         let loaded = loader::load(|cache| build_graphs(&params, &options, cache), backend, &[Arc::clone(&file)]);
         // The tokenizer's error, if any, is the one reported.
         let tokenizer = tokenizer
