@@ -557,6 +557,18 @@ fn describe_without_a_model_names_the_folders_and_hrx_models() {
     assert!(!out.status.success(), "{err}");
     assert!(err.contains("is not installed") && err.contains("$HRX_MODELS"), "{err}");
     assert!(err.contains(&dir.join(".local/share/hrx/models").display().to_string()), "{err}");
+    // With one of the two files there, the message names the one that is missing.
+    std::fs::create_dir_all(dir.join("models")).unwrap();
+    std::fs::write(dir.join("models/Qwen3VL-2B-Instruct-Q4_K_M.gguf"), b"").unwrap();
+    let out = Command::new(env!("CARGO_BIN_EXE_hrx"))
+        .args(["describe", "photo.png"])
+        .current_dir(&dir)
+        .env("HOME", &dir)
+        .env_remove("HRX_MODELS")
+        .output()
+        .unwrap();
+    let err = stderr(&out);
+    assert!(err.contains("half installed") && err.contains("but mmproj-Qwen3VL-2B-Instruct-F16.gguf"), "{err}");
 }
 
 /// A newcomer with no model installed: a misspelled option is named (with the nearest spelling

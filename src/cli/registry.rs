@@ -74,16 +74,29 @@ pub fn default_model_files() -> Result<(PathBuf, PathBuf), CliError> {
     let (catalog, _) = Catalog::load()?;
     let entry = catalog.default_entry().ok_or_else(|| CliError::Failed("models.toml has no default model".into()))?;
     let dirs = search_dirs();
-    match (locate(&entry.model_file, &dirs), locate(&entry.mmproj_file, &dirs)) {
-        (Some(m), Some(p)) => Ok((m, p)),
-        _ => {
-            let dir_list = dirs.iter().map(|d| d.display().to_string()).collect::<Vec<_>>().join(", ");
-            Err(CliError::Failed(format!(
-                "no model given and the default model {} is not installed: put {} and {} (from {}) into one of: {dir_list} (folders in $HRX_MODELS, colon-separated, are searched too); or pass -m and --mmproj",
-                entry.name, entry.model_file, entry.mmproj_file, entry.source
+    let dir_list = || dirs.iter().map(|d| d.display().to_string()).collect::<Vec<_>>().join(", ");
+    let (model, mmproj) = match (locate(&entry.model_file, &dirs), locate(&entry.mmproj_file, &dirs)) {
+        (Some(m), Some(p)) => return Ok((m, p)),
+        // One of the two is there: the other belongs beside it.
+        (Some(m), None) => (format!("{} is at {}, but", entry.model_file, m.display()), &entry.mmproj_file),
+        (None, Some(p)) => (format!("{} is at {}, but", entry.mmproj_file, p.display()), &entry.model_file),
+        (None, None) => {
+            return Err(CliError::Failed(format!(
+                "no model given and the default model {} is not installed: put {} and {} (from {}) into one of: {} (folders in $HRX_MODELS, colon-separated, are searched too); or pass -m and --mmproj",
+                entry.name,
+                entry.model_file,
+                entry.mmproj_file,
+                entry.source,
+                dir_list()
             )))
         }
-    }
+    };
+    Err(CliError::Failed(format!(
+        "no model given and the default model {} is half installed: {model} {mmproj} (from {}) is in none of: {}; put it beside the other, or pass -m and --mmproj",
+        entry.name,
+        entry.source,
+        dir_list()
+    )))
 }
 
 /// A setting's default as `--help` says it: hrx's `own`, and the models.toml entries' (each
