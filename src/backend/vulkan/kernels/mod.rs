@@ -3,8 +3,9 @@
 //! from the sizes buffer (binding 0), so one recording serves every token count up to the
 //! planned maximum. Kernels know nothing of the model.
 //!
-//! Every kernel has six bindings: 0 the run-time sizes (u32 symbols), 1 to 4 the inputs in
-//! the node's order (unused ones bound to any buffer), 5 the output.
+//! Every kernel has seven bindings (`BINDINGS`): 0 the run-time sizes (u32 symbols), 1 to 4
+//! the inputs in the node's order (unused ones bound to any buffer), 5 the output, 6 zeroed
+//! scratch memory.
 
 mod argmax;
 mod attn;
