@@ -74,8 +74,10 @@ pub enum CliError {
     Catalog(LoadError),
     /// A file named as a models.toml entry's that is not that model.
     NotTheModel(Mismatch),
-    /// A failure hrx itself describes (no model, nothing to do).
+    /// A failure hrx itself describes (nothing to do...).
     Failed(String),
+    /// No model given, and the default one is not installed: where to put it.
+    NoModel(String),
     /// A failure already reported (e.g. per image): only the summary is printed.
     Quiet(String),
     /// A batch that finished with some items failed (each reported): exit code 3.
@@ -116,7 +118,7 @@ impl fmt::Display for CliError {
             CliError::Runtime(e) => write!(f, "{e}"),
             CliError::Catalog(e) => write!(f, "{e}"),
             CliError::NotTheModel(e) => write!(f, "{e}"),
-            CliError::Failed(m) | CliError::Quiet(m) | CliError::Partial(m) => f.write_str(m),
+            CliError::Failed(m) | CliError::NoModel(m) | CliError::Quiet(m) | CliError::Partial(m) => f.write_str(m),
         }
     }
 }
@@ -129,7 +131,11 @@ impl std::error::Error for CliError {
             CliError::Runtime(e) => Some(e),
             CliError::Catalog(e) => Some(e),
             CliError::NotTheModel(e) => Some(e),
-            CliError::Usage { .. } | CliError::Failed(_) | CliError::Quiet(_) | CliError::Partial(_) => None,
+            CliError::Usage { .. }
+            | CliError::Failed(_)
+            | CliError::NoModel(_)
+            | CliError::Quiet(_)
+            | CliError::Partial(_) => None,
         }
     }
 }
@@ -228,11 +234,11 @@ pub fn run(argv: Vec<String>, out: &mut dyn Write) -> Result<(), CliError> {
         return Ok(());
     }
     (command.run)(args, out).map_err(|e| {
-        // A misspelled option is named whatever else failed: without a model installed, the
-        // model is looked for before the options are read, and its absence is not the news.
+        // Without a model installed, the model is looked for before the options are read: a
+        // misspelled option there is the news, not the missing model.
         let e = match (&e, unknown_in(&rest, &(command.help)())) {
-            (CliError::Io(_), _) | (_, None) => e,
-            (_, Some(unknown)) => CliError::usage(unknown),
+            (CliError::NoModel(_), Some(unknown)) => CliError::usage(unknown),
+            _ => e,
         };
         match e {
             CliError::Usage { message, command: None } => CliError::Usage { message, command: Some(command.name) },
@@ -241,15 +247,18 @@ pub fn run(argv: Vec<String>, out: &mut dyn Write) -> Result<(), CliError> {
     })
 }
 
-/// The first option of `argv` that `help` (a command's --help) does not list, as an unknown
-/// option with the nearest spelling it lists. Negative numbers and text with spaces are
+/// The first option of `argv` that `help` (a command's --help) names nowhere, as an unknown
+/// option with the nearest spelling it names. Negative numbers and text with spaces are
 /// values, not options.
 fn unknown_in(argv: &[String], help: &str) -> Option<String> {
     let known: Vec<&str> = help
-        .lines()
-        .filter(|l| l.starts_with("  -"))
-        .flat_map(|l| l.trim_start().split("  ").next().unwrap_or("").split(", "))
-        .filter_map(|spelled| spelled.split_whitespace().next())
+        .split(|c: char| c.is_whitespace() || "[](),;:`'\"|".contains(c))
+        .map(|word| word.split_once('=').map_or(word, |(name, _)| name))
+        .filter(|word| {
+            word.len() > 1
+                && word.starts_with('-')
+                && word[1..].starts_with(|c: char| c.is_ascii_alphabetic() || c == '-')
+        })
         .chain(["-h", "--help"])
         .collect();
     argv.iter()

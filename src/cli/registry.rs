@@ -81,7 +81,7 @@ pub fn default_model_files() -> Result<(PathBuf, PathBuf), CliError> {
         (Some(m), None) => (format!("{} is at {}, but", entry.model_file, m.display()), &entry.mmproj_file),
         (None, Some(p)) => (format!("{} is at {}, but", entry.mmproj_file, p.display()), &entry.model_file),
         (None, None) => {
-            return Err(CliError::Failed(format!(
+            return Err(CliError::NoModel(format!(
                 "no model given and the default model {} is not installed: put {} and {} (from {}) into one of: {} (folders in $HRX_MODELS, colon-separated, are searched too); or pass -m and --mmproj",
                 entry.name,
                 entry.model_file,
@@ -91,7 +91,7 @@ pub fn default_model_files() -> Result<(PathBuf, PathBuf), CliError> {
             )))
         }
     };
-    Err(CliError::Failed(format!(
+    Err(CliError::NoModel(format!(
         "no model given and the default model {} is half installed: {model} {mmproj} (from {}) is in none of: {}; put it beside the other, or pass -m and --mmproj",
         entry.name,
         entry.source,
