@@ -64,6 +64,29 @@ fn bad_input_gives_one_line_errors_and_exit_codes() {
     assert!(stderr(&out).contains("not a GGUF file"), "{}", stderr(&out));
 }
 
+/// The reference of every command is one text: `hrx help C` is `hrx C --help`, for each command
+/// the main help lists; `hrx help env` lists the environment's variables.
+#[test]
+fn hrx_help_command_is_the_commands_own_help() {
+    let main = String::from_utf8(hrx(&["--help"]).stdout).unwrap();
+    let commands: Vec<&str> = main
+        .lines()
+        .skip_while(|l| *l != "commands:")
+        .skip(1)
+        .take_while(|l| !l.is_empty())
+        .filter_map(|l| l.split_whitespace().next())
+        .filter(|c| *c != "help")
+        .collect();
+    assert!(commands.len() >= 10 && commands.contains(&"serve"), "{commands:?}");
+    for c in commands {
+        let (help, own) = (hrx(&["help", c]), hrx(&[c, "--help"]));
+        assert!(help.status.success() && !help.stdout.is_empty(), "hrx help {c}");
+        assert_eq!(help.stdout, own.stdout, "hrx help {c} differs from hrx {c} --help");
+    }
+    let env = String::from_utf8(hrx(&["help", "env"]).stdout).unwrap();
+    assert!(env.contains("HRX_DEVICE=") && env.contains("HRX_VK_TIMEOUT=SECONDS  (default 120)"), "{env}");
+}
+
 #[test]
 fn generate_rejects_bad_prompt_ids_and_settings() {
     let Some(oracle) = common::oracle() else { return };
