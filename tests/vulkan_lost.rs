@@ -125,6 +125,10 @@ fn serve_answers_503_through_a_lost_device_and_goes_on() {
     let (status, body) = server.post("/v1/chat/completions", chat);
     assert_eq!(status, 200, "{body}\n{}", server.log.lock().unwrap());
     assert!(server.log_line("loading the models again on a new device", Duration::from_secs(5)).is_some());
+    // The 503 is counted where it was made, as an outcome of its own.
+    let (_, metrics) = server.get("/metrics");
+    assert!(metrics.contains("hrx_chat_requests_total{outcome=\"device_lost\"} 1"), "{metrics}");
+    assert!(metrics.contains("hrx_chat_requests_total{outcome=\"answered\"} 1"), "{metrics}");
     drop(server);
 
     // Losses at runs 3, 4 and 5: three chats refused, then the CPU serves, and says so.

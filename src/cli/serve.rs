@@ -4,7 +4,7 @@ use super::describe::DescriberFlags;
 use super::flags::{self, Flag, Help, PARALLEL};
 use super::{CliError, Command};
 use crate::cli::args::Args;
-use crate::serve::handler::App;
+use crate::serve::handler::{App, AppSettings};
 use crate::serve::http::Limits;
 use std::io::Write;
 use std::net::TcpListener;
@@ -176,10 +176,17 @@ fn run(mut args: Args, out: &mut dyn Write) -> Result<(), CliError> {
     let listener =
         TcpListener::bind((host.as_str(), port)).map_err(CliError::os(format!("cannot listen on {host}:{port}")))?;
     let addr = listener.local_addr()?;
-    let (schema_prompt, name) = (flags.schema_prompt, flags.name.clone());
-    let mut app = App::new(describer, flags.config, max_tokens, cors_origins, flags.name, file_folders, limits);
-    app.schema_prompt = schema_prompt;
-    let app = Arc::new(app);
+    let name = flags.name.clone();
+    let settings = AppSettings {
+        defaults: flags.config,
+        schema_prompt: flags.schema_prompt,
+        max_tokens,
+        cors_origins,
+        model_name: flags.name,
+        file_folders,
+        limits,
+    };
+    let app = Arc::new(App::new(describer, settings));
     app.start_model().map_err(CliError::os("cannot start the model's thread"))?;
     writeln!(out, "hrx serve: listening on http://{addr} (model {name}, --parallel {parallel})")?;
     out.flush()?;

@@ -227,6 +227,8 @@ pub struct Counters {
     pub queue_full: AtomicU64,
     pub queue_timeout: AtomicU64,
     pub over_budget: AtomicU64,
+    /// Ended with a 503 by the loss of the device under them.
+    pub device_lost: AtomicU64,
 }
 
 impl Counters {
@@ -257,6 +259,7 @@ pub fn metrics(turns: &Turns, budget: &Budget, c: &Counters) -> String {
             ("{outcome=\"queue_full\"}", n(&c.queue_full).to_string()),
             ("{outcome=\"queue_timeout\"}", n(&c.queue_timeout).to_string()),
             ("{outcome=\"over_memory_budget\"}", n(&c.over_budget).to_string()),
+            ("{outcome=\"device_lost\"}", n(&c.device_lost).to_string()),
         ],
     );
     metric("hrx_queue_depth", "gauge", "Chat requests waiting for the model.", &[("", turns.waiting().to_string())]);

@@ -3,22 +3,19 @@
 
 use super::admission::{self, Budget, Counters, Refusal, Turns};
 use super::http::{self, EventStream, HangUp, HttpError, Request, StreamFailure};
-use super::image_url::{self, ImageSource};
-use super::model::{self, Answer, Following, Job};
+use super::images;
+use super::model::{self, Answer, Following, Health, Job};
 use super::openai::{self, ChatImage, ChatRequest, Reply};
-use crate::image::{self, Limits};
 use crate::json::Json;
 use crate::runtime::chat::Message;
-use crate::runtime::describe::{Describer, EncodedImage, SizedImage};
+use crate::runtime::describe::{Describer, EncodedImage};
 use crate::runtime::generate::{GenerateConfig, StopReason};
 use crate::runtime::sampler::TokenLogprob;
 use crate::runtime::structured::JsonConstraint;
-use crate::runtime::RuntimeError;
 use crate::tokenizer::Tokenizer;
-use std::borrow::Cow;
 use std::net::TcpStream;
 use std::ops::ControlFlow;
-use std::path::{Path, PathBuf};
+use std::path::PathBuf;
 use std::sync::atomic::{AtomicU64, Ordering};
 use std::sync::mpsc::{self, Receiver, Sender};
 use std::sync::{Arc, Mutex, PoisonError};
@@ -34,22 +31,22 @@ pub struct App {
     /// The model's vocabulary, to name the tokens of logprobs.
     tokenizer: Arc<Tokenizer>,
     /// Generation settings of requests that do not set them.
-    pub defaults: GenerateConfig,
+    defaults: GenerateConfig,
     /// Whether a JSON answer's schema is told the model in the system turn (true unless
     /// --no-schema-prompt).
-    pub schema_prompt: bool,
+    schema_prompt: bool,
     /// The schemas of recent requests, most recent last, with the masks they filled: a
     /// client sends the same schema again and again, and a schema's first answer pays for
     /// walking the vocabulary (milliseconds a token where strings have a maxLength).
     schemas: Mutex<Vec<Arc<JsonConstraint>>>,
     /// The most tokens a request may ask for (`max_tokens`; --max-tokens-cap).
-    pub max_tokens: usize,
+    max_tokens: usize,
     /// Origins whose pages may call the API from a browser (`--cors-origin`; `*`: any).
-    pub cors_origins: Vec<String>,
-    pub model_name: String,
+    cors_origins: Vec<String>,
+    model_name: String,
     /// Folders (canonical) whose image files `file://` URLs may name; none: file URLs are off.
-    pub file_folders: Vec<PathBuf>,
-    pub limits: http::Limits,
+    file_folders: Vec<PathBuf>,
+    pub(super) limits: http::Limits,
     requests: AtomicU64,
     /// The queue for the model's sequences.
     turns: Turns,
@@ -58,17 +55,6 @@ pub struct App {
     counters: Counters,
     /// Whether the model serves, or is being loaded again after its device was lost.
     health: Mutex<Health>,
-}
-
-/// What `/health` says.
-#[derive(Clone, Debug)]
-pub enum Health {
-    /// Serving, on this backend.
-    Serving(String),
-    /// The device was lost: the models are being loaded again (said how).
-    Recovering(String),
-    /// They could not be loaded again (why): chat requests fail.
-    Failed(String),
 }
 
 /// What became of a request, for the log: its request line (`-` when none arrived), the status
@@ -97,16 +83,49 @@ pub trait Watch {
     fn answered(&self, outcome: &Outcome, since: Instant);
 }
 
+/// The server's settings, from its flags.
+pub struct AppSettings {
+    /// Generation settings of requests that do not set them.
+    pub defaults: GenerateConfig,
+    /// Whether a JSON answer's schema is told the model in the system turn (true unless
+    /// --no-schema-prompt).
+    pub schema_prompt: bool,
+    /// The most tokens a request may ask for (`max_tokens`; --max-tokens-cap).
+    pub max_tokens: usize,
+    /// Origins whose pages may call the API from a browser (`--cors-origin`; `*`: any).
+    pub cors_origins: Vec<String>,
+    /// The name every answer gives the model.
+    pub model_name: String,
+    /// Folders (canonical) whose image files `file://` URLs may name; none: file URLs are off.
+    pub file_folders: Vec<PathBuf>,
+    pub limits: http::Limits,
+}
+
+impl model::Host for App {
+    fn encode(
+        &self,
+        d: &mut Describer,
+        messages: &[Message],
+        requested: &[ChatImage],
+    ) -> Result<Vec<EncodedImage>, HttpError> {
+        let over = |bytes| self.over_budget(bytes, "decoding its images", self.budget.limit());
+        images::encode(d, messages, requested, &self.file_folders, &self.budget, over)
+    }
+
+    /// Says what `/health` answers from now on (around a recovery).
+    fn set_health(&self, health: Health) {
+        *self.health.lock().unwrap_or_else(PoisonError::into_inner) = health;
+    }
+
+    fn lost_request(&self) {
+        Counters::add(&self.counters.device_lost);
+    }
+}
+
 impl App {
-    pub fn new(
-        describer: Describer,
-        defaults: GenerateConfig,
-        max_tokens: usize,
-        cors_origins: Vec<String>,
-        model_name: String,
-        file_folders: Vec<PathBuf>,
-        limits: http::Limits,
-    ) -> App {
+    pub fn new(describer: Describer, settings: AppSettings) -> App {
+        let AppSettings { defaults, schema_prompt, max_tokens, cors_origins, model_name, file_folders, limits } =
+            settings;
         let (jobs, incoming) = mpsc::channel();
         let sequences = describer.text().options().n_seq;
         let health = Mutex::new(Health::Serving(describer.text().backend().describe()));
@@ -115,7 +134,7 @@ impl App {
             tokenizer: Arc::clone(describer.text().tokenizer()),
             idle: Mutex::new(Some((describer, incoming))),
             defaults,
-            schema_prompt: true,
+            schema_prompt,
             schemas: Mutex::new(Vec::new()),
             max_tokens,
             cors_origins,
@@ -124,15 +143,10 @@ impl App {
             limits,
             requests: AtomicU64::new(0),
             turns: Turns::new(sequences, limits.queue_len, limits.queue_wait),
-            budget: Budget::new(limits.memory_budget, decode_share(limits.memory_budget)),
+            budget: Budget::new(limits.memory_budget, images::decode_share(limits.memory_budget)),
             counters: Counters::default(),
             health,
         }
-    }
-
-    /// Says what `/health` answers from now on (the model's thread, around a recovery).
-    pub(super) fn set_health(&self, health: Health) {
-        *self.health.lock().unwrap_or_else(PoisonError::into_inner) = health;
     }
 
     /// Starts the model's thread, which answers the chat requests from then on (once; later
@@ -146,7 +160,7 @@ impl App {
         std::thread::Builder::new()
             .name("model".into())
             .stack_size(8 << 20)
-            .spawn(move || model::run(describer, &incoming, &app))
+            .spawn(move || model::run(describer, &incoming, &*app))
             .map(drop)
     }
 
@@ -237,12 +251,6 @@ impl App {
             ),
         )
         .with_retry_after(1)
-    }
-
-    /// The most pixels one request's images may declare together: what the decode share of the
-    /// memory budget holds, at most [`openai::MAX_REQUEST_PIXELS`].
-    fn max_request_pixels(&self) -> u64 {
-        self.budget.decode_share() / DECODE_BYTES_PER_PIXEL
     }
 
     /// Counts a chat request's outcome (refusals for the queue and the budget are counted where
@@ -359,33 +367,6 @@ impl App {
         HttpError::new(503, message).with_retry_after(1)
     }
 
-    /// Reads, sizes and encodes a request's images on the model's thread (`d`): a prompt too
-    /// long for the context, or too many pixels, is refused from the images' headers before
-    /// any pixel is decoded or any token runs; the decoded pixels within the decode share.
-    pub(super) fn encode(
-        &self,
-        d: &mut Describer,
-        messages: &[Message],
-        requested: &[ChatImage],
-    ) -> Result<Vec<EncodedImage>, HttpError> {
-        let images = read_images(requested, &self.file_folders, &d.image_limits())?;
-        let sized = size_images(d, &images, requested, self.max_request_pixels())?;
-        d.check_prompt(messages, &sized).map_err(runtime)?;
-        // Within the decode share (the pixels are within what it holds), whatever the requests
-        // waiting hold: images are decoded here, one request's at a time.
-        let pixels: u64 = sized.iter().map(|s| (s.size.0 * s.size.1) as u64).sum();
-        let bytes = DECODE_BYTES_PER_PIXEL * pixels;
-        let _decoded = self
-            .budget
-            .reserve_decode(bytes)
-            .ok_or_else(|| self.over_budget(bytes, "decoding its images", self.budget.limit()))?;
-        images
-            .iter()
-            .zip(&sized)
-            .map(|(i, s)| d.encode_bytes(&i.name, &i.bytes, s.max_pixels).map_err(|e| i.error(runtime(e))))
-            .collect()
-    }
-
     /// Answers a chat request; `keep`: whether a plain answer leaves the connection open (a
     /// stream of events ends with it).
     fn chat(&self, mut chat: ChatRequest, stream: &mut TcpStream, cors: &str, keep: bool) -> Result<Sent, HttpError> {
@@ -464,97 +445,12 @@ impl App {
 /// Schemas whose masks are kept (each up to some 30 MB of them on Qwen's vocabulary).
 const KNOWN_SCHEMAS: usize = 2;
 
-/// Decoding holds an image (up to 4 bytes a pixel) and its RGB copy (3).
-const DECODE_BYTES_PER_PIXEL: u64 = 7;
-
-/// Of a memory budget of `limit` bytes, what is kept for decoding the images of the request on
-/// the model: what the most pixels a request may send decode to, at most half the budget (the
-/// rest is for the bodies of the requests in flight).
-fn decode_share(limit: u64) -> u64 {
-    (limit / 2).min(DECODE_BYTES_PER_PIXEL * openai::MAX_REQUEST_PIXELS)
-}
-
 /// What a chat body of `length` bytes may hold from its head until it is answered: the body,
 /// the JSON strings parsed from it (at most its length, while it is parsed) and the images
 /// base64-decoded from those (three quarters of it). Counting the body alone let 16 requests
 /// with 64 MiB bodies hold 1.4 GiB under a 1 GiB budget (scripts/soak).
 fn body_bytes(length: usize) -> u64 {
     (length as u64).saturating_mul(11).div_ceil(4)
-}
-
-/// A request's image as read: the name errors call it, its bytes, and the file it came from.
-struct RequestImage<'a> {
-    name: String,
-    bytes: Cow<'a, [u8]>,
-    file: Option<&'a Path>,
-}
-
-impl RequestImage<'_> {
-    /// The answer for `e` about this image: for a file, the one message every unusable file
-    /// gets (a client learns nothing of the server's files), else `e`.
-    fn error(&self, e: HttpError) -> HttpError {
-        self.file.map_or(e, image_url::unusable_file)
-    }
-}
-
-/// The request's images: data URLs as sent, files (under `folders`) read once.
-fn read_images<'a>(
-    images: &'a [ChatImage],
-    folders: &[PathBuf],
-    limits: &Limits,
-) -> Result<Vec<RequestImage<'a>>, HttpError> {
-    images
-        .iter()
-        .enumerate()
-        .map(|(i, image)| match &image.source {
-            ImageSource::Bytes(bytes) => Ok(RequestImage {
-                name: format!("image {}", i + 1),
-                bytes: Cow::Borrowed(bytes.as_slice()),
-                file: None,
-            }),
-            ImageSource::File(path) => {
-                let bytes = image_url::read_allowed(path, folders, limits.max_file_bytes)?;
-                Ok(RequestImage { name: path.display().to_string(), bytes: Cow::Owned(bytes), file: Some(path) })
-            }
-        })
-        .collect()
-}
-
-/// Each image's name and upright size from its header, `max_pixels` for all of them together,
-/// and the budget its `detail` asks for.
-fn size_images<'a>(
-    d: &Describer,
-    images: &'a [RequestImage],
-    requested: &[ChatImage],
-    max_pixels: u64,
-) -> Result<Vec<SizedImage<'a>>, HttpError> {
-    let limits = d.image_limits();
-    let mut pixels = 0u64;
-    let mut sized = Vec::with_capacity(images.len());
-    for (i, asked) in images.iter().zip(requested) {
-        let (name, bytes) = (&i.name, &i.bytes);
-        let (w, h) = image::probe_bytes(name, bytes, &limits).map_err(|e| i.error(image_error(e)))?;
-        pixels += (w * h) as u64;
-        if pixels > max_pixels {
-            let why = match max_pixels < openai::MAX_REQUEST_PIXELS {
-                true => " (what this server's --memory-budget lets one request decode)",
-                false => "",
-            };
-            return Err(HttpError::new(
-                400,
-                format!(
-                    "the request's images hold more than {max_pixels} pixels{why} (at {name}): send fewer or smaller images"
-                ),
-            ));
-        }
-        let budget = asked.detail.max_pixels(d.min_pixels(), d.max_pixels());
-        sized.push(SizedImage { name, size: (w, h), max_pixels: budget });
-    }
-    Ok(sized)
-}
-
-fn image_error(e: image::ImageError) -> HttpError {
-    runtime(RuntimeError::Image(e))
 }
 
 /// The outcome of a request whose client hung up before its answer: 499 (nginx's "client
@@ -615,20 +511,6 @@ impl Route {
             None => r.path == path,
         })
     }
-}
-
-/// A bad image or prompt is the client's (400); a lost device a 503 to try again after (the
-/// model is being loaded again); anything else is the server's (500).
-pub(super) fn runtime(e: RuntimeError) -> HttpError {
-    if crate::runtime::recover::is_device_lost(&e) {
-        return HttpError::new(503, format!("{e}; the model is being loaded again, try again")).with_retry_after(2);
-    }
-    let status = match e {
-        // The client's own input: its images and the length of its conversation.
-        RuntimeError::Usage(_) | RuntimeError::Image(_) | RuntimeError::ContextFull { .. } => 400,
-        _ => 500,
-    };
-    HttpError::new(status, e.to_string())
 }
 
 /// `headers`: more header lines (each ending in CRLF), as for every answer below; `keep`:

@@ -4,6 +4,7 @@
 //! by Content-Length only. A connection waiting for its next request is held to the same head
 //! deadline as a new one, from the end of the last answer.
 
+use crate::runtime::RuntimeError;
 use std::io::{self, Read, Write};
 use std::net::{Shutdown, TcpStream};
 use std::time::{Duration, Instant};
@@ -81,6 +82,20 @@ pub struct HttpError {
 impl HttpError {
     pub fn new(status: u16, message: impl Into<String>) -> HttpError {
         HttpError { status, message: message.into(), retry_after: None, allow: None }
+    }
+
+    /// A bad image or prompt is the client's (400); a lost device a 503 to try again after
+    /// (the model is being loaded again); anything else is the server's (500).
+    pub fn runtime(e: RuntimeError) -> HttpError {
+        if crate::runtime::recover::is_device_lost(&e) {
+            return HttpError::new(503, format!("{e}; the model is being loaded again, try again")).with_retry_after(2);
+        }
+        let status = match e {
+            // The client's own input: its images and the length of its conversation.
+            RuntimeError::Usage(_) | RuntimeError::Image(_) | RuntimeError::ContextFull { .. } => 400,
+            _ => 500,
+        };
+        HttpError::new(status, e.to_string())
     }
 
     pub fn with_retry_after(self, seconds: u32) -> HttpError {

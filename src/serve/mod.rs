@@ -17,6 +17,7 @@ pub mod admission;
 pub mod handler;
 pub mod http;
 pub mod image_url;
+pub mod images;
 pub mod model;
 pub mod openai;
 

@@ -9,12 +9,11 @@
 //! [`MAX_BEHIND`] wait to be written) without holding the others up; one that goes away, or
 //! stopped reading past the send timeout, ends its request at the next step.
 
-use super::handler::{App, Health};
 use super::http::HttpError;
 use super::openai::ChatImage;
 use crate::runtime::batch::{Batch, Finished, Listener, Start, Started, Stepped, Turn};
 use crate::runtime::chat::Message;
-use crate::runtime::describe::Describer;
+use crate::runtime::describe::{Describer, EncodedImage};
 use crate::runtime::generate::{Delta, GenerateConfig, Generation};
 use crate::runtime::recover::Losses;
 use crate::runtime::sampler::TokenLogprob;
@@ -24,6 +23,32 @@ use std::sync::atomic::{AtomicBool, AtomicUsize, Ordering};
 use std::sync::mpsc::{self, Receiver, Sender};
 use std::sync::Arc;
 use std::time::Duration;
+
+/// What `/health` says.
+#[derive(Clone, Debug)]
+pub enum Health {
+    /// Serving, on this backend.
+    Serving(String),
+    /// The device was lost: the models are being loaded again (said how).
+    Recovering(String),
+    /// They could not be loaded again (why): chat requests fail.
+    Failed(String),
+}
+
+/// What the model's thread needs of the server: its requests' images encoded, `/health` told,
+/// and the requests it ends for a lost device counted.
+pub trait Host: Sync {
+    /// `images` of a request with `messages`, read, sized and encoded on `d`.
+    fn encode(
+        &self,
+        d: &mut Describer,
+        messages: &[Message],
+        images: &[ChatImage],
+    ) -> Result<Vec<EncodedImage>, HttpError>;
+    fn set_health(&self, health: Health);
+    /// A request got a 503: the device was lost under it.
+    fn lost_request(&self);
+}
 
 /// A chat request for the model: its conversation, images and settings, where its events go,
 /// and how its reader is doing.
@@ -113,7 +138,7 @@ impl Listener<Tag> for Readers {
 /// sender of jobs is gone. Where `d`'s device is lost, the requests under way get a 503 and the
 /// models are loaded again (`runtime::recover`) while `/health` says so; the thread ends only
 /// where that fails on the CPU too.
-pub fn run(mut d: Describer, jobs: &Receiver<Job>, app: &App) {
+pub fn run(mut d: Describer, jobs: &Receiver<Job>, app: &dyn Host) {
     let tokenizer = Arc::clone(d.text().tokenizer());
     let mut batch = Batch::new(d.text(), &tokenizer);
     let mut losses = Losses::default();
@@ -148,7 +173,7 @@ pub fn run(mut d: Describer, jobs: &Receiver<Job>, app: &App) {
             continue;
         }
         let stepped = match panic::catch_unwind(AssertUnwindSafe(|| batch.step(d.text_mut(), &mut Readers))) {
-            Ok(stepped) => stepped.map_err(super::handler::runtime),
+            Ok(stepped) => stepped.map_err(HttpError::runtime),
             Err(_) => Err(HttpError::new(500, "internal error: a decode step failed (see the server's log)")),
         };
         match stepped {
@@ -177,7 +202,7 @@ pub fn run(mut d: Describer, jobs: &Receiver<Job>, app: &App) {
 /// After `d`'s device was lost: the requests still in sequences get a 503 to try again, and
 /// the models are loaded again while `/health` says so. False where that failed (the thread
 /// ends; requests then get a 500).
-fn recover(app: &App, d: &mut Describer, batch: &mut Batch<Tag>, losses: &mut Losses) -> bool {
+fn recover(app: &dyn Host, d: &mut Describer, batch: &mut Batch<Tag>, losses: &mut Losses) -> bool {
     say_recovering(app, d);
     for tag in batch.abandon() {
         fail(app, d, &tag.events, lost_device());
@@ -198,7 +223,7 @@ fn recover(app: &App, d: &mut Describer, batch: &mut Batch<Tag>, losses: &mut Lo
 
 /// Encodes the images of each job, then prefills their prompts together, each into a free
 /// sequence; says why not, or the answer when its first token ends it, to each connection.
-fn start(app: &App, d: &mut Describer, batch: &mut Batch<Tag>, jobs: Vec<Job>) {
+fn start(app: &dyn Host, d: &mut Describer, batch: &mut Batch<Tag>, jobs: Vec<Job>) {
     let mut encoded = Vec::with_capacity(jobs.len());
     for Job { messages, images, config, events, reader } in jobs {
         match app.encode(d, &messages, &images) {
@@ -213,7 +238,7 @@ fn start(app: &App, d: &mut Describer, batch: &mut Batch<Tag>, jobs: Vec<Job>) {
                 let tag = Tag { events: events.clone(), reader: Arc::clone(reader), prompt_tokens: ids.len() };
                 starts.push(Start { pieces, config: config.clone(), tag });
             }
-            Err(e) => fail(app, d, events, super::handler::runtime(e)),
+            Err(e) => fail(app, d, events, HttpError::runtime(e)),
         }
     }
     let started = batch.start_all(d.text_mut(), starts, &mut Readers);
@@ -224,7 +249,7 @@ fn start(app: &App, d: &mut Describer, batch: &mut Batch<Tag>, jobs: Vec<Job>) {
             Started::Running => {}
             Started::Finished(finished) => answer(finished),
             Started::Failed(tag, e) => {
-                let e = lost.clone().unwrap_or_else(|| super::handler::runtime(e));
+                let e = lost.clone().unwrap_or_else(|| HttpError::runtime(e));
                 fail(app, d, &tag.events, e);
             }
         }
@@ -238,15 +263,18 @@ fn lost_device() -> HttpError {
 
 /// Ends a request with error `e`. Where `d`'s device was lost, `/health` says first that the
 /// models are being loaded again: its client may ask the moment the 503 arrives.
-fn fail(app: &App, d: &Describer, events: &Sender<Event>, e: HttpError) {
+fn fail(app: &dyn Host, d: &Describer, events: &Sender<Event>, e: HttpError) {
     if d.device_lost() {
         say_recovering(app, d);
+        if e.status == 503 {
+            app.lost_request();
+        }
     }
     let _ = events.send(Event::Done(Err(e)));
 }
 
 /// `/health` from now on: `d`'s device was lost, the models are being loaded again.
-fn say_recovering(app: &App, d: &Describer) {
+fn say_recovering(app: &dyn Host, d: &Describer) {
     let device = d.text().backend().describe();
     app.set_health(Health::Recovering(format!("{device} was lost; the models are being loaded again")));
 }
