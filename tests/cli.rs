@@ -580,6 +580,11 @@ fn describe_without_a_model_names_the_folders_and_hrx_models() {
     assert!(!out.status.success(), "{err}");
     assert!(err.contains("is not installed") && err.contains("$HRX_MODELS"), "{err}");
     assert!(err.contains(&dir.join(".local/share/hrx/models").display().to_string()), "{err}");
+    // A binary built in a checkout looks in its models/ folder too, as README's set-up says.
+    let repo = std::path::Path::new(env!("CARGO_MANIFEST_DIR"));
+    if std::path::Path::new(env!("CARGO_BIN_EXE_hrx")).starts_with(repo.join("target")) {
+        assert!(err.contains(&format!("{}, ", repo.join("models").display())), "{err}");
+    }
     // With one of the two files there, the message names the one that is missing.
     std::fs::create_dir_all(dir.join("models")).unwrap();
     std::fs::write(dir.join("models/Qwen3VL-2B-Instruct-Q4_K_M.gguf"), b"").unwrap();

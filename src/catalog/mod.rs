@@ -304,17 +304,28 @@ fn entry(line: usize, mut fields: Vec<(String, Scalar)>) -> Result<ModelEntry, C
 }
 
 /// Where model files are looked for, in order: ./models, each folder of $HRX_MODELS
-/// (colon-separated), ~/.local/share/hrx/models, /var/lib/hrx/models.
+/// (colon-separated), the models/ folder of the checkout a binary was built in,
+/// ~/.local/share/hrx/models, /var/lib/hrx/models.
 pub fn search_dirs() -> Vec<PathBuf> {
     let mut dirs = vec![PathBuf::from("models")];
     if let Some(v) = crate::settings::settings().paths(&crate::settings::MODELS) {
         dirs.extend(std::env::split_paths(v));
     }
+    dirs.extend(checkout_models());
     if let Some(home) = std::env::var_os("HOME") {
         dirs.push(Path::new(&home).join(".local/share/hrx/models"));
     }
     dirs.push(PathBuf::from(SYSTEM_MODELS));
     dirs
+}
+
+/// The repository's models/ folder, for a binary built in a checkout (`REPO/target/PROFILE/hrx`
+/// beside `REPO/models.toml`): where README's set-up puts the model files.
+fn checkout_models() -> Option<PathBuf> {
+    let exe = std::env::current_exe().ok()?;
+    let repo = exe.parent()?.parent()?.parent()?;
+    let built_here = exe.parent()?.parent()?.file_name()? == "target" && repo.join("models.toml").is_file();
+    built_here.then(|| repo.join("models"))
 }
 
 /// The first folder of `dirs` holding `file`.
