@@ -13,7 +13,7 @@
 //!                                     text <- detokenize <- sampler <- logits <----+
 //! ```
 //!
-//! The rules the code keeps (the dispatcher's own are in [`hrx`]):
+//! The rules the code keeps (the dispatcher's own are in [`dispatcher`]):
 //! - Shapes come from GGUF metadata, never from constants: any Qwen3-VL size, and any random
 //!   test model (`hrx synth`), loads and runs.
 //! - The plan is the single source of truth for what runs: the backend's registry decides each
@@ -39,7 +39,7 @@
 //! - [`graph`]: the tensor IR and its builder; knows nothing of Qwen or of devices.
 //! - [`model`]: Qwen3-VL described: parameters from metadata, the text and vision graphs, and a
 //!   writer of random-weight models (`hrx synth`). It runs nothing.
-//! - [`hrx`]: the dispatcher: import and classify every value, plan every node once (kernel,
+//! - [`dispatcher`]: the HRX dispatcher: import and classify every value, plan every node once (kernel,
 //!   fusion, row splits from the backend's registry), arena, census.
 //! - [`backend`]: executors of a plan — [`backend::cpu`] (reference and fast kernels) and
 //!   [`backend::vulkan`] (device layer, kernel table, registry, executor) — and the device choice.
@@ -55,10 +55,10 @@ pub mod backend;
 pub mod caption;
 pub mod catalog;
 pub mod cli;
+pub mod dispatcher;
 pub mod fault;
 pub mod gguf;
 pub mod graph;
-pub mod hrx;
 pub mod image;
 pub mod json;
 pub mod model;

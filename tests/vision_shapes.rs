@@ -10,9 +10,9 @@ mod vision_shapes {
 
 use hrx::backend::cpu::Kernels;
 use hrx::backend::Backend;
+use hrx::dispatcher::{CpuRegistry, Kernel, Registry, Where};
 use hrx::gguf::{Value, ValueType};
 use hrx::graph::{Graph, NodeId};
-use hrx::hrx::{CpuRegistry, Device, Kernel, Registry};
 use hrx::model::{vision, VisionParams};
 use hrx::quant::DType;
 use hrx::runtime::vision_model::{fit_patches, plan_vision, VisionModel};
@@ -123,7 +123,7 @@ fn the_plan_is_made_once_with_no_refusal_and_binds_the_pixels_from_their_buffer(
 struct SmallWindows(usize);
 
 impl Registry for SmallWindows {
-    fn device(&self) -> Device {
+    fn device(&self) -> Where {
         CpuRegistry.device()
     }
     fn kernel(&self, graph: &Graph, id: NodeId) -> Option<Kernel> {

@@ -8,9 +8,9 @@ use hrx::backend::cpu::{CpuExecutor, Kernels};
 use hrx::backend::vulkan::kernels::Variants;
 use hrx::backend::vulkan::{Device, DeviceOptions, Location, VkError, VulkanExecutor, VulkanRegistry};
 use hrx::backend::PlanId;
+use hrx::dispatcher::{CpuRegistry, Plan};
 use hrx::gguf::{GgufFile, GgufWriter};
 use hrx::graph::{DynAxis, Gelu, Graph, NodeId};
-use hrx::hrx::{CpuRegistry, Plan};
 use hrx::quant::{quantize_row, DType};
 use std::sync::Arc;
 use vulkan_common::{nmse, Rng};
@@ -534,7 +534,7 @@ fn profiled_runs_time_every_kernel() {
 /// CPU.
 #[test]
 fn products_fuse_with_their_add_only_where_the_output_is_clear_of_their_inputs() {
-    use hrx::hrx::Loc;
+    use hrx::dispatcher::Loc;
     let Some(dev) = vulkan_common::device() else { return };
     let mut rng = Rng::new(17);
     let file = weights(&mut rng);
@@ -632,7 +632,7 @@ fn a_cache_written_by_a_fused_dispatch_is_device_memory() {
     w.add_tensor("norm", DType::F32, &[16], norm).unwrap();
     let file = Arc::new(GgufFile::from_bytes("norm.gguf", w.to_bytes()).unwrap());
     let plan = Plan::new(graph.clone(), &VulkanRegistry::PORTABLE).unwrap();
-    let fused = ("gpu".to_owned(), "rms_norm_rope (RMS_NORM+ROPE+SET_ROWS)".to_owned());
+    let fused = (hrx::dispatcher::Where::Gpu, "rms_norm_rope (RMS_NORM+ROPE+SET_ROWS)".to_owned());
     assert_eq!(plan.census().by_kernel.get(&fused), Some(&1), "{:?}", plan.census().by_kernel);
     let mut gpu = VulkanExecutor::new(&dev, vec![plan], std::slice::from_ref(&file)).unwrap();
     assert_eq!(gpu.location(PlanId(0), "cache").unwrap(), Location::Device);

@@ -526,9 +526,9 @@ fn plans_for_a_device_name_its_kernel_variants() {
     let mat = g.matmul(w, many, "mat").unwrap();
     g.mark_output(vec);
     g.mark_output(mat);
-    let plan = hrx::hrx::Plan::new(g, &hrx::backend::vulkan::VulkanRegistry::for_device(info)).unwrap();
+    let plan = hrx::dispatcher::Plan::new(g, &hrx::backend::vulkan::VulkanRegistry::for_device(info)).unwrap();
     let kernel = |id: hrx::graph::NodeId| match &plan.placements[id.0] {
-        hrx::hrx::Placement::Run { kernel, .. } => kernel.clone(),
+        hrx::dispatcher::Placement::Run { kernel, .. } => kernel.clone(),
         other => panic!("{other:?}"),
     };
     let variants = Variants::for_device(info);
@@ -544,13 +544,14 @@ fn plans_for_a_device_name_its_kernel_variants() {
     };
     assert_eq!((kernel(vec).name.as_str(), kernel(mat).name.as_str()), (want_vec, want_mat));
     assert_eq!((kernel(vec).subgroup, kernel(vec).shape), (variants.subgroup, None));
-    // A cooperative-matrix variant is named with its subgroup size and shape, and the executor
-    // rebuilds the same kernel from them.
+    // A cooperative-matrix variant is named with its subgroup size and shape (a record
+    // rebuilds the same kernel from them), and the plan's handle is that kernel.
     let cm = variants.coopmat;
     assert_eq!(kernel(mat).subgroup, cm.map(|c| c.subgroup));
     assert_eq!(kernel(mat).shape, cm.map(|c| [c.shape.m, c.shape.n, c.shape.k]));
     let selected = KernelId::MatMul(variants.mat_kinds(512, 64, 64)[0], kernels::WType::Q4K, Values::F32);
-    assert_eq!(KernelId::from_plan(&kernel(mat)), Some(selected));
+    assert_eq!(KernelId::from_name(&kernel(mat)), Some(selected));
+    assert_eq!(KernelId::of_plan(&kernel(mat)), Some(selected));
 }
 
 #[test]
@@ -1777,9 +1778,12 @@ fn attention_over_many_queries_plans_the_tiled_kernel() {
         };
         assert_eq!(got, want, "d={d} n_q={n_q}");
         // The plan's name (and variant) leads back to the kernel.
-        let named =
-            hrx::hrx::Kernel { subgroup: got.subgroup(), shape: got.shape(), ..hrx::hrx::Kernel::named(got.name()) };
-        assert_eq!(KernelId::from_plan(&named), Some(got));
+        let named = hrx::dispatcher::Kernel {
+            subgroup: got.subgroup(),
+            shape: got.shape(),
+            ..hrx::dispatcher::Kernel::named(got.name())
+        };
+        assert_eq!(KernelId::from_name(&named), Some(got));
         // Vulkan's guaranteed 16 KiB holds no tile: the one-query kernel.
         assert_eq!(
             kernels::select(Ops::single(&op), &ins, &out, None, &Variants::PORTABLE).unwrap(),

@@ -3,11 +3,11 @@
 //! plan never fails because of it. Needs no device.
 
 use hrx::backend::vulkan::VulkanRegistry;
+use hrx::dispatcher::{Placement, Plan, Where};
 use hrx::graph::{DynAxis, Gelu, Graph, NodeId, RopeKind};
-use hrx::hrx::{Device, Placement, Plan};
 use hrx::quant::DType;
 
-fn kernel_of(plan: &Plan, id: NodeId) -> (Device, &str) {
+fn kernel_of(plan: &Plan, id: NodeId) -> (Where, &str) {
     match &plan.placements[id.0] {
         Placement::Run { device, kernel, .. } => (device.clone(), kernel.name.as_str()),
         other => panic!("node {} is {other:?}", id.0),
@@ -48,13 +48,13 @@ fn supported_nodes_go_to_the_gpu_the_rest_to_the_cpu() {
     }
 
     let plan = Plan::new(g, &VulkanRegistry::PORTABLE).expect("a plan with CPU fallback never fails");
-    assert_eq!(kernel_of(&plan, h), (Device::Gpu, "rms_norm"));
+    assert_eq!(kernel_of(&plan, h), (Where::Gpu, "rms_norm"));
     // 32 planned columns: the tiled kernel.
-    assert_eq!(kernel_of(&plan, gate), (Device::Gpu, "mul_mat_q4_k"));
-    assert_eq!(kernel_of(&plan, up), (Device::Gpu, "mul_mat_q6_k"));
-    assert_eq!(kernel_of(&plan, down), (Device::Gpu, "mul_mat_q8_0"));
-    assert_eq!(kernel_of(&plan, f16), (Device::Gpu, "mul_mat_f16"));
-    assert_eq!(kernel_of(&plan, act), (Device::Gpu, "swiglu"));
+    assert_eq!(kernel_of(&plan, gate), (Where::Gpu, "mul_mat_q4_k"));
+    assert_eq!(kernel_of(&plan, up), (Where::Gpu, "mul_mat_q6_k"));
+    assert_eq!(kernel_of(&plan, down), (Where::Gpu, "mul_mat_q8_0"));
+    assert_eq!(kernel_of(&plan, f16), (Where::Gpu, "mul_mat_f16"));
+    assert_eq!(kernel_of(&plan, act), (Where::Gpu, "swiglu"));
     // The residual ADD runs in the product's dispatch where the arena keeps its output clear
     // of the product's input, else alone.
     match &plan.placements[y.0] {
@@ -62,14 +62,14 @@ fn supported_nodes_go_to_the_gpu_the_rest_to_the_cpu() {
             assert_eq!(*into, down);
             assert!(matches!(&plan.placements[down.0], Placement::Run { group, .. } if group.fused == Some(y)));
         }
-        _ => assert_eq!(kernel_of(&plan, y), (Device::Gpu, "add")),
+        _ => assert_eq!(kernel_of(&plan, y), (Where::Gpu, "add")),
     }
-    assert_eq!(kernel_of(&plan, scaled), (Device::Gpu, "mul"));
-    assert_eq!(kernel_of(&plan, gelu), (Device::Gpu, "gelu_erf"));
-    assert_eq!(kernel_of(&plan, ln), (Device::Gpu, "layer_norm"));
-    assert_eq!(kernel_of(&plan, roped), (Device::Gpu, "rope"));
+    assert_eq!(kernel_of(&plan, scaled), (Where::Gpu, "mul"));
+    assert_eq!(kernel_of(&plan, gelu), (Where::Gpu, "gelu_erf"));
+    assert_eq!(kernel_of(&plan, ln), (Where::Gpu, "layer_norm"));
+    assert_eq!(kernel_of(&plan, roped), (Where::Gpu, "rope"));
     // No kernel decodes Q3_K weights.
-    assert_eq!(kernel_of(&plan, q3).0, Device::Cpu);
+    assert_eq!(kernel_of(&plan, q3).0, Where::Cpu);
     let census = plan.census();
     assert_eq!((census.gpu_nodes, census.cpu_nodes), (11, 1));
 }
@@ -82,7 +82,7 @@ fn one_column_products_use_the_vector_kernel() {
     let y = g.matmul(w, x, "proj").unwrap();
     g.mark_output(y);
     let plan = Plan::new(g, &VulkanRegistry::PORTABLE).unwrap();
-    assert_eq!(kernel_of(&plan, y), (Device::Gpu, "mul_mat_vec_q4_k"));
+    assert_eq!(kernel_of(&plan, y), (Where::Gpu, "mul_mat_vec_q4_k"));
 }
 
 #[test]
@@ -99,8 +99,8 @@ fn a_misaligned_view_stays_on_the_cpu() {
     g.mark_output(s1);
     g.mark_output(s2);
     let plan = Plan::new(g, &VulkanRegistry::PORTABLE).unwrap();
-    assert_eq!(kernel_of(&plan, s1).0, Device::Cpu);
-    assert_eq!(kernel_of(&plan, s2), (Device::Gpu, "add"));
+    assert_eq!(kernel_of(&plan, s1).0, Where::Cpu);
+    assert_eq!(kernel_of(&plan, s2), (Where::Gpu, "add"));
 }
 
 #[test]

@@ -15,9 +15,9 @@
 pub mod cpu;
 pub mod vulkan;
 
+use crate::dispatcher::{CpuRegistry, Placement, Plan, Registry};
 use crate::gguf::GgufFile;
 use crate::graph::NodeId;
-use crate::hrx::{CpuRegistry, Placement, Plan, Registry};
 use cpu::{CpuExecutor, KernelError, Kernels};
 use std::fmt;
 use std::sync::Arc;
@@ -183,7 +183,7 @@ impl Backend {
             let i = plan
                 .placements
                 .iter()
-                .position(|p| matches!(p, Placement::Run { device: crate::hrx::Device::Cpu, .. }))?;
+                .position(|p| matches!(p, Placement::Run { device: crate::dispatcher::Where::Cpu, .. }))?;
             let node = &plan.graph.nodes[i];
             let ins: Vec<String> = node.inputs.iter().map(|&id| plan.graph.value(id).shape_str()).collect();
             Some(format!(

@@ -1,6 +1,6 @@
 //! `hrx bench`: prompt processing and generation speed, cold start and peak memory.
 
-use super::flags::{json_schema, Flag, Help, Placement, JSON, JSON_SCHEMA, MAX_BATCH, MMPROJ, MODEL};
+use super::flags::{json_schema, DeviceFlags, Flag, Help, JSON, JSON_SCHEMA, MAX_BATCH, MMPROJ, MODEL};
 use super::{CliError, Command};
 use crate::backend::vulkan::{Profile, RecordingStats, RunTimes};
 use crate::cli::args::Args;
@@ -48,7 +48,7 @@ fn help() -> String {
              fills the mask caches, and is printed apart)",
         ),
     ];
-    options.extend(Placement::help());
+    options.extend(DeviceFlags::help());
     options.push(JSON.help("one JSON object with every number"));
     Help {
         title: "hrx bench: measure speed and memory",
@@ -140,7 +140,7 @@ fn run(mut args: Args, out: &mut dyn Write) -> Result<(), CliError> {
     let depth: usize = DEPTH.parse(&mut args)?.unwrap_or(0);
     let kernels = KERNELS.present(&mut args);
     let only = ONLY.string(&mut args)?;
-    let Placement { device, threads, check } = Placement::parse(&mut args)?;
+    let DeviceFlags { device, threads, check } = DeviceFlags::parse(&mut args)?;
     let mmproj = MMPROJ.string(&mut args)?;
     let image_size: Option<usize> = IMAGE_SIZE.parse(&mut args)?;
     let json = JSON.present(&mut args);

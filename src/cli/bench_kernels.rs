@@ -8,9 +8,9 @@ use crate::backend::vulkan::kernels::{
     wide_cols, KernelId, KernelSet, MatKind, Values, WType, WIDE_MAX_SUBGROUP, WIDE_ROWS,
 };
 use crate::backend::{Backend, DeviceChoice};
+use crate::dispatcher::CpuRegistry;
 use crate::gguf::GgufFile;
 use crate::graph::Op;
-use crate::hrx::CpuRegistry;
 use crate::json::Json;
 use crate::model::{TextParams, VisionParams};
 use crate::runtime::text_model::{plan_text, TextOptions};

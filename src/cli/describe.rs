@@ -1,10 +1,10 @@
 //! `hrx describe IMG [IMG...]`: one description per image, the model loaded once.
 
 use super::flags::{
-    ctx_help, json_schema, json_schema_help, no_schema_prompt_help, text_options, Flag, GenerationDefaults, Help,
-    ImageFlags, Placement, IMAGE, JSON, MMPROJ, MODEL, NO_SCHEMA_PROMPT, PROMPT, SYSTEM,
+    ctx_help, json_schema, json_schema_help, no_schema_prompt_help, text_options, DeviceFlags, Flag,
+    GenerationDefaults, Help, ImageFlags, IMAGE, JSON, MMPROJ, MODEL, NO_SCHEMA_PROMPT, PROMPT, SYSTEM,
 };
-use super::registry::{default_model_files, ModelSettings};
+use super::model_defaults::{default_model_files, ModelSettings};
 use super::{CliError, Command};
 use crate::backend::Backend;
 use crate::cli::args::Args;
@@ -86,7 +86,7 @@ impl DescriberFlags {
         lines.extend(GenerationDefaults::help());
         lines.push(no_schema_prompt_help());
         lines.push(ctx_help());
-        lines.extend(Placement::help());
+        lines.extend(DeviceFlags::help());
         lines
     }
 
@@ -99,7 +99,7 @@ impl DescriberFlags {
         let images = ImageFlags::parse(args, &settings)?;
         let stem = || model.file_stem().map(|s| s.to_string_lossy().into_owned()).unwrap_or_default();
         let name = settings.entry.clone().unwrap_or_else(stem);
-        let placement = Placement::parse(args)?;
+        let placement = DeviceFlags::parse(args)?;
         let text = text_options(args, &placement)?;
         Ok(DescriberFlags { model, mmproj, name, config, schema_prompt, text, images, threads: placement.threads })
     }

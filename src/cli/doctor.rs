@@ -9,7 +9,7 @@ use crate::backend::vulkan::kernels::{AttnCoop, AttnTile, Variants, TILED_MIN_QU
 use crate::backend::vulkan::{DeviceInfo, Instance, VkError, VulkanRegistry};
 use crate::backend::DeviceChoice;
 use crate::cli::args::Args;
-use crate::hrx::Registry;
+use crate::dispatcher::Registry;
 use crate::json::Json;
 use crate::settings::settings;
 use std::io::Write;

@@ -3,7 +3,7 @@
 //! it takes ([`Help`]), so what a command accepts and what its help says cannot drift apart.
 
 use super::args::Args;
-use super::registry::{default_text, ModelSettings};
+use super::model_defaults::{default_text, ModelSettings};
 use super::CliError;
 use crate::backend::DeviceChoice;
 use crate::image::{Limits, PreprocessConfig};
@@ -91,7 +91,7 @@ pub const NO_CHECK: Flag = Flag { names: &["--no-check"], value: "" };
 pub const CHECK: Flag = Flag { names: &["--check"], value: "" };
 
 /// `--device`, `--threads` and `--no-check`: where the model runs.
-pub struct Placement {
+pub struct DeviceFlags {
     pub device: DeviceChoice,
     pub threads: Option<usize>,
     /// Whether hrx's self-check runs on a Vulkan device before the model (not `--no-check`,
@@ -99,7 +99,7 @@ pub struct Placement {
     pub check: bool,
 }
 
-impl Placement {
+impl DeviceFlags {
     pub fn help() -> Vec<(String, String)> {
         vec![
             DEVICE.help(
@@ -121,7 +121,7 @@ impl Placement {
         ]
     }
 
-    pub fn parse(args: &mut Args) -> Result<Placement, CliError> {
+    pub fn parse(args: &mut Args) -> Result<DeviceFlags, CliError> {
         let named = DEVICE.string(args)?;
         let device = DeviceChoice::resolve(named.as_deref()).map_err(CliError::usage)?;
         let device = match GPU_LAYERS.parse::<i64>(args)? {
@@ -146,7 +146,7 @@ impl Placement {
             return Err(CliError::usage("--threads must be at least 1"));
         }
         let check = !NO_CHECK.present(args) && crate::catalog::Catalog::load()?.0.self_check;
-        Ok(Placement { device, threads, check })
+        Ok(DeviceFlags { device, threads, check })
     }
 }
 
@@ -175,7 +175,7 @@ pub fn ctx_help() -> (String, String) {
 }
 
 /// Text-model options from `--ctx` for `placement`'s device and self-check.
-pub fn text_options(args: &mut Args, placement: &Placement) -> Result<TextOptions, CliError> {
+pub fn text_options(args: &mut Args, placement: &DeviceFlags) -> Result<TextOptions, CliError> {
     let mut text = TextOptions { check: placement.check, ..TextOptions::on(placement.device) };
     text.n_ctx = CTX.parse(args)?.unwrap_or(text.n_ctx);
     if text.n_ctx == 0 || text.n_ctx > 1 << 20 {
@@ -405,7 +405,7 @@ mod tests {
     #[test]
     fn placement_refuses_a_bad_device_by_name() {
         let mut args = Args::new(vec!["--device".into(), "gpu".into()]);
-        let e = Placement::parse(&mut args).err().expect("refused");
+        let e = DeviceFlags::parse(&mut args).err().expect("refused");
         assert!(e.to_string().contains("--device"), "{e}");
     }
 }

@@ -2,10 +2,10 @@
 //! keep them stable.
 
 use super::flags::{
-    ctx_help, text_options, Flag, GenerationDefaults, Help, ImageFlags, Placement, IMAGE, JSON, MMPROJ, MODEL, PROMPT,
-    SYSTEM,
+    ctx_help, text_options, DeviceFlags, Flag, GenerationDefaults, Help, ImageFlags, IMAGE, JSON, MMPROJ, MODEL,
+    PROMPT, SYSTEM,
 };
-use super::registry::ModelSettings;
+use super::model_defaults::ModelSettings;
 use super::{CliError, Command};
 use crate::cli::args::Args;
 use crate::json::Json;
@@ -30,7 +30,7 @@ fn help() -> String {
     options.extend(ImageFlags::help());
     options.extend(GenerationDefaults::help());
     options.push(ctx_help());
-    options.extend(Placement::help());
+    options.extend(DeviceFlags::help());
     options.push(JSON.help("print one JSON object: prompt_ids, tokens, text, stop, timings"));
     options.push(DUMP_LOGITS.help("write the last prompt position's logits (little-endian f32)"));
     Help {
@@ -75,7 +75,7 @@ fn run(mut args: Args, out: &mut dyn Write) -> Result<(), CliError> {
     // One rule for defaults, as describe's: a file that is a models.toml entry takes its.
     let settings = ModelSettings::of_file(Path::new(&model_path), mmproj.as_deref().map(Path::new))?;
     let config = settings.defaults.parse(&mut args)?;
-    let placement = Placement::parse(&mut args)?;
+    let placement = DeviceFlags::parse(&mut args)?;
     let options = text_options(&mut args, &placement)?;
     let json = JSON.present(&mut args);
     let dump_logits = DUMP_LOGITS.string(&mut args)?;

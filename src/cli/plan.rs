@@ -1,11 +1,11 @@
 //! `hrx plan`: how the dispatcher plans each graph of a model, with its census.
 
-use super::flags::{self, ctx_help, text_options, Help, Placement, BATCH, IMAGE_MAX_PIXELS, JSON, MMPROJ, MODEL};
+use super::flags::{self, ctx_help, text_options, DeviceFlags, Help, BATCH, IMAGE_MAX_PIXELS, JSON, MMPROJ, MODEL};
 use super::{CliError, Command};
 use crate::backend::Backend;
 use crate::cli::args::Args;
+use crate::dispatcher::{Census, Plan, PlanError, Where};
 use crate::gguf::GgufFile;
-use crate::hrx::{Census, Plan, PlanError};
 use crate::image::PreprocessConfig;
 use crate::json::Json;
 use crate::model::{TextParams, VisionParams};
@@ -25,7 +25,7 @@ fn help() -> String {
         ctx_help(),
         BATCH.help("also plan the batched decode steps of up to N sequences (a text-batch graph for 2, 4, 8, ... below N and for N: a token of each, in a KV cache of N x --ctx slots; a step runs the smallest that holds its sequences), as `hrx caption --batch N` runs it (default 1: no batched graph)"),
     ];
-    options.extend(Placement::help());
+    options.extend(DeviceFlags::help());
     options.push(JSON.help(
         "{\"graphs\":[{\"name\",\"nodes\",\"cpu_nodes\",\"gpu_nodes\",\"fused\",\"elided\",\"skipped\",\"refused\",\"bound\",\
          \"dispatches\",\"arena_bytes\",\"census\":{\"gpu:MUL_MAT\":N,...},\"kernels\":{\"gpu:mul_mat_vec_sg_q4_k\":N,...}}]}",
@@ -57,7 +57,7 @@ fn run(mut args: Args, out: &mut dyn Write) -> Result<(), CliError> {
     let mmproj = MMPROJ.string(&mut args)?;
     let json = JSON.present(&mut args);
     let max_pixels: usize = IMAGE_MAX_PIXELS.parse(&mut args)?.unwrap_or(PreprocessConfig::KIOSK_MAX_PIXELS);
-    let placement = Placement::parse(&mut args)?;
+    let placement = DeviceFlags::parse(&mut args)?;
     let options = text_options(&mut args, &placement)?;
     let options = options.with_sequences(flags::sequences(&mut args, &BATCH)?.unwrap_or(1));
     if !args.finish()?.is_empty() {
@@ -131,9 +131,11 @@ impl Graph {
     fn json(&self) -> Json {
         let c = self.census();
         let count = |n: usize| Json::Int(n as i128);
-        let table = |m: &std::collections::BTreeMap<(String, String), usize>| {
-            Json::Obj(m.iter().map(|((dev, name), n)| (format!("{dev}:{name}"), count(*n))).collect())
-        };
+        fn table<K: std::fmt::Display>(m: &std::collections::BTreeMap<(Where, K), usize>) -> Json {
+            Json::Obj(
+                m.iter().map(|((dev, name), n)| (format!("{}:{name}", dev.name()), Json::Int(*n as i128))).collect(),
+            )
+        }
         let arena = match self {
             Graph::Planned(p) => count(p.arena_bytes),
             Graph::Refused(_) => Json::Null,
@@ -175,11 +177,11 @@ impl Graph {
         }
         writeln!(out, "  census:")?;
         for ((dev, op), n) in &c.by_op {
-            writeln!(out, "    {dev:<4} {op:<18} {n}")?;
+            writeln!(out, "    {:<4} {op:<18} {n}", dev.name())?;
         }
         writeln!(out, "  dispatches per run: {}", c.dispatches)?;
         for ((dev, kernel), n) in &c.by_kernel {
-            writeln!(out, "    {dev:<4} {kernel:<40} {n}")?;
+            writeln!(out, "    {:<4} {kernel:<40} {n}", dev.name())?;
         }
         Ok(())
     }

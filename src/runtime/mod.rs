@@ -16,9 +16,9 @@ pub mod text_model;
 pub mod vision_model;
 
 use crate::backend::ExecError;
+use crate::dispatcher::PlanError;
 use crate::gguf::GgufError;
 use crate::graph::GraphError;
-use crate::hrx::PlanError;
 use crate::image::ImageError;
 use crate::model::ModelError;
 use crate::quant::QuantError;

@@ -4,8 +4,8 @@
 use super::{loader, RuntimeError};
 use crate::backend::cpu::Kernels;
 use crate::backend::{Backend, Executor, PlanId};
+use crate::dispatcher::{Plan, Registry};
 use crate::gguf::GgufFile;
-use crate::hrx::{Plan, Registry};
 use crate::image::patch_positions;
 use crate::model::vision::{self, VisionGraph};
 use crate::model::vision_grid::pos_taps;

@@ -11,9 +11,9 @@ pub mod tensor;
 mod x86_attend;
 
 use super::PlanId;
+use crate::dispatcher::{runtime_ne, Loc, Placement, Plan, Where};
 use crate::gguf::GgufFile;
 use crate::graph::{ExternalId, NodeId, Op, MAX_DIMS};
-use crate::hrx::{runtime_ne, Device, Loc, Placement, Plan};
 use crate::quant::{DType, QuantError};
 use std::fmt;
 use std::sync::Arc;
@@ -117,8 +117,8 @@ impl CpuExecutor {
                 let cpu = matches!(
                     p,
                     Placement::Run {
-                        device: Device::Cpu,
-                        group: crate::hrx::Group { folded: None, fused: None, .. },
+                        device: Where::Cpu,
+                        group: crate::dispatcher::Group { folded: None, fused: None, .. },
                         ..
                     } | Placement::Bound
                         | Placement::Elided

@@ -33,9 +33,9 @@ use super::memory::Location;
 use super::profile::{KernelTimes, Profile, RunTimes};
 use super::timestamps::TimestampPool;
 use super::weight_layout::Stored;
+use crate::dispatcher::{runtime_ne, Loc, Placement, Plan, Where};
 use crate::gguf::GgufFile;
 use crate::graph::{External, Graph, NodeId, Value};
-use crate::hrx::{runtime_ne, Device as Where, Loc, Placement, Plan};
 use crate::quant::DType;
 use std::sync::Arc;
 
@@ -488,7 +488,7 @@ fn choose<'a>(
     for (i, node) in graph.nodes.iter().enumerate() {
         let Placement::Run { kernel, group, .. } = &plan.placements[i] else { continue };
         let failed = |e: String| VkError::Invalid(format!("graph {} node {i} ({}): {e}", graph.name, node.name));
-        let kernel_id = KernelId::from_plan(kernel)
+        let kernel_id = KernelId::of_plan(kernel)
             .ok_or_else(|| failed(format!("the plan names {kernel}, which this backend does not have")))?;
         check_variant(kernel_id, info).map_err(failed)?;
         // The buffer of value `id`, its byte offset there, and the value.

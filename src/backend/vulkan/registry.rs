@@ -7,8 +7,8 @@
 use super::error::{Result, VkError};
 use super::info::DeviceInfo;
 use super::kernels::{self, BinaryOp, KernelId, MatKind, Operand, Ops, UnaryOp, Values, Variants};
+use crate::dispatcher::{Fusion, Group, Kernel, Registry, Where};
 use crate::graph::{Graph, NodeId, Op};
-use crate::hrx::{Device, Fusion, Group, Kernel, Registry};
 use crate::quant::DType;
 
 /// What every Vulkan device guarantees: a storage-buffer window of 2^27 bytes, offsets aligned
@@ -16,7 +16,7 @@ use crate::quant::DType;
 const MIN_STORAGE_RANGE: u64 = 1 << 27;
 const MAX_OFFSET_ALIGN: u64 = 256;
 
-/// The Vulkan backend's kernel table for `hrx::Plan::new`.
+/// The Vulkan backend's kernel table for `dispatcher::Plan::new`.
 #[derive(Clone, Debug)]
 pub struct VulkanRegistry {
     variants: Variants,
@@ -67,7 +67,7 @@ impl VulkanRegistry {
     fn kernel_of(&self, id: KernelId, splits: Vec<(usize, usize)>) -> Kernel {
         let subgroup = id.subgroup();
         let subgroup_required = self.pins_subgroups && subgroup.is_some();
-        Kernel { name: id.name(), subgroup, subgroup_required, shape: id.shape(), splits }
+        Kernel { name: id.name(), subgroup, subgroup_required, shape: id.shape(), splits, handle: Some(id.handle()) }
     }
 
     /// The output row ranges of product `id`, when its weights need more than one window.
@@ -111,8 +111,8 @@ pub fn operand(graph: &Graph, id: NodeId) -> Operand {
 }
 
 impl Registry for VulkanRegistry {
-    fn device(&self) -> Device {
-        Device::Gpu
+    fn device(&self) -> Where {
+        Where::Gpu
     }
 
     /// A value is bound as a window starting at its offset aligned down (executor.rs,
@@ -202,8 +202,8 @@ impl Registry for VulkanRegistry {
 mod tests {
     use super::*;
     use crate::backend::DeviceChoice;
+    use crate::dispatcher::{Placement, Plan, Where};
     use crate::gguf::GgufFile;
-    use crate::hrx::{Device, Placement, Plan};
     use crate::model::synth::{write_text_layout, write_vision_layout, TextSpec, VisionSpec};
     use crate::model::{TextParams, VisionParams};
     use crate::runtime::text_model::{plan_text, TextOptions};
@@ -235,7 +235,7 @@ mod tests {
                 for (i, p) in plan.placements.iter().enumerate() {
                     let Placement::Run { device, kernel, .. } = p else { continue };
                     let at = format!("wave{default}: graph {} node {i} ({})", plan.graph.name, kernel);
-                    assert_eq!(*device, Device::Gpu, "{at}");
+                    assert_eq!(*device, Where::Gpu, "{at}");
                     if let Some(size) = kernel.subgroup {
                         assert!(size == 32 && kernel.subgroup_required, "{at}");
                         sized.insert(kernel.name.clone());

@@ -6,7 +6,7 @@
 use crate::backend::vulkan::selfcheck::{Checked, Verdict};
 use crate::backend::Backend;
 use crate::cli::args::Args;
-use crate::cli::flags::{self, text_options, Placement, BATCH, IMAGE_MAX_PIXELS, MMPROJ, MODEL, NO_CHECK};
+use crate::cli::flags::{self, text_options, DeviceFlags, BATCH, IMAGE_MAX_PIXELS, MMPROJ, MODEL, NO_CHECK};
 use crate::cli::CliError;
 use crate::gguf::GgufFile;
 use crate::image::PreprocessConfig;
@@ -24,7 +24,7 @@ pub fn run(mut args: Args, out: &mut dyn Write) -> Result<(), CliError> {
     let model = MODEL.string(&mut args)?;
     let mmproj = MMPROJ.string(&mut args)?;
     let max_pixels: usize = IMAGE_MAX_PIXELS.parse(&mut args)?.unwrap_or(PreprocessConfig::KIOSK_MAX_PIXELS);
-    let placement = Placement::parse(&mut args)?;
+    let placement = DeviceFlags::parse(&mut args)?;
     if placement.threads.is_some() {
         return Err(CliError::usage("--threads: doctor --check's CPU side uses every core"));
     }

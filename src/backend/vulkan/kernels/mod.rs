@@ -33,6 +33,9 @@ use crate::quant::DType;
 use std::collections::HashMap;
 use std::sync::Mutex;
 
+/// The kernels planned in this process, in the order their handles were given.
+static PLANNED: Mutex<Vec<KernelId>> = Mutex::new(Vec::new());
+
 /// Storage buffers of every kernel: sizes, four inputs, output, scratch.
 pub const BINDINGS: u32 = 7;
 /// The binding of a kernel's output.
@@ -170,9 +173,27 @@ impl KernelId {
         all
     }
 
-    /// The kernel a plan names: `name` as [`KernelId::name`] gives it, with the subgroup size
-    /// (and matrix-unit shape) of a variant built around one.
-    pub fn from_plan(kernel: &crate::hrx::Kernel) -> Option<KernelId> {
+    /// The handle a plan carries for this kernel (`dispatcher::Kernel::handle`): its place in
+    /// the process's table of kernels planned, so the executor takes the kernel back without
+    /// reading its name.
+    pub fn handle(self) -> u32 {
+        let mut planned = PLANNED.lock().unwrap_or_else(std::sync::PoisonError::into_inner);
+        let at = planned.iter().position(|&k| k == self).unwrap_or_else(|| {
+            planned.push(self);
+            planned.len() - 1
+        });
+        u32::try_from(at).unwrap_or(u32::MAX)
+    }
+
+    /// The kernel of a plan's `kernel`: by the handle this backend's registry gave it.
+    pub fn of_plan(kernel: &crate::dispatcher::Kernel) -> Option<KernelId> {
+        let planned = PLANNED.lock().unwrap_or_else(std::sync::PoisonError::into_inner);
+        planned.get(usize::try_from(kernel.handle?).ok()?).copied()
+    }
+
+    /// The kernel a record names (the self-check's file): `name` as [`KernelId::name`] gives
+    /// it, with the subgroup size (and matrix-unit shape) of a variant built around one.
+    pub fn from_name(kernel: &crate::dispatcher::Kernel) -> Option<KernelId> {
         let id = KernelId::all().into_iter().find(|k| k.name() == kernel.name)?;
         match (id, kernel.subgroup, kernel.shape) {
             (KernelId::MatMul(kind, w, x), subgroup, shape) => {
@@ -617,7 +638,7 @@ fn expect_f32(o: &Operand, what: &str) -> Result<()> {
     Ok(())
 }
 
-/// The ops of one dispatch's nodes (`hrx::Group`): the node's, its folded producer's (computed
+/// The ops of one dispatch's nodes (`dispatcher::Group`): the node's, its folded producer's (computed
 /// on the fly from the producer's inputs), its fused reader's (whose output it writes).
 #[derive(Clone, Copy, Debug)]
 pub struct Ops<'a> {
@@ -650,7 +671,7 @@ pub fn probe_launch(size: u32) -> Launch {
     }
 }
 
-/// The kernel the device runs for `ops` with `ins` (in `hrx::Group::inputs` order) and `out`
+/// The kernel the device runs for `ops` with `ins` (in `dispatcher::Group::inputs` order) and `out`
 /// under `variants`, or why there is none: the registry's choice at plan time. Matrix products
 /// take the device's best kind that accepts the operands (`Variants::mat_kinds`); attention
 /// goes by its planned query count and the device's shared memory (`attn::choose`); a norm
@@ -699,7 +720,7 @@ pub fn select(ops: Ops, ins: &[Operand], out: &Operand, dynamic: Option<Dyn>, va
 }
 
 /// The push constants, grid and bindings of `kernel` (the plan's choice) running `ops` on `ins`
-/// (in `hrx::Group::inputs` order) into `out`; an error when the kernel does not take them.
+/// (in `dispatcher::Group::inputs` order) into `out`; an error when the kernel does not take them.
 pub fn launch(kernel: KernelId, ops: Ops, ins: &[Operand], out: &Operand, dynamic: Option<Dyn>) -> Result<Launch> {
     let arg = |i: usize| ins.get(i).ok_or_else(|| VkError::Invalid(format!("{} needs input {i}", kernel.name())));
     let launch = match (kernel, ops.node, ops.folded, ops.fused) {
@@ -844,7 +865,7 @@ fn launch_norm_rope(
 mod tests {
     use super::*;
     use crate::backend::vulkan::CoopShape;
-    use crate::hrx::Kernel;
+    use crate::dispatcher::Kernel;
 
     /// The kernel table and the kernels agree: every kernel's module is embedded, every
     /// embedded module is some kernel's, and every kernel, given a variant, comes back from what
@@ -861,7 +882,7 @@ mod tests {
                 }
                 other => other,
             };
-            assert_eq!(KernelId::from_plan(&planned(id)), Some(id), "{}", id.name());
+            assert_eq!(KernelId::from_name(&planned(id)), Some(id), "{}", id.name());
         }
         for (module, _) in shaders::MODULES.iter() {
             assert!(all.iter().any(|k| k.module() == *module), "module {module} is no kernel's");
@@ -947,13 +968,7 @@ mod tests {
     }
 
     fn planned(id: KernelId) -> Kernel {
-        Kernel {
-            name: id.name(),
-            subgroup: id.subgroup(),
-            subgroup_required: false,
-            shape: id.shape(),
-            splits: Vec::new(),
-        }
+        Kernel { subgroup: id.subgroup(), shape: id.shape(), ..Kernel::named(id.name()) }
     }
 
     #[test]
@@ -970,9 +985,9 @@ mod tests {
         ];
         for kind in kinds {
             let id = KernelId::MatMul(kind, WType::Q4K, Values::F32);
-            assert_eq!(KernelId::from_plan(&planned(id)), Some(id), "{kind:?}");
+            assert_eq!(KernelId::from_name(&planned(id)), Some(id), "{kind:?}");
         }
-        assert_eq!(KernelId::from_plan(&planned(KernelId::RmsNormRope)), Some(KernelId::RmsNormRope));
+        assert_eq!(KernelId::from_name(&planned(KernelId::RmsNormRope)), Some(KernelId::RmsNormRope));
         // The two cooperative-matrix kernels are told apart by name, and their pipelines by
         // the specialization constants the variant gives.
         let (fast, exact) = (
@@ -992,9 +1007,9 @@ mod tests {
         // A variant without what it is built around does not exist.
         let mut no_shape = planned(fast);
         no_shape.shape = None;
-        assert_eq!(KernelId::from_plan(&no_shape), None);
+        assert_eq!(KernelId::from_name(&no_shape), None);
         let mut stray = planned(KernelId::MatMul(MatKind::Tiled, WType::Q4K, Values::F32));
         stray.shape = Some([16, 16, 16]);
-        assert_eq!(KernelId::from_plan(&stray), None);
+        assert_eq!(KernelId::from_name(&stray), None);
     }
 }

@@ -17,8 +17,8 @@ use super::super::registry::operand;
 use super::super::weight_layout::Stored;
 use crate::backend::cpu::tensor::{Data, In, Out};
 use crate::backend::cpu::{execute, Kernels};
+use crate::dispatcher::{Group, Kernel, Plan};
 use crate::graph::{Graph, NodeId, Op, MAX_DIMS};
-use crate::hrx::{Group, Kernel, Plan};
 use crate::quant::{quantize_row, DType};
 use crate::rng::SplitMix64;
 use std::collections::HashMap;
@@ -222,7 +222,7 @@ impl<'p> Case<'p> {
         let graph = &self.plan.graph;
         let node = graph.node(self.group.node);
         let id = grid_input.and_then(|k| node.inputs.get(k).copied()).unwrap_or(self.group.node);
-        let mut ne = crate::hrx::runtime_ne(graph, id, &self.syms);
+        let mut ne = crate::dispatcher::runtime_ne(graph, id, &self.syms);
         if let Some(rows) = self.rows {
             ne[0] = rows;
         }
@@ -299,7 +299,7 @@ impl<'p> Case<'p> {
             .map(|(r, k, _)| (r, k))
             .ok_or_else(|| Failure::Unchecked(format!("no node of the dispatch reads value {}", id.0)))?;
         let node = graph.node(reader);
-        let input_rt = |k: usize| crate::hrx::runtime_ne(graph, node.inputs[k], &self.syms);
+        let input_rt = |k: usize| crate::dispatcher::runtime_ne(graph, node.inputs[k], &self.syms);
         Ok(match (&node.op, index) {
             // Rows of the table.
             (Op::GetRows | Op::GetRowsWeighted, 1) => (0..n).map(|_| below(rng, input_rt(0)[1])).collect(),
@@ -390,7 +390,7 @@ impl<'p> Case<'p> {
                 let source = graph.reshaped_from(i);
                 let input = if let Some((values, made)) = computed.get(&source) {
                     // As made, or reshaped (the run-time shape of the reshape).
-                    let ne = if source == i { *made } else { crate::hrx::runtime_ne(graph, i, &self.syms) };
+                    let ne = if source == i { *made } else { crate::dispatcher::runtime_ne(graph, i, &self.syms) };
                     In { data: Data::F32(values), dtype: DType::F32, offset: 0, ne, nb: contiguous(ne) }
                 } else {
                     match host.get(&i) {
@@ -415,7 +415,7 @@ impl<'p> Case<'p> {
                 };
                 ins.push(input);
             }
-            let mut ne = crate::hrx::runtime_ne(graph, n, &self.syms);
+            let mut ne = crate::dispatcher::runtime_ne(graph, n, &self.syms);
             if at == last {
                 ne = runtime(&self.out, &self.syms);
             } else if let (Some(rows), true) = (self.rows, n == self.group.node) {

@@ -22,7 +22,7 @@ use super::error::{Result, VkError};
 use super::info::DeviceInfo;
 use super::kernels::{KernelId, KernelSet, Variants};
 use super::memory::Location;
-use crate::hrx::{Device as Where, Placement, Plan};
+use crate::dispatcher::{Placement, Plan, Where};
 use record::Record;
 use std::collections::BTreeSet;
 use std::path::PathBuf;
@@ -134,7 +134,7 @@ pub fn check(device: &Device, ks: &KernelSet, plans: &[Plan]) -> Result<Report> 
     for plan in plans {
         for (i, p) in plan.placements.iter().enumerate() {
             let Placement::Run { device: Where::Gpu, kernel, group } = p else { continue };
-            let id = KernelId::from_plan(kernel).ok_or_else(|| {
+            let id = KernelId::of_plan(kernel).ok_or_else(|| {
                 VkError::Invalid(format!("the plan names {kernel}, which this backend does not have"))
             })?;
             dispatches.push((plan, crate::graph::NodeId(i), id, *group));

@@ -5,7 +5,7 @@
 
 use super::super::info::DeviceInfo;
 use super::super::kernels::KernelId;
-use crate::hrx::Kernel;
+use crate::dispatcher::Kernel;
 use crate::json::Json;
 use std::collections::BTreeMap;
 use std::path::{Path, PathBuf};
@@ -115,7 +115,7 @@ fn parse(text: &str, build: &str) -> Result<Option<Record>, String> {
                     _ => None,
                 };
                 let planned = Kernel { subgroup, shape, ..Kernel::named(name.clone()) };
-                let kernel = KernelId::from_plan(&planned).ok_or_else(|| format!("no kernel {name}"))?;
+                let kernel = KernelId::from_name(&planned).ok_or_else(|| format!("no kernel {name}"))?;
                 Verdict::Failed { kernel, why }
             }
             other => return Err(format!("a case's verdict {other:?}")),

@@ -184,8 +184,8 @@ struct FusesAll {
 }
 
 impl Registry for FusesAll {
-    fn device(&self) -> Device {
-        Device::Cpu
+    fn device(&self) -> Where {
+        Where::Cpu
     }
     fn kernel(&self, graph: &Graph, id: NodeId) -> Option<Kernel> {
         CpuRegistry.kernel(graph, id)
@@ -217,7 +217,7 @@ fn a_fused_pair_keeps_the_first_nodes_inputs_alive_through_the_second() {
     assert_eq!(pairs.len(), 5, "{:?}", plan.placements);
     let census = plan.census();
     assert_eq!(
-        (census.dispatches, census.fused, census.by_kernel.get(&("cpu".to_owned(), "add_add (ADD+ADD)".to_owned()))),
+        (census.dispatches, census.fused, census.by_kernel.get(&(Where::Cpu, "add_add (ADD+ADD)".to_owned()))),
         (5, 5, Some(&5))
     );
     assert_eq!(plan.dispatches(), vec!["add_add"; 5]);
@@ -311,8 +311,8 @@ struct HalvesForProducts {
 }
 
 impl Registry for HalvesForProducts {
-    fn device(&self) -> Device {
-        Device::Cpu
+    fn device(&self) -> Where {
+        Where::Cpu
     }
     fn kernel(&self, graph: &Graph, id: NodeId) -> Option<Kernel> {
         CpuRegistry.kernel(graph, id)

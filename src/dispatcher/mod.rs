@@ -60,16 +60,16 @@ impl AliasMiss {
 
 /// Which processor runs a compute node.
 #[derive(Clone, Debug, PartialEq, Eq, PartialOrd, Ord, Hash)]
-pub enum Device {
+pub enum Where {
     Cpu,
     Gpu,
 }
 
-impl Device {
+impl Where {
     pub fn name(&self) -> &'static str {
         match self {
-            Device::Cpu => "cpu",
-            Device::Gpu => "gpu",
+            Where::Cpu => "cpu",
+            Where::Gpu => "gpu",
         }
     }
 }
@@ -91,12 +91,22 @@ pub struct Kernel {
     /// Output row ranges `(first, count)` that each run as a dispatch of their own (a product
     /// whose weights are more than one dispatch can address); empty: one dispatch.
     pub splits: Vec<(usize, usize)>,
+    /// The backend's own handle of the kernel, given by its registry and taken back as it is
+    /// by its executor (the name is for people); the planner never reads it.
+    pub handle: Option<u32>,
 }
 
 impl Kernel {
     /// A kernel of one dispatch without a subgroup variant.
     pub fn named(name: impl Into<String>) -> Kernel {
-        Kernel { name: name.into(), subgroup: None, subgroup_required: false, shape: None, splits: Vec::new() }
+        Kernel {
+            name: name.into(),
+            subgroup: None,
+            subgroup_required: false,
+            shape: None,
+            splits: Vec::new(),
+            handle: None,
+        }
     }
 
     /// The variant as plans show it: ` (subgroup 32 required)`, ` (subgroup 32 required,
@@ -193,7 +203,7 @@ pub enum Placement {
     Skipped,
     /// A compute node and the kernel that runs it: a dispatch computing `group` (this node,
     /// perhaps with a folded producer and a fused reader).
-    Run { device: Device, kernel: Kernel, group: Group },
+    Run { device: Where, kernel: Kernel, group: Group },
     /// A compute node whose output the dispatch of node `into` writes (its fused reader).
     Fused { into: NodeId },
     /// A compute node computed inside the dispatch of each of its readers `into`, from its own
@@ -232,7 +242,7 @@ impl Loc {
 
 /// A backend's table of kernels: which compute nodes it can run, with what.
 pub trait Registry {
-    fn device(&self) -> Device;
+    fn device(&self) -> Where;
     /// The kernel for node `id`, or None to leave the node to the CPU.
     fn kernel(&self, graph: &Graph, id: NodeId) -> Option<Kernel>;
     /// The dispatch computing `group` (a node with a folded producer or a fused reader, or
@@ -266,8 +276,8 @@ pub trait Registry {
 pub struct CpuRegistry;
 
 impl Registry for CpuRegistry {
-    fn device(&self) -> Device {
-        Device::Cpu
+    fn device(&self) -> Where {
+        Where::Cpu
     }
 
     fn kernel(&self, graph: &Graph, id: NodeId) -> Option<Kernel> {
@@ -382,11 +392,11 @@ pub struct Census {
     /// Dispatches a run records (a split product counts each of its row ranges).
     pub dispatches: usize,
     /// (device, op) -> count, for compute nodes.
-    pub by_op: BTreeMap<(String, String), usize>,
+    pub by_op: BTreeMap<(Where, &'static str), usize>,
     /// (device, kernel) -> dispatches; a variant built around a subgroup size (and a
     /// matrix-unit shape) shows it (`mul_mat_vec_sg_q4_k (subgroup 32 required)`,
     /// `mul_mat_cm_q4_k (subgroup 32 required, 16x16x16)`), a fused pair its ops (`... (MUL_MAT+ADD)`).
-    pub by_kernel: BTreeMap<(String, String), usize>,
+    pub by_kernel: BTreeMap<(Where, String), usize>,
 }
 
 impl Plan {
@@ -422,7 +432,7 @@ impl Plan {
                 let group = Group::single(id);
                 match registry.kernel(&graph, id) {
                     Some(kernel) => Placement::Run { device: registry.device(), kernel, group },
-                    None => Placement::Run { device: Device::Cpu, kernel: Kernel::named(node.op.name()), group },
+                    None => Placement::Run { device: Where::Cpu, kernel: Kernel::named(node.op.name()), group },
                 }
             };
             placements.push(placement);
@@ -497,7 +507,7 @@ impl Plan {
                         Some(_) => format!("{}{variant} ({})", kernel.name, group.ops(&self.graph)),
                         None => format!("{}{variant}", kernel.name),
                     };
-                    *c.by_kernel.entry((device.name().to_owned(), name)).or_default() += kernel.dispatches();
+                    *c.by_kernel.entry((device.clone(), name)).or_default() += kernel.dispatches();
                 }
             }
             // A fused or folded node runs on its dispatch's device.
@@ -509,17 +519,17 @@ impl Plan {
             };
             if let Some(device) = device {
                 match device {
-                    Device::Cpu => c.cpu_nodes += 1,
-                    Device::Gpu => c.gpu_nodes += 1,
+                    Where::Cpu => c.cpu_nodes += 1,
+                    Where::Gpu => c.gpu_nodes += 1,
                 }
-                *c.by_op.entry((device.name().to_owned(), node.op.name().to_owned())).or_default() += 1;
+                *c.by_op.entry((device.clone(), node.op.name())).or_default() += 1;
             }
         }
         c
     }
 
     /// The device of node `id`'s dispatch, where it runs one.
-    fn device_of(&self, id: NodeId) -> Option<&Device> {
+    fn device_of(&self, id: NodeId) -> Option<&Where> {
         match &self.placements[id.0] {
             Placement::Run { device, .. } => Some(device),
             _ => None,
