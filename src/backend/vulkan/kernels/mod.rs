@@ -6,13 +6,20 @@
 //! Every kernel has seven bindings (`BINDINGS`): 0 the run-time sizes (u32 symbols), 1 to 4
 //! the inputs in the node's order (unused ones bound to any buffer), 5 the output, 6 zeroed
 //! scratch memory.
+//!
+//! Here, the registry's choice of a kernel for a dispatch ([`select`]); what names a kernel in
+//! `id.rs`, its pipelines in `pipelines.rs`, its push constants, grid and bindings in
+//! `launch.rs`, and each op family's in its own file.
 
 mod argmax;
 mod attn;
 mod binary;
 mod coop;
+mod id;
+mod launch;
 mod matmul;
 mod norm;
+mod pipelines;
 mod rope;
 mod rows;
 mod unary;
@@ -33,9 +40,6 @@ use crate::quant::DType;
 use std::collections::HashMap;
 use std::sync::Mutex;
 
-/// The kernels planned in this process, in the order their handles were given.
-static PLANNED: Mutex<Vec<KernelId>> = Mutex::new(Vec::new());
-
 /// Storage buffers of every kernel: sizes, four inputs, output, scratch.
 pub const BINDINGS: u32 = 7;
 /// The binding of a kernel's output.
@@ -50,626 +54,12 @@ pub const MAX_INPUTS: usize = 4;
 pub const SPLIT_MIN_SUBGROUP: u32 = 8;
 
 pub use super::shaders::WType;
-
-/// The elementwise ops of `binary.comp` (its specialization constant).
-#[derive(Clone, Copy, Debug, PartialEq, Eq, Hash)]
-pub enum BinaryOp {
-    Add = 0,
-    Mul = 1,
-    SwiGlu = 2,
-}
-
-/// The elementwise one-input ops of `unary.comp` (its specialization constant).
-#[derive(Clone, Copy, Debug, PartialEq, Eq, Hash)]
-pub enum UnaryOp {
-    Copy = 0,
-    GeluTanh = 1,
-    GeluErf = 2,
-}
-
-/// The values an operand holds where a kernel takes either kind: K and V of an attention kernel
-/// (the KV cache's, `Registry::cache_dtype`: its specialization constant KV_F16,
-/// shaders/attn_kv.glsl), x of a matrix-unit product (activations kept in halves,
-/// `Registry::keeps_halves`: X_F16, shaders/mul_mat_cm_tiles.glsl), so that a pipeline reads one
-/// kind with no branch among its loads; the output of a kernel that writes halves in pairs (a
-/// push constant: its stores are few).
-#[derive(Clone, Copy, Debug, PartialEq, Eq, Hash)]
-pub enum Values {
-    F32 = 0,
-    F16 = 1,
-}
-
-impl Values {
-    pub const ALL: [Values; 2] = [Values::F32, Values::F16];
-
-    /// Those `o` holds (`what` names it in the refusal).
-    pub fn of(o: &Operand, what: &str) -> Result<Values> {
-        match o.dtype {
-            DType::F32 => Ok(Values::F32),
-            DType::F16 => Ok(Values::F16),
-            other => Err(VkError::Invalid(format!("{what} is {other}, the kernel takes f32 or f16 values"))),
-        }
-    }
-
-    /// The suffix of the kernel's name: none for f32 values.
-    fn suffix(self) -> &'static str {
-        match self {
-            Values::F32 => "",
-            Values::F16 => "_f16",
-        }
-    }
-}
-
-/// A kernel: one pipeline.
-#[derive(Clone, Copy, Debug, PartialEq, Eq, Hash)]
-pub enum KernelId {
-    /// A product of weights of this type; x of these values (f16: `MatKind::takes_halves`).
-    MatMul(MatKind, WType, Values),
-    Binary(BinaryOp),
-    RmsNorm,
-    LayerNorm,
-    Unary(UnaryOp),
-    /// A table of this type; weighted (GET_ROWS_WEIGHTED) or not.
-    GetRows(WType, bool),
-    SetRows,
-    Rope,
-    /// RMS_NORM then ROPE of its output, in one dispatch.
-    RmsNormRope,
-    /// Attention for a few queries: a workgroup per (head, query). Each attention kernel reads
-    /// K and V of one kind of values.
-    FlashAttn(Values),
-    /// Attention for many queries: a workgroup per (head, tile of queries).
-    FlashAttnTiled(AttnTile, Values),
-    /// As `FlashAttnTiled`, on the matrix units.
-    FlashAttnCm(AttnCoop, Values),
-    /// Attention for a few queries over long contexts: the kv rows of each (head, query) split
-    /// over many workgroups, combined by the last to finish.
-    FlashAttnSplit(AttnSplit, Values),
-    /// The index of each row's largest value.
-    Argmax,
-    /// 16-byte words from input 1 to the output: the copy bandwidth `hrx bench --kernels`
-    /// compares products with; no graph node runs it.
-    Copy,
-    /// What a subgroup of this many lanes is here (`selfcheck::probe`); no graph node runs it.
-    SubgroupProbe(u32),
-}
-
-impl KernelId {
-    /// Every kernel, each once (subgroup sizes and shapes 0: they are filled in from a plan's
-    /// kernel).
-    pub fn all() -> Vec<KernelId> {
-        let mut all = Vec::new();
-        for w in WType::ALL {
-            for kind in MatKind::all() {
-                let xs = if kind.takes_halves() { &Values::ALL[..] } else { &[Values::F32][..] };
-                all.extend(xs.iter().map(|&x| KernelId::MatMul(kind, w, x)));
-            }
-            all.extend([KernelId::GetRows(w, false), KernelId::GetRows(w, true)]);
-        }
-        all.extend([BinaryOp::Add, BinaryOp::Mul, BinaryOp::SwiGlu].map(KernelId::Binary));
-        all.extend([UnaryOp::Copy, UnaryOp::GeluTanh, UnaryOp::GeluErf].map(KernelId::Unary));
-        all.extend([
-            KernelId::RmsNorm,
-            KernelId::LayerNorm,
-            KernelId::SetRows,
-            KernelId::Rope,
-            KernelId::RmsNormRope,
-            KernelId::Argmax,
-            KernelId::Copy,
-            KernelId::SubgroupProbe(0),
-        ]);
-        for kv in Values::ALL {
-            all.push(KernelId::FlashAttn(kv));
-            all.extend(
-                [SplitWidth::Wide, SplitWidth::Narrow]
-                    .map(|width| KernelId::FlashAttnSplit(AttnSplit { width, subgroup: 0 }, kv)),
-            );
-            all.extend(AttnTile::ALL.map(|tile| KernelId::FlashAttnTiled(tile, kv)));
-            all.extend(
-                [AttnTile::D64, AttnTile::D128]
-                    .map(|class| KernelId::FlashAttnCm(AttnCoop { class, cm: CoopMat::UNSET }, kv)),
-            );
-        }
-        all
-    }
-
-    /// The handle a plan carries for this kernel (`dispatcher::Kernel::handle`): its place in
-    /// the process's table of kernels planned, so the executor takes the kernel back without
-    /// reading its name.
-    pub fn handle(self) -> u32 {
-        let mut planned = PLANNED.lock().unwrap_or_else(std::sync::PoisonError::into_inner);
-        let at = planned.iter().position(|&k| k == self).unwrap_or_else(|| {
-            planned.push(self);
-            planned.len() - 1
-        });
-        u32::try_from(at).unwrap_or(u32::MAX)
-    }
-
-    /// The kernel of a plan's `kernel`: by the handle this backend's registry gave it.
-    pub fn of_plan(kernel: &crate::dispatcher::Kernel) -> Option<KernelId> {
-        let planned = PLANNED.lock().unwrap_or_else(std::sync::PoisonError::into_inner);
-        planned.get(usize::try_from(kernel.handle?).ok()?).copied()
-    }
-
-    /// The kernel a record names (the self-check's file): `name` as [`KernelId::name`] gives
-    /// it, with the subgroup size (and matrix-unit shape) of a variant built around one.
-    pub fn from_name(kernel: &crate::dispatcher::Kernel) -> Option<KernelId> {
-        let id = KernelId::all().into_iter().find(|k| k.name() == kernel.name)?;
-        match (id, kernel.subgroup, kernel.shape) {
-            (KernelId::MatMul(kind, w, x), subgroup, shape) => {
-                Some(KernelId::MatMul(kind.with_variant(subgroup, shape)?, w, x))
-            }
-            (KernelId::SubgroupProbe(_), Some(subgroup), None) => Some(KernelId::SubgroupProbe(subgroup)),
-            (KernelId::FlashAttnSplit(split, kv), Some(subgroup), None) => {
-                Some(KernelId::FlashAttnSplit(AttnSplit { subgroup, ..split }, kv))
-            }
-            (KernelId::FlashAttnCm(tile, kv), Some(subgroup), Some([m, n, k])) => {
-                let cm = CoopMat { subgroup, shape: crate::backend::vulkan::info::CoopShape { m, n, k } };
-                Some(KernelId::FlashAttnCm(AttnCoop { cm, ..tile }, kv))
-            }
-            (id, None, None) => Some(id),
-            _ => None,
-        }
-    }
-
-    /// The subgroup size the kernel is built around, where it is one: it runs at exactly that
-    /// size (its pipeline requires it where the device allows, `DeviceInfo::pins_subgroups`).
-    pub fn subgroup(self) -> Option<u32> {
-        match self {
-            KernelId::MatMul(kind, ..) => kind.subgroup(),
-            KernelId::FlashAttnCm(tile, _) => Some(tile.cm.subgroup),
-            KernelId::FlashAttnSplit(split, _) => Some(split.subgroup),
-            KernelId::SubgroupProbe(subgroup) => Some(subgroup),
-            _ => None,
-        }
-    }
-
-    /// The values K and V hold, for an attention kernel.
-    pub fn kv(self) -> Option<Values> {
-        match self {
-            KernelId::FlashAttn(kv)
-            | KernelId::FlashAttnTiled(_, kv)
-            | KernelId::FlashAttnCm(_, kv)
-            | KernelId::FlashAttnSplit(_, kv) => Some(kv),
-            _ => None,
-        }
-    }
-
-    /// This attention kernel reading `kv` values; any other kernel as it is.
-    pub fn with_kv(self, kv: Values) -> KernelId {
-        match self {
-            KernelId::FlashAttn(_) => KernelId::FlashAttn(kv),
-            KernelId::FlashAttnTiled(tile, _) => KernelId::FlashAttnTiled(tile, kv),
-            KernelId::FlashAttnCm(tile, _) => KernelId::FlashAttnCm(tile, kv),
-            KernelId::FlashAttnSplit(split, _) => KernelId::FlashAttnSplit(split, kv),
-            other => other,
-        }
-    }
-
-    /// The matrix-unit shape (M, N, K) the kernel is built around, where it is one.
-    pub fn shape(self) -> Option<[u32; 3]> {
-        match self {
-            KernelId::MatMul(kind, ..) => kind.shape(),
-            KernelId::FlashAttnCm(tile, _) => Some([tile.cm.shape.m, tile.cm.shape.n, tile.cm.shape.k]),
-            _ => None,
-        }
-    }
-
-    /// Its family in the kernel table (shaders/modules.txt).
-    fn family(self) -> &'static str {
-        match self {
-            KernelId::MatMul(MatKind::Vec, ..) => "mul_mat_vec",
-            KernelId::MatMul(MatKind::VecSg { .. }, ..) => "mul_mat_vec_sg",
-            KernelId::MatMul(MatKind::VecWide { rows: 2, .. }, ..) => "mul_mat_vec_wide",
-            KernelId::MatMul(MatKind::VecWide { rows: 4, .. }, ..) => "mul_mat_vec_wide4",
-            KernelId::MatMul(MatKind::VecWide { .. }, ..) => "mul_mat_vec_wide8",
-            KernelId::MatMul(MatKind::Tiled, ..) => "mul_mat",
-            KernelId::MatMul(MatKind::Coop(_) | MatKind::CoopLarge(_), ..) => "mul_mat_cm",
-            KernelId::MatMul(MatKind::CoopNarrow { blocks: 1, .. }, ..) => "mul_mat_cm_narrow",
-            KernelId::MatMul(MatKind::CoopNarrow { .. }, ..) => "mul_mat_cm_narrow2",
-            KernelId::MatMul(MatKind::CoopExact(_), ..) => "mul_mat_cm_exact",
-            KernelId::MatMul(MatKind::Rows, ..) => "mul_mat_rows",
-            KernelId::Binary(_) => "binary",
-            KernelId::RmsNorm => "rms_norm",
-            KernelId::LayerNorm => "layer_norm",
-            KernelId::Unary(_) => "unary",
-            KernelId::GetRows(..) => "get_rows",
-            KernelId::SetRows => "set_rows",
-            KernelId::Rope => "rope",
-            KernelId::RmsNormRope => "rms_norm_rope",
-            KernelId::FlashAttn(_) => "flash_attn",
-            KernelId::FlashAttnTiled(..) => "flash_attn_tiled",
-            KernelId::FlashAttnCm(..) => "flash_attn_cm",
-            KernelId::FlashAttnSplit(AttnSplit { width: SplitWidth::Wide, .. }, _) => "flash_attn_split",
-            KernelId::FlashAttnSplit(AttnSplit { width: SplitWidth::Narrow, .. }, _) => "flash_attn_split_narrow",
-            KernelId::Argmax => "argmax",
-            KernelId::Copy => "copy",
-            KernelId::SubgroupProbe(_) => "subgroup_probe",
-        }
-    }
-
-    fn wtype(self) -> Option<WType> {
-        match self {
-            KernelId::MatMul(_, w, _) | KernelId::GetRows(w, _) => Some(w),
-            _ => None,
-        }
-    }
-
-    /// Its SPIR-V module: the family, and the weight type for families compiled per type.
-    pub fn module(self) -> String {
-        match self.wtype() {
-            Some(w) => format!("{}_{}", self.family(), w.suffix()),
-            None => self.family().to_owned(),
-        }
-    }
-
-    /// The name plans, logs and profiles show: the module's, or for modules that run several
-    /// ops through a specialization constant, the op's (`add`, `gelu_erf`,
-    /// `get_rows_weighted_q4_k`); an attention kernel's over f16 values ends in `_f16`, a
-    /// product's of x in f16 values in `_x_f16`.
-    pub fn name(self) -> String {
-        let name = self.base_name();
-        match (self, self.kv()) {
-            (_, Some(kv)) => name + kv.suffix(),
-            (KernelId::MatMul(.., Values::F16), None) => name + "_x_f16",
-            _ => name,
-        }
-    }
-
-    fn base_name(self) -> String {
-        match self {
-            KernelId::Binary(BinaryOp::Add) => "add".into(),
-            KernelId::Binary(BinaryOp::Mul) => "mul".into(),
-            KernelId::Binary(BinaryOp::SwiGlu) => "swiglu".into(),
-            KernelId::Unary(UnaryOp::Copy) => "cont".into(),
-            KernelId::Unary(UnaryOp::GeluTanh) => "gelu".into(),
-            KernelId::Unary(UnaryOp::GeluErf) => "gelu_erf".into(),
-            KernelId::GetRows(w, true) => format!("get_rows_weighted_{}", w.suffix()),
-            KernelId::FlashAttnTiled(tile, _) => format!("flash_attn_tiled_{}", tile.suffix()),
-            KernelId::FlashAttnCm(tile, _) => format!("flash_attn_cm_{}", tile.class.suffix()),
-            KernelId::MatMul(MatKind::VecWide { cols, .. }, ..) if cols > 1 => format!("{}_x{cols}", self.module()),
-            KernelId::MatMul(MatKind::CoopLarge(_), w, _) => format!("mul_mat_cm_large_{}", w.suffix()),
-            other => other.module(),
-        }
-    }
-
-    fn push_words(self) -> usize {
-        match self {
-            KernelId::MatMul(..) => matmul::PUSH_WORDS,
-            KernelId::Binary(_) => binary::PUSH_WORDS,
-            KernelId::RmsNorm => norm::PUSH_WORDS,
-            KernelId::LayerNorm => norm::LAYER_PUSH_WORDS,
-            KernelId::Unary(_) => unary::PUSH_WORDS,
-            KernelId::GetRows(..) => rows::GET_PUSH_WORDS,
-            KernelId::SetRows => rows::SET_PUSH_WORDS,
-            KernelId::Rope => rope::PUSH_WORDS,
-            KernelId::RmsNormRope => rope::PUSH_WORDS + 6,
-            KernelId::FlashAttn(_) | KernelId::FlashAttnTiled(..) | KernelId::FlashAttnCm(..) => attn::PUSH_WORDS,
-            KernelId::FlashAttnSplit(..) => attn::PUSH_WORDS + 1,
-            KernelId::Argmax => argmax::PUSH_WORDS,
-            KernelId::Copy | KernelId::SubgroupProbe(_) => 1,
-        }
-    }
-
-    fn constants(self) -> Vec<u32> {
-        match self {
-            KernelId::Binary(op) => vec![op as u32],
-            KernelId::Unary(op) => vec![op as u32],
-            KernelId::GetRows(_, weighted) => vec![u32::from(weighted)],
-            KernelId::MatMul(MatKind::VecWide { cols, .. }, ..) => vec![cols],
-            // The workgroup (four subgroups), the matrix-unit shape and the tiles, then X_F16.
-            KernelId::MatMul(kind, _, x) => {
-                kind.coop_tiles().map_or_else(Vec::new, |(cm, tiles)| [tiles.constants(cm), vec![x as u32]].concat())
-            }
-            // The tile's, then KV_F16.
-            KernelId::FlashAttnTiled(tile, kv) => [tile.constants(), vec![kv as u32]].concat(),
-            KernelId::FlashAttnCm(tile, kv) => [tile.constants(), vec![kv as u32]].concat(),
-            KernelId::FlashAttn(kv) | KernelId::FlashAttnSplit(_, kv) => vec![kv as u32],
-            _ => Vec::new(),
-        }
-    }
-}
-
-/// The pipelines of a device, made on first use (through the pipeline cache).
-pub struct KernelSet {
-    device: Device,
-    pipelines: Mutex<HashMap<KernelId, Pipeline>>,
-}
-
-impl KernelSet {
-    pub fn new(device: &Device) -> KernelSet {
-        KernelSet { device: device.clone(), pipelines: Mutex::new(HashMap::new()) }
-    }
-
-    pub fn device(&self) -> &Device {
-        &self.device
-    }
-
-    pub fn pipeline(&self, id: KernelId) -> Result<Pipeline> {
-        if let Some(p) = self.made(id) {
-            return Ok(p);
-        }
-        // Made outside the lock: pipelines of other kernels are made meanwhile (`prepare`).
-        let p = self.make(id)?;
-        let mut map = self.pipelines.lock().unwrap_or_else(|e| e.into_inner());
-        Ok(map.entry(id).or_insert(p).clone())
-    }
-
-    /// Makes the pipelines of `ids` that are not made yet, on up to one thread per core (the
-    /// driver compiles each; an empty driver cache makes that most of a cold start).
-    pub fn prepare(&self, ids: impl IntoIterator<Item = KernelId>) -> Result<()> {
-        let mut todo: Vec<KernelId> = Vec::new();
-        for id in ids {
-            if !todo.contains(&id) && self.made(id).is_none() {
-                todo.push(id);
-            }
-        }
-        let threads = std::thread::available_parallelism().map_or(1, |n| n.get()).min(todo.len());
-        let next = std::sync::atomic::AtomicUsize::new(0);
-        std::thread::scope(|s| {
-            let workers: Vec<_> = (0..threads)
-                .map(|_| {
-                    s.spawn(|| -> Result<()> {
-                        while let Some(&id) = todo.get(next.fetch_add(1, std::sync::atomic::Ordering::Relaxed)) {
-                            self.pipeline(id)?;
-                        }
-                        Ok(())
-                    })
-                })
-                .collect();
-            workers.into_iter().try_for_each(|w| {
-                w.join().unwrap_or_else(|_| Err(VkError::Invalid("a pipeline-making thread panicked".into())))
-            })
-        })
-    }
-
-    fn made(&self, id: KernelId) -> Option<Pipeline> {
-        self.pipelines.lock().unwrap_or_else(|e| e.into_inner()).get(&id).cloned()
-    }
-
-    fn make(&self, id: KernelId) -> Result<Pipeline> {
-        let module = id.module();
-        let spirv = shaders::spirv(&module)
-            .ok_or_else(|| VkError::Pipeline { kernel: module.clone(), reason: "no such SPIR-V module".into() })?;
-        let name = id.name();
-        // A kernel built around a subgroup size runs at exactly that size: required where the
-        // device allows it, else the device's one size.
-        let info = self.device.info();
-        let pins = info.pins_subgroups();
-        if let Some(size) = id.subgroup().filter(|&s| !pins && s != info.subgroup_size) {
-            return Err(VkError::Pipeline {
-                kernel: name,
-                reason: format!(
-                    "built for subgroups of {size}; {} runs {} and a pipeline cannot require another",
-                    info.name, info.subgroup_size
-                ),
-            });
-        }
-        let spec = PipelineSpec {
-            name: &name,
-            spirv,
-            bindings: BINDINGS,
-            push_bytes: (id.push_words() * 4) as u32,
-            constants: &id.constants(),
-            subgroup_size: id.subgroup().filter(|_| pins),
-        };
-        Pipeline::new(&self.device, &spec)
-    }
-}
-
-/// An operand as a kernel sees it: dtype, maximal shape, byte strides, byte offset in the
-/// buffer bound for it, and its dynamic axis (kernels that size their work by an input, such
-/// as SET_ROWS by its source rows, read it).
-#[derive(Clone, Copy, Debug, PartialEq)]
-pub struct Operand {
-    pub dtype: DType,
-    pub ne: [usize; MAX_DIMS],
-    pub nb: [usize; MAX_DIMS],
-    pub offset: usize,
-    pub dynamic: Option<Dyn>,
-}
-
-impl Operand {
-    /// A contiguous, static operand at byte `offset`.
-    pub fn contiguous(dtype: DType, ne: [usize; MAX_DIMS], offset: usize) -> Operand {
-        Operand { dtype, ne, nb: crate::graph::contiguous_strides(dtype, ne), offset, dynamic: None }
-    }
-}
-
-/// A kernel chosen for a node, with its push constants; `groups` gives the grid for a
-/// run-time output shape.
-#[derive(Clone, Debug, PartialEq)]
-pub struct Launch {
-    pub kernel: KernelId,
-    pub push: Vec<u32>,
-    /// Output elements per workgroup along (rows of ne0, columns), for the grid.
-    grid: Grid,
-    /// The grid follows the run-time shape of this input (SET_ROWS: its source), else the
-    /// output's.
-    pub grid_input: Option<usize>,
-    /// The binding of each input, in the order the launch took them; empty: 1, 2, 3...
-    pub slots: Vec<u32>,
-    /// The scratch memory the dispatch uses (`SCRATCH_BINDING`).
-    pub scratch: Scratch,
-}
-
-/// Scratch memory of a dispatch: `bytes` in all (0: none), of which those from `counters` on
-/// must be zero when it starts and are zero again when it ends (the rest it writes before it
-/// reads). Dispatches with the same two can share a buffer where a barrier orders them.
-#[derive(Clone, Copy, Debug, Default, PartialEq, Eq, Hash)]
-pub struct Scratch {
-    pub bytes: usize,
-    pub counters: usize,
-}
-
-#[derive(Clone, Copy, Debug, PartialEq)]
-enum Grid {
-    /// x: ne0 / rows_per_group, y: columns (ne1*ne2*ne3) / cols_per_group.
-    Mat { rows: usize, cols: usize },
-    /// x: all elements / per_group.
-    Flat { per_group: usize },
-    /// x: one group per row (ne1*ne2*ne3).
-    Rows,
-    /// x: one group per (ne1, tile of `queries` along ne2) (and ne3).
-    QueryTiles { queries: usize },
-    /// x: one group per (ne1, ne2, ne3) and split.
-    Split { splits: usize },
-}
-
-impl Grid {
-    /// The row-wise elementwise kernels' grid (shaders/elementwise.glsl): x, chunks of
-    /// `ROW_CHUNK` (1,024) values of a row; y, the rows.
-    const ROW_CHUNKS: Grid = Grid::Mat { rows: 1024, cols: 1 };
-}
-
-impl Launch {
-    /// The binding input `i` goes to.
-    pub fn slot(&self, i: usize) -> u32 {
-        self.slots.get(i).copied().unwrap_or(i as u32 + 1)
-    }
-
-    /// Workgroups for output shape `ne` (the run-time one), within the device's `max`. The
-    /// kernels loop over what a clamped grid leaves.
-    pub fn groups(&self, ne: [usize; MAX_DIMS], max: [u32; 3]) -> [u32; 3] {
-        let cols = ne[1] * ne[2] * ne[3];
-        let g = match self.grid {
-            Grid::Mat { rows, cols: per } => [ne[0].div_ceil(rows), cols.div_ceil(per), 1],
-            Grid::Flat { per_group } => [(ne[0] * cols).div_ceil(per_group), 1, 1],
-            Grid::Rows => [cols, 1, 1],
-            Grid::QueryTiles { queries } => [ne[1] * ne[2].div_ceil(queries) * ne[3], 1, 1],
-            Grid::Split { splits } => [cols * splits, 1, 1],
-        };
-        [0, 1, 2].map(|i| g[i].min(max[i] as usize) as u32)
-    }
-}
-
-/// A run-time length for axis `axis` of the output: `syms[sym] * num / den`.
-#[derive(Clone, Copy, Debug, PartialEq, Eq)]
-pub struct Dyn {
-    pub axis: usize,
-    pub sym: usize,
-    pub num: usize,
-    pub den: usize,
-}
-
-impl From<DynAxis> for Dyn {
-    fn from(d: DynAxis) -> Dyn {
-        Dyn { axis: d.axis, sym: d.sym.0, num: d.num, den: d.den }
-    }
-}
-
-/// Push-constant words of a dynamic axis; axis 4 means static.
-fn dyn_words(d: Option<Dyn>) -> Result<[u32; 4]> {
-    match d {
-        None => Ok([4, 0, 1, 1]),
-        Some(d) if d.axis < MAX_DIMS && d.den > 0 => {
-            Ok([d.axis as u32, word(d.sym, "symbol")?, word(d.num, "ratio")?, word(d.den, "ratio")?])
-        }
-        Some(d) => Err(VkError::Invalid(format!("bad dynamic axis {d:?}"))),
-    }
-}
-
-/// The words most kernels' push constants start with: the output's sizes and its dynamic axis.
-fn shape_words(out: &Operand, dynamic: Option<Dyn>, capacity: usize) -> Result<Vec<u32>> {
-    let mut push = Vec::with_capacity(capacity);
-    for v in out.ne {
-        push.push(word(v, "size")?);
-    }
-    push.extend(dyn_words(dynamic)?);
-    Ok(push)
-}
-
-/// The byte strides of an f32 or f16 operand as words of its values.
-fn stride_words(o: &Operand, what: &str) -> Result<[u32; MAX_DIMS]> {
-    let mut words = [0; MAX_DIMS];
-    for (w, &nb) in words.iter_mut().zip(&o.nb) {
-        *w = values(o, nb, what)?;
-    }
-    Ok(words)
-}
-
-/// A size or offset as a push-constant word.
-fn word(v: usize, what: &str) -> Result<u32> {
-    u32::try_from(v).map_err(|_| VkError::Invalid(format!("{what} {v} does not fit 32 bits")))
-}
-
-/// A byte offset or stride of an f32 operand in floats.
-fn floats(bytes: usize, what: &str) -> Result<u32> {
-    if !bytes.is_multiple_of(4) {
-        return Err(VkError::Invalid(format!("{what}: {bytes} bytes is not a whole number of floats")));
-    }
-    word(bytes / 4, what)
-}
-
-/// How a kernel that writes f32 or f16 values (a cache's rows, `Registry::cache_dtype`, or
-/// activations kept in halves) takes its output `o`, its push constant: 0 as f32 values, 1 as
-/// f16 ones (its offsets and strides then count halves).
-fn halves(o: &Operand, what: &str) -> Result<u32> {
-    Ok(Values::of(o, what)? as u32)
-}
-
-/// The output `o` of a kernel that writes it as f32 values or, in pairs, as halves: its push
-/// words (offset, strides: values) and the halves flag. Halves go out as whole aligned pairs
-/// along contiguous rows.
-fn out_words(o: &Operand, kernel: &str) -> Result<(u32, [u32; MAX_DIMS], u32)> {
-    let half = halves(o, &format!("{kernel}'s output"))?;
-    let words = stride_words(o, "output stride")?;
-    let offset = values(o, o.offset, "output offset")?;
-    let pairs = o.ne[0].is_multiple_of(2) && offset.is_multiple_of(2) && words[1..].iter().all(|w| w.is_multiple_of(2));
-    if half == 1 && (words[0] != 1 || !pairs) {
-        return Err(VkError::Invalid(format!("{kernel}: halves are written in pairs along contiguous rows")));
-    }
-    Ok((offset, words, half))
-}
-
-/// A byte offset or stride of an f32 or f16 operand `o` in its values.
-fn values(o: &Operand, bytes: usize, what: &str) -> Result<u32> {
-    let size = o.dtype.block_bytes();
-    if !bytes.is_multiple_of(size) {
-        return Err(VkError::Invalid(format!("{what}: {bytes} bytes is not a whole number of {} values", o.dtype)));
-    }
-    word(bytes / size, what)
-}
-
-fn expect_f32(o: &Operand, what: &str) -> Result<()> {
-    if o.dtype != DType::F32 {
-        return Err(VkError::Invalid(format!("{what} is {}, the kernel reads f32", o.dtype)));
-    }
-    Ok(())
-}
-
-/// The ops of one dispatch's nodes (`dispatcher::Group`): the node's, its folded producer's (computed
-/// on the fly from the producer's inputs), its fused reader's (whose output it writes).
-#[derive(Clone, Copy, Debug)]
-pub struct Ops<'a> {
-    pub node: &'a Op,
-    pub folded: Option<&'a Op>,
-    pub fused: Option<&'a Op>,
-}
-
-impl<'a> Ops<'a> {
-    pub fn single(node: &'a Op) -> Ops<'a> {
-        Ops { node, folded: None, fused: None }
-    }
-
-    fn names(&self) -> String {
-        let ops = self.folded.into_iter().chain([self.node]).chain(self.fused);
-        ops.map(|o| o.name()).collect::<Vec<_>>().join("+")
-    }
-}
-
-/// The launch of the subgroup probe at `size` lanes: one workgroup of 128 invocations, each
-/// writing four words to the output (`selfcheck::probe`).
-pub fn probe_launch(size: u32) -> Launch {
-    Launch {
-        kernel: KernelId::SubgroupProbe(size),
-        push: vec![0],
-        grid: Grid::Rows,
-        grid_input: None,
-        slots: Vec::new(),
-        scratch: Scratch::default(),
-    }
-}
+pub use id::{BinaryOp, KernelId, UnaryOp, Values};
+use launch::{
+    dyn_words, expect_f32, floats, halves, op_launch, out_words, shape_words, stride_words, values, word, Grid,
+};
+pub use launch::{launch, probe_launch, Dyn, Launch, Operand, Ops, Scratch};
+pub use pipelines::KernelSet;
 
 /// The kernel the device runs for `ops` with `ins` (in `dispatcher::Group::inputs` order) and `out`
 /// under `variants`, or why there is none: the registry's choice at plan time. Matrix products
@@ -718,154 +108,71 @@ pub fn select(ops: Ops, ins: &[Operand], out: &Operand, dynamic: Option<Dyn>, va
     }
     Err(refusal.unwrap_or_else(|| VkError::Invalid(format!("no kernel runs {}", ops.names()))))
 }
-
-/// The push constants, grid and bindings of `kernel` (the plan's choice) running `ops` on `ins`
-/// (in `dispatcher::Group::inputs` order) into `out`; an error when the kernel does not take them.
-pub fn launch(kernel: KernelId, ops: Ops, ins: &[Operand], out: &Operand, dynamic: Option<Dyn>) -> Result<Launch> {
-    let arg = |i: usize| ins.get(i).ok_or_else(|| VkError::Invalid(format!("{} needs input {i}", kernel.name())));
-    let launch = match (kernel, ops.node, ops.folded, ops.fused) {
-        (KernelId::MatMul(kind, ..), Op::MatMul, folded, fused) => {
-            // w, x (or the folded producer's first input), the fused ADD's residual, the folded
-            // producer's second input: bindings 1, 2, 3, 4.
-            let residual = match fused {
-                None => None,
-                Some(Op::Add) => Some(arg(2)?),
-                Some(other) => return Err(VkError::Invalid(format!("a product does not fuse {}", other.name()))),
-            };
-            let second = if residual.is_some() { 3 } else { 2 };
-            let prologue = match folded {
-                None => None,
-                Some(Op::RmsNorm { eps }) => Some(Prologue::RmsNorm { weight: *arg(second)?, eps: *eps }),
-                Some(Op::SwiGlu) => Some(Prologue::SwiGlu { up: *arg(second)? }),
-                Some(other) => return Err(VkError::Invalid(format!("a product does not fold {}", other.name()))),
-            };
-            let mut l = matmul::launch(kind, arg(0)?, arg(1)?, out, residual, prologue, dynamic)?;
-            if prologue.is_some() && residual.is_none() {
-                l.slots = vec![1, 2, 4];
-            }
-            l
-        }
-        (KernelId::RmsNormRope, rope, Some(norm), fused) => launch_norm_rope(norm, rope, fused, ins, out, dynamic)?,
-        (
-            KernelId::FlashAttnTiled(..) | KernelId::FlashAttnCm(..) | KernelId::FlashAttnSplit(..),
-            Op::Attention { scale, segment },
-            None,
-            None,
-        ) => attn::launch(kernel, ins, (*scale, *segment), out, dynamic)?,
-        (_, op, None, None) => op_launch(op, ins, out, dynamic)?,
-        _ => return Err(VkError::Invalid(format!("{} does not run {}", kernel.name(), ops.names()))),
-    };
-    if launch.kernel != kernel {
-        return Err(VkError::Invalid(format!(
-            "the plan names {}, the node needs {}",
-            kernel.name(),
-            launch.kernel.name()
-        )));
-    }
-    Ok(launch)
-}
-
-/// The one kernel of a compute op other than a matrix product, with its push constants.
-fn op_launch(op: &Op, ins: &[Operand], out: &Operand, dynamic: Option<Dyn>) -> Result<Launch> {
-    let arg = |i: usize| ins.get(i).ok_or_else(|| VkError::Invalid(format!("{} needs input {i}", op.name())));
-    match op {
-        Op::Add => binary::launch(BinaryOp::Add, arg(0)?, arg(1)?, out, dynamic),
-        Op::Mul => binary::launch(BinaryOp::Mul, arg(0)?, arg(1)?, out, dynamic),
-        Op::SwiGlu => binary::launch(BinaryOp::SwiGlu, arg(0)?, arg(1)?, out, dynamic),
-        Op::RmsNorm { eps } => norm::launch(arg(0)?, arg(1)?, *eps, out, dynamic),
-        Op::LayerNorm { eps } => norm::layer_norm(arg(0)?, arg(1)?, arg(2)?, *eps, out, dynamic),
-        Op::Gelu(Gelu::Tanh) => unary::launch(UnaryOp::GeluTanh, arg(0)?, out, dynamic),
-        Op::Gelu(Gelu::Erf) => unary::launch(UnaryOp::GeluErf, arg(0)?, out, dynamic),
-        Op::Cont => unary::launch(UnaryOp::Copy, arg(0)?, out, dynamic),
-        Op::GetRows => rows::get_rows(arg(0)?, arg(1)?, None, out, dynamic),
-        Op::GetRowsWeighted => rows::get_rows(arg(0)?, arg(1)?, Some(arg(2)?), out, dynamic),
-        Op::SetRows => rows::set_rows(arg(0)?, arg(1)?, arg(2)?, out),
-        Op::Rope { kind, theta, n_dims } => rope::launch(kind, *theta, *n_dims, arg(0)?, arg(1)?, out, dynamic),
-        Op::Attention { scale, segment } => {
-            let kernel = KernelId::FlashAttn(Values::of(arg(1)?, "k")?);
-            attn::launch(kernel, ins, (*scale, *segment), out, dynamic)
-        }
-        Op::Argmax => argmax::launch(arg(0)?, out, dynamic),
-        other => Err(VkError::Invalid(format!("no Vulkan kernel for {}", other.name()))),
-    }
-}
-
-/// ROPE (`rope`) of an RMS_NORM (`norm`, folded: computed as the rope loads its rows) as one
-/// kernel: `ins` are x and the positions, then, with a fused SET_ROWS (`scatter`), its ids,
-/// then the norm weight. With the SET_ROWS, token t's rotated heads (the rope's output,
-/// [head_dim, heads, tokens] reshaped to rows of head_dim * heads) go to row ids[t] of `out`,
-/// the SET_ROWS's destination (a KV cache), and nothing else is written.
-fn launch_norm_rope(
-    norm: &Op,
-    rope: &Op,
-    scatter: Option<&Op>,
-    ins: &[Operand],
-    out: &Operand,
-    dynamic: Option<Dyn>,
-) -> Result<Launch> {
-    let (Op::RmsNorm { eps }, Op::Rope { kind, theta, n_dims }) = (norm, rope) else {
-        return Err(VkError::Invalid(format!("no fused kernel for {} then {}", norm.name(), rope.name())));
-    };
-    let arg = |i: usize| ins.get(i).ok_or_else(|| VkError::Invalid(format!("rms_norm_rope needs input {i}")));
-    let (x, pos) = (arg(0)?, arg(1)?);
-    // The rope's output as the kernel writes it, and (ids offset, stride, destination rows).
-    let (rotated, ids, weight) = match scatter {
-        None => (*out, None, arg(2)?),
-        Some(Op::SetRows) => {
-            let ids = arg(2)?;
-            let width = x.ne[0] * x.ne[1];
-            let half = halves(out, "rms_norm_rope's destination")?;
-            let size = out.dtype.block_bytes();
-            // Halves go out in pairs: whole, aligned pairs of rotated halves, tails and rows.
-            let pairs = half == 0 || [x.ne[0], out.offset / size, out.nb[1] / size].iter().all(|v| v.is_multiple_of(2));
-            if ids.dtype != DType::I32
-                || ids.ne != [x.ne[2], 1, 1, 1]
-                || x.ne[3] != 1
-                || out.ne[0] != width
-                || out.ne[2] != 1
-                || out.ne[3] != 1
-                || out.nb[0] != size
-                || !out.offset.is_multiple_of(size)
-                || !out.nb[1].is_multiple_of(size)
-                || !pairs
-            {
-                return Err(VkError::Invalid(format!(
-                    "rms_norm_rope: {:?} by ids {:?} into rows {} {:?}",
-                    x.ne, ids.ne, out.dtype, out.ne
-                )));
-            }
-            // The kernel counts the destination's offsets and strides in its values: a cache of
-            // halves goes through the f32 launches' checks as floats at 4 / 2 times its bytes.
-            let (row, offset) = (out.nb[1] / size * 4, out.offset / size * 4);
-            let nb = [4, 4 * x.ne[0], row, row * out.ne[1]];
-            let rotated = Operand { nb, dynamic: x.dynamic, ..Operand::contiguous(DType::F32, x.ne, offset) };
-            let scatter =
-                [floats(ids.offset, "ids offset")?, floats(ids.nb[0], "ids stride")?, word(out.ne[1], "rows")?, half];
-            (rotated, Some(scatter), arg(3)?)
-        }
-        Some(other) => return Err(VkError::Invalid(format!("rms_norm_rope does not fuse {}", other.name()))),
-    };
-    let dynamic = if scatter.is_some() { x.dynamic } else { dynamic };
-    // Each half of the fused kernel accepts what its own kernel accepts.
-    norm::launch(x, weight, *eps, &rotated, dynamic)?;
-    let mut launch = rope::launch(kind, *theta, *n_dims, x, pos, &rotated, dynamic)?;
-    launch.push.push(floats(weight.offset, "weight offset")?);
-    launch.push.push(eps.to_bits());
-    // Rows 0: no scatter (and f32 values).
-    launch.push.extend(ids.unwrap_or([0; 4]));
-    launch.kernel = KernelId::RmsNormRope;
-    launch.grid = Grid::Rows;
-    // The grid follows the rope's rows (the folded norm's value), not the destination's.
-    launch.grid_input = Some(0);
-    launch.slots = if ids.is_some() { vec![1, 3, 4, 2] } else { vec![1, 3, 2] };
-    Ok(launch)
-}
-
 #[cfg(test)]
 mod tests {
     use super::*;
     use crate::backend::vulkan::CoopShape;
     use crate::dispatcher::Kernel;
+
+    /// The bytes of the push-constant block of a SPIR-V module: the end of its last member
+    /// (scalars, vectors and arrays of them, as hrx's shaders declare them).
+    fn push_block_bytes(code: &[u8]) -> Option<usize> {
+        let words: Vec<u32> = code.chunks_exact(4).map(|w| u32::from_le_bytes([w[0], w[1], w[2], w[3]])).collect();
+        let (mut sizes, mut constants, mut strides) = (HashMap::new(), HashMap::new(), HashMap::new());
+        let (mut structs, mut offsets, mut pointers) = (HashMap::new(), HashMap::new(), HashMap::new());
+        let mut block = None;
+        let mut at = 5;
+        while at < words.len() {
+            let (count, op) = ((words[at] >> 16) as usize, words[at] & 0xffff);
+            let w = words.get(at + 1..at + count.max(1))?;
+            match op {
+                21 | 22 => drop(sizes.insert(w[0], w[1] as usize / 8)), // OpTypeInt, OpTypeFloat
+                23 => {
+                    // OpTypeVector
+                    if let Some(&c) = sizes.get(&w[1]) {
+                        sizes.insert(w[0], c * w[2] as usize);
+                    }
+                }
+                43 => drop(constants.insert(w[1], w[2] as usize)), // OpConstant
+                28 => {
+                    // OpTypeArray (of a constant length; shared arrays may be sized by
+                    // specialization constants, which no push block holds)
+                    if let (Some(&n), Some(&stride)) = (constants.get(&w[2]), strides.get(&w[0])) {
+                        sizes.insert(w[0], n * stride);
+                    }
+                }
+                30 => drop(structs.insert(w[0], w[1..].to_vec())), // OpTypeStruct
+                32 => drop(pointers.insert(w[0], (w[1], w[2]))),   // OpTypePointer
+                59 if w.get(2) == Some(&9) => block = pointers.get(&w[0]).map(|p| p.1), // OpVariable, PushConstant
+                71 if w[1] == 6 => drop(strides.insert(w[0], w[2] as usize)), // OpDecorate ArrayStride
+                72 if w[2] == 35 => drop(offsets.insert((w[0], w[1]), w[3] as usize)), // OpMemberDecorate Offset
+                _ => {}
+            }
+            at += count.max(1);
+        }
+        let members = structs.get(&block?)?;
+        let ends = members.iter().enumerate().map(|(i, ty)| Some(offsets.get(&(block?, i as u32))? + sizes.get(ty)?));
+        ends.collect::<Option<Vec<usize>>>()?.into_iter().max()
+    }
+
+    /// Every kernel writes as many push-constant words as its module's block holds: a launch
+    /// that wrote fewer would leave the shader reading garbage, and the length is all the
+    /// launches' word lists are checked by.
+    #[test]
+    fn each_kernels_push_words_fill_its_modules_push_block() {
+        let mut checked = 0;
+        for id in KernelId::all() {
+            let module = id.module();
+            let code = shaders::spirv(&module).unwrap_or_else(|| panic!("no SPIR-V module {module}"));
+            match push_block_bytes(code) {
+                Some(bytes) => assert_eq!(id.push_words() * 4, bytes, "{} ({module})", id.name()),
+                // A module that reads none (the subgroup probe): its layout's one placeholder word.
+                None => assert_eq!(id.push_words(), 1, "{} ({module}) reads no push constants", id.name()),
+            }
+            checked += 1;
+        }
+        assert!(checked > 40, "{checked}");
+    }
 
     /// The kernel table and the kernels agree: every kernel's module is embedded, every
     /// embedded module is some kernel's, and every kernel, given a variant, comes back from what
