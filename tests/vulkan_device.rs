@@ -78,7 +78,7 @@ fn reads_mapped_and_staged() {
             assert!(got[..] == data[at..at + n], "{n} bytes at {at}");
         }
         let mut past = [0u8; 32];
-        assert!(matches!(buf.read_into(size as u64 - 16, &mut past, &mut kept), Err(VkError::Invalid(_))));
+        assert!(matches!(buf.read_into(size as u64 - 16, &mut past, &mut kept), Err(VkError::OutOfBounds(_))));
     }
 }
 
@@ -86,13 +86,13 @@ fn reads_mapped_and_staged() {
 fn out_of_bounds_copies_are_errors() {
     let Some(dev) = vulkan_common::device() else { return };
     let buf = dev.buffer(64, Location::Device, "small").unwrap();
-    assert!(matches!(buf.write(60, &[0; 8]), Err(VkError::Invalid(_))));
-    assert!(matches!(buf.read(u64::MAX, &mut [0; 1]), Err(VkError::Invalid(_))));
+    assert!(matches!(buf.write(60, &[0; 8]), Err(VkError::OutOfBounds(_))));
+    assert!(matches!(buf.read(u64::MAX, &mut [0; 1]), Err(VkError::OutOfBounds(_))));
     let other = dev.buffer(16, Location::Device, "other").unwrap();
     let mut cmd = CommandBuffer::new(&dev).unwrap();
     assert!(cmd.submit_and_wait().is_err(), "nothing recorded yet");
     cmd.begin().unwrap();
-    assert!(matches!(cmd.copy(&buf, 0, &other, 0, 32), Err(VkError::Invalid(_))));
+    assert!(matches!(cmd.copy(&buf, 0, &other, 0, 32), Err(VkError::OutOfBounds(_))));
     cmd.copy(&buf, 0, &other, 0, 16).unwrap();
     cmd.finish().unwrap();
     cmd.submit_and_wait().unwrap();
@@ -130,20 +130,20 @@ fn bad_spirv_and_push_constants_are_typed_errors() {
     let p = ks.pipeline(KernelId::RmsNorm).unwrap();
     let bufs: Vec<_> = (0..BINDINGS).map(|_| dev.buffer(64, Location::Device, "b").unwrap()).collect();
     let pool = DescriptorPool::new(&dev, 1, BINDINGS).unwrap();
-    assert!(matches!(pool.bind(&p, &[&bufs[0]]), Err(VkError::Invalid(_))));
+    assert!(matches!(pool.bind(&p, &[&bufs[0]]), Err(VkError::Binding(_))));
     // A window past its buffer's end, and one at a misaligned offset, are refused.
     let w = |b, offset, range| Window { buffer: b, offset, range };
     let mut windows: Vec<Window> = bufs.iter().map(|b| w(b, 0, 64)).collect();
     windows[2] = w(&bufs[2], 0, 68);
-    assert!(matches!(pool.bind_windows(&p, &windows), Err(VkError::Invalid(_))));
+    assert!(matches!(pool.bind_windows(&p, &windows), Err(VkError::Binding(_))));
     windows[2] = w(&bufs[2], 1, 4);
-    assert!(matches!(pool.bind_windows(&p, &windows), Err(VkError::Invalid(_))));
+    assert!(matches!(pool.bind_windows(&p, &windows), Err(VkError::Binding(_))));
     let refs: Vec<&_> = bufs.iter().collect();
     let set = pool.bind(&p, &refs).unwrap();
     let mut cmd = CommandBuffer::new(&dev).unwrap();
     cmd.begin().unwrap();
-    assert!(matches!(cmd.dispatch(&p, &set, &[0; 3], [1, 1, 1]), Err(VkError::Invalid(_))));
-    assert!(matches!(cmd.dispatch(&p, &set, &[0; 20], [u32::MAX, 1, 1]), Err(VkError::Invalid(_))));
+    assert!(matches!(cmd.dispatch(&p, &set, &[0; 3], [1, 1, 1]), Err(VkError::Binding(_))));
+    assert!(matches!(cmd.dispatch(&p, &set, &[0; 20], [u32::MAX, 1, 1]), Err(VkError::Binding(_))));
 }
 
 #[test]

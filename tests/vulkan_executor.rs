@@ -265,7 +265,7 @@ fn check_block(dev: &Device) {
         eprintln!("executor tokens={t}: nmse {e:.3e}");
         assert!(e < 5e-4, "tokens={t}: nmse {e}");
     }
-    assert!(matches!(gpu.run(PlanId(0), &[MAX_T + 1]), Err(VkError::Invalid(_))));
+    assert!(matches!(gpu.run(PlanId(0), &[MAX_T + 1]), Err(VkError::Plan(_))));
 }
 
 #[test]
@@ -278,7 +278,7 @@ fn a_plan_with_cpu_nodes_is_refused_by_name() {
     // Planned for the CPU: every compute node is a CPU node.
     let plan = Plan::new(g, &CpuRegistry).unwrap();
     match VulkanExecutor::new(&dev, vec![plan], &[]) {
-        Err(VkError::Invalid(m)) => assert!(m.contains("act"), "{m}"),
+        Err(VkError::Plan(m)) => assert!(m.contains("act"), "{m}"),
         Err(e) => panic!("unexpected error {e}"),
         Ok(_) => panic!("a plan with a CPU node was accepted"),
     }
@@ -320,7 +320,7 @@ fn values_far_into_a_buffer_past_the_storage_range_are_windowed() {
         let y = g.add(x, x, "wide_add").unwrap();
         g.mark_output(y);
         match VulkanExecutor::new(&dev, vec![Plan::new(g, &VulkanRegistry::PORTABLE).unwrap()], &[]) {
-            Err(VkError::Invalid(m)) => assert!(m.contains("wide_add") && m.contains("storage-buffer range"), "{m}"),
+            Err(VkError::Plan(m)) => assert!(m.contains("wide_add") && m.contains("storage-buffer range"), "{m}"),
             Err(e) => panic!("unexpected error {e}"),
             Ok(_) => panic!("a value wider than the storage-buffer range was accepted"),
         }

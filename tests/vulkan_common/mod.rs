@@ -157,7 +157,8 @@ pub fn launch_mat(
     residual: Option<&Operand>,
     dynamic: Option<Dyn>,
 ) -> Result<Launch, VkError> {
-    let wt = WType::from_dtype(w.dtype).ok_or_else(|| VkError::Invalid(format!("no matrix kernel for {}", w.dtype)))?;
+    let wt =
+        WType::from_dtype(w.dtype).ok_or_else(|| VkError::NoKernel(format!("no matrix kernel for {}", w.dtype)))?;
     let kernel = KernelId::MatMul(kind, wt, Values::of(x, "x")?);
     match residual {
         None => kernels::launch(kernel, Ops::single(&Op::MatMul), &[*w, *x], out, dynamic),

@@ -117,7 +117,7 @@ fn time_reps(device: &Device, reps: u32, record: &dyn Fn(&mut CommandBuffer, u32
 pub fn copy_bandwidth(device: &Device, ks: &KernelSet, bytes: u64) -> Result<(f64, u64)> {
     // No more than one binding can see (lavapipe's range is 128 MiB), in whole 16-byte words.
     let bytes = bytes.min(u64::from(device.info().max_storage_buffer_range)) & !15;
-    let words = u32::try_from(bytes / 16).map_err(|_| VkError::Invalid(format!("{bytes} bytes to copy")))?;
+    let words = u32::try_from(bytes / 16).map_err(|_| VkError::Operands(format!("{bytes} bytes to copy")))?;
     let src = device.buffer(bytes, Location::Device, "copy source")?;
     let dst = device.buffer(bytes, Location::Device, "copy destination")?;
     src.write(0, &random_bytes(&mut SplitMix64(7), bytes as usize))?;
@@ -146,7 +146,7 @@ pub fn time_matmul(
     xv: Values,
 ) -> Result<Option<MatTiming>> {
     let wt = WType::from_dtype(case.dtype)
-        .ok_or_else(|| VkError::Invalid(format!("no matrix kernel for {}", case.dtype)))?;
+        .ok_or_else(|| VkError::NoKernel(format!("no matrix kernel for {}", case.dtype)))?;
     let kernel = KernelId::MatMul(kind, wt, xv);
     let x_dtype = if xv == Values::F16 { DType::F16 } else { DType::F32 };
     let w_op = Operand::contiguous(case.dtype, [case.k, case.n, 1, 1], 0);

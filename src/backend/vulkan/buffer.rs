@@ -134,7 +134,7 @@ impl Buffer {
         self.inner.shared.usable()?;
         match offset.checked_add(len as u64) {
             Some(end) if end <= self.inner.size => Ok(()),
-            _ => Err(VkError::Invalid(format!(
+            _ => Err(VkError::OutOfBounds(format!(
                 "{what} of {len} bytes at {offset} runs past a buffer of {} bytes",
                 self.inner.size
             ))),
@@ -225,7 +225,7 @@ impl Buffer {
         // SAFETY: `offset` is inside the mapped allocation (checked above).
         let at = unsafe { p.as_ptr().add(offset as usize) };
         if !at.cast::<f32>().is_aligned() {
-            return Err(VkError::Invalid(format!("f32 values at byte {offset}: not 4-byte aligned")));
+            return Err(VkError::OutOfBounds(format!("f32 values at byte {offset}: not 4-byte aligned")));
         }
         // SAFETY: as in `write_mapped`: the range is inside the mapped allocation (checked
         // above) and aligned for f32, which every bit pattern is; the GPU is not using it, and
@@ -285,10 +285,10 @@ impl Buffer {
     fn write_pieces(&self, len: u64, pieces: &[Piece]) -> Result<()> {
         self.check(0, len as usize, "write")?;
         let Some(p) = self.inner.alloc.mapped else {
-            return Err(VkError::Invalid("a staging buffer that is not mapped".into()));
+            return Err(VkError::OutOfBounds("a staging buffer that is not mapped".into()));
         };
         if pieces.iter().map(|d| d.len as u64).sum::<u64>() != len {
-            return Err(VkError::Invalid(format!("staged pieces do not make {len} bytes")));
+            return Err(VkError::OutOfBounds(format!("staged pieces do not make {len} bytes")));
         }
         // SAFETY: as in `write_mapped`: the range is inside the mapped allocation (checked
         // above), no submission reading it runs (the uploader waits for its slot's), and the
@@ -515,7 +515,7 @@ impl<'a> Uploader<'a> {
     /// Waits for the running copies; their slot becomes the spare.
     fn wait(&mut self) -> Result<()> {
         if let Some(running) = self.running.take() {
-            let slot = running.join().map_err(|_| VkError::Invalid("an upload thread panicked".into()))??;
+            let slot = running.join().map_err(|_| VkError::Thread("an upload thread panicked".into()))??;
             self.spare = Some(slot);
         }
         Ok(())

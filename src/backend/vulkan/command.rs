@@ -73,7 +73,7 @@ impl CommandBuffer {
 
     fn expect(&self, state: State, what: &str) -> Result<()> {
         if self.state != state {
-            return Err(VkError::Invalid(format!("{what} on a command buffer that is {:?}", self.state)));
+            return Err(VkError::Recording(format!("{what} on a command buffer that is {:?}", self.state)));
         }
         Ok(())
     }
@@ -81,7 +81,9 @@ impl CommandBuffer {
     /// Starts recording, dropping whatever was recorded before.
     pub fn begin(&mut self) -> Result<()> {
         if *self.pending.get_mut() {
-            return Err(VkError::Invalid("a command buffer whose last run timed out cannot be recorded again".into()));
+            return Err(VkError::Recording(
+                "a command buffer whose last run timed out cannot be recorded again".into(),
+            ));
         }
         // SAFETY: the buffer is not executing (every submission is waited for); resetting
         // the pool resets its one command buffer.
@@ -106,7 +108,7 @@ impl CommandBuffer {
         self.expect(State::Recording, "a dispatch")?;
         let p = &pipeline.inner;
         if push.len() * 4 != p.push_bytes as usize {
-            return Err(VkError::Invalid(format!(
+            return Err(VkError::Binding(format!(
                 "{}: {} bytes of push constants, the pipeline takes {}",
                 p.name,
                 push.len() * 4,
@@ -115,7 +117,7 @@ impl CommandBuffer {
         }
         // Every set layout here is `bindings` storage buffers: same count, compatible layout.
         if set.inner.bindings != p.bindings {
-            return Err(VkError::Invalid(format!(
+            return Err(VkError::Binding(format!(
                 "{}: a set of {} buffers for a pipeline of {}",
                 p.name, set.inner.bindings, p.bindings
             )));
@@ -140,7 +142,7 @@ impl CommandBuffer {
         self.bind(pipeline, set, push)?;
         let max = self.shared.info.max_workgroup_count;
         if groups.iter().zip(max).any(|(&g, m)| g > m) {
-            return Err(VkError::Invalid(format!(
+            return Err(VkError::Binding(format!(
                 "{}: {groups:?} workgroups exceed the device's {max:?}",
                 pipeline.inner.name
             )));
@@ -163,7 +165,7 @@ impl CommandBuffer {
     ) -> Result<()> {
         self.bind(pipeline, set, push)?;
         if !offset.is_multiple_of(4) || offset + 12 > args.size() {
-            return Err(VkError::Invalid(format!(
+            return Err(VkError::Binding(format!(
                 "indirect arguments at {offset} do not fit a buffer of {} bytes",
                 args.size()
             )));
@@ -180,7 +182,7 @@ impl CommandBuffer {
         self.expect(State::Recording, "a copy")?;
         let fits = |b: &Buffer, o: u64| o.checked_add(size).is_some_and(|e| e <= b.size());
         if !fits(src, src_offset) || !fits(dst, dst_offset) {
-            return Err(VkError::Invalid(format!("copy of {size} bytes runs past a buffer")));
+            return Err(VkError::OutOfBounds(format!("copy of {size} bytes runs past a buffer")));
         }
         if size > 0 {
             let region = [vk::BufferCopy { src_offset, dst_offset, size }];
@@ -218,7 +220,7 @@ impl CommandBuffer {
     pub fn write_timestamp(&mut self, pool: &TimestampPool, index: u32) -> Result<()> {
         self.expect(State::Recording, "a timestamp")?;
         if index >= pool.inner.count {
-            return Err(VkError::Invalid(format!("timestamp {index} of a pool of {}", pool.inner.count)));
+            return Err(VkError::OutOfBounds(format!("timestamp {index} of a pool of {}", pool.inner.count)));
         }
         // SAFETY: recording; the query exists, was reset earlier in this recording (see
         // `reset_timestamps`) and is kept alive with its pool.

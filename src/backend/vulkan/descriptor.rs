@@ -66,14 +66,14 @@ impl DescriptorPool {
     pub fn bind_windows(&self, pipeline: &Pipeline, windows: &[Window]) -> Result<DescriptorSet> {
         let p = &pipeline.inner;
         if windows.len() != p.bindings as usize {
-            return Err(VkError::Invalid(format!("{}: {} buffers for {} bindings", p.name, windows.len(), p.bindings)));
+            return Err(VkError::Binding(format!("{}: {} buffers for {} bindings", p.name, windows.len(), p.bindings)));
         }
         let info = &self.inner.shared.info;
         let max_range = u64::from(info.max_storage_buffer_range);
         let align = info.min_storage_buffer_offset_alignment.max(1);
         for w in windows {
             if w.range > max_range {
-                return Err(VkError::Invalid(format!(
+                return Err(VkError::Binding(format!(
                     "{}: a window of {} bytes exceeds the device's storage-buffer range of {max_range}",
                     p.name, w.range
                 )));
@@ -82,7 +82,7 @@ impl DescriptorPool {
                 || !matches!(w.offset.checked_add(w.range), Some(e) if e <= w.buffer.size())
                 || w.range == 0
             {
-                return Err(VkError::Invalid(format!(
+                return Err(VkError::Binding(format!(
                     "{}: window {}+{} of a buffer of {} bytes (offset alignment {align})",
                     p.name,
                     w.offset,
@@ -99,7 +99,7 @@ impl DescriptorPool {
             // SAFETY: the pool is externally synchronised by the lock; the layout is alive.
             unsafe { d.allocate_descriptor_sets(&info) }.map_err(|e| match e {
                 vk::Result::ERROR_OUT_OF_POOL_MEMORY | vk::Result::ERROR_FRAGMENTED_POOL => {
-                    VkError::Invalid(format!("{}: the descriptor pool is full", p.name))
+                    VkError::Recording(format!("{}: the descriptor pool is full", p.name))
                 }
                 e => VkError::from_call("vkAllocateDescriptorSets", e),
             })?[0]

@@ -27,9 +27,26 @@ pub enum VkError {
     Hung { seconds: f64 },
     /// A compute pipeline could not be made from its SPIR-V.
     Pipeline { kernel: String, reason: String },
-    /// An argument the backend refuses: an operand a kernel does not handle, a copy out of a
-    /// buffer's bounds, push constants of the wrong size.
-    Invalid(String),
+    /// No kernel of this backend runs the op on these operands (or none that passed the
+    /// self-check here): the node is left to the CPU.
+    NoKernel(String),
+    /// A kernel does not take these operands (dtype, shape, strides, alignment, sizes past
+    /// what its push constants hold).
+    Operands(String),
+    /// A plan this executor cannot bind or run (a value with no address, a kernel it does not
+    /// have, a window past a buffer's binding).
+    Plan(String),
+    /// A command buffer or descriptor pool used out of order (recording twice, a dispatch
+    /// outside a recording, a full pool).
+    Recording(String),
+    /// Arguments that do not fit a pipeline, a descriptor set or the device's limits (push
+    /// constants of another size, a window past its buffer or the storage-buffer range, more
+    /// workgroups than the device runs).
+    Binding(String),
+    /// A read or write past a buffer's end.
+    OutOfBounds(String),
+    /// A helper thread (making pipelines) panicked.
+    Thread(String),
     /// Any other Vulkan call that failed.
     Call { call: &'static str, result: vk::Result },
 }
@@ -84,7 +101,13 @@ impl fmt::Display for VkError {
                 "the Vulkan device is unusable: an earlier submission did not finish within {seconds} s and may still be running"
             ),
             VkError::Pipeline { kernel, reason } => write!(f, "cannot create compute pipeline {kernel}: {reason}"),
-            VkError::Invalid(m) => f.write_str(m),
+            VkError::NoKernel(m)
+            | VkError::Operands(m)
+            | VkError::Plan(m)
+            | VkError::Recording(m)
+            | VkError::Binding(m)
+            | VkError::OutOfBounds(m)
+            | VkError::Thread(m) => f.write_str(m),
             VkError::Call { call, result } => write!(f, "{call} failed: {result}"),
         }
     }

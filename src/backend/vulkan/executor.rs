@@ -128,7 +128,7 @@ impl VulkanExecutor {
             for (i, p) in plan.placements.iter().enumerate() {
                 if let Placement::Run { device: Where::Cpu, kernel, .. } = p {
                     let name = &plan.graph.nodes[i].name;
-                    return Err(VkError::Invalid(format!(
+                    return Err(VkError::Plan(format!(
                         "graph {} node {i} ({name}, {kernel}) is placed on the CPU; mixed plans are not executed",
                         plan.graph.name
                     )));
@@ -199,7 +199,7 @@ impl VulkanExecutor {
                     log::debug!("pipelines made in {:.3} s", t0.elapsed().as_secs_f64());
                     Ok(chosen)
                 });
-            (chosen, filled.join().unwrap_or_else(|_| Err(VkError::Invalid("the upload thread panicked".into()))))
+            (chosen, filled.join().unwrap_or_else(|_| Err(VkError::Plan("the upload thread panicked".into()))))
         });
         filled?;
         let chosen = chosen?;
@@ -253,7 +253,7 @@ impl VulkanExecutor {
     }
 
     fn recorded(&self, id: PlanId) -> Result<&Recorded> {
-        self.plans.get(id.0).ok_or_else(|| VkError::Invalid(format!("no plan {}", id.0)))
+        self.plans.get(id.0).ok_or_else(|| VkError::Plan(format!("no plan {}", id.0)))
     }
 
     /// Where run-time buffer `name` of `plan` lives (device memory when a dispatch writes it).
@@ -270,7 +270,7 @@ impl VulkanExecutor {
             .externals
             .iter()
             .position(|e| e.name == name)
-            .ok_or_else(|| VkError::Invalid(format!("no buffer {name:?}")))?;
+            .ok_or_else(|| VkError::Plan(format!("no buffer {name:?}")))?;
         Ok((&self.storages[r.storage_of[ext]], r.plan.graph.externals[ext].dtype))
     }
 
@@ -278,7 +278,7 @@ impl VulkanExecutor {
     pub fn write_f32(&self, plan: PlanId, name: &str, offset: usize, values: &[f32]) -> Result<()> {
         match self.named(plan, name)? {
             (b, DType::F32) => b.write_f32(4 * offset as u64, values),
-            (_, d) => Err(VkError::Invalid(format!("buffer {name:?} holds {d}, not f32"))),
+            (_, d) => Err(VkError::Plan(format!("buffer {name:?} holds {d}, not f32"))),
         }
     }
 
@@ -286,7 +286,7 @@ impl VulkanExecutor {
     pub fn write_i32(&self, plan: PlanId, name: &str, offset: usize, values: &[i32]) -> Result<()> {
         match self.named(plan, name)? {
             (b, DType::I32) => b.write_i32(4 * offset as u64, values),
-            (_, d) => Err(VkError::Invalid(format!("buffer {name:?} holds {d}, not i32"))),
+            (_, d) => Err(VkError::Plan(format!("buffer {name:?} holds {d}, not i32"))),
         }
     }
 
@@ -303,7 +303,7 @@ impl VulkanExecutor {
     ) -> Result<bool> {
         match self.named(plan, name)? {
             (b, DType::F32) => b.fill_mapped_f32(4 * offset as u64, len, f),
-            (_, d) => Err(VkError::Invalid(format!("buffer {name:?} holds {d}, not f32"))),
+            (_, d) => Err(VkError::Plan(format!("buffer {name:?} holds {d}, not f32"))),
         }
     }
 
@@ -311,20 +311,20 @@ impl VulkanExecutor {
     pub fn read_f32_into(&mut self, plan: PlanId, name: &str, out: &mut [f32]) -> Result<()> {
         match self.named(plan, name)? {
             (b, DType::F32) => b.clone().read_f32_into(0, out, &mut self.readback),
-            (_, d) => Err(VkError::Invalid(format!("buffer {name:?} holds {d}, not f32"))),
+            (_, d) => Err(VkError::Plan(format!("buffer {name:?} holds {d}, not f32"))),
         }
     }
 
     /// Runs the recorded plan for these symbol values (each at most its planned maximum).
     pub fn run(&mut self, plan: PlanId, symbols: &[usize]) -> Result<()> {
         let (max_groups, device) = (self.max_groups, &self.device);
-        let r = self.plans.get_mut(plan.0).ok_or_else(|| VkError::Invalid(format!("no plan {}", plan.0)))?;
+        let r = self.plans.get_mut(plan.0).ok_or_else(|| VkError::Plan(format!("no plan {}", plan.0)))?;
         let graph = &r.plan.graph;
         let mut words = Vec::with_capacity(graph.symbols.len());
         for (i, (name, max)) in graph.symbols.iter().enumerate() {
             let v = symbols.get(i).copied().unwrap_or(0);
             if v > *max {
-                return Err(VkError::Invalid(format!("{name} = {v} exceeds the planned maximum {max}")));
+                return Err(VkError::Plan(format!("{name} = {v} exceeds the planned maximum {max}")));
             }
             words.push(v as u32);
         }
@@ -376,18 +376,18 @@ impl VulkanExecutor {
     /// The contiguous f32 value of node `id` of `plan` after a run, at its run-time shape, into
     /// `out` (its memory reused: resized, never zeroed where it already holds values).
     pub fn output_into(&mut self, plan: PlanId, id: NodeId, symbols: &[usize], out: &mut Vec<f32>) -> Result<()> {
-        let r = self.plans.get(plan.0).ok_or_else(|| VkError::Invalid(format!("no plan {}", plan.0)))?;
+        let r = self.plans.get(plan.0).ok_or_else(|| VkError::Plan(format!("no plan {}", plan.0)))?;
         let graph = &r.plan.graph;
-        let v = graph.nodes.get(id.0).map(|n| &n.value).ok_or_else(|| VkError::Invalid(format!("no node {}", id.0)))?;
+        let v = graph.nodes.get(id.0).map(|n| &n.value).ok_or_else(|| VkError::Plan(format!("no node {}", id.0)))?;
         if !v.is_contiguous() || v.dtype != DType::F32 {
-            return Err(VkError::Invalid(format!("node {} is not a contiguous f32 value", id.0)));
+            return Err(VkError::Plan(format!("node {} is not a contiguous f32 value", id.0)));
         }
         let n: usize = runtime_ne(graph, id, symbols).iter().product();
         let (buf, offset) = match (r.readback.iter().find(|(o, _)| *o == id), r.plan.locs[id.0]) {
             (Some((_, host)), _) => (host, 0),
             (None, Some(Loc::Arena { offset })) => (&self.arena, offset),
             (None, Some(Loc::External { storage, offset })) => (&self.storages[r.storage_of[storage.0]], offset),
-            (None, None) => return Err(VkError::Invalid(format!("node {} has no address", id.0))),
+            (None, None) => return Err(VkError::Plan(format!("node {} has no address", id.0))),
         };
         out.resize(n, 0.0);
         buf.read_f32_into(offset as u64, out, &mut self.readback)
@@ -487,7 +487,7 @@ fn choose<'a>(
     let mut hazards = Hazards::default();
     for (i, node) in graph.nodes.iter().enumerate() {
         let Placement::Run { kernel, group, .. } = &plan.placements[i] else { continue };
-        let failed = |e: String| VkError::Invalid(format!("graph {} node {i} ({}): {e}", graph.name, node.name));
+        let failed = |e: String| VkError::Plan(format!("graph {} node {i} ({}): {e}", graph.name, node.name));
         let kernel_id = KernelId::of_plan(kernel)
             .ok_or_else(|| failed(format!("the plan names {kernel}, which this backend does not have")))?;
         check_variant(kernel_id, info).map_err(failed)?;
@@ -668,7 +668,7 @@ fn record(
             // A query no dispatch wrote would never become available: every read would fail.
             let written = kernels.as_ref().map_or(2, KernelTimes::timestamps);
             if written != pool.queries() {
-                return Err(VkError::Invalid(format!(
+                return Err(VkError::Plan(format!(
                     "graph {}: {} timestamps for {} dispatches",
                     graph.name,
                     pool.queries(),
@@ -756,12 +756,12 @@ fn fill(device: &Device, exts: &[&External], storages: &[Buffer], files: &[Arc<G
     let mut up = Uploader::new(device, weight_bytes);
     for (ext, b) in exts.iter().zip(storages) {
         if ext.is_weight {
-            let (file, i) = crate::backend::find_weight(ext, files).map_err(VkError::Invalid)?;
+            let (file, i) = crate::backend::find_weight(ext, files).map_err(VkError::Plan)?;
             let tensor = &file.tensors()[i];
             let data = file.tensor_data(tensor);
             let row_values = tensor.shape().first().map_or(0, |&n| n as usize);
             let stored = Stored::of(ext.dtype, row_values, data)
-                .map_err(|e| VkError::Invalid(format!("weight {:?}: {e}", ext.name)))?;
+                .map_err(|e| VkError::Plan(format!("weight {:?}: {e}", ext.name)))?;
             up.write_stored(b, 0, stored)?;
         } else {
             up.clear(b)?;

@@ -34,7 +34,7 @@ impl VulkanRegistry {
     fn select(&self, graph: &Graph, id: NodeId) -> Result<KernelId> {
         let node = graph.node(id);
         if node.op.is_layout() || node.op == Op::External {
-            return Err(VkError::Invalid(format!("{} is no compute op", node.op.name())));
+            return Err(VkError::NoKernel(format!("{} is no compute op", node.op.name())));
         }
         let ins: Vec<Operand> = node.inputs.iter().map(|&i| operand(graph, i)).collect();
         let dynamic = node.value.dyn_axis.map(Into::into);

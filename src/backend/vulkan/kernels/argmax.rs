@@ -14,10 +14,10 @@ pub fn launch(x: &Operand, out: &Operand, dynamic: Option<Dyn>) -> Result<Launch
     expect_f32(x, "x")?;
     expect_f32(out, "the output")?;
     if out.ne[0] != 1 || x.ne[0] == 0 || x.ne[1..] != out.ne[1..] {
-        return Err(VkError::Invalid(format!("argmax: {:?} -> {:?}", x.ne, out.ne)));
+        return Err(VkError::Operands(format!("argmax: {:?} -> {:?}", x.ne, out.ne)));
     }
     if dynamic.is_some_and(|d| d.axis == 0) {
-        return Err(VkError::Invalid("argmax: the searched axis cannot be dynamic".into()));
+        return Err(VkError::Operands("argmax: the searched axis cannot be dynamic".into()));
     }
     let splits = x.ne[0].div_ceil(CHUNK);
     let mut push = shape_words(out, dynamic, PUSH_WORDS)?;

@@ -257,7 +257,7 @@ pub fn launch(
         KernelId::FlashAttnTiled(tile, _) => (Grid::QueryTiles { queries: tile.queries() }, tile.max_head_dim()),
         KernelId::FlashAttnCm(tile, _) => {
             if AttnCoop::new(tile.cm, ins.first().map_or(0, |q| q.ne[0]), u32::MAX) != Some(tile) {
-                return Err(VkError::Invalid(format!("{} does not take these heads", kernel.name())));
+                return Err(VkError::Operands(format!("{} does not take these heads", kernel.name())));
             }
             (Grid::QueryTiles { queries: tile.queries() }, tile.class.max_head_dim())
         }
@@ -268,20 +268,20 @@ pub fn launch(
             let splits = most.div_ceil(SPLIT_MIN_ROWS).clamp(1, max_splits());
             (Grid::Split { splits }, MAX_HEAD_DIM)
         }
-        other => return Err(VkError::Invalid(format!("{} is no attention kernel", other.name()))),
+        other => return Err(VkError::Operands(format!("{} is no attention kernel", other.name()))),
     };
     let [q, k, v, slots @ ..] = ins else {
-        return Err(VkError::Invalid(format!("flash_attn: {} inputs, not q, k, v (and slots)", ins.len())));
+        return Err(VkError::Operands(format!("flash_attn: {} inputs, not q, k, v (and slots)", ins.len())));
     };
     if slots.len() > 1 {
-        return Err(VkError::Invalid(format!("flash_attn: {} inputs, not q, k, v (and slots)", ins.len())));
+        return Err(VkError::Operands(format!("flash_attn: {} inputs, not q, k, v (and slots)", ins.len())));
     }
     if kernel.kv() != Some(Values::of(k, "k")?) {
-        return Err(VkError::Invalid(format!("{} does not read k and v of {} values", kernel.name(), k.dtype)));
+        return Err(VkError::Operands(format!("{} does not read k and v of {} values", kernel.name(), k.dtype)));
     }
     let spans = segment == 0;
     if spans && slots.is_empty() || !spans && !k.ne[2].is_multiple_of(segment) {
-        return Err(VkError::Invalid(format!("flash_attn: {} kv rows in sequences of {segment}", k.ne[2])));
+        return Err(VkError::Operands(format!("flash_attn: {} kv rows in sequences of {segment}", k.ne[2])));
     }
     let mut push = push_words(q, k, v, slots.first().map(|s| (s, spans)), scale, out, dynamic, max_head_dim)?;
     push.push(word(segment, "segment")?);
@@ -289,19 +289,19 @@ pub fn launch(
     // others in f32.
     let (_, _, half) = out_words(out, &kernel.name())?;
     if half == 1 && !matches!(kernel, KernelId::FlashAttnCm(..)) {
-        return Err(VkError::Invalid(format!("{} writes f32 values only", kernel.name())));
+        return Err(VkError::Operands(format!("{} writes f32 values only", kernel.name())));
     }
     push.push(half);
     let mut scratch = Scratch::default();
     if let Grid::Split { splits } = grid {
         if !out.ne[0].is_multiple_of(4) {
-            return Err(VkError::Invalid(format!("flash_attn_split: head_dim {} is not whole vec4s", out.ne[0])));
+            return Err(VkError::Operands(format!("flash_attn_split: head_dim {} is not whole vec4s", out.ne[0])));
         }
         // Each lane reads its values of a row as one vec4 (a cache's rows are so).
         let vec4s =
             |o: &Operand| [o.offset, o.nb[1], o.nb[2]].iter().all(|b| b.is_multiple_of(4 * o.dtype.block_bytes()));
         if !vec4s(k) || !vec4s(v) {
-            return Err(VkError::Invalid("flash_attn_split: k and v rows are not whole vec4s".into()));
+            return Err(VkError::Operands("flash_attn_split: k and v rows are not whole vec4s".into()));
         }
         push.push(word(splits, "splits")?);
         // A record (max, sum, head_dim outputs) per (query, head, split), then a counter per
@@ -329,11 +329,11 @@ fn push_words(
 ) -> Result<Vec<u32>> {
     expect_f32(q, "q")?;
     if v.dtype != k.dtype {
-        return Err(VkError::Invalid(format!("flash_attn: k is {}, v {}", k.dtype, v.dtype)));
+        return Err(VkError::Operands(format!("flash_attn: k is {}, v {}", k.dtype, v.dtype)));
     }
     for (o, what) in [(q, "q"), (k, "k"), (v, "v"), (out, "the output")] {
         if o.nb[0] != o.dtype.block_bytes() || o.ne[3] != 1 {
-            return Err(VkError::Invalid(format!(
+            return Err(VkError::Operands(format!(
                 "flash_attn: {what} must have unit stride along head_dim and 3 axes"
             )));
         }
@@ -342,10 +342,10 @@ fn push_words(
     let shape_ok =
         k.ne == v.ne && k.ne[0] == d && k.ne[1] > 0 && heads % k.ne[1] == 0 && out.ne == q.ne && d <= max_head_dim;
     if !shape_ok {
-        return Err(VkError::Invalid(format!("flash_attn: q {:?} k {:?} v {:?} -> {:?}", q.ne, k.ne, v.ne, out.ne)));
+        return Err(VkError::Operands(format!("flash_attn: q {:?} k {:?} v {:?} -> {:?}", q.ne, k.ne, v.ne, out.ne)));
     }
     if dynamic.is_some_and(|dy| dy.axis != 2) || k.dynamic.is_some_and(|dy| dy.axis != 2) || k.dynamic != v.dynamic {
-        return Err(VkError::Invalid("flash_attn: only the query and kv-row axes can be dynamic".into()));
+        return Err(VkError::Operands("flash_attn: only the query and kv-row axes can be dynamic".into()));
     }
     let mut push = Vec::with_capacity(PUSH_WORDS);
     for x in out.ne {
@@ -363,18 +363,18 @@ fn push_words(
         Some(dy) if dy.den > 0 => {
             push.extend([word(dy.sym, "symbol")?, word(dy.num, "ratio")?, word(dy.den, "ratio")?])
         }
-        Some(dy) => return Err(VkError::Invalid(format!("bad dynamic axis {dy:?}"))),
+        Some(dy) => return Err(VkError::Operands(format!("bad dynamic axis {dy:?}"))),
         None => push.extend([u32::MAX, 1, 1]),
     }
     match slots {
         Some((s, spans)) => {
             let ne_ok = if spans { s.ne[0] == 2 && s.ne[1] == n_q && s.nb[1] == 8 } else { s.ne[0] == n_q };
             if s.dtype != DType::I32 || !ne_ok || s.nb[0] != 4 {
-                return Err(VkError::Invalid(format!("flash_attn: slots {} {:?} for {n_q} queries", s.dtype, s.ne)));
+                return Err(VkError::Operands(format!("flash_attn: slots {} {:?} for {n_q} queries", s.dtype, s.ne)));
             }
             let off = floats(s.offset, "slots offset")?;
             if off == u32::MAX {
-                return Err(VkError::Invalid("flash_attn: slots offset out of range".into()));
+                return Err(VkError::Operands("flash_attn: slots offset out of range".into()));
             }
             push.push(off);
         }

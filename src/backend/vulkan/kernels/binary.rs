@@ -18,7 +18,7 @@ pub fn launch(op: BinaryOp, a: &Operand, b: &Operand, out: &Operand, dynamic: Op
     let broadcast_ok = (0..4).all(|i| b.ne[i] > 0 && out.ne[i].is_multiple_of(b.ne[i]));
     let same = op != BinaryOp::SwiGlu || b.ne == a.ne;
     if a.ne != out.ne || !broadcast_ok || !same {
-        return Err(VkError::Invalid(format!("{op:?}: {:?} with {:?} -> {:?}", a.ne, b.ne, out.ne)));
+        return Err(VkError::Operands(format!("{op:?}: {:?} with {:?} -> {:?}", a.ne, b.ne, out.ne)));
     }
     let mut push = shape_words(out, dynamic, PUSH_WORDS)?;
     push.extend(stride_words(a, "a stride")?);

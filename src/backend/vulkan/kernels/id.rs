@@ -43,7 +43,7 @@ impl Values {
         match o.dtype {
             DType::F32 => Ok(Values::F32),
             DType::F16 => Ok(Values::F16),
-            other => Err(VkError::Invalid(format!("{what} is {other}, the kernel takes f32 or f16 values"))),
+            other => Err(VkError::Operands(format!("{what} is {other}, the kernel takes f32 or f16 values"))),
         }
     }
 

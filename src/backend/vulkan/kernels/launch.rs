@@ -111,7 +111,7 @@ pub(super) fn dyn_words(d: Option<Dyn>) -> Result<[u32; 4]> {
         Some(d) if d.axis < MAX_DIMS && d.den > 0 => {
             Ok([d.axis as u32, word(d.sym, "symbol")?, word(d.num, "ratio")?, word(d.den, "ratio")?])
         }
-        Some(d) => Err(VkError::Invalid(format!("bad dynamic axis {d:?}"))),
+        Some(d) => Err(VkError::Operands(format!("bad dynamic axis {d:?}"))),
     }
 }
 
@@ -136,13 +136,13 @@ pub(super) fn stride_words(o: &Operand, what: &str) -> Result<[u32; MAX_DIMS]> {
 
 /// A size or offset as a push-constant word.
 pub(super) fn word(v: usize, what: &str) -> Result<u32> {
-    u32::try_from(v).map_err(|_| VkError::Invalid(format!("{what} {v} does not fit 32 bits")))
+    u32::try_from(v).map_err(|_| VkError::Operands(format!("{what} {v} does not fit 32 bits")))
 }
 
 /// A byte offset or stride of an f32 operand in floats.
 pub(super) fn floats(bytes: usize, what: &str) -> Result<u32> {
     if !bytes.is_multiple_of(4) {
-        return Err(VkError::Invalid(format!("{what}: {bytes} bytes is not a whole number of floats")));
+        return Err(VkError::Operands(format!("{what}: {bytes} bytes is not a whole number of floats")));
     }
     word(bytes / 4, what)
 }
@@ -163,7 +163,7 @@ pub(super) fn out_words(o: &Operand, kernel: &str) -> Result<(u32, [u32; MAX_DIM
     let offset = values(o, o.offset, "output offset")?;
     let pairs = o.ne[0].is_multiple_of(2) && offset.is_multiple_of(2) && words[1..].iter().all(|w| w.is_multiple_of(2));
     if half == 1 && (words[0] != 1 || !pairs) {
-        return Err(VkError::Invalid(format!("{kernel}: halves are written in pairs along contiguous rows")));
+        return Err(VkError::Operands(format!("{kernel}: halves are written in pairs along contiguous rows")));
     }
     Ok((offset, words, half))
 }
@@ -172,14 +172,14 @@ pub(super) fn out_words(o: &Operand, kernel: &str) -> Result<(u32, [u32; MAX_DIM
 pub(super) fn values(o: &Operand, bytes: usize, what: &str) -> Result<u32> {
     let size = o.dtype.block_bytes();
     if !bytes.is_multiple_of(size) {
-        return Err(VkError::Invalid(format!("{what}: {bytes} bytes is not a whole number of {} values", o.dtype)));
+        return Err(VkError::Operands(format!("{what}: {bytes} bytes is not a whole number of {} values", o.dtype)));
     }
     word(bytes / size, what)
 }
 
 pub(super) fn expect_f32(o: &Operand, what: &str) -> Result<()> {
     if o.dtype != DType::F32 {
-        return Err(VkError::Invalid(format!("{what} is {}, the kernel reads f32", o.dtype)));
+        return Err(VkError::Operands(format!("{what} is {}, the kernel reads f32", o.dtype)));
     }
     Ok(())
 }
@@ -220,7 +220,7 @@ pub fn probe_launch(size: u32) -> Launch {
 /// The push constants, grid and bindings of `kernel` (the plan's choice) running `ops` on `ins`
 /// (in `dispatcher::Group::inputs` order) into `out`; an error when the kernel does not take them.
 pub fn launch(kernel: KernelId, ops: Ops, ins: &[Operand], out: &Operand, dynamic: Option<Dyn>) -> Result<Launch> {
-    let arg = |i: usize| ins.get(i).ok_or_else(|| VkError::Invalid(format!("{} needs input {i}", kernel.name())));
+    let arg = |i: usize| ins.get(i).ok_or_else(|| VkError::Operands(format!("{} needs input {i}", kernel.name())));
     let launch = match (kernel, ops.node, ops.folded, ops.fused) {
         (KernelId::MatMul(kind, ..), Op::MatMul, folded, fused) => {
             // w, x (or the folded producer's first input), the fused ADD's residual, the folded
@@ -228,14 +228,14 @@ pub fn launch(kernel: KernelId, ops: Ops, ins: &[Operand], out: &Operand, dynami
             let residual = match fused {
                 None => None,
                 Some(Op::Add) => Some(arg(2)?),
-                Some(other) => return Err(VkError::Invalid(format!("a product does not fuse {}", other.name()))),
+                Some(other) => return Err(VkError::Operands(format!("a product does not fuse {}", other.name()))),
             };
             let second = if residual.is_some() { 3 } else { 2 };
             let prologue = match folded {
                 None => None,
                 Some(Op::RmsNorm { eps }) => Some(Prologue::RmsNorm { weight: *arg(second)?, eps: *eps }),
                 Some(Op::SwiGlu) => Some(Prologue::SwiGlu { up: *arg(second)? }),
-                Some(other) => return Err(VkError::Invalid(format!("a product does not fold {}", other.name()))),
+                Some(other) => return Err(VkError::Operands(format!("a product does not fold {}", other.name()))),
             };
             let mut l = matmul::launch(kind, arg(0)?, arg(1)?, out, residual, prologue, dynamic)?;
             if prologue.is_some() && residual.is_none() {
@@ -251,10 +251,10 @@ pub fn launch(kernel: KernelId, ops: Ops, ins: &[Operand], out: &Operand, dynami
             None,
         ) => attn::launch(kernel, ins, (*scale, *segment), out, dynamic)?,
         (_, op, None, None) => op_launch(op, ins, out, dynamic)?,
-        _ => return Err(VkError::Invalid(format!("{} does not run {}", kernel.name(), ops.names()))),
+        _ => return Err(VkError::Operands(format!("{} does not run {}", kernel.name(), ops.names()))),
     };
     if launch.kernel != kernel {
-        return Err(VkError::Invalid(format!(
+        return Err(VkError::Operands(format!(
             "the plan names {}, the node needs {}",
             kernel.name(),
             launch.kernel.name()
@@ -265,7 +265,7 @@ pub fn launch(kernel: KernelId, ops: Ops, ins: &[Operand], out: &Operand, dynami
 
 /// The one kernel of a compute op other than a matrix product, with its push constants.
 pub(super) fn op_launch(op: &Op, ins: &[Operand], out: &Operand, dynamic: Option<Dyn>) -> Result<Launch> {
-    let arg = |i: usize| ins.get(i).ok_or_else(|| VkError::Invalid(format!("{} needs input {i}", op.name())));
+    let arg = |i: usize| ins.get(i).ok_or_else(|| VkError::Operands(format!("{} needs input {i}", op.name())));
     match op {
         Op::Add => binary::launch(BinaryOp::Add, arg(0)?, arg(1)?, out, dynamic),
         Op::Mul => binary::launch(BinaryOp::Mul, arg(0)?, arg(1)?, out, dynamic),
@@ -284,7 +284,7 @@ pub(super) fn op_launch(op: &Op, ins: &[Operand], out: &Operand, dynamic: Option
             attn::launch(kernel, ins, (*scale, *segment), out, dynamic)
         }
         Op::Argmax => argmax::launch(arg(0)?, out, dynamic),
-        other => Err(VkError::Invalid(format!("no Vulkan kernel for {}", other.name()))),
+        other => Err(VkError::Operands(format!("no Vulkan kernel for {}", other.name()))),
     }
 }
 
@@ -302,9 +302,9 @@ pub(super) fn launch_norm_rope(
     dynamic: Option<Dyn>,
 ) -> Result<Launch> {
     let (Op::RmsNorm { eps }, Op::Rope { kind, theta, n_dims }) = (norm, rope) else {
-        return Err(VkError::Invalid(format!("no fused kernel for {} then {}", norm.name(), rope.name())));
+        return Err(VkError::Operands(format!("no fused kernel for {} then {}", norm.name(), rope.name())));
     };
-    let arg = |i: usize| ins.get(i).ok_or_else(|| VkError::Invalid(format!("rms_norm_rope needs input {i}")));
+    let arg = |i: usize| ins.get(i).ok_or_else(|| VkError::Operands(format!("rms_norm_rope needs input {i}")));
     let (x, pos) = (arg(0)?, arg(1)?);
     // The rope's output as the kernel writes it, and (ids offset, stride, destination rows).
     let (rotated, ids, weight) = match scatter {
@@ -327,7 +327,7 @@ pub(super) fn launch_norm_rope(
                 || !out.nb[1].is_multiple_of(size)
                 || !pairs
             {
-                return Err(VkError::Invalid(format!(
+                return Err(VkError::Operands(format!(
                     "rms_norm_rope: {:?} by ids {:?} into rows {} {:?}",
                     x.ne, ids.ne, out.dtype, out.ne
                 )));
@@ -341,7 +341,7 @@ pub(super) fn launch_norm_rope(
                 [floats(ids.offset, "ids offset")?, floats(ids.nb[0], "ids stride")?, word(out.ne[1], "rows")?, half];
             (rotated, Some(scatter), arg(3)?)
         }
-        Some(other) => return Err(VkError::Invalid(format!("rms_norm_rope does not fuse {}", other.name()))),
+        Some(other) => return Err(VkError::Operands(format!("rms_norm_rope does not fuse {}", other.name()))),
     };
     let dynamic = if scatter.is_some() { x.dynamic } else { dynamic };
     // Each half of the fused kernel accepts what its own kernel accepts.

@@ -500,7 +500,7 @@ pub fn launch(
     dynamic: Option<Dyn>,
 ) -> Result<Launch> {
     let wt = WType::from_dtype(w.dtype)
-        .ok_or_else(|| VkError::Invalid(format!("no matrix kernel for {} weights", w.dtype)))?;
+        .ok_or_else(|| VkError::Operands(format!("no matrix kernel for {} weights", w.dtype)))?;
     let xv = Values::of(x, "x")?;
     let kernel = KernelId::MatMul(kind, wt, xv);
     // Halves as whole 16-byte words of a column (two loads of a 16-value chunk).
@@ -508,7 +508,7 @@ pub fn launch(
     if xv == Values::F16
         && !(kind.takes_halves() && prologue.is_none() && words(x.offset) && x.nb[1..].iter().all(|&b| words(b)))
     {
-        return Err(VkError::Invalid(format!(
+        return Err(VkError::Operands(format!(
             "{} reads no f16 x {:?}/{:?} at {}",
             kernel.name(),
             x.ne,
@@ -520,13 +520,13 @@ pub fn launch(
     let (k, n) = (w.ne[0], w.ne[1]);
     let shape_ok = x.ne[0] == k && w.ne[2] == 1 && w.ne[3] == 1 && out.ne == [n, x.ne[1], x.ne[2], x.ne[3]];
     if !shape_ok || k % w.dtype.block_len() != 0 {
-        return Err(VkError::Invalid(format!("mul_mat: w {:?} x {:?} -> {:?}", w.ne, x.ne, out.ne)));
+        return Err(VkError::Operands(format!("mul_mat: w {:?} x {:?} -> {:?}", w.ne, x.ne, out.ne)));
     }
     if w.nb[0] != w.dtype.block_bytes() || x.nb[0] != x.dtype.block_bytes() || out.nb[0] != 4 {
-        return Err(VkError::Invalid("mul_mat: rows of w, x and the output must be contiguous".into()));
+        return Err(VkError::Operands("mul_mat: rows of w, x and the output must be contiguous".into()));
     }
     if wt == WType::F32 && (!w.offset.is_multiple_of(4) || !w.nb[1].is_multiple_of(4)) {
-        return Err(VkError::Invalid("mul_mat: f32 weights must be 4-byte aligned".into()));
+        return Err(VkError::Operands("mul_mat: f32 weights must be 4-byte aligned".into()));
     }
     let mut push = Vec::with_capacity(PUSH_WORDS);
     for v in out.ne {
@@ -556,14 +556,14 @@ pub fn launch(
             let as_out = r.ne == out.ne && r.nb == out.nb;
             let row = !as_out && r.ne == [n, 1, 1, 1] && r.nb[0] == 4;
             if !as_out && !row {
-                return Err(VkError::Invalid(format!(
+                return Err(VkError::Operands(format!(
                     "mul_mat: residual {:?}/{:?} is neither laid out as the output {:?}/{:?} nor one row of it",
                     r.ne, r.nb, out.ne, out.nb
                 )));
             }
             let at = floats(r.offset, "residual offset")?;
             if at == u32::MAX {
-                return Err(VkError::Invalid("mul_mat: residual offset out of range".into()));
+                return Err(VkError::Operands("mul_mat: residual offset out of range".into()));
             }
             push.push(at);
             row
@@ -579,19 +579,19 @@ pub fn launch(
     match prologue {
         None => push.extend([0, 0, 0]),
         Some(_) if !matches!(kind, MatKind::VecWide { cols, .. } if cols == 1 || n <= FOLD_MAX_ROWS) => {
-            return Err(VkError::Invalid(format!("{} folds no producer into {n} rows", kernel.name())));
+            return Err(VkError::Operands(format!("{} folds no producer into {n} rows", kernel.name())));
         }
         Some(Prologue::RmsNorm { weight, eps }) => {
             expect_f32(&weight, "the norm weight")?;
             if weight.ne[0] != k || weight.nb[0] != 4 || eps.is_nan() || eps <= 0.0 {
-                return Err(VkError::Invalid(format!("mul_mat: a norm weight {:?} for rows of {k}", weight.ne)));
+                return Err(VkError::Operands(format!("mul_mat: a norm weight {:?} for rows of {k}", weight.ne)));
             }
             push.extend([1, floats(weight.offset, "norm weight offset")?, eps.to_bits()]);
         }
         Some(Prologue::SwiGlu { up }) => {
             expect_f32(&up, "up")?;
             if up.ne != x.ne || up.nb != x.nb {
-                return Err(VkError::Invalid(format!(
+                return Err(VkError::Operands(format!(
                     "mul_mat: up {:?}/{:?} is not laid out as the gate {:?}/{:?}",
                     up.ne, up.nb, x.ne, x.nb
                 )));
@@ -609,12 +609,12 @@ pub fn launch(
                 || !WIDE_ROWS.contains(&rows)
                 || !WIDE_COLS.contains(&cols)
             {
-                return Err(VkError::Invalid(format!(
+                return Err(VkError::Operands(format!(
                     "mul_mat_vec_wide: subgroup size {subgroup}, K {k}, {rows} rows per thread, {cols} columns"
                 )));
             }
             if wt == WType::Q4K && (!w.offset.is_multiple_of(16) || !w.nb[1].is_multiple_of(16)) {
-                return Err(VkError::Invalid("mul_mat_vec_wide: Q4_K rows must be 16-byte aligned".into()));
+                return Err(VkError::Operands("mul_mat_vec_wide: Q4_K rows must be 16-byte aligned".into()));
             }
             // x and the producer's second input are read as vec4s.
             let second = match prologue {
@@ -625,13 +625,13 @@ pub fn launch(
             let vec4_columns =
                 |o: &Operand| o.offset.is_multiple_of(16) && o.nb[1..].iter().all(|b| b.is_multiple_of(16));
             if !vec4_columns(x) || second.is_some_and(|o| !vec4_columns(&o)) {
-                return Err(VkError::Invalid("mul_mat_vec_wide: x must be in 16-byte aligned columns".into()));
+                return Err(VkError::Operands("mul_mat_vec_wide: x must be in 16-byte aligned columns".into()));
             }
             Grid::Mat { rows: 128 / tpr * rows as usize, cols: cols as usize }
         }
         MatKind::VecSg { subgroup } => {
             if !subgroup.is_power_of_two() || !(4..=128).contains(&subgroup) {
-                return Err(VkError::Invalid(format!("mul_mat_vec_sg: subgroup size {subgroup}")));
+                return Err(VkError::Operands(format!("mul_mat_vec_sg: subgroup size {subgroup}")));
             }
             Grid::Mat { rows: 128 / subgroup as usize, cols: 1 }
         }
@@ -640,14 +640,14 @@ pub fn launch(
             let name = kernel.name();
             let tiles = kind.coop_tiles().map_or_else(|| Tiles::fast(cm), |(_, tiles)| tiles);
             if !k.is_multiple_of(tiles.bk as usize) {
-                return Err(VkError::Invalid(format!("{name}: K {k} is not whole slices of {}", tiles.bk)));
+                return Err(VkError::Operands(format!("{name}: K {k} is not whole slices of {}", tiles.bk)));
             }
             let align = chunk_alignment(wt);
             if !w.offset.is_multiple_of(align) || !w.nb[1].is_multiple_of(align) {
-                return Err(VkError::Invalid(format!("{name}: {} rows must be {align}-byte aligned", w.dtype)));
+                return Err(VkError::Operands(format!("{name}: {} rows must be {align}-byte aligned", w.dtype)));
             }
             if !tiles.stages_evenly(cm) {
-                return Err(VkError::Invalid(format!(
+                return Err(VkError::Operands(format!(
                     "{name}: no tiles for subgroups of {} and {} matrices",
                     cm.subgroup, cm.shape
                 )));
@@ -673,7 +673,7 @@ fn chunk_alignment(wt: WType) -> usize {
 /// The grid of a cooperative-matrix kernel: a workgroup per tile.
 fn coop_grid(cm: CoopMat, tiles: Tiles) -> Result<Grid> {
     if !cm.supported() {
-        return Err(VkError::Invalid(format!(
+        return Err(VkError::Operands(format!(
             "mul_mat_cm: no kernel for subgroups of {} and {} matrices",
             cm.subgroup, cm.shape
         )));

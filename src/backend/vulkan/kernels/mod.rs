@@ -71,17 +71,17 @@ pub fn select(ops: Ops, ins: &[Operand], out: &Operand, dynamic: Option<Dyn>, va
     let candidates: Vec<KernelId> = match (ops.node, ins.first()) {
         (Op::MatMul, Some(w)) => {
             let wt = WType::from_dtype(w.dtype)
-                .ok_or_else(|| VkError::Invalid(format!("no matrix kernel for {} weights", w.dtype)))?;
+                .ok_or_else(|| VkError::NoKernel(format!("no matrix kernel for {} weights", w.dtype)))?;
             let kinds = variants.mat_kinds(w.ne[0], w.ne[1], out.ne[1] * out.ne[2] * out.ne[3]);
             let x = ins.get(1).map_or(Ok(Values::F32), |x| Values::of(x, "x"))?;
             kinds.into_iter().map(|kind| KernelId::MatMul(kind, wt, x)).collect()
         }
         (Op::Rope { .. }, _) if matches!(ops.folded, Some(Op::RmsNorm { .. })) => vec![KernelId::RmsNormRope],
         _ if ops.folded.is_some() || ops.fused.is_some() => {
-            return Err(VkError::Invalid(format!("no kernel runs {}", ops.names())));
+            return Err(VkError::NoKernel(format!("no kernel runs {}", ops.names())));
         }
         (Op::Attention { segment, .. }, _) if variants.tiled_attention => {
-            let k = ins.get(1).ok_or_else(|| VkError::Invalid("attention needs k".into()))?;
+            let k = ins.get(1).ok_or_else(|| VkError::Operands("attention needs k".into()))?;
             let split = variants.subgroup.filter(|&s| s >= SPLIT_MIN_SUBGROUP);
             let (shared, coop) = (variants.shared_memory, variants.coop_attention());
             let kv = Values::of(k, "k")?;
@@ -98,7 +98,7 @@ pub fn select(ops: Ops, ins: &[Operand], out: &Operand, dynamic: Option<Dyn>, va
     let mut refusal = None;
     for kernel in candidates {
         if let Some(why) = variants.refusal(kernel) {
-            refusal = Some(VkError::Invalid(format!("{} failed hrx's self-check here: {why}", kernel.name())));
+            refusal = Some(VkError::NoKernel(format!("{} failed hrx's self-check here: {why}", kernel.name())));
             continue;
         }
         match launch(kernel, ops, ins, out, dynamic) {
@@ -106,7 +106,7 @@ pub fn select(ops: Ops, ins: &[Operand], out: &Operand, dynamic: Option<Dyn>, va
             Err(e) => refusal = Some(e),
         }
     }
-    Err(refusal.unwrap_or_else(|| VkError::Invalid(format!("no kernel runs {}", ops.names()))))
+    Err(refusal.unwrap_or_else(|| VkError::NoKernel(format!("no kernel runs {}", ops.names()))))
 }
 #[cfg(test)]
 mod tests {

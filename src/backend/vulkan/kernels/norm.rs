@@ -13,10 +13,10 @@ pub fn launch(x: &Operand, weight: &Operand, eps: f32, out: &Operand, dynamic: O
     expect_f32(weight, "the weight")?;
     let (d_off, d_nb, d_f16) = out_words(out, "rms_norm")?;
     if x.ne != out.ne || weight.ne[0] != x.ne[0] || weight.nb[0] != 4 {
-        return Err(VkError::Invalid(format!("rms_norm: {:?} with weight {:?} -> {:?}", x.ne, weight.ne, out.ne)));
+        return Err(VkError::Operands(format!("rms_norm: {:?} with weight {:?} -> {:?}", x.ne, weight.ne, out.ne)));
     }
     if dynamic.is_some_and(|d| d.axis == 0) {
-        return Err(VkError::Invalid("rms_norm: the normalized axis cannot be dynamic".into()));
+        return Err(VkError::Operands("rms_norm: the normalized axis cannot be dynamic".into()));
     }
     let mut push = shape_words(out, dynamic, PUSH_WORDS)?;
     push.extend(stride_words(x, "x stride")?);
@@ -54,13 +54,13 @@ pub fn layer_norm(
     let (d_off, d_nb, d_f16) = out_words(out, "layer_norm")?;
     let param_ok = |p: &Operand| p.ne[0] == x.ne[0] && p.nb[0] == 4;
     if x.ne != out.ne || !param_ok(weight) || !param_ok(bias) {
-        return Err(VkError::Invalid(format!(
+        return Err(VkError::Operands(format!(
             "layer_norm: {:?} with weight {:?} bias {:?} -> {:?}",
             x.ne, weight.ne, bias.ne, out.ne
         )));
     }
     if dynamic.is_some_and(|d| d.axis == 0) {
-        return Err(VkError::Invalid("layer_norm: the normalized axis cannot be dynamic".into()));
+        return Err(VkError::Operands("layer_norm: the normalized axis cannot be dynamic".into()));
     }
     let mut push = shape_words(out, dynamic, LAYER_PUSH_WORDS)?;
     push.extend(stride_words(x, "x stride")?);

@@ -50,7 +50,7 @@ impl KernelSet {
                 })
                 .collect();
             workers.into_iter().try_for_each(|w| {
-                w.join().unwrap_or_else(|_| Err(VkError::Invalid("a pipeline-making thread panicked".into())))
+                w.join().unwrap_or_else(|_| Err(VkError::Thread("a pipeline-making thread panicked".into())))
             })
         })
     }

@@ -21,7 +21,7 @@ pub fn launch(
     expect_f32(x, "x")?;
     expect_f32(out, "the output")?;
     if pos.dtype != DType::I32 {
-        return Err(VkError::Invalid(format!("rope: positions are {}, the kernel reads i32", pos.dtype)));
+        return Err(VkError::Operands(format!("rope: positions are {}, the kernel reads i32", pos.dtype)));
     }
     let comps = match kind {
         RopeKind::MropeInterleaved { .. } => 3,
@@ -33,13 +33,13 @@ pub fn launch(
     let pos_ok =
         pos.ne.iter().product::<usize>() == n * comps && pos.nb == crate::graph::contiguous_strides(DType::I32, pos.ne);
     if x.ne != out.ne || n_dims == 0 || n_dims > x.ne[0] || !n_dims.is_multiple_of(4) || !pos_ok || theta <= 0.0 {
-        return Err(VkError::Invalid(format!(
+        return Err(VkError::Operands(format!(
             "rope: {:?} over {n_dims} dims with positions {:?} -> {:?}",
             x.ne, pos.ne, out.ne
         )));
     }
     if dynamic.is_some_and(|d| d.axis == 0) {
-        return Err(VkError::Invalid("rope: the rotated axis cannot be dynamic".into()));
+        return Err(VkError::Operands("rope: the rotated axis cannot be dynamic".into()));
     }
     let (kind_word, s_h, s_w) = match kind {
         RopeKind::MropeInterleaved { sections } => (0, sections[1], sections[2]),

@@ -20,7 +20,7 @@ fn ints(bytes: usize, what: &str) -> Result<u32> {
 
 fn expect_i32(o: &Operand, what: &str) -> Result<()> {
     if o.dtype != DType::I32 {
-        return Err(VkError::Invalid(format!("{what} is {}, the kernel reads i32", o.dtype)));
+        return Err(VkError::Operands(format!("{what} is {}, the kernel reads i32", o.dtype)));
     }
     Ok(())
 }
@@ -35,26 +35,26 @@ pub fn get_rows(
     dynamic: Option<Dyn>,
 ) -> Result<Launch> {
     let wt = WType::from_dtype(table.dtype)
-        .ok_or_else(|| VkError::Invalid(format!("get_rows: no kernel for a {} table", table.dtype)))?;
+        .ok_or_else(|| VkError::Operands(format!("get_rows: no kernel for a {} table", table.dtype)))?;
     expect_i32(ids, "ids")?;
     expect_f32(out, "the output")?;
     let flat = |o: &Operand| o.ne[2] == 1 && o.ne[3] == 1;
     let taps = if weights.is_some() { ids.ne[0] } else { 1 };
     let rows_ok = if weights.is_some() { ids.ne[1] == out.ne[1] } else { ids.ne[0] == out.ne[1] && ids.ne[1] == 1 };
     if !flat(table) || !flat(ids) || !flat(out) || table.ne[0] != out.ne[0] || !rows_ok || table.ne[1] == 0 {
-        return Err(VkError::Invalid(format!("get_rows: table {:?} ids {:?} -> {:?}", table.ne, ids.ne, out.ne)));
+        return Err(VkError::Operands(format!("get_rows: table {:?} ids {:?} -> {:?}", table.ne, ids.ne, out.ne)));
     }
     if table.nb[0] != table.dtype.block_bytes()
         || out.nb[0] != 4
         || !table.ne[0].is_multiple_of(table.dtype.block_len())
     {
-        return Err(VkError::Invalid("get_rows: table and output rows must be contiguous".into()));
+        return Err(VkError::Operands("get_rows: table and output rows must be contiguous".into()));
     }
     if wt == WType::F32 && (!table.offset.is_multiple_of(4) || !table.nb[1].is_multiple_of(4)) {
-        return Err(VkError::Invalid("get_rows: an f32 table must be 4-byte aligned".into()));
+        return Err(VkError::Operands("get_rows: an f32 table must be 4-byte aligned".into()));
     }
     if dynamic.is_some_and(|d| d.axis != 1) {
-        return Err(VkError::Invalid("get_rows: only the row axis can be dynamic".into()));
+        return Err(VkError::Operands("get_rows: only the row axis can be dynamic".into()));
     }
     let mut push = shape_words(out, dynamic, GET_PUSH_WORDS)?;
     push.push(word(table.offset, "table offset")?);
@@ -66,7 +66,7 @@ pub fn get_rows(
         Some(w) => {
             expect_f32(w, "the weights")?;
             if w.ne != ids.ne {
-                return Err(VkError::Invalid(format!("get_rows_weighted: ids {:?} with weights {:?}", ids.ne, w.ne)));
+                return Err(VkError::Operands(format!("get_rows_weighted: ids {:?} with weights {:?}", ids.ne, w.ne)));
             }
             push.push(ints(ids.nb[0], "ids stride")?);
             push.push(ints(ids.nb[1], "ids stride")?);
@@ -103,7 +103,7 @@ pub fn set_rows(dst: &Operand, src: &Operand, ids: &Operand, out: &Operand) -> R
     let pairs = half == 0
         || out.nb[0] == size && [src.ne[0], out.offset / size, out.nb[1] / size].iter().all(|v| v.is_multiple_of(2));
     if !pairs {
-        return Err(VkError::Invalid(format!(
+        return Err(VkError::Operands(format!(
             "set_rows: f16 rows of {} values at byte {} (row stride {}) are not whole pairs",
             src.ne[0], out.offset, out.nb[1]
         )));
@@ -117,10 +117,10 @@ pub fn set_rows(dst: &Operand, src: &Operand, ids: &Operand, out: &Operand) -> R
         || ids.ne[0] != src.ne[1]
         || dst.ne != out.ne
     {
-        return Err(VkError::Invalid(format!("set_rows: {:?} by ids {:?} into {:?}", src.ne, ids.ne, out.ne)));
+        return Err(VkError::Operands(format!("set_rows: {:?} by ids {:?} into {:?}", src.ne, ids.ne, out.ne)));
     }
     if src.dynamic.is_some_and(|d| d.axis != 1) {
-        return Err(VkError::Invalid("set_rows: only the source's row axis can be dynamic".into()));
+        return Err(VkError::Operands("set_rows: only the source's row axis can be dynamic".into()));
     }
     let mut push = Vec::with_capacity(SET_PUSH_WORDS);
     for v in src.ne {

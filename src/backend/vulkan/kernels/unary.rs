@@ -15,7 +15,7 @@ pub fn launch(op: UnaryOp, x: &Operand, out: &Operand, dynamic: Option<Dyn>) -> 
     expect_f32(x, "x")?;
     let (d_off, d_nb, d_f16) = out_words(out, KernelId::Unary(op).name().as_str())?;
     if x.ne != out.ne {
-        return Err(VkError::Invalid(format!("{op:?}: {:?} -> {:?}", x.ne, out.ne)));
+        return Err(VkError::Operands(format!("{op:?}: {:?} -> {:?}", x.ne, out.ne)));
     }
     let mut push = shape_words(out, dynamic, PUSH_WORDS)?;
     push.extend(stride_words(x, "x stride")?);

@@ -134,9 +134,8 @@ pub fn check(device: &Device, ks: &KernelSet, plans: &[Plan]) -> Result<Report> 
     for plan in plans {
         for (i, p) in plan.placements.iter().enumerate() {
             let Placement::Run { device: Where::Gpu, kernel, group } = p else { continue };
-            let id = KernelId::of_plan(kernel).ok_or_else(|| {
-                VkError::Invalid(format!("the plan names {kernel}, which this backend does not have"))
-            })?;
+            let id = KernelId::of_plan(kernel)
+                .ok_or_else(|| VkError::Plan(format!("the plan names {kernel}, which this backend does not have")))?;
             dispatches.push((plan, crate::graph::NodeId(i), id, *group));
         }
     }
