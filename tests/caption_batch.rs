@@ -56,11 +56,11 @@ fn records(path: &Path) -> BTreeMap<String, (String, f64)> {
     seen
 }
 
-/// Runs a job writing `out`; checks it captioned everything on the backend `on` names (in
+/// Runs a job writing `out` anew; checks it captioned everything on the backend `on` names (in
 /// its log line, "text model on ...") with the batch `batch` (its summary).
 fn run_job(oracle: &Path, model: (&str, &str), args: &[&str], out: &Path, on: &str, batch: usize) {
     let mut all = args.to_vec();
-    all.extend(["-o", out.to_str().unwrap()]);
+    all.extend(["-o", out.to_str().unwrap(), "--overwrite"]);
     let run = caption(oracle, model, &all);
     let err = String::from_utf8_lossy(&run.stderr);
     assert_eq!(run.status.code(), Some(0), "{model:?} {args:?}: {err}");

@@ -928,7 +928,8 @@ fn describe_and_caption_with_a_schema_give_the_answer_as_a_json_value() {
     assert_eq!(text.parse::<JsonValue>().unwrap(), record["json"]);
 
     let output = std::path::PathBuf::from(env!("CARGO_TARGET_TMPDIR")).join("schema-captions.jsonl");
-    let out = hrx(&[&["caption", image.to_str().unwrap(), "-o", output.to_str().unwrap()][..], &common_args].concat());
+    let args = ["caption", image.to_str().unwrap(), "-o", output.to_str().unwrap(), "--overwrite"];
+    let out = hrx(&[&args[..], &common_args].concat());
     assert!(out.status.success(), "{}", stderr(&out));
     let line: JsonValue = std::fs::read_to_string(&output).unwrap().trim().parse().unwrap();
     assert!(matches!(line["json"]["person"], JsonValue::Boolean(_)), "{line:?}");

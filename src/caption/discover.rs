@@ -15,8 +15,10 @@ pub struct Found {
 }
 
 /// Expands `inputs`: a folder gives its images (symbolic links to folders are not followed), a
-/// file is taken as it is (a bad one fails when it is read), `@LIST` gives the paths in LIST,
-/// one a line (blank lines skipped), each expanded like a command-line input.
+/// regular file is taken as it is (a bad one fails when it is read), `@LIST` gives the paths in
+/// LIST, one a line (blank lines skipped), each expanded like a command-line input. An input
+/// that is missing, or neither a folder nor a regular file (a FIFO would block its reader for
+/// ever), is a problem of the run, as is a list or folder that cannot be read.
 pub fn find_images(inputs: &[String]) -> Found {
     let mut found = Found::default();
     for input in inputs {
@@ -40,10 +42,11 @@ pub fn find_images(inputs: &[String]) -> Found {
 }
 
 fn add(path: &Path, found: &mut Found) {
-    if path.is_dir() {
-        walk(path, found);
-    } else {
-        found.images.push(path.to_owned());
+    match std::fs::metadata(path) {
+        Ok(m) if m.is_dir() => walk(path, found),
+        Ok(m) if m.is_file() => found.images.push(path.to_owned()),
+        Ok(_) => found.problems.push((path.to_owned(), format!("{} is not a regular file", path.display()))),
+        Err(e) => found.problems.push((path.to_owned(), format!("cannot read {}: {e}", path.display()))),
     }
 }
 
@@ -102,11 +105,11 @@ mod tests {
             .unwrap();
         let d = dir.display().to_string();
         let found = find_images(&[d.clone(), format!("@{}", list.display()), format!("@{d}/nope.txt")]);
-        let want: Vec<PathBuf> =
-            vec![dir.join("a.webp"), dir.join("b.JPG"), dir.join("missing.png"), sub.join("noext")];
+        let want: Vec<PathBuf> = vec![dir.join("a.webp"), dir.join("b.JPG"), sub.join("noext")];
         assert_eq!(found.images, want);
-        assert_eq!(found.problems.len(), 1);
-        assert!(found.problems[0].1.contains("nope.txt"), "{:?}", found.problems);
+        assert_eq!(found.problems.len(), 2, "{:?}", found.problems);
+        assert!(found.problems[0].1.contains("missing.png"), "{:?}", found.problems);
+        assert!(found.problems[1].1.contains("nope.txt"), "{:?}", found.problems);
         std::fs::remove_dir_all(&dir).unwrap();
     }
 }

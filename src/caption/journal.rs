@@ -29,8 +29,11 @@ pub fn recorded(path: &Path) -> io::Result<Recorded> {
         Err(e) => return Err(e),
     };
     let text = String::from_utf8_lossy(&bytes);
+    // Only whole lines: a last one without its newline is cut off when the journal is opened
+    // again, and its image captioned again.
+    let whole = text.rfind('\n').map_or("", |end| &text[..end]);
     let mut seen = Recorded::default();
-    for line in text.lines() {
+    for line in whole.lines() {
         let Ok(value) = json::parse_untrusted(line, 8) else { continue };
         let Some(fields) = value.get::<std::collections::HashMap<String, tinyjson::JsonValue>>() else { continue };
         let Some(image) = fields.get("image").and_then(|v| v.get::<String>()) else { continue };
@@ -97,7 +100,8 @@ mod tests {
     #[test]
     fn resume_reads_captions_and_failures_and_cuts_a_torn_line() {
         let path = std::env::temp_dir().join(format!("hrx-journal-{}.jsonl", std::process::id()));
-        let torn = "{\"image\":\"c.png\",\"cap";
+        // A record whole but for its newline is cut as well: not counted as done.
+        let torn = "{\"image\":\"c.png\",\"caption\":\"z\"}";
         let whole = "{\"image\":\"a.png\",\"caption\":\"x\"}\n{\"image\":\"b.png\",\"error\":\"bad\"}\n";
         std::fs::write(&path, format!("{whole}{torn}")).unwrap();
         let seen = recorded(&path).unwrap();

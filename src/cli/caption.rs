@@ -21,8 +21,9 @@ use std::time::Instant;
 
 fn help() -> String {
     let mut options = vec![
-        OUTPUT.help("the JSON Lines file (started anew unless --resume)"),
+        OUTPUT.help("the JSON Lines file (new; an existing one that is not empty needs --resume or --overwrite)"),
         RESUME.help("keep FILE and skip the images it already has a caption or an error for"),
+        OVERWRITE.help("start FILE anew even if it holds captions"),
         RETRY_FAILED.help("with --resume, caption again the images FILE has only errors for"),
         PROMPT.help("what to ask (default: \"Describe this image.\")"),
         SYSTEM.help("a system turn"),
@@ -54,9 +55,11 @@ fn help() -> String {
                 the models are loaded again on a new device (after three losses in ten minutes, on\n\
                 the CPU) and the images under way are captioned again.\n\
                 Progress and a summary go to standard error.\n\
-                exit codes: 0 the run captioned everything it tried (or there was nothing left to do);\n\
-                3 it finished, and some images failed in this run (see their lines in FILE); 1 it could\n\
-                not run (model, output file); 2 a wrong command line.",
+                exit codes: 0 the run captioned everything it tried (or there was nothing left to do,\n\
+                no image found included); 3 it finished, and some images failed in this run (see their\n\
+                lines in FILE); 1 it could not run (model, output file); 2 a wrong command line, an input\n\
+                that is missing, unreadable or not a regular file or folder (on every run: nothing is\n\
+                written), or an output that holds captions without --resume or --overwrite.",
         options,
         footer: "examples:\n  hrx caption photos/ -o captions.jsonl\n  hrx caption @new-files.txt -o captions.jsonl --resume -p 'One sentence alt text.'",
     }
@@ -66,6 +69,7 @@ fn help() -> String {
 const OUTPUT: Flag = Flag { names: &["-o", "--output"], value: "FILE" };
 const RESUME: Flag = Flag { names: &["--resume"], value: "" };
 const RETRY_FAILED: Flag = Flag { names: &["--retry-failed"], value: "" };
+const OVERWRITE: Flag = Flag { names: &["--overwrite"], value: "" };
 
 pub const COMMAND: Command =
     Command { name: "caption", summary: "caption a batch of images into JSON Lines", help, run };
@@ -76,6 +80,10 @@ fn run(mut args: Args, _out: &mut dyn Write) -> Result<(), CliError> {
     let retry_failed = RETRY_FAILED.present(&mut args);
     if retry_failed && !resume {
         return Err(CliError::usage("--retry-failed goes with --resume"));
+    }
+    let overwrite = OVERWRITE.present(&mut args);
+    if overwrite && resume {
+        return Err(CliError::usage("--overwrite and --resume disagree: give one"));
     }
     let prompt = PROMPT.string(&mut args)?.unwrap_or_else(|| "Describe this image.".to_owned());
     let system = SYSTEM.string(&mut args)?;
@@ -89,8 +97,23 @@ fn run(mut args: Args, _out: &mut dyn Write) -> Result<(), CliError> {
     let output = PathBuf::from(output);
     let in_output = |e: std::io::Error| CliError::os(output.display())(e);
     let found = find_images(&inputs);
-    if found.images.is_empty() && found.problems.is_empty() {
-        return Err(CliError::Failed(format!("no images found in {}", inputs.join(" "))));
+    // An input that is not there is the run's error, on every run: a nightly job whose folder
+    // vanished must not go green once its first failure is recorded.
+    if !found.problems.is_empty() {
+        let lines: Vec<String> = found.problems.iter().map(|(_, why)| why.clone()).collect();
+        return Err(CliError::usage(format!("{}; nothing was captioned", lines.join("; "))));
+    }
+    if found.images.is_empty() {
+        eprintln!("hrx caption: no images found in {}: nothing to do", inputs.join(" "));
+        return Ok(());
+    }
+    // A file of captions is not cut to nothing by a run that forgot --resume.
+    let holds = std::fs::metadata(&output).is_ok_and(|m| m.len() > 0);
+    if holds && !resume && !overwrite {
+        return Err(CliError::usage(format!(
+            "{} holds captions already: --resume adds to it, --overwrite starts it anew",
+            output.display()
+        )));
     }
     let recorded = if resume { journal::recorded(&output).map_err(in_output)? } else { Default::default() };
     let mut tally = Tally::default();
@@ -106,7 +129,6 @@ fn run(mut args: Args, _out: &mut dyn Write) -> Result<(), CliError> {
         }
         true
     };
-    let problems: Vec<_> = found.problems.iter().filter(|(path, _)| !skip(path)).collect();
     let todo: Vec<&PathBuf> = found.images.iter().filter(|path| !skip(path)).collect();
     let (mut journal, cut) = Journal::open(&output, resume).map_err(in_output)?;
     if cut > 0 {
@@ -114,12 +136,6 @@ fn run(mut args: Args, _out: &mut dyn Write) -> Result<(), CliError> {
             "hrx caption: removed the last line of {}, cut short ({cut} bytes) by a killed job",
             output.display()
         );
-    }
-    for (path, problem) in problems {
-        eprintln!("hrx: error: {problem}");
-        journal.record(&failure(path, problem)).map_err(in_output)?;
-        tally.failed += 1;
-        tally.problems += 1;
     }
     eprintln!(
         "hrx caption: {} images to caption, {} already in {}{}",
@@ -189,7 +205,7 @@ impl Progress<'_> {
             }
         };
         self.journal.record(&entry).map_err(CliError::os(self.output.display()))?;
-        let n = self.tally.done + self.tally.failed - self.tally.problems;
+        let n = self.tally.done + self.tally.failed;
         let left = self.total.saturating_sub(n);
         let eta = self.start.elapsed().as_secs_f64() / n.max(1) as f64 * left as f64;
         eprintln!(
@@ -361,8 +377,6 @@ struct Tally {
     failed: usize,
     skipped: usize,
     failed_before: usize,
-    /// Of `failed`: the files found not to be images before the run.
-    problems: usize,
     seconds: f64,
     /// Captions decoded together.
     batch: usize,

@@ -27,6 +27,11 @@ pub fn decode_file(path: &Path, limits: &Limits) -> Result<RgbImage, ImageError>
 pub fn read_file(path: &Path, limits: &Limits) -> Result<Vec<u8>, ImageError> {
     let name = path.display().to_string();
     let io = |e| ImageError::new(&name, ImageErrorKind::Io(e));
+    // Opening a FIFO waits for a writer, for ever: only regular files are opened.
+    if !std::fs::metadata(path).map_err(io)?.is_file() {
+        let not_a_file = std::io::Error::new(std::io::ErrorKind::InvalidInput, "not a regular file");
+        return Err(io(not_a_file));
+    }
     let file = std::fs::File::open(path).map_err(io)?;
     limits.check_file_bytes(&name, file.metadata().map_err(io)?.len())?;
     read_from(&name, file, limits)
