@@ -153,7 +153,8 @@ fn run(mut args: Args, _out: &mut dyn Write) -> Result<(), CliError> {
         d.set_progress(super::describe::stderr_notice());
         let job = Job { prompt: &prompt, system: system.as_deref(), config: &flags.config };
         let (total, start) = (todo.len(), Instant::now());
-        let mut progress = Progress { output: &output, journal: &mut journal, tally: &mut tally, total, start };
+        let mut progress =
+            Progress { output: &output, journal: &mut journal, tally: &mut tally, total, start, busy: 0.0 };
         // A lost device loses no image: the models are loaded again and what was under way is
         // captioned again (runtime::recover).
         let mut losses = Losses::default();
@@ -188,6 +189,8 @@ struct Progress<'a> {
     tally: &'a mut Tally,
     total: usize,
     start: Instant,
+    /// Seconds each finished image took, from its start to its record, summed.
+    busy: f64,
 }
 
 impl Progress<'_> {
@@ -207,7 +210,8 @@ impl Progress<'_> {
         self.journal.record(&entry).map_err(CliError::os(self.output.display()))?;
         let n = self.tally.done + self.tally.failed;
         let left = self.total.saturating_sub(n);
-        let eta = self.start.elapsed().as_secs_f64() / n.max(1) as f64 * left as f64;
+        self.busy += t.elapsed().as_secs_f64();
+        let eta = eta(self.busy, n, left, self.tally.batch.min(self.total));
         eprintln!(
             "[{n}/{}] {} — {:.1} s, ETA {}",
             self.total,
@@ -361,6 +365,14 @@ impl Job<'_> {
             }
         })
     }
+}
+
+/// Seconds left for `left` images, `finished` having taken `busy` seconds each from its start,
+/// `sequences` captioned at once: the mean caption's time for each round of them. (Elapsed
+/// time over images finished counted a batch of 30 captions ending together as 30 in a row:
+/// "ETA 2 min" for a job of 3 s.)
+fn eta(busy: f64, finished: usize, left: usize, sequences: usize) -> f64 {
+    busy / finished.max(1) as f64 * left as f64 / sequences.max(1) as f64
 }
 
 /// Threads reading and preprocessing images ahead of the model (at most).
