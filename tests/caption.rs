@@ -120,12 +120,13 @@ fn captions_good_images_records_bad_ones_and_resumes() {
     let run = caption(&[&d, &at_list, "-o", &o, "--resume"], &model);
     assert_eq!(run.status.code(), Some(0), "{}", String::from_utf8_lossy(&run.stderr));
     assert_eq!(lines(&out).len(), last_good + 1, "no line added");
-    // --retry-failed tries the two bad files again: they fail again, recorded again, exit 3.
+    // --retry-failed tries the two bad files again: they fail again, exit 3, and keep their one
+    // error record each.
     let run = caption(&[&d, &at_list, "-o", &o, "--resume", "--retry-failed"], &model);
     let err = String::from_utf8_lossy(&run.stderr);
     assert_eq!(run.status.code(), Some(3), "{err}");
     assert!(err.contains("0 captioned, 2 failed") && !err.contains("images/minute"), "{err}");
-    assert_eq!(lines(&out).len(), last_good + 3);
+    assert_eq!(lines(&out).len(), last_good + 1, "one record per image");
     std::fs::remove_dir_all(&dir).unwrap();
 }
 
@@ -143,6 +144,13 @@ fn one_image_however_it_is_named() {
     let run = run_in(&[".", "-o", "c.jsonl", "--resume"]);
     let err = String::from_utf8_lossy(&run.stderr);
     assert!(err.contains("0 captioned, 0 failed, 1 skipped"), "found by its folder, recorded by another name: {err}");
+    // From another folder, by another name: the same image, recorded by its canonical path.
+    let out = dir.join("c.jsonl").display().to_string();
+    let run = caption_in(Some(&std::env::temp_dir()), &[&abs, "-o", &out, "--resume"], &model);
+    let err = String::from_utf8_lossy(&run.stderr);
+    assert!(err.contains("0 captioned, 0 failed, 1 skipped"), "another working directory: {err}");
+    let canonical = std::fs::canonicalize(dir.join("x.png")).unwrap().display().to_string();
+    assert_eq!(image_of(&lines(&dir.join("c.jsonl"))[0]), canonical);
     std::fs::remove_dir_all(&dir).unwrap();
 }
 

@@ -47,9 +47,10 @@ fn help() -> String {
                 result is appended to the output and flushed as soon as it is known (in the order the\n\
                 captions end):\n\
                 \x20 {\"image\":PATH,\"caption\":TEXT,\"tokens\":N,\"seconds\":S}  or  {\"image\":PATH,\"error\":MESSAGE}\n\
+                (PATH: the image's canonical path, so that a run from another folder knows it),\n\
                 (with --json-schema, also \"json\": the answer as a JSON value, after \"caption\").\n\
                 A bad image never stops the batch; its error is recorded once, and --resume skips it\n\
-                (--retry-failed tries it again). Images are one image however they are named (x.png,\n\
+                (--retry-failed tries it again: a caption is then added, a second failure is not). Images are one image however they are named (x.png,\n\
                 ./x.png, /abs/x.png). With --resume a last line cut short by a killed job is removed.\n\
                 A lost GPU (VK_ERROR_DEVICE_LOST, or a submission past HRX_VK_TIMEOUT) loses no image:\n\
                 the models are loaded again on a new device (after three losses in ten minutes, on\n\
@@ -153,8 +154,15 @@ fn run(mut args: Args, _out: &mut dyn Write) -> Result<(), CliError> {
         d.set_progress(super::describe::stderr_notice());
         let job = Job { prompt: &prompt, system: system.as_deref(), config: &flags.config };
         let (total, start) = (todo.len(), Instant::now());
-        let mut progress =
-            Progress { output: &output, journal: &mut journal, tally: &mut tally, total, start, busy: 0.0 };
+        let mut progress = Progress {
+            output: &output,
+            journal: &mut journal,
+            tally: &mut tally,
+            total,
+            start,
+            busy: 0.0,
+            recorded: &recorded,
+        };
         // A lost device loses no image: the models are loaded again and what was under way is
         // captioned again (runtime::recover).
         let mut losses = Losses::default();
@@ -191,23 +199,28 @@ struct Progress<'a> {
     start: Instant,
     /// Seconds each finished image took, from its start to its record, summed.
     busy: f64,
+    /// What the output held before this run: an image that fails again keeps its one record.
+    recorded: &'a journal::Recorded,
 }
 
 impl Progress<'_> {
     /// Records the caption (or the error) of the image at `path`, begun at `t`.
     fn report(&mut self, path: &Path, entry: Result<Json, RuntimeError>, t: Instant) -> Result<(), CliError> {
-        let entry = match entry {
+        let (entry, failed) = match entry {
             Ok(entry) => {
                 self.tally.done += 1;
-                entry
+                (entry, false)
             }
             Err(e) => {
                 self.tally.failed += 1;
                 eprintln!("hrx: error: {e}");
-                failure(path, &e.to_string())
+                (failure(path, &e.to_string()), true)
             }
         };
-        self.journal.record(&entry).map_err(CliError::os(self.output.display()))?;
+        // An image retried (--retry-failed) that fails again keeps its one error record.
+        if !(failed && self.recorded.failed.contains(&journal::image_key(path))) {
+            self.journal.record(&entry).map_err(CliError::os(self.output.display()))?;
+        }
         let n = self.tally.done + self.tally.failed;
         let left = self.total.saturating_sub(n);
         self.busy += t.elapsed().as_secs_f64();
@@ -240,7 +253,7 @@ impl Job<'_> {
     /// The record of a caption of the image at `path`, begun at `t`.
     fn entry(&self, path: &Path, g: &Generation, t: Instant) -> Json {
         let mut fields = vec![
-            ("image".to_owned(), Json::str(path.display().to_string())),
+            ("image".to_owned(), Json::str(journal::image_key(path))),
             ("caption".to_owned(), Json::str(g.text.trim())),
         ];
         if self.config.json.is_some() {
@@ -379,7 +392,7 @@ fn eta(busy: f64, finished: usize, left: usize, sequences: usize) -> f64 {
 const PREPARE_THREADS: usize = 4;
 
 fn failure(path: &Path, message: &str) -> Json {
-    Json::obj([("image", Json::str(path.display().to_string())), ("error", Json::str(message))])
+    Json::obj([("image", Json::str(journal::image_key(path))), ("error", Json::str(message))])
 }
 
 /// What a run did: captioned and failed in this run; skipped as captioned, or as failed, before.
