@@ -442,4 +442,16 @@ mod tests {
         assert_eq!(super::duration(3100.0), "52 min");
         assert_eq!(super::duration(11_100.0), "3 h 05 min");
     }
+
+    #[test]
+    fn the_eta_counts_captions_made_together_once() {
+        use super::eta;
+        // 30 images in one batch of 30: the first ended after 3 s, the rest are as far along.
+        assert!((eta(3.0, 1, 29, 30) - 2.9).abs() < 1e-9);
+        // One at a time, 2 s each: 10 left, 20 s.
+        assert!((eta(8.0, 4, 10, 1) - 20.0).abs() < 1e-9);
+        // 32 at once, 1 s a caption, 900 left: 900 / 32 rounds.
+        assert!((eta(100.0, 100, 900, 32) - 900.0 / 32.0).abs() < 1e-9);
+        assert_eq!(eta(0.0, 0, 0, 0), 0.0);
+    }
 }
