@@ -16,7 +16,7 @@ use super::command::CommandBuffer;
 use super::descriptor::DescriptorPool;
 use super::device::Device;
 use super::error::{Result, VkError};
-use super::kernels::{self, KernelId, KernelSet, MatKind, Operand, Ops, Values, WType, BINDINGS};
+use super::kernels::{self, CopyPush, KernelId, KernelSet, MatKind, Operand, Ops, PushWords, Values, WType, BINDINGS};
 use super::memory::Location;
 use super::timestamps::TimestampPool;
 use crate::graph::Op;
@@ -125,9 +125,10 @@ pub fn copy_bandwidth(device: &Device, ks: &KernelSet, bytes: u64) -> Result<(f6
     let pool = DescriptorPool::new(device, 1, BINDINGS)?;
     let set = pool.bind(&pipeline, &[&src, &src, &src, &src, &src, &dst, &src])?;
     let groups = [words.div_ceil(256).min(device.info().max_workgroup_count[0]), 1, 1];
+    let push = PushWords::of(&CopyPush { n: words });
     let per_copy = time_reps(device, 4, &|cmd, reps| {
         for _ in 0..reps {
-            cmd.dispatch(&pipeline, &set, &[words], groups)?;
+            cmd.dispatch(&pipeline, &set, &push, groups)?;
             cmd.compute_barrier()?;
         }
         Ok(())

@@ -1,11 +1,25 @@
 //! ARGMAX along ne0 of strided f32 rows: `argmax.comp`, each row split over workgroups of
 //! `CHUNK` values whose last to finish combines them.
 
-use super::{expect_f32, floats, shape_words, stride_words, word, Dyn, Grid, KernelId, Launch, Operand, Scratch};
+use super::push::{push_block, PushWords, Shape};
+use super::{expect_f32, floats, stride_words, word, Dyn, Grid, KernelId, Launch, Operand, Scratch};
 use crate::backend::vulkan::error::{Result, VkError};
 
-/// Words of `argmax.comp`'s push constants.
-pub const PUSH_WORDS: usize = 20;
+push_block! {
+    /// `argmax.comp`.
+    pub struct ArgmaxPush {
+        shape: Shape,
+        /// Strides and offsets in floats.
+        x_nb: [u32; 4],
+        d_nb: [u32; 4],
+        x_off: u32,
+        d_off: u32,
+        /// Values per row.
+        n: u32,
+        /// Workgroups per row.
+        splits: u32,
+    }
+}
 
 /// Values one workgroup takes (the shader's WG x PER_THREAD).
 const CHUNK: usize = 2048;
@@ -20,13 +34,15 @@ pub fn launch(x: &Operand, out: &Operand, dynamic: Option<Dyn>) -> Result<Launch
         return Err(VkError::Operands("argmax: the searched axis cannot be dynamic".into()));
     }
     let splits = x.ne[0].div_ceil(CHUNK);
-    let mut push = shape_words(out, dynamic, PUSH_WORDS)?;
-    push.extend(stride_words(x, "x stride")?);
-    push.extend(stride_words(out, "output stride")?);
-    push.push(floats(x.offset, "x offset")?);
-    push.push(floats(out.offset, "output offset")?);
-    push.push(word(x.ne[0], "row length")?);
-    push.push(word(splits, "splits")?);
+    let block = ArgmaxPush {
+        shape: Shape::of(out, dynamic)?,
+        x_nb: stride_words(x, "x stride")?,
+        d_nb: stride_words(out, "output stride")?,
+        x_off: floats(x.offset, "x offset")?,
+        d_off: floats(out.offset, "output offset")?,
+        n: word(x.ne[0], "row length")?,
+        splits: word(splits, "splits")?,
+    };
     // A (value, index) record per (row, split), then a counter per row.
     let rows = out.ne[1] * out.ne[2] * out.ne[3];
     let counters = 8 * rows * splits;
@@ -34,7 +50,7 @@ pub fn launch(x: &Operand, out: &Operand, dynamic: Option<Dyn>) -> Result<Launch
     word(scratch.bytes / 4, "scratch")?;
     Ok(Launch {
         kernel: KernelId::Argmax,
-        push,
+        push: PushWords::of(&block),
         grid: Grid::Split { splits },
         grid_input: None,
         slots: Vec::new(),

@@ -7,15 +7,69 @@
 //! with Q K^T and P V on the matrix units (f16 operands, f32 sums).
 
 use super::coop::CoopMat;
-use super::{
-    dyn_words, expect_f32, floats, out_words, values, word, Dyn, Grid, KernelId, Launch, Operand, Scratch, Values,
-};
+use super::push::{push_block, PushWords, Shape};
+use super::{expect_f32, floats, out_words, values, word, Dyn, Grid, KernelId, Launch, Operand, Scratch, Values};
 use crate::backend::vulkan::error::{Result, VkError};
 use crate::quant::DType;
 use crate::settings::{self, settings};
 
-/// Words of the attention kernels' push constants.
-pub const PUSH_WORDS: usize = 29;
+push_block! {
+    /// `flash_attn_params.glsl`: every attention kernel's but `flash_attn_split`'s.
+    pub struct AttnPush {
+        /// The output's (= q's) shape: head_dim, heads, queries, 1.
+        shape: Shape,
+        q: Rows,
+        k: Rows,
+        v: Rows,
+        d: Rows,
+        kv_heads: u32,
+        /// kv rows (maximal), and their run-time length: syms[kv_sym] * kv_num / kv_den
+        /// (`STATIC_KV`: static).
+        n_kv: u32,
+        kv_sym: u32,
+        kv_num: u32,
+        kv_den: u32,
+        /// The slots' offset (ints); `NO_SLOTS`: none (not causal).
+        s_off: u32,
+        scale: f32,
+        /// kv rows per sequence (0: the slots are spans).
+        segment: u32,
+        /// 1: the output holds f16 values (flash_attn_cm only).
+        d_f16: u32,
+    }
+}
+
+push_block! {
+    /// `flash_attn_split.comp` (`flash_attn_params.glsl` with ATTN_SPLITS).
+    pub struct AttnSplitPush {
+        attn: AttnPush,
+        /// Most workgroups per (head, query).
+        splits: u32,
+    }
+}
+
+push_block! {
+    /// Where an operand of attention (q, k, v, the output) is: offset, head stride, row
+    /// stride (its values); unit stride along head_dim.
+    pub struct Rows {
+        off: u32,
+        nb1: u32,
+        nb2: u32,
+    }
+}
+
+impl Rows {
+    fn of(o: &Operand) -> Result<Rows> {
+        Ok(Rows {
+            off: values(o, o.offset, "offset")?,
+            nb1: values(o, o.nb[1], "head stride")?,
+            nb2: values(o, o.nb[2], "row stride")?,
+        })
+    }
+}
+
+const STATIC_KV: u32 = u32::MAX;
+const NO_SLOTS: u32 = u32::MAX;
 /// Largest head dimension the kernels hold.
 pub const MAX_HEAD_DIM: usize = 256;
 /// From this many planned queries on, the tiled kernel runs (where a tile fits): below it most
@@ -283,15 +337,16 @@ pub fn launch(
     if spans && slots.is_empty() || !spans && !k.ne[2].is_multiple_of(segment) {
         return Err(VkError::Operands(format!("flash_attn: {} kv rows in sequences of {segment}", k.ne[2])));
     }
-    let mut push = push_words(q, k, v, slots.first().map(|s| (s, spans)), scale, out, dynamic, max_head_dim)?;
-    push.push(word(segment, "segment")?);
+    let mut block = push(q, k, v, slots.first().map(|s| (s, spans)), scale, out, dynamic, max_head_dim)?;
+    block.segment = word(segment, "segment")?;
     // flash_attn_cm writes its output in f32 or f16 values (activations kept in halves), the
     // others in f32.
     let (_, _, half) = out_words(out, &kernel.name())?;
     if half == 1 && !matches!(kernel, KernelId::FlashAttnCm(..)) {
         return Err(VkError::Operands(format!("{} writes f32 values only", kernel.name())));
     }
-    push.push(half);
+    block.d_f16 = half;
+    let mut push = PushWords::of(&block);
     let mut scratch = Scratch::default();
     if let Grid::Split { splits } = grid {
         if !out.ne[0].is_multiple_of(4) {
@@ -303,7 +358,7 @@ pub fn launch(
         if !vec4s(k) || !vec4s(v) {
             return Err(VkError::Operands("flash_attn_split: k and v rows are not whole vec4s".into()));
         }
-        push.push(word(splits, "splits")?);
+        push = PushWords::of(&AttnSplitPush { attn: block, splits: word(splits, "splits")? });
         // A record (max, sum, head_dim outputs) per (query, head, split), then a counter per
         // (query, head).
         let pairs = out.ne[1] * out.ne[2];
@@ -314,10 +369,10 @@ pub fn launch(
     Ok(Launch { kernel, push, grid, grid_input: None, slots: Vec::new(), scratch })
 }
 
-/// The push constants every attention kernel reads but the segment, for heads of at most
+/// The push constants every attention kernel reads but the segment and the output's values, for heads of at most
 /// `max_head_dim` values; `slots` with whether they are spans (i32 [2, n_q]).
 #[allow(clippy::too_many_arguments)] // the node's operands, each checked by name
-fn push_words(
+fn push(
     q: &Operand,
     k: &Operand,
     v: &Operand,
@@ -326,7 +381,7 @@ fn push_words(
     out: &Operand,
     dynamic: Option<Dyn>,
     max_head_dim: usize,
-) -> Result<Vec<u32>> {
+) -> Result<AttnPush> {
     expect_f32(q, "q")?;
     if v.dtype != k.dtype {
         return Err(VkError::Operands(format!("flash_attn: k is {}, v {}", k.dtype, v.dtype)));
@@ -347,41 +402,41 @@ fn push_words(
     if dynamic.is_some_and(|dy| dy.axis != 2) || k.dynamic.is_some_and(|dy| dy.axis != 2) || k.dynamic != v.dynamic {
         return Err(VkError::Operands("flash_attn: only the query and kv-row axes can be dynamic".into()));
     }
-    let mut push = Vec::with_capacity(PUSH_WORDS);
-    for x in out.ne {
-        push.push(word(x, "size")?);
-    }
-    push.extend(dyn_words(dynamic)?);
-    for o in [q, k, v, out] {
-        push.push(values(o, o.offset, "offset")?);
-        push.push(values(o, o.nb[1], "head stride")?);
-        push.push(values(o, o.nb[2], "row stride")?);
-    }
-    push.push(word(k.ne[1], "kv heads")?);
-    push.push(word(k.ne[2], "kv rows")?);
-    match k.dynamic {
-        Some(dy) if dy.den > 0 => {
-            push.extend([word(dy.sym, "symbol")?, word(dy.num, "ratio")?, word(dy.den, "ratio")?])
-        }
+    let (kv_sym, kv_num, kv_den) = match k.dynamic {
+        Some(dy) if dy.den > 0 => (word(dy.sym, "symbol")?, word(dy.num, "ratio")?, word(dy.den, "ratio")?),
         Some(dy) => return Err(VkError::Operands(format!("bad dynamic axis {dy:?}"))),
-        None => push.extend([u32::MAX, 1, 1]),
-    }
-    match slots {
+        None => (STATIC_KV, 1, 1),
+    };
+    let s_off = match slots {
         Some((s, spans)) => {
             let ne_ok = if spans { s.ne[0] == 2 && s.ne[1] == n_q && s.nb[1] == 8 } else { s.ne[0] == n_q };
             if s.dtype != DType::I32 || !ne_ok || s.nb[0] != 4 {
                 return Err(VkError::Operands(format!("flash_attn: slots {} {:?} for {n_q} queries", s.dtype, s.ne)));
             }
             let off = floats(s.offset, "slots offset")?;
-            if off == u32::MAX {
+            if off == NO_SLOTS {
                 return Err(VkError::Operands("flash_attn: slots offset out of range".into()));
             }
-            push.push(off);
+            off
         }
-        None => push.push(u32::MAX),
-    }
-    push.push(scale.to_bits());
-    Ok(push)
+        None => NO_SLOTS,
+    };
+    Ok(AttnPush {
+        shape: Shape::of(out, dynamic)?,
+        q: Rows::of(q)?,
+        k: Rows::of(k)?,
+        v: Rows::of(v)?,
+        d: Rows::of(out)?,
+        kv_heads: word(k.ne[1], "kv heads")?,
+        n_kv: word(k.ne[2], "kv rows")?,
+        kv_sym,
+        kv_num,
+        kv_den,
+        s_off,
+        scale,
+        segment: 0,
+        d_f16: 0,
+    })
 }
 
 #[cfg(test)]

@@ -1,14 +1,30 @@
 //! Elementwise ADD, MUL (b broadcast over a by repetition) and SWIGLU (silu(gate) * up) over
 //! strided f32 operands, into f32 or f16 values: `binary.comp`.
 
+use super::push::{push_block, PushWords, Shape};
 use super::{
-    expect_f32, floats, out_words, shape_words, stride_words, word, BinaryOp, Dyn, Grid, KernelId, Launch, Operand,
-    Scratch,
+    expect_f32, floats, out_words, stride_words, word, BinaryOp, Dyn, Grid, KernelId, Launch, Operand, Scratch,
 };
 use crate::backend::vulkan::error::{Result, VkError};
 
-/// Words of `binary.comp`'s push constants.
-pub const PUSH_WORDS: usize = 28;
+push_block! {
+    /// `binary.comp`.
+    pub struct BinaryPush {
+        shape: Shape,
+        /// Strides in floats (the output's in its values).
+        a_nb: [u32; 4],
+        /// b's shape, which divides the output's.
+        b_ne: [u32; 4],
+        b_nb: [u32; 4],
+        d_nb: [u32; 4],
+        /// Offsets likewise.
+        a_off: u32,
+        b_off: u32,
+        d_off: u32,
+        /// 1: the output holds f16 values.
+        d_f16: u32,
+    }
+}
 
 /// The output f32, or f16 (activations kept in halves: `out_words`).
 pub fn launch(op: BinaryOp, a: &Operand, b: &Operand, out: &Operand, dynamic: Option<Dyn>) -> Result<Launch> {
@@ -20,21 +36,21 @@ pub fn launch(op: BinaryOp, a: &Operand, b: &Operand, out: &Operand, dynamic: Op
     if a.ne != out.ne || !broadcast_ok || !same {
         return Err(VkError::Operands(format!("{op:?}: {:?} with {:?} -> {:?}", a.ne, b.ne, out.ne)));
     }
-    let mut push = shape_words(out, dynamic, PUSH_WORDS)?;
-    push.extend(stride_words(a, "a stride")?);
-    for v in b.ne {
-        push.push(word(v, "size")?);
-    }
-    push.extend(stride_words(b, "b stride")?);
-    push.extend(d_nb);
-    push.push(floats(a.offset, "a offset")?);
-    push.push(floats(b.offset, "b offset")?);
-    push.push(d_off);
-    push.push(d_f16);
     word(out.ne.iter().product(), "element count")?;
+    let block = BinaryPush {
+        shape: Shape::of(out, dynamic)?,
+        a_nb: stride_words(a, "a stride")?,
+        b_ne: Shape::of(b, None)?.ne,
+        b_nb: stride_words(b, "b stride")?,
+        d_nb,
+        a_off: floats(a.offset, "a offset")?,
+        b_off: floats(b.offset, "b offset")?,
+        d_off,
+        d_f16,
+    };
     Ok(Launch {
         kernel: KernelId::Binary(op),
-        push,
+        push: PushWords::of(&block),
         grid: Grid::ROW_CHUNKS,
         grid_input: None,
         slots: Vec::new(),

@@ -289,22 +289,31 @@ impl KernelId {
         }
     }
 
-    pub(super) fn push_words(self) -> usize {
+    /// The members of the kernel's push-constant block, as its struct lays them out.
+    pub(super) fn push_members(self) -> Vec<Member> {
         match self {
-            KernelId::MatMul(..) => matmul::PUSH_WORDS,
-            KernelId::Binary(_) => binary::PUSH_WORDS,
-            KernelId::RmsNorm => norm::PUSH_WORDS,
-            KernelId::LayerNorm => norm::LAYER_PUSH_WORDS,
-            KernelId::Unary(_) => unary::PUSH_WORDS,
-            KernelId::GetRows(..) => rows::GET_PUSH_WORDS,
-            KernelId::SetRows => rows::SET_PUSH_WORDS,
-            KernelId::Rope => rope::PUSH_WORDS,
-            KernelId::RmsNormRope => rope::PUSH_WORDS + 6,
-            KernelId::FlashAttn(_) | KernelId::FlashAttnTiled(..) | KernelId::FlashAttnCm(..) => attn::PUSH_WORDS,
-            KernelId::FlashAttnSplit(..) => attn::PUSH_WORDS + 1,
-            KernelId::Argmax => argmax::PUSH_WORDS,
-            KernelId::Copy | KernelId::SubgroupProbe(_) => 1,
+            KernelId::MatMul(..) => members::<matmul::MatMulPush>(),
+            KernelId::Binary(_) => members::<binary::BinaryPush>(),
+            KernelId::RmsNorm => members::<norm::RmsNormPush>(),
+            KernelId::LayerNorm => members::<norm::LayerNormPush>(),
+            KernelId::Unary(_) => members::<unary::UnaryPush>(),
+            KernelId::GetRows(..) => members::<rows::GetRowsPush>(),
+            KernelId::SetRows => members::<rows::SetRowsPush>(),
+            KernelId::Rope => members::<rope::RopePush>(),
+            KernelId::RmsNormRope => members::<launch::RmsNormRopePush>(),
+            KernelId::FlashAttn(_) | KernelId::FlashAttnTiled(..) | KernelId::FlashAttnCm(..) => {
+                members::<attn::AttnPush>()
+            }
+            KernelId::FlashAttnSplit(..) => members::<attn::AttnSplitPush>(),
+            KernelId::Argmax => members::<argmax::ArgmaxPush>(),
+            KernelId::Copy => members::<push::CopyPush>(),
+            KernelId::SubgroupProbe(_) => members::<push::ProbePush>(),
         }
+    }
+
+    /// The bytes of the kernel's push-constant block.
+    pub(super) fn push_bytes(self) -> u32 {
+        self.push_members().iter().map(|m| 4 * m.words() as u32).sum()
     }
 
     pub(super) fn constants(self) -> Vec<u32> {

@@ -1,6 +1,8 @@
-//! A kernel's launch: the operands as it sees them, its push-constant words, grid and bindings,
+//! A kernel's launch: the operands as it sees them, its push constants, grid and bindings,
 //! from the plan's choice of kernel and the dispatch's ops.
 
+use super::push::{push_block, ProbePush};
+use super::rope::RopePush;
 use super::*;
 
 /// An operand as a kernel sees it: dtype, maximal shape, byte strides, byte offset in the
@@ -27,7 +29,7 @@ impl Operand {
 #[derive(Clone, Debug, PartialEq)]
 pub struct Launch {
     pub kernel: KernelId,
-    pub push: Vec<u32>,
+    pub push: PushWords,
     /// Output elements per workgroup along (rows of ne0, columns), for the grid.
     pub(super) grid: Grid,
     /// The grid follows the run-time shape of this input (SET_ROWS: its source), else the
@@ -115,16 +117,6 @@ pub(super) fn dyn_words(d: Option<Dyn>) -> Result<[u32; 4]> {
     }
 }
 
-/// The words most kernels' push constants start with: the output's sizes and its dynamic axis.
-pub(super) fn shape_words(out: &Operand, dynamic: Option<Dyn>, capacity: usize) -> Result<Vec<u32>> {
-    let mut push = Vec::with_capacity(capacity);
-    for v in out.ne {
-        push.push(word(v, "size")?);
-    }
-    push.extend(dyn_words(dynamic)?);
-    Ok(push)
-}
-
 /// The byte strides of an f32 or f16 operand as words of its values.
 pub(super) fn stride_words(o: &Operand, what: &str) -> Result<[u32; MAX_DIMS]> {
     let mut words = [0; MAX_DIMS];
@@ -209,7 +201,7 @@ impl<'a> Ops<'a> {
 pub fn probe_launch(size: u32) -> Launch {
     Launch {
         kernel: KernelId::SubgroupProbe(size),
-        push: vec![0],
+        push: PushWords::of(&ProbePush::default()),
         grid: Grid::Rows,
         grid_input: None,
         slots: Vec::new(),
@@ -307,7 +299,7 @@ pub(super) fn launch_norm_rope(
     let arg = |i: usize| ins.get(i).ok_or_else(|| VkError::Operands(format!("rms_norm_rope needs input {i}")));
     let (x, pos) = (arg(0)?, arg(1)?);
     // The rope's output as the kernel writes it, and (ids offset, stride, destination rows).
-    let (rotated, ids, weight) = match scatter {
+    let (rotated, rows, weight) = match scatter {
         None => (*out, None, arg(2)?),
         Some(Op::SetRows) => {
             let ids = arg(2)?;
@@ -337,24 +329,55 @@ pub(super) fn launch_norm_rope(
             let (row, offset) = (out.nb[1] / size * 4, out.offset / size * 4);
             let nb = [4, 4 * x.ne[0], row, row * out.ne[1]];
             let rotated = Operand { nb, dynamic: x.dynamic, ..Operand::contiguous(DType::F32, x.ne, offset) };
-            let scatter =
-                [floats(ids.offset, "ids offset")?, floats(ids.nb[0], "ids stride")?, word(out.ne[1], "rows")?, half];
-            (rotated, Some(scatter), arg(3)?)
+            let rows = Scatter {
+                i_off: floats(ids.offset, "ids offset")?,
+                i_nb0: floats(ids.nb[0], "ids stride")?,
+                d_rows: word(out.ne[1], "rows")?,
+                d_f16: half,
+            };
+            (rotated, Some(rows), arg(3)?)
         }
         Some(other) => return Err(VkError::Operands(format!("rms_norm_rope does not fuse {}", other.name()))),
     };
-    let dynamic = if scatter.is_some() { x.dynamic } else { dynamic };
+    let dynamic = if rows.is_some() { x.dynamic } else { dynamic };
     // Each half of the fused kernel accepts what its own kernel accepts.
     norm::launch(x, weight, *eps, &rotated, dynamic)?;
-    let mut launch = rope::launch(kind, *theta, *n_dims, x, pos, &rotated, dynamic)?;
-    launch.push.push(floats(weight.offset, "weight offset")?);
-    launch.push.push(eps.to_bits());
-    // Rows 0: no scatter (and f32 values).
-    launch.push.extend(ids.unwrap_or([0; 4]));
-    launch.kernel = KernelId::RmsNormRope;
-    launch.grid = Grid::Rows;
-    // The grid follows the rope's rows (the folded norm's value), not the destination's.
-    launch.grid_input = Some(0);
-    launch.slots = if ids.is_some() { vec![1, 3, 4, 2] } else { vec![1, 3, 2] };
-    Ok(launch)
+    let block = RmsNormRopePush {
+        rope: rope::push(kind, *theta, *n_dims, x, pos, &rotated, dynamic)?,
+        w_off: floats(weight.offset, "weight offset")?,
+        eps: *eps,
+        // Rows 0: no scatter (and f32 values).
+        scatter: rows.unwrap_or_default(),
+    };
+    Ok(Launch {
+        kernel: KernelId::RmsNormRope,
+        push: PushWords::of(&block),
+        grid: Grid::Rows,
+        // The grid follows the rope's rows (the folded norm's value), not the destination's.
+        grid_input: Some(0),
+        slots: if rows.is_some() { vec![1, 3, 4, 2] } else { vec![1, 3, 2] },
+        scratch: Scratch::default(),
+    })
+}
+
+push_block! {
+    /// `rms_norm_rope.comp`: the rope's members, the norm's, then the fused SET_ROWS's.
+    pub struct RmsNormRopePush {
+        rope: RopePush,
+        /// The norm weight's offset (floats).
+        w_off: u32,
+        eps: f32,
+        scatter: Scatter,
+    }
+}
+
+push_block! {
+    /// Where `rms_norm_rope` writes rows when a SET_ROWS is fused: ids offset and stride (ints),
+    /// the destination's rows (0: no scatter), whether it holds halves.
+    pub struct Scatter {
+        i_off: u32,
+        i_nb0: u32,
+        d_rows: u32,
+        d_f16: u32,
+    }
 }

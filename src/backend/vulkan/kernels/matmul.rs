@@ -9,16 +9,41 @@
 //! build, `mul_mat_cm_narrow` ([`Variants`]).
 
 use super::coop::{CoopMat, Tiles};
-use super::{
-    dyn_words, expect_f32, floats, values, word, Dyn, Grid, KernelId, Launch, Operand, Scratch, Values, WType,
-};
+use super::push::{push_block, PushWords, Shape};
+use super::{expect_f32, floats, values, word, Dyn, Grid, KernelId, Launch, Operand, Scratch, Values, WType};
 use crate::backend::vulkan::error::{Result, VkError};
 use crate::backend::vulkan::info::CoopShape;
 use crate::backend::vulkan::info::DeviceInfo;
 use crate::settings::{self, settings};
 
-/// Words of `mul_mat_params.glsl`'s push constants.
-pub const PUSH_WORDS: usize = 25;
+push_block! {
+    /// `mul_mat_params.glsl`: every matrix kernel's.
+    pub struct MatMulPush {
+        shape: Shape,
+        /// A column of x: offset, then strides along ne1..ne3 (its values); unit stride along K.
+        x_nb: [u32; 4],
+        /// A column of the output likewise (floats).
+        d_nb: [u32; 4],
+        k: u32,
+        /// w: the byte offset of its first row, bytes per row.
+        w_off: u32,
+        w_nb1: u32,
+        /// The fused residual's float offset; `NO_RESIDUAL`: none.
+        r_off: u32,
+        /// `mul_mat_vec_wide`: threads per row.
+        tpr: u32,
+        /// The folded producer (`Prologue`): 0 none, 1 RMS norm, 2 SwiGLU; its second input's
+        /// float offset; the norm's epsilon.
+        pro_mode: u32,
+        pro_off: u32,
+        pro_eps: f32,
+        /// 1: the residual is one row, added to every column (a bias).
+        r_row: u32,
+    }
+}
+
+/// `MatMulPush::r_off` of a product with no residual.
+const NO_RESIDUAL: u32 = u32::MAX;
 
 /// A producer folded into a product: its input x is computed as the product loads it (only
 /// `mul_mat_vec_wide` does this: decode, where the producer would be a dispatch of its own).
@@ -528,29 +553,10 @@ pub fn launch(
     if wt == WType::F32 && (!w.offset.is_multiple_of(4) || !w.nb[1].is_multiple_of(4)) {
         return Err(VkError::Operands("mul_mat: f32 weights must be 4-byte aligned".into()));
     }
-    let mut push = Vec::with_capacity(PUSH_WORDS);
-    for v in out.ne {
-        push.push(word(v, "mul_mat: size")?);
-    }
-    push.extend(dyn_words(dynamic)?);
-    push.push(values(x, x.offset, "x offset")?);
-    for i in 1..4 {
-        push.push(values(x, x.nb[i], "x stride")?);
-    }
-    push.push(floats(out.offset, "output offset")?);
-    for i in 1..4 {
-        push.push(floats(out.nb[i], "output stride")?);
-    }
-    push.push(word(k, "K")?);
-    push.push(word(w.offset, "w offset")?);
-    push.push(word(w.nb[1], "w row bytes")?);
     // The last byte of w must be addressable by 32-bit byte offsets.
     word(w.offset + w.nb[1] * n, "w extent")?;
-    let r_row = match residual {
-        None => {
-            push.push(u32::MAX);
-            false
-        }
+    let (r_off, r_row) = match residual {
+        None => (NO_RESIDUAL, false),
         Some(r) => {
             expect_f32(r, "the residual")?;
             let as_out = r.ne == out.ne && r.nb == out.nb;
@@ -562,22 +568,20 @@ pub fn launch(
                 )));
             }
             let at = floats(r.offset, "residual offset")?;
-            if at == u32::MAX {
+            if at == NO_RESIDUAL {
                 return Err(VkError::Operands("mul_mat: residual offset out of range".into()));
             }
-            push.push(at);
-            row
+            (at, row)
         }
     };
     let tpr = match kind {
         MatKind::VecWide { subgroup, .. } => wide_threads_per_row(k, n, subgroup),
         _ => 0,
     };
-    push.push(tpr as u32);
     // The prologue: mode (0 none, 1 RMS norm, 2 SwiGLU), the float offset of its second input
     // (binding 4), the norm's epsilon.
-    match prologue {
-        None => push.extend([0, 0, 0]),
+    let (pro_mode, pro_off, pro_eps) = match prologue {
+        None => (0, 0, 0.0),
         Some(_) if !matches!(kind, MatKind::VecWide { cols, .. } if cols == 1 || n <= FOLD_MAX_ROWS) => {
             return Err(VkError::Operands(format!("{} folds no producer into {n} rows", kernel.name())));
         }
@@ -586,7 +590,7 @@ pub fn launch(
             if weight.ne[0] != k || weight.nb[0] != 4 || eps.is_nan() || eps <= 0.0 {
                 return Err(VkError::Operands(format!("mul_mat: a norm weight {:?} for rows of {k}", weight.ne)));
             }
-            push.extend([1, floats(weight.offset, "norm weight offset")?, eps.to_bits()]);
+            (1, floats(weight.offset, "norm weight offset")?, eps)
         }
         Some(Prologue::SwiGlu { up }) => {
             expect_f32(&up, "up")?;
@@ -596,10 +600,28 @@ pub fn launch(
                     up.ne, up.nb, x.ne, x.nb
                 )));
             }
-            push.extend([2, floats(up.offset, "up offset")?, 0]);
+            (2, floats(up.offset, "up offset")?, 0.0)
         }
-    }
-    push.push(u32::from(r_row));
+    };
+    // A column's offset and strides: x's in its values, the output's in floats.
+    let [x_off, x_nb1, x_nb2, x_nb3] =
+        [x.offset, x.nb[1], x.nb[2], x.nb[3]].map(|b| values(x, b, "x offset or stride"));
+    let [d_off, d_nb1, d_nb2, d_nb3] =
+        [out.offset, out.nb[1], out.nb[2], out.nb[3]].map(|b| floats(b, "output offset or stride"));
+    let block = MatMulPush {
+        shape: Shape::of(out, dynamic)?,
+        x_nb: [x_off?, x_nb1?, x_nb2?, x_nb3?],
+        d_nb: [d_off?, d_nb1?, d_nb2?, d_nb3?],
+        k: word(k, "K")?,
+        w_off: word(w.offset, "w offset")?,
+        w_nb1: word(w.nb[1], "w row bytes")?,
+        r_off,
+        tpr: tpr as u32,
+        pro_mode,
+        pro_off,
+        pro_eps,
+        r_row: u32::from(r_row),
+    };
     let grid = match kind {
         MatKind::Vec => Grid::Mat { rows: 4, cols: 1 },
         MatKind::VecWide { subgroup, rows, cols } => {
@@ -657,7 +679,14 @@ pub fn launch(
         MatKind::CoopExact(cm) => coop_grid(cm, Tiles::exact())?,
         MatKind::Rows => Grid::Mat { rows: 64, cols: 1 },
     };
-    Ok(Launch { kernel, push, grid, grid_input: None, slots: Vec::new(), scratch: Scratch::default() })
+    Ok(Launch {
+        kernel,
+        push: PushWords::of(&block),
+        grid,
+        grid_input: None,
+        slots: Vec::new(),
+        scratch: Scratch::default(),
+    })
 }
 
 /// The alignment of rows of w that `mul_mat_cm` reads in 16-value chunks (shaders/wtype.glsl's

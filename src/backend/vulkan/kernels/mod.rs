@@ -9,7 +9,8 @@
 //!
 //! Here, the registry's choice of a kernel for a dispatch ([`select`]); what names a kernel in
 //! `id.rs`, its pipelines in `pipelines.rs`, its push constants, grid and bindings in
-//! `launch.rs`, and each op family's in its own file.
+//! `launch.rs` (each shader's push-constant block a struct: `push.rs`), and each op family's
+//! in its own file.
 
 mod argmax;
 mod attn;
@@ -20,6 +21,7 @@ mod launch;
 mod matmul;
 mod norm;
 mod pipelines;
+mod push;
 mod rope;
 mod rows;
 mod unary;
@@ -55,11 +57,11 @@ pub const SPLIT_MIN_SUBGROUP: u32 = 8;
 
 pub use super::shaders::WType;
 pub use id::{BinaryOp, KernelId, UnaryOp, Values};
-use launch::{
-    dyn_words, expect_f32, floats, halves, op_launch, out_words, shape_words, stride_words, values, word, Grid,
-};
+use launch::{expect_f32, floats, halves, op_launch, out_words, stride_words, values, word, Grid};
 pub use launch::{launch, probe_launch, Dyn, Launch, Operand, Ops, Scratch};
 pub use pipelines::KernelSet;
+use push::{members, Member};
+pub use push::{CopyPush, PushWords};
 
 /// The kernel the device runs for `ops` with `ins` (in `dispatcher::Group::inputs` order) and `out`
 /// under `variants`, or why there is none: the registry's choice at plan time. Matrix products
@@ -114,61 +116,58 @@ mod tests {
     use crate::backend::vulkan::CoopShape;
     use crate::dispatcher::Kernel;
 
-    /// The bytes of the push-constant block of a SPIR-V module: the end of its last member
-    /// (scalars, vectors and arrays of them, as hrx's shaders declare them).
-    fn push_block_bytes(code: &[u8]) -> Option<usize> {
+    /// The members of the push-constant block of a SPIR-V module, in order, as (byte offset,
+    /// type); None when the module declares no block (or one of a type hrx's blocks never use).
+    fn push_block_members(code: &[u8]) -> Option<Vec<(usize, Member)>> {
         let words: Vec<u32> = code.chunks_exact(4).map(|w| u32::from_le_bytes([w[0], w[1], w[2], w[3]])).collect();
-        let (mut sizes, mut constants, mut strides) = (HashMap::new(), HashMap::new(), HashMap::new());
-        let (mut structs, mut offsets, mut pointers) = (HashMap::new(), HashMap::new(), HashMap::new());
+        let (mut types, mut structs, mut offsets, mut pointers) =
+            (HashMap::new(), HashMap::new(), HashMap::new(), HashMap::new());
         let mut block = None;
         let mut at = 5;
         while at < words.len() {
             let (count, op) = ((words[at] >> 16) as usize, words[at] & 0xffff);
             let w = words.get(at + 1..at + count.max(1))?;
             match op {
-                21 | 22 => drop(sizes.insert(w[0], w[1] as usize / 8)), // OpTypeInt, OpTypeFloat
-                23 => {
-                    // OpTypeVector
-                    if let Some(&c) = sizes.get(&w[1]) {
-                        sizes.insert(w[0], c * w[2] as usize);
-                    }
-                }
-                43 => drop(constants.insert(w[1], w[2] as usize)), // OpConstant
-                28 => {
-                    // OpTypeArray (of a constant length; shared arrays may be sized by
-                    // specialization constants, which no push block holds)
-                    if let (Some(&n), Some(&stride)) = (constants.get(&w[2]), strides.get(&w[0])) {
-                        sizes.insert(w[0], n * stride);
-                    }
-                }
+                21 if w[1..] == [32, 0] => drop(types.insert(w[0], Member::Uint)), // OpTypeInt 32, unsigned
+                22 if w[1] == 32 => drop(types.insert(w[0], Member::Float)),       // OpTypeFloat 32
+                23 if types.get(&w[1]) == Some(&Member::Uint) && w[2] == 4 => drop(types.insert(w[0], Member::Uvec4)), // OpTypeVector
                 30 => drop(structs.insert(w[0], w[1..].to_vec())), // OpTypeStruct
                 32 => drop(pointers.insert(w[0], (w[1], w[2]))),   // OpTypePointer
                 59 if w.get(2) == Some(&9) => block = pointers.get(&w[0]).map(|p| p.1), // OpVariable, PushConstant
-                71 if w[1] == 6 => drop(strides.insert(w[0], w[2] as usize)), // OpDecorate ArrayStride
                 72 if w[2] == 35 => drop(offsets.insert((w[0], w[1]), w[3] as usize)), // OpMemberDecorate Offset
                 _ => {}
             }
             at += count.max(1);
         }
-        let members = structs.get(&block?)?;
-        let ends = members.iter().enumerate().map(|(i, ty)| Some(offsets.get(&(block?, i as u32))? + sizes.get(ty)?));
-        ends.collect::<Option<Vec<usize>>>()?.into_iter().max()
+        let block = block?;
+        let members = structs.get(&block)?.iter().enumerate();
+        members.map(|(i, ty)| Some((*offsets.get(&(block, i as u32))?, *types.get(ty)?))).collect()
     }
 
-    /// Every kernel writes as many push-constant words as its module's block holds: a launch
-    /// that wrote fewer would leave the shader reading garbage, and the length is all the
-    /// launches' word lists are checked by.
+    /// Every kernel's push-constant struct lays out its module's block member for member: the
+    /// same types at the same offsets, nothing left over. A launch whose struct differed would
+    /// leave the shader reading garbage.
     #[test]
-    fn each_kernels_push_words_fill_its_modules_push_block() {
+    fn each_kernels_push_struct_is_its_modules_push_block() {
         let mut checked = 0;
         for id in KernelId::all() {
             let module = id.module();
             let code = shaders::spirv(&module).unwrap_or_else(|| panic!("no SPIR-V module {module}"));
-            match push_block_bytes(code) {
-                Some(bytes) => assert_eq!(id.push_words() * 4, bytes, "{} ({module})", id.name()),
+            let mut at = 0;
+            let laid_out: Vec<(usize, Member)> = id
+                .push_members()
+                .into_iter()
+                .map(|m| {
+                    at += 4 * m.words();
+                    (at - 4 * m.words(), m)
+                })
+                .collect();
+            match push_block_members(code) {
+                Some(block) => assert_eq!(laid_out, block, "{} ({module})", id.name()),
                 // A module that reads none (the subgroup probe): its layout's one placeholder word.
-                None => assert_eq!(id.push_words(), 1, "{} ({module}) reads no push constants", id.name()),
+                None => assert_eq!(laid_out, [(0, Member::Uint)], "{} ({module}) reads no push constants", id.name()),
             }
+            assert_eq!(id.push_bytes() as usize, at);
             checked += 1;
         }
         assert!(checked > 40, "{checked}");

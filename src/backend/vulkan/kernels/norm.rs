@@ -1,11 +1,25 @@
 //! RMS_NORM (`rms_norm.comp`) and LAYER_NORM (`layer_norm.comp`) along ne0 over strided f32 rows
 //! (their outputs in f32 or f16 values).
 
-use super::{expect_f32, floats, out_words, shape_words, stride_words, Dyn, Grid, KernelId, Launch, Operand, Scratch};
+use super::push::{push_block, PushWords, Shape};
+use super::{expect_f32, floats, out_words, stride_words, Dyn, Grid, KernelId, Launch, Operand, Scratch};
 use crate::backend::vulkan::error::{Result, VkError};
 
-/// Words of `rms_norm.comp`'s push constants.
-pub const PUSH_WORDS: usize = 21;
+push_block! {
+    /// `rms_norm.comp`.
+    pub struct RmsNormPush {
+        shape: Shape,
+        /// Strides in floats (the output's in its values), then offsets likewise.
+        x_nb: [u32; 4],
+        d_nb: [u32; 4],
+        x_off: u32,
+        w_off: u32,
+        d_off: u32,
+        eps: f32,
+        /// 1: the output holds f16 values.
+        d_f16: u32,
+    }
+}
 
 /// The output f32, or f16 (activations kept in halves: `out_words`).
 pub fn launch(x: &Operand, weight: &Operand, eps: f32, out: &Operand, dynamic: Option<Dyn>) -> Result<Launch> {
@@ -18,17 +32,19 @@ pub fn launch(x: &Operand, weight: &Operand, eps: f32, out: &Operand, dynamic: O
     if dynamic.is_some_and(|d| d.axis == 0) {
         return Err(VkError::Operands("rms_norm: the normalized axis cannot be dynamic".into()));
     }
-    let mut push = shape_words(out, dynamic, PUSH_WORDS)?;
-    push.extend(stride_words(x, "x stride")?);
-    push.extend(d_nb);
-    push.push(floats(x.offset, "x offset")?);
-    push.push(floats(weight.offset, "weight offset")?);
-    push.push(d_off);
-    push.push(eps.to_bits());
-    push.push(d_f16);
+    let block = RmsNormPush {
+        shape: Shape::of(out, dynamic)?,
+        x_nb: stride_words(x, "x stride")?,
+        d_nb,
+        x_off: floats(x.offset, "x offset")?,
+        w_off: floats(weight.offset, "weight offset")?,
+        d_off,
+        eps,
+        d_f16,
+    };
     Ok(Launch {
         kernel: KernelId::RmsNorm,
-        push,
+        push: PushWords::of(&block),
         grid: Grid::Rows,
         grid_input: None,
         slots: Vec::new(),
@@ -36,8 +52,22 @@ pub fn launch(x: &Operand, weight: &Operand, eps: f32, out: &Operand, dynamic: O
     })
 }
 
-/// Words of `layer_norm.comp`'s push constants.
-pub const LAYER_PUSH_WORDS: usize = 22;
+push_block! {
+    /// `layer_norm.comp`.
+    pub struct LayerNormPush {
+        shape: Shape,
+        /// Strides in floats (the output's in its values), then offsets likewise.
+        x_nb: [u32; 4],
+        d_nb: [u32; 4],
+        x_off: u32,
+        w_off: u32,
+        b_off: u32,
+        d_off: u32,
+        eps: f32,
+        /// 1: the output holds f16 values.
+        d_f16: u32,
+    }
+}
 
 /// LayerNorm with weight and bias along ne0: `layer_norm.comp`; the output f32 or f16.
 pub fn layer_norm(
@@ -62,18 +92,20 @@ pub fn layer_norm(
     if dynamic.is_some_and(|d| d.axis == 0) {
         return Err(VkError::Operands("layer_norm: the normalized axis cannot be dynamic".into()));
     }
-    let mut push = shape_words(out, dynamic, LAYER_PUSH_WORDS)?;
-    push.extend(stride_words(x, "x stride")?);
-    push.extend(d_nb);
-    push.push(floats(x.offset, "x offset")?);
-    push.push(floats(weight.offset, "weight offset")?);
-    push.push(floats(bias.offset, "bias offset")?);
-    push.push(d_off);
-    push.push(eps.to_bits());
-    push.push(d_f16);
+    let block = LayerNormPush {
+        shape: Shape::of(out, dynamic)?,
+        x_nb: stride_words(x, "x stride")?,
+        d_nb,
+        x_off: floats(x.offset, "x offset")?,
+        w_off: floats(weight.offset, "weight offset")?,
+        b_off: floats(bias.offset, "bias offset")?,
+        d_off,
+        eps,
+        d_f16,
+    };
     Ok(Launch {
         kernel: KernelId::LayerNorm,
-        push,
+        push: PushWords::of(&block),
         grid: Grid::Rows,
         grid_input: None,
         slots: Vec::new(),

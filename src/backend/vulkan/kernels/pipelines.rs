@@ -81,7 +81,7 @@ impl KernelSet {
             name: &name,
             spirv,
             bindings: BINDINGS,
-            push_bytes: (id.push_words() * 4) as u32,
+            push_bytes: id.push_bytes(),
             constants: &id.constants(),
             subgroup_size: id.subgroup().filter(|_| pins),
         };

@@ -1,13 +1,34 @@
 //! ROPE (NeoX pairing) over strided f32 rows with i32 positions: `rope.comp`. The frequency of
 //! each pair and the position component it turns with follow `cpu::reference::rope_frequency`.
 
-use super::{expect_f32, floats, shape_words, stride_words, word, Dyn, Grid, KernelId, Launch, Operand, Scratch};
+use super::push::{push_block, PushWords, Shape};
+use super::{expect_f32, floats, stride_words, word, Dyn, Grid, KernelId, Launch, Operand, Scratch};
 use crate::backend::vulkan::error::{Result, VkError};
 use crate::graph::RopeKind;
 use crate::quant::DType;
 
-/// Words of `rope.comp`'s push constants.
-pub const PUSH_WORDS: usize = 26;
+push_block! {
+    /// `rope_fields.glsl`: all of `rope.comp`'s block, the start of `rms_norm_rope.comp`'s.
+    pub struct RopePush {
+        shape: Shape,
+        /// Strides and offsets in floats.
+        x_nb: [u32; 4],
+        d_nb: [u32; 4],
+        x_off: u32,
+        d_off: u32,
+        /// Positions (ints): offset, stride along tokens, stride between components.
+        p_off: u32,
+        p_nb0: u32,
+        p_nb1: u32,
+        n_dims: u32,
+        /// 0 interleaved M-RoPE, 1 axial 2-D.
+        kind: u32,
+        /// M-RoPE sections of the h and w components.
+        s_h: u32,
+        s_w: u32,
+        log2_theta: f32,
+    }
+}
 
 pub fn launch(
     kind: &RopeKind,
@@ -18,6 +39,26 @@ pub fn launch(
     out: &Operand,
     dynamic: Option<Dyn>,
 ) -> Result<Launch> {
+    Ok(Launch {
+        kernel: KernelId::Rope,
+        push: PushWords::of(&push(kind, theta, n_dims, x, pos, out, dynamic)?),
+        grid: Grid::Flat { per_group: 256 },
+        grid_input: None,
+        slots: Vec::new(),
+        scratch: Scratch::default(),
+    })
+}
+
+/// The rope's push constants, or why it does not take these operands.
+pub fn push(
+    kind: &RopeKind,
+    theta: f32,
+    n_dims: usize,
+    x: &Operand,
+    pos: &Operand,
+    out: &Operand,
+    dynamic: Option<Dyn>,
+) -> Result<RopePush> {
     expect_f32(x, "x")?;
     expect_f32(out, "the output")?;
     if pos.dtype != DType::I32 {
@@ -45,26 +86,20 @@ pub fn launch(
         RopeKind::MropeInterleaved { sections } => (0, sections[1], sections[2]),
         RopeKind::Axial2d => (1, 0, 0),
     };
-    let mut push = shape_words(out, dynamic, PUSH_WORDS)?;
-    push.extend(stride_words(x, "x stride")?);
-    push.extend(stride_words(out, "output stride")?);
-    push.push(floats(x.offset, "x offset")?);
-    push.push(floats(out.offset, "output offset")?);
-    push.push(floats(pos.offset, "positions offset")?);
-    push.push(1);
-    push.push(word(n, "positions per component")?);
-    push.push(word(n_dims, "rotated dims")?);
-    push.push(kind_word);
-    push.push(word(s_h, "section")?);
-    push.push(word(s_w, "section")?);
-    push.push((f64::from(theta).log2() as f32).to_bits());
     word(out.ne.iter().product(), "element count")?;
-    Ok(Launch {
-        kernel: KernelId::Rope,
-        push,
-        grid: Grid::Flat { per_group: 256 },
-        grid_input: None,
-        slots: Vec::new(),
-        scratch: Scratch::default(),
+    Ok(RopePush {
+        shape: Shape::of(out, dynamic)?,
+        x_nb: stride_words(x, "x stride")?,
+        d_nb: stride_words(out, "output stride")?,
+        x_off: floats(x.offset, "x offset")?,
+        d_off: floats(out.offset, "output offset")?,
+        p_off: floats(pos.offset, "positions offset")?,
+        p_nb0: 1,
+        p_nb1: word(n, "positions per component")?,
+        n_dims: word(n_dims, "rotated dims")?,
+        kind: kind_word,
+        s_h: word(s_h, "section")?,
+        s_w: word(s_w, "section")?,
+        log2_theta: f64::from(theta).log2() as f32,
     })
 }

@@ -2,17 +2,55 @@
 //! weight type read by bytes) and SET_ROWS (`set_rows.comp`, f32 rows into a storage such as a
 //! KV cache, of f32 or f16 values).
 
-use super::{
-    dyn_words, expect_f32, floats, halves, shape_words, values, word, Dyn, Grid, KernelId, Launch, Operand, Scratch,
-    WType,
-};
+use super::push::{push_block, PushWords, Shape};
+use super::{expect_f32, floats, halves, values, word, Dyn, Grid, KernelId, Launch, Operand, Scratch, WType};
 use crate::backend::vulkan::error::{Result, VkError};
 use crate::quant::DType;
 
-/// Words of `get_rows.comp`'s push constants.
-pub const GET_PUSH_WORDS: usize = 20;
-/// Words of `set_rows.comp`'s push constants.
-pub const SET_PUSH_WORDS: usize = 18;
+push_block! {
+    /// `get_rows.comp`.
+    pub struct GetRowsPush {
+        shape: Shape,
+        /// The table: byte offset, bytes per row, rows.
+        t_off: u32,
+        t_nb1: u32,
+        t_rows: u32,
+        /// Ids per output row.
+        taps: u32,
+        /// Ids: offset, stride along taps, stride along rows (ints).
+        i_off: u32,
+        i_nb0: u32,
+        i_nb1: u32,
+        /// Weights: offset, strides (floats).
+        w_off: u32,
+        w_nb0: u32,
+        w_nb1: u32,
+        /// The output: offset, row stride (floats).
+        d_off: u32,
+        d_nb1: u32,
+    }
+}
+
+push_block! {
+    /// `set_rows.comp`; its shape is the source's.
+    pub struct SetRowsPush {
+        shape: Shape,
+        /// The source: offset, element and row strides (floats).
+        s_off: u32,
+        s_nb0: u32,
+        s_nb1: u32,
+        /// Ids: offset and stride (ints).
+        i_off: u32,
+        i_nb0: u32,
+        /// The destination: offset, element and row strides (values), rows, whether it holds
+        /// halves.
+        d_off: u32,
+        d_nb0: u32,
+        d_nb1: u32,
+        d_rows: u32,
+        d_f16: u32,
+    }
+}
 
 fn ints(bytes: usize, what: &str) -> Result<u32> {
     floats(bytes, what)
@@ -56,36 +94,45 @@ pub fn get_rows(
     if dynamic.is_some_and(|d| d.axis != 1) {
         return Err(VkError::Operands("get_rows: only the row axis can be dynamic".into()));
     }
-    let mut push = shape_words(out, dynamic, GET_PUSH_WORDS)?;
-    push.push(word(table.offset, "table offset")?);
-    push.push(word(table.nb[1], "table row bytes")?);
-    push.push(word(table.ne[1], "table rows")?);
-    push.push(word(taps, "taps")?);
-    push.push(ints(ids.offset, "ids offset")?);
-    match weights {
+    // Without weights, one id per row: its stride serves both axes.
+    let (i_nb0, i_nb1, [w_off, w_nb0, w_nb1]) = match weights {
         Some(w) => {
             expect_f32(w, "the weights")?;
             if w.ne != ids.ne {
                 return Err(VkError::Operands(format!("get_rows_weighted: ids {:?} with weights {:?}", ids.ne, w.ne)));
             }
-            push.push(ints(ids.nb[0], "ids stride")?);
-            push.push(ints(ids.nb[1], "ids stride")?);
-            push.push(floats(w.offset, "weights offset")?);
-            push.push(floats(w.nb[0], "weights stride")?);
-            push.push(floats(w.nb[1], "weights stride")?);
+            let weights = [
+                floats(w.offset, "weights offset")?,
+                floats(w.nb[0], "weights stride")?,
+                floats(w.nb[1], "weights stride")?,
+            ];
+            (ints(ids.nb[0], "ids stride")?, ints(ids.nb[1], "ids stride")?, weights)
         }
         None => {
             let s = ints(ids.nb[0], "ids stride")?;
-            push.extend([s, s, 0, 0, 0]);
+            (s, s, [0; 3])
         }
-    }
-    push.push(floats(out.offset, "output offset")?);
-    push.push(floats(out.nb[1], "output stride")?);
+    };
+    let block = GetRowsPush {
+        shape: Shape::of(out, dynamic)?,
+        t_off: word(table.offset, "table offset")?,
+        t_nb1: word(table.nb[1], "table row bytes")?,
+        t_rows: word(table.ne[1], "table rows")?,
+        taps: word(taps, "taps")?,
+        i_off: ints(ids.offset, "ids offset")?,
+        i_nb0,
+        i_nb1,
+        w_off,
+        w_nb0,
+        w_nb1,
+        d_off: floats(out.offset, "output offset")?,
+        d_nb1: floats(out.nb[1], "output stride")?,
+    };
     // The last byte of the table must be addressable by 32-bit byte offsets.
     word(table.offset + table.nb[1] * table.ne[1], "table extent")?;
     Ok(Launch {
         kernel: KernelId::GetRows(wt, weights.is_some()),
-        push,
+        push: PushWords::of(&block),
         grid: Grid::Rows,
         grid_input: None,
         slots: Vec::new(),
@@ -122,24 +169,22 @@ pub fn set_rows(dst: &Operand, src: &Operand, ids: &Operand, out: &Operand) -> R
     if src.dynamic.is_some_and(|d| d.axis != 1) {
         return Err(VkError::Operands("set_rows: only the source's row axis can be dynamic".into()));
     }
-    let mut push = Vec::with_capacity(SET_PUSH_WORDS);
-    for v in src.ne {
-        push.push(word(v, "size")?);
-    }
-    push.extend(dyn_words(src.dynamic)?);
-    push.push(floats(src.offset, "src offset")?);
-    push.push(floats(src.nb[0], "src stride")?);
-    push.push(floats(src.nb[1], "src stride")?);
-    push.push(ints(ids.offset, "ids offset")?);
-    push.push(ints(ids.nb[0], "ids stride")?);
-    push.push(values(out, out.offset, "destination offset")?);
-    push.push(values(out, out.nb[0], "destination stride")?);
-    push.push(values(out, out.nb[1], "destination stride")?);
-    push.push(word(out.ne[1], "destination rows")?);
-    push.push(half);
+    let block = SetRowsPush {
+        shape: Shape::of(src, src.dynamic)?,
+        s_off: floats(src.offset, "src offset")?,
+        s_nb0: floats(src.nb[0], "src stride")?,
+        s_nb1: floats(src.nb[1], "src stride")?,
+        i_off: ints(ids.offset, "ids offset")?,
+        i_nb0: ints(ids.nb[0], "ids stride")?,
+        d_off: values(out, out.offset, "destination offset")?,
+        d_nb0: values(out, out.nb[0], "destination stride")?,
+        d_nb1: values(out, out.nb[1], "destination stride")?,
+        d_rows: word(out.ne[1], "destination rows")?,
+        d_f16: half,
+    };
     Ok(Launch {
         kernel: KernelId::SetRows,
-        push,
+        push: PushWords::of(&block),
         grid: Grid::ROW_CHUNKS,
         grid_input: Some(1),
         slots: Vec::new(),

@@ -1,14 +1,25 @@
 //! Elementwise one-input ops over strided f32 operands, into f32 or f16 values: CONT (a copy),
 //! GELU (tanh form) and GELU_ERF (exact): `unary.comp`.
 
+use super::push::{push_block, PushWords, Shape};
 use super::{
-    expect_f32, floats, out_words, shape_words, stride_words, word, Dyn, Grid, KernelId, Launch, Operand, Scratch,
-    UnaryOp,
+    expect_f32, floats, out_words, stride_words, word, Dyn, Grid, KernelId, Launch, Operand, Scratch, UnaryOp,
 };
 use crate::backend::vulkan::error::{Result, VkError};
 
-/// Words of `unary.comp`'s push constants.
-pub const PUSH_WORDS: usize = 19;
+push_block! {
+    /// `unary.comp`.
+    pub struct UnaryPush {
+        shape: Shape,
+        /// Strides in floats (the output's in its values), then offsets likewise.
+        x_nb: [u32; 4],
+        d_nb: [u32; 4],
+        x_off: u32,
+        d_off: u32,
+        /// 1: the output holds f16 values.
+        d_f16: u32,
+    }
+}
 
 /// The output f32, or f16 (activations kept in halves: `out_words`).
 pub fn launch(op: UnaryOp, x: &Operand, out: &Operand, dynamic: Option<Dyn>) -> Result<Launch> {
@@ -17,16 +28,18 @@ pub fn launch(op: UnaryOp, x: &Operand, out: &Operand, dynamic: Option<Dyn>) -> 
     if x.ne != out.ne {
         return Err(VkError::Operands(format!("{op:?}: {:?} -> {:?}", x.ne, out.ne)));
     }
-    let mut push = shape_words(out, dynamic, PUSH_WORDS)?;
-    push.extend(stride_words(x, "x stride")?);
-    push.extend(d_nb);
-    push.push(floats(x.offset, "x offset")?);
-    push.push(d_off);
-    push.push(d_f16);
     word(out.ne.iter().product(), "element count")?;
+    let block = UnaryPush {
+        shape: Shape::of(out, dynamic)?,
+        x_nb: stride_words(x, "x stride")?,
+        d_nb,
+        x_off: floats(x.offset, "x offset")?,
+        d_off,
+        d_f16,
+    };
     Ok(Launch {
         kernel: KernelId::Unary(op),
-        push,
+        push: PushWords::of(&block),
         grid: Grid::ROW_CHUNKS,
         grid_input: None,
         slots: Vec::new(),
