@@ -17,7 +17,10 @@ fn caption_in(dir: Option<&Path>, args: &[&str], model: &Path) -> Output {
     let mut all = vec!["caption", "-m", m.to_str().unwrap(), "--mmproj", mm.to_str().unwrap()];
     // One image at a time: records in sorted order (tests/caption_batch.rs has the batches,
     // whose records come in the order captions end).
-    all.extend(["-n", "3", "--ignore-eos", "--batch", "1"]);
+    if !args.contains(&"-n") {
+        all.extend(["-n", "3"]);
+    }
+    all.extend(["--ignore-eos", "--batch", "1"]);
     all.extend(args);
     let mut command = Command::new(env!("CARGO_BIN_EXE_hrx"));
     if let Some(dir) = dir {
@@ -231,5 +234,93 @@ fn a_cron_job_is_not_told_what_did_not_happen() {
     let records = lines(&out);
     assert_eq!(records.len(), 2, "{records:?}");
     assert_ne!(image_of(&records[0]), image_of(&records[1]));
+    std::fs::remove_dir_all(&dir).unwrap();
+}
+
+/// Options every image would fail with are the run's error before any image (exit 2, the
+/// output as it was), not an error record per image that --resume then skips for ever: a
+/// schema whose shortest document does not fit -n, a context too small for the smallest
+/// image. describe says it once, not once per image.
+#[test]
+fn a_job_every_image_would_fail_is_refused_before_any_image() {
+    let Some(oracle) = common::oracle() else { return };
+    let model = oracle.join("models/tiny");
+    let dir = scratch("config");
+    std::fs::copy(oracle.join("images/tiny-40x30.png"), dir.join("sub/a.png")).unwrap();
+    std::fs::copy(oracle.join("images/gray-256x256.png"), dir.join("sub/b.png")).unwrap();
+    let schema = dir.join("schema.json");
+    let key = "a_rather_long_property_name";
+    std::fs::write(
+        &schema,
+        format!(r#"{{"type":"object","properties":{{"{key}":{{"type":"string"}}}},"required":["{key}"]}}"#),
+    )
+    .unwrap();
+    let (out, sub, s) = (dir.join("c.jsonl"), dir.join("sub").display().to_string(), schema.display().to_string());
+    let o = out.display().to_string();
+    std::fs::write(&out, "").unwrap();
+    for args in [vec!["--json-schema", &s], vec!["--ctx", "64"]] {
+        let all = [vec![sub.as_str(), "-o", &o, "--resume"], args.clone()].concat();
+        let run = caption(&all, &model);
+        let err = String::from_utf8_lossy(&run.stderr);
+        assert_eq!(run.status.code(), Some(2), "{args:?}: {err}");
+        assert!(err.contains("every image would fail") && err.contains("nothing was captioned"), "{err}");
+        assert!(!err.contains("[1/2]"), "no image was tried: {err}");
+        assert_eq!(std::fs::read_to_string(&out).unwrap(), "", "{args:?}: nothing written");
+    }
+    // Fixed, the same output resumes and captions both.
+    let run = caption(&[&sub, "-o", &o, "--resume", "--json-schema", &s, "-n", "64"], &model);
+    assert_eq!(run.status.code(), Some(0), "{}", String::from_utf8_lossy(&run.stderr));
+    assert_eq!(lines(&out).len(), 2);
+    // describe: one refusal, no image tried.
+    let m = model.join("qwen3vl-tiny-F16.gguf");
+    let mm = model.join("mmproj-qwen3vl-tiny-F16.gguf");
+    let a = dir.join("sub/a.png").display().to_string();
+    let run = Command::new(env!("CARGO_BIN_EXE_hrx"))
+        .args(["describe", &a, &a, "-m", m.to_str().unwrap(), "--mmproj", mm.to_str().unwrap()])
+        .args(["-n", "3", "--json-schema", &s])
+        .output()
+        .unwrap();
+    let err = String::from_utf8_lossy(&run.stderr);
+    assert_eq!(run.status.code(), Some(2), "{err}");
+    assert_eq!(err.matches("every image would fail").count(), 1, "{err}");
+    assert!(run.stdout.is_empty());
+    std::fs::remove_dir_all(&dir).unwrap();
+}
+
+/// Two runs on one output (cron overlapping a slow night): the second is refused with exit 4
+/// naming the process that writes it, or with --wait starts when the first ends.
+#[test]
+fn one_run_writes_an_output_at_a_time() {
+    let Some(oracle) = common::oracle() else { return };
+    let model = oracle.join("models/tiny");
+    let dir = scratch("lock");
+    std::fs::copy(oracle.join("images/tiny-40x30.png"), dir.join("sub/a.png")).unwrap();
+    let (out, sub) = (dir.join("c.jsonl"), dir.join("sub").display().to_string());
+    let o = out.display().to_string();
+    // This test process holds the output as a running caption job would.
+    let held = std::fs::OpenOptions::new().append(true).create(true).open(&out).unwrap();
+    held.try_lock().unwrap();
+    let run = caption(&[&sub, "-o", &o, "--resume"], &model);
+    let err = String::from_utf8_lossy(&run.stderr);
+    assert_eq!(run.status.code(), Some(4), "{err}");
+    assert!(err.contains(&format!("is being written by process {}", std::process::id())), "{err}");
+    assert_eq!(std::fs::read_to_string(&out).unwrap(), "", "nothing written");
+    // --wait: waits while the output is held, then captions.
+    let m = model.join("qwen3vl-tiny-F16.gguf");
+    let mm = model.join("mmproj-qwen3vl-tiny-F16.gguf");
+    let mut waiting = Command::new(env!("CARGO_BIN_EXE_hrx"))
+        .args(["caption", &sub, "-o", &o, "--resume", "--wait", "-n", "3", "--batch", "1"])
+        .args(["-m", m.to_str().unwrap(), "--mmproj", mm.to_str().unwrap()])
+        .stderr(std::process::Stdio::piped())
+        .spawn()
+        .unwrap();
+    std::thread::sleep(std::time::Duration::from_millis(1500));
+    assert!(waiting.try_wait().unwrap().is_none(), "--wait waits while the output is held");
+    drop(held);
+    let done = waiting.wait_with_output().unwrap();
+    let err = String::from_utf8_lossy(&done.stderr);
+    assert_eq!(done.status.code(), Some(0), "{err}");
+    assert!(err.contains("waiting for it"), "{err}");
+    assert_eq!(lines(&out).len(), 1);
     std::fs::remove_dir_all(&dir).unwrap();
 }

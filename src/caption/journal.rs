@@ -48,28 +48,64 @@ pub fn recorded(path: &Path) -> io::Result<Recorded> {
     Ok(seen)
 }
 
+/// The output of a run, held by it alone: an exclusive advisory lock on the file, released
+/// when the journal is dropped (or the process dies).
 pub struct Journal {
     file: File,
 }
 
+/// Why the output could not be opened for this run.
+#[derive(Debug)]
+pub enum OpenError {
+    /// Another run holds it: who, where the system says.
+    Busy(Option<String>),
+    Io(io::Error),
+}
+
+impl From<io::Error> for OpenError {
+    fn from(e: io::Error) -> Self {
+        OpenError::Io(e)
+    }
+}
+
 impl Journal {
-    /// Starts the file anew, or with `append` adds to it. A last line without its newline (a
-    /// job killed while writing it) is cut off first, in one truncation; returns how many
-    /// bytes that removed.
-    pub fn open(path: &Path, append: bool) -> io::Result<(Journal, u64)> {
-        if !append {
-            return Ok((Journal { file: File::create(path)? }, 0));
+    /// Opens the output at `path` (created if missing; nothing in it changed yet) and locks
+    /// it: another run on the same output is `Busy`, or with `wait` is waited for (`waiting`
+    /// called first with who holds it).
+    pub fn lock(path: &Path, wait: bool, waiting: impl FnOnce(Option<String>)) -> Result<Journal, OpenError> {
+        let file = OpenOptions::new().read(true).append(true).create(true).open(path)?;
+        match file.try_lock() {
+            Ok(()) => {}
+            Err(std::fs::TryLockError::WouldBlock) => {
+                let holder = holder(&file);
+                if !wait {
+                    return Err(OpenError::Busy(holder));
+                }
+                waiting(holder);
+                file.lock()?;
+            }
+            Err(std::fs::TryLockError::Error(e)) => return Err(e.into()),
         }
-        let mut file = OpenOptions::new().read(true).append(true).create(true).open(path)?;
-        let len = file.metadata()?.len();
+        Ok(Journal { file })
+    }
+
+    /// Starts the output anew, or with `resume` keeps it, cutting off a last line without
+    /// its newline (a job killed while writing it) in one truncation; returns how many bytes
+    /// that removed.
+    pub fn start(&mut self, resume: bool) -> io::Result<u64> {
+        let len = self.file.metadata()?.len();
+        if !resume {
+            self.file.set_len(0)?;
+            return Ok(0);
+        }
         // The torn line is at most the bytes after the last newline: read back until one.
         let mut end = len;
         let mut chunk = vec![0u8; 4096];
         while end > 0 {
             let start = end.saturating_sub(chunk.len() as u64);
             let part = &mut chunk[..(end - start) as usize];
-            file.seek(SeekFrom::Start(start))?;
-            file.read_exact(part)?;
+            self.file.seek(SeekFrom::Start(start))?;
+            self.file.read_exact(part)?;
             match part.iter().rposition(|&b| b == b'\n') {
                 Some(i) => {
                     end = start + i as u64 + 1;
@@ -79,9 +115,9 @@ impl Journal {
             }
         }
         if end < len {
-            file.set_len(end)?;
+            self.file.set_len(end)?;
         }
-        Ok((Journal { file }, len - end))
+        Ok(len - end)
     }
 
     /// Writes one line and flushes it.
@@ -93,9 +129,40 @@ impl Journal {
     }
 }
 
+/// The process that holds a lock on `file`, as Linux's /proc/locks and the process's command
+/// line tell ("process 41 (hrx caption ...)"); None where they do not (another system, a
+/// sandbox that hides other processes).
+fn holder(file: &File) -> Option<String> {
+    use std::os::unix::fs::MetadataExt;
+    let m = file.metadata().ok()?;
+    let dev = m.dev();
+    // st_dev's major and minor numbers, as the kernel prints them there.
+    let (major, minor) = (((dev >> 8) & 0xfff) | ((dev >> 32) & !0xfff), (dev & 0xff) | ((dev >> 12) & !0xff));
+    let inode = format!("{major:02x}:{minor:02x}:{}", m.ino());
+    let locks = std::fs::read_to_string("/proc/locks").ok()?;
+    // "1: FLOCK  ADVISORY  WRITE 41 08:01:1234 0 EOF"; a waiter's line has "->" after its number.
+    let pid = locks.lines().find_map(|line| {
+        let fields: Vec<&str> = line.split_whitespace().collect();
+        (fields.get(1) == Some(&"FLOCK") && fields.get(5) == Some(&inode.as_str())).then(|| fields[4].to_owned())
+    })?;
+    let cmdline = std::fs::read(format!("/proc/{pid}/cmdline")).unwrap_or_default();
+    let words: Vec<String> =
+        cmdline.split(|&b| b == 0).filter(|w| !w.is_empty()).map(|w| String::from_utf8_lossy(w).into_owned()).collect();
+    Some(match words.is_empty() {
+        true => format!("process {pid}"),
+        false => format!("process {pid} ({})", words.join(" ")),
+    })
+}
+
 #[cfg(test)]
 mod tests {
     use super::*;
+
+    fn open(path: &Path, resume: bool) -> (Journal, u64) {
+        let mut j = Journal::lock(path, false, |_| {}).unwrap();
+        let cut = j.start(resume).unwrap();
+        (j, cut)
+    }
 
     #[test]
     fn resume_reads_captions_and_failures_and_cuts_a_torn_line() {
@@ -107,9 +174,10 @@ mod tests {
         let seen = recorded(&path).unwrap();
         assert_eq!(seen.captioned, HashSet::from(["a.png".to_string()]));
         assert_eq!(seen.failed, HashSet::from(["b.png".to_string()]));
-        let (mut j, cut) = Journal::open(&path, true).unwrap();
+        let (mut j, cut) = open(&path, true);
         assert_eq!(cut, torn.len() as u64);
         j.record(&Json::obj([("image", Json::str("b.png")), ("caption", Json::str("y"))])).unwrap();
+        drop(j);
         let text = std::fs::read_to_string(&path).unwrap();
         assert_eq!(text, format!("{whole}{{\"image\":\"b.png\",\"caption\":\"y\"}}\n"));
         // Captioned after failing: no longer a failure.
@@ -118,11 +186,39 @@ mod tests {
         assert!(seen.failed.is_empty());
         // A file that is one torn line, and one without any newline in its last 4 KiB.
         std::fs::write(&path, "x".repeat(5000)).unwrap();
-        assert_eq!(Journal::open(&path, true).unwrap().1, 5000);
+        assert_eq!(open(&path, true).1, 5000);
         assert_eq!(std::fs::metadata(&path).unwrap().len(), 0);
-        Journal::open(&path, false).unwrap();
+        std::fs::write(&path, whole).unwrap();
+        open(&path, false);
         assert_eq!(recorded(&path).unwrap(), Recorded::default());
         std::fs::remove_file(&path).unwrap();
         assert_eq!(recorded(&path).unwrap(), Recorded::default(), "a missing file records nothing");
+    }
+
+    /// One run holds an output at a time: a second is refused and told who holds it, or
+    /// waits; the lock goes with the first journal.
+    #[test]
+    fn a_second_run_on_the_same_output_is_refused_or_waits() {
+        let path = std::env::temp_dir().join(format!("hrx-journal-lock-{}.jsonl", std::process::id()));
+        let first = Journal::lock(&path, false, |_| {}).unwrap();
+        match Journal::lock(&path, false, |_| {}) {
+            Err(OpenError::Busy(Some(who))) => {
+                assert!(who.contains(&format!("process {}", std::process::id())), "{who}")
+            }
+            other => panic!("{:?}", other.map(|_| ())),
+        }
+        let waiter = std::thread::spawn({
+            let path = path.clone();
+            move || {
+                let mut told = None;
+                Journal::lock(&path, true, |who| told = Some(who)).map(|_| told)
+            }
+        });
+        std::thread::sleep(std::time::Duration::from_millis(200));
+        assert!(!waiter.is_finished(), "the second run waits while the first holds the output");
+        drop(first);
+        let told = waiter.join().unwrap().unwrap();
+        assert!(told.is_some(), "the waiter was told it waits");
+        std::fs::remove_file(&path).unwrap();
     }
 }

@@ -5,7 +5,7 @@ use super::describe::{answer_json, DescriberFlags};
 use super::flags::{self, json_schema_help, Flag, Help, BATCH, PROMPT, SYSTEM};
 use super::{CliError, Command};
 use crate::caption::discover::find_images;
-use crate::caption::journal::{self, Journal};
+use crate::caption::journal::{self, Journal, OpenError};
 use crate::cli::args::Args;
 use crate::json::Json;
 use crate::runtime::batch::{Batch, Finished, Quiet, Start, Started, Stepped};
@@ -25,6 +25,7 @@ fn help() -> String {
         RESUME.help("keep FILE and skip the images it already has a caption or an error for"),
         OVERWRITE.help("start FILE anew even if it holds captions"),
         RETRY_FAILED.help("with --resume, caption again the images FILE has only errors for"),
+        WAIT.help("when another run is writing FILE, wait for it to end (default: exit 4 at once)"),
         PROMPT.help("what to ask (default: \"Describe this image.\")"),
         SYSTEM.help("a system turn"),
         json_schema_help(),
@@ -56,11 +57,17 @@ fn help() -> String {
                 the models are loaded again on a new device (after three losses in ten minutes, on\n\
                 the CPU) and the images under way are captioned again.\n\
                 Progress and a summary go to standard error.\n\
+                One run writes FILE at a time (an advisory lock, held until the run ends): a run that\n\
+                finds it held says which process holds it and exits 4, or waits with --wait.\n\
+                Before any image, a job that every image would fail is refused (exit 2, FILE left as\n\
+                it was): a prompt that does not fit --ctx even with the smallest image, or a\n\
+                --json-schema whose shortest document does not fit -n.\n\
                 exit codes: 0 the run captioned everything it tried (or there was nothing left to do,\n\
                 no image found included); 3 it finished, and some images failed in this run (see their\n\
                 lines in FILE); 1 it could not run (model, output file); 2 a wrong command line, an input\n\
                 that is missing, unreadable or not a regular file or folder (on every run: nothing is\n\
-                written), or an output that holds captions without --resume or --overwrite.",
+                written), an output that holds captions without --resume or --overwrite, or a job\n\
+                every image would fail; 4 another run is writing FILE.",
         options,
         footer: "examples:\n  hrx caption photos/ -o captions.jsonl\n  hrx caption @new-files.txt -o captions.jsonl --resume -p 'One sentence alt text.'",
     }
@@ -71,6 +78,7 @@ const OUTPUT: Flag = Flag { names: &["-o", "--output"], value: "FILE" };
 const RESUME: Flag = Flag { names: &["--resume"], value: "" };
 const RETRY_FAILED: Flag = Flag { names: &["--retry-failed"], value: "" };
 const OVERWRITE: Flag = Flag { names: &["--overwrite"], value: "" };
+const WAIT: Flag = Flag { names: &["--wait"], value: "" };
 
 pub const COMMAND: Command =
     Command { name: "caption", summary: "caption a batch of images into JSON Lines", help, run };
@@ -83,6 +91,7 @@ fn run(mut args: Args, _out: &mut dyn Write) -> Result<(), CliError> {
         return Err(CliError::usage("--retry-failed goes with --resume"));
     }
     let overwrite = OVERWRITE.present(&mut args);
+    let wait = WAIT.present(&mut args);
     if overwrite && resume {
         return Err(CliError::usage("--overwrite and --resume disagree: give one"));
     }
@@ -108,6 +117,17 @@ fn run(mut args: Args, _out: &mut dyn Write) -> Result<(), CliError> {
         eprintln!("hrx caption: no images found in {}: nothing to do", inputs.join(" "));
         return Ok(());
     }
+    let mut journal = Journal::lock(&output, wait, |who| {
+        eprintln!("hrx caption: {} is being written by {}: waiting for it", output.display(), holder_name(who))
+    })
+    .map_err(|e| match e {
+        OpenError::Busy(who) => CliError::Busy(format!(
+            "{} is being written by {} (--wait waits for it)",
+            output.display(),
+            holder_name(who)
+        )),
+        OpenError::Io(e) => in_output(e),
+    })?;
     // A file of captions is not cut to nothing by a run that forgot --resume.
     let holds = std::fs::metadata(&output).is_ok_and(|m| m.len() > 0);
     if holds && !resume && !overwrite {
@@ -131,13 +151,6 @@ fn run(mut args: Args, _out: &mut dyn Write) -> Result<(), CliError> {
         true
     };
     let todo: Vec<&PathBuf> = found.images.iter().filter(|path| !skip(path)).collect();
-    let (mut journal, cut) = Journal::open(&output, resume).map_err(in_output)?;
-    if cut > 0 {
-        eprintln!(
-            "hrx caption: removed the last line of {}, cut short ({cut} bytes) by a killed job",
-            output.display()
-        );
-    }
     eprintln!(
         "hrx caption: {} images to caption, {} already in {}{}",
         todo.len(),
@@ -148,8 +161,24 @@ fn run(mut args: Args, _out: &mut dyn Write) -> Result<(), CliError> {
             n => format!(" ({n} with errors, not retried without --retry-failed)"),
         }
     );
-    if !todo.is_empty() {
-        let (mut d, n_seq) = flags.load_batched(batch, &BATCH)?;
+    // The model, and a job every image would fail refused, before the output changes.
+    let loaded = match todo.is_empty() {
+        true => None,
+        false => {
+            let (d, n_seq) = flags.load_batched(batch, &BATCH)?;
+            d.check_job(&prompt, system.as_deref(), &flags.config)
+                .map_err(|e| CliError::usage(format!("every image would fail: {e}; nothing was captioned")))?;
+            Some((d, n_seq))
+        }
+    };
+    let cut = journal.start(resume).map_err(in_output)?;
+    if cut > 0 {
+        eprintln!(
+            "hrx caption: removed the last line of {}, cut short ({cut} bytes) by a killed job",
+            output.display()
+        );
+    }
+    if let Some((mut d, n_seq)) = loaded {
         tally.batch = n_seq;
         d.set_progress(super::describe::stderr_notice());
         let job = Job { prompt: &prompt, system: system.as_deref(), config: &flags.config };
@@ -386,6 +415,11 @@ impl Job<'_> {
 /// "ETA 2 min" for a job of 3 s.)
 fn eta(busy: f64, finished: usize, left: usize, sequences: usize) -> f64 {
     busy / finished.max(1) as f64 * left as f64 / sequences.max(1) as f64
+}
+
+/// The process holding an output, as the system names it.
+fn holder_name(who: Option<String>) -> String {
+    who.unwrap_or_else(|| "another process".to_owned())
 }
 
 /// Threads reading and preprocessing images ahead of the model (at most).

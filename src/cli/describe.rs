@@ -36,7 +36,9 @@ fn help() -> String {
                 (EXIF orientation applied), WebP. Transparent pixels are composited on white, as\n\
                 the model's own processor does. A bad image is reported (exit code 1 at the end)\n\
                 and the next one is still described. IMAGE `-` is read from standard input (once,\n\
-                within the --max-image-mp and file size limits).\n\
+                within the --max-image-mp and file size limits). Options every image would fail with\n\
+                (a prompt that does not fit --ctx even with the smallest image, a --json-schema\n\
+                whose shortest document does not fit -n) are refused before any image: exit code 2.\n\
                 \n\
                 Without -m, the default model of models.toml is looked for in ./models,\n\
                 $HRX_MODELS, ~/.local/share/hrx/models and /var/lib/hrx/models (`hrx models`\n\
@@ -194,6 +196,9 @@ fn run(mut args: Args, out: &mut dyn Write) -> Result<(), CliError> {
     let mut d = flags.load()?;
     d.set_progress(stderr_notice());
     let config = flags.config;
+    // A configuration every image would fail is one error, before any image.
+    d.check_job(&prompt, system.as_deref(), &config)
+        .map_err(|e| CliError::usage(format!("every image would fail: {e}")))?;
     let mut failures = 0;
     for file in &files {
         match describe_one(&mut d, file, &prompt, system.as_deref(), &config, json, out) {

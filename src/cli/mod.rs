@@ -82,6 +82,9 @@ pub enum CliError {
     Quiet(String),
     /// A batch that finished with some items failed (each reported): exit code 3.
     Partial(String),
+    /// What the command would write is another run's for now (a caption job's output): exit
+    /// code 4.
+    Busy(String),
 }
 
 impl CliError {
@@ -89,12 +92,13 @@ impl CliError {
         CliError::Usage { message: message.into(), command: None }
     }
 
-    /// Exit code: 2 for a wrong command line, 3 for a batch finished with failures, 1 for
-    /// everything else.
+    /// Exit code: 2 for a wrong command line, 3 for a batch finished with failures, 4 for an
+    /// output another run holds, 1 for everything else.
     pub fn exit_code(&self) -> u8 {
         match self {
             CliError::Usage { .. } => 2,
             CliError::Partial(_) => 3,
+            CliError::Busy(_) => 4,
             _ => 1,
         }
     }
@@ -118,7 +122,11 @@ impl fmt::Display for CliError {
             CliError::Runtime(e) => write!(f, "{e}"),
             CliError::Catalog(e) => write!(f, "{e}"),
             CliError::NotTheModel(e) => write!(f, "{e}"),
-            CliError::Failed(m) | CliError::NoModel(m) | CliError::Quiet(m) | CliError::Partial(m) => f.write_str(m),
+            CliError::Failed(m)
+            | CliError::NoModel(m)
+            | CliError::Quiet(m)
+            | CliError::Partial(m)
+            | CliError::Busy(m) => f.write_str(m),
         }
     }
 }
@@ -135,7 +143,8 @@ impl std::error::Error for CliError {
             | CliError::Failed(_)
             | CliError::NoModel(_)
             | CliError::Quiet(_)
-            | CliError::Partial(_) => None,
+            | CliError::Partial(_)
+            | CliError::Busy(_) => None,
         }
     }
 }

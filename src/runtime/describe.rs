@@ -2,7 +2,7 @@
 //! it with the vision tower, place its tokens in the chat template, and generate.
 
 use super::chat::{self, Content, Message};
-use super::generate::{generate, Delta, GenerateConfig, Generation};
+use super::generate::{answer_budget, generate, Delta, GenerateConfig, Generation};
 use super::progress::Notice;
 use super::session::{PromptPiece, Session};
 use super::text_model::{TextFile, TextModel, TextOptions};
@@ -349,6 +349,34 @@ impl Describer {
         let (h, w) =
             image::smart_resize(height, width, factor, c.min_pixels, c.max_pixels).map_err(|e| e.named(name))?;
         Ok((h / factor) * (w / factor))
+    }
+
+    /// The fewest prompt tokens an image can take. The processor resizes an image under
+    /// `min_pixels` up, its grid then covering at least that many pixels, and one over
+    /// `max_pixels` down, each side floored to the grid: then at least half of `max_pixels` less
+    /// one cell, whatever the aspect. Images in between keep at least `min_pixels`.
+    pub fn min_image_tokens(&self) -> Result<usize, RuntimeError> {
+        let c = self.preprocess_config(self.images.max_pixels)?;
+        let cell = (c.patch_size * c.merge_size).pow(2).max(1);
+        let resized_up = c.min_pixels.div_ceil(cell);
+        let resized_down = (c.max_pixels / 2).saturating_sub(cell) / cell;
+        Ok(resized_up.min(resized_down).max(1))
+    }
+
+    /// Refuses, before any image is read, a job of one-image turns of `text` (after `system`)
+    /// that every image would fail: a prompt that does not fit the context even with the
+    /// smallest image, or a JSON answer that could not close within what the token limit and
+    /// the context then leave it.
+    pub fn check_job(&self, text: &str, system: Option<&str>, config: &GenerateConfig) -> Result<(), RuntimeError> {
+        let (ids, pad) = self.template_ids(&user_turn(1, text, system))?;
+        let pads = ids.iter().filter(|&&id| id == pad).count();
+        let needed = ids.len() - pads + pads * self.min_image_tokens()?;
+        let n_ctx = self.text.options().n_ctx;
+        if needed > n_ctx {
+            return Err(RuntimeError::ContextFull { needed, n_ctx });
+        }
+        answer_budget(config, self.text.tokenizer(), needed, n_ctx)?;
+        Ok(())
     }
 
     /// The prompt tokens of a conversation whose images (its `Content::Image`s, in order) have

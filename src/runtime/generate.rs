@@ -148,6 +148,33 @@ pub struct Made {
     pub stop: StopReason,
 }
 
+/// The tokens an answer after a prompt of `n_prompt` slots may have in a sequence of `n_ctx`
+/// (every sampled token takes a slot but the last), and its JSON document where `config` asks
+/// for one; an error where the document could not close within them, whatever was sampled.
+pub fn answer_budget<'a>(
+    config: &GenerateConfig,
+    tokenizer: &'a Tokenizer,
+    n_prompt: usize,
+    n_ctx: usize,
+) -> Result<(usize, Option<Document<'a>>), RuntimeError> {
+    let budget = config.max_new_tokens.min(n_ctx.saturating_sub(n_prompt) + 1);
+    let document = config.json.as_ref().map(|c| c.start(tokenizer));
+    if let Some(d) = &document {
+        if !config.stop_strings.is_empty() {
+            return Err(RuntimeError::Usage(
+                "stop strings cannot go with a JSON schema: one could cut the document".into(),
+            ));
+        }
+        if d.close_len() > budget {
+            return Err(RuntimeError::Usage(format!(
+                "the shortest JSON document of the schema takes up to {} tokens, and the answer may have {budget} (raise the token limit)",
+                d.close_len()
+            )));
+        }
+    }
+    Ok((budget, document))
+}
+
 impl<'a> Decoding<'a> {
     /// The state after a prompt of `n_prompt` slots, whose text tokens were `history`, in a
     /// sequence of `n_ctx` slots, with the vocabulary of the model in `file`.
@@ -158,23 +185,7 @@ impl<'a> Decoding<'a> {
         n_prompt: usize,
         n_ctx: usize,
     ) -> Result<Decoding<'a>, RuntimeError> {
-        // A JSON answer must close within what the limit and the context leave: every sampled
-        // token takes a slot but the last.
-        let budget = config.max_new_tokens.min(n_ctx.saturating_sub(n_prompt) + 1);
-        let document = config.json.as_ref().map(|c| c.start(tokenizer));
-        if let Some(d) = &document {
-            if !config.stop_strings.is_empty() {
-                return Err(RuntimeError::Usage(
-                    "stop strings cannot go with a JSON schema: one could cut the document".into(),
-                ));
-            }
-            if d.close_len() > budget {
-                return Err(RuntimeError::Usage(format!(
-                    "the shortest JSON document of the schema takes up to {} tokens, and the answer may have {budget} (raise the token limit)",
-                    d.close_len()
-                )));
-            }
-        }
+        let (budget, document) = answer_budget(&config, tokenizer, n_prompt, n_ctx)?;
         Ok(Decoding {
             tokenizer,
             file: file.to_owned(),
