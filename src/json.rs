@@ -27,6 +27,14 @@ impl Json {
         Json::Str(s.into())
     }
 
+    /// The value of `key` in an object (its first).
+    pub fn get(&self, key: &str) -> Option<&Json> {
+        match self {
+            Json::Obj(fields) => fields.iter().find(|(k, _)| k == key).map(|(_, v)| v),
+            _ => None,
+        }
+    }
+
     /// Compact text.
     pub fn to_string_compact(&self) -> String {
         let mut out = String::new();

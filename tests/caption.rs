@@ -324,3 +324,164 @@ fn one_run_writes_an_output_at_a_time() {
     assert_eq!(lines(&out).len(), 1);
     std::fs::remove_dir_all(&dir).unwrap();
 }
+
+/// `--sidecar txt`: each caption beside its image as the JSON Lines record says it; an image
+/// with a sidecar already is left alone (skip, the default), or its sidecar gets the caption
+/// added (append) or replaced (overwrite); two images that would share one are refused.
+#[test]
+fn sidecars_hold_the_captions_as_each_mode_says() {
+    let Some(oracle) = common::oracle() else { return };
+    let model = oracle.join("models/tiny");
+    let dir = scratch("sidecar");
+    std::fs::copy(oracle.join("images/tiny-40x30.png"), dir.join("sub/a.png")).unwrap();
+    std::fs::copy(oracle.join("images/gray-256x256.png"), dir.join("sub/b.png")).unwrap();
+    std::fs::write(dir.join("sub/b.txt"), "written by a person\n").unwrap();
+    let (out, sub) = (dir.join("c.jsonl"), dir.join("sub").display().to_string());
+    let o = out.display().to_string();
+    let run = caption(&[&sub, "-o", &o, "--sidecar", "txt"], &model);
+    let err = String::from_utf8_lossy(&run.stderr);
+    assert_eq!(run.status.code(), Some(0), "{err}");
+    assert!(err.contains("1 captioned, 0 failed, 0 skipped, 1 with a sidecar already"), "{err}");
+    let records = lines(&out);
+    assert_eq!(records.len(), 1);
+    let caption_of = |v: &JsonValue| field(v, "caption").and_then(|c| c.get::<String>()).unwrap().clone();
+    let a = caption_of(&records[0]);
+    assert_eq!(std::fs::read_to_string(dir.join("sub/a.txt")).unwrap(), format!("{a}\n"));
+    assert_eq!(std::fs::read_to_string(dir.join("sub/b.txt")).unwrap(), "written by a person\n", "left alone");
+    // append: the person's text, then the caption; a second run adds nothing it has.
+    for _ in 0..2 {
+        let run = caption(&[&sub, "-o", &o, "--overwrite", "--sidecar", "txt", "--sidecar-mode", "append"], &model);
+        assert_eq!(run.status.code(), Some(0), "{}", String::from_utf8_lossy(&run.stderr));
+    }
+    let b = lines(&out).iter().find(|r| image_of(r).ends_with("b.png")).map(caption_of).unwrap();
+    assert_eq!(std::fs::read_to_string(dir.join("sub/b.txt")).unwrap(), format!("written by a person\n{b}\n"));
+    assert_eq!(std::fs::read_to_string(dir.join("sub/a.txt")).unwrap(), format!("{a}\n"));
+    let run = caption(&[&sub, "-o", &o, "--overwrite", "--sidecar", "txt", "--sidecar-mode", "overwrite"], &model);
+    assert_eq!(run.status.code(), Some(0));
+    assert_eq!(std::fs::read_to_string(dir.join("sub/b.txt")).unwrap(), format!("{b}\n"));
+    // Flags it does not take, and a.png beside a.jpg.
+    for (args, says) in [
+        (vec!["--sidecar", "json"], "--sidecar json: one of txt|xmp"),
+        (vec!["--sidecar-mode", "append"], "--sidecar-mode goes with --sidecar"),
+        (vec!["--sidecar", "txt", "--sidecar-mode", "merge"], "--sidecar-mode merge: one of"),
+    ] {
+        let run = caption(&[[sub.as_str(), "-o", &o, "--overwrite"].as_slice(), &args].concat(), &model);
+        assert_eq!(run.status.code(), Some(2));
+        assert!(String::from_utf8_lossy(&run.stderr).contains(says), "{says}");
+    }
+    std::fs::copy(dir.join("sub/a.png"), dir.join("sub/a.jpg")).unwrap();
+    let before = std::fs::read_to_string(&out).unwrap();
+    let run = caption(&[&sub, "-o", &o, "--resume", "--sidecar", "txt"], &model);
+    assert_eq!(run.status.code(), Some(2));
+    assert!(String::from_utf8_lossy(&run.stderr).contains("would share the sidecar"));
+    assert_eq!(std::fs::read_to_string(&out).unwrap(), before);
+    std::fs::remove_dir_all(&dir).unwrap();
+}
+
+/// `--sidecar xmp` with a schema that has tags: an XMP packet an XML parser (xmllint) accepts,
+/// the answer's description as dc:description and its tags as dc:subject.
+#[test]
+fn an_xmp_sidecar_is_xml_with_the_description_and_tags() {
+    let Some(oracle) = common::oracle() else { return };
+    let model = oracle.join("models/tiny");
+    let dir = scratch("xmp");
+    std::fs::copy(oracle.join("images/tiny-40x30.png"), dir.join("sub/a.png")).unwrap();
+    let schema = dir.join("schema.json");
+    std::fs::write(
+        &schema,
+        r#"{"type":"object","properties":{"description":{"type":"string","maxLength":12},"tags":{"type":"array","items":{"type":"string","maxLength":6},"minItems":2,"maxItems":2}},"required":["description","tags"]}"#,
+    )
+    .unwrap();
+    let (out, sub) = (dir.join("c.jsonl"), dir.join("sub").display().to_string());
+    let args = [&sub, "-o", out.to_str().unwrap(), "--sidecar", "xmp", "--json-schema", schema.to_str().unwrap()];
+    let run = caption(&[args.as_slice(), &["-n", "200"]].concat(), &model);
+    assert_eq!(run.status.code(), Some(0), "{}", String::from_utf8_lossy(&run.stderr));
+    let record = &lines(&out)[0];
+    let answer = field(record, "json").unwrap();
+    let description = field(answer, "description").and_then(|d| d.get::<String>()).unwrap();
+    let tags: Vec<String> = field(answer, "tags")
+        .and_then(|t| t.get::<Vec<JsonValue>>())
+        .unwrap()
+        .iter()
+        .map(|t| t.get::<String>().unwrap().clone())
+        .collect();
+    let xmp = dir.join("sub/a.xmp");
+    let lint = Command::new("xmllint").args(["--noout", xmp.to_str().unwrap()]).output();
+    let lint = lint.expect("xmllint (Debian's libxml2-utils; scripts/test installs it)");
+    assert!(lint.status.success(), "{}", String::from_utf8_lossy(&lint.stderr));
+    let xpath = |path: &str| {
+        let q = Command::new("xmllint").args(["--xpath", path, xmp.to_str().unwrap()]).output().unwrap();
+        // xmllint ends what it prints with a newline.
+        let text = String::from_utf8(q.stdout).unwrap();
+        text.strip_suffix('\n').unwrap_or(&text).to_owned()
+    };
+    let rdf = "*[local-name()='RDF']/*[local-name()='Description']";
+    let got = xpath(&format!("string(/*/{rdf}/*[local-name()='description']/*/*[local-name()='li'])"));
+    assert_eq!(&got, description);
+    let subjects: Vec<String> = (1..=tags.len())
+        .map(|i| xpath(&format!("string(/*/{rdf}/*[local-name()='subject']/*/*[local-name()='li'][{i}])")))
+        .collect();
+    assert_eq!(subjects, tags);
+    std::fs::remove_dir_all(&dir).unwrap();
+}
+
+/// A job killed (SIGKILL) while it writes sidecars leaves none half written: every sidecar
+/// there is the caption its image gets, and a resumed run completes the rest.
+#[cfg(unix)]
+#[test]
+fn a_killed_job_leaves_no_partial_sidecar() {
+    let Some(oracle) = common::oracle() else { return };
+    let model = oracle.join("models/tiny");
+    let dir = scratch("killed");
+    for i in 0..40 {
+        std::fs::copy(oracle.join("images/gray-256x256.png"), dir.join(format!("sub/{i:02}.png"))).unwrap();
+    }
+    let (out, sub) = (dir.join("c.jsonl"), dir.join("sub").display().to_string());
+    let o = out.display().to_string();
+    let m = model.join("qwen3vl-tiny-F16.gguf");
+    let mm = model.join("mmproj-qwen3vl-tiny-F16.gguf");
+    let mut job = Command::new(env!("CARGO_BIN_EXE_hrx"))
+        .args(["caption", &sub, "-o", &o, "--sidecar", "txt", "-n", "24", "--ignore-eos", "--batch", "1"])
+        .args(["-m", m.to_str().unwrap(), "--mmproj", mm.to_str().unwrap()])
+        .stderr(std::process::Stdio::null())
+        .spawn()
+        .unwrap();
+    // Killed once some sidecars are there (or after 20 s, whatever it has done).
+    let t = std::time::Instant::now();
+    while t.elapsed() < std::time::Duration::from_secs(20) {
+        let written = std::fs::read_dir(dir.join("sub"))
+            .unwrap()
+            .filter(|e| e.as_ref().unwrap().path().extension().is_some_and(|x| x == "txt"));
+        if written.count() >= 5 {
+            break;
+        }
+        std::thread::sleep(std::time::Duration::from_millis(5));
+    }
+    job.kill().unwrap();
+    job.wait().unwrap();
+    let before: Vec<(PathBuf, String)> = std::fs::read_dir(dir.join("sub"))
+        .unwrap()
+        .map(|e| e.unwrap().path())
+        .filter(|p| p.extension().is_some_and(|x| x == "txt"))
+        .map(|p| (p.clone(), std::fs::read_to_string(&p).unwrap()))
+        .collect();
+    assert!(!before.is_empty(), "the job was killed before it wrote a sidecar");
+    // Greedy decoding: the same caption for every copy of one image.
+    let run = caption(&[&sub, "-o", &o, "--resume", "--sidecar", "txt", "-n", "24"], &model);
+    assert_eq!(run.status.code(), Some(0), "{}", String::from_utf8_lossy(&run.stderr));
+    let want = field(&lines(&out)[0], "caption").and_then(|c| c.get::<String>()).unwrap().clone();
+    for (path, text) in &before {
+        assert_eq!(text, &format!("{want}\n"), "{} was whole when the job was killed", path.display());
+    }
+    for i in 0..40 {
+        let text = std::fs::read_to_string(dir.join(format!("sub/{i:02}.txt"))).unwrap();
+        assert_eq!(text, format!("{want}\n"));
+    }
+    let stray: Vec<_> = std::fs::read_dir(dir.join("sub"))
+        .unwrap()
+        .map(|e| e.unwrap().file_name().to_string_lossy().into_owned())
+        .filter(|n| !n.ends_with(".png") && !n.ends_with(".txt"))
+        .collect();
+    assert!(stray.len() <= 1, "at most the killed write's temporary file: {stray:?}");
+    std::fs::remove_dir_all(&dir).unwrap();
+}

@@ -1,5 +1,7 @@
 //! Batch captioning (`hrx caption`): finding the images of a job and the JSON Lines file that
-//! records each result as soon as it is known, so a killed job resumes where it stopped.
+//! records each result as soon as it is known, so a killed job resumes where it stopped; the
+//! sidecar files other tools read.
 
 pub mod discover;
 pub mod journal;
+pub mod sidecar;

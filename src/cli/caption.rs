@@ -6,6 +6,7 @@ use super::flags::{self, json_schema_help, Flag, Help, BATCH, PROMPT, SYSTEM};
 use super::{CliError, Command};
 use crate::caption::discover::find_images;
 use crate::caption::journal::{self, Journal, OpenError};
+use crate::caption::sidecar::{Caption, Format, Mode, Sidecars};
 use crate::cli::args::Args;
 use crate::json::Json;
 use crate::runtime::batch::{Batch, Finished, Quiet, Start, Started, Stepped};
@@ -26,6 +27,16 @@ fn help() -> String {
         OVERWRITE.help("start FILE anew even if it holds captions"),
         RETRY_FAILED.help("with --resume, caption again the images FILE has only errors for"),
         WAIT.help("when another run is writing FILE, wait for it to end (default: exit 4 at once)"),
+        SIDECAR.help(
+            "also write each caption beside its image: NAME.txt (plain text, as kohya sd-scripts,\n\
+             OneTrainer and taggui read), or NAME.xmp (XMP: dc:description, and dc:subject from a\n\
+             --json-schema answer's \"tags\" array; digiKam, darktable, Lightroom)",
+        ),
+        SIDECAR_MODE.help(
+            "where a sidecar exists (default: skip): skip leaves it and counts the image done;\n\
+             overwrite replaces it; append and prepend add the caption as a line after or before\n\
+             its text (an XMP file's dc:description)",
+        ),
         PROMPT.help("what to ask (default: \"Describe this image.\")"),
         SYSTEM.help("a system turn"),
         json_schema_help(),
@@ -53,6 +64,10 @@ fn help() -> String {
                 A bad image never stops the batch; its error is recorded once, and --resume skips it\n\
                 (--retry-failed tries it again: a caption is then added, a second failure is not). Images are one image however they are named (x.png,\n\
                 ./x.png, /abs/x.png). With --resume a last line cut short by a killed job is removed.\n\
+                With --sidecar the caption (a --json-schema answer's \"description\" or \"caption\" field\n\
+                where it has one) also goes beside the image, written whole or not at all (a\n\
+                temporary file renamed over it); FILE stays the record of the run. hrx never writes\n\
+                into an image file itself.\n\
                 A lost GPU (VK_ERROR_DEVICE_LOST, or a submission past HRX_VK_TIMEOUT) loses no image:\n\
                 the models are loaded again on a new device (after three losses in ten minutes, on\n\
                 the CPU) and the images under way are captioned again.\n\
@@ -69,7 +84,7 @@ fn help() -> String {
                 written), an output that holds captions without --resume or --overwrite, or a job\n\
                 every image would fail; 4 another run is writing FILE.",
         options,
-        footer: "examples:\n  hrx caption photos/ -o captions.jsonl\n  hrx caption @new-files.txt -o captions.jsonl --resume -p 'One sentence alt text.'",
+        footer: "examples:\n  hrx caption photos/ -o captions.jsonl\n  hrx caption dataset/ -o captions.jsonl --resume --sidecar txt -p 'One line for a training caption.'\n  hrx caption @new-files.txt -o captions.jsonl --resume -p 'One sentence alt text.'",
     }
     .render()
 }
@@ -79,6 +94,8 @@ const RESUME: Flag = Flag { names: &["--resume"], value: "" };
 const RETRY_FAILED: Flag = Flag { names: &["--retry-failed"], value: "" };
 const OVERWRITE: Flag = Flag { names: &["--overwrite"], value: "" };
 const WAIT: Flag = Flag { names: &["--wait"], value: "" };
+const SIDECAR: Flag = Flag { names: &["--sidecar"], value: "txt|xmp" };
+const SIDECAR_MODE: Flag = Flag { names: &["--sidecar-mode"], value: "MODE" };
 
 pub const COMMAND: Command =
     Command { name: "caption", summary: "caption a batch of images into JSON Lines", help, run };
@@ -92,6 +109,7 @@ fn run(mut args: Args, _out: &mut dyn Write) -> Result<(), CliError> {
     }
     let overwrite = OVERWRITE.present(&mut args);
     let wait = WAIT.present(&mut args);
+    let sidecars = sidecar_flags(&mut args)?;
     if overwrite && resume {
         return Err(CliError::usage("--overwrite and --resume disagree: give one"));
     }
@@ -116,6 +134,20 @@ fn run(mut args: Args, _out: &mut dyn Write) -> Result<(), CliError> {
     if found.images.is_empty() {
         eprintln!("hrx caption: no images found in {}: nothing to do", inputs.join(" "));
         return Ok(());
+    }
+    // Two images with one sidecar (a.png, a.jpg: a.txt) would take each other's caption.
+    if let Some(s) = sidecars {
+        let mut owners = std::collections::HashMap::new();
+        for image in &found.images {
+            if let Some(other) = owners.insert(s.path(image), image) {
+                return Err(CliError::usage(format!(
+                    "{} and {} would share the sidecar {}; nothing was captioned",
+                    other.display(),
+                    image.display(),
+                    s.path(image).display()
+                )));
+            }
+        }
     }
     let mut journal = Journal::lock(&output, wait, |who| {
         eprintln!("hrx caption: {} is being written by {}: waiting for it", output.display(), holder_name(who))
@@ -145,6 +177,8 @@ fn run(mut args: Args, _out: &mut dyn Write) -> Result<(), CliError> {
             tally.skipped += 1;
         } else if recorded.failed.contains(&key) && !retry_failed {
             tally.failed_before += 1;
+        } else if sidecars.is_some_and(|s| s.skips(path)) {
+            tally.had_sidecar += 1;
         } else {
             return false;
         }
@@ -152,13 +186,17 @@ fn run(mut args: Args, _out: &mut dyn Write) -> Result<(), CliError> {
     };
     let todo: Vec<&PathBuf> = found.images.iter().filter(|path| !skip(path)).collect();
     eprintln!(
-        "hrx caption: {} images to caption, {} already in {}{}",
+        "hrx caption: {} images to caption, {} already in {}{}{}",
         todo.len(),
         tally.skipped + tally.failed_before,
         output.display(),
         match tally.failed_before {
             0 => String::new(),
             n => format!(" ({n} with errors, not retried without --retry-failed)"),
+        },
+        match tally.had_sidecar {
+            0 => String::new(),
+            n => format!(", {n} with a sidecar already (--sidecar-mode skip)"),
         }
     );
     // The model, and a job every image would fail refused, before the output changes.
@@ -191,6 +229,7 @@ fn run(mut args: Args, _out: &mut dyn Write) -> Result<(), CliError> {
             start,
             busy: 0.0,
             recorded: &recorded,
+            sidecars,
         };
         // A lost device loses no image: the models are loaded again and what was under way is
         // captioned again (runtime::recover).
@@ -230,11 +269,20 @@ struct Progress<'a> {
     busy: f64,
     /// What the output held before this run: an image that fails again keeps its one record.
     recorded: &'a journal::Recorded,
+    sidecars: Option<Sidecars>,
 }
 
 impl Progress<'_> {
     /// Records the caption (or the error) of the image at `path`, begun at `t`.
+    /// A caption's sidecar is written before its record: a record means its sidecar is there.
     fn report(&mut self, path: &Path, entry: Result<Json, RuntimeError>, t: Instant) -> Result<(), CliError> {
+        let entry = entry.map_err(|e| e.to_string()).and_then(|entry| match self.sidecars {
+            None => Ok(entry),
+            Some(s) => s
+                .write(path, &sidecar_caption(&entry))
+                .map(|()| entry)
+                .map_err(|e| format!("writing the sidecar {}: {e}", s.path(path).display())),
+        });
         let (entry, failed) = match entry {
             Ok(entry) => {
                 self.tally.done += 1;
@@ -243,7 +291,7 @@ impl Progress<'_> {
             Err(e) => {
                 self.tally.failed += 1;
                 eprintln!("hrx: error: {e}");
-                (failure(path, &e.to_string()), true)
+                (failure(path, &e), true)
             }
         };
         // An image retried (--retry-failed) that fails again keeps its one error record.
@@ -417,6 +465,52 @@ fn eta(busy: f64, finished: usize, left: usize, sequences: usize) -> f64 {
     busy / finished.max(1) as f64 * left as f64 / sequences.max(1) as f64
 }
 
+/// `--sidecar` and `--sidecar-mode`.
+fn sidecar_flags(args: &mut Args) -> Result<Option<Sidecars>, CliError> {
+    let format = SIDECAR.string(args)?;
+    let mode = SIDECAR_MODE.string(args)?;
+    let format = match format {
+        None if mode.is_some() => return Err(CliError::usage("--sidecar-mode goes with --sidecar")),
+        None => return Ok(None),
+        Some(f) => {
+            Format::parse(&f).ok_or_else(|| CliError::usage(format!("--sidecar {f}: one of {}", Format::NAMES)))?
+        }
+    };
+    let mode = match mode {
+        None => Mode::Skip,
+        Some(m) => {
+            Mode::parse(&m).ok_or_else(|| CliError::usage(format!("--sidecar-mode {m}: one of {}", Mode::NAMES)))?
+        }
+    };
+    Ok(Some(Sidecars { format, mode }))
+}
+
+/// What a record's sidecar says: a JSON answer's "description" or "caption" string where it
+/// has one (else the caption as written) and its "tags" strings.
+fn sidecar_caption(entry: &Json) -> Caption {
+    let answer = entry.get("json");
+    let field = |key| match answer.and_then(|a| a.get(key)) {
+        Some(Json::Str(s)) => Some(s.clone()),
+        _ => None,
+    };
+    let text = field("description").or_else(|| field("caption"));
+    let text = text.or_else(|| match entry.get("caption") {
+        Some(Json::Str(s)) => Some(s.clone()),
+        _ => None,
+    });
+    let tags = match answer.and_then(|a| a.get("tags")) {
+        Some(Json::Arr(tags)) => tags
+            .iter()
+            .filter_map(|t| match t {
+                Json::Str(s) => Some(s.clone()),
+                _ => None,
+            })
+            .collect(),
+        _ => Vec::new(),
+    };
+    Caption { text: text.unwrap_or_default(), tags }
+}
+
 /// The process holding an output, as the system names it.
 fn holder_name(who: Option<String>) -> String {
     who.unwrap_or_else(|| "another process".to_owned())
@@ -437,6 +531,8 @@ struct Tally {
     skipped: usize,
     failed_before: usize,
     seconds: f64,
+    /// Left alone as their sidecar exists (--sidecar-mode skip).
+    had_sidecar: usize,
     /// Captions decoded together.
     batch: usize,
 }
@@ -446,6 +542,9 @@ impl Tally {
         let mut s = format!("hrx caption: {} captioned, {} failed, {} skipped", self.done, self.failed, self.skipped);
         if self.failed_before > 0 {
             s += &format!(", {} failed before and not retried (--retry-failed)", self.failed_before);
+        }
+        if self.had_sidecar > 0 {
+            s += &format!(", {} with a sidecar already", self.had_sidecar);
         }
         // The rate counts captions only: failures are quick and would flatter it.
         if self.done > 0 && self.seconds > 0.0 {
