@@ -485,3 +485,59 @@ fn a_killed_job_leaves_no_partial_sidecar() {
     assert!(stray.len() <= 1, "at most the killed write's temporary file: {stray:?}");
     std::fs::remove_dir_all(&dir).unwrap();
 }
+
+/// Shards: `--shard K/N` runs over one folder caption every image exactly once between them,
+/// each into its own `-o captions-{shard}.jsonl`; `--shard auto` takes a Slurm array task's
+/// index and refuses to guess without a scheduler.
+#[test]
+fn shards_caption_every_image_once_between_them() {
+    let Some(oracle) = common::oracle() else { return };
+    let model = oracle.join("models/tiny");
+    let dir = scratch("shards");
+    for i in 0..12 {
+        std::fs::copy(oracle.join("images/tiny-40x30.png"), dir.join(format!("sub/{i:02}.png"))).unwrap();
+    }
+    let sub = dir.join("sub").display().to_string();
+    let pattern = dir.join("captions-{shard}.jsonl").display().to_string();
+    let mut seen = Vec::new();
+    for k in 0..3 {
+        let run = caption(&[&sub, "-o", &pattern, "--shard", &format!("{k}/3")], &model);
+        let err = String::from_utf8_lossy(&run.stderr);
+        assert_eq!(run.status.code(), Some(0), "{err}");
+        assert!(err.contains(&format!("shard {k} of 3: ")), "{err}");
+        seen.extend(lines(&dir.join(format!("captions-{k}.jsonl"))).iter().map(image_of));
+    }
+    seen.sort();
+    let mut want: Vec<String> = (0..12)
+        .map(|i| std::fs::canonicalize(dir.join(format!("sub/{i:02}.png"))).unwrap().display().to_string())
+        .collect();
+    want.sort();
+    assert_eq!(seen, want, "every image in exactly one shard");
+    // The same share from a Slurm array task (ids 1..3): task 2 is shard 1.
+    let m = model.join("qwen3vl-tiny-F16.gguf");
+    let mm = model.join("mmproj-qwen3vl-tiny-F16.gguf");
+    let slurm = dir.join("slurm-{shard}.jsonl").display().to_string();
+    let run = Command::new(env!("CARGO_BIN_EXE_hrx"))
+        .args(["caption", &sub, "-o", &slurm, "--shard", "auto", "-n", "3", "--batch", "1"])
+        .args(["-m", m.to_str().unwrap(), "--mmproj", mm.to_str().unwrap()])
+        .env("SLURM_ARRAY_TASK_ID", "2")
+        .env("SLURM_ARRAY_TASK_COUNT", "3")
+        .env("SLURM_ARRAY_TASK_MIN", "1")
+        .env_remove("JOB_COMPLETION_INDEX")
+        .output()
+        .unwrap();
+    assert_eq!(run.status.code(), Some(0), "{}", String::from_utf8_lossy(&run.stderr));
+    let images = |path: &Path| lines(path).iter().map(image_of).collect::<std::collections::BTreeSet<_>>();
+    assert_eq!(images(&dir.join("slurm-1.jsonl")), images(&dir.join("captions-1.jsonl")));
+    // No scheduler: no guess.
+    let run = Command::new(env!("CARGO_BIN_EXE_hrx"))
+        .args(["caption", &sub, "-o", &slurm, "--shard", "auto", "--shards", "3"])
+        .args(["-m", m.to_str().unwrap(), "--mmproj", mm.to_str().unwrap()])
+        .env_remove("SLURM_ARRAY_TASK_ID")
+        .env_remove("JOB_COMPLETION_INDEX")
+        .output()
+        .unwrap();
+    assert_eq!(run.status.code(), Some(2));
+    assert!(String::from_utf8_lossy(&run.stderr).contains("found no scheduler's index"));
+    std::fs::remove_dir_all(&dir).unwrap();
+}

@@ -12,6 +12,18 @@ const EXTENSIONS: &[&str] = &["png", "jpg", "jpeg", "webp"];
 pub struct Found {
     pub images: Vec<PathBuf>,
     pub problems: Vec<(PathBuf, String)>,
+    /// The folders named as inputs (on the command line or in lists).
+    pub roots: Vec<PathBuf>,
+}
+
+impl Found {
+    /// An image's path within the input folder it was found in (the innermost, where named
+    /// folders nest), else as it was named: the same on every box that mounts the folder
+    /// elsewhere.
+    pub fn relative<'a>(&self, image: &'a Path) -> &'a Path {
+        let within = self.roots.iter().filter_map(|root| image.strip_prefix(root).ok());
+        within.min_by_key(|rest| rest.as_os_str().len()).unwrap_or(image)
+    }
 }
 
 /// Expands `inputs`: a folder gives its images (symbolic links to folders are not followed), a
@@ -43,7 +55,10 @@ pub fn find_images(inputs: &[String]) -> Found {
 
 fn add(path: &Path, found: &mut Found) {
     match std::fs::metadata(path) {
-        Ok(m) if m.is_dir() => walk(path, found),
+        Ok(m) if m.is_dir() => {
+            found.roots.push(path.to_owned());
+            walk(path, found)
+        }
         Ok(m) if m.is_file() => found.images.push(path.to_owned()),
         Ok(_) => found.problems.push((path.to_owned(), format!("{} is not a regular file", path.display()))),
         Err(e) => found.problems.push((path.to_owned(), format!("cannot read {}: {e}", path.display()))),
@@ -110,6 +125,11 @@ mod tests {
         assert_eq!(found.problems.len(), 2, "{:?}", found.problems);
         assert!(found.problems[0].1.contains("missing.png"), "{:?}", found.problems);
         assert!(found.problems[1].1.contains("nope.txt"), "{:?}", found.problems);
+        // Paths within the input folder (the innermost named), the same wherever it is mounted.
+        assert_eq!(found.relative(&sub.join("noext")), Path::new("sub/noext"));
+        let nested = find_images(&[d.clone(), sub.display().to_string()]);
+        assert_eq!(nested.relative(&sub.join("noext")), Path::new("noext"));
+        assert_eq!(nested.relative(Path::new("/elsewhere/x.png")), Path::new("/elsewhere/x.png"));
         std::fs::remove_dir_all(&dir).unwrap();
     }
 }

@@ -6,6 +6,7 @@ use super::flags::{self, json_schema_help, Flag, Help, BATCH, PROMPT, SYSTEM};
 use super::{CliError, Command};
 use crate::caption::discover::find_images;
 use crate::caption::journal::{self, Journal, OpenError};
+use crate::caption::shard::Shard;
 use crate::caption::sidecar::{Caption, Format, Mode, Sidecars};
 use crate::cli::args::Args;
 use crate::json::Json;
@@ -27,6 +28,13 @@ fn help() -> String {
         OVERWRITE.help("start FILE anew even if it holds captions"),
         RETRY_FAILED.help("with --resume, caption again the images FILE has only errors for"),
         WAIT.help("when another run is writing FILE, wait for it to end (default: exit 4 at once)"),
+        SHARD.help(
+            "caption shard K of N (from 0): the images whose path within their input folder\n\
+             hashes to K, the same share on every box; auto: the index a scheduler gives, from\n\
+             JOB_COMPLETION_INDEX (Kubernetes Indexed Job, with --shards) or SLURM_ARRAY_TASK_ID\n\
+             and SLURM_ARRAY_TASK_COUNT (Slurm job array). {shard} in -o becomes K",
+        ),
+        SHARDS.help("with --shard auto: how many shards (a Kubernetes Indexed Job's completions)"),
         SIDECAR.help(
             "also write each caption beside its image: NAME.txt (plain text, as kohya sd-scripts,\n\
              OneTrainer and taggui read), or NAME.xmp (XMP: dc:description, and dc:subject from a\n\
@@ -94,6 +102,8 @@ const RESUME: Flag = Flag { names: &["--resume"], value: "" };
 const RETRY_FAILED: Flag = Flag { names: &["--retry-failed"], value: "" };
 const OVERWRITE: Flag = Flag { names: &["--overwrite"], value: "" };
 const WAIT: Flag = Flag { names: &["--wait"], value: "" };
+const SHARD: Flag = Flag { names: &["--shard"], value: "K/N|auto" };
+const SHARDS: Flag = Flag { names: &["--shards"], value: "N" };
 const SIDECAR: Flag = Flag { names: &["--sidecar"], value: "txt|xmp" };
 const SIDECAR_MODE: Flag = Flag { names: &["--sidecar-mode"], value: "MODE" };
 
@@ -110,6 +120,7 @@ fn run(mut args: Args, _out: &mut dyn Write) -> Result<(), CliError> {
     let overwrite = OVERWRITE.present(&mut args);
     let wait = WAIT.present(&mut args);
     let sidecars = sidecar_flags(&mut args)?;
+    let shard = shard_flags(&mut args)?;
     if overwrite && resume {
         return Err(CliError::usage("--overwrite and --resume disagree: give one"));
     }
@@ -122,14 +133,27 @@ fn run(mut args: Args, _out: &mut dyn Write) -> Result<(), CliError> {
     if inputs.is_empty() {
         return Err(CliError::usage("caption needs at least one DIR, FILE or @LIST"));
     }
-    let output = PathBuf::from(output);
+    let output = PathBuf::from(match shard {
+        Some(s) => output.replace("{shard}", &s.index.to_string()),
+        None if output.contains("{shard}") => {
+            return Err(CliError::usage(format!("-o {output}: {{shard}} goes with --shard")));
+        }
+        None => output,
+    });
     let in_output = |e: std::io::Error| CliError::os(output.display())(e);
-    let found = find_images(&inputs);
+    let mut found = find_images(&inputs);
     // An input that is not there is the run's error, on every run: a nightly job whose folder
     // vanished must not go green once its first failure is recorded.
     if !found.problems.is_empty() {
         let lines: Vec<String> = found.problems.iter().map(|(_, why)| why.clone()).collect();
         return Err(CliError::usage(format!("{}; nothing was captioned", lines.join("; "))));
+    }
+    if let Some(shard) = shard {
+        let all = std::mem::take(&mut found.images);
+        let (mine, all): (Vec<PathBuf>, usize) =
+            (all.iter().filter(|p| shard.takes(found.relative(p))).cloned().collect(), all.len());
+        found.images = mine;
+        eprintln!("hrx caption: shard {} of {}: {} of {all} images", shard.index, shard.count, found.images.len());
     }
     if found.images.is_empty() {
         eprintln!("hrx caption: no images found in {}: nothing to do", inputs.join(" "));
@@ -463,6 +487,23 @@ impl Job<'_> {
 /// "ETA 2 min" for a job of 3 s.)
 fn eta(busy: f64, finished: usize, left: usize, sequences: usize) -> f64 {
     busy / finished.max(1) as f64 * left as f64 / sequences.max(1) as f64
+}
+
+/// `--shard` and `--shards`.
+fn shard_flags(args: &mut Args) -> Result<Option<Shard>, CliError> {
+    let spec = SHARD.string(args)?;
+    let shards = SHARDS.string(args)?;
+    let shards = match shards {
+        None => None,
+        Some(n) => Some(n.parse::<usize>().map_err(|_| CliError::usage(format!("--shards {n}: a number"))).and_then(
+            |n| match (n, &spec) {
+                (_, None) => Err(CliError::usage("--shards goes with --shard auto")),
+                (0, _) => Err(CliError::usage("--shards 0: at least 1")),
+                (n, _) => Ok(n),
+            },
+        )?),
+    };
+    spec.map(|spec| Shard::parse(&spec, shards, |name| std::env::var(name).ok()).map_err(CliError::usage)).transpose()
 }
 
 /// `--sidecar` and `--sidecar-mode`.
