@@ -6,7 +6,6 @@
 mod common;
 
 use common::TempDir;
-use std::io::Write as _;
 use std::path::Path;
 use std::process::{Command, Output};
 
