@@ -541,3 +541,31 @@ fn shards_caption_every_image_once_between_them() {
     assert!(String::from_utf8_lossy(&run.stderr).contains("found no scheduler's index"));
     std::fs::remove_dir_all(&dir).unwrap();
 }
+
+/// A run that cannot run (here: its model is not a GGUF file) is exit 1, with the output as it
+/// was: each exit code of `caption --help` has its test (0, 2, 3 and 4 above).
+#[test]
+fn a_run_that_cannot_load_its_model_is_exit_1() {
+    let Some(oracle) = common::oracle() else { return };
+    let dir = scratch("nomodel");
+    std::fs::copy(oracle.join("images/tiny-40x30.png"), dir.join("sub/a.png")).unwrap();
+    std::fs::write(dir.join("model.gguf"), b"not a model").unwrap();
+    let out = dir.join("c.jsonl");
+    std::fs::write(&out, "{\"image\":\"x.png\",\"caption\":\"kept\"}\n").unwrap();
+    let mm = oracle.join("models/tiny/mmproj-qwen3vl-tiny-F16.gguf");
+    let run = Command::new(env!("CARGO_BIN_EXE_hrx"))
+        .args(["caption", dir.join("sub").to_str().unwrap(), "-o", out.to_str().unwrap(), "--resume"])
+        .args(["-m", dir.join("model.gguf").to_str().unwrap(), "--mmproj", mm.to_str().unwrap()])
+        .output()
+        .unwrap();
+    assert_eq!(run.status.code(), Some(1), "{}", String::from_utf8_lossy(&run.stderr));
+    assert_eq!(std::fs::read_to_string(&out).unwrap(), "{\"image\":\"x.png\",\"caption\":\"kept\"}\n");
+    let help = Command::new(env!("CARGO_BIN_EXE_hrx")).args(["caption", "--help"]).output().unwrap();
+    let help = String::from_utf8_lossy(&help.stdout).split_whitespace().collect::<Vec<_>>().join(" ");
+    for code in
+        ["0 the run captioned", "3 it finished", "1 it could not run", "2 a wrong command line", "4 another run"]
+    {
+        assert!(help.contains(code), "caption --help: {code}");
+    }
+    std::fs::remove_dir_all(&dir).unwrap();
+}
