@@ -6,7 +6,7 @@
 
 mod common;
 
-use hrx::gguf::{GgufErrorKind, GgufFile, GgufWriter, TensorInfo, Value};
+use hrx::gguf::{GgufErrorKind, GgufFile, GgufWriter, TensorInfo, Value, ValueType};
 use hrx::model::{TextParams, VisionParams};
 use hrx::quant::{quantize_row, DType, FILE_DTYPES};
 use std::path::Path;
@@ -226,4 +226,121 @@ fn overlapping_and_misplaced_tensor_data_are_refused() {
             other => panic!("b at {offset}: {:?}", other.map(|_| "parsed")),
         }
     }
+}
+
+/// The bytes of a scalar metadata value, little-endian.
+fn scalar_bytes(v: &Value) -> Option<Vec<u8>> {
+    Some(match *v {
+        Value::U8(x) => vec![x],
+        Value::I8(x) => x.to_le_bytes().to_vec(),
+        Value::Bool(x) => vec![u8::from(x)],
+        Value::U16(x) => x.to_le_bytes().to_vec(),
+        Value::I16(x) => x.to_le_bytes().to_vec(),
+        Value::U32(x) => x.to_le_bytes().to_vec(),
+        Value::I32(x) => x.to_le_bytes().to_vec(),
+        Value::F32(x) => x.to_le_bytes().to_vec(),
+        Value::U64(x) => x.to_le_bytes().to_vec(),
+        Value::I64(x) => x.to_le_bytes().to_vec(),
+        Value::F64(x) => x.to_le_bytes().to_vec(),
+        _ => return None,
+    })
+}
+
+/// The same bytes read as a scalar of type `to` (None where they are no such value).
+fn scalar_as(b: &[u8], to: ValueType) -> Option<Value> {
+    Some(match (to, b.len()) {
+        (ValueType::U8, 1) => Value::U8(b[0]),
+        (ValueType::I8, 1) => Value::I8(b[0] as i8),
+        (ValueType::Bool, 1) if b[0] <= 1 => Value::Bool(b[0] == 1),
+        (ValueType::U16, 2) => Value::U16(u16::from_le_bytes(b.try_into().ok()?)),
+        (ValueType::I16, 2) => Value::I16(i16::from_le_bytes(b.try_into().ok()?)),
+        (ValueType::U32, 4) => Value::U32(u32::from_le_bytes(b.try_into().ok()?)),
+        (ValueType::I32, 4) => Value::I32(i32::from_le_bytes(b.try_into().ok()?)),
+        (ValueType::F32, 4) => Value::F32(f32::from_le_bytes(b.try_into().ok()?)),
+        (ValueType::U64, 8) => Value::U64(u64::from_le_bytes(b.try_into().ok()?)),
+        (ValueType::I64, 8) => Value::I64(i64::from_le_bytes(b.try_into().ok()?)),
+        (ValueType::F64, 8) => Value::F64(f64::from_le_bytes(b.try_into().ok()?)),
+        _ => return None,
+    })
+}
+
+/// `v` with its type (an array's element type) relabelled to `to`, its bytes unchanged: what a
+/// writer that mixed up a key's type produces.
+fn relabelled_value(v: &Value, to: ValueType) -> Option<Value> {
+    match v {
+        Value::Array(from, items) if *from != to => {
+            let items: Option<Vec<Value>> = items.iter().map(|i| scalar_as(&scalar_bytes(i)?, to)).collect();
+            Some(Value::Array(to, items?))
+        }
+        Value::Array(..) => None,
+        v if v.value_type() == to => None,
+        v => scalar_as(&scalar_bytes(v)?, to),
+    }
+}
+
+/// Every metadata key of the tiny text model and its projector, its type relabelled to every
+/// other type of the same size (the bytes kept), is refused at load or read as the same
+/// parameters: none runs with a misread value. (Issue 54 found an rms epsilon stored as U32
+/// read as 897,988,541, and a rope base stored as I32.) With `--nocapture`, the counts.
+#[test]
+fn a_metadata_key_of_the_wrong_type_is_refused_not_misread() {
+    let Some(oracle) = common::oracle() else { return };
+    let tiny = oracle.join("models/tiny");
+    let types = [
+        ValueType::U8,
+        ValueType::I8,
+        ValueType::Bool,
+        ValueType::U16,
+        ValueType::I16,
+        ValueType::U32,
+        ValueType::I32,
+        ValueType::F32,
+        ValueType::U64,
+        ValueType::I64,
+        ValueType::F64,
+    ];
+    for (file, text) in [("qwen3vl-tiny-F16.gguf", true), ("mmproj-qwen3vl-tiny-F16.gguf", false)] {
+        let path = tiny.join(file);
+        let original = GgufFile::open(&path).unwrap();
+        let params = |f: &GgufFile| match text {
+            true => TextParams::from_gguf(f).map(|p| format!("{p:?}")).map_err(|e| e.to_string()),
+            false => VisionParams::from_gguf(f).map(|p| format!("{p:?}")).map_err(|e| e.to_string()),
+        };
+        let want = params(&original).expect("the oracle file loads");
+        let (mut tried, mut refused, mut same) = (0, 0, 0);
+        for (key, value) in original.metadata() {
+            for &to in &types {
+                let Some(mutated) = relabelled_value(value, to) else { continue };
+                tried += 1;
+                match params(&rewritten(&path, Some((key, mutated.clone())), None)) {
+                    Err(e) => {
+                        refused += 1;
+                        assert!(!e.contains("panicked"), "{e}");
+                    }
+                    Ok(got) => {
+                        assert_eq!(got, want, "{file}: {key} stored as {mutated:?} was read as other parameters");
+                        same += 1;
+                    }
+                }
+            }
+        }
+        println!(
+            "{file}: {tried} type relabels of its metadata: {refused} refused, {same} read as the same parameters"
+        );
+        assert!(refused > 10, "{file}: {refused} of {tried}");
+    }
+    // The epsilon stored as U32, named with both types.
+    let path = tiny.join("qwen3vl-tiny-F16.gguf");
+    let eps = GgufFile::open(&path).unwrap().get("qwen3vl.attention.layer_norm_rms_epsilon").unwrap().clone();
+    let file = rewritten(
+        &path,
+        Some(("qwen3vl.attention.layer_norm_rms_epsilon", relabelled_value(&eps, ValueType::U32).unwrap())),
+        None,
+    );
+    let msg = text_error(&file);
+    assert!(
+        msg.contains("\"qwen3vl.attention.layer_norm_rms_epsilon\"")
+            && msg.contains("is stored as u32; the model reads a float (f32 or f64)"),
+        "{msg}"
+    );
 }
