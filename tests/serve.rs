@@ -390,15 +390,21 @@ fn prompts_too_long_or_too_many_pixels_are_refused_with_their_real_size() {
     assert!(text_tokens >= 3000.0 && image_tokens > 64.0, "{text_tokens} {image_tokens}");
     drop(roomy);
 
-    // A context of 64: both are refused with their whole size (not where a prefill chunk
-    // overflowed), the image's counted from its header before it is decoded.
+    // A context of 64: both are refused before any token runs (not where a prefill chunk
+    // overflowed): the image's with its whole size, counted from its header before it is
+    // decoded; the long text's by its bytes alone, before it is tokenized (at least its bytes
+    // over the longest token's).
     let server = Server::start(&model, &["--ctx", "64"]);
-    for (body, tokens) in [(long_text, text_tokens), (image_request(&tie, ""), image_tokens)] {
-        let (status, answer) = server.post("/v1/chat/completions", &body);
-        assert_eq!(status, 400, "{answer}");
-        let message = string(&json(&answer), &["error", "message"]);
-        assert_eq!(context_numbers(&message), (64.0, tokens), "{message}");
-    }
+    let (status, answer) = server.post("/v1/chat/completions", &image_request(&tie, ""));
+    assert_eq!(status, 400, "{answer}");
+    let message = string(&json(&answer), &["error", "message"]);
+    assert_eq!(context_numbers(&message), (64.0, image_tokens), "{message}");
+    let (status, answer) = server.post("/v1/chat/completions", &long_text);
+    assert_eq!(status, 400, "{answer}");
+    let message = string(&json(&answer), &["error", "message"]);
+    let (n_ctx, at_least) = context_numbers(&message);
+    assert!(n_ctx == 64.0 && at_least > 64.0 && at_least <= text_tokens, "{message}");
+    assert!(message.contains("at least") && message.contains("by the bytes of the messages' text alone"), "{message}");
     // Three 49-megapixel images (each within the decoder's 50 MP, a few KB each) hold more
     // pixels than one request may: refused from their headers, naming the limit.
     let bomb = format!(

@@ -146,7 +146,7 @@ fn load(model: &str) -> Option<TextModel> {
 
 fn prompt(model: &TextModel, c: &JsonConstraint) -> Vec<PromptPiece<'static>> {
     let messages = [Message::text("system", c.instruction()), Message::text("user", "Describe the photo.")];
-    let ids = chat::tokens(&messages, true, model.tokenizer()).expect("template");
+    let ids = chat::tokens(&messages, true, model.tokenizer(), None).expect("template");
     ids.into_iter().map(PromptPiece::Token).collect()
 }
 

@@ -7,7 +7,7 @@ use std::collections::HashMap;
 use std::sync::OnceLock;
 
 use hrx::gguf::GgufFile;
-use hrx::tokenizer::{StreamDecoder, Tokenizer, TokenizerError};
+use hrx::tokenizer::{Beyond, StreamDecoder, Tokenizer, TokenizerError, Within};
 use tinyjson::JsonValue;
 
 /// The oracle is looked for by every caller, so that each test without it is counted as a skip.
@@ -386,4 +386,31 @@ fn bad_vocabularies_are_typed_errors() {
         Tokenizer::new(with_space, vec![1; 257], none, None, None).err(),
         Some(TokenizerError::NotByteLevel { id: 256, token: "a b".into() })
     );
+}
+
+/// Counting within bounds gives the ids `encode` gives where the text fits them; a text whose
+/// bytes alone make more tokens than the bound is refused with that lower bound, one with a
+/// longer pre-token than the bound before its BPE.
+#[test]
+fn counting_within_bounds_is_encoding_or_a_refusal_before_the_work() {
+    let Some(tok) = oracle_tokenizer() else { return };
+    let Some(cases) = oracle_cases() else { return };
+    let roomy = Within { tokens: 1 << 20, piece_bytes: 1 << 20 };
+    for case in &cases {
+        let mut ids = Vec::new();
+        tok.encode_within(&case.text, roomy, &mut ids).unwrap();
+        assert_eq!(ids, tok.encode(&case.text, false), "{:?}", case.text);
+    }
+    // The longest token's bytes bound a text's tokens from below.
+    let text = "word ".repeat(2000);
+    let n = tok.encode(&text, false).len();
+    let mut ids = Vec::new();
+    match tok.encode_within(&text, Within { tokens: 8, ..roomy }, &mut ids) {
+        Err(Beyond::Tokens { at_least }) => assert!(at_least > 8 && at_least <= n, "{at_least} of {n}"),
+        other => panic!("{other:?}"),
+    }
+    assert!(ids.is_empty(), "nothing counted");
+    let run = "a".repeat(5000);
+    assert_eq!(tok.encode_within(&run, Within { piece_bytes: 4096, ..roomy }, &mut ids), Err(Beyond::Piece(5000)));
+    assert!(ids.is_empty());
 }

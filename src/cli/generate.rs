@@ -123,9 +123,7 @@ fn run(mut args: Args, out: &mut dyn Write) -> Result<(), CliError> {
                 messages.push(Message::text("system", &s));
             }
             messages.push(Message::text("user", &text));
-            chat::tokens(&messages, true, model.tokenizer()).map_err(|name| {
-                CliError::usage(format!("the model's vocabulary has no {name} for the chat template"))
-            })?
+            chat::tokens(&messages, true, model.tokenizer(), None).map_err(|e| CliError::usage(e.to_string()))?
         }
     };
     let pieces: Vec<PromptPiece> = ids.iter().map(|&id| PromptPiece::Token(id)).collect();

@@ -19,10 +19,13 @@ fn help() -> String {
             "also accept file:///absolute/path image URLs of regular files under DIR (repeatable; symbolic links are followed before the check; every unusable file gets the same answer)",
         ),
         MAX_CONNECTIONS.help(
-            "connections open at once (default 1024); past it the one that has waited longest for (or been sending) its request head is closed, and with none such a new one gets 503 after 0.1 s",
+            "connections open at once (default 1024); past it the one that has waited longest without a whole request (idle, or its head or body still arriving) is closed, and with none such a new one may only ask for /health or /metrics (8 such at once; others 503 after 0.1 s)",
         ),
         HEAD_TIMEOUT.help(
             "seconds a client has, from connecting or from its last answer on a kept connection, to send its request head (default 10; a trickle does not extend it)",
+        ),
+        MIN_BODY_RATE.help(
+            "KiB a second a request body must arrive at, at least (default 64: a 64 MiB body over half a megabit a second): its deadline is --head-timeout after its head plus its length at this rate, and a trickle does not extend it (408)",
         ),
         SEND_TIMEOUT.help(
             "seconds one event of a streamed answer may wait to be sent (default 15): a client that stops reading is cut off that long after the socket's buffers (some 160 KB) are full, and its generation stops (logged 499)",
@@ -82,11 +85,13 @@ fn help() -> String {
                 over 100 MP together (fewer under a --memory-budget below 1336) get 400 at once; a\n\
                 client that hangs up stops its generation.\n\
                 hrx never fetches http(s) image URLs. Request bodies are limited to 64 MiB, heads to\n\
-                16 KiB; slow clients time out, and idle connections cannot lock others out: /health\n\
-                and /metrics answer whatever the model is doing. Connections persist for clients\n\
-                that reuse them (HTTP/1.1 keep-alive; not after a stream of events, or a request\n\
-                not read whole): one waiting for its next request has --head-timeout from its last\n\
-                answer and is the first closed to make room past --max-connections.\n\
+                16 KiB; a body is read only where the endpoint takes one (POST /v1/chat/completions),\n\
+                within --memory-budget; slow clients time out (heads: --head-timeout, bodies:\n\
+                --min-body-rate), and idle or trickling connections cannot lock others out: /health\n\
+                and /metrics answer whatever the model and other connections do. Connections persist\n\
+                for clients that reuse them (HTTP/1.1 keep-alive; not after a stream of events, or a\n\
+                request not read whole): one waiting for its next request has --head-timeout from its\n\
+                last answer and is the first closed to make room past --max-connections.\n\
                 Prints `listening on http://HOST:PORT (model NAME, --parallel N)` once ready, then\n\
                 one line per request on stderr: client address, request, status, seconds, and the\n\
                 reason of every refusal.\n\
@@ -106,6 +111,7 @@ const PORT: Flag = Flag { names: &["--port"], value: "N" };
 const ALLOW_FILES: Flag = Flag { names: &["--allow-files"], value: "DIR" };
 const MAX_CONNECTIONS: Flag = Flag { names: &["--max-connections"], value: "N" };
 const HEAD_TIMEOUT: Flag = Flag { names: &["--head-timeout"], value: "SECONDS" };
+const MIN_BODY_RATE: Flag = Flag { names: &["--min-body-rate"], value: "KIB" };
 const SEND_TIMEOUT: Flag = Flag { names: &["--send-timeout"], value: "SECONDS" };
 const QUEUE: Flag = Flag { names: &["--queue"], value: "N" };
 const QUEUE_WAIT: Flag = Flag { names: &["--queue-wait"], value: "SECONDS" };
@@ -132,12 +138,13 @@ fn run(mut args: Args, out: &mut dyn Write) -> Result<(), CliError> {
     let max_open: usize = MAX_CONNECTIONS.parse(&mut args)?.unwrap_or(defaults.max_open);
     let head_timeout: u64 = HEAD_TIMEOUT.parse(&mut args)?.unwrap_or(defaults.head_timeout.as_secs());
     let send_timeout: u64 = SEND_TIMEOUT.parse(&mut args)?.unwrap_or(defaults.send_timeout.as_secs());
+    let min_body_kib: u64 = MIN_BODY_RATE.parse(&mut args)?.unwrap_or(defaults.min_body_rate >> 10);
     let queue_len: usize = QUEUE.parse(&mut args)?.unwrap_or(defaults.queue_len);
     let queue_wait: f64 = QUEUE_WAIT.parse(&mut args)?.unwrap_or(defaults.queue_wait.as_secs_f64());
     let budget_mib: u64 = MEMORY_BUDGET.parse(&mut args)?.unwrap_or(defaults.memory_budget >> 20);
-    if max_open == 0 || head_timeout == 0 || send_timeout == 0 || budget_mib == 0 {
+    if max_open == 0 || head_timeout == 0 || send_timeout == 0 || budget_mib == 0 || min_body_kib == 0 {
         return Err(CliError::usage(
-            "--max-connections, --head-timeout, --send-timeout and --memory-budget must be at least 1",
+            "--max-connections, --head-timeout, --min-body-rate, --send-timeout and --memory-budget must be at least 1",
         ));
     }
     if !(queue_wait.is_finite() && (0.0..=86_400.0).contains(&queue_wait)) {
@@ -149,6 +156,7 @@ fn run(mut args: Args, out: &mut dyn Write) -> Result<(), CliError> {
         max_open,
         head_timeout: Duration::from_secs(head_timeout),
         send_timeout: Duration::from_secs(send_timeout),
+        min_body_rate: min_body_kib.saturating_mul(1 << 10),
         queue_len,
         queue_wait: Duration::from_secs_f64(queue_wait),
         memory_budget,

@@ -2,7 +2,7 @@
 //! content mixes text and images, and the generation prompt. Matches the template embedded in
 //! the GGUF (`tokenizer.chat_template`) for these cases.
 
-use crate::tokenizer::Tokenizer;
+use crate::tokenizer::{Beyond, Tokenizer, Within};
 
 pub const IM_START: &str = "<|im_start|>";
 pub const IM_END: &str = "<|im_end|>";
@@ -68,13 +68,46 @@ pub fn layout(messages: &[Message], add_generation_prompt: bool) -> Vec<Piece> {
     pieces
 }
 
-/// The token ids of [`layout`]'s pieces; Err names a control token the vocabulary lacks.
-pub fn tokens(messages: &[Message], add_generation_prompt: bool, tok: &Tokenizer) -> Result<Vec<u32>, &'static str> {
+/// Why a conversation was not counted.
+#[derive(Clone, Copy, Debug, PartialEq, Eq)]
+pub enum Uncounted {
+    /// The vocabulary has no such control token.
+    NoToken(&'static str),
+    /// Its text is beyond the bounds it was counted within.
+    Beyond(Beyond),
+}
+
+impl std::fmt::Display for Uncounted {
+    fn fmt(&self, f: &mut std::fmt::Formatter<'_>) -> std::fmt::Result {
+        match self {
+            Uncounted::NoToken(name) => write!(f, "the vocabulary has no {name} for the chat template"),
+            Uncounted::Beyond(Beyond::Tokens { at_least }) => {
+                write!(f, "the text of the messages is at least {at_least} tokens")
+            }
+            Uncounted::Beyond(Beyond::Piece(n)) => write!(
+                f,
+                "the text of the messages has a run of {n} bytes without a break (letters, digits or spaces): longer than hrx tokenizes in a request"
+            ),
+        }
+    }
+}
+
+/// The token ids of [`layout`]'s pieces, its texts counted `within` bounds where given (an
+/// untrusted conversation).
+pub fn tokens(
+    messages: &[Message],
+    add_generation_prompt: bool,
+    tok: &Tokenizer,
+    within: Option<Within>,
+) -> Result<Vec<u32>, Uncounted> {
     let mut ids = Vec::new();
     for piece in layout(messages, add_generation_prompt) {
         match piece {
-            Piece::Control(name) => ids.push(tok.token_id(name).ok_or(name)?),
-            Piece::Text(t) => ids.extend(tok.encode(&t, false)),
+            Piece::Control(name) => ids.push(tok.token_id(name).ok_or(Uncounted::NoToken(name))?),
+            Piece::Text(t) => match within {
+                None => ids.extend(tok.encode(&t, false)),
+                Some(w) => tok.encode_within(&t, w, &mut ids).map_err(Uncounted::Beyond)?,
+            },
         }
     }
     Ok(ids)

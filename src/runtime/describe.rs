@@ -368,7 +368,7 @@ impl Describer {
     /// smallest image, or a JSON answer that could not close within what the token limit and
     /// the context then leave it.
     pub fn check_job(&self, text: &str, system: Option<&str>, config: &GenerateConfig) -> Result<(), RuntimeError> {
-        let (ids, pad) = self.template_ids(&user_turn(1, text, system))?;
+        let (ids, pad) = (self.template_ids(&user_turn(1, text, system))?, self.image_pad()?);
         let pads = ids.iter().filter(|&&id| id == pad).count();
         let needed = ids.len() - pads + pads * self.min_image_tokens()?;
         let n_ctx = self.text.options().n_ctx;
@@ -383,7 +383,13 @@ impl Describer {
     /// these names and upright sizes, counted before anything is decoded or run; a prompt that
     /// does not fit the context is refused here with its real size.
     pub fn check_prompt(&self, messages: &[Message], images: &[SizedImage]) -> Result<usize, RuntimeError> {
-        let (ids, pad) = self.template_ids(messages)?;
+        self.check_counted(&self.template_ids(messages)?, images)
+    }
+
+    /// [`Describer::check_prompt`] of a conversation whose template ids (`chat::tokens`, one
+    /// image pad per image) were counted already.
+    pub fn check_counted(&self, ids: &[u32], images: &[SizedImage]) -> Result<usize, RuntimeError> {
+        let pad = self.image_pad()?;
         let pads = ids.iter().filter(|&&id| id == pad).count();
         if pads != images.len() {
             return Err(RuntimeError::Usage(format!(
@@ -402,19 +408,25 @@ impl Describer {
         Ok(needed)
     }
 
-    /// The chat template's token ids for `messages` (one image pad per image) and the pad's id.
-    fn template_ids(&self, messages: &[Message]) -> Result<(Vec<u32>, u32), RuntimeError> {
-        let tok = self.text.tokenizer();
-        let no_token = |name: &str| {
-            RuntimeError::Model(ModelError {
-                file: self.text.file().path().to_owned(),
-                what: "vocabulary".into(),
-                message: format!("no {name}"),
-            })
-        };
-        let ids = chat::tokens(messages, true, tok).map_err(no_token)?;
-        let pad = tok.token_id(chat::IMAGE_PAD).ok_or_else(|| no_token(chat::IMAGE_PAD))?;
-        Ok((ids, pad))
+    /// The chat template's token ids for `messages` (one image pad per image).
+    fn template_ids(&self, messages: &[Message]) -> Result<Vec<u32>, RuntimeError> {
+        chat::tokens(messages, true, self.text.tokenizer(), None).map_err(|e| match e {
+            chat::Uncounted::NoToken(name) => self.no_token(name),
+            e => RuntimeError::Usage(e.to_string()),
+        })
+    }
+
+    /// The image pad's id.
+    fn image_pad(&self) -> Result<u32, RuntimeError> {
+        self.text.tokenizer().token_id(chat::IMAGE_PAD).ok_or_else(|| self.no_token(chat::IMAGE_PAD))
+    }
+
+    fn no_token(&self, name: &str) -> RuntimeError {
+        RuntimeError::Model(ModelError {
+            file: self.text.file().path().to_owned(),
+            what: "vocabulary".into(),
+            message: format!("no {name}"),
+        })
     }
 
     /// The pixel budget images are resized within: the one asked for, or less where the
@@ -512,11 +524,21 @@ impl Describer {
         messages: &[Message],
         images: &'a [EncodedImage],
     ) -> Result<(Vec<u32>, Vec<PromptPiece<'a>>), RuntimeError> {
-        let (ids, pad) = self.template_ids(messages)?;
+        self.prompt_counted(&self.template_ids(messages)?, images)
+    }
+
+    /// [`Describer::prompt_messages`] of a conversation whose template ids were counted
+    /// already (`chat::tokens`).
+    pub fn prompt_counted<'a>(
+        &self,
+        ids: &[u32],
+        images: &'a [EncodedImage],
+    ) -> Result<(Vec<u32>, Vec<PromptPiece<'a>>), RuntimeError> {
+        let pad = self.image_pad()?;
         let mut expanded = Vec::with_capacity(ids.len());
         let mut pieces = Vec::with_capacity(ids.len());
         let mut next_image = images.iter();
-        for id in ids {
+        for &id in ids {
             if id != pad {
                 expanded.push(id);
                 pieces.push(PromptPiece::Token(id));

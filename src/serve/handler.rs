@@ -7,12 +7,12 @@ use super::images;
 use super::model::{self, Answer, Following, Health, Job};
 use super::openai::{self, ChatImage, ChatRequest, Reply};
 use crate::json::Json;
-use crate::runtime::chat::Message;
+use crate::runtime::chat::{self, Message, Uncounted};
 use crate::runtime::describe::{Describer, EncodedImage};
 use crate::runtime::generate::{GenerateConfig, StopReason};
 use crate::runtime::sampler::TokenLogprob;
 use crate::runtime::structured::JsonConstraint;
-use crate::tokenizer::Tokenizer;
+use crate::tokenizer::{Beyond, Tokenizer, Within};
 use std::net::TcpStream;
 use std::ops::ControlFlow;
 use std::path::PathBuf;
@@ -28,8 +28,10 @@ pub struct App {
     /// The describer and the other end of `jobs`, until [`App::start_model`] gives them to the
     /// model's thread.
     idle: Mutex<Option<(Describer, Receiver<Job>)>>,
-    /// The model's vocabulary, to name the tokens of logprobs.
+    /// The model's vocabulary, to count prompts and name the tokens of logprobs.
     tokenizer: Arc<Tokenizer>,
+    /// The tokens a prompt may take (the context).
+    n_ctx: usize,
     /// Generation settings of requests that do not set them.
     defaults: GenerateConfig,
     /// Whether a JSON answer's schema is told the model in the system turn (true unless
@@ -77,7 +79,7 @@ pub struct Sent {
 pub trait Watch {
     /// It waits for its next request head from `since` (the server may close it to make room).
     fn waiting(&self, stream: &TcpStream, since: Instant);
-    /// A request head is in: it is busy with the request.
+    /// A whole request is in: it is busy with it.
     fn working(&self);
     /// A request was answered or refused, its wait having begun at `since`.
     fn answered(&self, outcome: &Outcome, since: Instant);
@@ -105,11 +107,11 @@ impl model::Host for App {
     fn encode(
         &self,
         d: &mut Describer,
-        messages: &[Message],
+        prompt: &[u32],
         requested: &[ChatImage],
     ) -> Result<Vec<EncodedImage>, HttpError> {
         let over = |bytes| self.over_budget(bytes, "decoding its images", self.budget.limit());
-        images::encode(d, messages, requested, &self.file_folders, &self.budget, over)
+        images::encode(d, prompt, requested, &self.file_folders, &self.budget, over)
     }
 
     /// Says what `/health` answers from now on (around a recovery).
@@ -132,6 +134,7 @@ impl App {
         App {
             jobs,
             tokenizer: Arc::clone(describer.text().tokenizer()),
+            n_ctx: describer.text().options().n_ctx,
             idle: Mutex::new(Some((describer, incoming))),
             defaults,
             schema_prompt,
@@ -166,34 +169,34 @@ impl App {
 
     /// Answers the requests of a connection accepted at `accepted`, one after the other while
     /// the client keeps it (each wait for a request head held to `--head-timeout` from the end of
-    /// the last answer, as the first is from the accept), then closes it. A chat request's body
-    /// is read only within the memory budget (its bytes are held until the answer is out).
-    pub fn handle(&self, mut stream: TcpStream, accepted: Instant, watch: &impl Watch) {
+    /// the last answer, as the first is from the accept), then closes it. A body is read only
+    /// where the route takes one (a chat request's), and only within the memory budget (its
+    /// bytes are held until the answer is out). A `spare` connection, let in past
+    /// --max-connections, is answered once, and only for /health or /metrics.
+    pub fn handle(&self, mut stream: TcpStream, accepted: Instant, spare: bool, watch: &impl Watch) {
         let mut pending = Vec::new();
         let mut since = accepted;
+        // A probe sends its head at once: a spare connection cannot be held by a slow one.
+        let limits = match spare {
+            true => http::Limits { head_timeout: SPARE_HEAD_TIMEOUT, ..self.limits },
+            false => self.limits,
+        };
         for served in 0usize.. {
-            let admit = |head: &http::Head| {
-                watch.working();
-                if Route::of(head.path).map(|r| r.endpoint) != Some(Endpoint::Chat) {
-                    return Ok(None);
-                }
-                let bytes = body_bytes(head.length);
-                self.budget.reserve(bytes).map(Some).ok_or_else(|| {
-                    self.over_budget(bytes, "its body and what parsing it makes", self.budget.body_limit())
-                })
-            };
+            let admit = |head: &http::Head| self.admit(head, spare);
             // A kept connection the client closes, or leaves quiet past the deadline, before a
             // byte of its next request just ends.
-            let read = http::read_request(&mut stream, &mut pending, &self.limits, since, served > 0, admit);
+            let read = http::read_request(&mut stream, &mut pending, &limits, since, served > 0, admit);
             let (line, cors, keep_alive, result) = match read {
                 Ok(None) => break,
                 Ok(Some((request, _body))) => {
+                    watch.working();
+                    let keep_alive = request.keep_alive && !spare;
                     let cors = self.cors(request.origin.as_deref());
                     let result = self.route(&request, &mut stream, &cors);
                     if Route::of(&request.path).map(|r| r.endpoint) == Some(Endpoint::Chat) {
                         self.count(&result);
                     }
-                    (format!("{} {}", request.method, request.path), cors, request.keep_alive, result)
+                    (format!("{} {}", request.method, request.path), cors, keep_alive, result)
                 }
                 // The request was not read whole: what follows on the connection is not a request.
                 Err(e) => ("-".into(), String::new(), false, Err(e)),
@@ -222,6 +225,36 @@ impl App {
             since = answered;
         }
         http::close_gently(&mut stream);
+    }
+
+    /// What a request's head lets in, before any of its body is read: a body only where the
+    /// route takes one (a chat request's, within the memory budget: its reservation returned);
+    /// on a spare connection, only /health and /metrics.
+    fn admit(&self, head: &http::Head, spare: bool) -> Result<Option<admission::Reservation<'_>>, HttpError> {
+        let route = Route::of(head.path);
+        let probe = matches!(route.map(|r| &r.endpoint), Some(Endpoint::Health | Endpoint::Metrics));
+        if spare && !probe {
+            let max = self.limits.max_open;
+            let e = HttpError::new(503, format!("hrx serve has {max} connections open; try again"));
+            return Err(e.with_retry_after(1));
+        }
+        if route.is_some_and(|r| r.endpoint == Endpoint::Chat && head.method == r.method) {
+            let bytes = body_bytes(head.length);
+            return self.budget.reserve(bytes).map(Some).ok_or_else(|| {
+                self.over_budget(bytes, "its body and what parsing it makes", self.budget.body_limit())
+            });
+        }
+        if head.length == 0 {
+            return Ok(None);
+        }
+        // Not read: a body where none is taken would hold memory outside the budget.
+        let Some(route) = route else {
+            return Err(no_such_endpoint(head.path));
+        };
+        if head.method != route.method && head.method != "OPTIONS" {
+            return Err(method_not_allowed(head.path, route.method, head.method));
+        }
+        Err(HttpError::new(413, format!("{} {} takes no body", head.method, head.path)))
     }
 
     /// `c`, or the same schema of a recent request with the masks it filled.
@@ -283,11 +316,7 @@ impl App {
     fn route(&self, request: &Request, stream: &mut TcpStream, cors: &str) -> Result<Sent, HttpError> {
         let keep = request.keep_alive;
         let Some(route) = Route::of(&request.path) else {
-            let served: Vec<String> = ROUTES.iter().map(|r| format!("{} {}", r.method, r.path)).collect();
-            return Err(HttpError::new(
-                404,
-                format!("no such endpoint {}: hrx serves {}", request.path, served.join(", ")),
-            ));
+            return Err(no_such_endpoint(&request.path));
         };
         let allowed = route.method;
         if request.method == "OPTIONS" {
@@ -304,8 +333,7 @@ impl App {
             return Ok(Sent { status: 204, open: keep });
         }
         if request.method != allowed {
-            let e = HttpError::new(405, format!("{} takes {allowed}, not {}", request.path, request.method));
-            return Err(HttpError { allow: Some(allowed), ..e });
+            return Err(method_not_allowed(&request.path, allowed, &request.method));
         }
         match route.endpoint {
             Endpoint::Health => {
@@ -335,15 +363,44 @@ impl App {
                 Ok(Sent { status: 200, open: keep })
             }
             Endpoint::Chat => {
-                let chat =
+                let mut chat =
                     openai::parse_chat(&request.body, &self.defaults, self.max_tokens, !self.file_folders.is_empty())?;
                 if let Some(user) = &chat.user {
                     log::info!("a chat request for end user {user:?}");
                 }
+                if let Some(c) = chat.config.json.take() {
+                    let c = self.known_schema(c);
+                    if self.schema_prompt {
+                        c.instruct(&mut chat.messages);
+                    }
+                    chat.config.json = Some(c);
+                }
+                // Counted here, before the queue: a huge prompt costs its own connection's
+                // thread a pass over its bytes, and nobody else any wait.
+                let prompt = self.count_prompt(&chat.messages)?;
                 let _turn = self.turns.take().map_err(|r| self.refusal(r))?;
-                self.chat(chat, stream, cors, keep)
+                self.chat(chat, prompt, stream, cors, keep)
             }
         }
+    }
+
+    /// The chat template's ids of `messages`: a text whose bytes alone make more tokens than
+    /// the context holds is refused before any of it is tokenized, one with a run of letters
+    /// (or other pre-token) past `MAX_PIECE_BYTES` before that run's BPE; each a 400. (The
+    /// model's thread refuses a prompt that, with its images, does not fit, with its size.)
+    fn count_prompt(&self, messages: &[Message]) -> Result<Vec<u32>, HttpError> {
+        let within = Within { tokens: self.n_ctx, piece_bytes: MAX_PIECE_BYTES };
+        chat::tokens(messages, true, &self.tokenizer, Some(within)).map_err(|e| match e {
+            Uncounted::Beyond(Beyond::Tokens { at_least }) => HttpError::new(
+                400,
+                format!(
+                    "the context holds {} tokens and at least {at_least} are needed, by the bytes of the messages' text alone (raise --ctx)",
+                    self.n_ctx
+                ),
+            ),
+            Uncounted::Beyond(Beyond::Piece(_)) => HttpError::new(400, e.to_string()),
+            Uncounted::NoToken(_) => HttpError::new(500, e.to_string()),
+        })
     }
 
     /// The 503 for a request the queue did not take.
@@ -369,21 +426,21 @@ impl App {
 
     /// Answers a chat request; `keep`: whether a plain answer leaves the connection open (a
     /// stream of events ends with it).
-    fn chat(&self, mut chat: ChatRequest, stream: &mut TcpStream, cors: &str, keep: bool) -> Result<Sent, HttpError> {
-        if let Some(c) = chat.config.json.take() {
-            let c = self.known_schema(c);
-            if self.schema_prompt {
-                c.instruct(&mut chat.messages);
-            }
-            chat.config.json = Some(c);
-        }
+    fn chat(
+        &self,
+        chat: ChatRequest,
+        prompt: Vec<u32>,
+        stream: &mut TcpStream,
+        cors: &str,
+        keep: bool,
+    ) -> Result<Sent, HttpError> {
         let n = self.requests.fetch_add(1, Ordering::Relaxed);
         let created = SystemTime::now().duration_since(UNIX_EPOCH).map_or(0, |d| d.as_secs());
         let reply = Reply { id: format!("chatcmpl-{created:x}{n:04x}"), created, model: &self.model_name };
         let tokenizer = &self.tokenizer;
         let asked = chat.config.logprobs;
         let logprobs = |entries: &[TokenLogprob]| asked.map(|_| openai::logprobs(entries, tokenizer));
-        let following = Following::start(&self.jobs, chat.messages, chat.images, chat.config)?;
+        let following = Following::start(&self.jobs, prompt, chat.images, chat.config)?;
         if !chat.stream {
             // A client that hung up stops the generation: nobody is waiting for the answer.
             let mut hang_up = HangUp::default();
@@ -449,6 +506,23 @@ const KNOWN_SCHEMAS: usize = 2;
 /// the JSON strings parsed from it (at most its length, while it is parsed) and the images
 /// base64-decoded from those (three quarters of it). Counting the body alone let 16 requests
 /// with 64 MiB bodies hold 1.4 GiB under a 1 GiB budget (scripts/soak).
+/// The longest pre-token (a run of letters, say) a request's text may have: BPE over it holds
+/// some 48 bytes a byte; words, numbers and code are far shorter.
+const MAX_PIECE_BYTES: usize = 64 << 10;
+
+/// The time a spare connection (`App::handle`) has to send its request head.
+const SPARE_HEAD_TIMEOUT: std::time::Duration = std::time::Duration::from_secs(1);
+
+fn no_such_endpoint(path: &str) -> HttpError {
+    let served: Vec<String> = ROUTES.iter().map(|r| format!("{} {}", r.method, r.path)).collect();
+    HttpError::new(404, format!("no such endpoint {path}: hrx serves {}", served.join(", ")))
+}
+
+fn method_not_allowed(path: &str, allowed: &'static str, method: &str) -> HttpError {
+    let e = HttpError::new(405, format!("{path} takes {allowed}, not {method}"));
+    HttpError { allow: Some(allowed), ..e }
+}
+
 fn body_bytes(length: usize) -> u64 {
     (length as u64).saturating_mul(11).div_ceil(4)
 }

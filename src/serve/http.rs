@@ -24,10 +24,13 @@ pub struct Limits {
     /// The longest the request head may take to arrive, from the connection's accept: bytes
     /// trickling in do not extend it.
     pub head_timeout: Duration,
-    /// The longest the whole request may take to arrive.
-    pub request_deadline: Duration,
-    /// Connections open at once; past it the one that has been sending its head the longest
-    /// is closed to make room (or, with none such, the new one is refused).
+    /// The slowest a request body may arrive, in bytes a second: its deadline is
+    /// `head_timeout` from its head, plus its length at this rate (a trickle does not extend it).
+    pub min_body_rate: u64,
+    /// Connections open at once; past it the one that has waited longest without a whole
+    /// request (its head or its body still arriving, or idle between requests) is closed to
+    /// make room, and with none such a new one may only ask for /health or /metrics
+    /// (`SPARE_CONNECTIONS` of them at once), else it is refused.
     pub max_open: usize,
     /// Chat requests waiting for the model at most (past it, 503 with Retry-After).
     pub queue_len: usize,
@@ -46,7 +49,8 @@ impl Default for Limits {
             io_timeout: Duration::from_secs(15),
             send_timeout: Duration::from_secs(15),
             head_timeout: Duration::from_secs(10),
-            request_deadline: Duration::from_secs(120),
+            // A 64 MiB body over a link of half a megabit a second still arrives.
+            min_body_rate: 64 << 10,
             max_open: 1024,
             queue_len: 64,
             queue_wait: Duration::from_secs(60),
@@ -145,7 +149,6 @@ pub fn read_request<G>(
     admit: impl FnOnce(&Head) -> Result<G, HttpError>,
 ) -> Result<Option<(Request, G)>, HttpError> {
     let head_deadline = since + limits.head_timeout;
-    let deadline = since + limits.request_deadline;
     stream.set_write_timeout(Some(limits.io_timeout)).map_err(internal)?;
     let mut buf = std::mem::take(pending);
     buf.reserve(4096);
@@ -187,6 +190,7 @@ pub fn read_request<G>(
     if expect_continue && buf.len() == head_len {
         stream.write_all(b"HTTP/1.1 100 Continue\r\n\r\n").map_err(internal)?;
     }
+    let deadline = Instant::now() + body_time(length, limits);
     let mut body = buf.split_off(head_len);
     // The whole body at once (its bytes are within the budget): growing it by doubling held
     // up to 1.5 times its length while it moved, past the budget.
@@ -197,6 +201,11 @@ pub fn read_request<G>(
     // What came past the body is the start of the next request.
     *pending = body.split_off(length);
     Ok(Some((Request { method, path, origin, keep_alive, body }, admitted)))
+}
+
+/// The time a body of `length` bytes has to arrive after its head.
+fn body_time(length: usize, limits: &Limits) -> Duration {
+    limits.head_timeout + Duration::from_secs_f64(length as f64 / limits.min_body_rate.max(1) as f64)
 }
 
 /// Whether a client keeps its connection: HTTP/1.1's default is to, HTTP/1.0's not to; a
@@ -562,6 +571,38 @@ mod tests {
         assert_eq!(read_request(&mut server, &mut Vec::new(), &limits, t, false, seen).unwrap_err().status, 408);
         assert!(t.elapsed() < Duration::from_millis(900), "{:?}", t.elapsed());
         assert!(!head_seen);
+        drop(server);
+        trickle.join().unwrap();
+    }
+
+    /// A body must arrive at the minimum rate: a trickle gets 408 at its deadline, the head's
+    /// timeout plus its length at that rate, however steadily it trickles.
+    #[test]
+    fn a_trickled_body_times_out_at_its_deadline() {
+        let listener = TcpListener::bind("127.0.0.1:0").unwrap();
+        let mut client = TcpStream::connect(listener.local_addr().unwrap()).unwrap();
+        let (mut server, _) = listener.accept().unwrap();
+        client.write_all(b"POST /x HTTP/1.1\r\nContent-Length: 4000\r\n\r\n").unwrap();
+        let trickle = std::thread::spawn(move || {
+            for _ in 0..60 {
+                if client.write_all(b"a").is_err() {
+                    break;
+                }
+                std::thread::sleep(Duration::from_millis(50));
+            }
+        });
+        // 4,000 bytes at 10,000 a second: 0.4 s after the head's 0.3 s.
+        let limits = Limits {
+            io_timeout: Duration::from_secs(1),
+            head_timeout: Duration::from_millis(300),
+            min_body_rate: 10_000,
+            ..Limits::default()
+        };
+        let t = Instant::now();
+        let e = read_request(&mut server, &mut Vec::new(), &limits, t, false, |_| Ok(())).unwrap_err();
+        assert_eq!(e.status, 408);
+        let took = t.elapsed();
+        assert!(took >= Duration::from_millis(650) && took < Duration::from_millis(1500), "{took:?}");
         drop(server);
         trickle.join().unwrap();
     }

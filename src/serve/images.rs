@@ -7,7 +7,6 @@ use super::http::HttpError;
 use super::image_url::{self, ImageSource};
 use super::openai::{self, ChatImage};
 use crate::image::{self, Limits};
-use crate::runtime::chat::Message;
 use crate::runtime::describe::{Describer, EncodedImage, SizedImage};
 use crate::runtime::RuntimeError;
 use std::borrow::Cow;
@@ -23,13 +22,14 @@ pub fn decode_share(limit: u64) -> u64 {
     (limit / 2).min(DECODE_BYTES_PER_PIXEL * openai::MAX_REQUEST_PIXELS)
 }
 
-/// Reads, sizes and encodes a request's images on `d`: a prompt too long for the context, or
+/// Reads, sizes and encodes a request's images on `d` (`prompt`: its template's ids, one pad an
+/// image): a prompt too long for the context, or
 /// too many pixels, is refused from the images' headers before any pixel is decoded or any
 /// token runs; the decoded pixels within `budget`'s decode share (`over_budget`: the refusal
 /// where they do not fit, given the bytes they need). `folders`: where `file://` images may be.
 pub fn encode(
     d: &mut Describer,
-    messages: &[Message],
+    prompt: &[u32],
     requested: &[ChatImage],
     folders: &[PathBuf],
     budget: &Budget,
@@ -39,7 +39,7 @@ pub fn encode(
     // The most pixels one request's images may declare together: what the decode share of the
     // memory budget holds, at most `openai::MAX_REQUEST_PIXELS`.
     let sized = size_images(d, &images, requested, budget.decode_share() / DECODE_BYTES_PER_PIXEL)?;
-    d.check_prompt(messages, &sized).map_err(HttpError::runtime)?;
+    d.check_counted(prompt, &sized).map_err(HttpError::runtime)?;
     // Within the decode share (the pixels are within what it holds), whatever the requests
     // waiting hold: images are decoded here, one request's at a time.
     let pixels: u64 = sized.iter().map(|s| (s.size.0 * s.size.1) as u64).sum();

@@ -3,12 +3,14 @@
 //! and decodes up to `--parallel` chat requests together (model.rs) while the others wait
 //! their turn.
 //!
-//! Connections that have not sent their request head cannot lock clients out: the head has a
-//! deadline from the accept that trickling bytes do not extend, and when `max_open`
-//! connections are open the one that has been sending its head the longest is closed to make
-//! room. A connection kept for a client's next request is one of those while it waits: the same
-//! deadline from the end of its last answer, and closed first to make room when it has waited
-//! longest. Chat requests hold the memory budget from their head on (their bodies; the request
+//! Connections that have not sent a whole request cannot lock clients out: the head has a
+//! deadline from the accept, and the body one from the head (its length at `--min-body-rate`),
+//! that trickling bytes do not extend; when `max_open` connections are open the one that has
+//! waited longest without a whole request is closed to make room. A connection kept for a
+//! client's next request is one of those while it waits: the same deadline from the end of its
+//! last answer, and closed first to make room when it has waited longest. With every
+//! connection at work, a few spare ones (`SPARE_CONNECTIONS`, a second to send their head)
+//! answer /health and /metrics and refuse the rest. Chat requests hold the memory budget from their head on (their bodies; the request
 //! whose images the model's thread decodes those too, from a share bodies cannot take) and wait
 //! for a sequence of the model in a bounded first-come queue (admission.rs); other
 //! requests need neither, so `/health` and `/metrics` answer whatever the model is doing.
@@ -31,6 +33,7 @@ use std::time::{Duration, Instant};
 /// Serves connections from `listener` until the process ends.
 pub fn serve(listener: TcpListener, app: Arc<App>) {
     let open = Arc::new(AtomicUsize::new(0));
+    let spares = Arc::new(AtomicUsize::new(0));
     let heads = Arc::new(Heads::default());
     for (id, conn) in (0u64..).zip(listener.incoming()) {
         let mut stream = match conn {
@@ -44,13 +47,15 @@ pub fn serve(listener: TcpListener, app: Arc<App>) {
         };
         let accepted = Instant::now();
         let peer = peer(&stream);
+        let mut spare = false;
         if open.load(Ordering::SeqCst) >= app.limits.max_open {
             match heads.make_room(&open, app.limits.max_open) {
                 Room::Free => {}
                 Room::Closed(addr, waited) => eprintln!(
-                    "hrx serve: {addr} closed after {:.1} s without a whole request head, to make room for {peer}",
+                    "hrx serve: {addr} closed after {:.1} s without a whole request, to make room for {peer}",
                     waited.as_secs_f64()
                 ),
+                Room::None if spares.load(Ordering::SeqCst) < SPARE_CONNECTIONS => spare = true,
                 Room::None => {
                     refuse(&mut stream, app.limits.max_open);
                     eprintln!("hrx serve: {peer} refused 503: {} connections open", app.limits.max_open);
@@ -58,13 +63,16 @@ pub fn serve(listener: TcpListener, app: Arc<App>) {
                 }
             }
         }
-        open.fetch_add(1, Ordering::SeqCst);
-        heads.enter(id, &stream, peer.clone(), accepted);
-        let (app, heads, slot) = (Arc::clone(&app), Arc::clone(&heads), Slot(Arc::clone(&open)));
+        let counted = if spare { &spares } else { &open };
+        counted.fetch_add(1, Ordering::SeqCst);
+        if !spare {
+            heads.enter(id, &stream, peer.clone(), accepted);
+        }
+        let (app, heads, slot) = (Arc::clone(&app), Arc::clone(&heads), Slot(Arc::clone(counted)));
         // Generation runs on this thread: give it the main thread's stack size.
         let spawned = std::thread::Builder::new().stack_size(8 << 20).spawn(move || {
             let _slot = slot;
-            app.handle(stream, accepted, &Connection { id, peer, heads: &heads });
+            app.handle(stream, accepted, spare, &Connection { id, peer, heads: &heads });
             heads.leave(id);
         });
         if let Err(e) = spawned {
@@ -97,15 +105,15 @@ impl Watch for Connection<'_> {
     }
 }
 
-/// A connection waiting for (or still sending) a request head: a handle to close it, who, and
-/// since when (its accept, or the end of its last answer).
+/// A connection waiting for (or still sending) a request: a handle to close it, who, and since
+/// when (its accept, or the end of its last answer).
 struct Waiting {
     stream: Option<TcpStream>,
     peer: String,
     since: Instant,
 }
 
-/// The connections waiting for a request head, by id.
+/// The connections waiting for a whole request (its head or its body), by id.
 #[derive(Default)]
 struct Heads(Mutex<BTreeMap<u64, Waiting>>);
 
@@ -155,6 +163,10 @@ impl Heads {
         Some((w.peer, w.since.elapsed()))
     }
 }
+
+/// Connections past `max_open`, with every other at work, that may ask for /health or
+/// /metrics (each answered once; they have a second to send their head).
+const SPARE_CONNECTIONS: usize = 8;
 
 /// How long a new connection past `max_open` waits for room before its 503: enough for a kept
 /// connection's thread to go from sending an answer to waiting on a loaded machine, short

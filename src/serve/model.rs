@@ -12,7 +12,6 @@
 use super::http::HttpError;
 use super::openai::ChatImage;
 use crate::runtime::batch::{Batch, Finished, Listener, Start, Started, Stepped, Turn};
-use crate::runtime::chat::Message;
 use crate::runtime::describe::{Describer, EncodedImage};
 use crate::runtime::generate::{Delta, GenerateConfig, Generation};
 use crate::runtime::recover::Losses;
@@ -38,13 +37,9 @@ pub enum Health {
 /// What the model's thread needs of the server: its requests' images encoded, `/health` told,
 /// and the requests it ends for a lost device counted.
 pub trait Host: Sync {
-    /// `images` of a request with `messages`, read, sized and encoded on `d`.
-    fn encode(
-        &self,
-        d: &mut Describer,
-        messages: &[Message],
-        images: &[ChatImage],
-    ) -> Result<Vec<EncodedImage>, HttpError>;
+    /// `images` of a request whose prompt's template ids are `prompt`, read, sized and encoded
+    /// on `d`.
+    fn encode(&self, d: &mut Describer, prompt: &[u32], images: &[ChatImage]) -> Result<Vec<EncodedImage>, HttpError>;
     fn set_health(&self, health: Health);
     /// A request got a 503: the device was lost under it.
     fn lost_request(&self);
@@ -53,7 +48,9 @@ pub trait Host: Sync {
 /// A chat request for the model: its conversation, images and settings, where its events go,
 /// and how its reader is doing.
 pub struct Job {
-    messages: Vec<Message>,
+    /// The chat template's ids of its conversation (one image pad per image), counted by the
+    /// connection's thread: the model's never tokenizes a request.
+    prompt: Vec<u32>,
     images: Vec<ChatImage>,
     config: GenerateConfig,
     events: Sender<Event>,
@@ -225,15 +222,15 @@ fn recover(app: &dyn Host, d: &mut Describer, batch: &mut Batch<Tag>, losses: &m
 /// sequence; says why not, or the answer when its first token ends it, to each connection.
 fn start(app: &dyn Host, d: &mut Describer, batch: &mut Batch<Tag>, jobs: Vec<Job>) {
     let mut encoded = Vec::with_capacity(jobs.len());
-    for Job { messages, images, config, events, reader } in jobs {
-        match app.encode(d, &messages, &images) {
-            Ok(images) => encoded.push((messages, images, config, events, reader)),
+    for Job { prompt, images, config, events, reader } in jobs {
+        match app.encode(d, &prompt, &images) {
+            Ok(images) => encoded.push((prompt, images, config, events, reader)),
             Err(e) => fail(app, d, &events, e),
         }
     }
     let mut starts = Vec::with_capacity(encoded.len());
-    for (messages, images, config, events, reader) in &encoded {
-        match d.prompt_messages(messages, images) {
+    for (prompt, images, config, events, reader) in &encoded {
+        match d.prompt_counted(prompt, images) {
             Ok((ids, pieces)) => {
                 let tag = Tag { events: events.clone(), reader: Arc::clone(reader), prompt_tokens: ids.len() };
                 starts.push(Start { pieces, config: config.clone(), tag });
@@ -297,13 +294,13 @@ impl Following {
     /// Hands the request to the model's thread.
     pub fn start(
         jobs: &Sender<Job>,
-        messages: Vec<Message>,
+        prompt: Vec<u32>,
         images: Vec<ChatImage>,
         config: GenerateConfig,
     ) -> Result<Following, HttpError> {
         let (events, incoming) = mpsc::channel();
         let reader = Arc::new(Reader::default());
-        let job = Job { messages, images, config, events, reader: Arc::clone(&reader) };
+        let job = Job { prompt, images, config, events, reader: Arc::clone(&reader) };
         jobs.send(job).map_err(|_| model_stopped())?;
         Ok(Following { events: incoming, reader })
     }

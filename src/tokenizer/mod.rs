@@ -56,6 +56,26 @@ pub struct Tokenizer {
     nfc: bool,
     /// Built on first use (constrained decoding): tens of milliseconds, not every run needs it.
     trie: OnceLock<VocabTrie>,
+    /// The bytes of the longest token: a text of n bytes is at least n / longest tokens.
+    longest: usize,
+}
+
+/// Bounds on counting an untrusted text (a server's request): the most tokens it may be (a
+/// text whose bytes alone make more is not counted), and the longest pre-token (a run of
+/// letters, say) BPE is run on.
+#[derive(Clone, Copy, Debug)]
+pub struct Within {
+    pub tokens: usize,
+    pub piece_bytes: usize,
+}
+
+/// Why a text was not counted within its bounds.
+#[derive(Clone, Copy, Debug, PartialEq, Eq)]
+pub enum Beyond {
+    /// Its bytes alone make at least this many tokens (with those before it), over the bound.
+    Tokens { at_least: usize },
+    /// It has a pre-token of this many bytes.
+    Piece(usize),
 }
 
 /// The 256 single-byte tokens of the byte-level alphabet, in byte order (the smallest
@@ -104,6 +124,7 @@ impl Tokenizer {
                 .map(|((token, _), id)| (token.clone(), id)),
         );
         let bytes = TokenBytes::new(&tokens, &token_types, &alphabet)?;
+        let longest = (0..n_vocab as u32).filter_map(|id| bytes.get(id)).map(<[u8]>::len).max().unwrap_or(1);
         Ok(Tokenizer {
             tokens,
             types: token_types,
@@ -116,6 +137,7 @@ impl Tokenizer {
             eog: eos.into_iter().collect(),
             nfc: true,
             trie: OnceLock::new(),
+            longest: longest.max(1),
         })
     }
 
@@ -131,24 +153,45 @@ impl Tokenizer {
     pub fn encode(&self, text: &str, parse_special: bool) -> Vec<u32> {
         let mut ids = Vec::new();
         if !parse_special {
-            self.encode_text(text, &mut ids);
+            // Unbounded: nothing is beyond.
+            let _ = self.encode_text(text, None, &mut ids);
             return ids;
         }
         for segment in self.added.split(text) {
             match segment {
-                Segment::Text(t) => self.encode_text(t, &mut ids),
+                Segment::Text(t) => {
+                    let _ = self.encode_text(t, None, &mut ids);
+                }
                 Segment::Token(id) => ids.push(id),
             }
         }
         ids
     }
 
-    /// Text without added tokens: normalise, pre-tokenize, BPE.
-    fn encode_text(&self, text: &str, ids: &mut Vec<u32>) {
+    /// Appends the ids of `text` (added tokens as text) to `ids` `within` its bounds: a text
+    /// whose bytes alone make more tokens is refused before any BPE (no token is longer than
+    /// the vocabulary's longest), and a pre-token longer than the bound before its BPE. A
+    /// server counts its requests so: what it counts is at most the bound's worth of bytes.
+    pub fn encode_within(&self, text: &str, within: Within, ids: &mut Vec<u32>) -> Result<(), Beyond> {
+        self.encode_text(text, Some(within), ids)
+    }
+
+    /// Text without added tokens: normalise, pre-tokenize, BPE (`within` its bounds).
+    fn encode_text(&self, text: &str, within: Option<Within>, ids: &mut Vec<u32>) -> Result<(), Beyond> {
         let text = if self.nfc { nfc::nfc(text) } else { text.into() };
+        if let Some(w) = within {
+            let at_least = ids.len() + text.len().div_ceil(self.longest);
+            if at_least > w.tokens {
+                return Err(Beyond::Tokens { at_least });
+            }
+        }
         for piece in pretokenize::pieces(&text) {
+            if within.is_some_and(|w| piece.len() > w.piece_bytes) {
+                return Err(Beyond::Piece(piece.len()));
+            }
             self.bpe.encode_piece(piece, ids);
         }
+        Ok(())
     }
 
     /// The text of `ids`, added tokens included; invalid UTF-8 becomes U+FFFD.
