@@ -119,3 +119,35 @@ fn a_prompt_too_long_to_count_is_refused_at_once_without_holding_others() {
     assert_eq!(status, 400, "{body}");
     assert!(body.contains("a run of 100000 bytes without a break"), "{body}");
 }
+
+/// With every connection at work (chats generating or waiting for the model), a new one may
+/// still ask for /health or /metrics (a spare connection), and is refused anything else.
+#[test]
+fn health_is_answered_when_every_connection_is_at_work() {
+    let Some(oracle) = common::oracle() else { return };
+    let server = Server::start(
+        &oracle.join("models/tiny"),
+        &["--max-connections", "2", "--parallel", "1", "--ignore-eos", "--queue-wait", "30"],
+    );
+    let long = r#"{"messages":[{"role":"user","content":"x"}],"max_tokens":2000}"#;
+    let busy: Vec<_> = (0..2)
+        .map(|_| {
+            let addr = server.addr.clone();
+            std::thread::spawn(move || common::server::post(&addr, "/v1/chat/completions", long))
+        })
+        .collect();
+    // Both chats in: one generating (some 3 s of tokens), one waiting for the model.
+    std::thread::sleep(Duration::from_millis(300));
+    for path in ["/health", "/metrics"] {
+        let t = Instant::now();
+        let (status, body) = server.get(path);
+        assert_eq!(status, 200, "{path}: {body}");
+        assert!(t.elapsed() < Duration::from_millis(500), "{path} took {:?}", t.elapsed());
+    }
+    let (status, body) = server.post("/v1/chat/completions", long);
+    assert_eq!(status, 503, "{body}");
+    assert!(body.contains("connections open"), "{body}");
+    for b in busy {
+        assert_eq!(b.join().unwrap().0, 200);
+    }
+}
