@@ -43,6 +43,7 @@ fn help() -> String {
         MAX_TOKENS_CAP.help(format!(
             "the most tokens a request's max_tokens may ask for (default {DEFAULT_MAX_TOKENS_CAP}); more: 400 naming this cap"
         )),
+        NO_PAGE.help("do not serve the kiosk page at / and /kiosk (404 there)"),
         CORS_ORIGIN.help(
             "let pages of ORIGIN (scheme://host[:port], or * for any) call the API from a browser: CORS headers and OPTIONS preflights (repeatable; default none)",
         ),
@@ -53,6 +54,10 @@ fn help() -> String {
         usage: "hrx serve [-m MODEL.gguf --mmproj MMPROJ.gguf] [--host 127.0.0.1] [--port 8080]\n\
                 \x20                [--allow-files DIR] [options]",
         about: "Loads the model once, then answers:\n\
+                \x20 GET / (and /kiosk)        the kiosk page: a camera's picture (or one chosen or dropped)\n\
+                \x20                            described as it streams in, full screen; query parameters\n\
+                \x20                            prompt, lang, every (seconds between pictures), max_tokens;\n\
+                \x20                            it talks to this server only (--no-page: off)\n\
                 \x20 POST /v1/chat/completions  OpenAI's chat format: system/user/assistant messages whose\n\
                 \x20                            content is a string or parts {\"type\":\"text\"} and\n\
                 \x20                            {\"type\":\"image_url\",\"image_url\":{\"url\":\"data:image/png;base64,...\"}}\n\
@@ -117,6 +122,7 @@ const QUEUE: Flag = Flag { names: &["--queue"], value: "N" };
 const QUEUE_WAIT: Flag = Flag { names: &["--queue-wait"], value: "SECONDS" };
 const MEMORY_BUDGET: Flag = Flag { names: &["--memory-budget"], value: "MIB" };
 const MAX_TOKENS_CAP: Flag = Flag { names: &["--max-tokens-cap"], value: "N" };
+const NO_PAGE: Flag = Flag { names: &["--no-page"], value: "" };
 const CORS_ORIGIN: Flag = Flag { names: &["--cors-origin"], value: "ORIGIN" };
 /// `--max-tokens-cap`'s default: a long answer, far short of filling a default context.
 const DEFAULT_MAX_TOKENS_CAP: usize = 2048;
@@ -164,6 +170,7 @@ fn run(mut args: Args, out: &mut dyn Write) -> Result<(), CliError> {
     };
     let max_tokens: usize = MAX_TOKENS_CAP.parse(&mut args)?.unwrap_or(DEFAULT_MAX_TOKENS_CAP);
     let cors_origins = CORS_ORIGIN.strings(&mut args)?;
+    let page = !NO_PAGE.present(&mut args);
     if let Some(bad) = cors_origins.iter().find(|o| !is_origin(o)) {
         return Err(CliError::usage(format!(
             "--cors-origin {bad}: not an origin (scheme://host[:port], as a browser sends it, or *)"
@@ -192,6 +199,7 @@ fn run(mut args: Args, out: &mut dyn Write) -> Result<(), CliError> {
         cors_origins,
         model_name: flags.name,
         file_folders,
+        page,
         limits,
     };
     let app = Arc::new(App::new(describer, settings));

@@ -48,6 +48,8 @@ pub struct App {
     model_name: String,
     /// Folders (canonical) whose image files `file://` URLs may name; none: file URLs are off.
     file_folders: Vec<PathBuf>,
+    /// The kiosk page (`GET /`), with the server's pixel budget in it; None: --no-page.
+    page: Option<String>,
     pub(super) limits: http::Limits,
     requests: AtomicU64,
     /// The queue for the model's sequences.
@@ -100,6 +102,8 @@ pub struct AppSettings {
     pub model_name: String,
     /// Folders (canonical) whose image files `file://` URLs may name; none: file URLs are off.
     pub file_folders: Vec<PathBuf>,
+    /// Whether `GET /` serves the kiosk page (not with --no-page).
+    pub page: bool,
     pub limits: http::Limits,
 }
 
@@ -126,8 +130,9 @@ impl model::Host for App {
 
 impl App {
     pub fn new(describer: Describer, settings: AppSettings) -> App {
-        let AppSettings { defaults, schema_prompt, max_tokens, cors_origins, model_name, file_folders, limits } =
+        let AppSettings { defaults, schema_prompt, max_tokens, cors_origins, model_name, file_folders, page, limits } =
             settings;
+        let page = page.then(|| KIOSK_PAGE.replace("__HRX_MAX_PIXELS__", &describer.max_pixels().to_string()));
         let (jobs, incoming) = mpsc::channel();
         let sequences = describer.text().options().n_seq;
         let health = Mutex::new(Health::Serving(describer.text().backend().describe()));
@@ -143,6 +148,7 @@ impl App {
             cors_origins,
             model_name,
             file_folders,
+            page,
             limits,
             requests: AtomicU64::new(0),
             turns: Turns::new(sequences, limits.queue_len, limits.queue_wait),
@@ -315,7 +321,8 @@ impl App {
     /// header lines every response carries.
     fn route(&self, request: &Request, stream: &mut TcpStream, cors: &str) -> Result<Sent, HttpError> {
         let keep = request.keep_alive;
-        let Some(route) = Route::of(&request.path) else {
+        let route = Route::of(&request.path).filter(|r| r.endpoint != Endpoint::Page || self.page.is_some());
+        let Some(route) = route else {
             return Err(no_such_endpoint(&request.path));
         };
         let allowed = route.method;
@@ -345,6 +352,12 @@ impl App {
                 };
                 let body = Json::obj([("status", Json::str(word)), (field, Json::str(detail))]);
                 send_json(stream, status, &body, &format!("{cors}{retry}"), keep)
+            }
+            Endpoint::Page => {
+                let page = self.page.as_deref().unwrap_or_default();
+                let headers = format!("{cors}Content-Security-Policy: {KIOSK_CSP}\r\n");
+                let _ = http::write_response(stream, 200, "text/html; charset=utf-8", &headers, keep, page.as_bytes());
+                Ok(Sent { status: 200, open: keep })
             }
             Endpoint::Models => send_json(stream, 200, &openai::models(&self.model_name), cors, keep),
             Endpoint::Model => {
@@ -506,6 +519,14 @@ const KNOWN_SCHEMAS: usize = 2;
 /// the JSON strings parsed from it (at most its length, while it is parsed) and the images
 /// base64-decoded from those (three quarters of it). Counting the body alone let 16 requests
 /// with 64 MiB bodies hold 1.4 GiB under a 1 GiB budget (scripts/soak).
+/// The kiosk page (`GET /` and `/kiosk`): a camera (or a chosen picture) described as it
+/// streams in, for a browser in full-screen mode. Its pixel budget is filled in when served.
+const KIOSK_PAGE: &str = include_str!("kiosk.html");
+
+/// What the kiosk page may load and talk to: this server only (its own script and style
+/// inline, pictures as data and blob URLs).
+const KIOSK_CSP: &str = "default-src 'none'; script-src 'unsafe-inline'; style-src 'unsafe-inline'; img-src data: blob:; media-src blob: mediastream:; connect-src 'self'; base-uri 'none'; form-action 'none'";
+
 /// The longest pre-token (a run of letters, say) a request's text may have: BPE over it holds
 /// some 48 bytes a byte; words, numbers and code are far shorter.
 const MAX_PIECE_BYTES: usize = 64 << 10;
@@ -554,6 +575,7 @@ const MODELS: &str = "/v1/models/";
 /// What `hrx serve` answers.
 #[derive(Clone, Copy, Debug, PartialEq, Eq)]
 enum Endpoint {
+    Page,
     Chat,
     Models,
     Model,
@@ -570,6 +592,8 @@ struct Route {
 
 /// Every endpoint: routing, the 404's list and each 405's `Allow` come from here.
 const ROUTES: &[Route] = &[
+    Route { path: "/", method: "GET", endpoint: Endpoint::Page },
+    Route { path: "/kiosk", method: "GET", endpoint: Endpoint::Page },
     Route { path: CHAT, method: "POST", endpoint: Endpoint::Chat },
     Route { path: "/v1/models", method: "GET", endpoint: Endpoint::Models },
     Route { path: "/v1/models/{id}", method: "GET", endpoint: Endpoint::Model },
