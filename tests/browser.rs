@@ -48,8 +48,8 @@ fn the_kiosk_page_describes_a_camera_frame_in_a_real_browser() {
         .expect("python3");
     let said = String::from_utf8_lossy(&run.stdout);
     assert!(run.status.success(), "{said}{}", String::from_utf8_lossy(&run.stderr));
-    assert_eq!(said.matches("browser_check: ok").count(), 4, "{said}");
-    for shot in ["kiosk.png", "kiosk-busy.png"] {
+    assert_eq!(said.matches("browser_check: ok").count(), 8, "{said}");
+    for shot in ["kiosk.png", "kiosk-busy.png", "report.png"] {
         let png = std::fs::read(out.join(shot)).unwrap();
         assert!(png.starts_with(b"\x89PNG\r\n\x1a\n") && png.len() > 10_000, "{shot}: {} bytes", png.len());
     }

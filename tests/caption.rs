@@ -569,3 +569,38 @@ fn a_run_that_cannot_load_its_model_is_exit_1() {
     }
     std::fs::remove_dir_all(&dir).unwrap();
 }
+
+/// `--report`: after the run, an HTML page of every image with its caption and every failure
+/// with its reason, thumbnails embedded; `hrx report` makes the same from a journal later.
+#[test]
+fn a_report_shows_every_image_and_failure() {
+    let Some(oracle) = common::oracle() else { return };
+    let model = oracle.join("models/tiny");
+    let dir = scratch("report");
+    std::fs::copy(oracle.join("images/tiny-40x30.png"), dir.join("sub/a.png")).unwrap();
+    std::fs::copy(oracle.join("images/pattern-333x517.jpg"), dir.join("sub/b.jpg")).unwrap();
+    std::fs::write(dir.join("sub/bad.png"), b"not a png").unwrap();
+    let (out, report, sub) = (dir.join("c.jsonl"), dir.join("r.html"), dir.join("sub").display().to_string());
+    let run = caption(&[&sub, "-o", out.to_str().unwrap(), "--report", report.to_str().unwrap()], &model);
+    let err = String::from_utf8_lossy(&run.stderr);
+    assert_eq!(run.status.code(), Some(3), "{err}");
+    assert!(err.contains("wrote the report") && err.contains("(3 images)"), "{err}");
+    let html = std::fs::read_to_string(&report).unwrap();
+    assert!(html.contains("Captions of 3 images") && html.contains("2 captioned · 1 failed"), "{html}");
+    assert!(html.contains(" captions a minute · on cpu"), "the run's rate and device");
+    assert_eq!(html.matches("<img src=\"data:image/png;base64,").count(), 2);
+    for record in lines(&out) {
+        let image = image_of(&record);
+        assert!(html.contains(&format!("<code>{image}</code>")), "{image}");
+    }
+    // The same from the journal, later.
+    let again = dir.join("again.html");
+    let hrx = |args: &[&str]| Command::new(env!("CARGO_BIN_EXE_hrx")).args(args).output().unwrap();
+    let made = hrx(&["report", out.to_str().unwrap(), "-o", again.to_str().unwrap()]);
+    assert!(made.status.success(), "{}", String::from_utf8_lossy(&made.stderr));
+    let later = std::fs::read_to_string(&again).unwrap();
+    assert!(later.contains("2 captioned · 1 failed") && later.matches("<img src=\"data:").count() == 2);
+    assert_eq!(hrx(&["report", out.to_str().unwrap()]).status.code(), Some(2), "-o is required");
+    assert_eq!(hrx(&["report", "nothere.jsonl", "-o", again.to_str().unwrap()]).status.code(), Some(1));
+    std::fs::remove_dir_all(&dir).unwrap();
+}

@@ -6,6 +6,7 @@ use super::flags::{self, json_schema_help, Flag, Help, BATCH, PROMPT, SYSTEM};
 use super::{CliError, Command};
 use crate::caption::discover::find_images;
 use crate::caption::journal::{self, Journal, OpenError};
+use crate::caption::report::Summary;
 use crate::caption::shard::Shard;
 use crate::caption::sidecar::{Caption, Format, Mode, Sidecars};
 use crate::cli::args::Args;
@@ -28,6 +29,7 @@ fn help() -> String {
         OVERWRITE.help("start FILE anew even if it holds captions"),
         RETRY_FAILED.help("with --resume, caption again the images FILE has only errors for"),
         WAIT.help("when another run is writing FILE, wait for it to end (default: exit 4 at once)"),
+        REPORT.help("after the run, also write an HTML page of FILE's results to review (as hrx report)"),
         SHARD.help(
             "caption shard K of N (from 0): the images whose path within their input folder\n\
              hashes to K, the same share on every box; auto: the index a scheduler gives, from\n\
@@ -102,6 +104,7 @@ const RESUME: Flag = Flag { names: &["--resume"], value: "" };
 const RETRY_FAILED: Flag = Flag { names: &["--retry-failed"], value: "" };
 const OVERWRITE: Flag = Flag { names: &["--overwrite"], value: "" };
 const WAIT: Flag = Flag { names: &["--wait"], value: "" };
+const REPORT: Flag = Flag { names: &["--report"], value: "REPORT.html" };
 const SHARD: Flag = Flag { names: &["--shard"], value: "K/N|auto" };
 const SHARDS: Flag = Flag { names: &["--shards"], value: "N" };
 const SIDECAR: Flag = Flag { names: &["--sidecar"], value: "txt|xmp" };
@@ -121,6 +124,7 @@ fn run(mut args: Args, _out: &mut dyn Write) -> Result<(), CliError> {
     let wait = WAIT.present(&mut args);
     let sidecars = sidecar_flags(&mut args)?;
     let shard = shard_flags(&mut args)?;
+    let report = REPORT.string(&mut args)?.map(PathBuf::from);
     if overwrite && resume {
         return Err(CliError::usage("--overwrite and --resume disagree: give one"));
     }
@@ -240,7 +244,9 @@ fn run(mut args: Args, _out: &mut dyn Write) -> Result<(), CliError> {
             output.display()
         );
     }
+    let mut device = None;
     if let Some((mut d, n_seq)) = loaded {
+        device = Some(d.text().backend().describe());
         tally.batch = n_seq;
         d.set_progress(super::describe::stderr_notice());
         let job = Job { prompt: &prompt, system: system.as_deref(), config: &flags.config };
@@ -276,6 +282,12 @@ fn run(mut args: Args, _out: &mut dyn Write) -> Result<(), CliError> {
         tally.seconds = progress.start.elapsed().as_secs_f64();
     }
     eprintln!("{}", tally.summary());
+    drop(journal);
+    if let Some(report) = &report {
+        let per_minute = (tally.done > 0 && tally.seconds > 0.0).then(|| tally.done as f64 * 60.0 / tally.seconds);
+        let n = super::report::write(&output, report, &Summary { per_minute, device })?;
+        eprintln!("hrx caption: wrote the report {} ({n} images)", report.display());
+    }
     match tally.failed {
         0 => Ok(()),
         n => Err(CliError::Partial(format!("{n} images failed in this run (see {})", output.display()))),

@@ -13,6 +13,7 @@ mod inspect;
 mod model_defaults;
 mod models;
 mod plan;
+mod report;
 mod serve;
 mod synth;
 mod tokenize;
@@ -37,6 +38,7 @@ pub struct Command {
 const COMMANDS: &[Command] = &[
     describe::COMMAND,
     caption::COMMAND,
+    report::COMMAND,
     serve::COMMAND,
     generate::COMMAND,
     plan::COMMAND,

@@ -30,6 +30,7 @@ mod png;
 mod preprocess;
 mod resize;
 mod smart_resize;
+mod thumbnail;
 mod webp;
 
 pub use decode::{decode_bytes, decode_file, probe_bytes, read_file, read_from};
@@ -41,6 +42,7 @@ pub use patches::patch_positions;
 pub use preprocess::{preprocess, Patches, PreprocessConfig};
 pub use resize::resize_bicubic_aa;
 pub use smart_resize::{smart_resize, MAX_ASPECT_RATIO};
+pub use thumbnail::thumbnail_png;
 
 /// An 8-bit RGB image, rows top to bottom, pixels interleaved R, G, B (HWC).
 /// `data.len() == width * height * 3` always holds.
