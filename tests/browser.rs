@@ -29,7 +29,9 @@ fn the_kiosk_page_is_served_whole_and_talks_to_its_server_only() {
     }
     drop(server);
     let server = Server::start(&model, &["--device", "cpu", "--no-page"]);
-    assert_eq!(server.get("/").0, 404);
+    let (status, body) = server.get("/");
+    assert_eq!(status, 404);
+    assert!(body.contains("GET /health") && !body.contains("GET /,") && !body.contains("/kiosk"), "{body}");
     assert_eq!(server.get("/health").0, 200);
 }
 

@@ -33,7 +33,7 @@ class Browser:
         self.proc = subprocess.Popen(
             [self.binary, "--headless=new", "--no-sandbox", "--disable-gpu", "--no-first-run",
              "--disable-extensions", "--remote-debugging-port=0", f"--user-data-dir={self.profile}",
-             "--window-size=1280,800"] + self.flags + ["about:blank"],
+             "--disable-dev-shm-usage", "--window-size=1280,800"] + self.flags + ["about:blank"],
             stdout=subprocess.DEVNULL, stderr=subprocess.PIPE, text=True)
         deadline = time.monotonic() + 30
         while time.monotonic() < deadline:

@@ -72,8 +72,9 @@ fn help() -> String {
                 (PATH: the image's canonical path, so that a run from another folder knows it),\n\
                 (with --json-schema, also \"json\": the answer as a JSON value, after \"caption\").\n\
                 A bad image never stops the batch; its error is recorded once, and --resume skips it\n\
-                (--retry-failed tries it again: a caption is then added, a second failure is not). Images are one image however they are named (x.png,\n\
-                ./x.png, /abs/x.png). With --resume a last line cut short by a killed job is removed.\n\
+                (--retry-failed tries it again: a caption is then added, a second failure is not).\n\
+                Images are one image however they are named (x.png, ./x.png, /abs/x.png). With\n\
+                --resume a last line cut short by a killed job is removed.\n\
                 With --sidecar the caption (a --json-schema answer's \"description\" or \"caption\" field\n\
                 where it has one) also goes beside the image, written whole or not at all (a\n\
                 temporary file renamed over it); FILE stays the record of the run. hrx never writes\n\

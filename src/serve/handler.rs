@@ -255,7 +255,7 @@ impl App {
         }
         // Not read: a body where none is taken would hold memory outside the budget.
         let Some(route) = route else {
-            return Err(no_such_endpoint(head.path));
+            return Err(no_such_endpoint(head.path, self.page.is_some()));
         };
         if head.method != route.method && head.method != "OPTIONS" {
             return Err(method_not_allowed(head.path, route.method, head.method));
@@ -323,7 +323,7 @@ impl App {
         let keep = request.keep_alive;
         let route = Route::of(&request.path).filter(|r| r.endpoint != Endpoint::Page || self.page.is_some());
         let Some(route) = route else {
-            return Err(no_such_endpoint(&request.path));
+            return Err(no_such_endpoint(&request.path, self.page.is_some()));
         };
         let allowed = route.method;
         if request.method == "OPTIONS" {
@@ -534,8 +534,10 @@ const MAX_PIECE_BYTES: usize = 64 << 10;
 /// The time a spare connection (`App::handle`) has to send its request head.
 const SPARE_HEAD_TIMEOUT: std::time::Duration = std::time::Duration::from_secs(1);
 
-fn no_such_endpoint(path: &str) -> HttpError {
-    let served: Vec<String> = ROUTES.iter().map(|r| format!("{} {}", r.method, r.path)).collect();
+/// The 404 for `path`, naming the endpoints served (the kiosk page's where `page`).
+fn no_such_endpoint(path: &str, page: bool) -> HttpError {
+    let served = ROUTES.iter().filter(|r| page || r.endpoint != Endpoint::Page);
+    let served: Vec<String> = served.map(|r| format!("{} {}", r.method, r.path)).collect();
     HttpError::new(404, format!("no such endpoint {path}: hrx serves {}", served.join(", ")))
 }
 
