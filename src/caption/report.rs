@@ -3,6 +3,7 @@
 //! fields as a list), the failures with their reasons, a filter box and the run's summary. It
 //! opens from the disk with no server and loads nothing from anywhere.
 
+use super::escape_markup as escape;
 use crate::image::{self, Limits};
 use crate::json::{self, Json};
 use base64::Engine;
@@ -186,21 +187,6 @@ fn thumbnails(records: &[Record], threads: usize) -> Vec<Option<String>> {
         }
     });
     made
-}
-
-fn escape(text: &str) -> String {
-    let mut out = String::with_capacity(text.len());
-    for c in text.chars() {
-        match c {
-            '&' => out.push_str("&amp;"),
-            '<' => out.push_str("&lt;"),
-            '>' => out.push_str("&gt;"),
-            '"' => out.push_str("&quot;"),
-            '\'' => out.push_str("&#39;"),
-            c => out.push(c),
-        }
-    }
-    out
 }
 
 const STYLE: &str = "body{margin:0;font-family:system-ui,sans-serif;background:#fafafa;color:#222}\

@@ -4,6 +4,7 @@
 //! `dc:subject` (what digiKam, darktable and Lightroom read). Each is written whole or not at
 //! all: a temporary file beside it, synced, then renamed over it.
 
+use super::escape_markup as escape;
 use std::io::{self, Write};
 use std::path::{Path, PathBuf};
 
@@ -157,24 +158,9 @@ fn xmp_description(xmp: &str) -> Option<(usize, usize, &str)> {
     Some((at, end, &xmp[at..end]))
 }
 
-fn escape(text: &str) -> String {
-    let mut out = String::with_capacity(text.len());
-    for c in text.chars() {
-        match c {
-            '&' => out.push_str("&amp;"),
-            '<' => out.push_str("&lt;"),
-            '>' => out.push_str("&gt;"),
-            '"' => out.push_str("&quot;"),
-            // Characters XML 1.0 does not allow, as a model may write them.
-            c if (c as u32) < 0x20 && !matches!(c, '\t' | '\n' | '\r') => out.push('\u{fffd}'),
-            c => out.push(c),
-        }
-    }
-    out
-}
-
 fn unescape(text: &str) -> String {
-    text.replace("&lt;", "<").replace("&gt;", ">").replace("&quot;", "\"").replace("&apos;", "'").replace("&amp;", "&")
+    let text = text.replace("&lt;", "<").replace("&gt;", ">").replace("&quot;", "\"").replace("&apos;", "'");
+    text.replace("&#39;", "'").replace("&amp;", "&")
 }
 
 /// Writes `bytes` to `path` whole or not at all: into a hidden temporary file beside it,
