@@ -270,7 +270,9 @@ pub(super) fn op_launch(op: &Op, ins: &[Operand], out: &Operand, dynamic: Option
         Op::GetRows => rows::get_rows(arg(0)?, arg(1)?, None, out, dynamic),
         Op::GetRowsWeighted => rows::get_rows(arg(0)?, arg(1)?, Some(arg(2)?), out, dynamic),
         Op::SetRows => rows::set_rows(arg(0)?, arg(1)?, arg(2)?, out),
-        Op::Rope { kind, theta, n_dims } => rope::launch(kind, *theta, *n_dims, arg(0)?, arg(1)?, out, dynamic),
+        Op::Rope { kind, theta, n_dims } => {
+            Ok(rope::launch(rope::push(kind, *theta, *n_dims, arg(0)?, arg(1)?, out, dynamic)?))
+        }
         Op::Attention { scale, segment } => {
             let kernel = KernelId::FlashAttn(Values::of(arg(1)?, "k")?);
             attn::launch(kernel, ins, (*scale, *segment), out, dynamic)

@@ -30,23 +30,16 @@ push_block! {
     }
 }
 
-pub fn launch(
-    kind: &RopeKind,
-    theta: f32,
-    n_dims: usize,
-    x: &Operand,
-    pos: &Operand,
-    out: &Operand,
-    dynamic: Option<Dyn>,
-) -> Result<Launch> {
-    Ok(Launch {
+/// `rope.comp`'s launch of the operands `block` was made for (`push`).
+pub fn launch(block: RopePush) -> Launch {
+    Launch {
         kernel: KernelId::Rope,
-        push: PushWords::of(&push(kind, theta, n_dims, x, pos, out, dynamic)?),
+        push: PushWords::of(&block),
         grid: Grid::Flat { per_group: 256 },
         grid_input: None,
         slots: Vec::new(),
         scratch: Scratch::default(),
-    })
+    }
 }
 
 /// The rope's push constants, or why it does not take these operands.
